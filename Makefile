@@ -1,0 +1,75 @@
+# polykv - one Makefile.  `make` builds build/polykv; `make test` installs
+# what is missing, builds and runs every test; see README.md.
+
+CC      ?= gcc
+CSTD    := -std=c11 -D_GNU_SOURCE
+WARN    := -Wall -Wextra -Wshadow -Wno-unused-parameter
+OPT     ?= -O2 -g
+CFLAGS  := $(CSTD) $(WARN) $(OPT) -fno-math-errno -pthread -MMD -MP
+LDLIBS  := -lm -pthread
+
+# Instruction-set flags go on the kernel files that need them, nowhere else,
+# so one binary runs on any x86-64 and picks its kernels at start.
+AVX2_FLAGS   := -mavx2 -mfma -mf16c
+AVX512_FLAGS := $(AVX2_FLAGS) -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16
+
+BUILD ?= build
+LIB_SRC  := $(sort $(filter-out src/cli/%,$(wildcard src/*/*.c)))
+CLI_SRC  := $(sort $(wildcard src/cli/*.c))
+TEST_SRC := $(sort $(wildcard tests/test_*.c))
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
+TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+
+# Debian packages the build and tests need; `make deps` installs the missing.
+DEB_PKGS := gcc make clang
+
+.PHONY: all deps run test test-asan bench fuzz clean
+all: $(BUILD)/polykv
+
+$(BUILD)/obj/%_avx2.o: %_avx2.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(AVX2_FLAGS) -c $< -o $@
+$(BUILD)/obj/%_avx512.o: %_avx512.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(AVX512_FLAGS) -c $< -o $@
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libpolykv.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+$(BUILD)/polykv: $(CLI_OBJ) $(BUILD)/libpolykv.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/libpolykv.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+deps:
+	@sh scripts/deps.sh $(DEB_PKGS)
+
+# MODEL=path serves/generates with a real GGUF; without it a random-weight
+# demo model is made once by gen-model.
+run: deps all
+	@sh scripts/run.sh $(BUILD)/polykv "$(MODEL)"
+
+test: deps all $(TESTS)
+	@sh tests/run.sh $(BUILD)
+
+test-asan: deps
+	$(MAKE) BUILD=build-asan OPT="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all tests-only
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 sh tests/run.sh build-asan
+
+tests-only: $(TESTS)
+
+bench: deps all
+	@sh bench/run.sh $(BUILD)/polykv
+
+fuzz: deps
+	@sh fuzz/run.sh $(FUZZ_SECONDS)
+
+clean:
+	rm -rf build build-asan build-fuzz
+
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_SRC:%.c=$(BUILD)/obj/%.d)

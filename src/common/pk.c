@@ -1,0 +1,42 @@
+/* pk.c - status names, the assert hook and the clock. */
+#define _POSIX_C_SOURCE 200809L
+#include "pk.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+const char *pk_status_str(pk_status st)
+{
+    switch (st) {
+    case PK_OK:           return "ok";
+    case PK_ENOMEM:       return "out of memory";
+    case PK_EIO:          return "I/O error";
+    case PK_EFORMAT:      return "malformed input";
+    case PK_EINVAL:       return "invalid argument";
+    case PK_EFULL:        return "no room, retry later";
+    case PK_ECANCELLED:   return "cancelled";
+    case PK_EUNSUPPORTED: return "unsupported";
+    case PK_ENOTFOUND:    return "not found";
+    }
+    return "unknown status";
+}
+
+_Noreturn void pk_assert_fail(const char *expr, const char *file, int line)
+{
+    fprintf(stderr, "%s:%d: ASSERT(%s) failed\n", file, line, expr);
+    fflush(stderr);
+    abort();
+}
+
+int64_t pk_time_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+double pk_time_ms(void)
+{
+    return (double)pk_time_us() / 1000.0;
+}

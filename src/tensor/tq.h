@@ -1,0 +1,113 @@
+/*
+ * tq.h - tensor element types: block layouts, traits, and the scalar
+ * reference conversions (dequantize, quantize, dot product).
+ *
+ * The type ids and block layouts are GGUF's (ggml's) so a mapped file's bytes
+ * are used as they are.  Every quantized type stores blocks of `blck_size`
+ * values in `type_size` bytes; a row of n values is n / blck_size blocks.
+ *
+ * The scalar functions here are the algorithmic reference: the SIMD kernels
+ * (tk.h) are tested against them.  A weight type W is multiplied against
+ * activations converted to tq_get(W)->vec_dot_type (F16 for F16, Q8_0 for
+ * Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 — Q8_1 is not used —, Q8_K for the K-quants, F32
+ * for F32, BF16 for BF16), which is what the reference engine does, so
+ * results agree with it to rounding.
+ */
+#ifndef TQ_H
+#define TQ_H
+
+#include "../common/pk.h"
+
+typedef enum tq_type {
+    TQ_F32  = 0,
+    TQ_F16  = 1,
+    TQ_Q4_0 = 2,
+    TQ_Q4_1 = 3,
+    TQ_Q5_0 = 6,
+    TQ_Q5_1 = 7,
+    TQ_Q8_0 = 8,
+    TQ_Q8_1 = 9,
+    TQ_Q2_K = 10,
+    TQ_Q3_K = 11,
+    TQ_Q4_K = 12,
+    TQ_Q5_K = 13,
+    TQ_Q6_K = 14,
+    TQ_Q8_K = 15,
+    TQ_BF16 = 30,
+    TQ_COUNT = 40,   /* table size: every id < TQ_COUNT */
+} tq_type;
+
+typedef uint16_t tq_f16;   /* IEEE half, bit pattern */
+typedef uint16_t tq_bf16;  /* bfloat16, bit pattern */
+
+#define TQ_QK4_0 32
+#define TQ_QK4_1 32
+#define TQ_QK5_0 32
+#define TQ_QK5_1 32
+#define TQ_QK8_0 32
+#define TQ_QK_K 256
+#define TQ_K_SCALE_SIZE 12
+
+typedef struct { tq_f16 d; uint8_t qs[TQ_QK4_0 / 2]; } tq_block_q4_0;             /* 18 B */
+typedef struct { tq_f16 d, m; uint8_t qs[TQ_QK4_1 / 2]; } tq_block_q4_1;          /* 20 B */
+typedef struct { tq_f16 d; uint8_t qh[4]; uint8_t qs[TQ_QK5_0 / 2]; } tq_block_q5_0; /* 22 B */
+typedef struct { tq_f16 d, m; uint8_t qh[4]; uint8_t qs[TQ_QK5_1 / 2]; } tq_block_q5_1; /* 24 B */
+typedef struct { tq_f16 d; int8_t qs[TQ_QK8_0]; } tq_block_q8_0;                  /* 34 B */
+typedef struct {                                                              /* 144 B */
+    tq_f16 d, dmin;
+    uint8_t scales[TQ_K_SCALE_SIZE];  /* 8 x (6-bit scale, 6-bit min), packed */
+    uint8_t qs[TQ_QK_K / 2];
+} tq_block_q4_K;
+typedef struct {                                                              /* 176 B */
+    tq_f16 d, dmin;
+    uint8_t scales[TQ_K_SCALE_SIZE];
+    uint8_t qh[TQ_QK_K / 8];
+    uint8_t qs[TQ_QK_K / 2];
+} tq_block_q5_K;
+typedef struct {                                                              /* 210 B */
+    uint8_t ql[TQ_QK_K / 2];
+    uint8_t qh[TQ_QK_K / 4];
+    int8_t scales[TQ_QK_K / 16];
+    tq_f16 d;
+} tq_block_q6_K;
+typedef struct {                                                              /* 292 B */
+    float d;
+    int8_t qs[TQ_QK_K];
+    int16_t bsums[TQ_QK_K / 16];      /* sum of each group of 16 qs */
+} tq_block_q8_K;
+
+typedef struct tq_traits {
+    const char *name;       /* "q4_K", as GGUF tools print it */
+    int64_t blck_size;      /* values per block (1 for F32/F16/BF16) */
+    size_t type_size;       /* bytes per block */
+    tq_type vec_dot_type;   /* activations are converted to this first */
+    bool supported;         /* we can dequantize and multiply it */
+} tq_traits;
+
+/* Traits of a type; NULL when `type` is not a known id.  Thread-safe. */
+const tq_traits *tq_get(int type);
+
+/* Bytes of a row of n values; 0 when n is not a multiple of the block size
+ * or the type is unknown. */
+size_t tq_row_size(int type, int64_t n);
+
+/* Scalar conversions between float and half / bfloat16 (round to nearest even). */
+float  tq_f16_to_f32(tq_f16 h);
+tq_f16 tq_f32_to_f16(float f);
+float  tq_bf16_to_f32(tq_bf16 h);
+tq_bf16 tq_f32_to_bf16(float f);
+
+/* Reference: x (n values of `type`) -> y (n floats).  n % blck_size == 0. */
+void tq_dequantize_row(tq_type type, const void *x, float *y, int64_t n);
+
+/* Reference quantizer: n floats -> n values of `type` (any supported type,
+ * including the activation types Q8_0 and Q8_K).  Matches the reference
+ * engine's reference quantizers bit for bit, so gen-model writes files that
+ * it reads the same way. */
+void tq_quantize_row(tq_type type, const float *x, void *y, int64_t n);
+
+/* Reference dot product of one weight row w (type `wtype`) with activations a
+ * already converted to tq_get(wtype)->vec_dot_type.  n % blck_size == 0. */
+float tq_vec_dot_ref(tq_type wtype, int64_t n, const void *w, const void *a);
+
+#endif

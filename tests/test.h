@@ -1,0 +1,53 @@
+/*
+ * test.h - the whole test framework: CHECK macros that print both values and
+ * file:line, and a main() helper.  Each test program is one process; it
+ * prints "N passed, M failed" and exits non-zero on any failure.  A test that
+ * needs ../shared data it cannot find calls SKIP(), which prints the reason
+ * and exits with status 77 (the runner reports it as skipped, never passed).
+ */
+#ifndef TEST_H
+#define TEST_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int test_n_pass, test_n_fail;
+
+#define CHECK(cond) do { if (cond) test_n_pass++; else { test_n_fail++; \
+    fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond); } } while (0)
+
+#define CHECK_EQ_INT(a, b) do { long long va_ = (long long)(a), vb_ = (long long)(b); \
+    if (va_ == vb_) test_n_pass++; else { test_n_fail++; \
+    fprintf(stderr, "%s:%d: %s == %s failed: %lld != %lld\n", __FILE__, __LINE__, #a, #b, va_, vb_); } } while (0)
+
+#define CHECK_NEAR(a, b, tol) do { double va_ = (double)(a), vb_ = (double)(b), vt_ = (double)(tol); \
+    if (fabs(va_ - vb_) <= vt_) test_n_pass++; else { test_n_fail++; \
+    fprintf(stderr, "%s:%d: |%s - %s| <= %s failed: %.9g vs %.9g (diff %.3g, tol %.3g)\n", \
+            __FILE__, __LINE__, #a, #b, #tol, va_, vb_, fabs(va_ - vb_), vt_); } } while (0)
+
+#define CHECK_STR(a, b) do { const char *va_ = (a), *vb_ = (b); \
+    if (va_ && vb_ && strcmp(va_, vb_) == 0) test_n_pass++; else { test_n_fail++; \
+    fprintf(stderr, "%s:%d: %s == %s failed: \"%s\" != \"%s\"\n", __FILE__, __LINE__, #a, #b, \
+            va_ ? va_ : "(null)", vb_ ? vb_ : "(null)"); } } while (0)
+
+#define SKIP(...) do { printf("SKIP: "); printf(__VA_ARGS__); printf("\n"); exit(77); } while (0)
+
+/* Directory holding ../shared (models, reference), or NULL when absent. */
+static inline const char *test_shared_dir(void)
+{
+    const char *env = getenv("POLYKV_SHARED");
+    if (env && access(env, R_OK) == 0) return env;
+    if (access("../shared/models", R_OK) == 0) return "../shared";
+    return NULL;
+}
+
+static inline int test_finish(void)
+{
+    printf("%d passed, %d failed\n", test_n_pass, test_n_fail);
+    return test_n_fail ? 1 : 0;
+}
+
+#endif
