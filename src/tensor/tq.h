@@ -101,9 +101,9 @@ tq_bf16 tq_f32_to_bf16(float f);
 void tq_dequantize_row(tq_type type, const void *x, float *y, int64_t n);
 
 /* Reference quantizer: n floats -> n values of `type` (any supported type,
- * including the activation types Q8_0 and Q8_K).  Matches the reference
- * engine's reference quantizers bit for bit, so gen-model writes files that
- * it reads the same way. */
+ * including the activation types Q8_0 and Q8_K).  The activation types
+ * (F16, BF16, Q8_0, Q8_K) match the reference engine's rounding exactly; the
+ * weight types follow its reference quantizers (used by gen-model). */
 void tq_quantize_row(tq_type type, const float *x, void *y, int64_t n);
 
 /* Reference dot product of one weight row w (type `wtype`) with activations a

@@ -1,0 +1,58 @@
+/*
+ * smp.h - token samplers and log-probabilities.
+ *
+ * DESIGN: a sampler is a small state (parameters, RNG, recent tokens for the
+ * penalties).  smp_sample applies, in order: repetition / presence /
+ * frequency penalties over the last `penalty_last_n` accepted tokens, then
+ * (when temp > 0) top-k, top-p, min-p, temperature, and draws from the
+ * result with the seeded RNG.  temp <= 0 is greedy: the argmax of the
+ * penalized logits, ties to the lower id (what the reference engine does).
+ * Log-probabilities are log-softmax of the penalized logits before any
+ * truncation, the distribution OpenAI's `logprobs` describes.
+ *
+ * All scratch is allocated at smp_new; smp_sample allocates nothing.
+ * Threads: one owner at a time (the engine thread).
+ */
+#ifndef SMP_H
+#define SMP_H
+
+#include "../common/pk.h"
+
+typedef struct smp_params {
+    float temp;               /* <= 0: greedy */
+    int32_t top_k;            /* <= 0: off */
+    float top_p;              /* >= 1: off */
+    float min_p;              /* <= 0: off */
+    float repeat_penalty;     /* 1: off */
+    float presence_penalty;   /* 0: off */
+    float frequency_penalty;  /* 0: off */
+    int32_t penalty_last_n;   /* tokens looked back; 0 off, -1 all kept (up to n_ctx given at new) */
+    uint64_t seed;
+} smp_params;
+
+typedef struct smp_logprob { int32_t id; float logprob; } smp_logprob;
+
+/* llama.cpp's defaults: temp 0.8, top_k 40, top_p 0.95, min_p 0.05,
+ * penalties off, last_n 64, seed 0xFFFFFFFF replaced by a random one. */
+smp_params smp_default_params(void);
+
+typedef struct smp_ctx smp_ctx;
+
+/* n_vocab > 0; history_max bounds the tokens remembered for penalties. */
+pk_status smp_new(const smp_params *p, int32_t n_vocab, int32_t history_max, smp_ctx **out);
+void smp_free(smp_ctx *s);                      /* NULL is a no-op */
+void smp_reset(smp_ctx *s);                     /* forgets history, reseeds */
+
+/* Remembers a token (prompt or generated) for the penalties. */
+void smp_accept(smp_ctx *s, int32_t token);
+
+/* Picks the next token from n_vocab logits (not modified).  When top != NULL
+ * and n_top > 0, writes the n_top most likely tokens with their log-probs,
+ * most likely first; *chosen_logprob (may be NULL) gets the chosen one's. */
+int32_t smp_sample(smp_ctx *s, const float *logits, smp_logprob *top, int n_top,
+                   float *chosen_logprob);
+
+/* Greedy argmax, ties to the lower id. */
+int32_t smp_argmax(const float *logits, int32_t n);
+
+#endif

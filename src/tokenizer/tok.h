@@ -1,0 +1,86 @@
+/*
+ * tok.h - tokenizers: SentencePiece-style (SPM, byte fallback) and
+ * byte-level BPE with the gpt2, llama3 (llama-bpe) and qwen2 pre-tokenizers,
+ * loaded from a GGUF's tokenizer.ggml.* keys; and chat templates.
+ *
+ * DESIGN: tok_load_gguf copies what it needs out of the GGUF (so the vocab
+ * outlives the gguf_ctx) into a hash table text -> id and, for BPE, a merge
+ * rank table.  Encoding first splits out special/control tokens (when asked
+ * to parse them), then pre-tokenizes (BPE) or escapes spaces (SPM), then runs
+ * the merge loop per word.  Output must equal the reference engine's for
+ * every vector in ../shared/models/vocab.
+ *
+ * Threads: a tok_vocab is immutable after load; any thread may use it.
+ */
+#ifndef TOK_H
+#define TOK_H
+
+#include "../common/pk.h"
+#include "../gguf/gguf.h"
+
+typedef struct tok_vocab tok_vocab;
+
+typedef enum tok_kind { TOK_SPM = 1, TOK_BPE = 2 } tok_kind;
+
+/* Loads the vocabulary (works on vocab-only GGUFs).  PK_EUNSUPPORTED with a
+ * message for unknown tokenizer models or pre-tokenizers. */
+pk_status tok_load_gguf(const gguf_ctx *g, tok_vocab **out, char *err, size_t err_len);
+void tok_free(tok_vocab *v);                     /* NULL is a no-op */
+
+tok_kind tok_get_kind(const tok_vocab *v);
+int32_t tok_n_vocab(const tok_vocab *v);
+int32_t tok_bos(const tok_vocab *v);             /* -1 when none */
+int32_t tok_eos(const tok_vocab *v);
+bool tok_add_bos(const tok_vocab *v);            /* as the model says */
+bool tok_add_eos(const tok_vocab *v);
+/* End of generation: EOS, EOT, <|im_end|>, <|eot_id|>, <|end_of_text|> ... */
+bool tok_is_eog(const tok_vocab *v, int32_t id);
+/* Control/special tokens (not plain text). */
+bool tok_is_control(const tok_vocab *v, int32_t id);
+/* Id of an exact token text, -1 when absent. */
+int32_t tok_find(const tok_vocab *v, const char *text, size_t len);
+
+/* Text -> ids.  add_special adds BOS/EOS where the model says to;
+ * parse_special turns special-token texts into their ids.  Writes at most
+ * n_max ids; *n_out gets the count needed.  PK_EFULL when n_max is too
+ * small (out then holds the first n_max). */
+pk_status tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_special,
+                     bool parse_special, int32_t *out, int32_t n_max, int32_t *n_out);
+
+/* The bytes of one token (byte tokens become their byte, SPM's U+2581 a
+ * space, BPE's byte-level characters their bytes).  Control tokens give
+ * their text only when `special`.  Returns the byte count written to buf
+ * (at most cap), or -(needed) when cap is too small. */
+int32_t tok_piece(const tok_vocab *v, int32_t id, char *buf, int32_t cap, bool special);
+
+/* Length of the longest prefix of buf[0..n) that does not end inside an
+ * incomplete UTF-8 sequence: stream only that much, keep the rest. */
+size_t tok_utf8_complete(const char *buf, size_t n);
+
+/* The model's chat template source (tokenizer.chat_template) or NULL. */
+const char *tok_chat_template(const tok_vocab *v);
+
+/*
+ * Chat templates.  A full Jinja engine is not the goal: the known templates
+ * are recognized from their source and rendered by code.
+ */
+typedef enum tmpl_kind {
+    TMPL_UNKNOWN = 0,
+    TMPL_CHATML,     /* Qwen: <|im_start|>role\n...<|im_end|>\n */
+    TMPL_LLAMA3,     /* <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|> */
+    TMPL_LLAMA2,     /* Llama 2 / Mistral: [INST] ... [/INST] */
+} tmpl_kind;
+
+typedef struct tmpl_msg { const char *role; const char *content; } tmpl_msg;
+
+tmpl_kind tmpl_detect(const char *template_src);   /* TMPL_UNKNOWN when not recognized or NULL */
+tmpl_kind tmpl_from_name(const char *name);        /* "chatml", "llama3", "llama2", "mistral"; UNKNOWN otherwise */
+const char *tmpl_name(tmpl_kind k);
+/* Renders msgs into a prompt text; with add_assistant the text ends with the
+ * opening of the assistant's turn.  Writes a NUL-terminated string; *n_out
+ * gets its length.  PK_EFULL when cap is too small, PK_EINVAL for an unknown
+ * kind or role. */
+pk_status tmpl_apply(tmpl_kind k, const tmpl_msg *msgs, int n_msgs, bool add_assistant,
+                     char *out, size_t cap, size_t *n_out);
+
+#endif
