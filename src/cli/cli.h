@@ -1,0 +1,24 @@
+/*
+ * cli.h - the sub-commands of the polykv binary and the small helpers they
+ * share (argument parsing).  Each cli_*.c holds one sub-command.
+ */
+#ifndef CLI_H
+#define CLI_H
+
+#include "../common/pk.h"
+
+int cli_run(int argc, char **argv);
+int cli_tokenize(int argc, char **argv);
+int cli_bench(int argc, char **argv);
+int cli_gen_model(int argc, char **argv);
+
+/* Value of option argv[*i] (advancing *i), or NULL with a message on stderr
+ * when it is missing. */
+const char *cli_arg(int argc, char **argv, int *i);
+/* Parses an integer / float option value; false (with a message) when bad. */
+bool cli_int(const char *opt, const char *s, long lo, long hi, long *out);
+bool cli_float(const char *opt, const char *s, double *out);
+/* Default thread count: the CPUs this process may run on. */
+int cli_default_threads(void);
+
+#endif

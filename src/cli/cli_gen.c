@@ -1,0 +1,231 @@
+/*
+ * cli_gen.c - `polykv gen-model`: a deterministic random-weight model with a
+ * real vocabulary, for tests, benchmarks and the demo.
+ *
+ * The tokenizer.* keys are copied from a vocabulary GGUF.  Weights are drawn
+ * from a seeded generator (each tensor from its own stream, so one tensor's
+ * values do not depend on the others' sizes) with the scales the reference
+ * models use: embeddings N(0, 0.02); Q and K N(0, 1.5/sqrt(n_embd)); other
+ * matrices N(0, 1.5/sqrt(fan_in)); norms 1 + 0.1 N(0,1); qwen2's biases
+ * N(0, 0.1).  Matrices are quantized to --type the way llama-quantize picks
+ * types (q4_k_m: Q6_K for the output and for attn_v / ffn_down of the
+ * "more bits" layers; a 256-block type falls back to Q5_0 / Q5_1 / Q8_0 when
+ * a row is not a multiple of 256).  Norms and biases stay F32.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../gguf/gguf.h"
+#include "../tensor/tq.h"
+#include "cli.h"
+
+typedef struct gen_shape {
+    const char *arch;
+    long n_embd, n_layer, n_head, n_head_kv, n_ff, head_dim, n_ctx;
+    double rope_base, eps;
+    bool tied;
+} gen_shape;
+
+typedef struct gen_type { const char *name; tq_type type; bool k_mix; int ftype; } gen_type;
+
+static const gen_type gen_types[] = {
+    { "f32", TQ_F32, false, 0 },   { "f16", TQ_F16, false, 1 },   { "bf16", TQ_BF16, false, 32 },
+    { "q8_0", TQ_Q8_0, false, 7 }, { "q4_0", TQ_Q4_0, false, 2 }, { "q4_1", TQ_Q4_1, false, 3 },
+    { "q5_0", TQ_Q5_0, false, 8 }, { "q5_1", TQ_Q5_1, false, 9 }, { "q4_k", TQ_Q4_K, true, 15 },
+    { "q4_k_m", TQ_Q4_K, true, 15 }, { "q4_k_s", TQ_Q4_K, false, 14 }, { "q5_k", TQ_Q5_K, false, 16 },
+    { "q6_k", TQ_Q6_K, false, 18 },
+};
+
+/* splitmix64: a fresh stream per tensor from (seed, tensor index). */
+static uint64_t mix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static void fill_normal(float *x, size_t n, uint64_t seed, float mean, float std)
+{
+    uint64_t s = seed;
+    for (size_t i = 0; i < n; i += 2) {
+        double u1 = ((mix64(&s) >> 11) + 1.0) * 0x1.0p-53, u2 = (mix64(&s) >> 11) * 0x1.0p-53;
+        double r = sqrt(-2.0 * log(u1));
+        x[i] = mean + std * (float)(r * cos(2 * M_PI * u2));
+        if (i + 1 < n) x[i + 1] = mean + std * (float)(r * sin(2 * M_PI * u2));
+    }
+}
+
+/* The type llama-quantize would give a matrix of n_cols columns. */
+static tq_type fit_type(tq_type t, long n_cols)
+{
+    if (n_cols % tq_get(t)->blck_size == 0) return t;
+    switch (t) {
+    case TQ_Q4_K: t = TQ_Q5_0; break;
+    case TQ_Q5_K: t = TQ_Q5_1; break;
+    case TQ_Q6_K: t = TQ_Q8_0; break;
+    default: break;
+    }
+    return n_cols % tq_get(t)->blck_size == 0 ? t : TQ_F16;
+}
+
+/* "<arch>.<suffix>" in buf (128 bytes). */
+static const char *akey(char *buf, const char *arch, const char *suffix)
+{
+    snprintf(buf, 128, "%s.%s", arch, suffix);
+    return buf;
+}
+
+static bool more_bits(int il, int n)
+{
+    return il < n / 8 || il >= 7 * n / 8 || (il - n / 8) % 3 == 2;
+}
+
+static int add_tensor(gguf_writer *w, const char *name, tq_type type, long n_cols, long n_rows,
+                      uint64_t seed, float mean, float std)
+{
+    size_t n = (size_t)n_cols * (size_t)n_rows;
+    float *x = malloc(n * sizeof *x);
+    if (!x) return -1;
+    fill_normal(x, n, seed, mean, std);
+    type = n_rows > 1 ? fit_type(type, n_cols) : TQ_F32;
+    size_t row = tq_row_size(type, n_cols);
+    char *q = malloc(row * (size_t)n_rows);
+    if (!q) { free(x); return -1; }
+    for (long r = 0; r < n_rows; r++) tq_quantize_row(type, x + (size_t)r * n_cols, q + (size_t)r * row, n_cols);
+    int64_t ne[2] = { n_cols, n_rows };
+    pk_status st = gguf_add_tensor(w, name, type, n_rows > 1 ? 2 : 1, ne, q, row * (size_t)n_rows);
+    free(x);
+    free(q);
+    return st == PK_OK ? 0 : -1;
+}
+
+static void usage(void)
+{
+    fprintf(stderr,
+        "usage: polykv gen-model --arch llama|qwen2|qwen3 --vocab VOCAB.gguf --type T --seed S -o OUT.gguf\n"
+        "  shape: --n-embd 256 --n-layer 2 --n-head 4 --n-head-kv 2 --n-ff 512 [--head-dim D]\n"
+        "         [--ctx 4096] [--rope-base B] [--eps E] [--untied]\n"
+        "  types: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k (= q4_k_m mix) q4_k_s q5_k q6_k\n");
+}
+
+int cli_gen_model(int argc, char **argv)
+{
+    gen_shape sh = { .arch = NULL, .n_embd = 256, .n_layer = 2, .n_head = 4, .n_head_kv = 2,
+                     .n_ff = 512, .n_ctx = 4096, .rope_base = 0, .eps = 0, .tied = true };
+    const char *vocab = NULL, *outp = NULL, *tname = "f16";
+    long seed = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "--untied")) { sh.tied = false; continue; }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
+        if (!(v = cli_arg(argc, argv, &i))) return 2;
+        long *lp = !strcmp(a, "--n-embd") ? &sh.n_embd : !strcmp(a, "--n-layer") ? &sh.n_layer :
+                   !strcmp(a, "--n-head") ? &sh.n_head : !strcmp(a, "--n-head-kv") ? &sh.n_head_kv :
+                   !strcmp(a, "--n-ff") ? &sh.n_ff : !strcmp(a, "--head-dim") ? &sh.head_dim :
+                   !strcmp(a, "--ctx") ? &sh.n_ctx : !strcmp(a, "--seed") ? &seed : NULL;
+        if (lp) { if (!cli_int(a, v, 0, 1L << 30, lp)) return 2; }
+        else if (!strcmp(a, "--arch")) sh.arch = v;
+        else if (!strcmp(a, "--vocab")) vocab = v;
+        else if (!strcmp(a, "--type")) tname = v;
+        else if (!strcmp(a, "-o")) outp = v;
+        else if (!strcmp(a, "--rope-base")) { if (!cli_float(a, v, &sh.rope_base)) return 2; }
+        else if (!strcmp(a, "--eps")) { if (!cli_float(a, v, &sh.eps)) return 2; }
+        else { fprintf(stderr, "polykv gen-model: unknown option %s\n", a); return 2; }
+    }
+    const gen_type *gt = NULL;
+    for (size_t i = 0; i < ARRAY_LEN(gen_types); i++)
+        if (!strcmp(gen_types[i].name, tname)) gt = &gen_types[i];
+    if (!sh.arch || !vocab || !outp || !gt) {
+        if (!gt) fprintf(stderr, "polykv gen-model: unknown type '%s'\n", tname);
+        usage();
+        return 2;
+    }
+    bool llama = !strcmp(sh.arch, "llama"), qwen2 = !strcmp(sh.arch, "qwen2"), qwen3 = !strcmp(sh.arch, "qwen3");
+    if (!llama && !qwen2 && !qwen3) { fprintf(stderr, "polykv gen-model: unknown arch '%s'\n", sh.arch); return 2; }
+    if (sh.n_embd < 1 || sh.n_layer < 1 || sh.n_head < 1 || sh.n_head_kv < 1 || sh.n_ff < 1 ||
+        sh.n_head % sh.n_head_kv || (!sh.head_dim && sh.n_embd % sh.n_head)) {
+        fprintf(stderr, "polykv gen-model: inconsistent shape\n");
+        return 2;
+    }
+    long hd = sh.head_dim ? sh.head_dim : sh.n_embd / sh.n_head;
+    if (!sh.rope_base) sh.rope_base = llama ? 500000.0 : 1000000.0;
+    if (!sh.eps) sh.eps = llama ? 1e-5 : 1e-6;
+
+    char err[512] = "";
+    gguf_ctx *vg;
+    if (gguf_open(vocab, &vg, err, sizeof err)) {
+        fprintf(stderr, "polykv: %s: %s\n", vocab, err);
+        return 1;
+    }
+    gguf_type et;
+    uint64_t n_vocab = 0;
+    if (gguf_get_arr(vg, "tokenizer.ggml.tokens", &et, &n_vocab) || et != GGUF_TYPE_STRING || !n_vocab) {
+        fprintf(stderr, "polykv: %s has no tokenizer.ggml.tokens\n", vocab);
+        return 1;
+    }
+    gguf_writer *w = gguf_writer_new();
+    ASSERT(w);
+    char key[128], name[128];
+    int rc = 0;
+    gguf_add_str(w, "general.architecture", sh.arch, strlen(sh.arch));
+    gguf_add_str(w, "general.name", "polykv random-weight model", 26);
+    gguf_add_u32(w, "general.file_type", (uint32_t)gt->ftype);
+    gguf_add_u32(w, "general.quantization_version", 2);
+    gguf_add_u32(w, akey(key, sh.arch, "context_length"), (uint32_t)sh.n_ctx);
+    gguf_add_u32(w, akey(key, sh.arch, "embedding_length"), (uint32_t)sh.n_embd);
+    gguf_add_u32(w, akey(key, sh.arch, "block_count"), (uint32_t)sh.n_layer);
+    gguf_add_u32(w, akey(key, sh.arch, "feed_forward_length"), (uint32_t)sh.n_ff);
+    gguf_add_u32(w, akey(key, sh.arch, "attention.head_count"), (uint32_t)sh.n_head);
+    gguf_add_u32(w, akey(key, sh.arch, "attention.head_count_kv"), (uint32_t)sh.n_head_kv);
+    gguf_add_f32(w, akey(key, sh.arch, "rope.freq_base"), (float)sh.rope_base);
+    gguf_add_f32(w, akey(key, sh.arch, "attention.layer_norm_rms_epsilon"), (float)sh.eps);
+    if (sh.head_dim) {
+        gguf_add_u32(w, akey(key, sh.arch, "attention.key_length"), (uint32_t)hd);
+        gguf_add_u32(w, akey(key, sh.arch, "attention.value_length"), (uint32_t)hd);
+    }
+    for (int64_t i = 0; i < gguf_n_kv(vg); i++) {
+        gguf_str k = gguf_key(vg, i);
+        if (k.n > 10 && !memcmp(k.p, "tokenizer.", 10)) gguf_add_kv_from(w, vg, i);
+    }
+
+    tq_type t = gt->type, out_t = gt->k_mix ? TQ_Q6_K : t;
+    float s_e = 1.5f / sqrtf((float)sh.n_embd), s_o = 1.5f / sqrtf((float)(sh.n_head * hd));
+    float s_f = 1.5f / sqrtf((float)sh.n_ff), s_qk = qwen3 ? 0.02f : s_e;
+    uint64_t ts = (uint64_t)seed * 1000003u;
+    rc |= add_tensor(w, "token_embd.weight", sh.tied ? out_t : t, sh.n_embd, (long)n_vocab, ts++, 0, 0.02f);
+    rc |= add_tensor(w, "output_norm.weight", TQ_F32, sh.n_embd, 1, ts++, 1.0f, 0.1f);
+    if (!sh.tied) rc |= add_tensor(w, "output.weight", out_t, sh.n_embd, (long)n_vocab, ts++, 0, s_e);
+    for (int il = 0; il < sh.n_layer && !rc; il++) {
+        tq_type tv = gt->k_mix && more_bits(il, (int)sh.n_layer) ? TQ_Q6_K : t;
+        struct { const char *n; tq_type t; long cols, rows; float mean, std; } L[] = {
+            { "attn_norm.weight", TQ_F32, sh.n_embd, 1, 1.0f, 0.1f },
+            { "attn_q.weight", t, sh.n_embd, sh.n_head * hd, 0, s_qk },
+            { "attn_k.weight", t, sh.n_embd, sh.n_head_kv * hd, 0, s_qk },
+            { "attn_v.weight", tv, sh.n_embd, sh.n_head_kv * hd, 0, s_e },
+            { "attn_output.weight", t, sh.n_head * hd, sh.n_embd, 0, s_o },
+            { "ffn_norm.weight", TQ_F32, sh.n_embd, 1, 1.0f, 0.1f },
+            { "ffn_gate.weight", t, sh.n_embd, sh.n_ff, 0, s_e },
+            { "ffn_up.weight", t, sh.n_embd, sh.n_ff, 0, s_e },
+            { "ffn_down.weight", tv, sh.n_ff, sh.n_embd, 0, s_f },
+            { qwen2 ? "attn_q.bias" : NULL, TQ_F32, sh.n_head * hd, 1, 0, 0.1f },
+            { qwen2 ? "attn_k.bias" : NULL, TQ_F32, sh.n_head_kv * hd, 1, 0, 0.1f },
+            { qwen2 ? "attn_v.bias" : NULL, TQ_F32, sh.n_head_kv * hd, 1, 0, 0.1f },
+            { qwen3 ? "attn_q_norm.weight" : NULL, TQ_F32, hd, 1, 1.0f, 0.1f },
+            { qwen3 ? "attn_k_norm.weight" : NULL, TQ_F32, hd, 1, 1.0f, 0.1f },
+        };
+        for (size_t k = 0; k < ARRAY_LEN(L); k++) {
+            uint64_t s = ts++;
+            if (!L[k].n) continue;
+            snprintf(name, sizeof name, "blk.%d.%s", il, L[k].n);
+            rc |= add_tensor(w, name, L[k].t, L[k].cols, L[k].rows, s, L[k].mean, L[k].std);
+        }
+    }
+    pk_status st = rc ? PK_ENOMEM : gguf_write_file(w, outp);
+    if (st) fprintf(stderr, "polykv gen-model: writing %s failed: %s\n", outp, pk_status_str(st));
+    gguf_writer_free(w);
+    gguf_close(vg);
+    return st ? 1 : 0;
+}

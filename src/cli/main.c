@@ -1,0 +1,86 @@
+/*
+ * main.c - the polykv binary: dispatches to a sub-command.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: polykv COMMAND [options]\n"
+        "  run       -m MODEL -p PROMPT [-n N] [--temp T] [--seed S] [-t N] [-c N] [--kv-type f16|f32] [--json]\n"
+        "  tokenize  -m MODEL [--no-bos] [--json] TEXT\n"
+        "  bench     -m MODEL [-p 512] [-n 128] [-t N] [-r 3] [--json]\n"
+        "  gen-model --arch llama|qwen2|qwen3 --vocab VOCAB.gguf [shape] --type T --seed S -o OUT.gguf\n"
+        "Each command prints its own options with --help.\n");
+}
+
+const char *cli_arg(int argc, char **argv, int *i)
+{
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "polykv: option %s needs a value\n", argv[*i]);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+bool cli_int(const char *opt, const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "polykv: %s: '%s' is not an integer in [%ld, %ld]\n", opt, s, lo, hi);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool cli_float(const char *opt, const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end) {
+        fprintf(stderr, "polykv: %s: '%s' is not a number\n", opt, s);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+int cli_default_threads(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        int n = CPU_COUNT(&set);
+        if (n > 0) return n;
+    }
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "run")) return cli_run(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tokenize")) return cli_tokenize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench")) return cli_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "gen-model")) return cli_gen_model(argc - 1, argv + 1);
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+        usage(stdout);
+        return 0;
+    }
+    fprintf(stderr, "polykv: unknown command '%s'\n", cmd);
+    usage(stderr);
+    return 2;
+}

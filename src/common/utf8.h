@@ -1,0 +1,15 @@
+/*
+ * utf8.h - UTF-8 helpers for output paths (JSON needs valid UTF-8, while
+ * token pieces can split a character).
+ */
+#ifndef PK_UTF8_H
+#define PK_UTF8_H
+
+#include "pk.h"
+
+/* Copies in[0..n) to out, replacing each byte that does not start a valid
+ * UTF-8 sequence with U+FFFD; NUL-terminates.  out needs 3 * n + 1 bytes.
+ * Returns the bytes written (without the NUL). */
+size_t pk_utf8_sanitize(const char *in, size_t n, char *out);
+
+#endif

@@ -1,0 +1,125 @@
+/*
+ * model.h - llama-family models (llama, qwen2, qwen3): hyper-parameters,
+ * weights mapped from a GGUF, and the forward pass of one batch.
+ *
+ * DESIGN
+ *   model_load maps the file (weights are never copied), reads the
+ *   architecture's hyper-parameters and resolves every tensor of every layer,
+ *   checking its type and shape.  A model is immutable and may be shared.
+ *
+ *   A model_ctx holds what one forward pass needs: the KV cache (cells with
+ *   sequence sets, kv.h), the threadpool and scratch buffers sized at
+ *   creation for n_ubatch tokens, so model_decode allocates nothing.
+ *
+ *   model_decode evaluates a batch of tokens from any number of sequences:
+ *   each token has a position, a set of sequence ids (its cell joins all of
+ *   them) and a flag saying whether its logits are wanted.  A token attends
+ *   to the cells of its FIRST sequence id whose position is <= its own (so
+ *   sharing a prefix is just membership).  Batches larger than n_ubatch run
+ *   in chunks of n_ubatch (prefill in chunks).
+ *
+ *     per layer:  x += Wo * attn(rope(norm_q(Wq*n(x) + bq)), rope(norm_k(Wk*n(x) + bk)), Wv*n(x) + bv)
+ *                 x += Wd * (silu(Wg*n(x)) * (Wu*n(x)))
+ *     logits = Wout * n(x)   (Wout = token_embd when tied)
+ *
+ *   Numerics follow the reference engine: activations are converted to the
+ *   weight type's vec_dot_type before each matrix product, RMSNorm sums in
+ *   double, RoPE angles are a running float product, softmax sums in double,
+ *   and with an F16 cache the query is rounded to F16 before K·Q.
+ *
+ * Threads: a model is read-only after load.  A model_ctx belongs to one
+ * thread (the engine thread); model_decode runs its compute on the pool.
+ */
+#ifndef MODEL_H
+#define MODEL_H
+
+#include "../common/pk.h"
+#include "../gguf/gguf.h"
+#include "../kv/kv.h"
+#include "../tensor/tp.h"
+#include "../tokenizer/tok.h"
+
+typedef enum model_arch { MODEL_LLAMA = 1, MODEL_QWEN2, MODEL_QWEN3 } model_arch;
+typedef enum model_rope { MODEL_ROPE_NORM = 0, MODEL_ROPE_NEOX = 2 } model_rope;
+
+typedef struct model_hparams {
+    model_arch arch;
+    int32_t n_vocab;
+    int32_t n_ctx_train;
+    int32_t n_embd;
+    int32_t n_layer;
+    int32_t n_head;
+    int32_t n_head_kv;
+    int32_t head_dim_k;       /* key_length, n_embd / n_head by default */
+    int32_t head_dim_v;
+    int32_t n_ff;
+    int32_t n_rot;            /* rope dimension count */
+    model_rope rope_type;
+    float rope_freq_base;
+    float rope_freq_scale;    /* 1 / linear scaling factor */
+    float rms_eps;
+    bool tied_output;         /* logits use token_embd */
+} model_hparams;
+
+/* One weight matrix or vector: n_rows rows of n_cols values of `type`. */
+typedef struct model_w {
+    int type;                 /* tq_type; 0 with data NULL when absent */
+    const void *data;
+    int64_t n_cols, n_rows;
+} model_w;
+
+typedef struct model_layer {
+    model_w attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm;
+    model_w ffn_norm, w_gate, w_up, w_down;
+} model_layer;
+
+typedef struct model model;
+
+/* Loads a GGUF model (and its tokenizer).  PK_EIO/PK_EFORMAT/PK_EUNSUPPORTED
+ * with a one-line reason in err. */
+pk_status model_load(const char *path, model **out, char *err, size_t err_len);
+void model_free(model *m);                         /* NULL is a no-op */
+const model_hparams *model_get_hparams(const model *m);
+const tok_vocab *model_vocab(const model *m);
+const gguf_ctx *model_gguf(const model *m);
+const char *model_arch_name(model_arch a);
+/* Bytes of weights read per decoded token (every matrix once). */
+size_t model_weight_bytes(const model *m);
+/* The model's own description, e.g. "qwen2 24L 896d q8_0". */
+const char *model_desc(const model *m);
+
+typedef struct model_ctx_params {
+    int32_t n_ctx;            /* KV cells */
+    int32_t n_ubatch;         /* tokens per forward chunk */
+    int32_t n_threads;
+    tq_type kv_type;          /* TQ_F16 (default) or TQ_F32 */
+} model_ctx_params;
+
+typedef struct model_ctx model_ctx;
+
+pk_status model_ctx_new(const model *m, const model_ctx_params *p, model_ctx **out);
+void model_ctx_free(model_ctx *c);                 /* NULL is a no-op */
+kv_cache *model_ctx_kv(model_ctx *c);
+const model_ctx_params *model_ctx_get_params(const model_ctx *c);
+
+#define MODEL_MAX_TOKEN_SEQS 8   /* sequence ids one batch token may carry */
+
+typedef struct model_batch {
+    int32_t n_tokens;
+    const int32_t *token;      /* [n_tokens] */
+    const kv_pos *pos;         /* [n_tokens] */
+    const int32_t *n_seq;      /* [n_tokens] ids per token, 1..MODEL_MAX_TOKEN_SEQS */
+    const kv_seq (*seq)[MODEL_MAX_TOKEN_SEQS];  /* [n_tokens] */
+    const bool *want_logits;   /* [n_tokens] */
+} model_batch;
+
+/*
+ * Evaluates the batch: stores every token's K/V in a free cell joined to its
+ * sequences, and writes n_vocab logits for each token that wants them, in
+ * batch order, to logits ([n_wanted][n_vocab]).  Returns PK_EFULL when the
+ * cache has too few free cells (nothing changed), PK_EINVAL for a bad token
+ * id, position or sequence id (nothing changed).  Engine thread only.
+ */
+pk_status model_decode(model_ctx *c, const model_batch *b, float *logits);
+
+#endif

@@ -1,0 +1,494 @@
+/*
+ * model_forward.c - the forward pass of one batch over the KV cache.
+ *
+ * DESIGN
+ *   A batch is cut into chunks of at most n_ubatch tokens (and at most
+ *   FWD_MAX_LISTS distinct first sequence ids).  For each chunk, on the
+ *   engine thread: copy the token embeddings, compute the RoPE angles of
+ *   every token once (shared by all layers), join each token's cell to its
+ *   sequences, and build per sequence the list of visible cells sorted by
+ *   position.  A token at position p of sequence s then sees a prefix of s's
+ *   list: the cells with pos <= p.
+ *
+ *   The layers run as ONE job on the threadpool: every thread walks all the
+ *   phases below, taking its slice of each (rows of a matrix product, tokens
+ *   of an element-wise step, (token, head) pairs of attention) and meeting
+ *   the others at a barrier where the next phase reads what the last wrote.
+ *
+ *     norm -> Q,K,V products -> bias/qk-norm/rope, K/V into cells -> attention
+ *     -> output product -> residual -> norm -> gate,up products -> swiglu
+ *     -> down product -> residual
+ *
+ *   All buffers are sized at model_ctx_new; decoding allocates nothing.
+ */
+#include "model_impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../tensor/tk.h"
+
+#define FWD_MAX_LISTS 32
+
+struct model_ctx {
+    const model *m;
+    model_ctx_params p;
+    kv_cache *kv;
+    tp_pool *tp;
+    const tk_ops *ops;
+
+    /* Scratch, [n_ubatch][width] unless said otherwise. */
+    float *x;            /* residual stream [n_embd] */
+    float *xn;           /* normed input [max(n_embd, q width, n_ff)] */
+    float *q, *k, *v;    /* [n_head*hd_k], [n_head_kv*hd_k], [n_head_kv*hd_v] */
+    float *att;          /* [n_head*hd_v] */
+    float *gate, *up;    /* [n_ff] */
+    float *tmp;          /* [n_embd] product output before the residual add */
+    float *rope;         /* [n_rot/2][2] cos, sin per token */
+    void *mm_scratch;    /* converted activations for tk_matmul_job */
+    float *scores;       /* [n_threads][n_ctx] */
+    void *qconv;         /* [n_threads][hd_k] query in the cache's dot type */
+
+    int *cells;          /* [n_ctx] cells of the whole batch */
+    uint64_t *vis;       /* [FWD_MAX_LISTS][n_ctx] (pos << 32 | cell), sorted */
+    int32_t vis_n[FWD_MAX_LISTS];
+    kv_seq vis_seq[FWD_MAX_LISTS];
+    int32_t *tok_list;   /* [n_ubatch] list of each token */
+    int32_t *tok_nvis;   /* [n_ubatch] visible cells of each token */
+    kv_pos *tok_pos;     /* [n_ubatch] */
+    int32_t *tok_cell;   /* [n_ubatch] */
+    int32_t *out_rows;   /* [n_ubatch] chunk rows that want logits */
+};
+
+static void *xalloc(size_t n)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 64, n ? (n + 63) & ~(size_t)63 : 64)) return NULL;
+    memset(p, 0, n);
+    return p;
+}
+
+void model_ctx_free(model_ctx *c)
+{
+    if (!c) return;
+    kv_free(c->kv);
+    tp_free(c->tp);
+    void *bufs[] = { c->x, c->xn, c->q, c->k, c->v, c->att, c->gate, c->up, c->tmp, c->rope,
+                     c->mm_scratch, c->scores, c->qconv, c->cells, c->vis, c->tok_list,
+                     c->tok_nvis, c->tok_pos, c->tok_cell, c->out_rows };
+    for (size_t i = 0; i < ARRAY_LEN(bufs); i++) free(bufs[i]);
+    free(c);
+}
+
+kv_cache *model_ctx_kv(model_ctx *c) { return c->kv; }
+const model_ctx_params *model_ctx_get_params(const model_ctx *c) { return &c->p; }
+
+static size_t scratch_for(const model_w *w, int64_t n_tok)
+{
+    return w->data && w->n_rows > 1 ? tk_matmul_scratch_size(w->type, w->n_cols, n_tok) : 0;
+}
+
+pk_status model_ctx_new(const model *m, const model_ctx_params *p, model_ctx **out)
+{
+    *out = NULL;
+    const model_hparams *hp = &m->hp;
+    if (p->n_ctx < 1 || p->n_ubatch < 1 || p->n_threads < 1 ||
+        (p->kv_type != TQ_F16 && p->kv_type != TQ_F32))
+        return PK_EINVAL;
+    model_ctx *c = calloc(1, sizeof *c);
+    if (!c) return PK_ENOMEM;
+    c->m = m;
+    c->p = *p;
+    c->ops = tk_ops_get();
+    kv_params kp = { .n_layer = hp->n_layer, .n_ctx = p->n_ctx,
+                     .n_embd_k = hp->n_head_kv * hp->head_dim_k,
+                     .n_embd_v = hp->n_head_kv * hp->head_dim_v, .type = p->kv_type };
+    pk_status st = kv_new(&kp, &c->kv);
+    if (st) goto fail;
+    if ((st = tp_new(p->n_threads, &c->tp))) goto fail;
+
+    size_t nub = (size_t)p->n_ubatch, fl = sizeof(float);
+    size_t qw = (size_t)hp->n_head * hp->head_dim_k, aw = (size_t)hp->n_head * hp->head_dim_v;
+    size_t xnw = MAX(MAX((size_t)hp->n_embd, aw), (size_t)hp->n_ff);
+    size_t mm = scratch_for(&m->output, p->n_ubatch);
+    for (int il = 0; il < hp->n_layer; il++) {
+        const model_layer *L = &m->layers[il];
+        const model_w *ws[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
+        for (size_t i = 0; i < ARRAY_LEN(ws); i++) mm = MAX(mm, scratch_for(ws[i], p->n_ubatch));
+    }
+    st = PK_ENOMEM;
+    if (!(c->x = xalloc(nub * hp->n_embd * fl)) || !(c->xn = xalloc(nub * xnw * fl)) ||
+        !(c->q = xalloc(nub * qw * fl)) ||
+        !(c->k = xalloc(nub * kp.n_embd_k * fl)) || !(c->v = xalloc(nub * kp.n_embd_v * fl)) ||
+        !(c->att = xalloc(nub * aw * fl)) || !(c->gate = xalloc(nub * hp->n_ff * fl)) ||
+        !(c->up = xalloc(nub * hp->n_ff * fl)) || !(c->tmp = xalloc(nub * hp->n_embd * fl)) ||
+        !(c->rope = xalloc(nub * hp->n_rot * fl)) || !(c->mm_scratch = xalloc(mm)) ||
+        !(c->scores = xalloc((size_t)p->n_threads * p->n_ctx * fl)) ||
+        !(c->qconv = xalloc((size_t)p->n_threads * hp->head_dim_k * fl)) ||
+        !(c->cells = xalloc((size_t)p->n_ctx * sizeof(int))) ||
+        !(c->vis = xalloc((size_t)FWD_MAX_LISTS * p->n_ctx * sizeof(uint64_t))) ||
+        !(c->tok_list = xalloc(nub * sizeof(int32_t))) ||
+        !(c->tok_nvis = xalloc(nub * sizeof(int32_t))) ||
+        !(c->tok_pos = xalloc(nub * sizeof(kv_pos))) ||
+        !(c->tok_cell = xalloc(nub * sizeof(int32_t))) ||
+        !(c->out_rows = xalloc(nub * sizeof(int32_t))))
+        goto fail;
+    *out = c;
+    return PK_OK;
+fail:
+    model_ctx_free(c);
+    return st;
+}
+
+/* ---- element-wise steps (each on one token row) ---- */
+
+/* RMSNorm as the reference engine computes it: squares summed in double,
+ * scale in float, then the weight. */
+static void rms_norm(const float *x, const float *w, float *y, int n, float eps)
+{
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
+    float mean = (float)(sum / n);
+    float scale = 1.0f / sqrtf(mean + eps);
+    for (int i = 0; i < n; i++) y[i] = (x[i] * scale) * w[i];
+}
+
+/* Rotates the first n_rot values of each head: adjacent pairs (NORM) or
+ * the two halves (NEOX).  cs holds cos, sin for each pair. */
+static void rope_head(float *x, const float *cs, int n_rot, model_rope type)
+{
+    if (type == MODEL_ROPE_NEOX) {
+        int half = n_rot / 2;
+        for (int i = 0; i < half; i++) {
+            float c = cs[2 * i], s = cs[2 * i + 1], x0 = x[i], x1 = x[i + half];
+            x[i] = x0 * c - x1 * s;
+            x[i + half] = x0 * s + x1 * c;
+        }
+    } else {
+        for (int i = 0; i < n_rot; i += 2) {
+            float c = cs[i], s = cs[i + 1], x0 = x[i], x1 = x[i + 1];
+            x[i] = x0 * c - x1 * s;
+            x[i + 1] = x0 * s + x1 * c;
+        }
+    }
+}
+
+/* cos/sin of each rotated pair at position pos.  The angle is a running
+ * float product, as the reference engine computes it, so the low bits agree. */
+static void rope_angles(const model *m, kv_pos pos, float *cs)
+{
+    const model_hparams *hp = &m->hp;
+    const float *ff = m->rope_freqs.data;
+    float theta_scale = powf(hp->rope_freq_base, -2.0f / hp->n_rot);
+    float theta = (float)pos;
+    for (int i = 0; i < hp->n_rot / 2; i++) {
+        float t = hp->rope_freq_scale * (ff ? theta / ff[i] : theta);
+        cs[2 * i] = cosf(t);
+        cs[2 * i + 1] = sinf(t);
+        theta *= theta_scale;
+    }
+}
+
+static void add_bias(float *x, const model_w *b, int n)
+{
+    if (!b->data) return;
+    const float *bb = b->data;
+    for (int i = 0; i < n; i++) x[i] += bb[i];
+}
+
+/* ---- the layer job ---- */
+
+typedef struct fwd_job {
+    model_ctx *c;
+    int n_tok;           /* tokens in this chunk */
+} fwd_job;
+
+static void matmul(int ith, int nth, model_ctx *c, const model_w *w, const float *x, int n_tok, float *y)
+{
+    tk_matmul_job(ith, nth, c->tp, w->type, w->data, w->n_rows, w->n_cols, x, n_tok, y,
+                  c->mm_scratch);
+    tp_barrier(c->tp);
+}
+
+/* Attention of one (token, head) in layer il: softmax(K·q * scale) · V over
+ * the token's visible cells.  With an F16 cache the query is rounded to F16
+ * first, as the reference engine does before its K·Q product. */
+static void attend(model_ctx *c, int ith, int il, int t, int h)
+{
+    const model_hparams *hp = &c->m->hp;
+    const int hdk = hp->head_dim_k, hdv = hp->head_dim_v;
+    const int kvh = h / (hp->n_head / hp->n_head_kv);
+    const float *q = c->q + ((size_t)t * hp->n_head + h) * hdk;
+    float *out = c->att + ((size_t)t * hp->n_head + h) * hdv;
+    float *sc = c->scores + (size_t)ith * c->p.n_ctx;
+    const uint64_t *vis = c->vis + (size_t)c->tok_list[t] * c->p.n_ctx;
+    const int n = c->tok_nvis[t];
+    const float scale = 1.0f / sqrtf((float)hdk);
+    const bool f16 = c->p.kv_type == TQ_F16;
+    const size_t esz = f16 ? 2 : 4;
+    const char *kbase = (const char *)kv_k_base(c->kv, il) + (size_t)kvh * hdk * esz;
+    const char *vbase = (const char *)kv_v_base(c->kv, il) + (size_t)kvh * hdv * esz;
+    const size_t kstride = kv_k_row_bytes(c->kv), vstride = kv_v_row_bytes(c->kv);
+
+    const void *qd = q;
+    tk_vec_dot_fn dot = c->ops->vec_dot[f16 ? TQ_F16 : TQ_F32];
+    if (f16) {
+        void *qc = (char *)c->qconv + (size_t)ith * hdk * sizeof(float);
+        c->ops->quantize[TQ_F16](q, qc, hdk);
+        qd = qc;
+    }
+    float mx = -INFINITY;
+    for (int j = 0; j < n; j++) {
+        int cell = (int)(uint32_t)vis[j];
+        float s = dot(hdk, kbase + (size_t)cell * kstride, qd) * scale;
+        sc[j] = s;
+        mx = s > mx ? s : mx;
+    }
+    double sum = 0.0;
+    for (int j = 0; j < n; j++) {
+        float e = expf(sc[j] - mx);
+        sc[j] = e;
+        sum += e;
+    }
+    float inv = (float)(1.0 / sum);
+    memset(out, 0, (size_t)hdv * sizeof(float));
+    for (int j = 0; j < n; j++) {
+        int cell = (int)(uint32_t)vis[j];
+        float p = sc[j] * inv;
+        const char *vr = vbase + (size_t)cell * vstride;
+        if (f16) {
+            const tq_f16 *v16 = (const tq_f16 *)vr;
+            for (int d = 0; d < hdv; d++) out[d] += p * tq_f16_to_f32(v16[d]);
+        } else {
+            const float *v32 = (const float *)vr;
+            for (int d = 0; d < hdv; d++) out[d] += p * v32[d];
+        }
+    }
+}
+
+/* Bias, Q/K norms and RoPE for one token, then its K and V into its cell. */
+static void qkv_finish(model_ctx *c, int il, int t)
+{
+    const model *m = c->m;
+    const model_hparams *hp = &m->hp;
+    const model_layer *L = &m->layers[il];
+    const int hdk = hp->head_dim_k, nq = hp->n_head, nk = hp->n_head_kv;
+    float *q = c->q + (size_t)t * nq * hdk;
+    float *k = c->k + (size_t)t * nk * hdk;
+    float *v = c->v + (size_t)t * nk * hp->head_dim_v;
+    const float *cs = c->rope + (size_t)t * hp->n_rot;
+
+    add_bias(q, &L->bq, nq * hdk);
+    add_bias(k, &L->bk, nk * hdk);
+    add_bias(v, &L->bv, nk * hp->head_dim_v);
+    for (int h = 0; h < nq; h++) {
+        if (L->q_norm.data) rms_norm(q + h * hdk, L->q_norm.data, q + h * hdk, hdk, hp->rms_eps);
+        rope_head(q + h * hdk, cs, hp->n_rot, hp->rope_type);
+    }
+    for (int h = 0; h < nk; h++) {
+        if (L->k_norm.data) rms_norm(k + h * hdk, L->k_norm.data, k + h * hdk, hdk, hp->rms_eps);
+        rope_head(k + h * hdk, cs, hp->n_rot, hp->rope_type);
+    }
+    int cell = c->tok_cell[t];
+    if (c->p.kv_type == TQ_F16) {
+        c->ops->quantize[TQ_F16](k, kv_k_row(c->kv, il, cell), nk * hdk);
+        c->ops->quantize[TQ_F16](v, kv_v_row(c->kv, il, cell), nk * hp->head_dim_v);
+    } else {
+        memcpy(kv_k_row(c->kv, il, cell), k, (size_t)nk * hdk * sizeof(float));
+        memcpy(kv_v_row(c->kv, il, cell), v, (size_t)nk * hp->head_dim_v * sizeof(float));
+    }
+}
+
+static void layers_job(int ith, int nth, void *arg)
+{
+    const fwd_job *j = arg;
+    model_ctx *c = j->c;
+    const model *m = c->m;
+    const model_hparams *hp = &m->hp;
+    const int T = j->n_tok, E = hp->n_embd, F = hp->n_ff;
+    int64_t t0, t1;
+    tp_split(T, ith, nth, &t0, &t1);
+
+    for (int il = 0; il < hp->n_layer; il++) {
+        const model_layer *L = &m->layers[il];
+
+        for (int64_t t = t0; t < t1; t++)
+            rms_norm(c->x + t * E, L->attn_norm.data, c->xn + t * E, E, hp->rms_eps);
+        tp_barrier(c->tp);
+        matmul(ith, nth, c, &L->wq, c->xn, T, c->q);
+        matmul(ith, nth, c, &L->wk, c->xn, T, c->k);
+        matmul(ith, nth, c, &L->wv, c->xn, T, c->v);
+        for (int64_t t = t0; t < t1; t++) qkv_finish(c, il, (int)t);
+        tp_barrier(c->tp);
+
+        int64_t a0, a1;
+        tp_split((int64_t)T * hp->n_head, ith, nth, &a0, &a1);
+        for (int64_t i = a0; i < a1; i++) attend(c, ith, il, (int)(i / hp->n_head), (int)(i % hp->n_head));
+        tp_barrier(c->tp);
+
+        matmul(ith, nth, c, &L->wo, c->att, T, c->tmp);
+        for (int64_t t = t0; t < t1; t++) {
+            float *x = c->x + t * E;
+            const float *d = c->tmp + t * E;
+            for (int i = 0; i < E; i++) x[i] += d[i];
+            rms_norm(x, L->ffn_norm.data, c->xn + t * E, E, hp->rms_eps);
+        }
+        tp_barrier(c->tp);
+
+        matmul(ith, nth, c, &L->w_gate, c->xn, T, c->gate);
+        matmul(ith, nth, c, &L->w_up, c->xn, T, c->up);
+        for (int64_t t = t0; t < t1; t++) {
+            float *g = c->gate + t * F;
+            const float *u = c->up + t * F;
+            for (int i = 0; i < F; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+        }
+        tp_barrier(c->tp);
+
+        matmul(ith, nth, c, &L->w_down, c->gate, T, c->tmp);
+        for (int64_t t = t0; t < t1; t++) {
+            float *x = c->x + t * E;
+            const float *d = c->tmp + t * E;
+            for (int i = 0; i < E; i++) x[i] += d[i];
+        }
+        tp_barrier(c->tp);
+    }
+}
+
+typedef struct out_job {
+    model_ctx *c;
+    int n_out;
+    float *logits;
+} out_job;
+
+static void output_job(int ith, int nth, void *arg)
+{
+    const out_job *j = arg;
+    model_ctx *c = j->c;
+    const model *m = c->m;
+    const int E = m->hp.n_embd;
+    int64_t r0, r1;
+    tp_split(j->n_out, ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++)
+        rms_norm(c->x + (size_t)c->out_rows[r] * E, m->out_norm.data, c->xn + r * E, E, m->hp.rms_eps);
+    tp_barrier(c->tp);
+    matmul(ith, nth, c, &m->output, c->xn, j->n_out, j->logits);
+}
+
+/* ---- batch preparation ---- */
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Builds the sorted visible-cell list of every distinct first sequence id of
+ * the chunk, and each token's count of visible cells. */
+static void build_visibility(model_ctx *c, const model_batch *b, int i0, int n)
+{
+    int n_lists = 0;
+    for (int i = 0; i < n; i++) {
+        kv_seq s = b->seq[i0 + i][0];
+        int l = 0;
+        while (l < n_lists && c->vis_seq[l] != s) l++;
+        if (l == n_lists) c->vis_seq[n_lists++] = s;
+        c->tok_list[i] = l;
+    }
+    for (int l = 0; l < n_lists; l++) c->vis_n[l] = 0;
+    const int end = kv_cells_end(c->kv);
+    for (int cell = 0; cell < end; cell++) {
+        kv_pos pos = kv_cell_pos(c->kv, cell);
+        if (pos < 0) continue;
+        const kv_seqset *set = kv_cell_seqs(c->kv, cell);
+        for (int l = 0; l < n_lists; l++)
+            if (kv_seqset_has(set, c->vis_seq[l]))
+                c->vis[(size_t)l * c->p.n_ctx + c->vis_n[l]++] = (uint64_t)pos << 32 | (uint32_t)cell;
+    }
+    for (int l = 0; l < n_lists; l++) {
+        uint64_t *v = c->vis + (size_t)l * c->p.n_ctx;
+        bool sorted = true;
+        for (int j = 1; j < c->vis_n[l] && sorted; j++) sorted = v[j - 1] <= v[j];
+        if (!sorted) qsort(v, (size_t)c->vis_n[l], sizeof *v, cmp_u64);
+    }
+    for (int i = 0; i < n; i++) {
+        const uint64_t *v = c->vis + (size_t)c->tok_list[i] * c->p.n_ctx;
+        uint64_t key = (uint64_t)c->tok_pos[i] << 32 | 0xffffffffu;
+        int lo = 0, hi = c->vis_n[c->tok_list[i]];
+        while (lo < hi) {               /* first entry > key */
+            int mid = (lo + hi) / 2;
+            if (v[mid] <= key) lo = mid + 1; else hi = mid;
+        }
+        c->tok_nvis[i] = lo;
+    }
+}
+
+/* Tokens of the batch from i0 that fit one chunk. */
+static int chunk_len(const model_ctx *c, const model_batch *b, int i0)
+{
+    kv_seq seen[FWD_MAX_LISTS];
+    int n_seen = 0, n = 0;
+    while (i0 + n < b->n_tokens && n < c->p.n_ubatch) {
+        kv_seq s = b->seq[i0 + n][0];
+        int l = 0;
+        while (l < n_seen && seen[l] != s) l++;
+        if (l == n_seen) {
+            if (n_seen == FWD_MAX_LISTS) break;
+            seen[n_seen++] = s;
+        }
+        n++;
+    }
+    return n;
+}
+
+static pk_status check_batch(const model_ctx *c, const model_batch *b)
+{
+    const model_hparams *hp = &c->m->hp;
+    if (b->n_tokens < 1) return PK_EINVAL;
+    for (int i = 0; i < b->n_tokens; i++) {
+        if (b->token[i] < 0 || b->token[i] >= hp->n_vocab) return PK_EINVAL;
+        if (b->pos[i] < 0) return PK_EINVAL;
+        if (b->n_seq[i] < 1 || b->n_seq[i] > MODEL_MAX_TOKEN_SEQS) return PK_EINVAL;
+        for (int s = 0; s < b->n_seq[i]; s++)
+            if (b->seq[i][s] < 0 || b->seq[i][s] >= KV_MAX_SEQ) return PK_EINVAL;
+    }
+    return PK_OK;
+}
+
+pk_status model_decode(model_ctx *c, const model_batch *b, float *logits)
+{
+    const model *m = c->m;
+    const model_hparams *hp = &m->hp;
+    pk_status st = check_batch(c, b);
+    if (st) return st;
+    if (b->n_tokens > c->p.n_ctx) return PK_EFULL;
+    if ((st = kv_find_slot(c->kv, b->n_tokens, c->cells))) return st;
+
+    size_t row = tq_row_size(m->tok_embd.type, hp->n_embd);
+    float *out = logits;
+    for (int i0 = 0; i0 < b->n_tokens;) {
+        int n = chunk_len(c, b, i0);
+        int n_out = 0;
+        for (int i = 0; i < n; i++) {
+            int bi = i0 + i;
+            tq_dequantize_row(m->tok_embd.type, (const char *)m->tok_embd.data + (size_t)b->token[bi] * row,
+                              c->x + (size_t)i * hp->n_embd, hp->n_embd);
+            rope_angles(m, b->pos[bi], c->rope + (size_t)i * hp->n_rot);
+            c->tok_pos[i] = b->pos[bi];
+            c->tok_cell[i] = c->cells[bi];
+            kv_cell_set(c->kv, c->cells[bi], b->pos[bi], b->seq[bi], b->n_seq[bi]);
+            if (b->want_logits[bi]) c->out_rows[n_out++] = i;
+        }
+        build_visibility(c, b, i0, n);
+
+        fwd_job lj = { .c = c, .n_tok = n };
+        tp_run(c->tp, layers_job, &lj);
+        if (n_out > 0) {
+            out_job oj = { .c = c, .n_out = n_out, .logits = out };
+            tp_run(c->tp, output_job, &oj);
+            out += (size_t)n_out * hp->n_vocab;
+        }
+        i0 += n;
+    }
+    return PK_OK;
+}

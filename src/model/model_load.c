@@ -1,0 +1,272 @@
+/*
+ * model_load.c - reading a llama-family GGUF: hyper-parameters from the
+ * metadata, every weight resolved and checked against the shape the
+ * architecture needs, so the forward pass can trust them.
+ */
+#include "model_impl.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../tensor/tq.h"
+
+static pk_status fail(char *err, size_t err_len, pk_status st, const char *fmt, ...)
+{
+    if (err && err_len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, err_len, fmt, ap);
+        va_end(ap);
+    }
+    return st;
+}
+
+const char *model_arch_name(model_arch a)
+{
+    switch (a) {
+    case MODEL_LLAMA: return "llama";
+    case MODEL_QWEN2: return "qwen2";
+    case MODEL_QWEN3: return "qwen3";
+    }
+    return "?";
+}
+
+/* Reads "<arch>.<suffix>" as an integer; absent keys keep *out. */
+static pk_status arch_int(const gguf_ctx *g, const char *arch, const char *suffix,
+                          bool required, int32_t lo, int32_t hi, int32_t *out,
+                          char *err, size_t err_len)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    int64_t v;
+    pk_status st = gguf_get_int(g, key, &v);
+    if (st == PK_ENOTFOUND && !required) return PK_OK;
+    if (st != PK_OK)
+        return fail(err, err_len, PK_EFORMAT, "metadata %s: %s", key,
+                    st == PK_ENOTFOUND ? "missing" : "not an integer");
+    if (v < lo || v > hi)
+        return fail(err, err_len, PK_EFORMAT, "metadata %s = %lld out of range [%d, %d]",
+                    key, (long long)v, lo, hi);
+    *out = (int32_t)v;
+    return PK_OK;
+}
+
+static pk_status arch_float(const gguf_ctx *g, const char *arch, const char *suffix,
+                            float *out, char *err, size_t err_len)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    double v;
+    pk_status st = gguf_get_float(g, key, &v);
+    if (st == PK_ENOTFOUND) return PK_OK;
+    if (st != PK_OK || !(v > 0) || v > 1e12)
+        return fail(err, err_len, PK_EFORMAT, "metadata %s: not a positive float", key);
+    *out = (float)v;
+    return PK_OK;
+}
+
+static pk_status read_hparams(const gguf_ctx *g, model_hparams *hp, char *err, size_t err_len)
+{
+    gguf_str a;
+    if (gguf_get_str(g, "general.architecture", &a) != PK_OK)
+        return fail(err, err_len, PK_EFORMAT, "metadata general.architecture missing");
+    char arch[32];
+    if (a.n >= sizeof arch)
+        return fail(err, err_len, PK_EUNSUPPORTED, "unsupported architecture (name too long)");
+    memcpy(arch, a.p, a.n);
+    arch[a.n] = 0;
+    if (!strcmp(arch, "llama")) hp->arch = MODEL_LLAMA;
+    else if (!strcmp(arch, "qwen2")) hp->arch = MODEL_QWEN2;
+    else if (!strcmp(arch, "qwen3")) hp->arch = MODEL_QWEN3;
+    else return fail(err, err_len, PK_EUNSUPPORTED,
+                     "unsupported architecture '%s' (llama, qwen2, qwen3 are)", arch);
+
+    pk_status st;
+    const int32_t big = 1 << 24;
+    hp->n_ctx_train = 2048;
+    if ((st = arch_int(g, arch, "context_length", false, 1, 1 << 30, &hp->n_ctx_train, err, err_len)) ||
+        (st = arch_int(g, arch, "embedding_length", true, 1, big, &hp->n_embd, err, err_len)) ||
+        (st = arch_int(g, arch, "block_count", true, 1, 4096, &hp->n_layer, err, err_len)) ||
+        (st = arch_int(g, arch, "feed_forward_length", true, 1, big, &hp->n_ff, err, err_len)) ||
+        (st = arch_int(g, arch, "attention.head_count", true, 1, 4096, &hp->n_head, err, err_len)))
+        return st;
+    hp->n_head_kv = hp->n_head;
+    if ((st = arch_int(g, arch, "attention.head_count_kv", false, 1, 4096, &hp->n_head_kv, err, err_len)))
+        return st;
+    if (hp->n_head % hp->n_head_kv)
+        return fail(err, err_len, PK_EFORMAT, "head_count %d not a multiple of head_count_kv %d",
+                    hp->n_head, hp->n_head_kv);
+    if (hp->n_embd % hp->n_head)
+        hp->head_dim_k = 0;
+    else
+        hp->head_dim_k = hp->n_embd / hp->n_head;
+    if ((st = arch_int(g, arch, "attention.key_length", false, 1, 65536, &hp->head_dim_k, err, err_len)))
+        return st;
+    hp->head_dim_v = hp->head_dim_k;
+    if ((st = arch_int(g, arch, "attention.value_length", false, 1, 65536, &hp->head_dim_v, err, err_len)))
+        return st;
+    if (hp->head_dim_k <= 0 || hp->head_dim_v <= 0)
+        return fail(err, err_len, PK_EFORMAT, "head dimension undefined");
+    hp->n_rot = hp->head_dim_k;
+    if ((st = arch_int(g, arch, "rope.dimension_count", false, 2, 65536, &hp->n_rot, err, err_len)))
+        return st;
+    if (hp->n_rot > hp->head_dim_k || hp->n_rot % 2)
+        return fail(err, err_len, PK_EFORMAT, "rope.dimension_count %d invalid for head dim %d",
+                    hp->n_rot, hp->head_dim_k);
+    hp->rope_freq_base = 10000.0f;
+    hp->rope_freq_scale = 1.0f;
+    hp->rms_eps = 1e-5f;
+    if ((st = arch_float(g, arch, "rope.freq_base", &hp->rope_freq_base, err, err_len)) ||
+        (st = arch_float(g, arch, "attention.layer_norm_rms_epsilon", &hp->rms_eps, err, err_len)))
+        return st;
+
+    char key[128];
+    gguf_str scaling = {0};
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    bool have_type = gguf_get_str(g, key, &scaling) == PK_OK;
+    float factor = 1.0f;
+    if ((st = arch_float(g, arch, "rope.scaling.factor", &factor, err, err_len))) return st;
+    if (have_type && gguf_str_eq(scaling, "linear")) {
+        hp->rope_freq_scale = 1.0f / factor;
+    } else if (have_type && !gguf_str_eq(scaling, "none") && factor != 1.0f) {
+        return fail(err, err_len, PK_EUNSUPPORTED, "rope scaling type '%.*s' is not supported",
+                    (int)scaling.n, scaling.p);
+    } else if (!have_type && factor != 1.0f) {
+        hp->rope_freq_scale = 1.0f / factor;
+    }
+    hp->rope_type = hp->arch == MODEL_LLAMA ? MODEL_ROPE_NORM : MODEL_ROPE_NEOX;
+    return PK_OK;
+}
+
+/* Resolves a tensor by name and checks its shape: a matrix of n_rows rows of
+ * n_cols values (n_rows = 0: a vector of n_cols).  Missing optional tensors
+ * leave *w zeroed. */
+static pk_status get_w(const gguf_ctx *g, const char *name, int64_t n_cols, int64_t n_rows,
+                       bool required, model_w *w, char *err, size_t err_len)
+{
+    memset(w, 0, sizeof *w);
+    const gguf_tensor *t = gguf_find_tensor(g, name);
+    if (!t) {
+        if (!required) return PK_OK;
+        return fail(err, err_len, PK_EFORMAT, "tensor '%s' missing", name);
+    }
+    const tq_traits *tr = tq_get(t->type);
+    if (!tr || !tr->supported || t->type == TQ_Q8_K)
+        return fail(err, err_len, PK_EUNSUPPORTED, "tensor '%s': type %s is not supported",
+                    name, tr ? tr->name : "unknown");
+    int64_t rows = n_rows ? n_rows : 1;
+    int want_dims = n_rows ? 2 : 1;
+    bool ok = t->ne[0] == n_cols && t->ne[1] == rows && t->ne[2] == 1 && t->ne[3] == 1 &&
+              t->n_dims <= MAX(want_dims, 2);
+    if (!ok)
+        return fail(err, err_len, PK_EFORMAT,
+                    "tensor '%s': shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]", name,
+                    (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+                    (long long)t->ne[3], (long long)n_cols, (long long)rows);
+    if (n_rows == 0 && t->type != TQ_F32)
+        return fail(err, err_len, PK_EUNSUPPORTED, "tensor '%s': norms and biases must be f32", name);
+    w->type = t->type;
+    w->data = t->data;
+    w->n_cols = n_cols;
+    w->n_rows = rows;
+    return PK_OK;
+}
+
+static pk_status load_weights(model *m, char *err, size_t err_len)
+{
+    const gguf_ctx *g = m->gguf;
+    const model_hparams *hp = &m->hp;
+    int64_t e = hp->n_embd, qd = (int64_t)hp->n_head * hp->head_dim_k;
+    int64_t kd = (int64_t)hp->n_head_kv * hp->head_dim_k, vd = (int64_t)hp->n_head_kv * hp->head_dim_v;
+    int64_t od = (int64_t)hp->n_head * hp->head_dim_v;
+    pk_status st;
+
+    if ((st = get_w(g, "token_embd.weight", e, hp->n_vocab, true, &m->tok_embd, err, err_len)) ||
+        (st = get_w(g, "output_norm.weight", e, 0, true, &m->out_norm, err, err_len)) ||
+        (st = get_w(g, "output.weight", e, hp->n_vocab, false, &m->output, err, err_len)) ||
+        (st = get_w(g, "rope_freqs.weight", hp->n_rot / 2, 0, false, &m->rope_freqs, err, err_len)))
+        return st;
+    if (!m->output.data) {
+        m->output = m->tok_embd;
+        m->hp.tied_output = true;
+    }
+    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+    if (!m->layers) return fail(err, err_len, PK_ENOMEM, "out of memory");
+    bool qkv_bias = hp->arch == MODEL_QWEN2, qk_norm = hp->arch == MODEL_QWEN3;
+    const struct { size_t off; const char *name; int64_t cols, rows; bool required; } spec[] = {
+        { offsetof(model_layer, attn_norm), "attn_norm.weight", e, 0, true },
+        { offsetof(model_layer, wq), "attn_q.weight", e, qd, true },
+        { offsetof(model_layer, wk), "attn_k.weight", e, kd, true },
+        { offsetof(model_layer, wv), "attn_v.weight", e, vd, true },
+        { offsetof(model_layer, wo), "attn_output.weight", od, e, true },
+        { offsetof(model_layer, bq), "attn_q.bias", qd, 0, qkv_bias },
+        { offsetof(model_layer, bk), "attn_k.bias", kd, 0, qkv_bias },
+        { offsetof(model_layer, bv), "attn_v.bias", vd, 0, qkv_bias },
+        { offsetof(model_layer, q_norm), "attn_q_norm.weight", hp->head_dim_k, 0, qk_norm },
+        { offsetof(model_layer, k_norm), "attn_k_norm.weight", hp->head_dim_k, 0, qk_norm },
+        { offsetof(model_layer, ffn_norm), "ffn_norm.weight", e, 0, true },
+        { offsetof(model_layer, w_gate), "ffn_gate.weight", e, hp->n_ff, true },
+        { offsetof(model_layer, w_up), "ffn_up.weight", e, hp->n_ff, true },
+        { offsetof(model_layer, w_down), "ffn_down.weight", hp->n_ff, e, true },
+    };
+    for (int il = 0; il < hp->n_layer; il++) {
+        for (size_t k = 0; k < ARRAY_LEN(spec); k++) {
+            char name[96];
+            snprintf(name, sizeof name, "blk.%d.%s", il, spec[k].name);
+            model_w *w = (model_w *)((char *)&m->layers[il] + spec[k].off);
+            if ((st = get_w(g, name, spec[k].cols, spec[k].rows, spec[k].required, w, err, err_len)))
+                return st;
+        }
+    }
+    return PK_OK;
+}
+
+static size_t w_bytes(const model_w *w)
+{
+    return w->data ? tq_row_size(w->type, w->n_cols) * (size_t)w->n_rows : 0;
+}
+
+pk_status model_load(const char *path, model **out, char *err, size_t err_len)
+{
+    *out = NULL;
+    model *m = calloc(1, sizeof *m);
+    if (!m) return fail(err, err_len, PK_ENOMEM, "out of memory");
+    pk_status st = gguf_open(path, &m->gguf, err, err_len);
+    if (st) goto fail;
+    if ((st = read_hparams(m->gguf, &m->hp, err, err_len))) goto fail;
+    if ((st = tok_load_gguf(m->gguf, &m->vocab, err, err_len))) goto fail;
+    m->hp.n_vocab = tok_n_vocab(m->vocab);
+    if ((st = load_weights(m, err, err_len))) goto fail;
+
+    m->weight_bytes = w_bytes(&m->out_norm) + w_bytes(&m->output);
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const model_w *ws = &m->layers[il].attn_norm;
+        for (size_t k = 0; k < sizeof(model_layer) / sizeof(model_w); k++)
+            m->weight_bytes += w_bytes(&ws[k]);
+    }
+    snprintf(m->desc, sizeof m->desc, "%s %dL %dd %s", model_arch_name(m->hp.arch),
+             m->hp.n_layer, m->hp.n_embd, tq_get(m->layers[0].wq.type)->name);
+    *out = m;
+    return PK_OK;
+fail:
+    model_free(m);
+    return st;
+}
+
+void model_free(model *m)
+{
+    if (!m) return;
+    tok_free(m->vocab);
+    gguf_close(m->gguf);
+    free(m->layers);
+    free(m);
+}
+
+const model_hparams *model_get_hparams(const model *m) { return &m->hp; }
+const tok_vocab *model_vocab(const model *m) { return m->vocab; }
+const gguf_ctx *model_gguf(const model *m) { return m->gguf; }
+size_t model_weight_bytes(const model *m) { return m->weight_bytes; }
+const char *model_desc(const model *m) { return m->desc; }

@@ -1,0 +1,178 @@
+/*
+ * test_model.c - the engine against the reference engine's recorded outputs
+ * (../shared/reference): prompt tokens, first-position top-10 and full
+ * logits, teacher-forced logits at every greedy step, greedy continuation,
+ * with an F32 cache against <model>.json and an F16 cache against
+ * <model>.defaults_f16kv_fa_auto.json.  Also: weights are mapped, not copied.
+ */
+#include "ref.h"
+
+#include <stdio.h>
+
+typedef struct stats { double max_rel; int n_greedy_ok, n_greedy_want; } stats;
+
+/* Resident set size of this process in bytes. */
+static size_t rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    long pages = 0, res = 0;
+    if (f) {
+        if (fscanf(f, "%ld %ld", &pages, &res) != 2) res = 0;
+        fclose(f);
+    }
+    return (size_t)res * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+static size_t file_size(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fclose(f);
+    return n > 0 ? (size_t)n : 0;
+}
+
+static void check_prompt(const ref_model *rm, model *m, model_ctx *ctx, json_t *res, float *logits,
+                         const char *tsv, stats *st)
+{
+    const model_hparams *hp = model_get_hparams(m);
+    const int32_t V = hp->n_vocab;
+    const char *prompt = json_string_value(json_object_get(res, "prompt"));
+    json_t *jtok = json_object_get(res, "prompt_tokens");
+    int32_t ids[4096], n = 0;
+    CHECK(tok_encode(model_vocab(m), prompt, strlen(prompt), true, false, ids, 4096, &n) == PK_OK);
+    CHECK_EQ_INT(n, json_array_size(jtok));
+    bool same = n == (int32_t)json_array_size(jtok);
+    for (int32_t i = 0; same && i < n; i++) same = ids[i] == json_integer_value(json_array_get(jtok, i));
+    CHECK(same);
+    if (!same) return;
+
+    kv_clear(model_ctx_kv(ctx));
+    static ref_batch rb;
+    ref_batch_make(&rb, ids, n, 0, 0, false);
+    CHECK(model_decode(ctx, &rb.b, logits) == PK_OK);
+
+    const double frac = rm->quantized ? 1e-2 : 1e-3;
+    json_t *top = json_object_get(res, "first_position_top10");
+    double maxabs = 0, maxdiff = 0;
+    for (size_t i = 0; i < json_array_size(top); i++)
+        maxabs = fmax(maxabs, fabs(json_real_value(json_object_get(json_array_get(top, i), "logit"))));
+    for (size_t i = 0; i < json_array_size(top); i++) {
+        json_t *e = json_array_get(top, i);
+        int id = (int)json_integer_value(json_object_get(e, "id"));
+        double want = json_real_value(json_object_get(e, "logit"));
+        maxdiff = fmax(maxdiff, fabs(logits[id] - want));
+        CHECK_NEAR(logits[id], want, frac * maxabs);
+    }
+    st->max_rel = fmax(st->max_rel, maxdiff / maxabs);
+
+    if (tsv) {                 /* every logit of the first position, prompt 0 */
+        FILE *f = fopen(tsv, "r");
+        CHECK(f != NULL);
+        char line[128];
+        double full_max = 0, full_diff = 0;
+        int n_rows = 0;
+        if (f && fgets(line, sizeof line, f)) {
+            int id;
+            double want;
+            float *ref = calloc((size_t)V, sizeof *ref);
+            while (fscanf(f, "%d %lf", &id, &want) == 2 && id >= 0 && id < V) {
+                ref[id] = (float)want;
+                full_max = fmax(full_max, fabs(want));
+                n_rows++;
+            }
+            for (int32_t i = 0; i < V; i++) full_diff = fmax(full_diff, fabs(logits[i] - ref[i]));
+            free(ref);
+        }
+        if (f) fclose(f);
+        CHECK_EQ_INT(n_rows, V);
+        CHECK(full_diff <= frac * full_max);
+        if (full_diff > frac * full_max)
+            fprintf(stderr, "%s: full logits max diff %.3g > %.3g\n", rm->name, full_diff, frac * full_max);
+        st->max_rel = fmax(st->max_rel, full_diff / full_max);
+    }
+
+    /* Teacher forcing: the recorded tokens fed back one at a time. */
+    json_t *gt = json_object_get(res, "greedy_tokens"), *gl = json_object_get(res, "greedy_logits");
+    json_t *gm = json_object_get(res, "greedy_margin_top1_minus_top2");
+    int n_gen = (int)json_array_size(gt);
+    bool greedy_ok = true;
+    int agree = 0;
+    for (int s = 0; s < n_gen; s++) {
+        int32_t want_id = (int32_t)json_integer_value(json_array_get(gt, s));
+        double want_logit = json_real_value(json_array_get(gl, s));
+        CHECK_NEAR(logits[want_id], want_logit, frac * fabs(want_logit));
+        int32_t mine = smp_argmax(logits, V);
+        if (greedy_ok && mine == want_id) agree++;
+        else if (greedy_ok) {
+            greedy_ok = false;
+            /* A near-tie may flip with summation order; only a trained model
+             * must agree on all 32, a random one up to its first near-tie. */
+            double margin = json_real_value(json_array_get(gm, s));
+            if (rm->real || margin >= 1e-2) {
+                fprintf(stderr, "%s '%.20s': step %d: token %d, want %d (margin %.3g)\n",
+                        rm->name, prompt, s, mine, want_id, margin);
+                CHECK(false);
+            }
+        }
+        if (greedy_ok && json_real_value(json_array_get(gm, s)) < 1e-2 && !rm->real) greedy_ok = false;
+        ref_batch_make(&rb, &want_id, 1, n + s, 0, false);
+        CHECK(model_decode(ctx, &rb.b, logits) == PK_OK);
+    }
+    if (rm->real) CHECK_EQ_INT(agree, n_gen);
+    st->n_greedy_ok += agree;
+    st->n_greedy_want += n_gen;
+}
+
+static void check_model(const char *shared, const ref_model *rm, tq_type kv_type)
+{
+    char path[512], jpath[512], tsv[512];
+    snprintf(path, sizeof path, "%s/models/%s.gguf", shared, rm->name);
+    snprintf(jpath, sizeof jpath, "%s/reference/%s%s.json", shared, rm->name,
+             kv_type == TQ_F32 ? "" : ".defaults_f16kv_fa_auto");
+    snprintf(tsv, sizeof tsv, "%s/reference/%s.firstpos_logits.p0.tsv", shared, rm->name);
+
+    size_t rss0 = rss_bytes();
+    char err[512] = "";
+    model *m;
+    pk_status s = model_load(path, &m, err, sizeof err);
+    CHECK(s == PK_OK);
+    if (s) {
+        fprintf(stderr, "%s: %s\n", path, err);
+        return;
+    }
+    model_ctx_params cp = { .n_ctx = 2048, .n_ubatch = 512, .n_threads = 2, .kv_type = kv_type };
+    model_ctx *ctx;
+    CHECK(model_ctx_new(m, &cp, &ctx) == PK_OK);
+    size_t rss1 = rss_bytes(), kvb = kv_size_bytes(model_ctx_kv(ctx));
+    /* Mapped, not copied: what the load added stays within file + KV + 64 MiB. */
+    CHECK(rss1 - rss0 <= file_size(path) + kvb + ((size_t)64 << 20));
+
+    json_t *j = ref_load_json(jpath);
+    CHECK(j != NULL);
+    float *logits = malloc((size_t)model_get_hparams(m)->n_vocab * sizeof(float));
+    stats st = {0};
+    json_t *results = json_object_get(j, "results");
+    for (size_t p = 0; p < json_array_size(results); p++)
+        check_prompt(rm, m, ctx, json_array_get(results, p), logits,
+                     p == 0 && kv_type == TQ_F32 ? tsv : NULL, &st);
+    printf("%-40s kv %s: max |diff| / max |logit| = %.2e; greedy tokens agreeing %d/%d; load RSS +%.1f MiB (file %.1f MiB, kv %.1f MiB)\n",
+           rm->name, kv_type == TQ_F32 ? "f32" : "f16", st.max_rel, st.n_greedy_ok, st.n_greedy_want,
+           (rss1 - rss0) / 1048576.0, file_size(path) / 1048576.0, kvb / 1048576.0);
+    free(logits);
+    json_decref(j);
+    model_ctx_free(ctx);
+    model_free(m);
+}
+
+int main(void)
+{
+    const char *shared = test_shared_dir();
+    if (!shared) SKIP("../shared/models not found (set POLYKV_SHARED): reference checks need it");
+    for (size_t i = 0; i < ARRAY_LEN(ref_models); i++) {
+        check_model(shared, &ref_models[i], TQ_F32);
+        check_model(shared, &ref_models[i], TQ_F16);
+    }
+    return test_finish();
+}
