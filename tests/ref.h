@@ -27,7 +27,7 @@ static const ref_model ref_models[] = {
     { "rand-llama-llama3vocab-e256-l2-Q4_K_M", true, false },
 };
 
-static json_t *ref_load_json(const char *path)
+static inline json_t *ref_load_json(const char *path)
 {
     json_error_t e;
     json_t *j = json_load_file(path, 0, &e);
@@ -45,7 +45,7 @@ typedef struct ref_batch {
     model_batch b;
 } ref_batch;
 
-static void ref_batch_make(ref_batch *rb, const int32_t *tok, int n, kv_pos p0, kv_seq seq, bool all_logits)
+static inline void ref_batch_make(ref_batch *rb, const int32_t *tok, int n, kv_pos p0, kv_seq seq, bool all_logits)
 {
     ASSERT(n <= 4096);
     for (int i = 0; i < n; i++) {
