@@ -2,7 +2,9 @@
  * cli_gen.c - `polykv gen-model`: a deterministic random-weight model with a
  * real vocabulary, for tests, benchmarks and the demo.
  *
- * The tokenizer.* keys are copied from a vocabulary GGUF.  Weights are drawn
+ * The tokenizer.* keys are copied from a vocabulary GGUF; without --vocab
+ * the model gets a minimal SentencePiece vocabulary of the 256 byte tokens
+ * plus <unk>, <s>, </s> (enough to run anything, on any machine).  Weights are drawn
  * from a seeded generator (each tensor from its own stream, so one tensor's
  * values do not depend on the others' sizes) with the scales the reference
  * models use: embeddings N(0, 0.02); Q and K N(0, 1.5/sqrt(n_embd)); other
@@ -102,10 +104,37 @@ static int add_tensor(gguf_writer *w, const char *name, tq_type type, long n_col
     return st == PK_OK ? 0 : -1;
 }
 
+/* <unk>, <s>, </s> and the 256 byte tokens, as a SentencePiece vocabulary. */
+static void add_byte_vocab(gguf_writer *w)
+{
+    static char names[256][7];
+    gguf_str tok[259];
+    float score[259];
+    int32_t type[259];
+    tok[0] = (gguf_str){ "<unk>", 5 };
+    tok[1] = (gguf_str){ "<s>", 3 };
+    tok[2] = (gguf_str){ "</s>", 4 };
+    type[0] = 2;
+    type[1] = type[2] = 3;
+    for (int b = 0; b < 256; b++) {
+        snprintf(names[b], sizeof names[b], "<0x%02X>", b);
+        tok[3 + b] = (gguf_str){ names[b], 6 };
+        type[3 + b] = 6;
+    }
+    for (int i = 0; i < 259; i++) score[i] = 0.0f;
+    gguf_add_str(w, "tokenizer.ggml.model", "llama", 5);
+    gguf_add_arr_str(w, "tokenizer.ggml.tokens", tok, 259);
+    gguf_add_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, score, 259);
+    gguf_add_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, type, 259);
+    gguf_add_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+    gguf_add_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    gguf_add_u32(w, "tokenizer.ggml.eos_token_id", 2);
+}
+
 static void usage(void)
 {
     fprintf(stderr,
-        "usage: polykv gen-model --arch llama|qwen2|qwen3 --vocab VOCAB.gguf --type T --seed S -o OUT.gguf\n"
+        "usage: polykv gen-model --arch llama|qwen2|qwen3 [--vocab VOCAB.gguf] --type T --seed S -o OUT.gguf\n"
         "  shape: --n-embd 256 --n-layer 2 --n-head 4 --n-head-kv 2 --n-ff 512 [--head-dim D]\n"
         "         [--ctx 4096] [--rope-base B] [--eps E] [--untied]\n"
         "  types: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k (= q4_k_m mix) q4_k_s q5_k q6_k\n");
@@ -138,7 +167,7 @@ int cli_gen_model(int argc, char **argv)
     const gen_type *gt = NULL;
     for (size_t i = 0; i < ARRAY_LEN(gen_types); i++)
         if (!strcmp(gen_types[i].name, tname)) gt = &gen_types[i];
-    if (!sh.arch || !vocab || !outp || !gt) {
+    if (!sh.arch || !outp || !gt) {
         if (!gt) fprintf(stderr, "polykv gen-model: unknown type '%s'\n", tname);
         usage();
         return 2;
@@ -155,16 +184,19 @@ int cli_gen_model(int argc, char **argv)
     if (!sh.eps) sh.eps = llama ? 1e-5 : 1e-6;
 
     char err[512] = "";
-    gguf_ctx *vg;
-    if (gguf_open(vocab, &vg, err, sizeof err)) {
-        fprintf(stderr, "polykv: %s: %s\n", vocab, err);
-        return 1;
-    }
-    gguf_type et;
-    uint64_t n_vocab = 0;
-    if (gguf_get_arr(vg, "tokenizer.ggml.tokens", &et, &n_vocab) || et != GGUF_TYPE_STRING || !n_vocab) {
-        fprintf(stderr, "polykv: %s has no tokenizer.ggml.tokens\n", vocab);
-        return 1;
+    gguf_ctx *vg = NULL;
+    uint64_t n_vocab = 259;
+    if (vocab) {
+        gguf_type et;
+        if (gguf_open(vocab, &vg, err, sizeof err)) {
+            fprintf(stderr, "polykv: %s: %s\n", vocab, err);
+            return 1;
+        }
+        if (gguf_get_arr(vg, "tokenizer.ggml.tokens", &et, &n_vocab) || et != GGUF_TYPE_STRING || !n_vocab) {
+            fprintf(stderr, "polykv: %s has no tokenizer.ggml.tokens\n", vocab);
+            gguf_close(vg);
+            return 1;
+        }
     }
     gguf_writer *w = gguf_writer_new();
     ASSERT(w);
@@ -186,9 +218,13 @@ int cli_gen_model(int argc, char **argv)
         gguf_add_u32(w, akey(key, sh.arch, "attention.key_length"), (uint32_t)hd);
         gguf_add_u32(w, akey(key, sh.arch, "attention.value_length"), (uint32_t)hd);
     }
-    for (int64_t i = 0; i < gguf_n_kv(vg); i++) {
-        gguf_str k = gguf_key(vg, i);
-        if (k.n > 10 && !memcmp(k.p, "tokenizer.", 10)) gguf_add_kv_from(w, vg, i);
+    if (vg) {
+        for (int64_t i = 0; i < gguf_n_kv(vg); i++) {
+            gguf_str k = gguf_key(vg, i);
+            if (k.n > 10 && !memcmp(k.p, "tokenizer.", 10)) gguf_add_kv_from(w, vg, i);
+        }
+    } else {
+        add_byte_vocab(w);
     }
 
     tq_type t = gt->type, out_t = gt->k_mix ? TQ_Q6_K : t;

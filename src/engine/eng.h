@@ -1,0 +1,167 @@
+/*
+ * eng.h - the engine: one thread that owns the model context, the KV cache,
+ * the slots and their samplers, and serves completion tasks by continuous
+ * batching.
+ *
+ * DESIGN
+ *   Other threads (HTTP) never touch engine state.  They post messages to
+ *   the engine's mailbox and read replies from channels:
+ *     - eng_submit posts a completion task; its tokens come back as events
+ *       on the task's own channel (eng_task_next), ending with DONE or ERROR;
+ *     - eng_task_cancel marks a task cancelled (the client went away); the
+ *       engine frees its slot at the next step;
+ *     - eng_stats posts a control message and waits for the snapshot, which
+ *       the engine fills between two batches (control before new work).
+ *
+ *   Engine loop, one step:
+ *     take mailbox -> answer control messages -> drop cancelled tasks
+ *     -> place waiting tasks (arrival order) in idle slots, reusing the
+ *        longest common prefix already in a slot (prompt cache)
+ *     -> one batch: the next token of every decoding slot, then prefill
+ *        chunks of new prompts up to n_batch tokens
+ *     -> model_decode -> sample, emit events, update speed counters.
+ *   With nothing to do the thread sleeps on a condition variable (no CPU).
+ *
+ *   Slots and sequences: slot i decodes under KV sequence id i; the cells
+ *   of the cache are shared by all slots (n_ctx in all), and each slot's
+ *   request may use up to n_ctx / n_slots positions (n_ctx_slot).
+ *
+ *   Speed: per slot, the time between consecutive decoded tokens of that
+ *   slot (measured when its batch completes) feeds an EWMA of the time per
+ *   token over the last tps_window_tokens tokens or tps_window_ms ms,
+ *   whichever is shorter; tps_ewma = 1000 / that.  Prefill is counted apart
+ *   (prompt tokens/s) and never in decode speed.
+ *
+ * Threads: eng_new/eng_free by the owner; everything else from any thread.
+ */
+#ifndef ENG_H
+#define ENG_H
+
+#include "../common/pk.h"
+#include "../model/model.h"
+#include "../sample/smp.h"
+
+#define ENG_MAX_PROBS 20        /* top log-probs per token */
+#define ENG_MAX_STOP 8          /* stop strings per request */
+
+typedef struct eng_params {
+    int32_t n_slots;            /* -np, default 4 */
+    int32_t n_ctx;              /* KV cells in all, default 8192 */
+    int32_t n_batch;            /* tokens per engine step, default 512 */
+    int32_t n_threads;
+    tq_type kv_type;            /* TQ_F16 */
+    int32_t tps_window_tokens;  /* 128 */
+    int32_t tps_window_ms;      /* 2000 */
+} eng_params;
+
+eng_params eng_default_params(void);
+
+typedef struct eng eng;
+typedef struct eng_task eng_task;
+
+/* Starts the engine thread over a loaded model (which must outlive it).
+ * PK_EINVAL for bad params, PK_ENOMEM. */
+pk_status eng_new(const model *m, const eng_params *p, eng **out);
+/* Stops the thread; tasks still running end with an ERROR event. */
+void eng_free(eng *e);                         /* NULL is a no-op */
+const eng_params *eng_get_params(const eng *e);
+int32_t eng_n_ctx_slot(const eng *e);          /* positions one request may use */
+const model *eng_model(const eng *e);
+
+typedef struct eng_completion {
+    const int32_t *prompt;      /* copied by eng_submit */
+    int32_t n_prompt;           /* >= 1 */
+    int32_t n_predict;          /* tokens to generate; < 0: until the slot's context is full */
+    smp_params sp;
+    int32_t n_probs;            /* top log-probs per token, 0..ENG_MAX_PROBS */
+    bool cache_prompt;          /* reuse the slot's common prefix (default true) */
+    int32_t id_slot;            /* -1: any slot */
+    bool ignore_eos;
+    const char *stop[ENG_MAX_STOP];  /* stop strings (copied), NULL-terminated list */
+} eng_completion;
+
+typedef enum eng_ev_kind { ENG_EV_TOKEN = 1, ENG_EV_DONE, ENG_EV_ERROR } eng_ev_kind;
+
+typedef enum eng_stop {
+    ENG_STOP_NONE = 0,
+    ENG_STOP_EOS,               /* end-of-generation token */
+    ENG_STOP_LIMIT,             /* n_predict reached */
+    ENG_STOP_WORD,              /* a stop string matched */
+    ENG_STOP_CTX,               /* the slot's context is full */
+} eng_stop;
+
+typedef struct eng_event {
+    eng_ev_kind kind;
+    /* TOKEN: the text this token completes (UTF-8, possibly empty while a
+     * character is split or text is held back for a possible stop string),
+     * the token, its log-prob and the top n_probs alternatives. */
+    char *text;                 /* owned by the event; NUL-terminated */
+    size_t text_len;
+    int32_t token;
+    float logprob;
+    int32_t n_top;
+    smp_logprob top[ENG_MAX_PROBS];
+    /* DONE: why it stopped and what it cost. */
+    eng_stop stop;
+    char stop_word[64];
+    int32_t slot;
+    int32_t n_prompt, n_cached, n_gen;
+    double prompt_ms, gen_ms;
+    /* ERROR */
+    pk_status status;
+    char message[160];
+} eng_event;
+
+/* Queues a completion.  Returns PK_EINVAL when the prompt is empty, has a
+ * bad token id or does not fit a slot's context (n_prompt >= n_ctx_slot),
+ * or id_slot is out of range; PK_ENOMEM.  *out is the caller's reference:
+ * read events with eng_task_next and drop it with eng_task_release. */
+pk_status eng_submit(eng *e, const eng_completion *c, eng_task **out);
+
+/* Waits up to timeout_ms (< 0: forever) for the task's next event.
+ * PK_OK with *ev filled (clear it with eng_event_clear), PK_EFULL on timeout,
+ * PK_ENOTFOUND after the last event (DONE or ERROR) was read. */
+pk_status eng_task_next(eng_task *t, eng_event *ev, int timeout_ms);
+void eng_event_clear(eng_event *ev);
+
+/* The client is gone: the engine stops the task and frees its slot at its
+ * next step.  Safe to call at any time, more than once. */
+void eng_task_cancel(eng_task *t);
+/* Drops the caller's reference (cancels the task if it is still running). */
+void eng_task_release(eng_task *t);
+
+typedef enum eng_slot_state { ENG_SLOT_IDLE = 0, ENG_SLOT_PREFILL, ENG_SLOT_DECODE } eng_slot_state;
+
+typedef struct eng_slot_info {
+    int32_t id;
+    eng_slot_state state;
+    int32_t n_ctx;              /* positions it may use */
+    int32_t n_past;             /* positions in its KV sequence */
+    int32_t n_cached;           /* prompt tokens reused by the current/last task */
+    int32_t n_prompt;           /* of the current/last task */
+    int32_t n_decoded;          /* tokens generated by the current/last task */
+    double tps_ewma;            /* experienced decode tokens/s (0 when unknown) */
+    uint64_t task_id;           /* 0 when none ever */
+} eng_slot_info;
+
+#define ENG_MAX_SLOTS 64
+
+typedef struct eng_stats {
+    int64_t ts_ms;                       /* wall clock (ms since the epoch) */
+    int32_t n_slots;
+    eng_slot_info slots[ENG_MAX_SLOTS];
+    double aggregate_tps;                /* decoded tokens/s over the last window */
+    double mean_active_tps;              /* mean tps_ewma of decoding slots */
+    int32_t n_waiting, n_running;
+    int32_t kv_used, kv_total;
+    /* Monotonic counters since start. */
+    uint64_t n_prompt_tokens, n_predicted_tokens, n_decode_calls, n_busy_slots_sum;
+    uint64_t n_requests_done;
+    double prompt_ms_total, predicted_ms_total;
+} eng_stats;
+
+/* A snapshot, filled by the engine thread between batches.  PK_ECANCELLED
+ * when the engine is stopping. */
+pk_status eng_get_stats(eng *e, eng_stats *out);
+
+#endif
