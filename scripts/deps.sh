@@ -1,9 +1,13 @@
 #!/bin/sh
 # Installs the Debian packages named on the command line that are missing.
+# A package counts as present when dpkg has it installed or when a command
+# of its name exists (node's own packages bring npm without Debian's npm).
 # Runs apt-get only when something is missing, as root (or through sudo).
 missing=""
 for p in "$@"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" && continue
+    command -v "$p" >/dev/null 2>&1 && continue
+    missing="$missing $p"
 done
 [ -z "$missing" ] && exit 0
 echo "deps: installing$missing"
