@@ -231,6 +231,11 @@ static void test_greedy_limits(void)
         agree_k += smp_sample(k, l, NULL, 0, NULL) == want;
         if (trial % 3 != 0) agree_t += smp_sample(t, l, NULL, 0, NULL) == want;
     }
+    /* A subnormal temperature is still the greedy limit, not NaN. */
+    smp_params ps = plain(1e-40f);
+    smp_ctx *sub = make(&ps, V, 0);
+    CHECK_EQ_INT(smp_sample(sub, l, NULL, 0, NULL), smp_argmax(l, V));
+    smp_free(sub);
     CHECK_EQ_INT(agree_k, 300);
     CHECK_EQ_INT(agree_t, 200);
     smp_free(g);

@@ -400,10 +400,12 @@ static void filter_candidates(smp_ctx *s, const float *l, smp_cand **kept, int32
 static int32_t draw(smp_ctx *s, smp_cand *c, int32_t n, float M)
 {
     double u = rng_uniform(s->rng);
-    float inv_t = 1.0f / s->p.temp;
+    /* Divide, not multiply by 1/temp: for a subnormal temp the inverse is
+     * inf and the best token's 0 * inf would be NaN. */
+    float t = s->p.temp;
     double sum = 0;
     for (int32_t i = 0; i < n; i++) {
-        c[i].logit = expf((c[i].logit - M) * inv_t);
+        c[i].logit = expf((c[i].logit - M) / t);
         sum += c[i].logit;
     }
     double target = u * sum, run = 0;
