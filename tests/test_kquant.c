@@ -8,9 +8,14 @@
  * this repository) wrote for the same generated inputs, and of the bits of
  * its x86 dot products; our quantizers and dots must reproduce them exactly.
  *
+ * The real-model check reads the Q4_K and Q6_K tensors of a file written by
+ * the reference engine's quantize tool (../shared/models); without the
+ * shared directory that part is left out with a note.
+ *
  * POLYKV_BENCH=1 also times each dot kernel over a 896 x 4864 weight matrix
  * (one thread) after the checks, and prints GB/s of weight bytes.
  */
+#include "../src/gguf/gguf.h"
 #include "../src/tensor/tk.h"
 #include "test.h"
 
@@ -375,6 +380,76 @@ static void test_dot_vs_dequant(void)
     }
 }
 
+/* ---- a real model file ----------------------------------------------- */
+
+/*
+ * The first 16 rows of every Q4_K / Q6_K tensor of the reference engine's
+ * Q4_K_M file against a generated Q8_K row (reseeded per tensor): the dots
+ * hash to the bits its x86 kernels give, every ISA agrees, the dot matches
+ * the dequantized rows, and the dequantized weights are finite.
+ */
+static void test_real_model(const tk_ops *const ops[], int n_ops)
+{
+    const char *dir = test_shared_dir();
+    char path[512];
+    snprintf(path, sizeof path, "%s/models/rand-llama-llama3vocab-e256-l2-Q4_K_M.gguf", dir ? dir : ".");
+    if (!dir || access(path, R_OK) != 0) {
+        printf("note: %s absent, real-model check left out\n", path);
+        return;
+    }
+    gguf_ctx *g = NULL;
+    char err[256];
+    CHECK_EQ_INT(gguf_open(path, &g, err, sizeof err), PK_OK);
+    if (!g) return;
+    static const uint64_t want_hash = 0xad4e6fbed96beec0ull;   /* reference engine x86 dots */
+    uint64_t h = FNV_SEED;
+    int n_q4 = 0, n_q6 = 0, n_rows = 0, n_simd_diff = 0, n_far = 0, n_nonfinite = 0;
+    for (int64_t ti = 0; ti < gguf_n_tensors(g); ti++) {
+        const gguf_tensor *t = gguf_tensor_at(g, ti);
+        if (t->type != TQ_Q4_K && t->type != TQ_Q6_K) continue;
+        n_q4 += t->type == TQ_Q4_K;
+        n_q6 += t->type == TQ_Q6_K;
+        int64_t n = t->ne[0], rows = t->nbytes / tq_row_size(t->type, n);
+        float *x = malloc(n * sizeof *x), *wd = malloc(n * sizeof *wd), *ad = malloc(n * sizeof *ad);
+        void *qa = malloc(tq_row_size(TQ_Q8_K, n));
+        rng = 0x1234567ull + (uint64_t)ti;
+        for (int64_t i = 0; i < n; i++) x[i] = gaussish();
+        tq_quantize_row(TQ_Q8_K, x, qa, n);
+        tq_dequantize_row(TQ_Q8_K, qa, ad, n);
+        for (int64_t r = 0; r < rows && r < 16; r++, n_rows++) {
+            const uint8_t *w = (const uint8_t *)t->data + r * tq_row_size(t->type, n);
+            float s = tq_vec_dot_ref(t->type, n, w, qa);
+            h = fnv1a(h, &s, sizeof s);
+            for (int o = 0; o < n_ops; o++) {
+                float v = ops[o]->vec_dot[t->type](n, w, qa);
+                n_simd_diff += memcmp(&s, &v, sizeof s) != 0;
+            }
+            tq_dequantize_row(t->type, w, wd, n);
+            double exact = 0, mag = 0;
+            for (int64_t i = 0; i < n; i++) {
+                n_nonfinite += !isfinite(wd[i]);
+                exact += (double)wd[i] * ad[i];
+                mag += fabs((double)wd[i] * ad[i]);
+            }
+            /* looser than test_dot_vs_dequant: the min part's magnitude is
+             * not separated out here */
+            n_far += fabs(s - exact) > 1e-4 * mag + 1e-6;
+        }
+        free(x);
+        free(wd);
+        free(ad);
+        free(qa);
+    }
+    gguf_close(g);
+    CHECK_EQ_INT(n_q4, 12);
+    CHECK_EQ_INT(n_q6, 3);
+    CHECK_EQ_INT(n_simd_diff, 0);
+    CHECK_EQ_INT(n_far, 0);
+    CHECK_EQ_INT(n_nonfinite, 0);
+    if (h != want_hash) fprintf(stderr, "real model: %d rows, dot hash 0x%016llx\n", n_rows, (unsigned long long)h);
+    CHECK(h == want_hash);
+}
+
 /* ---- benchmark (POLYKV_BENCH=1) ---------------------------------------- */
 
 static double now_s(void)
@@ -454,6 +529,7 @@ int main(void)
         test_dots_simd(ref, simd);
         ops[n_ops++] = simd;
     }
+    if (ref) test_real_model(ops, n_ops);
     if (ref && getenv("POLYKV_BENCH")) bench(ops, n_ops);
     return test_finish();
 }
