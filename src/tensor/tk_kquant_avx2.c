@@ -10,9 +10,10 @@
  * and vpmaddwd against the sub-block scale (pairs summed to int32), which
  * leaves int32 lane m holding values 4m..4m+3 of every 32-value run.  Those
  * lanes are exactly the scalar reference's (tq_kquant.c), and so is the
- * float work after them: one fused multiply-add of the block's d into 8
- * float lanes, the same pairwise final sum.  The results therefore equal
- * tq_dot_* bit for bit, not merely within tk.h's error budget.
+ * float work after them (Q5_K, Q6_K: one fused multiply-add of the block's
+ * d into 8 float lanes, the same pairwise final sum; Q4_K: the lanes' exact
+ * total into one float).  The results therefore equal tq_dot_* bit for bit,
+ * not merely within tk.h's error budget.
  *
  * The short inner loops carry "#pragma GCC unroll": their shift counts and
  * shuffle patterns are only immediates once unrolled, which -O2 alone does
@@ -22,6 +23,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 /* Sum of 8 float lanes: (0+4, 1+5, 2+6, 3+7), then (0+2, 1+3), then 0+1. */
@@ -33,17 +35,17 @@ static inline float sum8(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
-/* Sum of 4 float lanes: (0+2, 1+3), then 0+1. */
-static inline float sum4(__m128 s)
-{
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 static inline float half_to_float(tq_f16 h)
 {
     return _cvtsh_ss(h);
+}
+
+/* Sum of 4 int32 lanes (exact). */
+static inline int32_t hsum4_i32(__m128i v)
+{
+    v = _mm_add_epi32(v, _mm_unpackhi_epi64(v, v));
+    v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 1));
+    return _mm_cvtsi128_si32(v);
 }
 
 /* The 8 six-bit scales (bytes 0..7) and 8 mins (bytes 8..15) of a
@@ -56,6 +58,23 @@ static inline __m128i unpack_scales_mins(const uint8_t *packed)
                          (int)(w[1] & 0x3f3f3f3f),
                          (int)((w[2] & 0x0f0f0f0f) | (((w[0] >> 6) & 0x03030303) << 4)),
                          (int)(w[0] & 0x3f3f3f3f));
+}
+
+/*
+ * One Q4_K block's float step: lane 0 of acc += total(s4) * (d_w * d_a),
+ * lane 1 += total(m4) * (dmin_w * d_a), each one rounding of a fused
+ * multiply-add like the scalar reference's two fmaf() (d and dmin are
+ * adjacent halves, converted together).
+ */
+_Static_assert(offsetof(tq_block_q4_K, d) == 0 && offsetof(tq_block_q4_K, dmin) == 2, "q4_K d, dmin");
+static inline __m128 q4_K_accumulate(__m128 acc, __m128i s4, __m128i m4, const tq_block_q4_K *b, float d_a)
+{
+    __m128i t = _mm_hadd_epi32(s4, m4);                 /* s0+s1 s2+s3 m0+m1 m2+m3 */
+    t = _mm_hadd_epi32(t, t);                           /* S M S M */
+    uint32_t dd;
+    memcpy(&dd, b, sizeof dd);
+    __m128 scale = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128((int)dd)), _mm_set1_ps(d_a));
+    return _mm_fmadd_ps(_mm_cvtepi32_ps(t), scale, acc);
 }
 
 /* The 16 bsums of a Q8_K block paired into 8 sums of 32 values each. */
@@ -78,20 +97,21 @@ static inline __m256i run_dot(__m256i lv, const int8_t *a, __m256i sc)
     return _mm256_madd_epi16(sc, p);
 }
 
+/*
+ * Whole-block integer totals into two floats (tq_kquant.c, NUMERICS), kept
+ * as lanes 0 (scaled part) and 1 (min part) of one vector so each block
+ * costs one convert, one multiply and one fused multiply-add.
+ */
 static float dot_q4_K(int64_t n, const void *vw, const void *va)
 {
     const tq_block_q4_K *b = vw;
     const tq_block_q8_K *a = va;
     const __m256i m4 = _mm256_set1_epi8(0x0f);
-    __m256 acc = _mm256_setzero_ps();
-    __m128 acc_min = _mm_setzero_ps();
+    __m128 acc = _mm_setzero_ps();
     for (int64_t i = 0; i < n / TQ_QK_K; i++, b++, a++) {
-        float d = a->d * half_to_float(b->d);
-        float dmin = -a->d * half_to_float(b->dmin);
         __m256i sm = _mm256_cvtepu8_epi16(unpack_scales_mins(b->scales));
         __m128i mins = _mm256_extracti128_si256(sm, 1);
         __m128i min_lanes = _mm_madd_epi16(mins, bsums_by_32(a->bsums));
-        acc_min = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(min_lanes), acc_min);
 
         __m256i sc = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(sm));
         __m256i sumi = _mm256_setzero_si256();
@@ -104,9 +124,10 @@ static float dot_q4_K(int64_t n, const void *vw, const void *va)
                 run_dot(lo, a->qs + 64 * k, bcast_word(sc, 2 * k)),
                 run_dot(hi, a->qs + 64 * k + 32, bcast_word(sc, 2 * k + 1))));
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        acc = q4_K_accumulate(acc, _mm_add_epi32(_mm256_castsi256_si128(sumi), _mm256_extracti128_si256(sumi, 1)),
+                              min_lanes, b, a->d);
     }
-    return sum8(acc) + sum4(acc_min);
+    return _mm_cvtss_f32(acc) - _mm_cvtss_f32(_mm_movehdup_ps(acc));
 }
 
 /* Bit j of every byte of h moved to bit 4 (j is a constant after unrolling). */
@@ -128,10 +149,8 @@ static float dot_q5_K(int64_t n, const void *vw, const void *va)
         float dmin = -a->d * half_to_float(b->dmin);
         __m256i sm = _mm256_cvtepu8_epi16(unpack_scales_mins(b->scales));
         __m128i mins = _mm256_extracti128_si256(sm, 1);
-        __m128i ml = _mm_madd_epi16(mins, bsums_by_32(a->bsums));
-        ml = _mm_add_epi32(ml, _mm_unpackhi_epi64(ml, ml));
-        ml = _mm_add_epi32(ml, _mm_shuffle_epi32(ml, 1));
-        sum_min = fmaf(dmin, (float)_mm_cvtsi128_si32(ml), sum_min);
+        int32_t total_min = hsum4_i32(_mm_madd_epi16(mins, bsums_by_32(a->bsums)));
+        sum_min = fmaf(dmin, (float)total_min, sum_min);
 
         __m256i sc = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(sm));
         __m256i h = _mm256_loadu_si256((const __m256i *)b->qh);

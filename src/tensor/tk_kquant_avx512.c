@@ -14,9 +14,8 @@
  * runs share a register does not matter, because the halves are added at
  * the end of the block and int32 lane m (0..7) then holds values 4m..4m+3
  * of every run -- the same integer lanes as the AVX2 kernels and the scalar
- * reference.  The float work stays 256 bits wide and in the reference's
- * order (one fused multiply-add per block, the same final pairwise sum), so
- * the results equal tq_dot_* bit for bit.
+ * reference.  The float work after them is the reference's, in its order,
+ * so the results equal tq_dot_* bit for bit.
  *
  *   Q4_K qs[0..63], nibbles:  low = runs 0 | 2   high = runs 1 | 3
  *                             (q8 loaded to match, 256 bits per half)
@@ -31,6 +30,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 /* Sum of 8 float lanes: (0+4, 1+5, 2+6, 3+7), then (0+2, 1+3), then 0+1. */
@@ -42,12 +42,12 @@ static inline float sum8(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
-/* Sum of 4 float lanes: (0+2, 1+3), then 0+1. */
-static inline float sum4(__m128 s)
+/* Sum of 4 int32 lanes (exact). */
+static inline int32_t hsum4_i32(__m128i v)
 {
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
+    v = _mm_add_epi32(v, _mm_unpackhi_epi64(v, v));
+    v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 1));
+    return _mm_cvtsi128_si32(v);
 }
 
 /* The two 256-bit halves of v added: 8 int32 lanes. */
@@ -66,6 +66,23 @@ static inline __m128i unpack_scales_mins(const uint8_t *packed)
                          (int)(w[1] & 0x3f3f3f3f),
                          (int)((w[2] & 0x0f0f0f0f) | (((w[0] >> 6) & 0x03030303) << 4)),
                          (int)(w[0] & 0x3f3f3f3f));
+}
+
+/*
+ * One Q4_K block's float step: lane 0 of acc += total(s4) * (d_w * d_a),
+ * lane 1 += total(m4) * (dmin_w * d_a), each one rounding of a fused
+ * multiply-add like the scalar reference's two fmaf() (d and dmin are
+ * adjacent halves, converted together).
+ */
+_Static_assert(offsetof(tq_block_q4_K, d) == 0 && offsetof(tq_block_q4_K, dmin) == 2, "q4_K d, dmin");
+static inline __m128 q4_K_accumulate(__m128 acc, __m128i s4, __m128i m4, const tq_block_q4_K *b, float d_a)
+{
+    __m128i t = _mm_hadd_epi32(s4, m4);                 /* s0+s1 s2+s3 m0+m1 m2+m3 */
+    t = _mm_hadd_epi32(t, t);                           /* S M S M */
+    uint32_t dd;
+    memcpy(&dd, b, sizeof dd);
+    __m128 scale = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128((int)dd)), _mm_set1_ps(d_a));
+    return _mm_fmadd_ps(_mm_cvtepi32_ps(t), scale, acc);
 }
 
 /* Mins against the Q8_K bsums: 4 int32 lanes, lane k covering sub-blocks
@@ -123,23 +140,21 @@ static inline __m256i scaled_runs(const __m512i r[4], __m256i sm, const int8_t *
     return fold_halves(_mm512_add_epi32(acc0, acc1));
 }
 
+/* Whole-block integer totals into two floats (see the AVX2 version). */
 static float dot_q4_K(int64_t n, const void *vw, const void *va)
 {
     const tq_block_q4_K *b = vw;
     const tq_block_q8_K *a = va;
-    __m256 acc = _mm256_setzero_ps();
-    __m128 acc_min = _mm_setzero_ps();
+    __m128 acc = _mm_setzero_ps();
     for (int64_t i = 0; i < n / TQ_QK_K; i++, b++, a++) {
-        float d = a->d * _cvtsh_ss(b->d);
-        float dmin = -a->d * _cvtsh_ss(b->dmin);
         __m256i sm = _mm256_cvtepu8_epi16(unpack_scales_mins(b->scales));
-        acc_min = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(min_lanes(sm, a->bsums)), acc_min);
         __m512i r[4];
         q4_runs(b->qs, r);
         __m256i sumi = scaled_runs(r, sm, a->qs);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        acc = q4_K_accumulate(acc, _mm_add_epi32(_mm256_castsi256_si128(sumi), _mm256_extracti128_si256(sumi, 1)),
+                              min_lanes(sm, a->bsums), b, a->d);
     }
-    return sum8(acc) + sum4(acc_min);
+    return _mm_cvtss_f32(acc) - _mm_cvtss_f32(_mm_movehdup_ps(acc));
 }
 
 static float dot_q5_K(int64_t n, const void *vw, const void *va)
@@ -153,10 +168,7 @@ static float dot_q5_K(int64_t n, const void *vw, const void *va)
         float d = a->d * _cvtsh_ss(b->d);
         float dmin = -a->d * _cvtsh_ss(b->dmin);
         __m256i sm = _mm256_cvtepu8_epi16(unpack_scales_mins(b->scales));
-        __m128i ml = min_lanes(sm, a->bsums);
-        ml = _mm_add_epi32(ml, _mm_unpackhi_epi64(ml, ml));
-        ml = _mm_add_epi32(ml, _mm_shuffle_epi32(ml, 1));
-        sum_min = fmaf(dmin, (float)_mm_cvtsi128_si32(ml), sum_min);
+        sum_min = fmaf(dmin, (float)hsum4_i32(min_lanes(sm, a->bsums)), sum_min);
 
         __m512i r[4];
         q4_runs(b->qs, r);
