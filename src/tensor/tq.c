@@ -104,12 +104,12 @@ tq_f16 tq_f32_to_f16(float f)
         return (tq_f16)(sign | (ax >> 13));
     }
     /* Subnormal half (or zero): units of 2^-24.  The float is m * 2^(e-150),
-     * so the count is m >> (126 - e) rounded to nearest even; anything at or
-     * below 2^-25 (e <= 102) rounds to zero. */
+     * so the count is m >> (126 - e) rounded to nearest even; anything
+     * below 2^-25 (e < 102) rounds to zero. */
     uint32_t e = ax >> 23;
-    if (e <= 102) return (tq_f16)sign;
+    if (e < 102) return (tq_f16)sign;
     uint32_t m = (ax & 0x7fffff) | 0x800000;
-    uint32_t shift = 126 - e;             /* 14 .. 23 */
+    uint32_t shift = 126 - e;             /* 14 .. 24 */
     uint32_t q = m >> shift;
     uint32_t rem = m & ((1u << shift) - 1);
     uint32_t half = 1u << (shift - 1);
