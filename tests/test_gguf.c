@@ -5,10 +5,14 @@
  *      and back, layout rules, writer argument checks, gguf_add_kv_from;
  *   2. hand-corrupted small files: each rule of the reader fires with a message;
  *   3. the real files in ../shared/models: known facts (SKIP when absent);
- *   4. robustness on stories260K.gguf: every truncation length of the first
- *      64 KiB then every 4 KiB, and thousands of deterministic corruptions of
- *      counts, lengths, types and offsets.  Each buffer ends flush against a
- *      PROT_NONE page, so reading one byte too far faults.
+ *   4. robustness, on the round-trip file always and on stories260K.gguf and
+ *      the gpt-2 vocab when present: truncation at every length (stories: the
+ *      first 64 KiB, then every 4 KiB; the vocab every 4093 bytes), which must
+ *      parse exactly when all tensor data is kept, and thousands of
+ *      deterministic corruptions of counts, lengths, types, offsets and random
+ *      header bytes, which must parse or fail with PK_EFORMAT and one line.
+ *      Each buffer ends flush against a PROT_NONE page, so reading one byte
+ *      too far faults.
  */
 #include "../src/gguf/gguf.h"
 #include "test.h"
@@ -18,6 +22,8 @@
 #include <sys/stat.h>
 
 static char tmp_dir[64];
+static uint8_t *rt_file;       /* the round-trip file, kept for the robustness sweeps */
+static size_t rt_size;
 
 static uint8_t *read_all(const char *path, size_t *size)
 {
@@ -306,6 +312,9 @@ static void test_round_trip(void)
         CHECK_EQ_INT((d0 - file) % 32, 0);
         CHECK_EQ_INT(size, (size_t)(d0 - file) + 64 + 160 + 32 + 288);
         walk(g, file, size);
+        rt_file = malloc(size);
+        memcpy(rt_file, file, size);
+        rt_size = size;
 
         /* Copying every kv and tensor reproduces the file byte for byte. */
         gguf_writer *w2 = gguf_writer_new();
@@ -775,41 +784,60 @@ static uint64_t interesting(uint64_t old, size_t size)
     }
 }
 
-static void test_robust(const char *shared)
+/* judge() returns whether the buffer parsed. */
+static bool judged_ok(const uint8_t *buf, size_t size, const char *what, size_t arg)
 {
-    char path[512];
-    size_t size;
-    snprintf(path, sizeof path, "%s/models/stories260K.gguf", shared);
-    uint8_t *orig = read_all(path, &size);
-    CHECK(orig != NULL);
-    if (!orig) return;
+    int before = n_ok;
+    judge(buf, size, what, arg);
+    return n_ok > before;
+}
+
+/* Truncations of file: every length below `dense`, then every `stride`.  A
+ * prefix must parse exactly when it holds all tensor data (for a file
+ * without tensors, the whole file). */
+static void sweep_truncations(const char *label, const uint8_t *file, size_t size,
+                              size_t dense, size_t stride)
+{
+    gguf_ctx *g = NULL;
+    char err[256];
+    CHECK_EQ_INT(gguf_open_mem(file, size, &g, err, sizeof err), PK_OK);
+    if (!g) return;
+    size_t need = gguf_n_tensors(g) ? 0 : size;
+    for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
+        const gguf_tensor *t = gguf_tensor_at(g, i);
+        need = MAX(need, (size_t)((const uint8_t *)t->data - file) + t->nbytes);
+    }
+    gguf_close(g);
     guarded gb = guarded_new(size);
-    double t0 = pk_time_ms();
+    int wrong = 0;
+    for (size_t len = 0;; len = MIN(size, len + (len < dense ? 1 : stride))) {
+        if (judged_ok(place(gb, file, len), len, label, len) != (len >= need) && wrong++ < 5)
+            fprintf(stderr, "%s %zu of %zu (data ends at %zu): parsed %s\n",
+                    label, len, size, need, len >= need ? "no" : "yes");
+        if (len == size) break;
+    }
+    CHECK_EQ_INT(wrong, 0);
+    guarded_free(gb);
+}
 
-    /* Truncations: every length through the first 64 KiB, then every 4 KiB.
-     * The last tensor ends the file, so every one of them must fail. */
-    int before_ok = n_ok;
-    for (size_t len = 0; len < size; len += len < 65536 ? 1 : 4096)
-        judge(place(gb, orig, len), len, "truncated to", len);
-    CHECK_EQ_INT(n_ok, before_ok);
-    judge(place(gb, orig, size), size, "whole file", size);
-    CHECK_EQ_INT(n_ok, before_ok + 1);
-    double t1 = pk_time_ms();
-
-    /* Corruptions of the whole file in place, each undone after its parse. */
-    uint8_t *buf = place(gb, orig, size);
+/* Corruptions of the whole file in place, each undone after its parse. */
+static void sweep_corruptions(const char *label, const uint8_t *file, size_t size, int n)
+{
+    guarded gb = guarded_new(size);
+    uint8_t *buf = place(gb, file, size);
     gguf_ctx *g = NULL;
     char err[256];
     CHECK_EQ_INT(gguf_open_mem(buf, size, &g, err, sizeof err), PK_OK);
+    if (!g) return;
     size_t n_fields;
     field *fields = header_fields(g, buf, &n_fields);
-    size_t header_end = (size_t)((const uint8_t *)gguf_tensor_at(g, 0)->data - buf);
+    size_t header_end = gguf_n_tensors(g) ? (size_t)((const uint8_t *)gguf_tensor_at(g, 0)->data - buf) : size;
     gguf_close(g);
-    for (int it = 0; it < 20000; it++) {
+    for (int it = 0; it < n; it++) {
         size_t lo = size, hi = 0;
         int n_mut = it % 8 == 7 ? 2 + (int)(rng() % 3) : 1;
         for (int m = 0; m < n_mut; m++) {
-            size_t at, w;
+            size_t at, w = 1;
             int kind = (int)(rng() % 8);
             if (kind < 4) {                     /* a count, length, type or offset */
                 field f = fields[rng() % n_fields];
@@ -821,42 +849,61 @@ static void test_robust(const char *shared)
                 memcpy(buf + at, &v, w);
             } else if (kind < 6) {              /* one header byte */
                 at = rng() % header_end;
-                w = 1;
                 buf[at] = (uint8_t)rng();
             } else if (kind < 7) {              /* one header bit */
                 at = rng() % header_end;
-                w = 1;
                 buf[at] ^= (uint8_t)(1u << (rng() % 8));
             } else {                            /* anywhere */
                 at = rng() % size;
-                w = 1;
                 buf[at] = (uint8_t)rng();
             }
             lo = MIN(lo, at);
             hi = MAX(hi, at + w);
         }
-        judge(buf, size, "corruption", (size_t)it);
-        memcpy(buf + lo, orig + lo, hi - lo);
+        judge(buf, size, label, (size_t)it);
+        memcpy(buf + lo, file + lo, hi - lo);
     }
     free(fields);
-    double t2 = pk_time_ms();
-
-    /* The string-heavy vocab files, truncated at a stride. */
-    snprintf(path, sizeof path, "%s/models/vocab/ggml-vocab-gpt-2.gguf", shared);
-    size_t vsize;
-    uint8_t *vocab = read_all(path, &vsize);
-    if (vocab) {
-        guarded gv = guarded_new(vsize);
-        for (size_t len = 0; len < vsize; len += 4093)
-            judge(place(gv, vocab, len), len, "vocab truncated to", len);
-        judge(place(gv, vocab, vsize), vsize, "vocab whole", vsize);
-        guarded_free(gv);
-        free(vocab);
-    }
-    printf("robustness: %d parsed, %d rejected; truncations %.0f ms, corruptions %.0f ms, vocab %.0f ms\n",
-           n_ok, n_rejected, t1 - t0, t2 - t1, pk_time_ms() - t2);
     guarded_free(gb);
-    free(orig);
+}
+
+/* The writer's own file always; stories260K.gguf and a vocab when present. */
+static void test_robust(const char *shared)
+{
+    double t0 = pk_time_ms();
+    sweep_truncations("rt.gguf truncated to", rt_file, rt_size, rt_size, 1);
+    sweep_corruptions("rt.gguf corruption", rt_file, rt_size, 5000);
+    printf("robustness rt.gguf (%zu bytes): %d parsed, %d rejected, %.0f ms\n",
+           rt_size, n_ok, n_rejected, pk_time_ms() - t0);
+    n_ok = n_rejected = 0;
+    if (!shared) return;
+
+    char path[512];
+    size_t size;
+    snprintf(path, sizeof path, "%s/models/stories260K.gguf", shared);
+    uint8_t *file = read_all(path, &size);
+    CHECK(file != NULL);
+    if (file) {
+        t0 = pk_time_ms();
+        sweep_truncations("stories260K truncated to", file, size, 65536, 4096);
+        double t1 = pk_time_ms();
+        sweep_corruptions("stories260K corruption", file, size, 20000);
+        printf("robustness stories260K: %d parsed, %d rejected; truncations %.0f ms, corruptions %.0f ms\n",
+               n_ok, n_rejected, t1 - t0, pk_time_ms() - t1);
+        n_ok = n_rejected = 0;
+        free(file);
+    }
+    /* The string-heavy vocab, truncated at a stride. */
+    snprintf(path, sizeof path, "%s/models/vocab/ggml-vocab-gpt-2.gguf", shared);
+    file = read_all(path, &size);
+    CHECK(file != NULL);
+    if (file) {
+        t0 = pk_time_ms();
+        sweep_truncations("gpt-2 vocab truncated to", file, size, 0, 4093);
+        printf("robustness gpt-2 vocab: %d parsed, %d rejected, %.0f ms\n",
+               n_ok, n_rejected, pk_time_ms() - t0);
+        free(file);
+    }
 }
 
 /* ---- main ---- */
@@ -875,11 +922,10 @@ int main(void)
     test_round_trip();
     test_corrupt();
     const char *shared = test_shared_dir();
-    if (shared) {
-        test_real_files(shared);
-        test_robust(shared);
-    }
+    if (shared) test_real_files(shared);
+    test_robust(shared);
+    free(rt_file);
     remove_tmp_dir();
-    if (!shared && !test_n_fail) SKIP("../shared absent: real-file and robustness tests not run");
+    if (!shared && !test_n_fail) SKIP("../shared absent: real-file tests and their robustness sweeps not run");
     return test_finish();
 }
