@@ -39,6 +39,10 @@ bool tok_is_eog(const tok_vocab *v, int32_t id);
 bool tok_is_control(const tok_vocab *v, int32_t id);
 /* Id of an exact token text, -1 when absent. */
 int32_t tok_find(const tok_vocab *v, const char *text, size_t len);
+/* (Added.) The stored text of a token (not NUL-terminated; SPM spaces are
+ * U+2581, BPE bytes in the byte-level alphabet), or NULL with *len = 0 for an
+ * id out of range.  Points into the vocabulary. */
+const char *tok_text(const tok_vocab *v, int32_t id, size_t *len);
 
 /* Text -> ids.  add_special adds BOS/EOS where the model says to;
  * parse_special turns special-token texts into their ids.  Writes at most
@@ -53,6 +57,15 @@ pk_status tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_
  * (at most cap), or -(needed) when cap is too small. */
 int32_t tok_piece(const tok_vocab *v, int32_t id, char *buf, int32_t cap, bool special);
 
+/* (Added.) Ids -> text exactly as the reference's llama_detokenize:
+ * remove_special drops a leading BOS / trailing EOS the model adds;
+ * unparse_special renders control tokens; SPM drops the first piece's
+ * leading space (unless a BOS was removed); BPE vocabularies that ask for it
+ * (gpt2, llama3) get clean_up_tokenization_spaces.  Returns the byte count
+ * (not NUL-terminated), or -(n) when cap is too small, n being enough. */
+int32_t tok_decode(const tok_vocab *v, const int32_t *ids, int32_t n_ids, char *buf, int32_t cap,
+                   bool remove_special, bool unparse_special);
+
 /* Length of the longest prefix of buf[0..n) that does not end inside an
  * incomplete UTF-8 sequence: stream only that much, keep the rest. */
 size_t tok_utf8_complete(const char *buf, size_t n);
@@ -62,25 +75,48 @@ const char *tok_chat_template(const tok_vocab *v);
 
 /*
  * Chat templates.  A full Jinja engine is not the goal: the known templates
- * are recognized from their source and rendered by code.
+ * are recognized from their source and rendered by code, producing exactly
+ * the reference engine's llama_chat_apply_template text for the same kind
+ * (no leading BOS: tokenizing with add_special adds it).  Roles: system,
+ * user, assistant; ChatML also tool.  Detection: "<|im_start|>" -> ChatML
+ * (not Phi-4/SmolVLM); "[INST]" -> LLAMA2_SYS with "<<SYS>>", else LLAMA2
+ * (Mistral v3/v7 layouts -> UNKNOWN); "<|start_header_id|>" +
+ * "<|end_header_id|>" -> LLAMA3.
  */
 typedef enum tmpl_kind {
     TMPL_UNKNOWN = 0,
     TMPL_CHATML,     /* Qwen: <|im_start|>role\n...<|im_end|>\n */
     TMPL_LLAMA3,     /* <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|> */
     TMPL_LLAMA2,     /* Llama 2 / Mistral: [INST] ... [/INST] */
+    TMPL_LLAMA2_SYS, /* (Added.) Llama-2-chat proper: <<SYS>> block, trimmed contents */
 } tmpl_kind;
 
 typedef struct tmpl_msg { const char *role; const char *content; } tmpl_msg;
 
 tmpl_kind tmpl_detect(const char *template_src);   /* TMPL_UNKNOWN when not recognized or NULL */
-tmpl_kind tmpl_from_name(const char *name);        /* "chatml", "llama3", "llama2", "mistral"; UNKNOWN otherwise */
+tmpl_kind tmpl_from_name(const char *name);        /* "chatml", "llama3", "llama2", "mistral", "llama2-sys"; UNKNOWN otherwise */
 const char *tmpl_name(tmpl_kind k);
 /* Renders msgs into a prompt text; with add_assistant the text ends with the
  * opening of the assistant's turn.  Writes a NUL-terminated string; *n_out
- * gets its length.  PK_EFULL when cap is too small, PK_EINVAL for an unknown
- * kind or role. */
+ * gets its length (on PK_EFULL: the length needed, without the NUL; out then
+ * holds a truncated, NUL-terminated prefix when cap > 0).  PK_EINVAL for an
+ * unknown kind or role, NULL role/content, or n_msgs < 0. */
 pk_status tmpl_apply(tmpl_kind k, const tmpl_msg *msgs, int n_msgs, bool add_assistant,
                      char *out, size_t cap, size_t *n_out);
+
+/* (Added.) The system message a ChatML template inserts when the
+ * conversation does not start with one (Qwen 1.5/2: "You are a helpful
+ * assistant", Qwen2.5: "You are Qwen, created by Alibaba Cloud. You are a
+ * helpful assistant."; Qwen3 and plain ChatML: none).  Writes it
+ * NUL-terminated into out (truncated to cap - 1) and returns its full length,
+ * 0 when the template has none. */
+size_t tmpl_default_system(const char *template_src, char *out, size_t cap);
+
+/* (Added.) What a server wants: detect the kind from the model's template
+ * source and render, inserting the template's default system message where
+ * its Jinja would.  PK_EUNSUPPORTED when the template is not recognized;
+ * otherwise as tmpl_apply (on PK_EFULL *n_out is the length needed). */
+pk_status tmpl_render(const char *template_src, const tmpl_msg *msgs, int n_msgs, bool add_assistant,
+                      char *out, size_t cap, size_t *n_out);
 
 #endif
