@@ -8,6 +8,7 @@
  *   2. every .inp/.out vector in ../shared/models/vocab (tokenized with
  *      add_special = false, parse_special = false, as test-tokenizer-0 does),
  *      and the pieces of each result concatenated give the input back;
+ *      Phi-3's stripping of the white space after special tokens;
  *   3. every prompt in the reference JSON files (add_special = true,
  *      parse_special = false), its pieces, and for the generated tokens their
  *      pieces and the detokenized text;
@@ -399,6 +400,37 @@ static void test_vectors(const char *shared, const vocab_file *f)
     tok_free(v);
 }
 
+/* Special tokens and the white space after them: Phi-3 vocabularies (by
+ * general.name) drop it, Llama's keep it (and prefix the text that follows
+ * with a space either way). */
+static void test_special_strip(const char *shared)
+{
+    static const struct { const char *gguf, *tok; bool strip; } cases[] = {
+        {"vocab/ggml-vocab-phi-3.gguf", "<|user|>", true},
+        {"vocab/ggml-vocab-phi-3.gguf", "<|endoftext|>", false},   /* exempt */
+        {"vocab/ggml-vocab-llama-spm.gguf", "</s>", false},
+    };
+    for (size_t c = 0; c < ARRAY_LEN(cases); c++) {
+        char path[512], text[64];
+        snprintf(path, sizeof(path), "%s/models/%s", shared, cases[c].gguf);
+        tok_vocab *v = open_vocab(path);
+        CHECK(v != NULL);
+        if (!v) continue;
+        int32_t id = tok_find(v, cases[c].tok, strlen(cases[c].tok)), want[64];
+        CHECK(id >= 0 && tok_is_control(v, id));
+        const char *rest = cases[c].strip ? "hi" : " \n hi";
+        int32_t n_rest = enc(v, rest, strlen(rest), false, false);
+        CHECK(n_rest > 0 && n_rest < 63);
+        want[0] = id;
+        memcpy(want + 1, g_ids, (size_t)n_rest * sizeof(*want));
+        snprintf(text, sizeof(text), "%s \n hi", cases[c].tok);
+        int32_t n = enc(v, text, strlen(text), false, true);
+        CHECK_EQ_INT(n, n_rest + 1);
+        for (int32_t i = 0; i < n && n == n_rest + 1; i++) CHECK_EQ_INT(g_ids[i], want[i]);
+        tok_free(v);
+    }
+}
+
 /* ---------------- 3. reference JSON ---------------- */
 
 /* Parses the JSON string at *p (at its opening quote) into out (UTF-8);
@@ -542,9 +574,9 @@ static void test_speed(const char *shared, const char *model)
     CHECK(v && prompts);
     if (!v || !prompts) { tok_free(v); free(prompts); return; }
     /* ~10 KB of English prose with some digits, punctuation and non-ASCII. */
-    static char text[10240];
+    static char text[16384];
     size_t len = 0;
-    for (int i = 0; len + n + 40 < sizeof(text); i++) {
+    for (int i = 0; len < 10240; i++) {
         memcpy(text + len, prompts, n);
         len += n;
         len += (size_t)snprintf(text + len, sizeof(text) - len, " %d: caf\xc3\xa9 \xe4\xb8\x8b,\n", i * 7919);
@@ -596,6 +628,7 @@ int main(void)
         {"qwen2", "rand-qwen2-qwen2vocab-e64-l2-F16.gguf"},
     };
     for (size_t i = 0; i < ARRAY_LEN(vocabs); i++) test_vectors(shared, &vocabs[i]);
+    test_special_strip(shared);
 
     static const char *const refs[][2] = {
         {"stories260K.json", "stories260K.gguf"},

@@ -12,10 +12,15 @@
  *   special  int32_t[]    ids that the special-token pass looks for, longest
  *                         text first
  *
- * Files: tok.c (load, lookups, special-token pass, encode entry, pieces,
- * decode), tok_spm.c (SentencePiece merge), tok_bpe.c (byte-level BPE),
- * tok_pretok.c (BPE pre-tokenizers), tok_unicode.c + tok_unicode_tab.c
- * (UTF-8 and the generated category tables).
+ * Files: tok_load.c (GGUF -> tables, text-based fix-ups), tok.c (lookups,
+ * special-token pass, tok_encode, pieces, decode), tok_spm.c (SentencePiece
+ * merge), tok_bpe.c (byte-level BPE), tok_pretok.c (BPE pre-tokenizers),
+ * tok_unicode.c + tok_unicode_tab.c (UTF-8 and the generated category
+ * tables, scripts/gen_unicode.py), tmpl.c (chat templates).
+ *
+ * Invariants after load: every id in special[] and every bos/eos/unk/...
+ * that is not -1 is < n_vocab; pieces has n_vocab entries; attr bits only
+ * change during load.
  */
 #ifndef TOK_IMPL_H
 #define TOK_IMPL_H

@@ -121,7 +121,8 @@ static pk_status load_strings(const gguf_ctx *g, const char *key, uint64_t n, bo
     return PK_OK;
 }
 
-/* A string array of at least `min` elements; PK_ENOTFOUND when absent. */
+/* The element count of a string array; PK_ENOTFOUND when absent, PK_EFORMAT
+ * when not a string array. */
 static pk_status str_array(const gguf_ctx *g, const char *key, uint64_t *n)
 {
     gguf_type et;
