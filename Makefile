@@ -20,6 +20,8 @@ TEST_SRC := $(sort $(wildcard tests/test_*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+BENCH_SRC := $(sort $(wildcard bench/*.c))
+BENCHES  := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
 # Debian packages the build and tests need; `make deps` installs the missing.
 DEB_PKGS := gcc make clang libjansson-dev libmicrohttpd-dev nodejs npm
@@ -46,6 +48,10 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/libpolykv.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BUILD)/libpolykv.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
 deps:
 	@sh scripts/deps.sh $(DEB_PKGS)
 
@@ -63,8 +69,8 @@ test-asan: deps
 
 tests-only: $(TESTS)
 
-bench: deps all
-	@sh bench/run.sh $(BUILD)/polykv
+bench: deps all $(BENCHES)
+	@sh bench/run.sh $(BUILD)
 
 fuzz: deps
 	@sh fuzz/run.sh $(FUZZ_SECONDS)
@@ -72,4 +78,4 @@ fuzz: deps
 clean:
 	rm -rf build build-asan build-fuzz
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_SRC:%.c=$(BUILD)/obj/%.d)
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_SRC:%.c=$(BUILD)/obj/%.d) $(BENCH_SRC:%.c=$(BUILD)/obj/%.d)

@@ -26,6 +26,16 @@
  *   Shared cells are immutable: kv_seq_add refuses to move a cell that more
  *   than one sequence holds.
  *
+ * COST
+ *   kv_used, kv_cells_end, kv_seq_cells and kv_seq_owned are O(1) (kept
+ *   exact after every call).  kv_find_slot starts at the lowest free cell.
+ *   The sequence operations and kv_seq_pos_min / kv_seq_pos_max scan the
+ *   cells below kv_cells_end, O(n_ctx) at worst.
+ *
+ * Arguments: a cell index outside [0, n_ctx), a sequence id outside
+ * [0, KV_MAX_SEQ) (other than the documented "seq < 0" of kv_seq_rm) or
+ * kv_cell_set on a used cell is a caller bug and ASSERTs.
+ *
  * Threads: the engine thread only.
  */
 #ifndef KV_H
@@ -63,7 +73,8 @@ void kv_free(kv_cache *kv);                      /* NULL is a no-op */
 const kv_params *kv_get_params(const kv_cache *kv);
 size_t kv_size_bytes(const kv_cache *kv);        /* K + V storage */
 
-/* Storage rows (type kv_get_params()->type). */
+/* Storage rows (type kv_get_params()->type).  Each layer's K and V regions
+ * start 64-byte aligned; row r is at base + r * row bytes. */
 void *kv_k_row(kv_cache *kv, int layer, int cell);
 void *kv_v_row(kv_cache *kv, int layer, int cell);
 const void *kv_k_base(const kv_cache *kv, int layer);   /* row 0; stride = row bytes */
@@ -80,11 +91,13 @@ int kv_cells_end(const kv_cache *kv);  /* 1 + highest used cell index (0 when em
 
 /* Finds n free cells for a batch, lowest indices first, and writes their
  * indices to cells[0..n).  Marks nothing: the caller fills the K/V rows and
- * then calls kv_cell_set.  PK_EFULL when fewer than n are free. */
+ * then calls kv_cell_set.  PK_EFULL (cells untouched) when fewer than n are
+ * free; PK_EINVAL when n < 0. */
 pk_status kv_find_slot(const kv_cache *kv, int n, int *cells);
 
 /* Occupies a free cell with position pos and the given members (n_seqs >= 1,
- * ids in [0, KV_MAX_SEQ)); the first member becomes its owner. */
+ * ids in [0, KV_MAX_SEQ), pos >= 0); the first member becomes its owner.
+ * A repeated id counts once. */
 void kv_cell_set(kv_cache *kv, int cell, kv_pos pos, const kv_seq *seqs, int n_seqs);
 
 /* Sequence operations.  p0 < 0 means 0, p1 < 0 means +infinity; the range
@@ -94,12 +107,19 @@ void kv_seq_cp(kv_cache *kv, kv_seq src, kv_seq dst, kv_pos p0, kv_pos p1);
 void kv_seq_keep(kv_cache *kv, kv_seq seq);    /* drops every other sequence */
 /* Adds delta to the positions of seq's cells in [p0, p1); cells that would go
  * below 0 leave seq.  PK_EINVAL (nothing changed) when one of the cells is
- * held by another sequence too. */
+ * held by another sequence too (checked even for delta 0), or when a
+ * position would pass INT32_MAX. */
 pk_status kv_seq_add(kv_cache *kv, kv_seq seq, kv_pos p0, kv_pos p1, kv_pos delta);
 kv_pos kv_seq_pos_min(const kv_cache *kv, kv_seq seq);   /* -1 when empty */
 kv_pos kv_seq_pos_max(const kv_cache *kv, kv_seq seq);   /* -1 when empty */
 int kv_seq_cells(const kv_cache *kv, kv_seq seq);        /* cells seq is in */
 int kv_seq_owned(const kv_cache *kv, kv_seq seq);        /* cells charged to seq */
-void kv_clear(kv_cache *kv);
+void kv_clear(kv_cache *kv);     /* frees every cell; K/V bytes are left as they are */
+
+/* Self-check for tests and debug builds: recomputes every count from the
+ * cells and compares (used, cells_end, lowest free cell, per-sequence cells
+ * and owned cells, free cells blank, owner a member).  O(n_ctx).
+ * Returns true when consistent. */
+bool kv_check(const kv_cache *kv);
 
 #endif

@@ -38,17 +38,33 @@ smp_params smp_default_params(void);
 
 typedef struct smp_ctx smp_ctx;
 
-/* n_vocab > 0; history_max bounds the tokens remembered for penalties. */
+/* n_vocab > 0; history_max bounds the tokens remembered for penalties.
+ * PK_EINVAL for n_vocab <= 0, history_max < 0, penalty_last_n < -1, a NaN
+ * parameter or a repeat_penalty that is not a positive finite number;
+ * PK_ENOMEM.  The RNG is our own xoshiro256** seeded through splitmix64, so
+ * a seed reproduces our stream, not the reference engine's. */
 pk_status smp_new(const smp_params *p, int32_t n_vocab, int32_t history_max, smp_ctx **out);
 void smp_free(smp_ctx *s);                      /* NULL is a no-op */
 void smp_reset(smp_ctx *s);                     /* forgets history, reseeds */
 
-/* Remembers a token (prompt or generated) for the penalties. */
+/* The seed in use: params.seed, or the random one drawn at smp_new when it
+ * was 0xFFFFFFFF (report it so a run can be reproduced). */
+uint64_t smp_get_seed(const smp_ctx *s);
+
+/* Remembers a token (prompt or generated) for the penalties; the caller
+ * accepts the sampled token too (smp_sample does not).  Ids outside
+ * [0, n_vocab) are ignored. */
 void smp_accept(smp_ctx *s, int32_t token);
 
 /* Picks the next token from n_vocab logits (not modified).  When top != NULL
  * and n_top > 0, writes the n_top most likely tokens with their log-probs,
- * most likely first; *chosen_logprob (may be NULL) gets the chosen one's. */
+ * most likely first (ties: lower id first; entries past n_vocab are
+ * {-1, -INFINITY}); *chosen_logprob (may be NULL) gets the chosen one's.
+ * Logits may be -INFINITY (masked) but not NaN.  Every call with temp > 0
+ * consumes exactly one RNG draw.  Cost: O(n_vocab) passes, plus
+ * O(n_vocab log k) at worst for top-k, plus O(kept log n_vocab) for top-p
+ * without top-k (no full sort); log-probs add an O(n_vocab) pass of exp in
+ * double. */
 int32_t smp_sample(smp_ctx *s, const float *logits, smp_logprob *top, int n_top,
                    float *chosen_logprob);
 

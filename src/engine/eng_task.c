@@ -1,0 +1,142 @@
+/* eng_task.c - completion tasks: creation, the event channel, references. */
+#include "eng_task.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+eng_task *eng_task_new(uint64_t id, const eng_completion *c)
+{
+    eng_task *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    t->id = id;
+    t->req = *c;
+    t->prompt = malloc((size_t)c->n_prompt * sizeof *t->prompt);
+    t->q_cap = 64;
+    t->q = calloc((size_t)t->q_cap, sizeof *t->q);
+    if (!t->prompt || !t->q) goto fail;
+    memcpy(t->prompt, c->prompt, (size_t)c->n_prompt * sizeof *t->prompt);
+    t->req.prompt = t->prompt;
+    for (int i = 0; i < ENG_MAX_STOP && c->stop[i]; i++) {
+        if (!c->stop[i][0]) continue;
+        if (!(t->stop[t->n_stop] = strdup(c->stop[i]))) goto fail;
+        t->n_stop++;
+    }
+    for (int i = 0; i < ENG_MAX_STOP; i++) t->req.stop[i] = t->stop[i];
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->cv, NULL);
+    atomic_init(&t->cancelled, false);
+    atomic_init(&t->refs, 2);
+    return t;
+fail:
+    free(t->prompt);
+    free(t->q);
+    for (int i = 0; i < t->n_stop; i++) free(t->stop[i]);
+    free(t);
+    return NULL;
+}
+
+void eng_event_clear(eng_event *ev)
+{
+    if (!ev) return;
+    free(ev->text);
+    memset(ev, 0, sizeof *ev);
+}
+
+void eng_task_unref(eng_task *t)
+{
+    if (!t || atomic_fetch_sub(&t->refs, 1) != 1) return;
+    for (int32_t i = 0; i < t->q_n; i++) eng_event_clear(&t->q[(t->q_head + i) % t->q_cap]);
+    free(t->q);
+    free(t->prompt);
+    for (int i = 0; i < t->n_stop; i++) free(t->stop[i]);
+    pthread_mutex_destroy(&t->mu);
+    pthread_cond_destroy(&t->cv);
+    free(t);
+}
+
+void eng_task_push(eng_task *t, eng_event *ev)
+{
+    pthread_mutex_lock(&t->mu);
+    if (t->finished) {                    /* nothing follows DONE / ERROR */
+        pthread_mutex_unlock(&t->mu);
+        eng_event_clear(ev);
+        return;
+    }
+    if (t->q_n == t->q_cap) {
+        eng_event *nq = calloc((size_t)t->q_cap * 2, sizeof *nq);
+        if (!nq) {                        /* keep the channel consistent: drop the text */
+            pthread_mutex_unlock(&t->mu);
+            eng_event_clear(ev);
+            return;
+        }
+        for (int32_t i = 0; i < t->q_n; i++) nq[i] = t->q[(t->q_head + i) % t->q_cap];
+        free(t->q);
+        t->q = nq;
+        t->q_head = 0;
+        t->q_cap *= 2;
+    }
+    t->q[(t->q_head + t->q_n) % t->q_cap] = *ev;
+    t->q_n++;
+    if (ev->kind != ENG_EV_TOKEN) t->finished = true;
+    memset(ev, 0, sizeof *ev);
+    pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+}
+
+void eng_task_fail(eng_task *t, pk_status st, const char *msg)
+{
+    eng_event ev = { .kind = ENG_EV_ERROR, .status = st };
+    snprintf(ev.message, sizeof ev.message, "%s", msg);
+    eng_task_push(t, &ev);
+}
+
+pk_status eng_task_next(eng_task *t, eng_event *ev, int timeout_ms)
+{
+    struct timespec until;
+    if (timeout_ms >= 0) {
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += timeout_ms / 1000;
+        until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+    }
+    pthread_mutex_lock(&t->mu);
+    while (t->q_n == 0 && !t->drained) {
+        if (timeout_ms < 0) {
+            pthread_cond_wait(&t->cv, &t->mu);
+        } else if (pthread_cond_timedwait(&t->cv, &t->mu, &until) == ETIMEDOUT) {
+            if (t->q_n == 0 && !t->drained) {
+                pthread_mutex_unlock(&t->mu);
+                return PK_EFULL;
+            }
+        }
+    }
+    if (t->q_n == 0) {
+        pthread_mutex_unlock(&t->mu);
+        return PK_ENOTFOUND;
+    }
+    *ev = t->q[t->q_head];
+    memset(&t->q[t->q_head], 0, sizeof *ev);
+    t->q_head = (t->q_head + 1) % t->q_cap;
+    t->q_n--;
+    if (ev->kind != ENG_EV_TOKEN) t->drained = true;
+    pthread_mutex_unlock(&t->mu);
+    return PK_OK;
+}
+
+void eng_task_cancel(eng_task *t)
+{
+    if (t) atomic_store(&t->cancelled, true);
+}
+
+void eng_task_release(eng_task *t)
+{
+    if (!t) return;
+    eng_task_cancel(t);
+    eng_task_unref(t);
+}

@@ -1,0 +1,45 @@
+/*
+ * eng_task.h - a completion task and its event channel, private to the
+ * engine (eng.c) and its task functions (eng_task.c).
+ *
+ * A task has two references: the submitter's (HTTP thread) and the
+ * engine's.  The channel is a FIFO of events under the task's own mutex, so
+ * the engine never waits on a reader and readers never touch engine state.
+ * `cancelled` is the one field both sides write: an atomic flag.
+ */
+#ifndef ENG_TASK_H
+#define ENG_TASK_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "eng.h"
+
+struct eng_task {
+    uint64_t id;
+    eng_completion req;          /* prompt and stop strings owned by the task */
+    int32_t *prompt;
+    char *stop[ENG_MAX_STOP];
+    int32_t n_stop;
+    double t_submit_ms;
+
+    pthread_mutex_t mu;          /* guards the channel below */
+    pthread_cond_t cv;
+    eng_event *q;                /* ring of q_cap events */
+    int32_t q_head, q_n, q_cap;
+    bool finished;               /* the last event was queued */
+    bool drained;                /* ... and read */
+
+    atomic_bool cancelled;
+    atomic_int refs;
+    struct eng_task *next;       /* engine-side queues (engine thread only) */
+};
+
+eng_task *eng_task_new(uint64_t id, const eng_completion *c);
+void eng_task_unref(eng_task *t);
+/* Queues an event (the task takes its text).  ERROR and DONE finish it. */
+void eng_task_push(eng_task *t, eng_event *ev);
+/* Queues an ERROR event with a message. */
+void eng_task_fail(eng_task *t, pk_status st, const char *msg);
+
+#endif

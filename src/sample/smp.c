@@ -1,0 +1,518 @@
+/*
+ * smp.c - token samplers and log-probabilities (see smp.h).
+ *
+ * PIPELINE (one smp_sample call)
+ *
+ *   logits --copy--> work[V] --penalties--> work (penalized logits)
+ *     greedy / top_k == 1:  argmax(work)
+ *     otherwise:            candidates cand[0..n) as (id, logit)
+ *       top-k   min-heap of the k best, then heap-sorted: cand sorted, n = k
+ *       (off)   one pass gathers, in id order, the ids at or above a gate
+ *               (min-p's threshold; for top-p at least max - 20), unsorted
+ *       Z       sum of exp(l - max) over the top-k set (or every id): top-p's
+ *               normalizer, taken before min-p cuts (top-p runs first, as in
+ *               the reference); float exp summed in double, as cheap as the
+ *               reference's float sums and more accurate
+ *       min-p   keep l >= max + log(min_p): a prefix when sorted, the gate
+ *               when not
+ *       top-p   sorted: scan the prefix; unsorted: build a max-heap and pop
+ *               the best one at a time until the popped mass reaches p * Z,
+ *               so only the kept tokens are ever ordered (no full sort)
+ *       draw    weights exp((l - max) / temp), one uniform from the RNG
+ *
+ *   Top-k and top-p keep a prefix of the descending order and min-p keeps
+ *   one too, so applying them in sequence is the shortest of the prefixes;
+ *   the only coupling is that top-p's probabilities are normalized over the
+ *   top-k set, before min-p.
+ *
+ *   Ties in the order go to the lower id everywhere, so the result is a
+ *   function of (logits, history, RNG state) alone.  Every non-greedy call
+ *   draws exactly one number from the RNG, even when one candidate is left,
+ *   so a seed gives the same stream whatever the filters leave.
+ *
+ * PENALTIES
+ *   The history is a ring of the last history_max accepted tokens; the
+ *   window is its last min(penalty_last_n, history_max) entries (all when
+ *   penalty_last_n is -1).  count[V] is all zero between calls: one pass over
+ *   the window counts, a second applies each distinct token once and zeroes
+ *   its count again, O(window) instead of O(V).
+ *
+ * MEMORY: work[V] floats, count[V] ints, cand[V] pairs and the ring, all
+ * allocated at smp_new.  Top-N log-probs use the caller's array as a heap.
+ */
+#include "smp.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#define SMP_SEED_RANDOM 0xFFFFFFFFu
+
+typedef struct smp_cand { int32_t id; float logit; } smp_cand;
+
+struct smp_ctx {
+    smp_params p;
+    int32_t n_vocab;
+    uint64_t seed;          /* effective seed (SMP_SEED_RANDOM replaced) */
+    uint64_t rng[4];        /* xoshiro256** state */
+
+    int32_t *hist;          /* [history_max] ring of accepted tokens */
+    int32_t history_max;
+    int32_t hist_n;         /* tokens held, <= history_max */
+    int32_t hist_head;      /* next write index */
+
+    int32_t *count;         /* [n_vocab], zero between calls */
+    float *work;            /* [n_vocab] penalized logits */
+    smp_cand *cand;         /* [n_vocab] */
+};
+
+/* ---- RNG: xoshiro256**, seeded through splitmix64 ---------------------- */
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
+
+static uint64_t rng_next(uint64_t s[4])
+{
+    uint64_t out = rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return out;
+}
+
+/* Uniform in [0, 1) with 53 random bits. */
+static double rng_uniform(uint64_t s[4])
+{
+    return (double)(rng_next(s) >> 11) * 0x1.0p-53;
+}
+
+static void rng_seed(uint64_t s[4], uint64_t seed)
+{
+    uint64_t x = seed;
+    for (int i = 0; i < 4; i++) s[i] = splitmix64(&x);
+}
+
+static uint64_t random_seed(const void *salt)
+{
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof(v), GRND_NONBLOCK) == (ssize_t)sizeof(v)) return v;
+    uint64_t x = (uint64_t)pk_time_us() ^ (uint64_t)(uintptr_t)salt;
+    return splitmix64(&x);
+}
+
+/* ---- create / destroy -------------------------------------------------- */
+
+smp_params smp_default_params(void)
+{
+    return (smp_params){
+        .temp = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
+        .repeat_penalty = 1.0f, .presence_penalty = 0.0f, .frequency_penalty = 0.0f,
+        .penalty_last_n = 64, .seed = SMP_SEED_RANDOM,
+    };
+}
+
+static bool params_ok(const smp_params *p)
+{
+    return !isnan(p->temp) && !isnan(p->top_p) && !isnan(p->min_p) &&
+           isfinite(p->repeat_penalty) && p->repeat_penalty > 0 &&
+           isfinite(p->presence_penalty) && isfinite(p->frequency_penalty) &&
+           p->penalty_last_n >= -1;
+}
+
+pk_status smp_new(const smp_params *p, int32_t n_vocab, int32_t history_max, smp_ctx **out)
+{
+    *out = NULL;
+    if (!p || n_vocab <= 0 || history_max < 0 || !params_ok(p)) return PK_EINVAL;
+    smp_ctx *s = calloc(1, sizeof(*s));
+    if (!s) return PK_ENOMEM;
+    s->p = *p;
+    s->n_vocab = n_vocab;
+    s->history_max = history_max;
+    s->hist = malloc((size_t)(history_max > 0 ? history_max : 1) * sizeof(*s->hist));
+    s->count = calloc((size_t)n_vocab, sizeof(*s->count));
+    s->work = malloc((size_t)n_vocab * sizeof(*s->work));
+    s->cand = malloc((size_t)n_vocab * sizeof(*s->cand));
+    if (!s->hist || !s->count || !s->work || !s->cand) {
+        smp_free(s);
+        return PK_ENOMEM;
+    }
+    s->seed = p->seed == SMP_SEED_RANDOM ? random_seed(s) : p->seed;
+    smp_reset(s);
+    *out = s;
+    return PK_OK;
+}
+
+void smp_free(smp_ctx *s)
+{
+    if (!s) return;
+    free(s->hist);
+    free(s->count);
+    free(s->work);
+    free(s->cand);
+    free(s);
+}
+
+void smp_reset(smp_ctx *s)
+{
+    s->hist_n = 0;
+    s->hist_head = 0;
+    rng_seed(s->rng, s->seed);
+}
+
+uint64_t smp_get_seed(const smp_ctx *s)
+{
+    return s->seed;
+}
+
+void smp_accept(smp_ctx *s, int32_t token)
+{
+    if (s->history_max == 0 || token < 0 || token >= s->n_vocab) return;
+    s->hist[s->hist_head] = token;
+    s->hist_head = s->hist_head + 1 == s->history_max ? 0 : s->hist_head + 1;
+    if (s->hist_n < s->history_max) s->hist_n++;
+}
+
+/* ---- penalties --------------------------------------------------------- */
+
+static void apply_penalties(smp_ctx *s, float *l)
+{
+    const smp_params *p = &s->p;
+    if (p->penalty_last_n == 0 ||
+        (p->repeat_penalty == 1.0f && p->frequency_penalty == 0.0f && p->presence_penalty == 0.0f))
+        return;
+    int32_t last = p->penalty_last_n < 0 ? s->history_max : MIN(p->penalty_last_n, s->history_max);
+    int32_t n = MIN(last, s->hist_n);
+    int32_t cap = s->history_max, start = s->hist_head - n;
+    if (start < 0) start += cap;
+
+    int32_t i = start;
+    for (int32_t j = 0; j < n; j++) {
+        s->count[s->hist[i]]++;
+        if (++i == cap) i = 0;
+    }
+    i = start;
+    for (int32_t j = 0; j < n; j++) {
+        int32_t t = s->hist[i];
+        int32_t c = s->count[t];
+        if (c > 0) {
+            /* Shrinking toward zero must not make a negative logit likelier,
+             * hence multiply below zero and divide above. */
+            if (l[t] <= 0) l[t] *= p->repeat_penalty;
+            else l[t] /= p->repeat_penalty;
+            l[t] -= (float)c * p->frequency_penalty + p->presence_penalty;
+            s->count[t] = 0;
+        }
+        if (++i == cap) i = 0;
+    }
+}
+
+/* ---- ordering helpers -------------------------------------------------- */
+
+/* The order every selection uses: higher logit first, lower id on ties. */
+static bool better(smp_cand a, smp_cand b)
+{
+    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+}
+
+/* Min-heap (root = worst) sift-down over h[0..n). */
+static void sift_worst(smp_cand *h, int32_t n, int32_t i)
+{
+    smp_cand x = h[i];
+    for (;;) {
+        int32_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && better(h[c], h[c + 1])) c++;
+        if (!better(x, h[c])) break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = x;
+}
+
+/* Max-heap (root = best) sift-down over h[0..n). */
+static void sift_best(smp_cand *h, int32_t n, int32_t i)
+{
+    smp_cand x = h[i];
+    for (;;) {
+        int32_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && better(h[c + 1], h[c])) c++;
+        if (!better(h[c], x)) break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = x;
+}
+
+/* Writes the k best of l[0..n) to c[0..k), best first.  O(n log k), and
+ * O(n) when most values lose to the current k-th at a glance. */
+static void select_top_k(const float *l, int32_t n, int32_t k, smp_cand *c)
+{
+    for (int32_t i = 0; i < k; i++) c[i] = (smp_cand){ i, l[i] };
+    for (int32_t i = k / 2 - 1; i >= 0; i--) sift_worst(c, k, i);
+    for (int32_t i = k; i < n; i++) {
+        smp_cand x = { i, l[i] };
+        if (better(x, c[0])) {
+            c[0] = x;
+            sift_worst(c, k, 0);
+        }
+    }
+    for (int32_t end = k - 1; end > 0; end--) {
+        smp_cand t = c[0];
+        c[0] = c[end];
+        c[end] = t;
+        sift_worst(c, end, 0);
+    }
+}
+
+int32_t smp_argmax(const float *logits, int32_t n)
+{
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (logits[i] > logits[best]) best = i;
+    return best;
+}
+
+/* ---- the truncation pipeline ------------------------------------------ */
+
+/* Below max - SMP_TAIL_SPAN a token weighs under e^-20 (2e-9) of the best:
+ * top-p first tries to order only the tokens above it (see below). */
+#define SMP_TAIL_SPAN 20.0f
+
+/* Keeps the shortest prefix of c[0..n) (sorted best first) whose mass
+ * reaches target; returns its length (at least 1). */
+static int32_t top_p_sorted(const smp_cand *c, int32_t n, float M, double target)
+{
+    double cum = 0;
+    int32_t m = 0;
+    while (m < n) {
+        cum += expf(c[m].logit - M);
+        m++;
+        if (cum >= target) break;
+    }
+    return m;
+}
+
+/* The same for unsorted c[0..n): pops best-first from a max-heap until the
+ * popped mass reaches target, so only the kept tokens are ever ordered.
+ * Popped tokens collect at the tail; returns how many, the kept set being
+ * c[n - taken .. n). */
+static int32_t top_p_heap(smp_cand *c, int32_t n, float M, double target)
+{
+    for (int32_t i = n / 2 - 1; i >= 0; i--) sift_best(c, n, i);
+    double cum = 0;
+    int32_t left = n;
+    while (left > 0) {
+        smp_cand b = c[0];
+        c[0] = c[left - 1];
+        c[left - 1] = b;
+        left--;
+        sift_best(c, left, 0);
+        cum += expf(b.logit - M);
+        if (cum >= target) break;
+    }
+    return n - left;
+}
+
+/* Applies top-k, top-p and min-p to the penalized logits and leaves the
+ * kept candidates in *kept[0..*n_kept).  mx gets the largest logit (always
+ * kept). */
+static void filter_candidates(smp_ctx *s, const float *l, smp_cand **kept, int32_t *n_kept, float *mx)
+{
+    const smp_params *p = &s->p;
+    int32_t V = s->n_vocab, n = 0;
+    smp_cand *c = s->cand;
+    bool use_top_p = p->top_p < 1.0f, use_min_p = p->min_p > 0.0f;
+    float M;
+
+    if (p->top_k > 0 && p->top_k < V) {
+        n = p->top_k;
+        select_top_k(l, V, n, c);
+        M = c[0].logit;
+        double Z = 0;
+        if (use_top_p)
+            for (int32_t i = 0; i < n; i++) Z += expf(c[i].logit - M);
+        if (use_min_p) {
+            float th = MIN(M + logf(p->min_p), M);   /* min_p > 1 keeps the best */
+            int32_t m = 1;
+            while (m < n && c[m].logit >= th) m++;
+            n = m;
+        }
+        if (use_top_p) n = top_p_sorted(c, n, M, (double)p->top_p * Z);
+        *kept = c;
+        *n_kept = n;
+        *mx = M;
+        return;
+    }
+
+    /* No top-k: one pass computes top-p's normalizer Z over every token and
+     * gathers, in id order, the tokens at or above a gate: min-p's
+     * threshold, raised for top-p to max - SMP_TAIL_SPAN.  Both keep a
+     * prefix of the descending order, so when the gathered mass S reaches
+     * top_p * Z the top-p prefix lies inside the gathered set and the far
+     * tail never needs ordering; otherwise gather again down to min-p's
+     * threshold alone. */
+    M = l[smp_argmax(l, V)];
+    float th = use_min_p ? MIN(M + logf(p->min_p), M) : -INFINITY;
+    float gate = use_top_p ? MAX(th, M - SMP_TAIL_SPAN) : th;
+    double Z = 0, S = 0;
+    for (int32_t i = 0; i < V; i++) {
+        float e = use_top_p ? expf(l[i] - M) : 0.0f;
+        Z += e;
+        if (l[i] >= gate) {
+            c[n++] = (smp_cand){ i, l[i] };
+            S += e;
+        }
+    }
+    if (use_top_p) {
+        double target = (double)p->top_p * Z;
+        if (S < target && gate > th) {
+            n = 0;
+            for (int32_t i = 0; i < V; i++)
+                if (l[i] >= th) c[n++] = (smp_cand){ i, l[i] };
+        }
+        int32_t taken = top_p_heap(c, n, M, target);
+        c += n - taken;
+        n = taken;
+    }
+    *kept = c;
+    *n_kept = n;
+    *mx = M;
+}
+
+/* Temperature and one draw over c[0..n).  Overwrites the logits with the
+ * weights. */
+static int32_t draw(smp_ctx *s, smp_cand *c, int32_t n, float M)
+{
+    double u = rng_uniform(s->rng);
+    /* Divide, not multiply by 1/temp: for a subnormal temp the inverse is
+     * inf and the best token's 0 * inf would be NaN. */
+    float t = s->p.temp;
+    double sum = 0;
+    for (int32_t i = 0; i < n; i++) {
+        c[i].logit = expf((c[i].logit - M) / t);
+        sum += c[i].logit;
+    }
+    double target = u * sum, run = 0;
+    int32_t last = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (c[i].logit <= 0) continue;
+        run += c[i].logit;
+        last = i;
+        if (run > target) return c[i].id;
+    }
+    return c[last].id;                      /* rounding left target unreached */
+}
+
+/* ---- log-probabilities -------------------------------------------------- */
+
+/* Log of the softmax normalizer of l[0..n): log sum exp(l - mx), in double. */
+static double log_norm(const float *l, int32_t n, float mx)
+{
+    double z = 0;
+    for (int32_t i = 0; i < n; i++) z += exp((double)l[i] - mx);
+    return log(z);
+}
+
+static bool lp_better(smp_logprob a, smp_logprob b)
+{
+    return better((smp_cand){ a.id, a.logprob }, (smp_cand){ b.id, b.logprob });
+}
+
+static void lp_sift_worst(smp_logprob *h, int n, int i)
+{
+    smp_logprob x = h[i];
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && lp_better(h[c], h[c + 1])) c++;
+        if (!lp_better(x, h[c])) break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = x;
+}
+
+/* The n_top best of l into top[], best first, as log-probs.  The caller's
+ * array is the heap, so nothing is allocated. */
+static void top_logprobs(const float *l, int32_t V, float mx, double lz, smp_logprob *top, int n_top)
+{
+    int k = n_top < V ? n_top : (int)V;
+    for (int i = 0; i < k; i++) top[i] = (smp_logprob){ i, l[i] };
+    for (int i = k / 2 - 1; i >= 0; i--) lp_sift_worst(top, k, i);
+    for (int32_t i = k; i < V; i++) {
+        smp_logprob x = { i, l[i] };
+        if (lp_better(x, top[0])) {
+            top[0] = x;
+            lp_sift_worst(top, k, 0);
+        }
+    }
+    for (int end = k - 1; end > 0; end--) {
+        smp_logprob t = top[0];
+        top[0] = top[end];
+        top[end] = t;
+        lp_sift_worst(top, end, 0);
+    }
+    for (int i = 0; i < k; i++) top[i].logprob = (float)((double)top[i].logprob - mx - lz);
+    for (int i = k; i < n_top; i++) top[i] = (smp_logprob){ -1, -INFINITY };
+}
+
+/* ---- sampling ---------------------------------------------------------- */
+
+int32_t smp_sample(smp_ctx *s, const float *logits, smp_logprob *top, int n_top,
+                   float *chosen_logprob)
+{
+    int32_t V = s->n_vocab;
+    float *l = s->work;
+    memcpy(l, logits, (size_t)V * sizeof(*l));
+    apply_penalties(s, l);
+
+    int32_t tok;
+    float mx;
+    if (s->p.temp <= 0) {
+        tok = smp_argmax(l, V);
+        mx = l[tok];
+    } else if (s->p.top_k == 1) {
+        tok = smp_argmax(l, V);
+        mx = l[tok];
+        rng_next(s->rng);                   /* one draw per call, always */
+    } else {
+        smp_cand *kept;
+        int32_t n_kept;
+        filter_candidates(s, l, &kept, &n_kept, &mx);
+        tok = isfinite(mx) ? draw(s, kept, n_kept, mx) : smp_argmax(l, V);
+    }
+
+    bool want_top = top && n_top > 0;
+    if (want_top || chosen_logprob) {
+        if (!isfinite(mx)) {
+            /* No finite logit: nothing to normalize; report the uniform. */
+            double lu = -log((double)V);
+            if (chosen_logprob) *chosen_logprob = (float)lu;
+            if (want_top) {
+                for (int i = 0; i < n_top; i++)
+                    top[i] = i < V ? (smp_logprob){ i, (float)lu } : (smp_logprob){ -1, -INFINITY };
+            }
+        } else {
+            double lz = log_norm(l, V, mx);
+            if (chosen_logprob) *chosen_logprob = (float)((double)l[tok] - mx - lz);
+            if (want_top) top_logprobs(l, V, mx, lz, top, n_top);
+        }
+    }
+    return tok;
+}

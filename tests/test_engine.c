@@ -1,0 +1,183 @@
+/*
+ * test_engine.c - the engine thread on a real model (stories260K):
+ *   - a greedy completion equals greedy decoding with the model directly;
+ *   - the same, while 3 other sessions decode in the same batches;
+ *   - the prompt cache reuses a slot's common prefix (n_cached);
+ *   - a cancelled task frees its slot; stop strings end the text;
+ *   - bad submissions are refused; stats add up.
+ */
+#include "ref.h"
+
+#include "../src/engine/eng.h"
+
+/* Greedy tokens straight from the model, as the reference for the engine. */
+static int greedy_direct(model *m, const int32_t *prompt, int n, int n_gen, int32_t *out)
+{
+    model_ctx_params cp = { .n_ctx = 1024, .n_ubatch = 512, .n_threads = 2, .kv_type = TQ_F16 };
+    model_ctx *ctx;
+    ASSERT(model_ctx_new(m, &cp, &ctx) == PK_OK);
+    const int V = model_get_hparams(m)->n_vocab;
+    float *logits = malloc((size_t)V * sizeof *logits);
+    static ref_batch rb;
+    ref_batch_make(&rb, prompt, n, 0, 0, false);
+    ASSERT(model_decode(ctx, &rb.b, logits) == PK_OK);
+    int k = 0;
+    for (; k < n_gen; k++) {
+        out[k] = smp_argmax(logits, V);
+        if (tok_is_eog(model_vocab(m), out[k])) { k++; break; }
+        ref_batch_make(&rb, &out[k], 1, n + k, 0, false);
+        ASSERT(model_decode(ctx, &rb.b, logits) == PK_OK);
+    }
+    free(logits);
+    model_ctx_free(ctx);
+    return k;
+}
+
+typedef struct collected {
+    int32_t tok[256];
+    int n_tok;
+    char text[4096];
+    size_t text_len;
+    eng_event done;
+} collected;
+
+static void collect(eng_task *t, collected *c)
+{
+    memset(c, 0, sizeof *c);
+    eng_event ev;
+    while (eng_task_next(t, &ev, 20000) == PK_OK) {
+        if (ev.kind == ENG_EV_TOKEN) {
+            if (c->n_tok < 256) c->tok[c->n_tok++] = ev.token;
+            if (c->text_len + ev.text_len < sizeof c->text) {
+                memcpy(c->text + c->text_len, ev.text, ev.text_len);
+                c->text_len += ev.text_len;
+            }
+            eng_event_clear(&ev);
+        } else {
+            c->done = ev;
+            eng_event_clear(&ev);
+            break;
+        }
+    }
+}
+
+static eng_completion greedy_req(const int32_t *p, int n, int n_predict)
+{
+    eng_completion c = { .prompt = p, .n_prompt = n, .n_predict = n_predict, .cache_prompt = true,
+                         .id_slot = -1 };
+    c.sp = smp_default_params();
+    c.sp.temp = 0;
+    return c;
+}
+
+int main(void)
+{
+    const char *shared = test_shared_dir();
+    if (!shared) SKIP("../shared/models not found (set POLYKV_SHARED): engine checks need a model");
+    char path[512], err[512] = "";
+    snprintf(path, sizeof path, "%s/models/stories260K.gguf", shared);
+    model *m;
+    ASSERT(model_load(path, &m, err, sizeof err) == PK_OK);
+    const tok_vocab *v = model_vocab(m);
+
+    const char *texts[4] = { "Once upon a time", "Lily had a red ball. She", "The sun was", "Tom and his dog" };
+    int32_t pr[4][64], np[4], want[4][64], nw[4];
+    for (int i = 0; i < 4; i++) {
+        ASSERT(tok_encode(v, texts[i], strlen(texts[i]), true, false, pr[i], 64, &np[i]) == PK_OK);
+        nw[i] = greedy_direct(m, pr[i], np[i], 40, want[i]);
+    }
+
+    eng_params ep = eng_default_params();
+    ep.n_slots = 4;
+    ep.n_ctx = 1024;
+    ep.n_threads = 2;
+    eng *e;
+    CHECK(eng_new(m, &ep, &e) == PK_OK);
+
+    /* Alone. */
+    eng_completion c = greedy_req(pr[0], np[0], 40);
+    eng_task *t;
+    collected got;
+    CHECK(eng_submit(e, &c, &t) == PK_OK);
+    collect(t, &got);
+    eng_task_release(t);
+    CHECK_EQ_INT(got.done.kind, ENG_EV_DONE);
+    CHECK_EQ_INT(got.n_tok, nw[0]);
+    CHECK(memcmp(got.tok, want[0], sizeof(int32_t) * (size_t)nw[0]) == 0);
+    CHECK_EQ_INT(got.done.n_gen, nw[0]);
+    CHECK_EQ_INT(got.done.n_prompt, np[0]);
+
+    /* Four at once: every session still equals its own greedy run. */
+    eng_task *ts[4];
+    for (int i = 0; i < 4; i++) {
+        c = greedy_req(pr[i], np[i], 40);
+        c.cache_prompt = false;
+        CHECK(eng_submit(e, &c, &ts[i]) == PK_OK);
+    }
+    for (int i = 0; i < 4; i++) {
+        collect(ts[i], &got);
+        eng_task_release(ts[i]);
+        CHECK_EQ_INT(got.n_tok, nw[i]);
+        CHECK(memcmp(got.tok, want[i], sizeof(int32_t) * (size_t)MIN(nw[i], got.n_tok)) == 0);
+    }
+
+    /* Prompt cache: the same prompt again reuses all but its last token. */
+    c = greedy_req(pr[1], np[1], 4);
+    CHECK(eng_submit(e, &c, &t) == PK_OK);
+    collect(t, &got);
+    eng_task_release(t);
+    CHECK(eng_submit(e, &c, &t) == PK_OK);
+    collect(t, &got);
+    eng_task_release(t);
+    CHECK_EQ_INT(got.done.n_cached, np[1] - 1);
+    CHECK(memcmp(got.tok, want[1], 4 * sizeof(int32_t)) == 0);
+
+    /* Stop string: the text ends before it and the reason says so. */
+    c = greedy_req(pr[0], np[0], 40);
+    c.stop[0] = " little";
+    CHECK(eng_submit(e, &c, &t) == PK_OK);
+    collect(t, &got);
+    eng_task_release(t);
+    CHECK_EQ_INT(got.done.stop, ENG_STOP_WORD);
+    CHECK(strstr(got.text, "little") == NULL);
+    CHECK_STR(got.done.stop_word, " little");
+
+    /* Cancel: the slot comes back. */
+    c = greedy_req(pr[2], np[2], -1);
+    c.sp.temp = 0.8f;
+    c.ignore_eos = true;
+    CHECK(eng_submit(e, &c, &t) == PK_OK);
+    eng_event ev;
+    CHECK(eng_task_next(t, &ev, 20000) == PK_OK);
+    eng_event_clear(&ev);
+    eng_task_cancel(t);
+    pk_status st;
+    while ((st = eng_task_next(t, &ev, 20000)) == PK_OK && ev.kind == ENG_EV_TOKEN) eng_event_clear(&ev);
+    CHECK(st == PK_OK && ev.kind == ENG_EV_ERROR && ev.status == PK_ECANCELLED);
+    eng_event_clear(&ev);
+    eng_task_release(t);
+    eng_stats s;
+    CHECK(eng_get_stats(e, &s) == PK_OK);
+    CHECK_EQ_INT(s.n_running, 0);
+    CHECK_EQ_INT(s.n_waiting, 0);
+    CHECK(s.n_predicted_tokens > 0);
+    CHECK(s.kv_used > 0 && s.kv_used <= s.kv_total);
+
+    /* Refused: empty prompt, bad token, too long for a slot, bad slot. */
+    c = greedy_req(pr[0], 0, 4);
+    CHECK(eng_submit(e, &c, &t) == PK_EINVAL);
+    int32_t bad = 1 << 20;
+    c = greedy_req(&bad, 1, 4);
+    CHECK(eng_submit(e, &c, &t) == PK_EINVAL);
+    static int32_t longp[300];
+    for (int i = 0; i < 300; i++) longp[i] = pr[0][i % np[0]];
+    c = greedy_req(longp, 300, 4);
+    CHECK(eng_submit(e, &c, &t) == PK_EINVAL);   /* n_ctx_slot = 256 */
+    c = greedy_req(pr[0], np[0], 4);
+    c.id_slot = 9;
+    CHECK(eng_submit(e, &c, &t) == PK_EINVAL);
+
+    eng_free(e);
+    model_free(m);
+    return test_finish();
+}

@@ -1,0 +1,480 @@
+/*
+ * test_tensor.c - element types (tq.h) and kernels (tk.h).
+ *
+ * Checked: the traits table; half/bfloat16 conversion (exhaustive half ->
+ * float -> half, float -> half against the F16C instruction on a million
+ * patterns around every rounding boundary); hand-built blocks of every
+ * 32-value format dequantize to the GGUF layout; quantize/dequantize round
+ * trips within each format's step; every SIMD dot within tk.h's budget of
+ * the scalar reference and every SIMD activation converter bit-exact; and
+ * tk_matmul / tk_matmul_job equal to per-row dots for several token counts
+ * on 1 and 2 threads.
+ */
+#include "../src/tensor/tk.h"
+#include "test.h"
+
+#include <immintrin.h>
+#include <stdint.h>
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
+
+static uint32_t rnd_u32(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+
+static float rnd_unit(void)   /* uniform in [-1, 1) */
+{
+    return (float)((double)rnd_u32() / 2147483648.0 - 1.0);
+}
+
+/* Activation-like data: mostly small, a few outliers, varying block scale. */
+static void fill_random(float *x, int64_t n)
+{
+    float scale = 1.0f;
+    for (int64_t i = 0; i < n; i++) {
+        if (i % 32 == 0) scale = 0.01f + 2.0f * (rnd_unit() + 1.0f);
+        float v = (rnd_unit() + rnd_unit() + rnd_unit()) * scale;
+        if (rnd_u32() % 97 == 0) v *= 8.0f;
+        x[i] = v;
+    }
+}
+
+static const tq_type legacy_types[] = {
+    TQ_F32, TQ_F16, TQ_BF16, TQ_Q4_0, TQ_Q4_1, TQ_Q5_0, TQ_Q5_1, TQ_Q8_0,
+};
+
+static const char *const isa_list[] = { "scalar", "avx2", "avx512" };
+
+/* ---- traits ----------------------------------------------------------------- */
+
+static void test_traits(void)
+{
+    CHECK(tq_get(-1) == NULL);
+    CHECK(tq_get(4) == NULL);                /* ids 4, 5 were removed from GGUF */
+    CHECK(tq_get(TQ_COUNT) == NULL);
+    CHECK_STR(tq_get(TQ_Q4_K)->name, "q4_K");
+    CHECK_EQ_INT(tq_get(TQ_Q4_0)->type_size, 18);
+    CHECK_EQ_INT(tq_get(TQ_Q5_1)->type_size, 24);
+    CHECK_EQ_INT(tq_get(TQ_Q6_K)->type_size, 210);
+    CHECK_EQ_INT(tq_get(TQ_Q8_K)->type_size, 292);
+    CHECK_EQ_INT(tq_get(TQ_BF16)->blck_size, 1);
+    CHECK_EQ_INT(tq_get(TQ_Q4_1)->vec_dot_type, TQ_Q8_0);
+    CHECK_EQ_INT(tq_get(TQ_Q5_K)->vec_dot_type, TQ_Q8_K);
+    CHECK_EQ_INT(tq_get(TQ_F16)->vec_dot_type, TQ_F16);
+    CHECK(!tq_get(TQ_Q2_K)->supported);
+    CHECK(tq_get(TQ_Q6_K)->supported);
+    CHECK_EQ_INT(tq_row_size(TQ_Q8_0, 4864), 4864 / 32 * 34);
+    CHECK_EQ_INT(tq_row_size(TQ_Q8_0, 33), 0);
+    CHECK_EQ_INT(tq_row_size(TQ_F32, 7), 28);
+    CHECK_EQ_INT(tq_row_size(TQ_Q4_K, 512), 288);
+    CHECK_EQ_INT(tq_row_size(77, 32), 0);
+}
+
+/* ---- half / bfloat16 ---------------------------------------------------------- */
+
+__attribute__((target("f16c"))) static tq_f16 hw_f32_to_f16(float f)
+{
+    return (tq_f16)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
+}
+
+static float bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static void test_f16(void)
+{
+    /* half -> float -> half is the identity except NaN, which stays NaN
+     * with the quiet bit set. */
+    int bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = tq_f16_to_f32((tq_f16)h);
+        tq_f16 back = tq_f32_to_f16(f);
+        bool nan = (h & 0x7c00) == 0x7c00 && (h & 0x3ff);
+        if (nan ? back != (h | 0x200) || !isnan(f) : back != h) bad++;
+    }
+    CHECK_EQ_INT(bad, 0);
+    CHECK(tq_f16_to_f32(0x3c00) == 1.0f);
+    CHECK(tq_f16_to_f32(0x0001) == 5.9604644775390625e-08f);
+    CHECK(tq_f16_to_f32(0xfbff) == -65504.0f);
+    CHECK_EQ_INT(tq_f32_to_f16(65519.99f), 0x7bff);
+    CHECK_EQ_INT(tq_f32_to_f16(65520.0f), 0x7c00);
+    CHECK_EQ_INT(tq_f32_to_f16(-INFINITY), 0xfc00);
+    CHECK_EQ_INT(tq_f32_to_f16(2.9802322387695312e-08f), 0);   /* 2^-25: tie to even 0 */
+    CHECK_EQ_INT(tq_f32_to_f16(2.9802326e-08f), 1);             /* just above */
+
+    if (!__builtin_cpu_supports("f16c")) {
+        printf("note: no F16C, float -> half not compared with hardware\n");
+        return;
+    }
+    /* Every exponent, mantissas around the rounding points of every shift
+     * (normal halves round at bit 13, subnormal ones at bits 14..24). */
+    bad = 0;
+    for (uint32_t e = 0; e < 256; e++) {
+        for (int k = 0; k < 4096; k++) {
+            uint32_t m;
+            if (k < 3 * 12) {
+                int bit = 13 + k / 3;    /* 13 .. 24 */
+                m = (1u << (bit - 1)) + (uint32_t)(k % 3) - 1;   /* half-way -1, 0, +1 */
+                m |= (rnd_u32() << bit) & 0x7fffff;
+            } else {
+                m = rnd_u32() & 0x7fffff;
+            }
+            for (uint32_t s = 0; s < 2; s++) {
+                float f = bits_f32(s << 31 | e << 23 | m);
+                if (tq_f32_to_f16(f) != hw_f32_to_f16(f)) bad++;
+            }
+        }
+    }
+    CHECK_EQ_INT(bad, 0);
+}
+
+static void test_bf16(void)
+{
+    CHECK_EQ_INT(tq_f32_to_bf16(1.0f), 0x3f80);
+    CHECK_EQ_INT(tq_f32_to_bf16(bits_f32(0x3f808000)), 0x3f80);   /* tie, even stays */
+    CHECK_EQ_INT(tq_f32_to_bf16(bits_f32(0x3f818000)), 0x3f82);   /* tie, odd rounds up */
+    CHECK_EQ_INT(tq_f32_to_bf16(bits_f32(0x3f808001)), 0x3f81);
+    CHECK_EQ_INT(tq_f32_to_bf16(bits_f32(0x7f800001)), 0x7fc0);   /* signalling NaN quieted */
+    CHECK_EQ_INT(tq_f32_to_bf16(bits_f32(0x00008000)), 0x0000);   /* subnormal kept, tie to even */
+    CHECK_EQ_INT(tq_f32_to_bf16(bits_f32(0x00018000)), 0x0002);
+    CHECK_EQ_INT(tq_f32_to_bf16(bits_f32(0x7f7fffff)), 0x7f80);   /* FLT_MAX rounds to inf */
+    CHECK(tq_bf16_to_f32(0xc040) == -3.0f);
+}
+
+/* ---- block layouts ---------------------------------------------------------- */
+
+static void test_layouts(void)
+{
+    float y[32];
+    /* Q4_0: d = 1, low nibble of byte j is value j, high nibble value j + 16. */
+    tq_block_q4_0 b4 = { .d = 0x3c00 };
+    for (int j = 0; j < 16; j++) b4.qs[j] = (uint8_t)(j | (15 - j) << 4);
+    tq_dequantize_row(TQ_Q4_0, &b4, y, 32);
+    int bad = 0;
+    for (int j = 0; j < 16; j++) bad += y[j] != j - 8 || y[j + 16] != 7 - j;
+    CHECK_EQ_INT(bad, 0);
+
+    /* Q4_1: d = 2, m = -1. */
+    tq_block_q4_1 b41 = { .d = 0x4000, .m = 0xbc00 };
+    memcpy(b41.qs, b4.qs, 16);
+    tq_dequantize_row(TQ_Q4_1, &b41, y, 32);
+    bad = 0;
+    for (int j = 0; j < 16; j++) bad += y[j] != 2 * j - 1 || y[j + 16] != 2 * (15 - j) - 1;
+    CHECK_EQ_INT(bad, 0);
+
+    /* Q5_0 / Q5_1: bit j of qh (little endian) is bit 4 of value j. */
+    uint32_t qh = 0x80000001u | 1u << 16;   /* values 0, 16, 31 get the high bit */
+    tq_block_q5_0 b5 = { .d = 0x3c00 };
+    memcpy(b5.qh, &qh, 4);
+    memcpy(b5.qs, b4.qs, 16);
+    tq_dequantize_row(TQ_Q5_0, &b5, y, 32);
+    CHECK(y[0] == 0 + 16 - 16);
+    CHECK(y[1] == 1 - 16);
+    CHECK(y[16] == 15 + 16 - 16);
+    CHECK(y[17] == 14 - 16);
+    CHECK(y[31] == 0 + 16 - 16);
+    tq_block_q5_1 b51 = { .d = 0x3c00, .m = 0x3c00 };
+    memcpy(b51.qh, &qh, 4);
+    memcpy(b51.qs, b4.qs, 16);
+    tq_dequantize_row(TQ_Q5_1, &b51, y, 32);
+    CHECK(y[0] == 17);
+    CHECK(y[15] == 16);
+    CHECK(y[16] == 32);
+    CHECK(y[30] == 2);
+
+    /* Q8_0 activation quantizer: d = amax / 127, q = round-half-even(x * 127 / amax). */
+    float x[32] = { 0 };
+    x[0] = 127.0f;
+    x[1] = -63.5f;    /* exactly half-way: even 64 -> -64 */
+    x[2] = 62.5f;     /* half-way: even 62 */
+    x[3] = 0.49f;
+    tq_block_q8_0 q;
+    tq_quantize_row(TQ_Q8_0, x, &q, 32);
+    CHECK_EQ_INT(q.d, 0x3c00);
+    CHECK_EQ_INT(q.qs[0], 127);
+    CHECK_EQ_INT(q.qs[1], -64);
+    CHECK_EQ_INT(q.qs[2], 62);
+    CHECK_EQ_INT(q.qs[3], 0);
+    memset(x, 0, sizeof x);
+    tq_quantize_row(TQ_Q8_0, x, &q, 32);
+    CHECK_EQ_INT(q.d, 0);
+    CHECK_EQ_INT(q.qs[5], 0);
+}
+
+/* ---- round trips ------------------------------------------------------------ */
+
+/* Largest |x - dequant(quant(x))| allowed in a block, from the block's data. */
+static double roundtrip_bound(tq_type t, const float *x)
+{
+    float mn = x[0], mx = x[0], amax = 0;
+    for (int j = 0; j < 32; j++) {
+        mn = fminf(mn, x[j]);
+        mx = fmaxf(mx, x[j]);
+        amax = fmaxf(amax, fabsf(x[j]));
+    }
+    const double h = 1.0 / 1024;   /* f16 storage of d and m, relative, with margin */
+    switch (t) {
+    case TQ_Q4_0: return amax / 8 * (1 + 8 * h);        /* the clamped side can lose a full step */
+    case TQ_Q5_0: return amax / 16 * (1 + 16 * h);
+    case TQ_Q4_1: return (mx - mn) / 15 * (0.5 + 15 * h) + fabsf(mn) * h;
+    case TQ_Q5_1: return (mx - mn) / 31 * (0.5 + 31 * h) + fabsf(mn) * h;
+    case TQ_Q8_0: return amax / 127 * (0.5 + 127 * h);
+    case TQ_F16:  return amax * h;
+    case TQ_BF16: return amax / 128;
+    default:      return 0;
+    }
+}
+
+static void test_roundtrip(void)
+{
+    enum { N = 4096 };
+    static float x[N], y[N];
+    static uint8_t q[N * 4];
+    for (size_t k = 0; k < ARRAY_LEN(legacy_types); k++) {
+        tq_type t = legacy_types[k];
+        fill_random(x, N);
+        tq_quantize_row(t, x, q, N);
+        tq_dequantize_row(t, q, y, N);
+        int bad = 0;
+        for (int b = 0; b < N / 32; b++) {
+            double bound = roundtrip_bound(t, x + b * 32) + 1e-30;
+            for (int j = 0; j < 32; j++)
+                if (fabs((double)x[b * 32 + j] - y[b * 32 + j]) > bound) bad++;
+        }
+        if (bad) fprintf(stderr, "round trip %s: %d values off\n", tq_get(t)->name, bad);
+        CHECK_EQ_INT(bad, 0);
+    }
+}
+
+/* ---- SIMD against the reference ------------------------------------------------ */
+
+/* sum_i |w_i a_i| of the dequantized operands: the scale of tk.h's budget. */
+static double abs_dot(tq_type wt, int64_t n, const void *w, const void *a)
+{
+    float *wf = malloc((size_t)n * sizeof *wf), *af = malloc((size_t)n * sizeof *af);
+    tq_dequantize_row(wt, w, wf, n);
+    tq_dequantize_row(tq_get(wt)->vec_dot_type, a, af, n);
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += fabs((double)wf[i] * af[i]);
+    free(wf);
+    free(af);
+    return s;
+}
+
+static void test_simd_dots(const tk_ops *ops)
+{
+    static const int64_t sizes[] = { 1, 7, 16, 17, 31, 32, 33, 64, 96, 100, 256, 896, 1000, 4864 };
+    float *x = malloc(4864 * sizeof *x), *xa = malloc(4864 * sizeof *xa);
+    uint8_t *w = malloc(4864 * 4), *a = malloc(4864 * 4);
+    for (size_t k = 0; k < ARRAY_LEN(legacy_types); k++) {
+        tq_type wt = legacy_types[k];
+        tq_type vt = tq_get(wt)->vec_dot_type;
+        int bad = 0;
+        for (size_t s = 0; s < ARRAY_LEN(sizes); s++) {
+            int64_t n = sizes[s];
+            if (n % tq_get(wt)->blck_size) continue;
+            for (int rep = 0; rep < 4; rep++) {
+                fill_random(x, n);
+                fill_random(xa, n);
+                tq_quantize_row(wt, x, w, n);
+                ops->quantize[vt](xa, a, n);
+                float ref = tq_vec_dot_ref(wt, n, w, a);
+                float got = ops->vec_dot[wt](n, w, a);
+                double tol = 1e-5 * abs_dot(wt, n, w, a) + 1e-6;
+                if (!(fabs((double)got - ref) <= tol)) {
+                    if (bad++ < 3)
+                        fprintf(stderr, "%s dot %s n=%lld: %.9g vs ref %.9g (tol %.3g)\n", ops->isa,
+                                tq_get(wt)->name, (long long)n, got, ref, tol);
+                }
+            }
+        }
+        CHECK_EQ_INT(bad, 0);
+    }
+    free(x);
+    free(xa);
+    free(w);
+    free(a);
+}
+
+static void test_simd_quantizers(const tk_ops *ops)
+{
+    static const tq_type acts[] = { TQ_Q8_0, TQ_F16, TQ_BF16, TQ_Q8_K };
+    enum { N = 4864 + 13 };
+    static float x[N];
+    static uint8_t r[N * 4], s[N * 4];
+    for (size_t k = 0; k < ARRAY_LEN(acts); k++) {
+        tq_type t = acts[k];
+        int64_t bs = tq_get(t)->blck_size;
+        for (int rep = 0; rep < 6; rep++) {
+            fill_random(x, N);
+            if (rep == 1) for (int i = 0; i < N; i++) x[i] *= 1e-6f;       /* half subnormals */
+            if (rep == 2) for (int i = 0; i < N; i++) x[i] = bits_f32(rnd_u32());   /* any bits */
+            if (rep == 3) for (int i = 0; i < N; i++) x[i] = (float)(int)(x[i] * 50) + 0.5f;
+            if (rep == 4) for (int i = 0; i < N; i++) x[i] = i % 64 < 32 ? 0.0f : x[i];
+            if (t != TQ_F16 && t != TQ_BF16 && rep == 2) continue;   /* NaN data: not for blocks */
+            int64_t n = (rep == 5 ? N : 4864) / bs * bs;
+            size_t sz = tq_row_size(t, n);
+            memset(r, 0xa5, sz);
+            memset(s, 0x5a, sz);
+            tq_quantize_row(t, x, r, n);
+            ops->quantize[t](x, s, n);
+            if (memcmp(r, s, sz) != 0) fprintf(stderr, "%s quantize %s rep %d differs\n", ops->isa,
+                                               tq_get(t)->name, rep);
+            CHECK(memcmp(r, s, sz) == 0);
+        }
+    }
+}
+
+/* ---- matmul ------------------------------------------------------------------ */
+
+static void check_matmul(tp_pool *tp, tq_type wt, int64_t n_rows, int64_t n_cols, int64_t n_tok)
+{
+    const tk_ops *ops = tk_ops_get();
+    tq_type vt = tq_get(wt)->vec_dot_type;
+    size_t wrow = tq_row_size(wt, n_cols), arow = tq_row_size(vt, n_cols);
+    float *wf = malloc((size_t)(n_rows * n_cols) * sizeof *wf);
+    float *x = malloc((size_t)(n_tok * n_cols) * sizeof *x);
+    float *y = malloc((size_t)(n_tok * n_rows) * sizeof *y);
+    uint8_t *w = malloc(wrow * (size_t)n_rows), *a = malloc(arow);
+    void *scratch = malloc(tk_matmul_scratch_size(wt, n_cols, n_tok));
+    fill_random(wf, n_rows * n_cols);
+    fill_random(x, n_tok * n_cols);
+    for (int64_t r = 0; r < n_rows; r++) tq_quantize_row(wt, wf + r * n_cols, w + r * wrow, n_cols);
+    for (int64_t i = 0; i < n_tok * n_rows; i++) y[i] = NAN;
+
+    tk_matmul(tp, wt, w, n_rows, n_cols, x, n_tok, y, scratch);
+
+    int bad = 0, off = 0;
+    for (int64_t t = 0; t < n_tok; t++) {
+        ops->quantize[vt](x + t * n_cols, a, n_cols);
+        for (int64_t r = 0; r < n_rows; r++) {
+            const void *wr = w + r * wrow;
+            /* The same kernel on the same data: equal to the bit. */
+            if (y[t * n_rows + r] != ops->vec_dot[wt](n_cols, wr, a)) bad++;
+            double tol = 1e-5 * abs_dot(wt, n_cols, wr, a) + 1e-6;
+            if (!(fabs(y[t * n_rows + r] - tq_vec_dot_ref(wt, n_cols, wr, a)) <= tol)) off++;
+        }
+    }
+    if (bad || off)
+        fprintf(stderr, "matmul %s %lldx%lld n_tok=%lld threads=%d: %d differ, %d off ref\n",
+                tq_get(wt)->name, (long long)n_rows, (long long)n_cols, (long long)n_tok,
+                tp_n_threads(tp), bad, off);
+    CHECK_EQ_INT(bad, 0);
+    CHECK_EQ_INT(off, 0);
+    free(wf);
+    free(x);
+    free(y);
+    free(w);
+    free(a);
+    free(scratch);
+}
+
+/* Two matmuls chained inside one job: h = W1 x, y = W2 h, sharing scratch. */
+typedef struct {
+    tp_pool *tp;
+    const void *w1, *w2;
+    const float *x;
+    float *h, *y;
+    void *scratch;
+    int64_t n, n_tok;
+} chain_args;
+
+static void chain_job(int ith, int nth, void *p)
+{
+    chain_args *c = p;
+    tk_matmul_job(ith, nth, c->tp, TQ_Q8_0, c->w1, c->n, c->n, c->x, c->n_tok, c->h, c->scratch);
+    tk_matmul_job(ith, nth, c->tp, TQ_Q8_0, c->w2, c->n, c->n, c->h, c->n_tok, c->y, c->scratch);
+}
+
+static void test_matmul_chain(tp_pool *tp)
+{
+    enum { N = 256, T = 5 };
+    size_t wrow = tq_row_size(TQ_Q8_0, N);
+    static float wf[N * N], x[T * N], h[T * N], y[T * N], h2[T * N], y2[T * N];
+    uint8_t *w1 = malloc(wrow * N), *w2 = malloc(wrow * N);
+    void *scratch = malloc(tk_matmul_scratch_size(TQ_Q8_0, N, T));
+    fill_random(wf, N * N);
+    for (int r = 0; r < N; r++) tq_quantize_row(TQ_Q8_0, wf + r * N, w1 + r * wrow, N);
+    fill_random(wf, N * N);
+    for (int r = 0; r < N; r++) tq_quantize_row(TQ_Q8_0, wf + r * N, w2 + r * wrow, N);
+    fill_random(x, T * N);
+    chain_args c = { tp, w1, w2, x, h, y, scratch, N, T };
+    tp_run(tp, chain_job, &c);
+    tk_matmul(tp, TQ_Q8_0, w1, N, N, x, T, h2, scratch);
+    tk_matmul(tp, TQ_Q8_0, w2, N, N, h2, T, y2, scratch);
+    CHECK(memcmp(h, h2, sizeof h) == 0);
+    CHECK(memcmp(y, y2, sizeof y) == 0);
+    free(w1);
+    free(w2);
+    free(scratch);
+}
+
+static void test_matmul(void)
+{
+    static const int64_t toks[] = { 1, 2, 3, 7, 16, 33 };
+    for (int nt = 1; nt <= 2; nt++) {
+        tp_pool *tp;
+        CHECK_EQ_INT(tp_new(nt, &tp), PK_OK);
+        for (int wt = 0; wt < TQ_COUNT; wt++) {
+            const tq_traits *tr = tq_get(wt);
+            if (!tr || !tr->supported || wt == TQ_Q8_K) continue;
+            for (size_t k = 0; k < ARRAY_LEN(toks); k++) check_matmul(tp, wt, 37, 512, toks[k]);
+        }
+        check_matmul(tp, TQ_Q4_0, 700, 896, 2);     /* many chunks */
+        check_matmul(tp, TQ_F32, 3, 100, 4);        /* fewer rows than threads x chunks */
+        test_matmul_chain(tp);
+        tp_free(tp);
+    }
+}
+
+static void test_tables(void)
+{
+    const tk_ops *best = tk_ops_get();
+    CHECK(best != NULL);
+    CHECK(tk_ops_named("scalar") != NULL);
+    CHECK(tk_ops_named("sse9") == NULL);
+    CHECK(tk_ops_named(NULL) == NULL);
+    printf("kernels: %s (avx2 %s, avx512 %s)\n", best->isa, tk_ops_named("avx2") ? "yes" : "no",
+           tk_ops_named("avx512") ? "yes" : "no");
+    for (size_t i = 0; i < ARRAY_LEN(isa_list); i++) {
+        const tk_ops *o = tk_ops_named(isa_list[i]);
+        if (!o) continue;
+        CHECK_STR(o->isa, isa_list[i]);
+        int missing = 0;
+        for (int t = 0; t < TQ_COUNT; t++) {
+            const tq_traits *tr = tq_get(t);
+            if (!tr || !tr->supported) continue;
+            if (t != TQ_Q8_K && !o->vec_dot[t]) missing++;
+            if ((int)tr->vec_dot_type == t && !o->quantize[t]) missing++;
+        }
+        CHECK_EQ_INT(missing, 0);
+    }
+}
+
+int main(void)
+{
+    test_traits();
+    test_f16();
+    test_bf16();
+    test_layouts();
+    test_roundtrip();
+    test_tables();
+    for (size_t i = 1; i < ARRAY_LEN(isa_list); i++) {
+        const tk_ops *o = tk_ops_named(isa_list[i]);
+        if (!o) {
+            printf("note: %s not available here, not tested\n", isa_list[i]);
+            continue;
+        }
+        test_simd_dots(o);
+        test_simd_quantizers(o);
+    }
+    test_matmul();
+    return test_finish();
+}
