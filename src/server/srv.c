@@ -351,10 +351,17 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     *con_cls = NULL;
 }
 
+/* MHD's own messages.  The two it prints when a handler gives up on a
+ * client that left are expected, so only the request log shows them. */
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
-    fprintf(stderr, "srv: ");
-    vfprintf(stderr, fmt, ap);
+    srv *s = cls;
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    if (!s->p.log_requests && (strstr(msg, "application error generating response") ||
+                               strstr(msg, "Application reported internal error")))
+        return;
+    fprintf(stderr, "srv: %s", msg);
 }
 
 /* ---- life cycle ---- */
