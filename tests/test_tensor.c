@@ -270,7 +270,7 @@ static double abs_dot(tq_type wt, int64_t n, const void *w, const void *a)
 
 static void test_simd_dots(const tk_ops *ops)
 {
-    static const int64_t sizes[] = { 1, 7, 16, 17, 31, 32, 33, 64, 96, 100, 256, 896, 1000, 4864 };
+    static const int64_t sizes[] = { 1, 7, 16, 17, 31, 32, 33, 64, 96, 100, 160, 224, 256, 896, 1000, 4864 };
     float *x = malloc(4864 * sizeof *x), *xa = malloc(4864 * sizeof *xa);
     uint8_t *w = malloc(4864 * 4), *a = malloc(4864 * 4);
     for (size_t k = 0; k < ARRAY_LEN(legacy_types); k++) {
