@@ -36,14 +36,25 @@
  * float operations: this file relies on ISO C mode (-std=c11 gives
  * -ffp-contract=off in gcc) and no -ffast-math.
  *
- * The dot products reproduce the x86 kernels of the reference engine bit
- * for bit, not its portable C fallback: each super-block's integer products
- * are gathered into 8 int32 "lanes" (lane m holds values 4m..4m+3 of every
- * 32-value run, which is how 256-bit multiply-add instructions group them),
- * each lane is converted to float and fused-multiply-added into its own
- * accumulator, and the 8 accumulators are summed pairwise (0+4, 2+6, 1+5,
- * 3+7).  The SIMD kernels in tk_kquant_*.c produce the same lanes, so all
- * ISAs and the reference engine agree exactly, not just within tk.h's budget.
+ * The dot products reproduce, bit for bit, what the reference engine
+ * computes on x86 CPUs with AVX2 by default (not its portable C fallback):
+ *
+ *   Q5_K, Q6_K: its row-by-row kernels.  A super-block's integer products
+ *     are gathered into 8 int32 "lanes" (lane m holds values 4m..4m+3 of
+ *     every 32-value run, which is how 256-bit multiply-add instructions
+ *     group them); each lane is converted to float and fused-multiply-added
+ *     into its own accumulator; the 8 accumulators are summed at the end
+ *     as ((0+4) + (2+6)) + ((1+5) + (3+7)).
+ *   Q4_K: its kernels for weights repacked 8 rows at a time, which it uses
+ *     for every Q4_K matrix whose row count is a multiple of 8.  Each
+ *     super-block's scaled and min integer totals are fused-multiply-added
+ *     into two floats (scale d_w * d_a, and dmin_w * d_a); the result is
+ *     their difference.  (Its row-by-row Q4_K kernel, used when repacking
+ *     is off, rounds differently in the last bits.)
+ *
+ * The SIMD kernels in tk_kquant_*.c keep the same integer groups and float
+ * order, so every ISA gives the same bits, not just results within tk.h's
+ * budget.
  */
 #include "tq_impl.h"
 
@@ -483,26 +494,27 @@ static void scale_min_lanes(const uint8_t q[TQ_QK_K], const uint8_t *packed,
                       mn[2 * k + 1] * (a->bsums[4 * k + 2] + a->bsums[4 * k + 3]);
 }
 
-/* The mins go to 4 float accumulators of their own, summed at the end. */
+/* Whole-block integer totals, two float accumulators (see NUMERICS). */
 float tq_dot_q4_K(int64_t n, const void *vw, const void *va)
 {
     const tq_block_q4_K *b = vw;
     const tq_block_q8_K *a = va;
-    float acc[8] = {0}, acc_min[4] = {0};
+    float acc = 0, acc_min = 0;
     uint8_t q[TQ_QK_K];
     for (int64_t i = 0; i < n / TQ_QK_K; i++, b++, a++) {
         int32_t lane[8], min_lane[4];
         q4_levels(b->qs, q);
         scale_min_lanes(q, b->scales, a, lane, min_lane);
-        float d = a->d * tq_f16_to_f32(b->d);
-        float dmin = -a->d * tq_f16_to_f32(b->dmin);
-        for (int m = 0; m < 8; m++) acc[m] = fmaf(d, (float)lane[m], acc[m]);
-        for (int k = 0; k < 4; k++) acc_min[k] = fmaf(dmin, (float)min_lane[k], acc_min[k]);
+        int32_t total = 0, total_min = 0;
+        for (int m = 0; m < 8; m++) total += lane[m];
+        for (int k = 0; k < 4; k++) total_min += min_lane[k];
+        acc = fmaf((float)total, tq_f16_to_f32(b->d) * a->d, acc);
+        acc_min = fmaf((float)total_min, tq_f16_to_f32(b->dmin) * a->d, acc_min);
     }
-    return sum_lanes(acc) + ((acc_min[0] + acc_min[2]) + (acc_min[1] + acc_min[3]));
+    return acc - acc_min;
 }
 
-/* Unlike Q4_K, the mins' integer total goes into one float per block. */
+/* 8 float lanes; the mins' integer total goes into one float per block. */
 float tq_dot_q5_K(int64_t n, const void *vw, const void *va)
 {
     const tq_block_q5_K *b = vw;
