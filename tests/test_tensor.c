@@ -15,6 +15,7 @@
 
 #include <immintrin.h>
 #include <stdint.h>
+#include <sys/wait.h>
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
 
@@ -434,6 +435,33 @@ static void test_matmul(void)
     }
 }
 
+/* POLYKV_ISA picks a lower table.  The choice is made once per process, so
+ * each case runs in a child forked before this process makes its own. */
+static void test_isa_env(void)
+{
+    static const char *const want[][2] = {
+        { "scalar", "scalar" }, { "avx2", "avx2" }, { "bogus", NULL }, { "", NULL },
+    };
+    for (size_t i = 0; i < ARRAY_LEN(want); i++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            setenv("POLYKV_ISA", want[i][0], 1);
+            const tk_ops *o = tk_ops_get();
+            const tk_ops *named = want[i][1] ? tk_ops_named(want[i][1]) : NULL;
+            /* An unavailable or unknown name leaves the best table, which is
+             * whatever tk_ops_named of the best level returns. */
+            bool ok = named ? o == named
+                            : o == tk_ops_named("avx512") || (!tk_ops_named("avx512") && o == tk_ops_named("avx2"))
+                              || (!tk_ops_named("avx2") && o == tk_ops_named("scalar"));
+            _exit(ok ? 0 : 1);
+        }
+        int st = -1;
+        waitpid(pid, &st, 0);
+        if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) fprintf(stderr, "POLYKV_ISA=%s\n", want[i][0]);
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    }
+}
+
 static void test_tables(void)
 {
     const tk_ops *best = tk_ops_get();
@@ -460,6 +488,7 @@ static void test_tables(void)
 
 int main(void)
 {
+    test_isa_env();   /* first: before this process picks its table */
     test_traits();
     test_f16();
     test_bf16();
