@@ -79,3 +79,4 @@ clean:
 	rm -rf build build-asan build-fuzz
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_SRC:%.c=$(BUILD)/obj/%.d) $(BENCH_SRC:%.c=$(BUILD)/obj/%.d)
+.SECONDARY:

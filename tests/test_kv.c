@@ -270,6 +270,11 @@ static void test_sharing(void)
     kv_seq_cp(kv, 1, 2, 2, -1);              /* chained share: 2 gets 2..3 */
     CHECK_EQ_INT(kv_seq_cells(kv, 2), 2);
     CHECK_EQ_INT(kv_seq_pos_min(kv, 2), 2);
+    int32_t excl[KV_MAX_SEQ];
+    kv_excl_counts(kv, excl);                /* 0 alone holds 4..5 */
+    CHECK_EQ_INT(excl[0], 2);
+    CHECK_EQ_INT(excl[1], 0);
+    CHECK_EQ_INT(excl[2], 0);
 
     /* The owner leaves: shared cells survive, charge goes to the lowest
      * remaining member; unshared ones are freed. */

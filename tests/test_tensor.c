@@ -8,13 +8,17 @@
  * trips within each format's step; every SIMD dot within tk.h's budget of
  * the scalar reference and every SIMD activation converter bit-exact; and
  * tk_matmul / tk_matmul_job equal to per-row dots for several token counts
- * on 1 and 2 threads.
+ * on 1 and 2 threads.  Golden hashes, taken once from the reference engine's
+ * own functions on the same inputs, pin the quantizers and the dequantized
+ * weights of the shared model files to its bits.
  */
+#include "../src/gguf/gguf.h"
 #include "../src/tensor/tk.h"
 #include "test.h"
 
 #include <immintrin.h>
 #include <stdint.h>
+#include <sys/wait.h>
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
 
@@ -270,7 +274,7 @@ static double abs_dot(tq_type wt, int64_t n, const void *w, const void *a)
 
 static void test_simd_dots(const tk_ops *ops)
 {
-    static const int64_t sizes[] = { 1, 7, 16, 17, 31, 32, 33, 64, 96, 100, 256, 896, 1000, 4864 };
+    static const int64_t sizes[] = { 1, 7, 16, 17, 31, 32, 33, 64, 96, 100, 160, 224, 256, 896, 1000, 4864 };
     float *x = malloc(4864 * sizeof *x), *xa = malloc(4864 * sizeof *xa);
     uint8_t *w = malloc(4864 * 4), *a = malloc(4864 * 4);
     for (size_t k = 0; k < ARRAY_LEN(legacy_types); k++) {
@@ -329,6 +333,130 @@ static void test_simd_quantizers(const tk_ops *ops)
                                                tq_get(t)->name, rep);
             CHECK(memcmp(r, s, sz) == 0);
         }
+    }
+}
+
+/* ---- golden values from the reference engine ------------------------------- */
+
+#define FNV_SEED 0xcbf29ce484222325ULL
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
+/* Deterministic rows of blocks with scales 2^-12 .. 2^11; a quarter of the
+ * blocks hold exact halves (x * 127 / amax = k + 0.5), where round-half-even
+ * and round-half-away differ. */
+static uint32_t golden_next(uint64_t *st)
+{
+    *st ^= *st << 13;
+    *st ^= *st >> 7;
+    *st ^= *st << 17;
+    return (uint32_t)(*st >> 16);
+}
+
+static void golden_rows(float *x, int64_t n)
+{
+    uint64_t st = 0x853c49e6748fea9bULL;
+    for (int64_t b = 0; b < n / 32; b++, x += 32) {
+        int e = (int)(golden_next(&st) % 24) - 12;
+        bool ties = golden_next(&st) % 4 == 0;
+        for (int j = 0; j < 32; j++) {
+            float u = (float)((double)golden_next(&st) / 2147483648.0 - 1.0);
+            x[j] = ties ? ldexpf((float)(int)(u * 126.0f) + 0.5f, e) : ldexpf(u, e);
+        }
+        if (ties) {
+            uint32_t at = golden_next(&st) % 32;
+            x[at] = ldexpf(golden_next(&st) % 2 ? 127.0f : -127.0f, e);
+        }
+    }
+}
+
+/*
+ * Hashes of the reference engine's outputs (llama.cpp as in /work/peers):
+ * its x86 activation quantizer for Q8_0, its model-file quantizers for the
+ * others (built without FMA contraction, as its portable library is), on
+ * golden_rows(64 x 4864); and of its dequantization of the first 16 rows of
+ * every Q4_0 / Q8_0 / F16 tensor of the shared model files.
+ */
+static void test_golden(void)
+{
+    static const struct { tq_type t; uint64_t h; } quant[] = {
+        { TQ_Q8_0, 0xd1c8a72a5e5135deull },
+        { TQ_Q4_0, 0x0f220b397c0dcff9ull },
+        { TQ_Q4_1, 0x1f53aebf9239289bull },
+        { TQ_Q5_0, 0x71a463f020fdc595ull },
+        { TQ_Q5_1, 0xfb08b0a6893d6a3aull },
+    };
+    enum { N = 64 * 4864 };
+    float *x = malloc(N * sizeof *x);
+    uint8_t *q = malloc(N * 2);
+    golden_rows(x, N);
+    for (size_t k = 0; k < ARRAY_LEN(quant); k++) {
+        tq_quantize_row(quant[k].t, x, q, N);
+        uint64_t h = fnv1a(FNV_SEED, q, tq_row_size(quant[k].t, N));
+        if (h != quant[k].h) fprintf(stderr, "golden %s: hash 0x%016llx\n", tq_get(quant[k].t)->name,
+                                     (unsigned long long)h);
+        CHECK(h == quant[k].h);
+    }
+    free(x);
+    free(q);
+
+    static const struct { const char *file; int n_tensors; uint64_t h; } models[] = {
+        { "rand-llama-llama3vocab-e256-l2-Q4_0.gguf", 15, 0x58479da4bf517101ull },
+        { "rand-llama-llama3vocab-e256-l2-Q8_0.gguf", 15, 0x7fc24479dd8284abull },
+        { "rand-qwen2-qwen2vocab-e64-l2-F16.gguf", 15, 0x537bb39db60f4f64ull },
+    };
+    const char *dir = test_shared_dir();
+    if (!dir) {
+        printf("note: no shared directory, model-file checks left out\n");
+        return;
+    }
+    for (size_t f = 0; f < ARRAY_LEN(models); f++) {
+        char path[512], err[256];
+        snprintf(path, sizeof path, "%s/models/%s", dir, models[f].file);
+        gguf_ctx *g = NULL;
+        CHECK_EQ_INT(gguf_open(path, &g, err, sizeof err), PK_OK);
+        if (!g) continue;
+        uint64_t h = FNV_SEED;
+        int n_t = 0, n_far = 0;
+        for (int64_t ti = 0; ti < gguf_n_tensors(g); ti++) {
+            const gguf_tensor *t = gguf_tensor_at(g, ti);
+            if (t->type != TQ_Q4_0 && t->type != TQ_Q8_0 && t->type != TQ_F16) continue;
+            int64_t n = t->ne[0], rows = MIN((int64_t)(t->nbytes / tq_row_size(t->type, n)), 16);
+            tq_type vt = tq_get(t->type)->vec_dot_type;
+            float *y = malloc((size_t)n * sizeof *y), *xa = malloc((size_t)n * sizeof *xa);
+            void *a = malloc(tq_row_size(vt, n));
+            fill_random(xa, n);
+            tq_quantize_row(vt, xa, a, n);
+            for (int64_t r = 0; r < rows; r++) {
+                const uint8_t *w = (const uint8_t *)t->data + r * tq_row_size(t->type, n);
+                tq_dequantize_row(t->type, w, y, n);
+                h = fnv1a(h, y, (size_t)n * sizeof *y);
+                /* real weights through every table, against the reference */
+                float ref = tq_vec_dot_ref(t->type, n, w, a);
+                double tol = 1e-5 * abs_dot(t->type, n, w, a) + 1e-6;
+                for (size_t i = 0; i < ARRAY_LEN(isa_list); i++) {
+                    const tk_ops *o = tk_ops_named(isa_list[i]);
+                    if (o && !(fabs(o->vec_dot[t->type](n, w, a) - ref) <= tol)) n_far++;
+                }
+            }
+            n_t++;
+            free(y);
+            free(xa);
+            free(a);
+        }
+        gguf_close(g);
+        if (h != models[f].h) fprintf(stderr, "golden %s: hash 0x%016llx\n", models[f].file, (unsigned long long)h);
+        CHECK_EQ_INT(n_t, models[f].n_tensors);
+        CHECK(h == models[f].h);
+        CHECK_EQ_INT(n_far, 0);
     }
 }
 
@@ -434,6 +562,33 @@ static void test_matmul(void)
     }
 }
 
+/* POLYKV_ISA picks a lower table.  The choice is made once per process, so
+ * each case runs in a child forked before this process makes its own. */
+static void test_isa_env(void)
+{
+    static const char *const want[][2] = {
+        { "scalar", "scalar" }, { "avx2", "avx2" }, { "bogus", NULL }, { "", NULL },
+    };
+    for (size_t i = 0; i < ARRAY_LEN(want); i++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            setenv("POLYKV_ISA", want[i][0], 1);
+            const tk_ops *o = tk_ops_get();
+            const tk_ops *named = want[i][1] ? tk_ops_named(want[i][1]) : NULL;
+            /* An unavailable or unknown name leaves the best table, which is
+             * whatever tk_ops_named of the best level returns. */
+            bool ok = named ? o == named
+                            : o == tk_ops_named("avx512") || (!tk_ops_named("avx512") && o == tk_ops_named("avx2"))
+                              || (!tk_ops_named("avx2") && o == tk_ops_named("scalar"));
+            _exit(ok ? 0 : 1);
+        }
+        int st = -1;
+        waitpid(pid, &st, 0);
+        if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) fprintf(stderr, "POLYKV_ISA=%s\n", want[i][0]);
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    }
+}
+
 static void test_tables(void)
 {
     const tk_ops *best = tk_ops_get();
@@ -460,11 +615,13 @@ static void test_tables(void)
 
 int main(void)
 {
+    test_isa_env();   /* first: before this process picks its table */
     test_traits();
     test_f16();
     test_bf16();
     test_layouts();
     test_roundtrip();
+    test_golden();
     test_tables();
     for (size_t i = 1; i < ARRAY_LEN(isa_list); i++) {
         const tk_ops *o = tk_ops_named(isa_list[i]);

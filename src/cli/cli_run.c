@@ -24,11 +24,14 @@ static void usage(void)
         "  -t N             threads (default: all CPUs)\n"
         "  -c N             context cells (default: prompt + n)\n"
         "  --kv-type f16|f32  KV cache type (default f16)\n"
+        "  --chat           send the prompt as a user turn through the model's chat template\n"
+        "  --chat-template NAME  use this template (chatml, llama3, llama2, llama2-sys, mistral)\n"
         "  --json           print one JSON object instead of streaming text\n");
 }
 
 typedef struct run_opts {
-    const char *model, *prompt;
+    const char *model, *prompt, *chat_template;
+    bool chat;
     long n_predict, n_threads, n_ctx;
     smp_params sp;
     tq_type kv_type;
@@ -45,10 +48,12 @@ static bool parse(int argc, char **argv, run_opts *o)
         const char *a = argv[i], *v;
         double d;
         if (!strcmp(a, "--json")) { o->json = true; continue; }
+        if (!strcmp(a, "--chat")) { o->chat = true; continue; }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); exit(0); }
         if (!(v = cli_arg(argc, argv, &i))) return false;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = v;
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) o->prompt = v;
+        else if (!strcmp(a, "--chat-template")) { o->chat_template = v; o->chat = true; }
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) { if (!cli_int(a, v, 0, 1 << 24, &o->n_predict)) return false; }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (!cli_int(a, v, 1, 1024, &o->n_threads)) return false; }
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { if (!cli_int(a, v, 0, 1 << 24, &o->n_ctx)) return false; }
@@ -111,6 +116,27 @@ int cli_run(int argc, char **argv)
     }
     const model_hparams *hp = model_get_hparams(m);
     const tok_vocab *voc = model_vocab(m);
+    char *chat_text = NULL;
+    if (o.chat) {
+        tmpl_msg msg = { "user", o.prompt };
+        size_t cap_t = strlen(o.prompt) + 4096, n_t = 0;
+        chat_text = malloc(cap_t);
+        ASSERT(chat_text);
+        pk_status ts;
+        if (o.chat_template) {
+            tmpl_kind k = tmpl_from_name(o.chat_template);
+            ts = k == TMPL_UNKNOWN ? PK_EUNSUPPORTED : tmpl_apply(k, &msg, 1, true, chat_text, cap_t, &n_t);
+        } else {
+            ts = tmpl_render(tok_chat_template(voc), &msg, 1, true, chat_text, cap_t, &n_t);
+        }
+        if (ts != PK_OK) {
+            fprintf(stderr, "polykv: %s\n", ts == PK_EUNSUPPORTED
+                    ? "chat template not recognised (known: chatml, llama3, llama2, llama2-sys, mistral; pick one with --chat-template)"
+                    : "could not apply the chat template");
+            return 1;
+        }
+        o.prompt = chat_text;
+    }
     size_t plen = strlen(o.prompt);
     int32_t cap = (int32_t)MIN(plen + 8, (size_t)(1 << 24)), n_prompt = 0;
     int32_t *prompt = malloc((size_t)cap * sizeof *prompt);
@@ -197,7 +223,7 @@ int cli_run(int argc, char **argv)
                 n_prompt, t_prompt, n_prompt * 1000.0 / t_prompt, n_gen, t_gen,
                 n_gen > 0 ? n_gen * 1000.0 / t_gen : 0.0);
     }
-    free(text); free(logits); free(gen); free(pos); free(nseq); free(seq); free(want); free(prompt);
+    free(chat_text); free(text); free(logits); free(gen); free(pos); free(nseq); free(seq); free(want); free(prompt);
     smp_free(smp);
     model_ctx_free(ctx);
     model_free(m);

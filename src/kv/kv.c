@@ -434,6 +434,18 @@ int kv_seq_owned(const kv_cache *kv, kv_seq seq)
     return kv->seq_owned[seq];
 }
 
+void kv_excl_counts(const kv_cache *kv, int32_t *out)
+{
+    memset(out, 0, KV_MAX_SEQ * sizeof *out);
+    for (int i = 0; i < kv->cells_end; i++) {
+        if (kv->pos[i] < 0) continue;
+        const kv_seqset *s = &kv->seqs[i];
+        int n = 0;
+        for (int w = 0; w < KV_MAX_SEQ / 64; w++) n += __builtin_popcountll(s->w[w]);
+        if (n == 1) out[kv->owner[i]]++;
+    }
+}
+
 void kv_clear(kv_cache *kv)
 {
     for (int i = 0; i < kv->cells_end; i++) {

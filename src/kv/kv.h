@@ -114,6 +114,9 @@ kv_pos kv_seq_pos_min(const kv_cache *kv, kv_seq seq);   /* -1 when empty */
 kv_pos kv_seq_pos_max(const kv_cache *kv, kv_seq seq);   /* -1 when empty */
 int kv_seq_cells(const kv_cache *kv, kv_seq seq);        /* cells seq is in */
 int kv_seq_owned(const kv_cache *kv, kv_seq seq);        /* cells charged to seq */
+/* For every sequence id, the cells it alone holds (what dropping it would
+ * free): out[KV_MAX_SEQ].  One pass over the used cells. */
+void kv_excl_counts(const kv_cache *kv, int32_t *out);
 void kv_clear(kv_cache *kv);     /* frees every cell; K/V bytes are left as they are */
 
 /* Self-check for tests and debug builds: recomputes every count from the

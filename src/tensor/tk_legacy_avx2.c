@@ -138,82 +138,128 @@ static float dot_bf16(int64_t n, const void *w, const void *a)
 
 /* ---- 32-value block formats against Q8_0 activations ---------------------- */
 
-static float dot_q8_0(int64_t n, const void *w, const void *a)
+/*
+ * Each format has a block step acc += (its block's contribution), and the
+ * loops run two blocks per iteration into two accumulators: one chain of
+ * FMAs would be bound by FMA latency, not by the integer work.
+ */
+
+static inline __m256 step_q8_0(__m256 acc, const tq_block_q8_0 *x, const tq_block_q8_0 *y)
 {
-    const tq_block_q8_0 *x = w, *y = a;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / 32; i++) {
-        __m256i qw = _mm256_loadu_si256((const __m256i *)x[i].qs);
-        __m256i qa = _mm256_loadu_si256((const __m256i *)y[i].qs);
-        __m256 d = _mm256_set1_ps(f16_to_f32(x[i].d) * f16_to_f32(y[i].d));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_s8s8(qw, qa)), acc);
-    }
-    return hsum8(acc);
+    __m256i qw = _mm256_loadu_si256((const __m256i *)x->qs);
+    __m256i qa = _mm256_loadu_si256((const __m256i *)y->qs);
+    __m256 d = _mm256_set1_ps(f16_to_f32(x->d) * f16_to_f32(y->d));
+    return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_s8s8(qw, qa)), acc);
 }
 
-static float dot_q4_0(int64_t n, const void *w, const void *a)
+static inline __m256 step_q4_0(__m256 acc, const tq_block_q4_0 *x, const tq_block_q8_0 *y)
 {
-    const tq_block_q4_0 *x = w;
-    const tq_block_q8_0 *y = a;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / 32; i++) {
-        __m256i qw = _mm256_sub_epi8(nibbles32(x[i].qs), _mm256_set1_epi8(8));
-        __m256i qa = _mm256_loadu_si256((const __m256i *)y[i].qs);
-        __m256 d = _mm256_set1_ps(f16_to_f32(x[i].d) * f16_to_f32(y[i].d));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_s8s8(qw, qa)), acc);
-    }
-    return hsum8(acc);
+    __m256i qw = _mm256_sub_epi8(nibbles32(x->qs), _mm256_set1_epi8(8));
+    __m256i qa = _mm256_loadu_si256((const __m256i *)y->qs);
+    __m256 d = _mm256_set1_ps(f16_to_f32(x->d) * f16_to_f32(y->d));
+    return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_s8s8(qw, qa)), acc);
 }
 
-static float dot_q5_0(int64_t n, const void *w, const void *a)
+static inline __m256 step_q5_0(__m256 acc, const tq_block_q5_0 *x, const tq_block_q8_0 *y)
 {
-    const tq_block_q5_0 *x = w;
-    const tq_block_q8_0 *y = a;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / 32; i++) {
-        /* code - 16 = nibble - 16 where the high bit is clear, nibble where set */
-        __m256i off = _mm256_andnot_si256(bits_to_bytes32(x[i].qh), _mm256_set1_epi8(16));
-        __m256i qw = _mm256_sub_epi8(nibbles32(x[i].qs), off);
-        __m256i qa = _mm256_loadu_si256((const __m256i *)y[i].qs);
-        __m256 d = _mm256_set1_ps(f16_to_f32(x[i].d) * f16_to_f32(y[i].d));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_s8s8(qw, qa)), acc);
-    }
-    return hsum8(acc);
+    /* code - 16 = nibble - 16 where the high bit is clear, nibble where set */
+    __m256i off = _mm256_andnot_si256(bits_to_bytes32(x->qh), _mm256_set1_epi8(16));
+    __m256i qw = _mm256_sub_epi8(nibbles32(x->qs), off);
+    __m256i qa = _mm256_loadu_si256((const __m256i *)y->qs);
+    __m256 d = _mm256_set1_ps(f16_to_f32(x->d) * f16_to_f32(y->d));
+    return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_s8s8(qw, qa)), acc);
 }
 
 /* Q4_1 / Q5_1 block: d da sum(code a) + m da sum(a), codes unsigned. */
-static inline __m256 dot_offset_block(__m256 acc, __m256i codes, const tq_block_q8_0 *yb,
-                                      tq_f16 dw, tq_f16 mw)
+static inline __m256 step_offset(__m256 acc, __m256i codes, const tq_block_q8_0 *y,
+                                 tq_f16 dw, tq_f16 mw)
 {
-    __m256i qa = _mm256_loadu_si256((const __m256i *)yb->qs);
-    float da = f16_to_f32(yb->d);
+    __m256i qa = _mm256_loadu_si256((const __m256i *)y->qs);
+    float da = f16_to_f32(y->d);
     __m256i si = dot_u8s8(codes, qa);
     __m256i sa = dot_u8s8(_mm256_set1_epi8(1), qa);
     acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(dw) * da), _mm256_cvtepi32_ps(si), acc);
     return _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(mw) * da), _mm256_cvtepi32_ps(sa), acc);
 }
 
+static inline __m256 step_q4_1(__m256 acc, const tq_block_q4_1 *x, const tq_block_q8_0 *y)
+{
+    return step_offset(acc, nibbles32(x->qs), y, x->d, x->m);
+}
+
+static inline __m256 step_q5_1(__m256 acc, const tq_block_q5_1 *x, const tq_block_q8_0 *y)
+{
+    __m256i hi = _mm256_and_si256(bits_to_bytes32(x->qh), _mm256_set1_epi8(16));
+    return step_offset(acc, _mm256_or_si256(nibbles32(x->qs), hi), y, x->d, x->m);
+}
+
+static float dot_q8_0(int64_t n, const void *w, const void *a)
+{
+    const tq_block_q8_0 *x = w, *y = a;
+    int64_t nb = n / 32, i = 0;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+    for (; i + 2 <= nb; i += 2) {
+        acc0 = step_q8_0(acc0, &x[i], &y[i]);
+        acc1 = step_q8_0(acc1, &x[i + 1], &y[i + 1]);
+    }
+    if (i < nb) acc0 = step_q8_0(acc0, &x[i], &y[i]);
+    return hsum8(_mm256_add_ps(acc0, acc1));
+}
+
+static float dot_q4_0(int64_t n, const void *w, const void *a)
+{
+    const tq_block_q4_0 *x = w;
+    const tq_block_q8_0 *y = a;
+    int64_t nb = n / 32, i = 0;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+    for (; i + 2 <= nb; i += 2) {
+        acc0 = step_q4_0(acc0, &x[i], &y[i]);
+        acc1 = step_q4_0(acc1, &x[i + 1], &y[i + 1]);
+    }
+    if (i < nb) acc0 = step_q4_0(acc0, &x[i], &y[i]);
+    return hsum8(_mm256_add_ps(acc0, acc1));
+}
+
+static float dot_q5_0(int64_t n, const void *w, const void *a)
+{
+    const tq_block_q5_0 *x = w;
+    const tq_block_q8_0 *y = a;
+    int64_t nb = n / 32, i = 0;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+    for (; i + 2 <= nb; i += 2) {
+        acc0 = step_q5_0(acc0, &x[i], &y[i]);
+        acc1 = step_q5_0(acc1, &x[i + 1], &y[i + 1]);
+    }
+    if (i < nb) acc0 = step_q5_0(acc0, &x[i], &y[i]);
+    return hsum8(_mm256_add_ps(acc0, acc1));
+}
+
 static float dot_q4_1(int64_t n, const void *w, const void *a)
 {
     const tq_block_q4_1 *x = w;
     const tq_block_q8_0 *y = a;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / 32; i++)
-        acc = dot_offset_block(acc, nibbles32(x[i].qs), &y[i], x[i].d, x[i].m);
-    return hsum8(acc);
+    int64_t nb = n / 32, i = 0;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+    for (; i + 2 <= nb; i += 2) {
+        acc0 = step_q4_1(acc0, &x[i], &y[i]);
+        acc1 = step_q4_1(acc1, &x[i + 1], &y[i + 1]);
+    }
+    if (i < nb) acc0 = step_q4_1(acc0, &x[i], &y[i]);
+    return hsum8(_mm256_add_ps(acc0, acc1));
 }
 
 static float dot_q5_1(int64_t n, const void *w, const void *a)
 {
     const tq_block_q5_1 *x = w;
     const tq_block_q8_0 *y = a;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / 32; i++) {
-        __m256i hi = _mm256_and_si256(bits_to_bytes32(x[i].qh), _mm256_set1_epi8(16));
-        __m256i codes = _mm256_or_si256(nibbles32(x[i].qs), hi);
-        acc = dot_offset_block(acc, codes, &y[i], x[i].d, x[i].m);
+    int64_t nb = n / 32, i = 0;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+    for (; i + 2 <= nb; i += 2) {
+        acc0 = step_q5_1(acc0, &x[i], &y[i]);
+        acc1 = step_q5_1(acc1, &x[i + 1], &y[i + 1]);
     }
-    return hsum8(acc);
+    if (i < nb) acc0 = step_q5_1(acc0, &x[i], &y[i]);
+    return hsum8(_mm256_add_ps(acc0, acc1));
 }
 
 /* ---- activation converters ------------------------------------------------ */

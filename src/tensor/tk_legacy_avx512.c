@@ -1,22 +1,25 @@
 /*
  * tk_legacy_avx512.c - AVX-512 (F/BW/VL/DQ + VNNI + BF16) kernels for the
- * plain float types and the 32-value block formats: vec_dot for F32, F16,
- * BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, and the activation converters to Q8_0,
- * F16 and BF16.  tk.c calls tk_fill_avx512_legacy only on CPUs with all of
- * these extensions.
+ * plain float types and the 32-value block formats: vec_dot for F32, BF16,
+ * Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, and the activation converters to Q8_0, F16
+ * and BF16.  tk.c calls tk_fill_avx512_legacy only on CPUs with all of these
+ * extensions.  F16 dots are left to the AVX2 kernel, which tk.c inherits:
+ * on the target (AMD Zen 4) 512-bit vcvtph2ps made them 1.6x slower.
  *
- * Integer dots work on two 32-value blocks per 512-bit register:
+ * Integer dots take four 32-value blocks per step, two per 512-bit register:
  *
  *   zmm bytes   0 .. 31          32 .. 63
- *               block i          block i + 1
- *   vpdpbusd -> 8 x int32        8 x int32       (sums of 4 products)
- *   scale       dw_i * da_i      dw_i+1 * da_i+1 (one float per half)
+ *               block i          block i + 1       (i + 2, i + 3 in a second)
+ *   vpdpbusd -> 8 x int32        8 x int32         (sums of 4 products)
+ *   scale       dw_i * da_i      dw_i+1 * da_i+1   (one float per half)
  *
  * vpdpbusd multiplies unsigned by signed bytes into int32 without
- * saturation.  Codes of the offset formats are unsigned already; for Q4_0 and
- * Q5_0 the code's zero point is taken out afterwards with a second vpdpbusd
- * (sum((c - z) a) = sum(c a) - sum(z a)), and Q8_0's signed weights go in as
- * |w| against a * sign(w).  A leftover odd block uses the 256-bit forms.
+ * saturation.  Signed values (Q8_0, and Q4_0 / Q5_0 after taking out their
+ * zero point) go in as |w| against a * sign(w); the unsigned codes of Q4_1 /
+ * Q5_1 go in as they are, with a second vpdpbusd against ones for the
+ * m * da * sum(a) term.  The four blocks' f16 scales are converted and
+ * multiplied in one go, then spread to their halves.  Leftover blocks use
+ * the 256-bit forms.
  *
  * BF16 uses vdpbf16ps, which pairs products before the float add and treats
  * subnormal bfloat16 as zero: inside tk.h's error budget (subnormals are
@@ -96,29 +99,6 @@ static float dot_f32(int64_t n, const void *w, const void *a)
     return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
 }
 
-static inline __m512 load_f16x16(__mmask16 m, const tq_f16 *p)
-{
-    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
-}
-
-static float dot_f16(int64_t n, const void *w, const void *a)
-{
-    const tq_f16 *x = w, *y = a;
-    __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-    int64_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-        s0 = _mm512_fmadd_ps(load_f16x16(0xffff, x + i), load_f16x16(0xffff, y + i), s0);
-        s1 = _mm512_fmadd_ps(load_f16x16(0xffff, x + i + 16), load_f16x16(0xffff, y + i + 16), s1);
-        s2 = _mm512_fmadd_ps(load_f16x16(0xffff, x + i + 32), load_f16x16(0xffff, y + i + 32), s2);
-        s3 = _mm512_fmadd_ps(load_f16x16(0xffff, x + i + 48), load_f16x16(0xffff, y + i + 48), s3);
-    }
-    for (; i < n; i += 16) {
-        __mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
-        s0 = _mm512_fmadd_ps(load_f16x16(m, x + i), load_f16x16(m, y + i), s0);
-    }
-    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
-}
-
 static inline __m512bh load_bf16x32(__mmask32 m, const tq_bf16 *p)
 {
     return (__m512bh)_mm512_maskz_loadu_epi16(m, p);
@@ -130,8 +110,9 @@ static float dot_bf16(int64_t n, const void *w, const void *a)
     __m512 s0 = _mm512_setzero_ps(), s1 = s0;
     int64_t i = 0;
     for (; i + 64 <= n; i += 64) {
-        s0 = _mm512_dpbf16_ps(s0, load_bf16x32(~0u, x + i), load_bf16x32(~0u, y + i));
-        s1 = _mm512_dpbf16_ps(s1, load_bf16x32(~0u, x + i + 32), load_bf16x32(~0u, y + i + 32));
+        s0 = _mm512_dpbf16_ps(s0, (__m512bh)_mm512_loadu_si512(x + i), (__m512bh)_mm512_loadu_si512(y + i));
+        s1 = _mm512_dpbf16_ps(s1, (__m512bh)_mm512_loadu_si512(x + i + 32),
+                              (__m512bh)_mm512_loadu_si512(y + i + 32));
     }
     for (; i < n; i += 32) {
         __mmask32 m = n - i >= 32 ? ~0u : (__mmask32)((1u << (n - i)) - 1);
@@ -155,37 +136,59 @@ static inline __m256i dot_s8s8_256(__m256i w, __m256i a)
     return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
 }
 
-static float dot_q8_0(int64_t n, const void *w, const void *a)
+/* Four f16 values as one 64-bit word, first in the low bits. */
+static inline uint64_t pack4(tq_f16 h0, tq_f16 h1, tq_f16 h2, tq_f16 h3)
 {
-    const tq_block_q8_0 *x = w, *y = a;
-    int64_t nb = n / 32, i = 0;
-    __m512 acc = _mm512_setzero_ps();
-    for (; i + 2 <= nb; i += 2) {
-        __m512i s = dot_s8s8_512(load2x32(x[i].qs, x[i + 1].qs), load2x32(y[i].qs, y[i + 1].qs));
-        __m512 d = scale2(f16_to_f32(x[i].d) * f16_to_f32(y[i].d),
-                          f16_to_f32(x[i + 1].d) * f16_to_f32(y[i + 1].d));
-        acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc);
-    }
-    float sum = _mm512_reduce_add_ps(acc);
-    if (i < nb) {
-        __m256i s = dot_s8s8_256(_mm256_loadu_si256((const __m256i *)x[i].qs),
-                                 _mm256_loadu_si256((const __m256i *)y[i].qs));
-        sum += f16_to_f32(x[i].d) * f16_to_f32(y[i].d) * hsum8(_mm256_cvtepi32_ps(s));
-    }
-    return sum;
+    return (uint64_t)h0 | (uint64_t)h1 << 16 | (uint64_t)h2 << 32 | (uint64_t)h3 << 48;
 }
 
-/* Q4_0 / Q5_0: codes c (unsigned) with zero point z: sum((c - z) a). */
-static inline __m512i dot_zp_512(__m512i c, __m512i a, int z)
+/* Products of two packed quadruples of halves: one conversion and one
+ * multiply for four blocks, instead of four of each. */
+static inline __m128 mul4_f16(uint64_t x, uint64_t y)
 {
-    __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c, a);
-    return _mm512_sub_epi32(s, _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)z), a));
+    __m256 f = _mm256_cvtph_ps(_mm_set_epi64x((long long)y, (long long)x));
+    return _mm_mul_ps(_mm256_castps256_ps128(f), _mm256_extractf128_ps(f, 1));
 }
 
-static inline __m256i dot_zp_256(__m256i c, __m256i a, int z)
+/* Lanes 0-7 = d[k], lanes 8-15 = d[k + 1]: the scales of a block pair. */
+static inline __m512 spread_pair(__m128 d, int k)
 {
-    __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), c, a);
-    return _mm256_sub_epi32(s, _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8((char)z), a));
+    __m512i idx = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(k)), _mm256_set1_epi32(k + 1), 1);
+    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(d));
+}
+
+static inline uint64_t act_scales4(const tq_block_q8_0 *y)
+{
+    return pack4(y[0].d, y[1].d, y[2].d, y[3].d);
+}
+
+/*
+ * Four blocks of signed weight values w01 (blocks 0, 1) and w23 against
+ * activation blocks y[0..3]; weight scales packed in dw4.  Two accumulators
+ * keep the FMA chain off the critical path.
+ */
+static inline void step4_signed(__m512 *acc0, __m512 *acc1, __m512i w01, __m512i w23,
+                                const tq_block_q8_0 *y, uint64_t dw4)
+{
+    __m128 d = mul4_f16(dw4, act_scales4(y));
+    __m512i s01 = dot_s8s8_512(w01, load2x32(y[0].qs, y[1].qs));
+    __m512i s23 = dot_s8s8_512(w23, load2x32(y[2].qs, y[3].qs));
+    *acc0 = _mm512_fmadd_ps(spread_pair(d, 0), _mm512_cvtepi32_ps(s01), *acc0);
+    *acc1 = _mm512_fmadd_ps(spread_pair(d, 2), _mm512_cvtepi32_ps(s23), *acc1);
+}
+
+/* One leftover block of signed values. */
+static inline float step1_signed(__m256i w, const tq_block_q8_0 *y, tq_f16 dw)
+{
+    __m256i s = dot_s8s8_256(w, _mm256_loadu_si256((const __m256i *)y->qs));
+    return f16_to_f32(dw) * f16_to_f32(y->d) * hsum8(_mm256_cvtepi32_ps(s));
+}
+
+/* Q5 values of one block: nibble + 16 * high bit, unsigned 0..31. */
+static inline __m256i codes5_32(const uint8_t *qs, const uint8_t *qh)
+{
+    __m256i nib = nibbles32(qs);
+    return _mm256_mask_add_epi8(nib, (__mmask32)load_u32(qh), nib, _mm256_set1_epi8(16));
 }
 
 static inline __m512i codes5_64(const uint8_t *qs0, const uint8_t *qh0,
@@ -196,29 +199,33 @@ static inline __m512i codes5_64(const uint8_t *qs0, const uint8_t *qh0,
     return _mm512_mask_add_epi8(nib, hb, nib, _mm512_set1_epi8(16));
 }
 
-static inline __m256i codes5_32(const uint8_t *qs, const uint8_t *qh)
+static float dot_q8_0(int64_t n, const void *w, const void *a)
 {
-    __m256i nib = nibbles32(qs);
-    return _mm256_mask_add_epi8(nib, (__mmask32)load_u32(qh), nib, _mm256_set1_epi8(16));
+    const tq_block_q8_0 *x = w, *y = a;
+    int64_t nb = n / 32, i = 0;
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
+    for (; i + 4 <= nb; i += 4)
+        step4_signed(&acc0, &acc1, load2x32(x[i].qs, x[i + 1].qs), load2x32(x[i + 2].qs, x[i + 3].qs),
+                     &y[i], pack4(x[i].d, x[i + 1].d, x[i + 2].d, x[i + 3].d));
+    float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    for (; i < nb; i++) sum += step1_signed(_mm256_loadu_si256((const __m256i *)x[i].qs), &y[i], x[i].d);
+    return sum;
 }
 
 static float dot_q4_0(int64_t n, const void *w, const void *a)
 {
     const tq_block_q4_0 *x = w;
     const tq_block_q8_0 *y = a;
+    const __m512i eight = _mm512_set1_epi8(8);
     int64_t nb = n / 32, i = 0;
-    __m512 acc = _mm512_setzero_ps();
-    for (; i + 2 <= nb; i += 2) {
-        __m512i s = dot_zp_512(nibbles64(x[i].qs, x[i + 1].qs), load2x32(y[i].qs, y[i + 1].qs), 8);
-        __m512 d = scale2(f16_to_f32(x[i].d) * f16_to_f32(y[i].d),
-                          f16_to_f32(x[i + 1].d) * f16_to_f32(y[i + 1].d));
-        acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc);
-    }
-    float sum = _mm512_reduce_add_ps(acc);
-    if (i < nb) {
-        __m256i s = dot_zp_256(nibbles32(x[i].qs), _mm256_loadu_si256((const __m256i *)y[i].qs), 8);
-        sum += f16_to_f32(x[i].d) * f16_to_f32(y[i].d) * hsum8(_mm256_cvtepi32_ps(s));
-    }
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
+    for (; i + 4 <= nb; i += 4)
+        step4_signed(&acc0, &acc1, _mm512_sub_epi8(nibbles64(x[i].qs, x[i + 1].qs), eight),
+                     _mm512_sub_epi8(nibbles64(x[i + 2].qs, x[i + 3].qs), eight),
+                     &y[i], pack4(x[i].d, x[i + 1].d, x[i + 2].d, x[i + 3].d));
+    float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    for (; i < nb; i++)
+        sum += step1_signed(_mm256_sub_epi8(nibbles32(x[i].qs), _mm256_set1_epi8(8)), &y[i], x[i].d);
     return sum;
 }
 
@@ -226,40 +233,44 @@ static float dot_q5_0(int64_t n, const void *w, const void *a)
 {
     const tq_block_q5_0 *x = w;
     const tq_block_q8_0 *y = a;
+    const __m512i sixteen = _mm512_set1_epi8(16);
     int64_t nb = n / 32, i = 0;
-    __m512 acc = _mm512_setzero_ps();
-    for (; i + 2 <= nb; i += 2) {
-        __m512i c = codes5_64(x[i].qs, x[i].qh, x[i + 1].qs, x[i + 1].qh);
-        __m512i s = dot_zp_512(c, load2x32(y[i].qs, y[i + 1].qs), 16);
-        __m512 d = scale2(f16_to_f32(x[i].d) * f16_to_f32(y[i].d),
-                          f16_to_f32(x[i + 1].d) * f16_to_f32(y[i + 1].d));
-        acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc);
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
+    for (; i + 4 <= nb; i += 4) {
+        __m512i w01 = codes5_64(x[i].qs, x[i].qh, x[i + 1].qs, x[i + 1].qh);
+        __m512i w23 = codes5_64(x[i + 2].qs, x[i + 2].qh, x[i + 3].qs, x[i + 3].qh);
+        step4_signed(&acc0, &acc1, _mm512_sub_epi8(w01, sixteen), _mm512_sub_epi8(w23, sixteen),
+                     &y[i], pack4(x[i].d, x[i + 1].d, x[i + 2].d, x[i + 3].d));
     }
-    float sum = _mm512_reduce_add_ps(acc);
-    if (i < nb) {
-        __m256i s = dot_zp_256(codes5_32(x[i].qs, x[i].qh),
-                               _mm256_loadu_si256((const __m256i *)y[i].qs), 16);
-        sum += f16_to_f32(x[i].d) * f16_to_f32(y[i].d) * hsum8(_mm256_cvtepi32_ps(s));
-    }
+    float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    for (; i < nb; i++)
+        sum += step1_signed(_mm256_sub_epi8(codes5_32(x[i].qs, x[i].qh), _mm256_set1_epi8(16)),
+                            &y[i], x[i].d);
     return sum;
 }
 
 /*
- * Q4_1 / Q5_1: d da sum(c a) + m da sum(a) for two blocks whose codes are
- * in `c`, scales from the weight blocks' d/m and activation blocks' d.
+ * Q4_1 / Q5_1, four blocks: d da sum(c a) + m da sum(a) with unsigned codes
+ * c01, c23; dw4 / mw4 the packed weight scales and minimums.
  */
-static inline __m512 dot_offset2(__m512 acc, __m512i c, const tq_block_q8_0 *y,
-                                 tq_f16 d0, tq_f16 m0, tq_f16 d1, tq_f16 m1)
+static inline void step4_offset(__m512 *acc0, __m512 *acc1, __m512i c01, __m512i c23,
+                                const tq_block_q8_0 *y, uint64_t dw4, uint64_t mw4)
 {
-    __m512i qa = load2x32(y[0].qs, y[1].qs);
-    __m512i si = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c, qa);
-    __m512i sa = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), qa);
-    float da0 = f16_to_f32(y[0].d), da1 = f16_to_f32(y[1].d);
-    acc = _mm512_fmadd_ps(scale2(f16_to_f32(d0) * da0, f16_to_f32(d1) * da1), _mm512_cvtepi32_ps(si), acc);
-    return _mm512_fmadd_ps(scale2(f16_to_f32(m0) * da0, f16_to_f32(m1) * da1), _mm512_cvtepi32_ps(sa), acc);
+    uint64_t da4 = act_scales4(y);
+    __m128 d = mul4_f16(dw4, da4), m = mul4_f16(mw4, da4);
+    const __m512i ones = _mm512_set1_epi8(1);
+    __m512i a01 = load2x32(y[0].qs, y[1].qs), a23 = load2x32(y[2].qs, y[3].qs);
+    __m512i s01 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c01, a01);
+    __m512i s23 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c23, a23);
+    __m512i t01 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, a01);
+    __m512i t23 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, a23);
+    *acc0 = _mm512_fmadd_ps(spread_pair(d, 0), _mm512_cvtepi32_ps(s01), *acc0);
+    *acc1 = _mm512_fmadd_ps(spread_pair(d, 2), _mm512_cvtepi32_ps(s23), *acc1);
+    *acc0 = _mm512_fmadd_ps(spread_pair(m, 0), _mm512_cvtepi32_ps(t01), *acc0);
+    *acc1 = _mm512_fmadd_ps(spread_pair(m, 2), _mm512_cvtepi32_ps(t23), *acc1);
 }
 
-static inline float dot_offset1(__m256i c, const tq_block_q8_0 *y, tq_f16 d, tq_f16 m)
+static inline float step1_offset(__m256i c, const tq_block_q8_0 *y, tq_f16 d, tq_f16 m)
 {
     __m256i qa = _mm256_loadu_si256((const __m256i *)y->qs);
     __m256i si = _mm256_dpbusd_epi32(_mm256_setzero_si256(), c, qa);
@@ -274,12 +285,13 @@ static float dot_q4_1(int64_t n, const void *w, const void *a)
     const tq_block_q4_1 *x = w;
     const tq_block_q8_0 *y = a;
     int64_t nb = n / 32, i = 0;
-    __m512 acc = _mm512_setzero_ps();
-    for (; i + 2 <= nb; i += 2)
-        acc = dot_offset2(acc, nibbles64(x[i].qs, x[i + 1].qs), &y[i],
-                          x[i].d, x[i].m, x[i + 1].d, x[i + 1].m);
-    float sum = _mm512_reduce_add_ps(acc);
-    if (i < nb) sum += dot_offset1(nibbles32(x[i].qs), &y[i], x[i].d, x[i].m);
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
+    for (; i + 4 <= nb; i += 4)
+        step4_offset(&acc0, &acc1, nibbles64(x[i].qs, x[i + 1].qs), nibbles64(x[i + 2].qs, x[i + 3].qs),
+                     &y[i], pack4(x[i].d, x[i + 1].d, x[i + 2].d, x[i + 3].d),
+                     pack4(x[i].m, x[i + 1].m, x[i + 2].m, x[i + 3].m));
+    float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    for (; i < nb; i++) sum += step1_offset(nibbles32(x[i].qs), &y[i], x[i].d, x[i].m);
     return sum;
 }
 
@@ -288,12 +300,14 @@ static float dot_q5_1(int64_t n, const void *w, const void *a)
     const tq_block_q5_1 *x = w;
     const tq_block_q8_0 *y = a;
     int64_t nb = n / 32, i = 0;
-    __m512 acc = _mm512_setzero_ps();
-    for (; i + 2 <= nb; i += 2)
-        acc = dot_offset2(acc, codes5_64(x[i].qs, x[i].qh, x[i + 1].qs, x[i + 1].qh), &y[i],
-                          x[i].d, x[i].m, x[i + 1].d, x[i + 1].m);
-    float sum = _mm512_reduce_add_ps(acc);
-    if (i < nb) sum += dot_offset1(codes5_32(x[i].qs, x[i].qh), &y[i], x[i].d, x[i].m);
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
+    for (; i + 4 <= nb; i += 4)
+        step4_offset(&acc0, &acc1, codes5_64(x[i].qs, x[i].qh, x[i + 1].qs, x[i + 1].qh),
+                     codes5_64(x[i + 2].qs, x[i + 2].qh, x[i + 3].qs, x[i + 3].qh),
+                     &y[i], pack4(x[i].d, x[i + 1].d, x[i + 2].d, x[i + 3].d),
+                     pack4(x[i].m, x[i + 1].m, x[i + 2].m, x[i + 3].m));
+    float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    for (; i < nb; i++) sum += step1_offset(codes5_32(x[i].qs, x[i].qh), &y[i], x[i].d, x[i].m);
     return sum;
 }
 
@@ -343,7 +357,6 @@ static void quant_bf16(const float *x, void *out, int64_t n)
 void tk_fill_avx512_legacy(tk_ops *o)
 {
     o->vec_dot[TQ_F32]  = dot_f32;
-    o->vec_dot[TQ_F16]  = dot_f16;
     o->vec_dot[TQ_BF16] = dot_bf16;
     o->vec_dot[TQ_Q8_0] = dot_q8_0;
     o->vec_dot[TQ_Q4_0] = dot_q4_0;

@@ -5,8 +5,8 @@
  * thread.  tp_run() hands every thread the same job fn(ith, nth, arg) and
  * returns when all have finished.  Workers spin on an atomic generation
  * counter for a short while after a job (a forward pass runs hundreds of
- * jobs back to back) and then sleep on a condition variable, so an idle
- * process uses no CPU.  Inside a job, tp_barrier() makes all nth threads meet
+ * jobs back to back) and then sleep (on a futex), so an idle process uses
+ * no CPU.  Inside a job, tp_barrier() makes all nth threads meet
  * (spinning) so one job can hold several phases.  Kernels take no locks:
  * each thread works on its own slice, chosen from (ith, nth).
  *

@@ -1,0 +1,102 @@
+// bench/agents.mjs - the placement issue's workload: agent conversations with
+// side requests, more conversations than slots, against one or two servers
+// (polykv and llama-server, same model, same -np and -c), one after the other.
+//
+//   node bench/agents.mjs --url http://127.0.0.1:8080 [--peer-url http://127.0.0.1:8081]
+//     --convs 6 --turns 4 --context-words 1500 --reply 16 --seed 1 --json
+//
+// Each conversation: a system prompt, a long task context, then turns; its
+// next turn resends the whole transcript with the previous reply (as text).
+// After every turn a side request (a safety classifier) sends a transcript
+// of the same conversation whose last message is rewritten on every query.
+// Requests are sequential, round robin over the conversations, through
+// /completion with the prompt rendered in ChatML and streamed.  Per server:
+// prompt tokens evaluated (timings.prompt_n, summed over all requests) and
+// time to first token of next turns (turn >= 1 of the main conversations).
+import { parseArgs } from 'node:util';
+
+const { values: a } = parseArgs({ options: {
+  url: { type: 'string', default: 'http://127.0.0.1:8080' },
+  'peer-url': { type: 'string' },
+  convs: { type: 'string', default: '6' },
+  turns: { type: 'string', default: '4' },
+  'context-words': { type: 'string', default: '1500' },
+  reply: { type: 'string', default: '16' },
+  seed: { type: 'string', default: '1' },
+  json: { type: 'boolean', default: false },
+} });
+
+const WORDS = ['agent', 'tool', 'plan', 'file', 'search', 'result', 'the', 'a', 'of', 'query', 'answer',
+  'code', 'test', 'build', 'river', 'tree', 'box', 'report', 'merge', 'branch', 'deploy', 'cache'];
+function words(n, seed) {
+  let s = seed >>> 0, out = [];
+  for (let i = 0; i < n; i++) { s = (Math.imul(s, 1103515245) + 12345) >>> 0; out.push(WORDS[(s >>> 16) % WORDS.length]); }
+  return out.join(' ');
+}
+const chatml = (msgs) => msgs.map((m) => `<|im_start|>${m.role}\n${m.content}<|im_end|>\n`).join('') + '<|im_start|>assistant\n';
+
+async function complete(url, prompt, nPredict) {
+  const t0 = performance.now();
+  const res = await fetch(`${url}/completion`, { method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ prompt, n_predict: nPredict, temperature: 0, stream: true, cache_prompt: true }) });
+  if (!res.ok) throw new Error(`${url}: HTTP ${res.status} ${await res.text()}`);
+  let ttft = null, text = '', timings = null, buf = '';
+  const dec = new TextDecoder();
+  for await (const chunk of res.body) {
+    buf += dec.decode(chunk, { stream: true });
+    let i;
+    while ((i = buf.indexOf('\n\n')) >= 0) {
+      const ev = buf.slice(0, i); buf = buf.slice(i + 2);
+      if (!ev.startsWith('data: ')) continue;
+      const d = JSON.parse(ev.slice(6));
+      if (ttft === null) ttft = performance.now() - t0;
+      text += d.content || '';
+      if (d.timings) timings = d.timings;
+    }
+  }
+  return { ttft, text, promptN: timings ? timings.prompt_n : NaN, cacheN: timings ? timings.cache_n : NaN };
+}
+
+async function run(url) {
+  const nConv = Number(a.convs), nTurns = Number(a.turns), seed = Number(a.seed);
+  const convs = [];
+  for (let c = 0; c < nConv; c++)
+    convs.push({ msgs: [{ role: 'system', content: 'You are a coding agent with tools: search, read, write, test.' },
+                        { role: 'user', content: `Task ${c}: ${words(Number(a['context-words']), seed * 1000 + c)}` }],
+                 classifier: 0 });
+  let promptTotal = 0, requests = 0;
+  const nextTurnTtft = [];
+  for (let turn = 0; turn < nTurns; turn++) {
+    for (const [c, conv] of convs.entries()) {
+      const r = await complete(url, chatml(conv.msgs), Number(a.reply));
+      promptTotal += r.promptN; requests++;
+      if (turn > 0) nextTurnTtft.push(r.ttft);
+      conv.msgs.push({ role: 'assistant', content: r.text }, { role: 'user', content: `next step ${turn}` });
+      // Side request: the classifier's transcript of this conversation, its
+      // last message rewritten on every query.
+      const side = [{ role: 'system', content: 'Classify whether the agent action is safe.' },
+                    { role: 'user', content: conv.msgs[1].content },
+                    { role: 'user', content: `action ${turn}.${conv.classifier++} of conversation ${c}` }];
+      const s = await complete(url, chatml(side), 2);
+      promptTotal += s.promptN; requests++;
+    }
+  }
+  nextTurnTtft.sort((x, y) => x - y);
+  const p50 = nextTurnTtft[Math.floor(nextTurnTtft.length / 2)];
+  return { url, requests, prompt_tokens_evaluated: promptTotal, next_turn_ttft_p50_ms: p50 };
+}
+
+const ours = await run(a.url.replace(/\/$/, ''));
+const peer = a['peer-url'] ? await run(a['peer-url'].replace(/\/$/, '')) : null;
+if (a.json) {
+  console.log(JSON.stringify({ ours, peer }));
+} else {
+  const row = (n, r) => `| ${n} | ${r.requests} | ${r.prompt_tokens_evaluated} | ${r.next_turn_ttft_p50_ms.toFixed(1)} |`;
+  console.log('| server | requests | prompt tokens evaluated | next-turn TTFT p50 (ms) |\n|---|---|---|---|');
+  console.log(row(ours.url, ours));
+  if (peer) {
+    console.log(row(peer.url, peer));
+    console.log(`ratios: prompt tokens ${(ours.prompt_tokens_evaluated / peer.prompt_tokens_evaluated).toFixed(3)}, ` +
+                `next-turn TTFT p50 ${(ours.next_turn_ttft_p50_ms / peer.next_turn_ttft_p50_ms).toFixed(3)}`);
+  }
+}

@@ -1,0 +1,151 @@
+/*
+ * bench_kernels.c - weight bandwidth of the matrix-vector kernels.
+ *
+ * For every supported weight type and every kernel table this CPU has, one
+ * 896 x 4864 matrix (n_rows x n_cols: a small model's FFN down projection,
+ * bigger than L2) is multiplied by one activation row, on 1 and 2 threads,
+ * and the weight bytes per second are printed:
+ *
+ *   cache  the same matrix again and again (it may sit in L3)
+ *   dram   a ring of copies of the matrix, >= 256 MiB in all, so every
+ *          pass streams its weights from memory as decode does
+ *
+ * The kernel rows ("avx512" ...) time that table's vec_dot over a row split
+ * on the pool; the "matmul" rows time tk_matmul itself (the table tk_ops_get
+ * chose, activation conversion and barriers included).  Before timing, every
+ * table's result is checked against the scalar reference within tk.h's
+ * budget; a mismatch aborts the benchmark.
+ *
+ * Usage: bench_kernels [seconds per measurement, default 0.25]
+ */
+#include "../src/tensor/tk.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { N_ROWS = 896, N_COLS = 4864 };
+#define RING_BYTES ((size_t)256 << 20)
+
+static const char *const isas[] = { "scalar", "avx2", "avx512" };
+
+static uint64_t rng = 0x2545f4914f6cdd1dULL;
+
+static float rnd(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((double)(rng >> 11) / 4503599627370496.0 - 1.0);
+}
+
+typedef struct {
+    tp_pool *tp;
+    tk_vec_dot_fn dot;
+    const char *w;       /* current matrix */
+    size_t wrow;
+    const void *a;
+    float *y;
+} job;
+
+static void dot_rows(int ith, int nth, void *p)
+{
+    job *j = p;
+    int64_t lo, hi;
+    tp_split(N_ROWS, ith, nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) j->y[r] = j->dot(N_COLS, j->w + (size_t)r * j->wrow, j->a);
+}
+
+/* Runs one pass per copy in the ring until `secs` have passed; GB/s of weights. */
+static double time_passes(tp_pool *tp, job *j, const char *ring, size_t n_copies, size_t mat,
+                          bool use_matmul, tq_type wt, const float *x, void *scratch, double secs)
+{
+    int64_t passes = 0;
+    double t0 = pk_time_ms(), el;
+    do {
+        for (size_t c = 0; c < n_copies; c++, passes++) {
+            if (use_matmul) {
+                tk_matmul(tp, wt, ring + c * mat, N_ROWS, N_COLS, x, 1, j->y, scratch);
+            } else {
+                j->w = ring + c * mat;
+                tp_run(tp, dot_rows, j);
+            }
+        }
+        el = (pk_time_ms() - t0) / 1e3;
+    } while (el < secs);
+    return (double)mat * (double)passes / el / 1e9;
+}
+
+int main(int argc, char **argv)
+{
+    double secs = argc > 1 ? atof(argv[1]) : 0.25;
+    if (!(secs > 0)) secs = 0.25;
+    tp_pool *pools[2];
+    if (tp_new(1, &pools[0]) != PK_OK || tp_new(2, &pools[1]) != PK_OK) {
+        fprintf(stderr, "bench_kernels: cannot start threads\n");
+        return 1;
+    }
+    printf("vec_dot weight bandwidth, %d x %d matrix, GB/s (cache = one matrix, dram = %zu MiB ring)\n",
+           N_ROWS, N_COLS, RING_BYTES >> 20);
+    printf("kernels chosen: %s\n", tk_ops_get()->isa);
+    printf("%-6s %-8s %10s | %9s %9s | %9s %9s\n", "type", "kernels", "MiB", "1t cache", "1t dram",
+           "2t cache", "2t dram");
+
+    float *wf = malloc((size_t)N_ROWS * N_COLS * sizeof *wf);
+    float *x = malloc(N_COLS * sizeof *x), *y = malloc(N_ROWS * sizeof *y);
+    void *a = malloc(N_COLS * sizeof(float));
+    if (!wf || !x || !y || !a) return 1;
+    for (size_t i = 0; i < (size_t)N_ROWS * N_COLS; i++) wf[i] = rnd();
+    for (int i = 0; i < N_COLS; i++) x[i] = rnd();
+
+    for (int wt = 0; wt < TQ_COUNT; wt++) {
+        const tq_traits *tr = tq_get(wt);
+        if (!tr || !tr->supported || wt == TQ_Q8_K) continue;
+        size_t wrow = tq_row_size(wt, N_COLS), mat = wrow * N_ROWS;
+        size_t n_copies = (RING_BYTES + mat - 1) / mat;
+        char *ring = malloc(mat * n_copies);
+        void *scratch = malloc(tk_matmul_scratch_size(wt, N_COLS, 1));
+        if (!ring || !scratch) return 1;
+        for (int r = 0; r < N_ROWS; r++) tq_quantize_row(wt, wf + (size_t)r * N_COLS, ring + r * wrow, N_COLS);
+        for (size_t c = 1; c < n_copies; c++) memcpy(ring + c * mat, ring, mat);
+
+        for (size_t k = 0; k <= ARRAY_LEN(isas); k++) {
+            bool use_matmul = k == ARRAY_LEN(isas);
+            const tk_ops *ops = use_matmul ? tk_ops_get() : tk_ops_named(isas[k]);
+            if (!ops) continue;
+            job j = { NULL, ops->vec_dot[wt], ring, wrow, a, y };
+            ops->quantize[tr->vec_dot_type](x, a, N_COLS);
+
+            /* Validate: this table against the scalar reference. */
+            for (int r = 0; r < N_ROWS; r += 97) {
+                float ref = tq_vec_dot_ref(wt, N_COLS, ring + r * wrow, a);
+                float got = j.dot(N_COLS, ring + r * wrow, a);
+                if (!(fabsf(got - ref) <= 1e-4f * fabsf(ref) + 1e-3f)) {
+                    fprintf(stderr, "bench_kernels: %s %s row %d: %g vs reference %g\n", ops->isa,
+                            tr->name, r, got, ref);
+                    return 1;
+                }
+            }
+            double gbs[4];
+            for (int t = 0; t < 2; t++) {
+                j.tp = pools[t];
+                gbs[2 * t] = time_passes(pools[t], &j, ring, 1, mat, use_matmul, wt, x, scratch, secs);
+                gbs[2 * t + 1] = time_passes(pools[t], &j, ring, n_copies, mat, use_matmul, wt, x,
+                                             scratch, secs);
+            }
+            printf("%-6s %-8s %10.2f | %9.2f %9.2f | %9.2f %9.2f\n", tr->name,
+                   use_matmul ? "matmul" : ops->isa, mat / 1048576.0, gbs[0], gbs[1], gbs[2], gbs[3]);
+            fflush(stdout);
+        }
+        free(ring);
+        free(scratch);
+    }
+    free(wf);
+    free(x);
+    free(y);
+    free(a);
+    tp_free(pools[0]);
+    tp_free(pools[1]);
+    return 0;
+}

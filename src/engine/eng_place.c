@@ -1,0 +1,321 @@
+/*
+ * eng_place.c - histories, placement and parking: the mechanism behind the
+ * pure policy (src/policy/pol.h).
+ *
+ * A history is the tokens and cells a finished request left: in its slot
+ * (sequence id = slot id) or parked (a reserve id n_slots + i).  For each
+ * waiting request this file builds a pol_snapshot of every slot and history,
+ * asks pol_place, and applies the decision with sequence operations only
+ * (zero copy): drop, park (kv_seq_cp slot -> reserve), cut the slot to
+ * n_keep, share [n_keep, n_reuse) from the source (kv_seq_cp source -> slot,
+ * also from a busy slot), and then the slot prefills the rest.
+ *
+ *   hist index:  [0, n_slots)           the slot's own history (or none)
+ *                [n_slots, n_slots + k) parked histories in use
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include "eng_impl.h"
+
+struct eng_snap {
+    pol_slot slots[ENG_MAX_SLOTS];
+    pol_hist hists[POL_MAX_HIST];
+    int32_t where[POL_MAX_HIST];   /* >= 0: slot index; < 0: -(parked index) - 1 */
+    int32_t excl[KV_MAX_SEQ];
+    pol_snapshot s;
+};
+typedef struct eng_snap snap;
+
+double eng_now_s(void)
+{
+    return pk_time_ms() / 1000.0;
+}
+
+static int64_t wall_ms(void)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+}
+
+void eng_cache_event_add(eng *e, const eng_cache_event *ev)
+{
+    eng_cache_event *d = &e->events[(e->ev_head + e->ev_n) % ENG_CACHE_EVENTS];
+    if (e->ev_n == ENG_CACHE_EVENTS) e->ev_head = (e->ev_head + 1) % ENG_CACHE_EVENTS;
+    else e->ev_n++;
+    *d = *ev;
+    d->ts_ms = wall_ms();
+}
+
+pk_status eng_place_init(eng *e)
+{
+    e->n_parked_max = MIN(KV_MAX_SEQ - e->p.n_slots, POL_MAX_HIST - e->p.n_slots);
+    e->parked = calloc((size_t)e->n_parked_max, sizeof *e->parked);
+    e->snap = calloc(1, sizeof *e->snap);
+    if (!e->parked || !e->snap) return PK_ENOMEM;
+    for (int32_t i = 0; i < e->n_parked_max; i++) e->parked[i].seq = e->p.n_slots + i;
+
+    /* The turn marker as tokens: "auto" follows the model's chat template. */
+    const char *text = e->p.policy.turn_marker;
+    if (!strcmp(text, "auto")) {
+        tmpl_kind k = tmpl_detect(tok_chat_template(e->vocab));
+        text = k == TMPL_UNKNOWN ? "" : pol_turn_marker_for(tmpl_name(k));
+    }
+    e->n_marker = 0;
+    if (text[0]) {
+        int32_t n = 0;
+        if (tok_encode(e->vocab, text, strlen(text), false, true, e->marker,
+                       (int32_t)ARRAY_LEN(e->marker), &n) == PK_OK)
+            e->n_marker = n;
+    }
+    for (int32_t i = 0; i < e->p.n_slots; i++) e->slots[i].marker_pos = -1;
+    return PK_OK;
+}
+
+void eng_place_free(eng *e)
+{
+    free(e->snap);
+    e->snap = NULL;
+    if (!e->parked) return;
+    for (int32_t i = 0; i < e->n_parked_max; i++) free(e->parked[i].tokens);
+    free(e->parked);
+    e->parked = NULL;
+}
+
+/* Fills sn from the engine's state, for prompt t (NULL: none). */
+static void snapshot(eng *e, const eng_task *t, snap *sn)
+{
+    double now = eng_now_s();
+    int32_t nh = 0;
+    kv_excl_counts(e->kv, sn->excl);
+    for (int32_t i = 0; i < e->p.n_slots; i++) {
+        slot *s = &e->slots[i];
+        bool busy = s->state != ENG_SLOT_IDLE;
+        sn->slots[i] = (pol_slot){ .id = i, .busy = busy, .hist = -1 };
+        if (s->n_cache <= 0) continue;
+        int32_t marker = busy ? pol_last_marker(s->cache, s->n_cache, e->marker, e->n_marker) : s->marker_pos;
+        sn->hists[nh] = (pol_hist){ .seq = s->id, .tokens = s->cache, .n_tokens = s->n_cache,
+                                    .marker_pos = marker, .last_use_s = busy ? now : s->last_use_s,
+                                    .valid = true, .n_cells_excl = sn->excl[s->id] };
+        sn->where[nh] = i;
+        sn->slots[i].hist = nh++;
+    }
+    int32_t n_free_ids = 0;
+    for (int32_t i = 0; i < e->n_parked_max; i++) {
+        parked *p = &e->parked[i];
+        if (!p->used) {
+            n_free_ids++;
+            continue;
+        }
+        sn->hists[nh] = (pol_hist){ .seq = p->seq, .tokens = p->tokens, .n_tokens = p->n_tokens,
+                                    .marker_pos = p->marker_pos, .last_use_s = p->last_use_s,
+                                    .valid = true, .n_cells_excl = sn->excl[p->seq] };
+        sn->where[nh++] = -i - 1;
+    }
+    int32_t extra = 0;
+    if (t) {
+        int32_t room = e->n_ctx_slot - t->req.n_prompt;
+        extra = t->req.n_predict >= 0 ? MIN(t->req.n_predict, room) : room;
+    }
+    sn->s = (pol_snapshot){ .slots = sn->slots, .n_slots = e->p.n_slots, .hists = sn->hists,
+                            .n_hists = nh, .prompt = t ? t->prompt : NULL,
+                            .n_prompt = t ? t->req.n_prompt : 0, .prompt_tps = e->prompt_tps,
+                            .now_s = now, .n_cells_free = e->p.n_ctx - kv_used(e->kv),
+                            .n_cells_extra = MAX(extra, 0), .n_reserve_free = n_free_ids,
+                            .params = &e->p.policy };
+}
+
+static double hist_value(const eng *e, const pol_hist *h)
+{
+    return pol_hist_state(&e->p.policy, h, eng_now_s()).value;
+}
+
+/* Drops history h of the snapshot: its sequence leaves every cell. */
+static void drop_hist(eng *e, const snap *sn, int32_t h, const char *why)
+{
+    const pol_hist *ph = &sn->hists[h];
+    eng_cache_event ev = { .kind = ENG_CACHE_DROP, .slot = sn->where[h] >= 0 ? sn->where[h] : -1,
+                           .seq = ph->seq, .n_tokens = ph->n_tokens, .value = hist_value(e, ph) };
+    snprintf(ev.reason, sizeof ev.reason, "%s", why);
+    kv_seq_rm(e->kv, ph->seq, -1, -1);
+    if (sn->where[h] >= 0) {
+        e->slots[sn->where[h]].n_cache = 0;
+    } else {
+        parked *p = &e->parked[-sn->where[h] - 1];
+        free(p->tokens);
+        *p = (parked){ .seq = p->seq };
+    }
+    eng_cache_event_add(e, &ev);
+}
+
+/* Keeps slot s's history under a free reserve id; false when none is free. */
+static bool park(eng *e, slot *s, uint64_t task_id)
+{
+    parked *p = NULL;
+    for (int32_t i = 0; i < e->n_parked_max && !p; i++)
+        if (!e->parked[i].used) p = &e->parked[i];
+    if (!p || !(p->tokens = malloc((size_t)s->n_cache * sizeof(int32_t)))) return false;
+    memcpy(p->tokens, s->cache, (size_t)s->n_cache * sizeof(int32_t));
+    p->used = true;
+    p->n_tokens = s->n_cache;
+    p->marker_pos = s->marker_pos;
+    p->last_use_s = s->last_use_s;
+    kv_seq_cp(e->kv, s->id, p->seq, 0, s->n_cache);
+    pol_hist h = { .n_tokens = p->n_tokens, .last_use_s = p->last_use_s, .valid = true };
+    eng_cache_event ev = { .kind = ENG_CACHE_PARK, .task_id = task_id, .slot = s->id, .seq = p->seq,
+                           .n_tokens = p->n_tokens, .value = hist_value(e, &h) };
+    snprintf(ev.reason, sizeof ev.reason, "slot %d's history kept as sequence %d", s->id, p->seq);
+    eng_cache_event_add(e, &ev);
+    return true;
+}
+
+bool eng_make_room(eng *e, int32_t n)
+{
+    if (e->p.n_ctx - kv_used(e->kv) >= n) return true;
+    snap *sn = e->snap;
+    snapshot(e, NULL, sn);
+    int32_t order[POL_MAX_HIST], n_order = 0;
+    if (pol_drop_order(&sn->s, NULL, 0, order, POL_MAX_HIST, &n_order) != PK_OK) return false;
+    for (int32_t k = 0; k < n_order && e->p.n_ctx - kv_used(e->kv) < n; k++)
+        drop_hist(e, sn, order[k], "KV cells ran short");
+    return e->p.n_ctx - kv_used(e->kv) >= n;
+}
+
+/* Applies decision d for task t (see pol_decision for the order). */
+static void apply(eng *e, snap *sn, eng_task *t, const pol_decision *d)
+{
+    slot *s = &e->slots[d->slot];
+    for (int32_t k = 0; k < d->n_drop; k++) drop_hist(e, sn, d->drop[k], "room for a park");
+    if (d->park >= 0 && !park(e, s, t->id)) {
+        eng_cache_event ev = { .kind = ENG_CACHE_DROP, .task_id = t->id, .slot = s->id, .seq = s->id,
+                               .n_tokens = s->n_cache, .value = hist_value(e, &sn->hists[d->park]) };
+        snprintf(ev.reason, sizeof ev.reason, "overwritten: no reserve id or memory to park it");
+        eng_cache_event_add(e, &ev);
+    }
+    int32_t keep = t->req.cache_prompt ? d->n_keep : 0;
+    kv_seq_rm(e->kv, s->id, keep, -1);
+    s->n_cache = MIN(s->n_cache, keep);
+    int32_t src_seq = -1;
+    if (d->source >= 0 && t->req.cache_prompt) {
+        const pol_hist *h = &sn->hists[d->source];
+        src_seq = h->seq;
+        if (h->seq != s->id && d->n_reuse > s->n_cache) {
+            kv_seq_cp(e->kv, h->seq, s->id, s->n_cache, d->n_reuse);
+            memcpy(s->cache + s->n_cache, h->tokens + s->n_cache,
+                   (size_t)(d->n_reuse - s->n_cache) * sizeof(int32_t));
+            s->n_cache = d->n_reuse;
+        }
+        /* A parked history the prompt continues is superseded: the slot
+         * holds it now (shared cells stay; its own tail is freed). */
+        int32_t key = h->marker_pos > 0 ? h->marker_pos : h->n_tokens;
+        if (sn->where[d->source] < 0 && d->n_reuse >= key)
+            drop_hist(e, sn, d->source, "continued in a slot");
+    }
+    if (s->n_cache >= t->req.n_prompt) {   /* the last prompt token gives the logits */
+        kv_seq_rm(e->kv, s->id, t->req.n_prompt - 1, -1);
+        s->n_cache = t->req.n_prompt - 1;
+    }
+    s->last_source_seq = s->n_cache > 0 ? src_seq : -1;
+    s->last_reused = s->n_cache;
+    snprintf(s->last_reason, sizeof s->last_reason, "%s", d->reason);
+
+    eng_cache_event ev = { .kind = ENG_CACHE_PLACE, .task_id = t->id, .slot = s->id, .seq = s->id };
+    snprintf(ev.reason, sizeof ev.reason, "%s", pol_kind_name(d->kind));
+    eng_cache_event_add(e, &ev);
+    ev = (eng_cache_event){ .kind = ENG_CACHE_ADMIT, .task_id = t->id, .slot = s->id,
+                            .seq = s->last_source_seq, .n_reused = s->n_cache,
+                            .n_read = t->req.n_prompt - s->n_cache };
+    snprintf(ev.reason, sizeof ev.reason, "%s", d->reason);
+    eng_cache_event_add(e, &ev);
+    e->n_tokens_reused += (uint64_t)s->n_cache;
+    e->n_tokens_read += (uint64_t)(t->req.n_prompt - s->n_cache);
+}
+
+/* A request that names its slot: the slot's own common prefix only. */
+static void apply_fixed(eng *e, eng_task *t, slot *s)
+{
+    int32_t keep = t->req.cache_prompt ? pol_common_prefix(s->cache, s->n_cache, t->prompt, t->req.n_prompt) : 0;
+    keep = MIN(keep, t->req.n_prompt - 1);
+    kv_seq_rm(e->kv, s->id, keep, -1);
+    s->n_cache = keep;
+    s->last_source_seq = keep > 0 ? s->id : -1;
+    s->last_reused = keep;
+    snprintf(s->last_reason, sizeof s->last_reason, "id_slot %d requested", s->id);
+    eng_cache_event ev = { .kind = ENG_CACHE_PLACE, .task_id = t->id, .slot = s->id, .seq = s->id };
+    snprintf(ev.reason, sizeof ev.reason, "slot");
+    eng_cache_event_add(e, &ev);
+    e->n_tokens_reused += (uint64_t)keep;
+    e->n_tokens_read += (uint64_t)(t->req.n_prompt - keep);
+}
+
+void eng_place_waiting(eng *e)
+{
+    snap *sn = e->snap;
+    while (e->wait_head) {
+        eng_task *t = e->wait_head;
+        if (!atomic_load(&t->cancelled)) {
+            if (t->req.id_slot >= 0) {
+                slot *s = &e->slots[t->req.id_slot];
+                if (s->state != ENG_SLOT_IDLE) return;
+                apply_fixed(e, t, s);
+                if (!eng_slot_start(e, s, t)) goto next;
+            } else {
+                pol_decision d;
+                snapshot(e, t, sn);
+                if (pol_place(&sn->s, &d) != PK_OK) {
+                    eng_task_fail(t, PK_EINVAL, "placement failed");
+                    eng_task_unref(t);
+                    goto next;
+                }
+                if (d.kind == POL_WAIT) return;
+                apply(e, sn, t, &d);
+                if (!eng_slot_start(e, &e->slots[d.slot], t)) goto next;
+            }
+        } else {
+            eng_task_fail(t, PK_ECANCELLED, "cancelled");
+            eng_task_unref(t);
+        }
+next:
+        e->wait_head = t->next;
+        if (!e->wait_head) e->wait_tail = NULL;
+        t->next = NULL;
+        e->n_waiting--;
+    }
+}
+
+void eng_history_done(eng *e, slot *s)
+{
+    s->last_use_s = eng_now_s();
+    s->marker_pos = pol_last_marker(s->cache, s->n_cache, e->marker, e->n_marker);
+}
+
+void eng_place_stats(eng *e, eng_stats *o)
+{
+    double now = eng_now_s();
+    for (int32_t i = 0; i < e->p.n_slots; i++) {
+        const slot *s = &e->slots[i];
+        eng_slot_info *si = &o->slots[i];
+        pol_hist h = { .n_tokens = s->n_cache, .last_use_s = s->state == ENG_SLOT_IDLE ? s->last_use_s : now,
+                       .valid = s->n_cache > 0 };
+        pol_state ps = pol_hist_state(&e->p.policy, &h, now);
+        si->hist_tokens = s->n_cache;
+        si->hist_age_s = ps.age_s;
+        si->protected_for_s = ps.is_protected ? ps.ttl_s - ps.age_s : 0;
+        si->hist_value = ps.value;
+        si->last_source_seq = s->last_source_seq;
+        si->last_reused = s->last_reused;
+        snprintf(si->last_reason, sizeof si->last_reason, "%s", s->last_reason);
+    }
+    for (int32_t i = 0; i < e->n_parked_max; i++)
+        if (e->parked[i].used) {
+            o->n_parked++;
+            o->parked_tokens += e->parked[i].n_tokens;
+        }
+    o->n_tokens_reused = e->n_tokens_reused;
+    o->n_tokens_read = e->n_tokens_read;
+    o->n_events = e->ev_n;
+    for (int32_t k = 0; k < e->ev_n; k++) o->events[k] = e->events[(e->ev_head + k) % ENG_CACHE_EVENTS];
+}
