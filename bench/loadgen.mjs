@@ -103,8 +103,20 @@ async function level(c) {
   const results = [];
   const t0 = performance.now();
   const end = t0 + duration;
+  let errors = 0, lastError = '';
   await Promise.all(Array.from({ length: c }, async () => {
-    while (performance.now() < end) results.push(await one());
+    while (performance.now() < end) {
+      // A server may close a kept-alive connection between requests
+      // (llama-server does after a number of them); such a request is
+      // counted as an error and the client goes on with a new connection.
+      try {
+        results.push(await one());
+      } catch (e) {
+        errors++;
+        lastError = e.cause?.message ?? e.message;
+        if (errors > 10 * c) throw new Error(`too many failed requests: ${lastError}`);
+      }
+    }
   }));
   const wall = (performance.now() - t0) / 1000;
   const tokens = results.reduce((s, r) => s + r.tokens, 0);
@@ -113,6 +125,7 @@ async function level(c) {
   return {
     concurrency: c,
     requests: results.length,
+    errors,
     tokens,
     seconds: +wall.toFixed(2),
     aggregate_tps: +(tokens / wall).toFixed(2),
@@ -134,6 +147,7 @@ for (const c of levels) {
   if (!a.json)
     console.log(`clients ${String(c).padStart(2)}: ${String(r.requests).padStart(4)} requests, ` +
       `${r.aggregate_tps.toFixed(1).padStart(8)} tok/s aggregate, ${r.session_tps_mean.toFixed(1).padStart(7)} tok/s ` +
-      `per session, TTFT p50 ${r.ttft_p50_ms.toFixed(1)} ms (p90 ${r.ttft_p90_ms.toFixed(1)} ms)`);
+      `per session, TTFT p50 ${r.ttft_p50_ms.toFixed(1)} ms (p90 ${r.ttft_p90_ms.toFixed(1)} ms)` +
+      (r.errors ? `, ${r.errors} failed requests` : ''));
 }
 if (a.json) console.log(JSON.stringify({ url, api: a.api, max_tokens: maxTokens, levels: out }, null, 2));

@@ -181,19 +181,22 @@ json_t *srv_gen_prob_entry(const srv_gen *g, const eng_event *ev)
                      logprob_json(ev->logprob), "top_logprobs", top);
 }
 
+/* Milliseconds to the microsecond: the clock's resolution, not noise. */
+static double ms3(double ms) { return round(ms * 1e3) / 1e3; }
+
 json_t *srv_gen_timings(const eng_event *d)
 {
     int32_t prompt_n = d->n_prompt - d->n_cached;
     return json_pack("{s:i, s:i, s:f, s:f, s:f, s:i, s:f, s:f, s:f}",
                      "cache_n", d->n_cached,
                      "prompt_n", prompt_n,
-                     "prompt_ms", d->prompt_ms,
-                     "prompt_per_token_ms", prompt_n > 0 ? d->prompt_ms / prompt_n : 0.0,
-                     "prompt_per_second", d->prompt_ms > 0 ? 1e3 * prompt_n / d->prompt_ms : 0.0,
+                     "prompt_ms", ms3(d->prompt_ms),
+                     "prompt_per_token_ms", prompt_n > 0 ? ms3(d->prompt_ms / prompt_n) : 0.0,
+                     "prompt_per_second", d->prompt_ms > 0 ? ms3(1e3 * prompt_n / d->prompt_ms) : 0.0,
                      "predicted_n", d->n_gen,
-                     "predicted_ms", d->gen_ms,
-                     "predicted_per_token_ms", d->n_gen > 0 ? d->gen_ms / d->n_gen : 0.0,
-                     "predicted_per_second", d->gen_ms > 0 ? 1e3 * d->n_gen / d->gen_ms : 0.0);
+                     "predicted_ms", ms3(d->gen_ms),
+                     "predicted_per_token_ms", d->n_gen > 0 ? ms3(d->gen_ms / d->n_gen) : 0.0,
+                     "predicted_per_second", d->gen_ms > 0 ? ms3(1e3 * d->n_gen / d->gen_ms) : 0.0);
 }
 
 /* ---- streaming ---- */

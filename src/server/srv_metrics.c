@@ -64,6 +64,8 @@ char *srv_metrics_text(const eng_stats *st, const char *model_name)
     double kv_ratio = ratio(st->kv_used, st->kv_total);
     metric(&b, "llamacpp:prompt_tokens_total", "counter", "Number of prompt tokens processed.", "",
            (double)st->n_prompt_tokens);
+    metric(&b, "llamacpp:prompt_tokens_cached_total", "counter", "Number of prompt tokens reused from the cache.", "",
+           (double)st->n_tokens_reused);
     metric(&b, "llamacpp:prompt_seconds_total", "counter", "Prompt process time.", "", prompt_s);
     metric(&b, "llamacpp:tokens_predicted_total", "counter", "Number of generation tokens processed.", "",
            (double)st->n_predicted_tokens);
@@ -91,6 +93,9 @@ char *srv_metrics_text(const eng_stats *st, const char *model_name)
     metric(&b, "polykv:kv_cells_total", "gauge", "KV cache cells in all.", "", st->kv_total);
     metric(&b, "polykv:requests_done_total", "counter", "Completion tasks finished.", "",
            (double)st->n_requests_done);
+    metric(&b, "polykv:parked_histories", "gauge", "Finished conversations kept in the cache under reserve ids.", "",
+           st->n_parked);
+    metric(&b, "polykv:parked_tokens", "gauge", "Tokens of the parked histories.", "", st->parked_tokens);
 
     /* Label values escape \, " and new lines (Prometheus text format). */
     char label[SRV_MAX_NAME * 2 + 32], *o = label;
@@ -172,12 +177,17 @@ enum MHD_Result srv_h_slots(srv_req *r, json_t *body)
     for (int32_t i = 0; i < st.n_slots; i++) {
         const eng_slot_info *si = &st.slots[i];
         n_idle += si->state == ENG_SLOT_IDLE;
+        json_t *hist = json_pack("{s:i, s:f, s:f, s:f, s:i, s:i, s:s}", "tokens", si->hist_tokens, "age_s",
+                                 si->hist_age_s, "protected_for_s", si->protected_for_s, "value", si->hist_value,
+                                 "last_source_seq", si->last_source_seq, "last_reused", si->last_reused,
+                                 "last_reason", si->last_reason);
         json_array_append_new(a, json_pack(
-            "{s:i, s:I, s:i, s:b, s:s, s:i, s:i, s:i, s:i, s:i, s:f, s:[{s:i}]}",
+            "{s:i, s:I, s:i, s:b, s:s, s:i, s:i, s:i, s:i, s:i, s:f, s:[{s:i}], s:o}",
             "id", si->id, "id_task", (json_int_t)si->task_id, "n_ctx", si->n_ctx,
             "is_processing", si->state != ENG_SLOT_IDLE, "state", slot_state(si->state), "n_past", si->n_past,
             "n_prompt_tokens", si->n_prompt, "n_prompt_tokens_cache", si->n_cached, "n_cached", si->n_cached,
-            "n_decoded", si->n_decoded, "tps_ewma", si->tps_ewma, "next_token", "n_decoded", si->n_decoded));
+            "n_decoded", si->n_decoded, "tps_ewma", si->tps_ewma, "next_token", "n_decoded", si->n_decoded,
+            "history", hist));
     }
     const char *fail = srv_query(r, "fail_on_no_slot");
     if (fail && *fail && n_idle == 0) {
