@@ -5,7 +5,6 @@
  */
 #include "model_impl.h"
 
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>

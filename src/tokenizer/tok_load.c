@@ -7,7 +7,6 @@
  * control token (no longer matched in plain text) even when the file calls
  * it normal, and Phi-3 vocabularies eat the spaces after special tokens.
  */
-#include <stdarg.h>
 #include <stdio.h>
 
 #include "tok_impl.h"
