@@ -1,10 +1,10 @@
 #!/bin/sh
-# `make run`: a generation on MODEL, or on a random-weight demo model that
-# gen-model makes once (with the Qwen2 vocabulary of ../shared when present,
-# else a byte vocabulary).
+# `make run`: the server (polykv serve) on MODEL, or on a random-weight demo
+# model that gen-model makes once (with the Qwen2 vocabulary of ../shared
+# when present, else a byte vocabulary).  HOST, PORT and ARGS (more serve
+# flags) pass through; Ctrl-C stops it.
 bin=$1
 model=$2
-prompt=${PROMPT:-"Once upon a time"}
 if [ -z "$model" ]; then
     model=models/demo-qwen2-q8_0.gguf
     if [ ! -f "$model" ]; then
@@ -16,6 +16,7 @@ if [ -z "$model" ]; then
         "$bin" gen-model --arch qwen2 $vocab --n-embd 256 --n-layer 4 --n-head 4 --n-head-kv 2 \
             --n-ff 768 --type q8_0 --seed 1 -o "$model" || exit 1
     fi
-    echo "make run: random-weight demo model: pass MODEL=path to run a real GGUF"
+    echo "make run: random-weight demo model: pass -m to serve a real GGUF (make run MODEL=path)" >&2
 fi
-exec "$bin" run -m "$model" -p "$prompt" -n "${N:-64}"
+# shellcheck disable=SC2086
+exec "$bin" serve -m "$model" --host "${HOST:-127.0.0.1}" --port "${PORT:-8080}" --metrics $ARGS

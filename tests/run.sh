@@ -1,7 +1,10 @@
 #!/bin/sh
 # Runs every test program in BUILD/tests, each in its own process with a
 # timeout, from the repository root (so ../shared resolves).  Exit 77 means
-# skipped (the test printed why).  Ends with "N passed, M failed, K skipped".
+# skipped (the test printed why).  Then the end-to-end tests (tests/e2e:
+# node --test against BUILD/polykv serve, which they start on free loopback
+# ports), each node test counted like a program.  Ends with
+# "N passed, M failed, K skipped".
 build=${1:-build}
 timeout_s=${TEST_TIMEOUT:-600}
 pass=0; fail=0; skip=0; failed=""
@@ -18,6 +21,40 @@ for t in "$build"/tests/test_*; do
         echo "FAIL $name (exit $rc, ${secs}s)"; echo "$out" | tail -n 40 | sed 's/^/    /';;
     esac
 done
+
+# End to end: needs node, ../shared (the models) and the npm packages of
+# tests/e2e, installed from its lock file when missing.
+shared=${POLYKV_SHARED:-../shared}
+if [ ! -d "$shared/models" ]; then
+    skip=$((skip + 1)); echo "SKIP e2e: $shared/models absent"
+elif ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+    skip=$((skip + 1)); echo "SKIP e2e: node or npm not installed"
+elif [ ! -x "$build/polykv" ]; then
+    fail=$((fail + 1)); failed="$failed e2e"; echo "FAIL e2e: $build/polykv not built"
+elif [ ! -d tests/e2e/node_modules ] && ! (cd tests/e2e && npm ci --no-audit --no-fund >/dev/null 2>&1); then
+    fail=$((fail + 1)); failed="$failed e2e"; echo "FAIL e2e: npm ci in tests/e2e failed"
+else
+    start=$(date +%s)
+    out=$(POLYKV_BIN="$build/polykv" POLYKV_SHARED="$shared" POLYKV_E2E_DIR="$build/e2e" \
+          timeout "$timeout_s" node --test --test-concurrency=1 --test-reporter=tap tests/e2e/ 2>&1); rc=$?
+    secs=$(( $(date +%s) - start ))
+    n_pass=$(echo "$out" | sed -n 's/^# pass \([0-9]*\)$/\1/p' | tail -n 1)
+    n_fail=$(echo "$out" | sed -n 's/^# fail \([0-9]*\)$/\1/p' | tail -n 1)
+    n_skip=$(echo "$out" | sed -n 's/^# skipped \([0-9]*\)$/\1/p' | tail -n 1)
+    if [ -z "$n_pass" ]; then n_pass=0; n_fail=1; n_skip=0; fi
+    [ "$rc" -ne 0 ] && [ "${n_fail:-0}" -eq 0 ] && n_fail=1
+    pass=$((pass + n_pass)); fail=$((fail + n_fail)); skip=$((skip + ${n_skip:-0}))
+    echo "$out" | sed -n 's/^# \\\{0,1\}# \(tps\|soak\):/    \1:/p'
+    if [ "$n_fail" -eq 0 ]; then
+        echo "PASS e2e (${secs}s): $n_pass node tests passed, ${n_skip:-0} skipped"
+    else
+        failed="$failed e2e"
+        echo "FAIL e2e (exit $rc, ${secs}s): $n_fail of $((n_pass + n_fail)) node tests failed"
+        echo "$out" | grep -E '^not ok|^ *(error|expected|actual):|^# Subtest' | grep -B1 -A3 '^not ok' | head -n 60 | sed 's/^/    /'
+        echo "$out" | tail -n 40 | sed 's/^/    /'
+    fi
+fi
+
 [ -n "$failed" ] && echo "failed:$failed"
 echo "$pass passed, $fail failed, $skip skipped"
 [ "$fail" -eq 0 ]

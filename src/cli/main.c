@@ -76,6 +76,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "tokenize")) return cli_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cli_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "gen-model")) return cli_gen_model(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve")) return cli_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
         usage(stdout);
         return 0;

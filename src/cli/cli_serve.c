@@ -1,0 +1,141 @@
+/*
+ * cli_serve.c - `polykv serve`: the HTTP server (src/server) over one model.
+ *
+ * Order matters for clients that start the server and poll it: the socket
+ * is bound first (so /health answers 503 "loading" at once), then the model
+ * is loaded and the engine started, then requests are served until SIGINT
+ * or SIGTERM.  Those signals are blocked before any thread starts and
+ * taken with sigwait, so no thread is interrupted by them.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../engine/eng.h"
+#include "../model/model.h"
+#include "../server/srv.h"
+#include "../tensor/tq.h"
+#include "cli.h"
+
+static void usage(void)
+{
+    fprintf(stderr,
+        "usage: polykv serve -m MODEL [options]\n"
+        "  -c, --ctx-size N        KV cells shared by all slots (default 8192)\n"
+        "  -np, --parallel N       slots: requests decoded together (default 4)\n"
+        "  -t, --threads N         compute threads (default: all CPUs)\n"
+        "  -b, --batch-size N      tokens per engine step (default 512)\n"
+        "  --kv-type f16|f32       KV cache type (default f16)\n"
+        "  --host ADDR             address to listen on (default 127.0.0.1)\n"
+        "  --port N                port (default 8080; 0 picks a free one)\n"
+        "  --api-key KEY           require Authorization: Bearer KEY\n"
+        "  -a, --alias NAME        the model's name in responses (default: file name)\n"
+        "  --chat-template NAME    chatml | llama3 | llama2 | llama2-sys | mistral\n                          (default: the model's; chatml when unknown)\n"
+        "  --metrics               enable GET /metrics (Prometheus)\n"
+        "  --slots / --no-slots    enable / disable GET /slots (default on)\n"
+        "  -to, --timeout S        idle connection timeout in seconds (default 600)\n"
+        "  --max-body BYTES        largest request body (default 8388608)\n"
+        "  --max-connections N     concurrent connections (default 256)\n"
+        "  -v, --log-requests      one log line per request\n");
+}
+
+typedef struct serve_opts {
+    const char *model;
+    eng_params ep;
+    srv_params sp;
+} serve_opts;
+
+static bool parse(int argc, char **argv, serve_opts *o)
+{
+    o->ep = eng_default_params();
+    o->ep.n_threads = cli_default_threads();
+    o->sp = srv_default_params();
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        long x;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); exit(0); }
+        if (!strcmp(a, "--metrics")) { o->sp.endpoint_metrics = true; continue; }
+        if (!strcmp(a, "--slots")) { o->sp.endpoint_slots = true; continue; }
+        if (!strcmp(a, "--no-slots")) { o->sp.endpoint_slots = false; continue; }
+        if (!strcmp(a, "-v") || !strcmp(a, "--log-requests")) { o->sp.log_requests = true; continue; }
+        if (!(v = cli_arg(argc, argv, &i))) return false;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = v;
+        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { if (!cli_int(a, v, 1, 1 << 24, &x)) return false; o->ep.n_ctx = (int32_t)x; }
+        else if (!strcmp(a, "-np") || !strcmp(a, "--parallel")) { if (!cli_int(a, v, 1, ENG_MAX_SLOTS, &x)) return false; o->ep.n_slots = (int32_t)x; }
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (!cli_int(a, v, 1, 1024, &x)) return false; o->ep.n_threads = (int32_t)x; }
+        else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) { if (!cli_int(a, v, 1, 1 << 20, &x)) return false; o->ep.n_batch = (int32_t)x; }
+        else if (!strcmp(a, "--host")) o->sp.host = v;
+        else if (!strcmp(a, "--port")) { if (!cli_int(a, v, 0, 65535, &x)) return false; o->sp.port = (int)x; }
+        else if (!strcmp(a, "--api-key")) o->sp.api_key = v;
+        else if (!strcmp(a, "-a") || !strcmp(a, "--alias")) o->sp.model_alias = v;
+        else if (!strcmp(a, "--chat-template")) o->sp.chat_template = v;
+        else if (!strcmp(a, "-to") || !strcmp(a, "--timeout")) { if (!cli_int(a, v, 0, 1 << 24, &x)) return false; o->sp.timeout_s = (int)x; }
+        else if (!strcmp(a, "--max-body")) { if (!cli_int(a, v, 1, 1L << 34, &x)) return false; o->sp.max_body_bytes = (size_t)x; }
+        else if (!strcmp(a, "--max-connections")) { if (!cli_int(a, v, 1, 1 << 16, &x)) return false; o->sp.max_connections = (int)x; }
+        else if (!strcmp(a, "--kv-type")) {
+            if (!strcmp(v, "f16")) o->ep.kv_type = TQ_F16;
+            else if (!strcmp(v, "f32")) o->ep.kv_type = TQ_F32;
+            else { fprintf(stderr, "polykv: --kv-type must be f16 or f32\n"); return false; }
+        } else {
+            fprintf(stderr, "polykv serve: unknown option %s\n", a);
+            return false;
+        }
+    }
+    if (!o->model) {
+        usage();
+        return false;
+    }
+    return true;
+}
+
+int cli_serve(int argc, char **argv)
+{
+    serve_opts o = {0};
+    if (!parse(argc, argv, &o)) return 2;
+
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    char err[512] = "";
+    srv *s;
+    if (srv_new(&o.sp, &s, err, sizeof err)) {
+        fprintf(stderr, "polykv: %s\n", err);
+        return 1;
+    }
+    fprintf(stderr, "polykv: listening on http://%s%s%s:%d\n", strchr(o.sp.host, ':') ? "[" : "", o.sp.host,
+            strchr(o.sp.host, ':') ? "]" : "", srv_port(s));
+
+    double t0 = pk_time_ms();
+    model *m = NULL;
+    eng *e = NULL;
+    pk_status st;
+    if ((st = model_load(o.model, &m, err, sizeof err)) != PK_OK) {
+        fprintf(stderr, "polykv: %s: %s\n", o.model, err);
+    } else if ((st = eng_new(m, &o.ep, &e)) != PK_OK) {
+        fprintf(stderr, "polykv: cannot start the engine (%d slots, %d cells): %s\n", o.ep.n_slots, o.ep.n_ctx,
+                pk_status_str(st));
+    } else if ((st = srv_set_engine(s, e, o.model, err, sizeof err)) != PK_OK) {
+        fprintf(stderr, "polykv: %s\n", err);
+    }
+    if (st != PK_OK) {
+        srv_free(s);
+        eng_free(e);
+        model_free(m);
+        return 1;
+    }
+    fprintf(stderr, "polykv: model %s (%s) loaded in %.0f ms; %d slots of %d positions, %d threads; ready\n",
+            o.model, model_desc(m), pk_time_ms() - t0, o.ep.n_slots, eng_n_ctx_slot(e), o.ep.n_threads);
+
+    int sig = 0;
+    sigwait(&stop, &sig);
+    fprintf(stderr, "polykv: %s: shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    srv_free(s);
+    eng_free(e);
+    model_free(m);
+    return 0;
+}

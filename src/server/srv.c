@@ -1,0 +1,507 @@
+/*
+ * srv.c - the HTTP side of the server: the MHD daemon, routing, API-key
+ * checks, request bodies (with their size limit), and the replies every
+ * handler uses (JSON, OpenAI-shaped errors, SSE).
+ *
+ * A request goes through the access handler three ways (MHD's protocol):
+ *   first call   headers only: route, auth, loading and size checks, each
+ *                answered at once when it fails (the body is then skipped);
+ *   upload calls body chunks appended (or dropped past the limit);
+ *   final call   body complete: JSON parsed, the route's handler runs and
+ *                queues the reply (it may block: this is the connection's
+ *                own thread).
+ */
+#include <netdb.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "../model/model.h"
+#include "srv_impl.h"
+
+typedef struct srv_route {
+    const char *path;
+    const char *method;          /* "GET" or "POST" (POST bodies are JSON objects) */
+    srv_handler fn;
+    bool is_public;              /* no API key needed */
+} srv_route;
+
+static const srv_route routes[] = {
+    { "/health",              "GET",  srv_h_health,          true },
+    { "/v1/health",           "GET",  srv_h_health,          true },
+    { "/v1/models",           "GET",  srv_h_oai_models,      true },
+    { "/models",              "GET",  srv_h_oai_models,      true },
+    { "/v1/completions",      "POST", srv_h_oai_completions, false },
+    { "/v1/chat/completions", "POST", srv_h_oai_chat,        false },
+    { "/chat/completions",    "POST", srv_h_oai_chat,        false },
+    { "/completion",          "POST", srv_h_completion,      false },
+    { "/completions",         "POST", srv_h_completion,      false },
+    { "/tokenize",            "POST", srv_h_tokenize,        false },
+    { "/detokenize",          "POST", srv_h_detokenize,      false },
+    { "/apply-template",      "POST", srv_h_apply_template,  false },
+    { "/props",               "GET",  srv_h_props,           false },
+    { "/slots",               "GET",  srv_h_slots,           false },
+    { "/metrics",             "GET",  srv_h_metrics,         false },
+    { "/polykv/tps",          "GET",  srv_h_tps,             false },
+};
+
+srv_params srv_default_params(void)
+{
+    return (srv_params){
+        .host = "127.0.0.1",
+        .port = 8080,
+        .endpoint_slots = true,
+        .timeout_s = 600,
+        .max_body_bytes = 8u << 20,
+        .max_connections = 256,
+    };
+}
+
+/* ---- errors ---- */
+
+const char *srv_error_type(unsigned status)
+{
+    switch (status) {
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 404: return "not_found_error";
+    case 501: return "not_supported_error";
+    case 503: return "unavailable_error";
+    default:  return status >= 500 ? "server_error" : "invalid_request_error";
+    }
+}
+
+bool srv_fail(srv_err *e, unsigned status, const char *param, const char *fmt, ...)
+{
+    memset(e, 0, sizeof *e);
+    e->status = status;
+    if (param) snprintf(e->param, sizeof e->param, "%s", param);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+json_t *srv_error_json(const srv_err *e)
+{
+    json_t *o = json_object();
+    if (!o) return NULL;
+    json_object_set_new(o, "code", json_integer(e->status));
+    json_object_set_new(o, "message", srv_json_text(e->msg, strlen(e->msg)));
+    json_object_set_new(o, "type", json_string(e->type ? e->type : srv_error_type(e->status)));
+    if (e->param[0]) json_object_set_new(o, "param", json_string(e->param));
+    if (e->n_ctx > 0) {
+        json_object_set_new(o, "n_prompt_tokens", json_integer(e->n_prompt));
+        json_object_set_new(o, "n_ctx", json_integer(e->n_ctx));
+    }
+    return json_pack("{s:o}", "error", o);
+}
+
+/* ---- replies ---- */
+
+static enum MHD_Result queue(srv_req *r, unsigned status, struct MHD_Response *resp, const char *content_type)
+{
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
+    MHD_destroy_response(resp);
+    r->replied = true;
+    r->status = status;
+    return ret;
+}
+
+enum MHD_Result srv_reply_text(srv_req *r, unsigned status, const char *content_type, const char *text, size_t len)
+{
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_MUST_COPY);
+    return queue(r, status, resp, content_type);
+}
+
+enum MHD_Result srv_reply_json(srv_req *r, unsigned status, json_t *j)
+{
+    char *s = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+    json_decref(j);
+    if (!s) {
+        static const char oom[] = "{\"error\":{\"code\":500,\"message\":\"out of memory\",\"type\":\"server_error\"}}";
+        return srv_reply_text(r, 500, "application/json", oom, sizeof oom - 1);
+    }
+    struct MHD_Response *resp = MHD_create_response_from_buffer_with_free_callback(strlen(s), s, free);
+    if (!resp) free(s);
+    return queue(r, status, resp, "application/json; charset=utf-8");
+}
+
+enum MHD_Result srv_reply_error(srv_req *r, const srv_err *e)
+{
+    return srv_reply_json(r, e->status, srv_error_json(e));
+}
+
+enum MHD_Result srv_reply_errorf(srv_req *r, unsigned status, const char *fmt, ...)
+{
+    srv_err e = { .status = status };
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e.msg, sizeof e.msg, fmt, ap);
+    va_end(ap);
+    return srv_reply_error(r, &e);
+}
+
+enum MHD_Result srv_reply_sse(srv_req *r, MHD_ContentReaderCallback reader, void *cls,
+                              MHD_ContentReaderFreeCallback free_cb)
+{
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, reader, cls, free_cb);
+    if (!resp) {
+        free_cb(cls);
+        return srv_reply_errorf(r, 500, "out of memory");
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    return queue(r, 200, resp, "text/event-stream");
+}
+
+bool srv_conn_alive(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return false;
+    struct pollfd p = { .fd = ci->connect_fd, .events = POLLIN | POLLRDHUP };
+    if (poll(&p, 1, 0) <= 0) return true;
+    if (p.revents & (POLLERR | POLLHUP | POLLRDHUP | POLLNVAL)) return false;
+    /* Readable: a pipelined request, or the end of the stream. */
+    char c;
+    return recv(ci->connect_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) != 0;
+}
+
+const char *srv_query(srv_req *r, const char *key)
+{
+    return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, key);
+}
+
+void srv_random_id(char *buf, size_t cap, const char *prefix)
+{
+    static const char alnum[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    unsigned char rnd[24];
+    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
+        /* Ids need to be unique, not secret. */
+        uint64_t x = (uint64_t)pk_time_us() * 0x9e3779b97f4a7c15ull;
+        for (size_t i = 0; i < sizeof rnd; i++, x = x * 6364136223846793005ull + 1442695040888963407ull)
+            rnd[i] = (unsigned char)(x >> 33);
+    }
+    size_t n = (size_t)snprintf(buf, cap, "%s", prefix);
+    for (size_t i = 0; i < sizeof rnd && n + 1 < cap; i++) buf[n++] = alnum[rnd[i] % (sizeof alnum - 1)];
+    if (cap) buf[MIN(n, cap - 1)] = 0;
+}
+
+/* ---- auth ---- */
+
+static bool same_secret(const char *a, const char *b)
+{
+    size_t na = strlen(a), nb = strlen(b);
+    unsigned char diff = na != nb;
+    for (size_t i = 0; i < na; i++) diff |= (unsigned char)(a[i] ^ b[i % (nb ? nb : 1)]);
+    return diff == 0;
+}
+
+static bool authorized(srv_req *r)
+{
+    const char *key = r->s->api_key;
+    if (!key || !*key) return true;
+    const char *h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (h && !strncasecmp(h, "Bearer ", 7)) {
+        h += 7;
+        while (*h == ' ') h++;
+        return same_secret(h, key);
+    }
+    h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Api-Key");
+    return h && same_secret(h, key);
+}
+
+/* ---- the access handler ---- */
+
+static const srv_route *find_route(const char *url, bool *path_known)
+{
+    *path_known = false;
+    for (size_t i = 0; i < ARRAY_LEN(routes); i++)
+        if (!strcmp(routes[i].path, url)) {
+            *path_known = true;
+            return &routes[i];
+        }
+    return NULL;
+}
+
+/* The checks that need no body; true when a reply was queued. */
+static bool early_reply(srv_req *r, enum MHD_Result *ret)
+{
+    bool known;
+    const srv_route *rt = find_route(r->url, &known);
+    if (!rt) {
+        *ret = srv_reply_errorf(r, 404, "File Not Found");
+        return true;
+    }
+    if (strcmp(rt->method, r->method) && !(strcmp(rt->method, "GET") == 0 && !strcmp(r->method, "HEAD"))) {
+        *ret = srv_reply_errorf(r, 405, "%s %s: method not allowed (use %s)", r->method, r->url, rt->method);
+        return true;
+    }
+    r->route = rt;
+    if (!rt->is_public && !authorized(r)) {
+        *ret = srv_reply_errorf(r, 401, "Invalid API Key");
+        return true;
+    }
+    if (!srv_engine(r->s)) {
+        srv_err e = { .status = 503 };
+        snprintf(e.msg, sizeof e.msg, "Loading model");
+        *ret = srv_reply_error(r, &e);
+        return true;
+    }
+    const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl && strtoull(cl, NULL, 10) > r->s->p.max_body_bytes) {
+        *ret = srv_reply_errorf(r, 413, "the request body (%s bytes) is over the limit of %zu bytes", cl,
+                                r->s->p.max_body_bytes);
+        return true;
+    }
+    return false;
+}
+
+static void body_append(srv_req *r, const char *data, size_t n)
+{
+    if (r->too_big) return;
+    if (r->n_body + n > r->s->p.max_body_bytes) {
+        r->too_big = true;
+        free(r->body);
+        r->body = NULL;
+        r->n_body = r->cap_body = 0;
+        return;
+    }
+    if (r->n_body + n + 1 > r->cap_body) {
+        size_t cap = MAX(r->cap_body * 2, r->n_body + n + 1);
+        char *p = realloc(r->body, cap);
+        if (!p) {
+            r->too_big = true;
+            return;
+        }
+        r->body = p;
+        r->cap_body = cap;
+    }
+    memcpy(r->body + r->n_body, data, n);
+    r->n_body += n;
+    r->body[r->n_body] = 0;
+}
+
+static enum MHD_Result dispatch(srv_req *r)
+{
+    if (r->too_big)
+        return srv_reply_errorf(r, 413, "the request body is over the limit of %zu bytes", r->s->p.max_body_bytes);
+    json_t *body = NULL;
+    if (!strcmp(r->route->method, "POST")) {
+        json_error_t je;
+        body = r->n_body ? json_loadb(r->body, r->n_body, 0, &je) : NULL;
+        if (!r->n_body) return srv_reply_errorf(r, 400, "the request body must be a JSON object");
+        if (!body) return srv_reply_errorf(r, 400, "invalid JSON at line %d column %d: %s", je.line, je.column, je.text);
+        if (!json_is_object(body)) {
+            json_decref(body);
+            return srv_reply_errorf(r, 400, "the request body must be a JSON object");
+        }
+    }
+    enum MHD_Result ret = r->route->fn(r, body);
+    json_decref(body);
+    return ret;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                                  const char *version, const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls)
+{
+    srv *s = cls;
+    srv_req *r = *con_cls;
+    if (!r) {
+        r = calloc(1, sizeof *r);
+        if (!r) return MHD_NO;
+        r->s = s;
+        r->conn = conn;
+        r->url = url;
+        r->method = method;
+        r->t0_ms = pk_time_ms();
+        *con_cls = r;
+        enum MHD_Result ret;
+        if (early_reply(r, &ret)) return ret;
+        return MHD_YES;
+    }
+    if (*upload_data_size) {
+        body_append(r, upload_data, *upload_data_size);
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (r->replied) return MHD_YES;
+    return dispatch(r);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode code)
+{
+    srv *s = cls;
+    srv_req *r = *con_cls;
+    if (!r) return;
+    if (s->p.log_requests)
+        fprintf(stderr, "srv: %s %s %u %.1f ms%s\n", r->method, r->url, r->status, pk_time_ms() - r->t0_ms,
+                code == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)");
+    free(r->body);
+    free(r);
+    *con_cls = NULL;
+}
+
+/* MHD's own messages.  The two it prints when a handler gives up on a
+ * client that left are expected, so only the request log shows them. */
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    srv *s = cls;
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    if (!s->p.log_requests && (strstr(msg, "application error generating response") ||
+                               strstr(msg, "Application reported internal error")))
+        return;
+    fprintf(stderr, "srv: %s", msg);
+}
+
+/* ---- life cycle ---- */
+
+static char *dup_or_null(const char *s, bool *oom)
+{
+    if (!s) return NULL;
+    char *d = strdup(s);
+    if (!d) *oom = true;
+    return d;
+}
+
+static bool resolve(const char *host, int port, struct sockaddr_storage *addr, char *err, size_t err_len)
+{
+    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE };
+    struct addrinfo *res = NULL;
+    char ports[16];
+    snprintf(ports, sizeof ports, "%d", port);
+    int rc = getaddrinfo(host, ports, &hints, &res);
+    if (rc || !res) {
+        snprintf(err, err_len, "cannot resolve host '%s': %s", host, gai_strerror(rc));
+        return false;
+    }
+    memcpy(addr, res->ai_addr, res->ai_addrlen);
+    freeaddrinfo(res);
+    return true;
+}
+
+pk_status srv_new(const srv_params *p, srv **out, char *err, size_t err_len)
+{
+    *out = NULL;
+    if (!p->host || p->port < 0 || p->port > 65535 || p->timeout_s < 0 || p->max_connections < 1 ||
+        p->max_body_bytes < 1) {
+        snprintf(err, err_len, "invalid server parameters");
+        return PK_EINVAL;
+    }
+    srv *s = calloc(1, sizeof *s);
+    if (!s) return PK_ENOMEM;
+    bool oom = false;
+    s->p = *p;
+    s->p.host = s->host = dup_or_null(p->host, &oom);
+    s->p.api_key = s->api_key = dup_or_null(p->api_key, &oom);
+    s->p.chat_template = s->chat_template = dup_or_null(p->chat_template, &oom);
+    s->p.model_alias = s->alias = dup_or_null(p->model_alias, &oom);
+    s->t_start = (int64_t)time(NULL);
+    atomic_init(&s->stopping, false);
+    atomic_init(&s->e, NULL);
+    if (oom) {
+        srv_free(s);
+        return PK_ENOMEM;
+    }
+    struct sockaddr_storage addr;
+    if (!resolve(p->host, p->port, &addr, err, err_len)) {
+        srv_free(s);
+        return PK_EINVAL;
+    }
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+                     MHD_USE_ERROR_LOG;
+    if (addr.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
+    s->d = MHD_start_daemon(flags, (uint16_t)p->port, NULL, NULL, on_request, s,
+                            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
+                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)p->timeout_s,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)p->max_connections,
+                            MHD_OPTION_END);
+    if (!s->d) {
+        snprintf(err, err_len, "cannot listen on %s:%d (address in use, or not an address of this machine)",
+                 p->host, p->port);
+        srv_free(s);
+        return PK_EIO;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : p->port;
+    *out = s;
+    return PK_OK;
+}
+
+int srv_port(const srv *s) { return s->port; }
+
+static void base_name(const char *path, char *out, size_t cap)
+{
+    const char *b = strrchr(path, '/');
+    b = b ? b + 1 : path;
+    snprintf(out, cap, "%s", b);
+}
+
+pk_status srv_set_engine(srv *s, eng *e, const char *model_path, char *err, size_t err_len)
+{
+    ASSERT(!srv_engine(s));
+    const model *m = eng_model(e);
+    const tok_vocab *v = model_vocab(m);
+    tmpl_kind k = TMPL_UNKNOWN;
+    const char *src = NULL;
+    if (s->p.chat_template && *s->p.chat_template) {
+        k = tmpl_from_name(s->p.chat_template);
+        if (k == TMPL_UNKNOWN) {
+            snprintf(err, err_len, "unknown chat template '%s' (chatml, llama3, llama2, llama2-sys, mistral)",
+                     s->p.chat_template);
+            return PK_EINVAL;
+        }
+    } else {
+        src = tok_chat_template(v);
+        k = tmpl_detect(src);
+        if (k == TMPL_UNKNOWN) {
+            /* llama-server's fallback as well. */
+            fprintf(stderr, "srv: %s; using chatml (--chat-template NAME to choose)\n",
+                    src ? "the model's chat template is not one polykv knows" : "the model has no chat template");
+            k = TMPL_CHATML;
+            src = NULL;
+        }
+    }
+    s->m = m;
+    s->voc = v;
+    s->tmpl = k;
+    s->tmpl_src = src;
+    s->model_path = model_path ? strdup(model_path) : NULL;
+    if (s->p.model_alias && *s->p.model_alias) snprintf(s->model_name, sizeof s->model_name, "%s", s->p.model_alias);
+    else if (model_path) base_name(model_path, s->model_name, sizeof s->model_name);
+    else snprintf(s->model_name, sizeof s->model_name, "%s", model_desc(m));
+    atomic_store_explicit(&s->e, e, memory_order_release);
+    return PK_OK;
+}
+
+void srv_free(srv *s)
+{
+    if (!s) return;
+    atomic_store(&s->stopping, true);
+    if (s->d) MHD_stop_daemon(s->d);
+    free(s->host);
+    free(s->api_key);
+    free(s->chat_template);
+    free(s->alias);
+    free(s->model_path);
+    free(s);
+}
+
+/* ---- /health ---- */
+
+enum MHD_Result srv_h_health(srv_req *r, json_t *body)
+{
+    return srv_reply_json(r, 200, json_pack("{s:s}", "status", "ok"));
+}

@@ -1,0 +1,88 @@
+/*
+ * srv.h - the HTTP server: OpenAI and llama.cpp-compatible endpoints in
+ * front of one engine (eng.h).
+ *
+ * DESIGN
+ *   libmicrohttpd parses HTTP and owns the sockets; jansson reads and writes
+ *   JSON.  Each connection gets its own MHD thread (thread-per-connection,
+ *   bounded by max_connections): a request handler blocks on its task's
+ *   event channel, and a blocked handler must not stall other connections,
+ *   which MHD's shared thread pool would do.  Idle connections and an idle
+ *   server sleep in poll(): no CPU.
+ *
+ *     MHD thread (one per connection)              engine thread
+ *     -------------------------------              -------------
+ *     route, auth, body (<= max_body_bytes)
+ *     JSON -> validated request, tokens
+ *     (tok_vocab is immutable: safe here)
+ *     eng_submit ------------------------------->  mailbox
+ *     eng_task_next (100 ms waits) <-------------  TOKEN ... DONE | ERROR
+ *       between waits: client still there?
+ *       server stopping?  else eng_task_cancel
+ *     JSON body, or SSE chunks through an MHD
+ *     callback response (one per event batch)
+ *
+ *   HTTP threads never touch engine state: they use eng_submit,
+ *   eng_task_next/cancel/release and eng_get_stats only.  A client that goes
+ *   away is noticed by a failed write (MHD then frees the response, whose
+ *   free callback releases the task, which cancels it) or, while waiting for
+ *   a token, by a zero-timeout poll on its socket; either way the engine
+ *   frees the slot at its next step.
+ *
+ *   The server listens before the model is loaded: until srv_set_engine
+ *   every known route answers 503 ("loading"), /health included, as
+ *   llama-server does.
+ *
+ *   Files: srv.c (daemon, routing, auth, body limit, replies), srv_parse.c
+ *   (request validation shared by the endpoints, prompts, chat messages),
+ *   srv_gen.c (running a task: collect or stream), srv_openai.c (OpenAI
+ *   shapes), srv_native.c (llama.cpp endpoints), srv_metrics.c (/metrics,
+ *   /slots, /polykv/tps), srv_tools.c (tool calls in generated text).
+ *
+ * Threads: srv_new, srv_set_engine and srv_free from the owner's thread;
+ * srv_set_engine once, while requests may be arriving.
+ */
+#ifndef SRV_H
+#define SRV_H
+
+#include "../common/pk.h"
+#include "../engine/eng.h"
+
+typedef struct srv_params {
+    const char *host;           /* address to bind, "127.0.0.1" */
+    int port;                   /* 8080; 0 picks a free one (see srv_port) */
+    const char *api_key;        /* NULL or "": no authentication */
+    bool endpoint_metrics;      /* GET /metrics (--metrics), off by default */
+    bool endpoint_slots;        /* GET /slots, on by default */
+    const char *chat_template;  /* tmpl_from_name name overriding the model's, or NULL */
+    const char *model_alias;    /* the model's name in responses; NULL: its file name */
+    int timeout_s;              /* idle connection timeout, 600 */
+    size_t max_body_bytes;      /* request bodies above this get 413; 8 MiB */
+    int max_connections;        /* concurrent connections (each a thread), 256 */
+    bool log_requests;          /* one line per request on stderr */
+} srv_params;
+
+srv_params srv_default_params(void);
+
+typedef struct srv srv;
+
+/* Binds and starts serving (503 on every route until srv_set_engine).
+ * The strings of p are copied.  PK_EINVAL for bad params, PK_EIO when the
+ * address cannot be bound (reason in err), PK_ENOMEM. */
+pk_status srv_new(const srv_params *p, srv **out, char *err, size_t err_len);
+
+/* The port bound (the one picked when params.port was 0). */
+int srv_port(const srv *s);
+
+/* Starts serving requests on e (which must outlive the server or be freed
+ * after srv_free).  model_path is shown by /props and names the model when
+ * no alias was given.  Call once.  PK_EINVAL when the chat template named
+ * in the params is unknown (reason in err); the server then keeps
+ * answering 503. */
+pk_status srv_set_engine(srv *s, eng *e, const char *model_path, char *err, size_t err_len);
+
+/* Stops accepting, ends the requests in flight (their tasks cancelled) and
+ * frees everything.  NULL is a no-op. */
+void srv_free(srv *s);
+
+#endif

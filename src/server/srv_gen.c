@@ -1,0 +1,314 @@
+/*
+ * srv_gen.c - running one completion task for one request: submit, read
+ * its events (noticing a client that left and a server that stops), and
+ * either answer with one JSON body or stream SSE events through an MHD
+ * callback response.  The JSON shapes come from srv_openai.c and
+ * srv_native.c; this file is the mechanism they share.
+ *
+ * Streaming: MHD calls gen_read when the socket can take more.  gen_read
+ * blocks for the next event (this is the connection's own thread), then
+ * also takes every event already waiting, so a burst of tokens goes out
+ * in one write.  When the client goes away MHD frees the response; the
+ * free callback releases the task, which cancels it in the engine.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../common/utf8.h"
+#include "srv_impl.h"
+
+#define GEN_BATCH_BYTES 8192   /* stop gathering waiting events past this much output */
+
+static void gen_free(void *cls)
+{
+    srv_gen *g = cls;
+    if (!g) return;
+    if (g->task) eng_task_release(g->task);
+    free(g->text);
+    free(g->tokens);
+    free(g->out);
+    json_decref(g->probs);
+    free(g);
+}
+
+/* The next event, or PK_ECANCELLED (task cancelled) when the client left
+ * or the server is stopping; PK_ENOTFOUND after the last event. */
+static pk_status gen_next(srv_gen *g, eng_event *ev)
+{
+    for (;;) {
+        double now = pk_time_ms();
+        if (now - g->t_last_check >= SRV_POLL_MS) {
+            g->t_last_check = now;
+            if (atomic_load(&g->s->stopping) || !srv_conn_alive(g->conn)) {
+                eng_task_cancel(g->task);
+                return PK_ECANCELLED;
+            }
+        }
+        pk_status st = eng_task_next(g->task, ev, SRV_POLL_MS);
+        if (st != PK_EFULL) return st;
+    }
+}
+
+static bool grow(void **p, size_t elem, size_t need, size_t *cap)
+{
+    if (need <= *cap) return true;
+    size_t c = MAX(*cap * 2, need + 64);
+    void *q = realloc(*p, c * elem);
+    if (!q) return false;
+    *p = q;
+    *cap = c;
+    return true;
+}
+
+static void fail_oom(srv_gen *g)
+{
+    g->failed = true;
+    srv_fail(&g->err, 500, NULL, "out of memory");
+}
+
+/* Records what an event brings: text, token, log-probs, the end. */
+static void gen_take(srv_gen *g, const eng_event *ev)
+{
+    switch (ev->kind) {
+    case ENG_EV_TOKEN: {
+        size_t cap_tok = (size_t)g->cap_tokens;
+        if (!grow((void **)&g->text, 1, g->n_text + ev->text_len + 1, &g->cap_text) ||
+            !grow((void **)&g->tokens, sizeof *g->tokens, (size_t)g->n_tokens + 1, &cap_tok)) {
+            fail_oom(g);
+            return;
+        }
+        g->cap_tokens = (int32_t)cap_tok;
+        memcpy(g->text + g->n_text, ev->text ? ev->text : "", ev->text_len);
+        g->n_text += ev->text_len;
+        g->text[g->n_text] = 0;
+        g->tokens[g->n_tokens++] = ev->token;
+        if (g->probs) json_array_append_new(g->probs, srv_gen_prob_entry(g, ev));
+        break;
+    }
+    case ENG_EV_DONE:
+        g->done = *ev;
+        g->done.text = NULL;
+        g->done.text_len = 0;
+        g->have_done = true;
+        break;
+    case ENG_EV_ERROR:
+        g->failed = true;
+        srv_fail(&g->err, ev->status == PK_EINVAL ? 400 : ev->status == PK_ECANCELLED ? 503 : 500, NULL, "%s",
+                 ev->message[0] ? ev->message : pk_status_str(ev->status));
+        break;
+    }
+}
+
+/* ---- output buffer ---- */
+
+void srv_gen_out(srv_gen *g, const char *s, size_t n)
+{
+    if (!grow((void **)&g->out, 1, g->n_out + n + 1, &g->cap_out)) {
+        g->finished = true;
+        return;
+    }
+    memcpy(g->out + g->n_out, s, n);
+    g->n_out += n;
+}
+
+void srv_gen_sse(srv_gen *g, json_t *j)
+{
+    char *s = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+    json_decref(j);
+    if (!s) {
+        g->finished = true;
+        return;
+    }
+    srv_gen_out(g, "data: ", 6);
+    srv_gen_out(g, s, strlen(s));
+    srv_gen_out(g, "\n\n", 2);
+    free(s);
+}
+
+/* ---- JSON pieces every format uses ---- */
+
+json_t *srv_json_text(const char *s, size_t n)
+{
+    json_t *j = json_stringn(s, n);
+    if (j) return j;
+    char *clean = malloc(3 * n + 1);
+    if (!clean) return NULL;
+    size_t m = pk_utf8_sanitize(s, n, clean);
+    j = json_stringn(clean, m);
+    free(clean);
+    return j;
+}
+
+json_t *srv_gen_piece(const srv_gen *g, int32_t id, json_t **bytes)
+{
+    char small[128], *buf = small;
+    int32_t n = tok_piece(g->s->voc, id, small, sizeof small, true);
+    if (n < 0) {
+        buf = malloc((size_t)-n);
+        n = buf ? tok_piece(g->s->voc, id, buf, -n, true) : 0;
+        if (n < 0) n = 0;
+    }
+    if (bytes) {
+        *bytes = json_array();
+        for (int32_t i = 0; i < n; i++) json_array_append_new(*bytes, json_integer((unsigned char)buf[i]));
+    }
+    json_t *s = srv_json_text(buf ? buf : "", (size_t)n);
+    if (buf != small) free(buf);
+    return s;
+}
+
+/* JSON cannot hold -inf; the reference engine writes the lowest float. */
+static json_t *logprob_json(float lp)
+{
+    return json_real(isfinite(lp) ? lp : -FLT_MAX);
+}
+
+json_t *srv_gen_prob_entry(const srv_gen *g, const eng_event *ev)
+{
+    json_t *bytes, *top = json_array();
+    json_t *tok = srv_gen_piece(g, ev->token, &bytes);
+    int n_top = MIN(ev->n_top, g->o.top_logprobs);
+    for (int i = 0; i < n_top; i++) {
+        json_t *b;
+        json_t *t = srv_gen_piece(g, ev->top[i].id, &b);
+        json_array_append_new(top, json_pack("{s:i, s:o, s:o, s:o}", "id", ev->top[i].id, "token", t, "bytes", b,
+                                             "logprob", logprob_json(ev->top[i].logprob)));
+    }
+    return json_pack("{s:i, s:o, s:o, s:o, s:o}", "id", ev->token, "token", tok, "bytes", bytes, "logprob",
+                     logprob_json(ev->logprob), "top_logprobs", top);
+}
+
+json_t *srv_gen_timings(const eng_event *d)
+{
+    int32_t prompt_n = d->n_prompt - d->n_cached;
+    return json_pack("{s:i, s:i, s:f, s:f, s:f, s:i, s:f, s:f, s:f}",
+                     "cache_n", d->n_cached,
+                     "prompt_n", prompt_n,
+                     "prompt_ms", d->prompt_ms,
+                     "prompt_per_token_ms", prompt_n > 0 ? d->prompt_ms / prompt_n : 0.0,
+                     "prompt_per_second", d->prompt_ms > 0 ? 1e3 * prompt_n / d->prompt_ms : 0.0,
+                     "predicted_n", d->n_gen,
+                     "predicted_ms", d->gen_ms,
+                     "predicted_per_token_ms", d->n_gen > 0 ? d->gen_ms / d->n_gen : 0.0,
+                     "predicted_per_second", d->gen_ms > 0 ? 1e3 * d->n_gen / d->gen_ms : 0.0);
+}
+
+/* ---- streaming ---- */
+
+static void stream_event(srv_gen *g, const eng_event *ev)
+{
+    gen_take(g, ev);
+    if (g->failed) {
+        srv_gen_sse(g, srv_error_json(&g->err));
+        g->finished = true;
+        return;
+    }
+    if (ev->kind == ENG_EV_TOKEN) {
+        if (g->o.api == SRV_API_NATIVE) srv_native_stream_token(g, ev);
+        else srv_oai_stream_token(g, ev);
+    } else if (ev->kind == ENG_EV_DONE) {
+        if (g->o.api == SRV_API_NATIVE) srv_native_stream_end(g);
+        else srv_oai_stream_end(g);
+        g->finished = true;
+    }
+}
+
+static ssize_t gen_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    srv_gen *g = cls;
+    (void)pos;
+    while (g->out_pos == g->n_out) {
+        if (g->finished) return MHD_CONTENT_READER_END_OF_STREAM;
+        g->n_out = g->out_pos = 0;
+        eng_event ev;
+        pk_status st = gen_next(g, &ev);
+        if (st == PK_ECANCELLED) return MHD_CONTENT_READER_END_WITH_ERROR;
+        for (;;) {
+            if (st == PK_ENOTFOUND) {
+                /* The channel closed without DONE or ERROR: a broken engine. */
+                g->failed = true;
+                srv_fail(&g->err, 500, NULL, "the task ended without a result");
+                srv_gen_sse(g, srv_error_json(&g->err));
+                g->finished = true;
+                break;
+            }
+            stream_event(g, &ev);
+            eng_event_clear(&ev);
+            if (g->finished || g->n_out >= GEN_BATCH_BYTES) break;
+            st = eng_task_next(g->task, &ev, 0);
+            if (st == PK_EFULL) break;
+        }
+    }
+    size_t n = MIN(max, g->n_out - g->out_pos);
+    memcpy(buf, g->out + g->out_pos, n);
+    g->out_pos += n;
+    return (ssize_t)n;
+}
+
+/* ---- entry point ---- */
+
+static enum MHD_Result submit_failed(srv_req *r, pk_status st)
+{
+    if (st == PK_EINVAL) return srv_reply_errorf(r, 400, "the engine refused the request (bad token id, slot or size)");
+    if (st == PK_ECANCELLED) return srv_reply_errorf(r, 503, "the server is stopping");
+    return srv_reply_errorf(r, 500, "cannot queue the request: %s", pk_status_str(st));
+}
+
+enum MHD_Result srv_gen_run(srv_req *r, const eng_completion *c, const srv_gen_opts *o)
+{
+    srv *s = r->s;
+    eng *e = srv_engine(s);
+    int32_t n_ctx = eng_n_ctx_slot(e);
+    if (c->n_prompt >= n_ctx) {
+        srv_err err;
+        srv_fail(&err, 400, NULL, "the request exceeds the available context size: the prompt has %d tokens, a "
+                 "slot holds %d (try a shorter prompt or a larger -c)", c->n_prompt, n_ctx);
+        err.type = "exceed_context_size_error";
+        err.n_prompt = c->n_prompt;
+        err.n_ctx = n_ctx;
+        return srv_reply_error(r, &err);
+    }
+    srv_gen *g = calloc(1, sizeof *g);
+    if (!g) return srv_reply_errorf(r, 500, "out of memory");
+    g->s = s;
+    g->conn = r->conn;
+    g->o = *o;
+    g->req = *c;
+    g->req.prompt = NULL;
+    memset(g->req.stop, 0, sizeof g->req.stop);
+    g->created = (int64_t)time(NULL);
+    g->n_prompt = c->n_prompt;
+    if (!g->o.model[0]) snprintf(g->o.model, sizeof g->o.model, "%s", s->model_name);
+    srv_random_id(g->id, sizeof g->id, o->api == SRV_API_OAI_CHAT ? "chatcmpl-" : "cmpl-");
+    if (o->logprobs && !o->stream) g->probs = json_array();
+    pk_status st = eng_submit(e, c, &g->task);
+    if (st != PK_OK) {
+        gen_free(g);
+        return submit_failed(r, st);
+    }
+    if (o->stream) return srv_reply_sse(r, gen_read, g, gen_free);
+
+    eng_event ev;
+    while (!g->have_done && !g->failed) {
+        st = gen_next(g, &ev);
+        if (st == PK_ECANCELLED) {
+            gen_free(g);
+            return MHD_NO;
+        }
+        if (st == PK_ENOTFOUND) {
+            g->failed = true;
+            srv_fail(&g->err, 500, NULL, "the task ended without a result");
+            break;
+        }
+        gen_take(g, &ev);
+        eng_event_clear(&ev);
+    }
+    enum MHD_Result ret;
+    if (g->failed) ret = srv_reply_error(r, &g->err);
+    else ret = srv_reply_json(r, 200, o->api == SRV_API_NATIVE ? srv_native_response(g) : srv_oai_response(g));
+    gen_free(g);
+    return ret;
+}

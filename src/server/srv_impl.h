@@ -1,0 +1,233 @@
+/*
+ * srv_impl.h - what the files of the server module share: the server
+ * object, the per-request context, reply helpers, request validation and
+ * the generation driver.  Not for use outside src/server (and its tests).
+ *
+ * Ownership in one picture:
+ *
+ *   srv ──────────── MHD daemon ── connection ── srv_req (freed by MHD's
+ *    │ (ready: e, m,                   │          request-completed callback)
+ *    │  voc, tmpl set once)            └─ response ── srv_gen (freed by the
+ *    └ stopping                                       response's free callback,
+ *                                                     which releases the task)
+ */
+#ifndef SRV_IMPL_H
+#define SRV_IMPL_H
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <stdatomic.h>
+
+#include "../engine/eng.h"
+#include "../tokenizer/tok.h"
+#include "srv.h"
+#include "srv_tools.h"
+
+#define SRV_POLL_MS 100            /* longest wait before re-checking client and shutdown */
+#define SRV_MAX_NAME 256
+
+struct srv {
+    srv_params p;                  /* strings point at the owned copies below */
+    char *host, *api_key, *chat_template, *alias;
+    struct MHD_Daemon *d;
+    int port;
+    int64_t t_start;               /* unix seconds */
+    atomic_bool stopping;          /* set by srv_free; read by every request thread */
+    /* Published once by srv_set_engine (release store of e); read-only after.
+     * Readers load e (acquire) first and see NULL while loading. */
+    _Atomic(eng *) e;
+    const model *m;
+    const tok_vocab *voc;
+    tmpl_kind tmpl;
+    const char *tmpl_src;          /* the model's template source when it is used, else NULL */
+    char model_name[SRV_MAX_NAME];
+    char *model_path;
+};
+
+/* Returns the engine when the server is ready, NULL while loading. */
+static inline eng *srv_engine(srv *s) { return atomic_load_explicit(&s->e, memory_order_acquire); }
+
+/* One HTTP request, from its headers to the end of its response.
+ * Owned by its MHD connection thread. */
+typedef struct srv_req {
+    srv *s;
+    struct MHD_Connection *conn;
+    const struct srv_route *route;
+    const char *method, *url;
+    char *body;                    /* request body, NUL-terminated */
+    size_t n_body, cap_body;
+    bool too_big;                  /* body over the limit: being discarded */
+    bool replied;
+    unsigned status;               /* of the reply queued, for the log */
+    double t0_ms;
+} srv_req;
+
+typedef enum srv_api { SRV_API_NATIVE = 1, SRV_API_OAI_CMPL, SRV_API_OAI_CHAT } srv_api;
+
+/* A request failure: HTTP status, OpenAI error type, the field at fault. */
+typedef struct srv_err {
+    unsigned status;
+    const char *type;              /* static; NULL: derived from status */
+    char param[64];
+    char msg[256];
+    int32_t n_prompt, n_ctx;       /* exceed_context_size_error details, else 0 */
+} srv_err;
+
+/* ---- replies (srv.c) ---- */
+
+/* The OpenAI error object {"error": {"code", "message", "type"[, "param"]}}
+ * for e.  Returns a new reference, NULL when out of memory. */
+json_t *srv_error_json(const srv_err *e);
+/* The error type OpenAI clients expect for an HTTP status. */
+const char *srv_error_type(unsigned status);
+/* Sets e (status, type NULL, param, printf message); returns false so a
+ * validator can `return srv_fail(...)`. */
+bool srv_fail(srv_err *e, unsigned status, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Queue a response on r's connection.  srv_reply_json takes j (NULL means
+ * out of memory: a 500); srv_reply_error formats e.  The result is what the
+ * access handler returns to MHD. */
+enum MHD_Result srv_reply_json(srv_req *r, unsigned status, json_t *j);
+enum MHD_Result srv_reply_error(srv_req *r, const srv_err *e);
+enum MHD_Result srv_reply_errorf(srv_req *r, unsigned status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+enum MHD_Result srv_reply_text(srv_req *r, unsigned status, const char *content_type, const char *text,
+                               size_t len);
+/* An SSE response read from reader(cls); free_cb(cls) runs when MHD is done
+ * with it, whether it completed or the client went away.  When the
+ * response cannot be made, free_cb(cls) runs at once and a 500 goes out. */
+enum MHD_Result srv_reply_sse(srv_req *r, MHD_ContentReaderCallback reader, void *cls,
+                              MHD_ContentReaderFreeCallback free_cb);
+
+/* False when the peer of conn has closed or reset its connection. */
+bool srv_conn_alive(struct MHD_Connection *conn);
+/* Value of a query-string argument, NULL when absent. */
+const char *srv_query(srv_req *r, const char *key);
+/* Fills buf with prefix + 24 random alphanumerics (OpenAI-style ids). */
+void srv_random_id(char *buf, size_t cap, const char *prefix);
+
+/* ---- request validation (srv_parse.c) ---- */
+
+/* What a completion request asks of its response (besides the task). */
+typedef struct srv_gen_opts {
+    srv_api api;
+    bool stream;
+    bool include_usage;            /* stream_options.include_usage */
+    bool logprobs;                 /* per-token log-probs in the response */
+    int32_t top_logprobs;          /* alternatives per token shown, 0..ENG_MAX_PROBS */
+    bool return_tokens;            /* native "tokens" */
+    srv_tool_fmt tools;            /* chat: parse tool calls out of the text */
+    char model[SRV_MAX_NAME];      /* echoed "model" */
+} srv_gen_opts;
+
+/* Reads the generation fields every completion endpoint shares (sampling,
+ * max_tokens / n_predict, stop, seed, logprobs, stream, cache_prompt,
+ * id_slot, n) from a JSON object into c (prompt left unset; stop strings
+ * point into body) and o.  Wrong types and out-of-range values fail with a
+ * 400 naming the field.  n_slots bounds id_slot. */
+bool srv_parse_gen(const json_t *body, srv_api api, int32_t n_slots, eng_completion *c, srv_gen_opts *o,
+                   srv_err *e);
+
+/* Tokens of a prompt given as a string, an array of token ids, or a mixed
+ * array of strings and ids (strings tokenized, BOS only before a leading
+ * string when add_special); a one-element array holding one of those is
+ * accepted too.  *out is malloc'ed.  400 for anything else, for ids outside
+ * the vocabulary and for an empty result. */
+bool srv_tokenize_prompt(const tok_vocab *v, const json_t *prompt, const char *field, bool add_special,
+                         int32_t **out, int32_t *n_out, srv_err *e);
+/* Text -> tokens (parse_special on).  *out malloc'ed.  PK_ENOMEM. */
+pk_status srv_tokenize(const tok_vocab *v, const char *text, size_t len, bool add_special, bool parse_special,
+                       int32_t **out, int32_t *n_out);
+
+/* The chat prompt of an OpenAI chat request (messages, tools, tool_choice,
+ * add_generation_prompt) rendered with template kind k: *prompt malloc'ed;
+ * *tools gets the tool-call format to parse the answer with.  400 naming
+ * the field for malformed messages or tools, or tools the template cannot
+ * express. */
+bool srv_render_chat(const json_t *body, tmpl_kind k, const char *tmpl_src, char **prompt, size_t *n_prompt,
+                     srv_tool_fmt *tools, srv_err *e);
+
+/* ---- running a task (srv_gen.c) ---- */
+
+/* A generation in progress: the task, what it produced so far and, when
+ * streaming, the bytes waiting to be sent. */
+typedef struct srv_gen {
+    srv *s;
+    struct MHD_Connection *conn;
+    eng_task *task;
+    srv_gen_opts o;
+    eng_completion req;            /* the request's parameters (prompt and stop unset) */
+    char id[48];
+    int64_t created;               /* unix seconds */
+    int32_t n_prompt;
+    /* What came back. */
+    char *text;                    /* all generated text, NUL-terminated */
+    size_t n_text, cap_text;
+    int32_t *tokens;
+    int32_t n_tokens, cap_tokens;
+    json_t *probs;                 /* per-token log-prob entries (not streamed) */
+    eng_event done;                /* the DONE event (text NULL) */
+    bool have_done;
+    srv_err err;                   /* ERROR event, or the task abandoned */
+    bool failed;
+    /* Streaming. */
+    char *out;
+    size_t n_out, cap_out, out_pos;
+    size_t n_sent;                 /* chat: content bytes already sent */
+    bool sent_role, finished;
+    double t_last_check;           /* last client liveness check (ms) */
+} srv_gen;
+
+/* Submits c and answers the request: a JSON body when it completes, or an
+ * SSE stream.  Takes nothing from the caller (c is copied by eng_submit). */
+enum MHD_Result srv_gen_run(srv_req *r, const eng_completion *c, const srv_gen_opts *o);
+
+/* Appends bytes to the stream output; "data: <j>\n\n" for an SSE event
+ * (j consumed). */
+void srv_gen_out(srv_gen *g, const char *s, size_t n);
+void srv_gen_sse(srv_gen *g, json_t *j);
+
+/* The log-prob entry of one token event: {"id", "token", "bytes",
+ * "logprob", "top_logprobs": [{"id", "token", "bytes", "logprob"}]}. */
+json_t *srv_gen_prob_entry(const srv_gen *g, const eng_event *ev);
+/* A token's text as valid UTF-8 (special tokens rendered). */
+json_t *srv_gen_piece(const srv_gen *g, int32_t id, json_t **bytes);
+/* Sanitized JSON string of n bytes of (possibly split) UTF-8. */
+json_t *srv_json_text(const char *s, size_t n);
+/* The llama.cpp "timings" object of a finished task. */
+json_t *srv_gen_timings(const eng_event *done);
+
+/* ---- formats (srv_openai.c, srv_native.c) ---- */
+
+json_t *srv_oai_response(srv_gen *g);
+void srv_oai_stream_token(srv_gen *g, const eng_event *ev);
+void srv_oai_stream_end(srv_gen *g);
+json_t *srv_native_response(srv_gen *g);
+void srv_native_stream_token(srv_gen *g, const eng_event *ev);
+void srv_native_stream_end(srv_gen *g);
+
+/* ---- handlers (one per route) ---- */
+
+typedef enum MHD_Result (*srv_handler)(srv_req *r, json_t *body);
+
+enum MHD_Result srv_h_oai_models(srv_req *r, json_t *body);
+enum MHD_Result srv_h_oai_completions(srv_req *r, json_t *body);
+enum MHD_Result srv_h_oai_chat(srv_req *r, json_t *body);
+enum MHD_Result srv_h_completion(srv_req *r, json_t *body);
+enum MHD_Result srv_h_tokenize(srv_req *r, json_t *body);
+enum MHD_Result srv_h_detokenize(srv_req *r, json_t *body);
+enum MHD_Result srv_h_apply_template(srv_req *r, json_t *body);
+enum MHD_Result srv_h_health(srv_req *r, json_t *body);
+enum MHD_Result srv_h_props(srv_req *r, json_t *body);
+enum MHD_Result srv_h_slots(srv_req *r, json_t *body);
+enum MHD_Result srv_h_metrics(srv_req *r, json_t *body);
+enum MHD_Result srv_h_tps(srv_req *r, json_t *body);
+
+/* Prometheus text of a stats snapshot (llamacpp:, polykv:, vllm: series).
+ * Returns a malloc'ed NUL-terminated string, NULL when out of memory. */
+char *srv_metrics_text(const eng_stats *st, const char *model_name);
+/* The /polykv/tps snapshot object. */
+json_t *srv_tps_json(const eng_stats *st);
+
+#endif

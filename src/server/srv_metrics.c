@@ -1,0 +1,272 @@
+/*
+ * srv_metrics.c - what the server says about itself, all from one
+ * eng_get_stats snapshot per request: GET /metrics (Prometheus text),
+ * GET /slots (per-slot state and speed) and GET /polykv/tps (a JSON
+ * snapshot of decode speed, or an SSE stream of them).
+ *
+ * /metrics carries three families:
+ *   llamacpp:*  llama-server's names and types where they apply (averages
+ *               are over the server's life, not between two scrapes);
+ *   polykv:*    aggregate and mean per-session decode speed, KV cells;
+ *   vllm:*      num_requests_waiting, num_requests_running and
+ *               kv_cache_usage_perc (0..1), the series the Gateway API
+ *               Inference Extension / llm-d endpoint picker reads.
+ */
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "srv_impl.h"
+
+typedef struct mbuf { char *p; size_t n, cap; bool oom; } mbuf;
+
+static void mprintf(mbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void mprintf(mbuf *b, const char *fmt, ...)
+{
+    if (b->oom) return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int k = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? b->cap - b->n : 0, fmt, ap);
+        va_end(ap);
+        if (k < 0) {
+            b->oom = true;
+            return;
+        }
+        if (b->p && b->n + (size_t)k < b->cap) {
+            b->n += (size_t)k;
+            return;
+        }
+        size_t cap = MAX(b->cap * 2, b->n + (size_t)k + 1024);
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = true;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+}
+
+static void metric(mbuf *b, const char *name, const char *type, const char *help, const char *labels, double v)
+{
+    mprintf(b, "# HELP %s %s\n# TYPE %s %s\n%s%s %.10g\n", name, help, name, type, name, labels, v);
+}
+
+static double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
+
+char *srv_metrics_text(const eng_stats *st, const char *model_name)
+{
+    mbuf b = {0};
+    double prompt_s = st->prompt_ms_total / 1e3, predicted_s = st->predicted_ms_total / 1e3;
+    double kv_ratio = ratio(st->kv_used, st->kv_total);
+    metric(&b, "llamacpp:prompt_tokens_total", "counter", "Number of prompt tokens processed.", "",
+           (double)st->n_prompt_tokens);
+    metric(&b, "llamacpp:prompt_seconds_total", "counter", "Prompt process time.", "", prompt_s);
+    metric(&b, "llamacpp:tokens_predicted_total", "counter", "Number of generation tokens processed.", "",
+           (double)st->n_predicted_tokens);
+    metric(&b, "llamacpp:tokens_predicted_seconds_total", "counter", "Predict process time.", "", predicted_s);
+    metric(&b, "llamacpp:n_decode_total", "counter", "Total number of model_decode calls.", "",
+           (double)st->n_decode_calls);
+    metric(&b, "llamacpp:n_busy_slots_per_decode", "gauge", "Average number of busy slots per decode call.", "",
+           ratio((double)st->n_busy_slots_sum, (double)st->n_decode_calls));
+    metric(&b, "llamacpp:prompt_tokens_seconds", "gauge", "Average prompt throughput in tokens/s.", "",
+           ratio((double)st->n_prompt_tokens, prompt_s));
+    metric(&b, "llamacpp:predicted_tokens_seconds", "gauge", "Average generation throughput in tokens/s.", "",
+           ratio((double)st->n_predicted_tokens, predicted_s));
+    metric(&b, "llamacpp:kv_cache_usage_ratio", "gauge", "KV-cache usage. 1 means 100 percent usage.", "",
+           kv_ratio);
+    metric(&b, "llamacpp:kv_cache_tokens", "gauge", "KV-cache tokens.", "", st->kv_used);
+    metric(&b, "llamacpp:requests_processing", "gauge", "Number of requests processing.", "", st->n_running);
+    metric(&b, "llamacpp:requests_deferred", "gauge", "Number of requests deferred.", "", st->n_waiting);
+
+    metric(&b, "polykv:aggregate_decode_tokens_per_second", "gauge",
+           "Tokens decoded per second by all slots together, over the engine's speed window.", "",
+           st->aggregate_tps);
+    metric(&b, "polykv:mean_session_decode_tokens_per_second", "gauge",
+           "Mean decode speed experienced by the sessions decoding now (per-slot EWMA).", "", st->mean_active_tps);
+    metric(&b, "polykv:kv_cells_used", "gauge", "KV cache cells in use.", "", st->kv_used);
+    metric(&b, "polykv:kv_cells_total", "gauge", "KV cache cells in all.", "", st->kv_total);
+    metric(&b, "polykv:requests_done_total", "counter", "Completion tasks finished.", "",
+           (double)st->n_requests_done);
+
+    /* Label values escape \, " and new lines (Prometheus text format). */
+    char label[SRV_MAX_NAME * 2 + 32], *o = label;
+    o += sprintf(o, "{model_name=\"");
+    for (const char *c = model_name; *c && o < label + sizeof label - 8; c++) {
+        if (*c == '\\' || *c == '"') *o++ = '\\';
+        if (*c == '\n') {
+            *o++ = '\\';
+            *o++ = 'n';
+            continue;
+        }
+        *o++ = *c;
+    }
+    strcpy(o, "\"}");
+    metric(&b, "vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", label,
+           st->n_waiting);
+    metric(&b, "vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", label,
+           st->n_running);
+    metric(&b, "vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", label, kv_ratio);
+    if (b.oom) {
+        free(b.p);
+        return NULL;
+    }
+    return b.p;
+}
+
+static const char *slot_state(eng_slot_state s)
+{
+    return s == ENG_SLOT_PREFILL ? "prefill" : s == ENG_SLOT_DECODE ? "decode" : "idle";
+}
+
+json_t *srv_tps_json(const eng_stats *st)
+{
+    json_t *sessions = json_array();
+    for (int32_t i = 0; i < st->n_slots; i++) {
+        const eng_slot_info *si = &st->slots[i];
+        if (si->state == ENG_SLOT_IDLE) continue;
+        json_array_append_new(sessions, json_pack("{s:i, s:s, s:f, s:i, s:i, s:i}", "slot", si->id, "state",
+                                                  slot_state(si->state), "tps_ewma", si->tps_ewma, "n_decoded",
+                                                  si->n_decoded, "ctx_used", si->n_past, "ctx_total", si->n_ctx));
+    }
+    return json_pack("{s:I, s:f, s:f, s:i, s:i, s:o}", "ts", (json_int_t)st->ts_ms, "aggregate_tps",
+                     st->aggregate_tps, "mean_active_tps", st->mean_active_tps, "n_running", st->n_running,
+                     "n_waiting", st->n_waiting, "sessions", sessions);
+}
+
+static bool stats(srv_req *r, eng_stats *st)
+{
+    return eng_get_stats(srv_engine(r->s), st) == PK_OK;
+}
+
+enum MHD_Result srv_h_metrics(srv_req *r, json_t *body)
+{
+    if (!r->s->p.endpoint_metrics) {
+        srv_err e = { .status = 501 };
+        snprintf(e.msg, sizeof e.msg, "This server does not support metrics endpoint. Start it with `--metrics`");
+        return srv_reply_error(r, &e);
+    }
+    eng_stats st;
+    if (!stats(r, &st)) return srv_reply_errorf(r, 503, "the engine is stopping");
+    char *text = srv_metrics_text(&st, r->s->model_name);
+    if (!text) return srv_reply_errorf(r, 500, "out of memory");
+    enum MHD_Result ret = srv_reply_text(r, 200, "text/plain; version=0.0.4", text, strlen(text));
+    free(text);
+    return ret;
+}
+
+enum MHD_Result srv_h_slots(srv_req *r, json_t *body)
+{
+    if (!r->s->p.endpoint_slots) {
+        srv_err e = { .status = 501 };
+        snprintf(e.msg, sizeof e.msg, "This server does not support slots endpoint. Start it with `--slots`");
+        return srv_reply_error(r, &e);
+    }
+    eng_stats st;
+    if (!stats(r, &st)) return srv_reply_errorf(r, 503, "the engine is stopping");
+    json_t *a = json_array();
+    int n_idle = 0;
+    for (int32_t i = 0; i < st.n_slots; i++) {
+        const eng_slot_info *si = &st.slots[i];
+        n_idle += si->state == ENG_SLOT_IDLE;
+        json_array_append_new(a, json_pack(
+            "{s:i, s:I, s:i, s:b, s:s, s:i, s:i, s:i, s:i, s:i, s:f, s:[{s:i}]}",
+            "id", si->id, "id_task", (json_int_t)si->task_id, "n_ctx", si->n_ctx,
+            "is_processing", si->state != ENG_SLOT_IDLE, "state", slot_state(si->state), "n_past", si->n_past,
+            "n_prompt_tokens", si->n_prompt, "n_prompt_tokens_cache", si->n_cached, "n_cached", si->n_cached,
+            "n_decoded", si->n_decoded, "tps_ewma", si->tps_ewma, "next_token", "n_decoded", si->n_decoded));
+    }
+    const char *fail = srv_query(r, "fail_on_no_slot");
+    if (fail && *fail && n_idle == 0) {
+        json_decref(a);
+        return srv_reply_errorf(r, 503, "no slot available");
+    }
+    return srv_reply_json(r, 200, a);
+}
+
+/* ---- /polykv/tps ---- */
+
+typedef struct tps_stream {
+    srv *s;
+    struct MHD_Connection *conn;
+    int interval_ms;
+    double next_ms;            /* when the next snapshot is due */
+    char *out;
+    size_t n_out, pos;
+} tps_stream;
+
+static void tps_free(void *cls)
+{
+    tps_stream *t = cls;
+    free(t->out);
+    free(t);
+}
+
+static ssize_t tps_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    tps_stream *t = cls;
+    (void)pos;
+    if (t->pos == t->n_out) {
+        free(t->out);
+        t->out = NULL;
+        t->n_out = t->pos = 0;
+        /* Sleep until due, looking at the client and the server meanwhile. */
+        for (;;) {
+            if (atomic_load(&t->s->stopping) || !srv_conn_alive(t->conn)) return MHD_CONTENT_READER_END_WITH_ERROR;
+            double wait = t->next_ms - pk_time_ms();
+            if (wait <= 0) break;
+            poll(NULL, 0, (int)MIN(wait + 1, SRV_POLL_MS));
+        }
+        t->next_ms += t->interval_ms;
+        if (t->next_ms < pk_time_ms()) t->next_ms = pk_time_ms() + t->interval_ms;
+        eng_stats st;
+        if (eng_get_stats(srv_engine(t->s), &st) != PK_OK) return MHD_CONTENT_READER_END_OF_STREAM;
+        json_t *j = srv_tps_json(&st);
+        char *s = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+        json_decref(j);
+        if (!s) return MHD_CONTENT_READER_END_WITH_ERROR;
+        size_t n = strlen(s);
+        t->out = malloc(n + 9);
+        if (!t->out) {
+            free(s);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        memcpy(t->out, "data: ", 6);
+        memcpy(t->out + 6, s, n);
+        memcpy(t->out + 6 + n, "\n\n", 2);
+        t->n_out = n + 8;
+        free(s);
+    }
+    size_t n = MIN(max, t->n_out - t->pos);
+    memcpy(buf, t->out + t->pos, n);
+    t->pos += n;
+    return (ssize_t)n;
+}
+
+enum MHD_Result srv_h_tps(srv_req *r, json_t *body)
+{
+    const char *stream = srv_query(r, "stream");
+    if (stream && (!strcmp(stream, "1") || !strcmp(stream, "true"))) {
+        const char *iv = srv_query(r, "interval_ms");
+        long interval = 500;
+        if (iv) {
+            char *end;
+            interval = strtol(iv, &end, 10);
+            if (end == iv || *end || interval < 50 || interval > 60000)
+                return srv_reply_errorf(r, 400, "'interval_ms' must be an integer in [50, 60000]");
+        }
+        tps_stream *t = calloc(1, sizeof *t);
+        if (!t) return srv_reply_errorf(r, 500, "out of memory");
+        t->s = r->s;
+        t->conn = r->conn;
+        t->interval_ms = (int)interval;
+        t->next_ms = pk_time_ms();
+        return srv_reply_sse(r, tps_read, t, tps_free);
+    }
+    eng_stats st;
+    if (!stats(r, &st)) return srv_reply_errorf(r, 503, "the engine is stopping");
+    return srv_reply_json(r, 200, srv_tps_json(&st));
+}

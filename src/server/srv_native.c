@@ -1,0 +1,243 @@
+/*
+ * srv_native.c - llama.cpp's own endpoints: POST /completion (its response
+ * shape, whole and streamed), /tokenize, /detokenize, /apply-template and
+ * GET /props.  Field names and defaults follow llama-server so its clients
+ * work unchanged.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/utf8.h"
+#include "../model/model.h"
+#include "srv_impl.h"
+
+static const char *stop_type(eng_stop s)
+{
+    switch (s) {
+    case ENG_STOP_EOS: return "eos";
+    case ENG_STOP_WORD: return "word";
+    case ENG_STOP_LIMIT:
+    case ENG_STOP_CTX: return "limit";
+    default: return "none";
+    }
+}
+
+/* The sampling settings a request ran with (llama.cpp's
+ * generation_settings, the fields polykv has). */
+static json_t *settings_json(const eng_completion *c, const srv_gen_opts *o)
+{
+    const smp_params *sp = &c->sp;
+    return json_pack("{s:i, s:I, s:f, s:i, s:f, s:f, s:f, s:i, s:f, s:f, s:i, s:b, s:b, s:b}",
+                     "n_predict", c->n_predict, "seed", (json_int_t)sp->seed, "temperature", (double)sp->temp,
+                     "top_k", sp->top_k, "top_p", (double)sp->top_p, "min_p", (double)sp->min_p,
+                     "repeat_penalty", (double)sp->repeat_penalty, "repeat_last_n", sp->penalty_last_n,
+                     "presence_penalty", (double)sp->presence_penalty, "frequency_penalty",
+                     (double)sp->frequency_penalty, "n_probs", c->n_probs ? o->top_logprobs : 0, "ignore_eos",
+                     c->ignore_eos, "stream", o->stream, "cache_prompt", c->cache_prompt);
+}
+
+static json_t *tokens_json(const int32_t *ids, int32_t n)
+{
+    json_t *a = json_array();
+    for (int32_t i = 0; a && i < n; i++) json_array_append_new(a, json_integer(ids[i]));
+    return a;
+}
+
+/* The final object; streamed, its content was already sent. */
+static json_t *final_json(srv_gen *g, bool streamed)
+{
+    const eng_event *d = &g->done;
+    bool with_tokens = g->o.return_tokens && !streamed;
+    json_t *res = json_pack("{s:i, s:o, s:o, s:i, s:b, s:s, s:i, s:i, s:o, s:s, s:b, s:b, s:s, s:s, s:i, s:o}",
+        "index", 0,
+        "content", streamed ? json_string("") : srv_json_text(g->text ? g->text : "", g->n_text),
+        "tokens", with_tokens ? tokens_json(g->tokens, g->n_tokens) : json_array(),
+        "id_slot", d->slot,
+        "stop", 1,
+        "model", g->o.model,
+        "tokens_predicted", d->n_gen,
+        "tokens_evaluated", d->n_prompt,
+        "generation_settings", settings_json(&g->req, &g->o),
+        "prompt", "",
+        "has_new_line", g->text && memchr(g->text, '\n', g->n_text) != NULL,
+        "truncated", 0,
+        "stop_type", stop_type(d->stop),
+        "stopping_word", d->stop == ENG_STOP_WORD ? d->stop_word : "",
+        "tokens_cached", d->n_prompt + d->n_gen,
+        "timings", srv_gen_timings(d));
+    if (res && g->probs && !streamed) json_object_set(res, "completion_probabilities", g->probs);
+    return res;
+}
+
+json_t *srv_native_response(srv_gen *g) { return final_json(g, false); }
+
+void srv_native_stream_token(srv_gen *g, const eng_event *ev)
+{
+    json_t *j = json_pack("{s:i, s:o, s:[i], s:b, s:i, s:i, s:i}", "index", 0, "content",
+                          srv_json_text(ev->text ? ev->text : "", ev->text_len), "tokens", ev->token, "stop", 0,
+                          "id_slot", -1, "tokens_predicted", g->n_tokens, "tokens_evaluated", g->n_prompt);
+    if (j && g->o.logprobs) json_object_set_new(j, "completion_probabilities", json_pack("[o]",
+                                                srv_gen_prob_entry(g, ev)));
+    srv_gen_sse(g, j);
+}
+
+void srv_native_stream_end(srv_gen *g) { srv_gen_sse(g, final_json(g, true)); }
+
+/* ---- handlers ---- */
+
+enum MHD_Result srv_h_completion(srv_req *r, json_t *body)
+{
+    srv *s = r->s;
+    eng_completion c;
+    srv_gen_opts o;
+    srv_err e;
+    int32_t *ids, n;
+    if (!srv_parse_gen(body, SRV_API_NATIVE, eng_get_params(srv_engine(s))->n_slots, &c, &o, &e) ||
+        !srv_tokenize_prompt(s->voc, json_object_get(body, "prompt"), "prompt", true, &ids, &n, &e))
+        return srv_reply_error(r, &e);
+    c.prompt = ids;
+    c.n_prompt = n;
+    enum MHD_Result ret = srv_gen_run(r, &c, &o);
+    free(ids);
+    return ret;
+}
+
+static bool opt_bool(const json_t *b, const char *key, bool def, bool *out, srv_err *e)
+{
+    const json_t *v = json_object_get(b, key);
+    *out = def;
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_boolean(v)) return srv_fail(e, 400, key, "'%s' must be a boolean", key);
+    *out = json_is_true(v);
+    return true;
+}
+
+/* A piece as a string when it is valid UTF-8, else its bytes (what
+ * llama-server's with_pieces returns). */
+static json_t *piece_json(const tok_vocab *v, int32_t id)
+{
+    char buf[256];
+    int32_t n = tok_piece(v, id, buf, sizeof buf, true);
+    if (n < 0) n = 0;
+    json_t *s = json_stringn(buf, (size_t)n);
+    if (s) return s;
+    json_t *a = json_array();
+    for (int32_t i = 0; i < n; i++) json_array_append_new(a, json_integer((unsigned char)buf[i]));
+    return a;
+}
+
+enum MHD_Result srv_h_tokenize(srv_req *r, json_t *body)
+{
+    srv *s = r->s;
+    srv_err e;
+    bool add_special, parse_special, with_pieces;
+    if (!opt_bool(body, "add_special", false, &add_special, &e) ||
+        !opt_bool(body, "parse_special", true, &parse_special, &e) ||
+        !opt_bool(body, "with_pieces", false, &with_pieces, &e))
+        return srv_reply_error(r, &e);
+    const json_t *content = json_object_get(body, "content");
+    int32_t *ids = NULL, n = 0;
+    if (json_is_string(content)) {
+        pk_status st = srv_tokenize(s->voc, json_string_value(content), json_string_length(content), add_special,
+                                    parse_special, &ids, &n);
+        if (st != PK_OK) return srv_reply_errorf(r, 500, "tokenization failed: %s", pk_status_str(st));
+    } else if (content && !json_is_null(content)) {
+        if (!json_is_array(content) || !json_array_size(content) ||
+            !srv_tokenize_prompt(s->voc, content, "content", add_special, &ids, &n, &e)) {
+            if (!json_is_array(content) || !json_array_size(content))
+                srv_fail(&e, 400, "content", "'content' must be a string or an array of strings and token ids");
+            return srv_reply_error(r, &e);
+        }
+    }
+    json_t *toks = json_array();
+    for (int32_t i = 0; toks && i < n; i++)
+        json_array_append_new(toks, with_pieces ? json_pack("{s:i, s:o}", "id", ids[i], "piece",
+                                                            piece_json(s->voc, ids[i]))
+                                                : json_integer(ids[i]));
+    free(ids);
+    return srv_reply_json(r, 200, json_pack("{s:o}", "tokens", toks));
+}
+
+enum MHD_Result srv_h_detokenize(srv_req *r, json_t *body)
+{
+    srv *s = r->s;
+    const json_t *tokens = json_object_get(body, "tokens");
+    if (tokens && !json_is_null(tokens) && !json_is_array(tokens))
+        return srv_reply_errorf(r, 400, "'tokens' must be an array of token ids");
+    int32_t n_vocab = tok_n_vocab(s->voc);
+    char *text = NULL;
+    size_t n = 0, cap = 0;
+    for (size_t i = 0; i < json_array_size(tokens); i++) {
+        const json_t *t = json_array_get(tokens, i);
+        if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) >= n_vocab) {
+            free(text);
+            return srv_reply_errorf(r, 400, "'tokens[%zu]' is not a token id in [0, %d)", i, n_vocab);
+        }
+        char buf[256];
+        int32_t k = tok_piece(s->voc, (int32_t)json_integer_value(t), buf, sizeof buf, true);
+        if (k <= 0) continue;
+        if (n + (size_t)k + 1 > cap) {
+            cap = (n + (size_t)k + 1) * 2;
+            char *p = realloc(text, cap);
+            if (!p) {
+                free(text);
+                return srv_reply_errorf(r, 500, "out of memory");
+            }
+            text = p;
+        }
+        memcpy(text + n, buf, (size_t)k);
+        n += (size_t)k;
+    }
+    json_t *j = json_pack("{s:o}", "content", srv_json_text(text ? text : "", n));
+    free(text);
+    return srv_reply_json(r, 200, j);
+}
+
+enum MHD_Result srv_h_apply_template(srv_req *r, json_t *body)
+{
+    srv *s = r->s;
+    srv_err e;
+    char *prompt;
+    size_t n;
+    srv_tool_fmt fmt;
+    if (!srv_render_chat(body, s->tmpl, s->tmpl_src, &prompt, &n, &fmt, &e)) return srv_reply_error(r, &e);
+    json_t *j = json_pack("{s:o}", "prompt", srv_json_text(prompt, n));
+    free(prompt);
+    return srv_reply_json(r, 200, j);
+}
+
+static json_t *special_text(const tok_vocab *v, int32_t id)
+{
+    if (id < 0) return json_string("");
+    char buf[256];
+    int32_t n = tok_piece(v, id, buf, sizeof buf, true);
+    return srv_json_text(buf, n > 0 ? (size_t)n : 0);
+}
+
+enum MHD_Result srv_h_props(srv_req *r, json_t *body)
+{
+    srv *s = r->s;
+    eng *e = srv_engine(s);
+    const eng_params *ep = eng_get_params(e);
+    eng_completion c = { .sp = smp_default_params(), .n_predict = -1, .cache_prompt = true };
+    srv_gen_opts o = {0};
+    const char *src = tok_chat_template(s->voc);
+    json_t *props = json_pack("{s:{s:o, s:i}, s:i, s:s, s:s, s:s, s:s, s:s, s:o, s:o, s:s, s:{s:b, s:b, s:b}, "
+                              "s:b, s:b, s:b, s:b}",
+        "default_generation_settings", "params", settings_json(&c, &o), "n_ctx", eng_n_ctx_slot(e),
+        "total_slots", ep->n_slots,
+        "model_alias", s->model_name,
+        "model_path", s->model_path ? s->model_path : "",
+        "model_desc", model_desc(s->m),
+        "chat_template", src && s->tmpl_src ? src : "",
+        "chat_template_name", tmpl_name(s->tmpl),
+        "bos_token", special_text(s->voc, tok_bos(s->voc)),
+        "eos_token", special_text(s->voc, tok_eos(s->voc)),
+        "build_info", "polykv",
+        "modalities", "vision", 0, "audio", 0, "video", 0,
+        "endpoint_slots", s->p.endpoint_slots,
+        "endpoint_metrics", s->p.endpoint_metrics,
+        "endpoint_props", 0,
+        "is_sleeping", 0);
+    return srv_reply_json(r, 200, props);
+}

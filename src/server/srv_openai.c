@@ -1,0 +1,248 @@
+/*
+ * srv_openai.c - the OpenAI endpoints: GET /v1/models, POST /v1/completions
+ * and POST /v1/chat/completions, their request handling and their
+ * response shapes, whole and streamed (chat.completion.chunk /
+ * text_completion chunks, ending with `data: [DONE]`).
+ *
+ * Chat with tools: the answer is parsed for tool calls (srv_tools.h) in the
+ * model's format.  Streamed, content goes out as it comes except what might
+ * still turn into a call, which waits for the end; calls are sent whole in
+ * one delta (clients accumulate deltas, so this is valid), then the
+ * finish_reason "tool_calls".
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../model/model.h"
+#include "srv_impl.h"
+
+static const char FINGERPRINT[] = "polykv";
+
+static const char *finish_reason(const srv_gen *g, bool tool_calls)
+{
+    if (g->done.stop == ENG_STOP_LIMIT || g->done.stop == ENG_STOP_CTX) return "length";
+    return tool_calls ? "tool_calls" : "stop";
+}
+
+static json_t *usage_json(const srv_gen *g)
+{
+    const eng_event *d = &g->done;
+    return json_pack("{s:i, s:i, s:i, s:{s:i}}", "completion_tokens", d->n_gen, "prompt_tokens", d->n_prompt,
+                     "total_tokens", d->n_gen + d->n_prompt, "prompt_tokens_details", "cached_tokens", d->n_cached);
+}
+
+/* The envelope every response and chunk shares. */
+static json_t *envelope(const srv_gen *g, const char *object, json_t *choices)
+{
+    return json_pack("{s:s, s:s, s:I, s:s, s:s, s:o}", "id", g->id, "object", object, "created",
+                     (json_int_t)g->created, "model", g->o.model, "system_fingerprint", FINGERPRINT, "choices",
+                     choices ? choices : json_array());
+}
+
+/* The legacy completions log-probs object for entries (srv_gen_prob_entry
+ * objects); the entries themselves ride along as "content", llama.cpp's
+ * shape.  *offset is the running text offset. */
+static json_t *legacy_logprobs(json_t *entries, size_t *offset)
+{
+    json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    for (size_t i = 0; i < json_array_size(entries); i++) {
+        json_t *e = json_array_get(entries, i), *top = json_object(), *alts = json_object_get(e, "top_logprobs");
+        json_t *tok = json_object_get(e, "token");
+        json_array_append(tokens, tok);
+        json_array_append(lps, json_object_get(e, "logprob"));
+        for (size_t k = 0; k < json_array_size(alts); k++) {
+            json_t *a = json_array_get(alts, k);
+            json_object_set(top, json_string_value(json_object_get(a, "token")), json_object_get(a, "logprob"));
+        }
+        json_array_append_new(tops, top);
+        json_array_append_new(offs, json_integer((json_int_t)*offset));
+        *offset += json_string_length(tok);
+    }
+    return json_pack("{s:o, s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", lps, "top_logprobs", tops,
+                     "text_offset", offs, "content", entries);
+}
+
+static json_t *tool_calls_json(const srv_tool_msg *tm, bool with_index)
+{
+    json_t *a = json_array();
+    for (int i = 0; i < tm->n_calls; i++) {
+        char id[40];
+        srv_random_id(id, sizeof id, "call_");
+        json_t *c = json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function", "function", "name",
+                              tm->calls[i].name, "arguments", tm->calls[i].arguments);
+        if (c && with_index) json_object_set_new(c, "index", json_integer(i));
+        json_array_append_new(a, c);
+    }
+    return a;
+}
+
+json_t *srv_oai_response(srv_gen *g)
+{
+    json_t *choice, *res;
+    if (g->o.api == SRV_API_OAI_CMPL) {
+        size_t offset = 0;
+        json_t *lp = g->probs ? legacy_logprobs(json_incref(g->probs), &offset) : json_null();
+        choice = json_pack("{s:o, s:i, s:o, s:s}", "text", srv_json_text(g->text ? g->text : "", g->n_text),
+                           "index", 0, "logprobs", lp, "finish_reason", finish_reason(g, false));
+        res = envelope(g, "text_completion", json_pack("[o]", choice));
+    } else {
+        srv_tool_msg tm;
+        if (srv_tools_parse(g->o.tools, g->text ? g->text : "", g->n_text, &tm) != PK_OK) return NULL;
+        json_t *msg = json_pack("{s:s}", "role", "assistant");
+        json_object_set_new(msg, "content", tm.n_calls && !tm.content_len ? json_null()
+                                                                          : srv_json_text(tm.content, tm.content_len));
+        if (tm.n_calls) json_object_set_new(msg, "tool_calls", tool_calls_json(&tm, false));
+        json_t *lp = g->probs ? json_pack("{s:O}", "content", g->probs) : json_null();
+        choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "message", msg, "logprobs", lp, "finish_reason",
+                           finish_reason(g, tm.n_calls > 0));
+        res = envelope(g, "chat.completion", json_pack("[o]", choice));
+        srv_tool_msg_free(&tm);
+    }
+    if (res) {
+        json_object_set_new(res, "usage", usage_json(g));
+        json_object_set_new(res, "timings", srv_gen_timings(&g->done));
+    }
+    return res;
+}
+
+/* ---- streaming ---- */
+
+static void chat_chunk(srv_gen *g, json_t *delta, json_t *logprobs, const char *finish)
+{
+    json_t *choice = json_pack("{s:i, s:o, s:o, s:o}", "index", 0, "delta", delta, "logprobs",
+                               logprobs ? logprobs : json_null(), "finish_reason",
+                               finish ? json_string(finish) : json_null());
+    srv_gen_sse(g, envelope(g, "chat.completion.chunk", json_pack("[o]", choice)));
+}
+
+void srv_oai_stream_token(srv_gen *g, const eng_event *ev)
+{
+    json_t *entry = g->o.logprobs ? srv_gen_prob_entry(g, ev) : NULL;
+    if (g->o.api == SRV_API_OAI_CMPL) {
+        if (!ev->text_len && !entry) return;
+        size_t offset = g->n_text - ev->text_len;
+        json_t *lp = entry ? legacy_logprobs(json_pack("[o]", entry), &offset) : json_null();
+        json_t *choice = json_pack("{s:o, s:i, s:o, s:n}", "text", srv_json_text(ev->text ? ev->text : "",
+                                   ev->text_len), "index", 0, "logprobs", lp, "finish_reason");
+        srv_gen_sse(g, envelope(g, "text_completion", json_pack("[o]", choice)));
+        return;
+    }
+    if (!g->sent_role) {
+        g->sent_role = true;
+        chat_chunk(g, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL, NULL);
+    }
+    size_t safe = srv_tools_content_prefix(g->o.tools, g->text, g->n_text);
+    json_t *delta = json_object();
+    if (safe > g->n_sent) {
+        json_object_set_new(delta, "content", srv_json_text(g->text + g->n_sent, safe - g->n_sent));
+        g->n_sent = safe;
+    }
+    if (!json_object_size(delta) && !entry) {
+        json_decref(delta);
+        return;
+    }
+    chat_chunk(g, delta, entry ? json_pack("{s:[o]}", "content", entry) : NULL, NULL);
+}
+
+static void usage_chunk(srv_gen *g, const char *object)
+{
+    json_t *j = envelope(g, object, json_array());
+    if (j) json_object_set_new(j, "usage", usage_json(g));
+    srv_gen_sse(g, j);
+}
+
+void srv_oai_stream_end(srv_gen *g)
+{
+    if (g->o.api == SRV_API_OAI_CMPL) {
+        json_t *choice = json_pack("{s:s, s:i, s:n, s:s}", "text", "", "index", 0, "logprobs", "finish_reason",
+                                   finish_reason(g, false));
+        json_t *j = envelope(g, "text_completion", json_pack("[o]", choice));
+        if (j) json_object_set_new(j, "timings", srv_gen_timings(&g->done));
+        srv_gen_sse(g, j);
+        if (g->o.include_usage) usage_chunk(g, "text_completion");
+        srv_gen_out(g, "data: [DONE]\n\n", 14);
+        return;
+    }
+    if (!g->sent_role) {
+        g->sent_role = true;
+        chat_chunk(g, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL, NULL);
+    }
+    srv_tool_msg tm = {0};
+    if (srv_tools_parse(g->o.tools, g->text ? g->text : "", g->n_text, &tm) != PK_OK) {
+        g->finished = true;
+        return;
+    }
+    /* What was held back: the content not sent yet (the sent part is a
+     * prefix of the final content, see srv_tools_content_prefix). */
+    if (tm.content_len > g->n_sent && !memcmp(tm.content, g->text, g->n_sent))
+        chat_chunk(g, json_pack("{s:o}", "content", srv_json_text(tm.content + g->n_sent, tm.content_len - g->n_sent)),
+                   NULL, NULL);
+    if (tm.n_calls) chat_chunk(g, json_pack("{s:o}", "tool_calls", tool_calls_json(&tm, true)), NULL, NULL);
+    json_t *choice = json_pack("{s:i, s:{}, s:n, s:s}", "index", 0, "delta", "logprobs", "finish_reason",
+                               finish_reason(g, tm.n_calls > 0));
+    json_t *j = envelope(g, "chat.completion.chunk", json_pack("[o]", choice));
+    if (j) json_object_set_new(j, "timings", srv_gen_timings(&g->done));
+    srv_gen_sse(g, j);
+    srv_tool_msg_free(&tm);
+    if (g->o.include_usage) usage_chunk(g, "chat.completion.chunk");
+    srv_gen_out(g, "data: [DONE]\n\n", 14);
+}
+
+/* ---- handlers ---- */
+
+enum MHD_Result srv_h_oai_models(srv_req *r, json_t *body)
+{
+    srv *s = r->s;
+    eng *e = srv_engine(s);
+    const model_hparams *hp = model_get_hparams(s->m);
+    json_t *meta = json_pack("{s:i, s:i, s:i, s:i, s:i, s:s}", "vocab_type", (int)tok_get_kind(s->voc), "n_vocab",
+                             tok_n_vocab(s->voc), "n_ctx", eng_n_ctx_slot(e), "n_ctx_train", hp->n_ctx_train,
+                             "n_embd", hp->n_embd, "desc", model_desc(s->m));
+    json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:o}", "id", s->model_name, "object", "model", "created",
+                          (json_int_t)s->t_start, "owned_by", "polykv", "meta", meta);
+    return srv_reply_json(r, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", m));
+}
+
+static enum MHD_Result run_prompt(srv_req *r, eng_completion *c, const srv_gen_opts *o, int32_t *ids, int32_t n)
+{
+    c->prompt = ids;
+    c->n_prompt = n;
+    enum MHD_Result ret = srv_gen_run(r, c, o);
+    free(ids);
+    return ret;
+}
+
+enum MHD_Result srv_h_oai_completions(srv_req *r, json_t *body)
+{
+    srv *s = r->s;
+    eng_completion c;
+    srv_gen_opts o;
+    srv_err e;
+    int32_t *ids, n;
+    if (!srv_parse_gen(body, SRV_API_OAI_CMPL, eng_get_params(srv_engine(s))->n_slots, &c, &o, &e) ||
+        !srv_tokenize_prompt(s->voc, json_object_get(body, "prompt"), "prompt", true, &ids, &n, &e))
+        return srv_reply_error(r, &e);
+    return run_prompt(r, &c, &o, ids, n);
+}
+
+enum MHD_Result srv_h_oai_chat(srv_req *r, json_t *body)
+{
+    srv *s = r->s;
+    eng_completion c;
+    srv_gen_opts o;
+    srv_err e;
+    char *prompt;
+    size_t n_prompt;
+    if (!srv_parse_gen(body, SRV_API_OAI_CHAT, eng_get_params(srv_engine(s))->n_slots, &c, &o, &e) ||
+        !srv_render_chat(body, s->tmpl, s->tmpl_src, &prompt, &n_prompt, &o.tools, &e))
+        return srv_reply_error(r, &e);
+    int32_t *ids = NULL, n = 0;
+    pk_status st = srv_tokenize(s->voc, prompt, n_prompt, true, true, &ids, &n);
+    free(prompt);
+    if (st != PK_OK) return srv_reply_errorf(r, 500, "tokenization failed: %s", pk_status_str(st));
+    if (n == 0) {
+        free(ids);
+        return srv_reply_errorf(r, 400, "the chat prompt gives no tokens");
+    }
+    return run_prompt(r, &c, &o, ids, n);
+}

@@ -1,0 +1,64 @@
+/*
+ * srv_tools.h - tool calls in generated text: finding them and turning them
+ * back into OpenAI `tool_calls`.
+ *
+ * DESIGN
+ *   Pure functions over a byte string; no server state, no allocation
+ *   beyond the result.  Two output formats are understood, the ones the
+ *   templates of tmpl_tools.h ask the model for:
+ *
+ *     QWEN    (ChatML / Hermes style; Qwen2.5, Qwen3)
+ *               [content]<tool_call>\n{"name": N, "arguments": {...}}\n</tool_call>...
+ *             any number of calls; text outside the tags is content.
+ *     LLAMA3  (Llama 3.1 / 3.2 / 3.3 JSON tool calls)
+ *               [content][<|python_tag|>]{"name": N, "parameters": {...}}[; {...}]
+ *             an object counts as a call only when it has a string "name"
+ *             and an object "parameters" (or "arguments"), so an ordinary
+ *             JSON answer stays content.
+ *
+ *   A call whose JSON is malformed is left in the content as text: the
+ *   client sees what the model wrote rather than a call it did not make.
+ *   Arguments come back as compact JSON text (what OpenAI's `arguments`
+ *   string holds); a string holding JSON is unwrapped first.
+ *
+ *   For streaming, srv_tools_content_prefix says how much of the text so far
+ *   is surely content (can be sent now) and how much might still turn into
+ *   a call (held back until the end).
+ *
+ * Threads: any; the functions share nothing.
+ */
+#ifndef SRV_TOOLS_H
+#define SRV_TOOLS_H
+
+#include "../common/pk.h"
+
+typedef enum srv_tool_fmt {
+    SRV_TOOL_NONE = 0,          /* no tools in the request: everything is content */
+    SRV_TOOL_QWEN,
+    SRV_TOOL_LLAMA3,
+} srv_tool_fmt;
+
+typedef struct srv_tool_call {
+    char *name;                 /* NUL-terminated, owned by the srv_tool_msg */
+    char *arguments;            /* compact JSON text, owned */
+} srv_tool_call;
+
+typedef struct srv_tool_msg {
+    char *content;              /* text outside the calls, NUL-terminated, owned */
+    size_t content_len;
+    srv_tool_call *calls;       /* [n_calls], owned */
+    int n_calls;
+} srv_tool_msg;
+
+/* Splits text[0..len) into content and tool calls.  With calls found, the
+ * content is trimmed of surrounding white space; without, it is the text
+ * unchanged.  Returns PK_OK, or PK_ENOMEM (out is then empty).  Free the
+ * result with srv_tool_msg_free. */
+pk_status srv_tools_parse(srv_tool_fmt f, const char *text, size_t len, srv_tool_msg *out);
+void srv_tool_msg_free(srv_tool_msg *m);                /* fields reset; NULL is a no-op */
+
+/* Bytes at the start of text[0..len) that cannot become part of a call
+ * whatever comes next (streamable as content now). */
+size_t srv_tools_content_prefix(srv_tool_fmt f, const char *text, size_t len);
+
+#endif

@@ -1,0 +1,248 @@
+// native.test.mjs - llama.cpp's endpoints over plain HTTP (node's fetch):
+// /completion against `polykv run` (same greedy token ids), prompts as ids
+// and mixed arrays, streaming, the prompt cache, log-probs, slots,
+// /tokenize, /detokenize, /apply-template (Llama 3.1 tools), /props,
+// /slots, /metrics, /polykv/tps (snapshot and stream), the error statuses
+// (400, 401, 404, 405, 413), disconnects freeing their slot, and an idle
+// server using no CPU.
+
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import {
+  sharedModel, skipReason, startServer, post, get, readSSE, runJson, cpuSeconds, sleep,
+} from './lib.mjs';
+
+const STORIES = 'stories260K.gguf';
+const QWEN = 'rand-qwen2-qwen2vocab-e64-l2-F16.gguf';
+const LLAMA = 'rand-llama-llama3vocab-e256-l2-Q8_0.gguf';
+const skip = skipReason(STORIES, QWEN, LLAMA);
+
+let s, q, guarded;
+
+before(async () => {
+  if (skip) return;
+  s = await startServer(sharedModel(STORIES), ['-c', '2048', '-np', '2', '-t', '1', '--metrics']);
+  q = await startServer(sharedModel(QWEN), ['-c', '2048', '-np', '1', '-t', '1']);
+  guarded = await startServer(sharedModel(STORIES), ['-c', '512', '-np', '1', '-t', '1', '--api-key', 'k3y',
+    '--max-body', '2000', '--no-slots']);
+});
+
+after(async () => {
+  for (const x of [s, q, guarded]) if (x) assert.equal(await x.stop(), 0);
+});
+
+test('/completion equals polykv run token for token (greedy)', { skip }, async () => {
+  for (const [srv, model, prompt] of [
+    [s, STORIES, 'Once upon a time'],
+    [s, STORIES, 'Lily and Max went to the park. They saw'],
+    [q, QWEN, 'The capital of France is'],
+  ]) {
+    const ref = runJson(sharedModel(model), prompt, 24);
+    const r = await post(srv.url + '/completion', { prompt, n_predict: 24, temperature: 0, return_tokens: true });
+    assert.equal(r.status, 200, r.text);
+    assert.deepEqual(r.json.tokens, ref.tokens, `${model}: ${prompt}`);
+    assert.equal(r.json.tokens_evaluated, ref.prompt_tokens.length);
+    // The same with log-probs asked for: same tokens, and greedy is the top one.
+    const p = await post(srv.url + '/completion', { prompt, n_predict: 24, temperature: 0, n_probs: 3,
+      cache_prompt: false });
+    const probs = p.json.completion_probabilities;
+    assert.deepEqual(probs.map((e) => e.id), ref.tokens);
+    for (const e of probs) {
+      assert.equal(e.top_logprobs.length, 3);
+      assert.equal(e.top_logprobs[0].id, e.id);
+    }
+  }
+});
+
+test('/completion: ids, mixed prompts, streaming, timings', { skip }, async () => {
+  const t = await post(s.url + '/tokenize', { content: 'Once upon a time', add_special: true });
+  const ids = t.json.tokens;
+  const a = await post(s.url + '/completion', { prompt: 'Once upon a time', n_predict: 12, temperature: 0,
+    return_tokens: true });
+  const b = await post(s.url + '/completion', { prompt: ids, n_predict: 12, temperature: 0, return_tokens: true });
+  assert.deepEqual(b.json.tokens, a.json.tokens);
+  const c = await post(s.url + '/completion', { prompt: [ids[0], 'Once upon a time'], n_predict: 12, temperature: 0,
+    return_tokens: true });
+  assert.deepEqual(c.json.tokens, a.json.tokens);
+
+  const res = await fetch(s.url + '/completion', { method: 'POST',
+    body: JSON.stringify({ prompt: 'Once upon a time', n_predict: 12, temperature: 0, stream: true }) });
+  assert.equal(res.headers.get('content-type'), 'text/event-stream');
+  let content = '', final = null, n = 0;
+  await readSSE(res, (data) => {
+    const e = JSON.parse(data);
+    if (e.stop) final = e;
+    else {
+      content += e.content;
+      n++;
+      assert.equal(e.tokens.length, 1);
+    }
+  });
+  assert.equal(content, a.json.content);
+  assert.equal(n, 12);
+  assert.equal(final.stop_type, 'limit');
+  for (const k of ['prompt_n', 'prompt_ms', 'predicted_n', 'predicted_ms', 'predicted_per_second',
+    'prompt_per_second', 'cache_n']) assert.equal(typeof final.timings[k], 'number', k);
+  assert.equal(final.timings.predicted_n, 12);
+});
+
+test('prompt cache: a repeat reuses the prefix; cache_prompt false does not', { skip }, async () => {
+  const prompt = 'Lily had a red ball. She liked to throw it high in the sky and catch it.';
+  const body = { prompt, n_predict: 4, temperature: 0, id_slot: 1 };
+  const a = await post(s.url + '/completion', body);
+  const b = await post(s.url + '/completion', body);
+  assert.equal(b.json.id_slot, 1);
+  assert.equal(b.json.timings.cache_n, b.json.tokens_evaluated - 1);
+  assert.equal(b.json.timings.prompt_n, 1);
+  assert.equal(b.json.content, a.json.content);
+  const c = await post(s.url + '/completion', { ...body, cache_prompt: false });
+  assert.equal(c.json.timings.cache_n, 0);
+  const v1 = await post(s.url + '/v1/completions', { prompt, max_tokens: 4, temperature: 0, id_slot: 1 });
+  assert.ok(v1.json.usage.prompt_tokens_details.cached_tokens > 0);
+});
+
+test('/tokenize, /detokenize, /apply-template, /props, /v1/models', { skip }, async () => {
+  const t = await post(s.url + '/tokenize', { content: 'Hello world', with_pieces: true });
+  assert.equal(t.status, 200);
+  const ids = t.json.tokens.map((x) => x.id);
+  assert.equal(t.json.tokens.map((x) => x.piece).join(''), ' Hello world');
+  const d = await post(s.url + '/detokenize', { tokens: ids });
+  assert.equal(d.json.content, ' Hello world');
+  assert.deepEqual((await post(s.url + '/tokenize', { content: 'Hello world' })).json.tokens, ids);
+  assert.deepEqual((await post(s.url + '/tokenize', { content: [ids[0], 'x'] })).status, 200);
+
+  const l = await startServer(sharedModel(LLAMA), ['-c', '512', '-np', '1', '-t', '1', '--chat-template', 'llama3']);
+  try {
+    const at = await post(l.url + '/apply-template', {
+      messages: [{ role: 'user', content: 'Weather in Oslo?' }],
+      tools: [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object' } } }],
+    });
+    assert.equal(at.status, 200);
+    assert.ok(at.json.prompt.startsWith('<|start_header_id|>system<|end_header_id|>\n\nEnvironment: ipython\n'));
+    assert.ok(at.json.prompt.includes('{\n    "type": "function",\n    "function": {\n        "name": "get_weather"'));
+    assert.ok(at.json.prompt.endsWith('Weather in Oslo?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n'));
+    const plain = await post(l.url + '/apply-template', { messages: [{ role: 'user', content: ' hi ' }] });
+    assert.equal(plain.json.prompt,
+      '<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n');
+  } finally {
+    await l.stop();
+  }
+
+  const p = await get(s.url + '/props');
+  assert.equal(p.json.total_slots, 2);
+  assert.equal(p.json.default_generation_settings.n_ctx, 1024);
+  assert.equal(p.json.endpoint_metrics, true);
+  const m = await get(s.url + '/v1/models');
+  assert.equal(m.json.data[0].id, STORIES);
+  assert.equal(m.json.data[0].meta.n_ctx, 1024);
+});
+
+test('/slots, /metrics, /polykv/tps', { skip }, async () => {
+  const sl = await get(s.url + '/slots');
+  assert.equal(sl.json.length, 2);
+  for (const x of sl.json)
+    for (const k of ['id', 'state', 'n_ctx', 'n_past', 'n_cached', 'n_decoded', 'tps_ewma', 'is_processing'])
+      assert.ok(k in x, k);
+
+  const mt = await get(s.url + '/metrics');
+  assert.equal(mt.status, 200);
+  assert.match(mt.headers.get('content-type'), /^text\/plain/);
+  for (const [name, type] of [
+    ['llamacpp:prompt_tokens_total', 'counter'], ['llamacpp:prompt_seconds_total', 'counter'],
+    ['llamacpp:tokens_predicted_total', 'counter'], ['llamacpp:tokens_predicted_seconds_total', 'counter'],
+    ['llamacpp:n_decode_total', 'counter'], ['llamacpp:n_busy_slots_per_decode', 'gauge'],
+    ['llamacpp:prompt_tokens_seconds', 'gauge'], ['llamacpp:predicted_tokens_seconds', 'gauge'],
+    ['llamacpp:requests_processing', 'gauge'], ['llamacpp:requests_deferred', 'gauge'],
+    ['llamacpp:kv_cache_usage_ratio', 'gauge'], ['llamacpp:kv_cache_tokens', 'gauge'],
+    ['polykv:aggregate_decode_tokens_per_second', 'gauge'], ['polykv:mean_session_decode_tokens_per_second', 'gauge'],
+    ['polykv:kv_cells_used', 'gauge'], ['polykv:kv_cells_total', 'gauge'],
+    ['vllm:num_requests_waiting', 'gauge'], ['vllm:num_requests_running', 'gauge'],
+    ['vllm:kv_cache_usage_perc', 'gauge'],
+  ]) {
+    assert.ok(mt.text.includes(`# TYPE ${name} ${type}\n`), name);
+    assert.match(mt.text, new RegExp(`^${name}(\\{[^}]*\\})? [0-9.e+-]+$`, 'm'), name);
+  }
+  assert.ok(Number(mt.text.match(/^llamacpp:tokens_predicted_total (\S+)$/m)[1]) > 0);
+  const perc = Number(mt.text.match(/^vllm:kv_cache_usage_perc\{[^}]*\} (\S+)$/m)[1]);
+  assert.ok(perc > 0 && perc <= 1);
+  assert.equal((await get(q.url + '/metrics')).status, 501);
+
+  const tps = await get(s.url + '/polykv/tps');
+  for (const k of ['ts', 'aggregate_tps', 'mean_active_tps', 'sessions']) assert.ok(k in tps.json, k);
+
+  // Streamed snapshots while a request runs.
+  const gen = post(s.url + '/completion', { prompt: 'Once', n_predict: 2000, ignore_eos: true });
+  const ac = new AbortController();
+  const res = await fetch(s.url + '/polykv/tps?stream=1&interval_ms=60', { signal: ac.signal });
+  const snaps = [];
+  await readSSE(res, (data, t) => {
+    snaps.push({ ...JSON.parse(data), t });
+    return snaps.length < 4;
+  }).catch(() => {});
+  ac.abort();
+  await gen;
+  assert.equal(snaps.length, 4);
+  for (let i = 1; i < 4; i++) assert.ok(snaps[i].ts >= snaps[i - 1].ts);
+  const gap = (snaps[3].t - snaps[1].t) / 2;
+  assert.ok(gap > 40 && gap < 200, `snapshots every ${gap} ms`);
+  assert.equal((await get(s.url + '/polykv/tps?stream=1&interval_ms=5')).status, 400);
+});
+
+test('error statuses', { skip }, async () => {
+  const c = s.url + '/completion';
+  assert.equal((await get(s.url + '/nope')).status, 404);
+  assert.equal((await get(c)).status, 405);
+  const bad = await post(c, '{"prompt": "x",');
+  assert.equal(bad.status, 400);
+  assert.equal(bad.json.error.type, 'invalid_request_error');
+  assert.equal((await post(c, { prompt: 'x', n_predict: 'ten' })).json.error.param, 'n_predict');
+  assert.equal((await post(c, { prompt: 'x', temperature: [] })).json.error.param, 'temperature');
+  assert.equal((await post(c, { prompt: [1, 2, 1e9] })).status, 400);
+  assert.equal((await post(c, { prompt: ['a', 'b'] })).status, 400);
+  assert.equal((await post(s.url + '/detokenize', { tokens: 'abc' })).status, 400);
+  const long = await post(c, { prompt: Array(1500).fill(7) });
+  assert.equal(long.status, 400);
+  assert.equal(long.json.error.type, 'exceed_context_size_error');
+
+  const g = guarded.url;
+  assert.equal((await post(g + '/completion', { prompt: 'x', n_predict: 1 })).status, 401);
+  assert.equal((await post(g + '/completion', { prompt: 'x', n_predict: 1 }, { authorization: 'Bearer nope' })).status, 401);
+  const ok = await post(g + '/completion', { prompt: 'x', n_predict: 1 }, { authorization: 'Bearer k3y' });
+  assert.equal(ok.status, 200);
+  assert.equal((await get(g + '/health')).status, 200);
+  assert.equal((await get(g + '/v1/models')).status, 200);
+  const big = await post(g + '/completion', { prompt: 'x'.repeat(3000) }, { authorization: 'Bearer k3y' });
+  assert.equal(big.status, 413);
+  assert.equal((await get(g + '/slots', { authorization: 'Bearer k3y' })).status, 501);
+});
+
+async function allIdle(url, ms = 3000) {
+  for (let t = 0; t < ms; t += 20) {
+    const sl = (await get(url + '/slots')).json;
+    if (sl.every((x) => x.state === 'idle')) return true;
+    await sleep(20);
+  }
+  return false;
+}
+
+test('a client that disconnects frees its slot', { skip }, async () => {
+  for (const stream of [true, false]) {
+    const ac = new AbortController();
+    const res = fetch(s.url + '/completion', { method: 'POST', signal: ac.signal,
+      body: JSON.stringify({ prompt: 'Once', n_predict: -1, ignore_eos: true, stream }) });
+    await sleep(30);
+    ac.abort();
+    await res.then((r) => r.text()).catch(() => {});
+    assert.ok(await allIdle(s.url), `slot still busy after a disconnect (stream ${stream})`);
+    const sl = (await get(s.url + '/slots')).json;
+    assert.ok(sl.every((x) => x.n_decoded < 1000), JSON.stringify(sl));
+  }
+});
+
+test('an idle server uses no CPU', { skip }, async () => {
+  await sleep(200);
+  const c0 = cpuSeconds(s.pid);
+  await sleep(2000);
+  const used = cpuSeconds(s.pid) - c0;
+  assert.ok(used <= 0.02, `idle server used ${used} s of CPU in 2 s`);
+});

@@ -1,0 +1,523 @@
+/*
+ * test_server.c - the server's request handling:
+ *   - generation parameters: defaults, strict types (a 400 naming the
+ *     field), ranges, n != 1, stop lists, the three log-prob spellings;
+ *   - error mapping: status -> OpenAI error type, the error body's shape;
+ *   - prompts as text, token ids, mixed arrays, one-element lists, and the
+ *     ones refused (several prompts, ids outside the vocabulary, empty);
+ *   - chat rendering: plain, with tools (Qwen and Llama 3.1 formats chosen),
+ *     malformed messages, tools on a template without a tool format;
+ *   - the live server on loopback (stories260K): 503 while loading, 404,
+ *     405, 401, 413 (declared and streamed bodies), 400 for bad JSON and
+ *     for a prompt longer than a slot, a streamed answer that stays whole
+ *     while bad requests arrive, and a client that disconnects mid-stream
+ *     freeing its slot.
+ */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "../src/server/srv_impl.h"
+#include "../src/model/model.h"
+#include "test.h"
+
+static json_t *J(const char *text)
+{
+    json_error_t e;
+    json_t *j = json_loads(text, 0, &e);
+    if (!j) fprintf(stderr, "bad test JSON: %s: %s\n", text, e.text);
+    ASSERT(j);
+    return j;
+}
+
+/* Parses body as api; returns the status (0 when accepted).  The stop
+ * strings point into the body, which lives until the next call. */
+static unsigned parse(const char *body, srv_api api, eng_completion *c, srv_gen_opts *o, srv_err *e)
+{
+    static json_t *b;
+    json_decref(b);
+    b = J(body);
+    memset(e, 0, sizeof *e);
+    bool ok = srv_parse_gen(b, api, 4, c, o, e);
+    return ok ? 0 : e->status;
+}
+
+static void test_parse_gen(void)
+{
+    eng_completion c;
+    srv_gen_opts o;
+    srv_err e;
+    smp_params def = smp_default_params();
+
+    CHECK_EQ_INT(parse("{}", SRV_API_OAI_CHAT, &c, &o, &e), 0);
+    CHECK_EQ_INT(c.n_predict, -1);
+    CHECK(c.cache_prompt);
+    CHECK_EQ_INT(c.id_slot, -1);
+    CHECK_NEAR(c.sp.temp, def.temp, 0);
+    CHECK(!o.stream && !o.logprobs && c.n_probs == 0 && c.stop[0] == NULL);
+
+    CHECK_EQ_INT(parse("{\"max_tokens\": 7, \"temperature\": 0, \"top_p\": 0.5, \"seed\": 42, \"stream\": true,"
+                       " \"stream_options\": {\"include_usage\": true}, \"stop\": \"\\n\", \"model\": \"m\"}",
+                       SRV_API_OAI_CHAT, &c, &o, &e), 0);
+    CHECK_EQ_INT(c.n_predict, 7);
+    CHECK_NEAR(c.sp.temp, 0, 0);
+    CHECK_NEAR(c.sp.top_p, 0.5, 1e-7);
+    CHECK_EQ_INT(c.sp.seed, 42);
+    CHECK(o.stream && o.include_usage);
+    CHECK_STR(c.stop[0], "\n");
+    CHECK(c.stop[1] == NULL);
+    CHECK_STR(o.model, "m");
+
+    /* n_predict wins over max_tokens; null means default. */
+    CHECK_EQ_INT(parse("{\"max_tokens\": 7, \"n_predict\": 9, \"temperature\": null}", SRV_API_NATIVE, &c, &o, &e), 0);
+    CHECK_EQ_INT(c.n_predict, 9);
+    CHECK_NEAR(c.sp.temp, def.temp, 0);
+
+    /* Wrong types: 400 naming the field. */
+    static const struct { const char *body, *param; } bad[] = {
+        { "{\"max_tokens\": \"7\"}", "max_tokens" },
+        { "{\"max_tokens\": 1.5}", "max_tokens" },
+        { "{\"temperature\": \"hot\"}", "temperature" },
+        { "{\"stream\": 1}", "stream" },
+        { "{\"top_p\": 1.5}", "top_p" },
+        { "{\"stop\": 5}", "stop" },
+        { "{\"stop\": [\"a\", 5]}", "stop" },
+        { "{\"stop\": [\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\"]}", "stop" },
+        { "{\"n\": 2}", "n" },
+        { "{\"seed\": \"x\"}", "seed" },
+        { "{\"id_slot\": 4}", "id_slot" },
+        { "{\"cache_prompt\": \"yes\"}", "cache_prompt" },
+        { "{\"stream_options\": true}", "stream_options" },
+        { "{\"model\": 3}", "model" },
+        { "{\"top_logprobs\": 3}", "top_logprobs" },
+        { "{\"logprobs\": true, \"top_logprobs\": 21}", "top_logprobs" },
+        { "{\"response_format\": {\"type\": \"json_object\"}}", "response_format" },
+        { "{\"echo\": true}", "echo" },
+    };
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        unsigned st = parse(bad[i].body, SRV_API_OAI_CHAT, &c, &o, &e);
+        CHECK_EQ_INT(st, 400);
+        CHECK_STR(e.param, bad[i].param);
+        CHECK(strstr(e.msg, bad[i].param) != NULL);
+    }
+
+    /* n = 1 is fine; so is response_format text. */
+    CHECK_EQ_INT(parse("{\"n\": 1, \"response_format\": {\"type\": \"text\"}}", SRV_API_OAI_CHAT, &c, &o, &e), 0);
+
+    /* Stop lists: empty strings skipped. */
+    CHECK_EQ_INT(parse("{\"stop\": [\"a\", \"\", \"bc\"]}", SRV_API_NATIVE, &c, &o, &e), 0);
+    CHECK_STR(c.stop[0], "a");
+    CHECK_STR(c.stop[1], "bc");
+    CHECK(c.stop[2] == NULL);
+
+    /* Log-probs: chat (bool + top_logprobs), completions (int), native (n_probs). */
+    CHECK_EQ_INT(parse("{\"logprobs\": true}", SRV_API_OAI_CHAT, &c, &o, &e), 0);
+    CHECK(o.logprobs && o.top_logprobs == 0 && c.n_probs == 1);
+    CHECK_EQ_INT(parse("{\"logprobs\": true, \"top_logprobs\": 3}", SRV_API_OAI_CHAT, &c, &o, &e), 0);
+    CHECK(o.top_logprobs == 3 && c.n_probs == 3);
+    CHECK_EQ_INT(parse("{\"logprobs\": 2}", SRV_API_OAI_CMPL, &c, &o, &e), 0);
+    CHECK(o.logprobs && o.top_logprobs == 2 && c.n_probs == 2);
+    CHECK_EQ_INT(parse("{\"logprobs\": 0}", SRV_API_OAI_CMPL, &c, &o, &e), 0);
+    CHECK(o.logprobs && c.n_probs == 1);
+    CHECK_EQ_INT(parse("{\"n_probs\": 5}", SRV_API_NATIVE, &c, &o, &e), 0);
+    CHECK(o.logprobs && c.n_probs == 5);
+    CHECK_EQ_INT(parse("{\"n_probs\": 0, \"return_tokens\": true, \"id_slot\": 3, \"cache_prompt\": false}",
+                       SRV_API_NATIVE, &c, &o, &e), 0);
+    CHECK(!o.logprobs && c.n_probs == 0 && o.return_tokens && c.id_slot == 3 && !c.cache_prompt);
+}
+
+static void test_errors(void)
+{
+    CHECK_STR(srv_error_type(400), "invalid_request_error");
+    CHECK_STR(srv_error_type(401), "authentication_error");
+    CHECK_STR(srv_error_type(404), "not_found_error");
+    CHECK_STR(srv_error_type(413), "invalid_request_error");
+    CHECK_STR(srv_error_type(500), "server_error");
+    CHECK_STR(srv_error_type(501), "not_supported_error");
+    CHECK_STR(srv_error_type(503), "unavailable_error");
+
+    srv_err e;
+    CHECK(!srv_fail(&e, 400, "temperature", "'%s' must be a number", "temperature"));
+    json_t *j = srv_error_json(&e), *err = json_object_get(j, "error");
+    CHECK(json_is_object(err));
+    CHECK_EQ_INT(json_integer_value(json_object_get(err, "code")), 400);
+    CHECK_STR(json_string_value(json_object_get(err, "type")), "invalid_request_error");
+    CHECK_STR(json_string_value(json_object_get(err, "message")), "'temperature' must be a number");
+    CHECK_STR(json_string_value(json_object_get(err, "param")), "temperature");
+    json_decref(j);
+
+    srv_fail(&e, 400, NULL, "too long");
+    e.type = "exceed_context_size_error";
+    e.n_prompt = 600;
+    e.n_ctx = 512;
+    j = srv_error_json(&e);
+    err = json_object_get(j, "error");
+    CHECK_STR(json_string_value(json_object_get(err, "type")), "exceed_context_size_error");
+    CHECK_EQ_INT(json_integer_value(json_object_get(err, "n_ctx")), 512);
+    CHECK(json_object_get(err, "param") == NULL);
+    json_decref(j);
+
+    /* Messages that are not valid UTF-8 still give valid JSON. */
+    srv_fail(&e, 400, NULL, "bad byte \xff here");
+    j = srv_error_json(&e);
+    CHECK(j != NULL && json_object_get(j, "error") != NULL);
+    json_decref(j);
+}
+
+static unsigned prompt(const tok_vocab *v, const char *body, int32_t **ids, int32_t *n)
+{
+    json_t *b = J(body);
+    srv_err e = {0};
+    bool ok = srv_tokenize_prompt(v, json_object_get(b, "prompt"), "prompt", true, ids, n, &e);
+    json_decref(b);
+    return ok ? 0 : e.status;
+}
+
+static void test_prompts(const tok_vocab *v)
+{
+    int32_t *ids, n, *ref, n_ref;
+    CHECK_EQ_INT(srv_tokenize(v, "Once upon a time", 16, true, true, &ref, &n_ref), PK_OK);
+    CHECK(n_ref > 2 && ref[0] == tok_bos(v));
+
+    CHECK_EQ_INT(prompt(v, "{\"prompt\": \"Once upon a time\"}", &ids, &n), 0);
+    CHECK(n == n_ref && !memcmp(ids, ref, (size_t)n * sizeof *ids));
+    free(ids);
+    CHECK_EQ_INT(prompt(v, "{\"prompt\": [\"Once upon a time\"]}", &ids, &n), 0);
+    CHECK(n == n_ref && !memcmp(ids, ref, (size_t)n * sizeof *ids));
+    free(ids);
+
+    /* Token ids as given (no BOS added). */
+    CHECK_EQ_INT(prompt(v, "{\"prompt\": [5, 6, 7]}", &ids, &n), 0);
+    CHECK(n == 3 && ids[0] == 5 && ids[2] == 7);
+    free(ids);
+    CHECK_EQ_INT(prompt(v, "{\"prompt\": [[5, 6]]}", &ids, &n), 0);
+    CHECK(n == 2 && ids[1] == 6);
+    free(ids);
+
+    /* Mixed: a leading string gets the BOS, later strings do not. */
+    CHECK_EQ_INT(prompt(v, "{\"prompt\": [\"Once upon a time\", 7, \"Once upon a time\"]}", &ids, &n), 0);
+    CHECK_EQ_INT(n, 2 * n_ref);
+    CHECK(n == 2 * n_ref && ids[0] == tok_bos(v) && ids[n_ref - 1] == ref[n_ref - 1] && ids[n_ref] == 7 &&
+          ids[n_ref + 1] == ref[1]);
+    free(ids);
+    CHECK_EQ_INT(prompt(v, "{\"prompt\": [7, \"Once upon a time\"]}", &ids, &n), 0);
+    CHECK(n == n_ref && ids[0] == 7 && ids[1] == ref[1]);
+    free(ids);
+
+    CHECK_EQ_INT(prompt(v, "{\"prompt\": [\"a\", \"b\"]}", &ids, &n), 400);
+    CHECK_EQ_INT(prompt(v, "{\"prompt\": []}", &ids, &n), 400);
+    CHECK_EQ_INT(prompt(v, "{\"prompt\": [1, 99999999]}", &ids, &n), 400);
+    CHECK_EQ_INT(prompt(v, "{\"prompt\": [1, -1]}", &ids, &n), 400);
+    CHECK_EQ_INT(prompt(v, "{\"prompt\": 5}", &ids, &n), 400);
+    CHECK_EQ_INT(prompt(v, "{\"prompt\": [1, {}]}", &ids, &n), 400);
+    CHECK_EQ_INT(prompt(v, "{}", &ids, &n), 400);
+    free(ref);
+}
+
+static unsigned chat(tmpl_kind k, const char *body, char **text, srv_tool_fmt *fmt, srv_err *e)
+{
+    json_t *b = J(body);
+    size_t n;
+    memset(e, 0, sizeof *e);
+    bool ok = srv_render_chat(b, k, NULL, text, &n, fmt, e);
+    json_decref(b);
+    return ok ? 0 : e->status;
+}
+
+static void test_chat(void)
+{
+    char *text;
+    srv_tool_fmt fmt;
+    srv_err e;
+    CHECK_EQ_INT(chat(TMPL_CHATML, "{\"messages\": [{\"role\": \"developer\", \"content\": \"Be brief.\"}, "
+                      "{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"Hi\"}, "
+                      "{\"type\": \"text\", \"text\": \"there\"}]}]}", &text, &fmt, &e), 0);
+    CHECK_STR(text, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi\nthere<|im_end|>\n"
+                    "<|im_start|>assistant\n");
+    CHECK_EQ_INT(fmt, SRV_TOOL_NONE);
+    free(text);
+
+    static const char tools_body[] =
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"Weather in Paris?\"}], \"tools\": [{\"type\": "
+        "\"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": {\"type\": \"object\"}}}]}";
+    CHECK_EQ_INT(chat(TMPL_CHATML, tools_body, &text, &fmt, &e), 0);
+    CHECK(strstr(text, "<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"get_weather\"") != NULL);
+    CHECK_EQ_INT(fmt, SRV_TOOL_QWEN);
+    free(text);
+    CHECK_EQ_INT(chat(TMPL_LLAMA3, tools_body, &text, &fmt, &e), 0);
+    CHECK(strstr(text, "Environment: ipython\n") != NULL);
+    CHECK_EQ_INT(fmt, SRV_TOOL_LLAMA3);
+    free(text);
+    CHECK_EQ_INT(chat(TMPL_LLAMA2, tools_body, &text, &fmt, &e), 400);
+    CHECK_STR(e.param, "tools");
+
+    /* tool_choice none: no tools in the prompt, no parsing. */
+    CHECK_EQ_INT(chat(TMPL_CHATML, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tool_choice\": "
+                      "\"none\", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]}",
+                      &text, &fmt, &e), 0);
+    CHECK(strstr(text, "<tools>") == NULL && fmt == SRV_TOOL_NONE);
+    free(text);
+
+    static const char *bad[] = {
+        "{}",
+        "{\"messages\": []}",
+        "{\"messages\": \"hi\"}",
+        "{\"messages\": [{\"content\": \"x\"}]}",
+        "{\"messages\": [{\"role\": \"wizard\", \"content\": \"x\"}]}",
+        "{\"messages\": [{\"role\": \"user\", \"content\": 5}]}",
+        "{\"messages\": [{\"role\": \"user\"}]}",
+        "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\"}]}]}",
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": {}}",
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{\"type\": \"function\"}]}",
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tool_choice\": \"sometimes\"}",
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"add_generation_prompt\": 1}",
+        "{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": [{\"function\": {}}]}]}",
+    };
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        CHECK_EQ_INT(chat(TMPL_CHATML, bad[i], &text, &fmt, &e), 400);
+        CHECK(e.param[0] != 0 && strstr(e.msg, "") != NULL);
+    }
+}
+
+/* ---- the live server ---- */
+
+typedef struct resp { int status; char body[1 << 16]; } resp;
+
+static int connect_to(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT(fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
+    return fd;
+}
+
+static void send_all(int fd, const char *s, size_t n)
+{
+    while (n) {
+        ssize_t k = send(fd, s, n, MSG_NOSIGNAL);
+        if (k <= 0) return;
+        s += k;
+        n -= (size_t)k;
+    }
+}
+
+static void send_request(int fd, const char *method, const char *path, const char *extra, const char *body)
+{
+    char head[1024];
+    int n = snprintf(head, sizeof head, "%s %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n%s"
+                     "Content-Length: %zu\r\n\r\n", method, path, extra ? extra : "", body ? strlen(body) : 0);
+    send_all(fd, head, (size_t)n);
+    if (body) send_all(fd, body, strlen(body));
+}
+
+/* One request on its own connection; the whole answer, body unparsed. */
+static void http(int port, const char *method, const char *path, const char *extra, const char *body, resp *r)
+{
+    int fd = connect_to(port);
+    send_request(fd, method, path, extra, body);
+    static char raw[sizeof r->body + 4096];
+    size_t n = 0;
+    ssize_t k;
+    while (n < sizeof raw - 1 && (k = recv(fd, raw + n, sizeof raw - 1 - n, 0)) > 0) n += (size_t)k;
+    raw[n] = 0;
+    close(fd);
+    r->status = 0;
+    sscanf(raw, "HTTP/1.%*d %d", &r->status);
+    const char *b = strstr(raw, "\r\n\r\n");
+    snprintf(r->body, sizeof r->body, "%s", b ? b + 4 : "");
+}
+
+static bool has(const resp *r, const char *s) { return strstr(r->body, s) != NULL; }
+
+static int wait_idle(eng *e, int ms)
+{
+    eng_stats st;
+    for (int t = 0; t < ms; t += 10) {
+        if (eng_get_stats(e, &st) == PK_OK && st.n_running == 0 && st.n_waiting == 0) return t;
+        usleep(10000);
+    }
+    return -1;
+}
+
+static void test_live(const char *model_path)
+{
+    char err[256];
+    srv_params sp = srv_default_params();
+    sp.port = 0;
+    sp.max_body_bytes = 4096;
+    sp.endpoint_metrics = true;
+    srv *s;
+    CHECK_EQ_INT(srv_new(&sp, &s, err, sizeof err), PK_OK);
+    int port = srv_port(s);
+    CHECK(port > 0);
+    resp *r = malloc(sizeof *r);
+
+    http(port, "GET", "/health", NULL, NULL, r);
+    CHECK_EQ_INT(r->status, 503);
+    CHECK(has(r, "\"unavailable_error\""));
+
+    model *m;
+    CHECK_EQ_INT(model_load(model_path, &m, err, sizeof err), PK_OK);
+    eng_params ep = eng_default_params();
+    ep.n_slots = 2;
+    ep.n_ctx = 8192;
+    eng *e;
+    CHECK_EQ_INT(eng_new(m, &ep, &e), PK_OK);
+    CHECK_EQ_INT(srv_set_engine(s, e, model_path, err, sizeof err), PK_OK);
+
+    http(port, "GET", "/health", NULL, NULL, r);
+    CHECK_EQ_INT(r->status, 200);
+    CHECK(has(r, "\"ok\""));
+    http(port, "GET", "/no/such/route", NULL, NULL, r);
+    CHECK_EQ_INT(r->status, 404);
+    CHECK(has(r, "\"not_found_error\""));
+    http(port, "GET", "/completion", NULL, NULL, r);
+    CHECK_EQ_INT(r->status, 405);
+    http(port, "POST", "/completion", NULL, "{\"prompt\": ", r);
+    CHECK_EQ_INT(r->status, 400);
+    CHECK(has(r, "invalid JSON"));
+    http(port, "POST", "/completion", NULL, "[1, 2]", r);
+    CHECK_EQ_INT(r->status, 400);
+    http(port, "POST", "/v1/chat/completions", NULL, "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], "
+         "\"max_tokens\": \"ten\"}", r);
+    CHECK_EQ_INT(r->status, 400);
+    CHECK(has(r, "\"param\":\"max_tokens\""));
+
+    /* Bodies over the limit: declared, and sent in chunks without a length. */
+    char *big = malloc(8192);
+    memset(big, ' ', 8191);
+    big[0] = '{';
+    big[8190] = '}';
+    big[8191] = 0;
+    http(port, "POST", "/completion", NULL, big, r);
+    CHECK_EQ_INT(r->status, 413);
+    {
+        int fd = connect_to(port);
+        const char *head = "POST /completion HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                           "Transfer-Encoding: chunked\r\n\r\n";
+        send_all(fd, head, strlen(head));
+        char chunk[64];
+        for (int i = 0; i < 8; i++) {
+            int n = snprintf(chunk, sizeof chunk, "400\r\n");
+            send_all(fd, chunk, (size_t)n);
+            send_all(fd, big, 1024);
+            send_all(fd, "\r\n", 2);
+        }
+        send_all(fd, "0\r\n\r\n", 5);
+        char raw[4096];
+        ssize_t k = recv(fd, raw, sizeof raw - 1, 0);
+        raw[k > 0 ? k : 0] = 0;
+        int status = 0;
+        sscanf(raw, "HTTP/1.%*d %d", &status);
+        CHECK_EQ_INT(status, 413);
+        close(fd);
+    }
+
+    /* A prompt longer than a slot. */
+    char *longp = malloc(40000);
+    int n = sprintf(longp, "{\"prompt\": [");
+    for (int i = 0; i < 4200; i++) n += sprintf(longp + n, "%s7", i ? "," : "");
+    sprintf(longp + n, "]}");
+    srv_free(s);
+    sp.max_body_bytes = 1 << 20;
+    sp.api_key = "sekret";
+    CHECK_EQ_INT(srv_new(&sp, &s, err, sizeof err), PK_OK);
+    port = srv_port(s);
+    CHECK_EQ_INT(srv_set_engine(s, e, model_path, err, sizeof err), PK_OK);
+    const char *auth = "Authorization: Bearer sekret\r\n";
+    http(port, "POST", "/completion", auth, longp, r);
+    CHECK_EQ_INT(r->status, 400);
+    CHECK(has(r, "exceed_context_size_error"));
+
+    /* API key: missing, wrong, right; /health stays open. */
+    http(port, "POST", "/completion", NULL, "{\"prompt\": \"Once\", \"n_predict\": 2}", r);
+    CHECK_EQ_INT(r->status, 401);
+    CHECK(has(r, "authentication_error"));
+    http(port, "POST", "/completion", "Authorization: Bearer wrong\r\n", "{\"prompt\": \"Once\", \"n_predict\": 2}", r);
+    CHECK_EQ_INT(r->status, 401);
+    http(port, "POST", "/completion", auth, "{\"prompt\": \"Once\", \"n_predict\": 2, \"temperature\": 0}", r);
+    CHECK_EQ_INT(r->status, 200);
+    CHECK(has(r, "\"tokens_predicted\":2"));
+    http(port, "GET", "/health", NULL, NULL, r);
+    CHECK_EQ_INT(r->status, 200);
+
+    /* A stream stays whole while bad requests come and go. */
+    {
+        int fd = connect_to(port);
+        send_request(fd, "POST", "/completion", auth, "{\"prompt\": \"Once upon a time\", \"n_predict\": 400, "
+                     "\"ignore_eos\": true, \"stream\": true, \"temperature\": 0}");
+        for (int i = 0; i < 5; i++) {
+            http(port, "POST", "/completion", auth, "{\"prompt\": [1, 99999999]}", r);
+            CHECK_EQ_INT(r->status, 400);
+            http(port, "POST", "/v1/completions", auth, "{\"prompt\": \"x\", \"n\": 3}", r);
+            CHECK_EQ_INT(r->status, 400);
+        }
+        static char raw[1 << 20];
+        size_t got = 0;
+        ssize_t k;
+        while (got < sizeof raw - 1 && (k = recv(fd, raw + got, sizeof raw - 1 - got, 0)) > 0) got += (size_t)k;
+        raw[got] = 0;
+        close(fd);
+        int n_events = 0;
+        for (const char *p = raw; (p = strstr(p, "data: {\"index\"")); p++) n_events++;
+        CHECK_EQ_INT(n_events, 401);
+        CHECK(strstr(raw, "\"stop\":true") != NULL && strstr(raw, "\"tokens_predicted\":400") != NULL);
+    }
+
+    /* A client that leaves mid-stream frees its slot. */
+    {
+        int fd = connect_to(port);
+        send_request(fd, "POST", "/completion", auth, "{\"prompt\": \"Once\", \"n_predict\": -1, \"ignore_eos\": "
+                     "true, \"stream\": true}");
+        char buf[256];
+        ssize_t k = recv(fd, buf, sizeof buf, 0);
+        CHECK(k > 0);
+        close(fd);
+        int ms = wait_idle(e, 3000);
+        CHECK(ms >= 0);
+        eng_stats st;
+        CHECK_EQ_INT(eng_get_stats(e, &st), PK_OK);
+        CHECK(st.slots[0].n_decoded + st.slots[1].n_decoded < 4000);
+    }
+    /* ... and so does one waiting for a whole (non-streamed) answer. */
+    {
+        int fd = connect_to(port);
+        send_request(fd, "POST", "/completion", auth, "{\"prompt\": \"Twice\", \"n_predict\": -1, \"ignore_eos\": "
+                     "true}");
+        usleep(20000);
+        close(fd);
+        CHECK(wait_idle(e, 3000) >= 0);
+    }
+
+    http(port, "GET", "/metrics", auth, NULL, r);
+    CHECK_EQ_INT(r->status, 200);
+    CHECK(has(r, "llamacpp:tokens_predicted_total") && has(r, "vllm:kv_cache_usage_perc{model_name="));
+
+    srv_free(s);
+    eng_free(e);
+    model_free(m);
+    free(big);
+    free(longp);
+    free(r);
+}
+
+int main(void)
+{
+    test_parse_gen();
+    test_errors();
+    test_chat();
+    const char *shared = test_shared_dir();
+    if (!shared) {
+        printf("(no ../shared: prompt and live-server tests skipped)\n");
+        return test_finish();
+    }
+    char path[512], err[256];
+    snprintf(path, sizeof path, "%s/models/stories260K.gguf", shared);
+    model *m;
+    if (model_load(path, &m, err, sizeof err) != PK_OK) SKIP("%s: %s", path, err);
+    test_prompts(model_vocab(m));
+    model_free(m);
+    test_live(path);
+    return test_finish();
+}
