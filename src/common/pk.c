@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "pk.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -20,6 +21,17 @@ const char *pk_status_str(pk_status st)
     case PK_ENOTFOUND:    return "not found";
     }
     return "unknown status";
+}
+
+pk_status pk_errf(char *err, size_t err_len, pk_status st, const char *fmt, ...)
+{
+    if (err && err_len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, err_len, fmt, ap);
+        va_end(ap);
+    }
+    return st;
 }
 
 _Noreturn void pk_assert_fail(const char *expr, const char *file, int line)

@@ -29,6 +29,11 @@ typedef enum pk_status {
 /* Returns a static, human-readable name for a status ("out of memory"). */
 const char *pk_status_str(pk_status st);
 
+/* Writes a printf-style message into err (err_len bytes; err may be NULL)
+ * and returns st: the one-liner behind "return an error with a reason". */
+pk_status pk_errf(char *err, size_t err_len, pk_status st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 /* Prints "file:line: ASSERT(expr) failed" to stderr and aborts. */
 _Noreturn void pk_assert_fail(const char *expr, const char *file, int line);
 

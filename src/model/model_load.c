@@ -5,24 +5,12 @@
  */
 #include "model_impl.h"
 
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../tensor/tq.h"
-
-static pk_status fail(char *err, size_t err_len, pk_status st, const char *fmt, ...)
-{
-    if (err && err_len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_len, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
 
 const char *model_arch_name(model_arch a)
 {
@@ -45,10 +33,10 @@ static pk_status arch_int(const gguf_ctx *g, const char *arch, const char *suffi
     pk_status st = gguf_get_int(g, key, &v);
     if (st == PK_ENOTFOUND && !required) return PK_OK;
     if (st != PK_OK)
-        return fail(err, err_len, PK_EFORMAT, "metadata %s: %s", key,
+        return pk_errf(err, err_len, PK_EFORMAT, "metadata %s: %s", key,
                     st == PK_ENOTFOUND ? "missing" : "not an integer");
     if (v < lo || v > hi)
-        return fail(err, err_len, PK_EFORMAT, "metadata %s = %lld out of range [%d, %d]",
+        return pk_errf(err, err_len, PK_EFORMAT, "metadata %s = %lld out of range [%d, %d]",
                     key, (long long)v, lo, hi);
     *out = (int32_t)v;
     return PK_OK;
@@ -63,7 +51,7 @@ static pk_status arch_float(const gguf_ctx *g, const char *arch, const char *suf
     pk_status st = gguf_get_float(g, key, &v);
     if (st == PK_ENOTFOUND) return PK_OK;
     if (st != PK_OK || !(v > 0) || v > 1e12)
-        return fail(err, err_len, PK_EFORMAT, "metadata %s: not a positive float", key);
+        return pk_errf(err, err_len, PK_EFORMAT, "metadata %s: not a positive float", key);
     *out = (float)v;
     return PK_OK;
 }
@@ -72,16 +60,16 @@ static pk_status read_hparams(const gguf_ctx *g, model_hparams *hp, char *err, s
 {
     gguf_str a;
     if (gguf_get_str(g, "general.architecture", &a) != PK_OK)
-        return fail(err, err_len, PK_EFORMAT, "metadata general.architecture missing");
+        return pk_errf(err, err_len, PK_EFORMAT, "metadata general.architecture missing");
     char arch[32];
     if (a.n >= sizeof arch)
-        return fail(err, err_len, PK_EUNSUPPORTED, "unsupported architecture (name too long)");
+        return pk_errf(err, err_len, PK_EUNSUPPORTED, "unsupported architecture (name too long)");
     memcpy(arch, a.p, a.n);
     arch[a.n] = 0;
     if (!strcmp(arch, "llama")) hp->arch = MODEL_LLAMA;
     else if (!strcmp(arch, "qwen2")) hp->arch = MODEL_QWEN2;
     else if (!strcmp(arch, "qwen3")) hp->arch = MODEL_QWEN3;
-    else return fail(err, err_len, PK_EUNSUPPORTED,
+    else return pk_errf(err, err_len, PK_EUNSUPPORTED,
                      "unsupported architecture '%s' (llama, qwen2, qwen3 are)", arch);
 
     pk_status st;
@@ -97,7 +85,7 @@ static pk_status read_hparams(const gguf_ctx *g, model_hparams *hp, char *err, s
     if ((st = arch_int(g, arch, "attention.head_count_kv", false, 1, 4096, &hp->n_head_kv, err, err_len)))
         return st;
     if (hp->n_head % hp->n_head_kv)
-        return fail(err, err_len, PK_EFORMAT, "head_count %d not a multiple of head_count_kv %d",
+        return pk_errf(err, err_len, PK_EFORMAT, "head_count %d not a multiple of head_count_kv %d",
                     hp->n_head, hp->n_head_kv);
     if (hp->n_embd % hp->n_head)
         hp->head_dim_k = 0;
@@ -109,12 +97,12 @@ static pk_status read_hparams(const gguf_ctx *g, model_hparams *hp, char *err, s
     if ((st = arch_int(g, arch, "attention.value_length", false, 1, 65536, &hp->head_dim_v, err, err_len)))
         return st;
     if (hp->head_dim_k <= 0 || hp->head_dim_v <= 0)
-        return fail(err, err_len, PK_EFORMAT, "head dimension undefined");
+        return pk_errf(err, err_len, PK_EFORMAT, "head dimension undefined");
     hp->n_rot = hp->head_dim_k;
     if ((st = arch_int(g, arch, "rope.dimension_count", false, 2, 65536, &hp->n_rot, err, err_len)))
         return st;
     if (hp->n_rot > hp->head_dim_k || hp->n_rot % 2)
-        return fail(err, err_len, PK_EFORMAT, "rope.dimension_count %d invalid for head dim %d",
+        return pk_errf(err, err_len, PK_EFORMAT, "rope.dimension_count %d invalid for head dim %d",
                     hp->n_rot, hp->head_dim_k);
     hp->rope_freq_base = 10000.0f;
     hp->rope_freq_scale = 1.0f;
@@ -132,7 +120,7 @@ static pk_status read_hparams(const gguf_ctx *g, model_hparams *hp, char *err, s
     if (have_type && gguf_str_eq(scaling, "linear")) {
         hp->rope_freq_scale = 1.0f / factor;
     } else if (have_type && !gguf_str_eq(scaling, "none") && factor != 1.0f) {
-        return fail(err, err_len, PK_EUNSUPPORTED, "rope scaling type '%.*s' is not supported",
+        return pk_errf(err, err_len, PK_EUNSUPPORTED, "rope scaling type '%.*s' is not supported",
                     (int)scaling.n, scaling.p);
     } else if (!have_type && factor != 1.0f) {
         hp->rope_freq_scale = 1.0f / factor;
@@ -151,23 +139,23 @@ static pk_status get_w(const gguf_ctx *g, const char *name, int64_t n_cols, int6
     const gguf_tensor *t = gguf_find_tensor(g, name);
     if (!t) {
         if (!required) return PK_OK;
-        return fail(err, err_len, PK_EFORMAT, "tensor '%s' missing", name);
+        return pk_errf(err, err_len, PK_EFORMAT, "tensor '%s' missing", name);
     }
     const tq_traits *tr = tq_get(t->type);
     if (!tr || !tr->supported || t->type == TQ_Q8_K)
-        return fail(err, err_len, PK_EUNSUPPORTED, "tensor '%s': type %s is not supported",
+        return pk_errf(err, err_len, PK_EUNSUPPORTED, "tensor '%s': type %s is not supported",
                     name, tr ? tr->name : "unknown");
     int64_t rows = n_rows ? n_rows : 1;
     int want_dims = n_rows ? 2 : 1;
     bool ok = t->ne[0] == n_cols && t->ne[1] == rows && t->ne[2] == 1 && t->ne[3] == 1 &&
               t->n_dims <= MAX(want_dims, 2);
     if (!ok)
-        return fail(err, err_len, PK_EFORMAT,
+        return pk_errf(err, err_len, PK_EFORMAT,
                     "tensor '%s': shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]", name,
                     (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
                     (long long)t->ne[3], (long long)n_cols, (long long)rows);
     if (n_rows == 0 && t->type != TQ_F32)
-        return fail(err, err_len, PK_EUNSUPPORTED, "tensor '%s': norms and biases must be f32", name);
+        return pk_errf(err, err_len, PK_EUNSUPPORTED, "tensor '%s': norms and biases must be f32", name);
     w->type = t->type;
     w->data = t->data;
     w->n_cols = n_cols;
@@ -194,7 +182,7 @@ static pk_status load_weights(model *m, char *err, size_t err_len)
         m->hp.tied_output = true;
     }
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
-    if (!m->layers) return fail(err, err_len, PK_ENOMEM, "out of memory");
+    if (!m->layers) return pk_errf(err, err_len, PK_ENOMEM, "out of memory");
     bool qkv_bias = hp->arch == MODEL_QWEN2, qk_norm = hp->arch == MODEL_QWEN3;
     const struct { size_t off; const char *name; int64_t cols, rows; bool required; } spec[] = {
         { offsetof(model_layer, attn_norm), "attn_norm.weight", e, 0, true },
@@ -233,7 +221,7 @@ pk_status model_load(const char *path, model **out, char *err, size_t err_len)
 {
     *out = NULL;
     model *m = calloc(1, sizeof *m);
-    if (!m) return fail(err, err_len, PK_ENOMEM, "out of memory");
+    if (!m) return pk_errf(err, err_len, PK_ENOMEM, "out of memory");
     pk_status st = gguf_open(path, &m->gguf, err, err_len);
     if (st) goto fail;
     if ((st = read_hparams(m->gguf, &m->hp, err, err_len))) goto fail;

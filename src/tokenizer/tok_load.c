@@ -7,21 +7,9 @@
  * control token (no longer matched in plain text) even when the file calls
  * it normal, and Phi-3 vocabularies eat the spaces after special tokens.
  */
-#include <stdarg.h>
 #include <stdio.h>
 
 #include "tok_impl.h"
-
-static pk_status fail(char *err, size_t err_len, pk_status st, const char *fmt, ...)
-{
-    if (err && err_len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_len, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
 
 /* ---- string tables ---- */
 
@@ -164,7 +152,7 @@ static pk_status set_model(const gguf_ctx *g, tok_vocab *v, char *err, size_t er
 {
     gguf_str model, pre;
     if (!str_key(g, "tokenizer.ggml.model", &model))
-        return fail(err, err_len, PK_EFORMAT, "tokenizer.ggml.model missing or not a string");
+        return pk_errf(err, err_len, PK_EFORMAT, "tokenizer.ggml.model missing or not a string");
     str_key(g, "tokenizer.ggml.pre", &pre);
     if (str_is(model, "llama")) {
         v->kind = TOK_SPM;
@@ -182,13 +170,13 @@ static pk_status set_model(const gguf_ctx *g, tok_vocab *v, char *err, size_t er
         for (size_t i = 0; i < ARRAY_LEN(k_pre_names) && pre.n; i++)
             if (str_is(pre, k_pre_names[i].name)) v->pre = k_pre_names[i].pre;
         if (v->pre == TOK_PRE_NONE)
-            return fail(err, err_len, PK_EUNSUPPORTED,
+            return pk_errf(err, err_len, PK_EUNSUPPORTED,
                         "pre-tokenizer '%.*s' is not supported (have: default, gpt-2, llama3/llama-bpe, "
                         "qwen2, deepseek-coder)", (int)MIN(pre.n, 64), pre.p);
         if (v->pre == TOK_PRE_LLAMA3) v->ignore_merges = v->add_bos = true;
         if (v->pre == TOK_PRE_QWEN2 || v->pre == TOK_PRE_DEEPSEEK_CODER) v->clean_spaces = false;
     } else {
-        return fail(err, err_len, PK_EUNSUPPORTED,
+        return pk_errf(err, err_len, PK_EUNSUPPORTED,
                     "tokenizer model '%.*s' is not supported (have: llama = SentencePiece, gpt2 = BPE)",
                     (int)MIN(model.n, 64), model.p);
     }
@@ -203,25 +191,25 @@ static pk_status load_tokens(const gguf_ctx *g, tok_vocab *v, char *err, size_t 
     uint64_t n;
     pk_status st = str_array(g, "tokenizer.ggml.tokens", &n);
     if (st != PK_OK || n == 0 || n > INT32_MAX)
-        return fail(err, err_len, PK_EFORMAT, "tokenizer.ggml.tokens missing, empty or not a string array");
+        return pk_errf(err, err_len, PK_EFORMAT, "tokenizer.ggml.tokens missing, empty or not a string array");
     v->n_vocab = (int32_t)n;
     if ((st = load_strings(g, "tokenizer.ggml.tokens", n, true, &v->tokens)) != PK_OK)
-        return fail(err, err_len, st, "token table: %s", pk_status_str(st));
+        return pk_errf(err, err_len, st, "token table: %s", pk_status_str(st));
     int64_t dup = -1;
     if ((st = strtab_index(&v->tokens, true, &dup)) != PK_OK)
-        return fail(err, err_len, st, st == PK_EFORMAT ? "token %lld repeats an earlier token's text"
+        return pk_errf(err, err_len, st, st == PK_EFORMAT ? "token %lld repeats an earlier token's text"
                                                        : "token index: out of memory", (long long)dup);
 
     v->scores = calloc(n, sizeof(*v->scores));
     v->attr = malloc(n * sizeof(*v->attr));
-    if (!v->scores || !v->attr) return fail(err, err_len, PK_ENOMEM, "out of memory");
+    if (!v->scores || !v->attr) return pk_errf(err, err_len, PK_ENOMEM, "out of memory");
 
     gguf_type et;
     uint64_t m;
     if (gguf_get_arr(g, "tokenizer.ggml.scores", &et, &m) == PK_OK) {
         const char *d = gguf_arr_data(g, "tokenizer.ggml.scores");
         if ((et != GGUF_TYPE_FLOAT32 && et != GGUF_TYPE_INT32) || m < n || !d)
-            return fail(err, err_len, PK_EFORMAT, "tokenizer.ggml.scores: need %llu float32/int32 values",
+            return pk_errf(err, err_len, PK_EFORMAT, "tokenizer.ggml.scores: need %llu float32/int32 values",
                         (unsigned long long)n);
         for (uint64_t i = 0; i < n; i++) {
             if (et == GGUF_TYPE_FLOAT32) {
@@ -238,7 +226,7 @@ static pk_status load_tokens(const gguf_ctx *g, tok_vocab *v, char *err, size_t 
     if (gguf_get_arr(g, "tokenizer.ggml.token_type", &et, &m) == PK_OK) {
         types = gguf_arr_data(g, "tokenizer.ggml.token_type");
         if (et != GGUF_TYPE_INT32 || m < n || !types)
-            return fail(err, err_len, PK_EFORMAT, "tokenizer.ggml.token_type: need %llu int32 values",
+            return pk_errf(err, err_len, PK_EFORMAT, "tokenizer.ggml.token_type: need %llu int32 values",
                         (unsigned long long)n);
     }
     static const uint16_t attr_of_type[7] = {0, TOK_A_NORMAL, TOK_A_UNKNOWN, TOK_A_CONTROL,
@@ -256,10 +244,10 @@ static pk_status load_merges(const gguf_ctx *g, tok_vocab *v, char *err, size_t 
     uint64_t n;
     pk_status st = str_array(g, "tokenizer.ggml.merges", &n);
     if (st != PK_OK || n > INT32_MAX)
-        return fail(err, err_len, PK_EFORMAT, "tokenizer.ggml.merges missing or not a string array");
+        return pk_errf(err, err_len, PK_EFORMAT, "tokenizer.ggml.merges missing or not a string array");
     if ((st = load_strings(g, "tokenizer.ggml.merges", n, false, &v->merges)) != PK_OK ||
         (st = strtab_index(&v->merges, false, NULL)) != PK_OK)
-        return fail(err, err_len, st, "merge table: %s", pk_status_str(st));
+        return pk_errf(err, err_len, st, "merge table: %s", pk_status_str(st));
     return PK_OK;
 }
 
@@ -491,10 +479,10 @@ static void phi3_strip(const gguf_ctx *g, tok_vocab *v)
 pk_status tok_load_gguf(const gguf_ctx *g, tok_vocab **out, char *err, size_t err_len)
 {
     if (err && err_len) err[0] = '\0';
-    if (!g || !out) return fail(err, err_len, PK_EINVAL, "tok_load_gguf: NULL argument");
+    if (!g || !out) return pk_errf(err, err_len, PK_EINVAL, "tok_load_gguf: NULL argument");
     *out = NULL;
     tok_vocab *v = calloc(1, sizeof(*v));
-    if (!v) return fail(err, err_len, PK_ENOMEM, "out of memory");
+    if (!v) return pk_errf(err, err_len, PK_ENOMEM, "out of memory");
     v->pad = -1;
     pk_status st = set_model(g, v, err, err_len);
     if (st == PK_OK) st = load_tokens(g, v, err, err_len);
@@ -523,7 +511,7 @@ pk_status tok_load_gguf(const gguf_ctx *g, tok_vocab **out, char *err, size_t er
     if (st == PK_OK) st = build_pieces(v);
     if (st != PK_OK) {
         tok_free(v);
-        return fail(err, err_len, st, "building token tables: %s", pk_status_str(st));
+        return pk_errf(err, err_len, st, "building token tables: %s", pk_status_str(st));
     }
     phi3_strip(g, v);
 
@@ -532,7 +520,7 @@ pk_status tok_load_gguf(const gguf_ctx *g, tok_vocab **out, char *err, size_t er
         v->chat_template = malloc(tmpl.n + 1);
         if (!v->chat_template) {
             tok_free(v);
-            return fail(err, err_len, PK_ENOMEM, "out of memory");
+            return pk_errf(err, err_len, PK_ENOMEM, "out of memory");
         }
         memcpy(v->chat_template, tmpl.p, tmpl.n);
         v->chat_template[tmpl.n] = '\0';
