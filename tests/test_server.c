@@ -7,6 +7,9 @@
  *     ones refused (several prompts, ids outside the vocabulary, empty);
  *   - chat rendering: plain, with tools (Qwen and Llama 3.1 formats chosen),
  *     malformed messages, tools on a template without a tool format;
+ *   - chat answers with tool calls, whole and streamed: content before the
+ *     call streamed, the call held back and sent as tool_calls, finish
+ *     reason "tool_calls", usage, [DONE];
  *   - the live server on loopback (stories260K): 503 while loading, 404,
  *     405, 401, 413 (declared and streamed bodies), 400 for bad JSON and
  *     for a prompt longer than a slot, a streamed answer that stays whole
@@ -279,6 +282,118 @@ static void test_chat(void)
     }
 }
 
+/* ---- tool calls in chat answers ---- */
+
+/* A generation fed with texts as if they were token events. */
+static void feed(srv_gen *g, const char *text)
+{
+    size_t n = strlen(text);
+    g->text = realloc(g->text, g->n_text + n + 1);
+    memcpy(g->text + g->n_text, text, n + 1);
+    g->n_text += n;
+    g->n_tokens++;
+    eng_event ev = { .kind = ENG_EV_TOKEN, .text = (char *)text, .text_len = n, .token = 1 };
+    srv_oai_stream_token(g, &ev);
+}
+
+/* The SSE events of g's output, as JSON (the [DONE] marker as a string). */
+static json_t *events(const srv_gen *g)
+{
+    json_t *a = json_array();
+    const char *p = g->out, *end = g->out + g->n_out;
+    while (p < end) {
+        const char *q = strstr(p, "\n\n");
+        ASSERT(q && !strncmp(p, "data: ", 6));
+        if (!strncmp(p + 6, "[DONE]", 6)) json_array_append_new(a, json_string("[DONE]"));
+        else json_array_append_new(a, json_loadb(p + 6, (size_t)(q - p - 6), 0, NULL));
+        p = q + 2;
+    }
+    return a;
+}
+
+static void test_tool_answers(void)
+{
+    static const char *pieces[] = { "Let", " me", " check", ".\n", "<tool_call>", "\n{\"name\": \"get_weather\", ",
+                                    "\"arguments\": {\"city\": \"Paris\"}}", "\n</tool_call>" };
+    srv s = {0};
+    snprintf(s.model_name, sizeof s.model_name, "m");
+    srv_gen g = { .s = &s, .o = { .api = SRV_API_OAI_CHAT, .stream = true, .include_usage = true,
+                                  .tools = SRV_TOOL_QWEN, .model = "m" } };
+    snprintf(g.id, sizeof g.id, "chatcmpl-x");
+    for (size_t i = 0; i < ARRAY_LEN(pieces); i++) feed(&g, pieces[i]);
+    g.done = (eng_event){ .kind = ENG_EV_DONE, .stop = ENG_STOP_EOS, .n_prompt = 30, .n_gen = 9, .n_cached = 4 };
+    g.have_done = true;
+    srv_oai_stream_end(&g);
+
+    json_t *ev = events(&g);
+    char content[256] = "";
+    const json_t *calls = NULL;
+    const char *finish = NULL;
+    const json_t *usage = NULL;
+    size_t n = json_array_size(ev);
+    CHECK(n >= 5);
+    CHECK_STR(json_string_value(json_array_get(ev, n - 1)), "[DONE]");
+    for (size_t i = 0; i + 1 < n; i++) {
+        const json_t *e = json_array_get(ev, i), *ch = json_array_get(json_object_get(e, "choices"), 0);
+        CHECK_STR(json_string_value(json_object_get(e, "object")), "chat.completion.chunk");
+        if (json_object_get(e, "usage")) usage = json_object_get(e, "usage");
+        if (!ch) continue;
+        const json_t *d = json_object_get(ch, "delta");
+        const char *c = json_string_value(json_object_get(d, "content"));
+        if (c) strncat(content, c, sizeof content - strlen(content) - 1);
+        if (json_object_get(d, "tool_calls")) calls = json_object_get(d, "tool_calls");
+        if (json_string_value(json_object_get(ch, "finish_reason"))) finish = json_string_value(json_object_get(ch, "finish_reason"));
+    }
+    CHECK_STR(content, "Let me check.");
+    CHECK_STR(finish, "tool_calls");
+    CHECK(calls && json_array_size(calls) == 1);
+    const json_t *c0 = json_array_get(calls, 0), *fn = json_object_get(c0, "function");
+    CHECK_EQ_INT(json_integer_value(json_object_get(c0, "index")), 0);
+    CHECK(!strncmp(json_string_value(json_object_get(c0, "id")) ? json_string_value(json_object_get(c0, "id")) : "", "call_", 5));
+    CHECK_STR(json_string_value(json_object_get(c0, "type")), "function");
+    CHECK_STR(json_string_value(json_object_get(fn, "name")), "get_weather");
+    CHECK_STR(json_string_value(json_object_get(fn, "arguments")), "{\"city\":\"Paris\"}");
+    CHECK(usage && json_integer_value(json_object_get(usage, "completion_tokens")) == 9 &&
+          json_integer_value(json_object_get(json_object_get(usage, "prompt_tokens_details"), "cached_tokens")) == 4);
+    /* No chunk carried any of the call's text as content. */
+    CHECK(strstr(content, "tool_call") == NULL);
+    json_decref(ev);
+
+    /* The whole answer. */
+    g.o.stream = false;
+    json_t *r = srv_oai_response(&g), *msg = json_object_get(json_array_get(json_object_get(r, "choices"), 0), "message");
+    CHECK_STR(json_string_value(json_object_get(json_array_get(json_object_get(r, "choices"), 0), "finish_reason")),
+              "tool_calls");
+    CHECK_STR(json_string_value(json_object_get(msg, "content")), "Let me check.");
+    CHECK_STR(json_string_value(json_object_get(json_object_get(json_array_get(json_object_get(msg, "tool_calls"), 0),
+                                                                "function"), "name")), "get_weather");
+    json_decref(r);
+
+    /* Without a call the same path is plain content, finish "stop". */
+    free(g.text);
+    free(g.out);
+    g = (srv_gen){ .s = &s, .o = { .api = SRV_API_OAI_CHAT, .stream = true, .tools = SRV_TOOL_LLAMA3, .model = "m" } };
+    feed(&g, "It is");
+    feed(&g, " sunny {mostly}.");
+    g.done = (eng_event){ .kind = ENG_EV_DONE, .stop = ENG_STOP_EOS };
+    srv_oai_stream_end(&g);
+    ev = events(&g);
+    content[0] = 0;
+    finish = NULL;
+    for (size_t i = 0; i < json_array_size(ev); i++) {
+        const json_t *ch = json_array_get(json_object_get(json_array_get(ev, i), "choices"), 0);
+        const char *c = json_string_value(json_object_get(json_object_get(ch, "delta"), "content"));
+        if (c) strncat(content, c, sizeof content - strlen(content) - 1);
+        if (json_string_value(json_object_get(ch, "finish_reason"))) finish = json_string_value(json_object_get(ch, "finish_reason"));
+        CHECK(json_object_get(json_object_get(ch, "delta"), "tool_calls") == NULL);
+    }
+    CHECK_STR(content, "It is sunny {mostly}.");
+    CHECK_STR(finish, "stop");
+    json_decref(ev);
+    free(g.text);
+    free(g.out);
+}
+
 /* ---- the live server ---- */
 
 typedef struct resp { int status; char body[1 << 16]; } resp;
@@ -507,6 +622,7 @@ int main(void)
     test_parse_gen();
     test_errors();
     test_chat();
+    test_tool_answers();
     const char *shared = test_shared_dir();
     if (!shared) {
         printf("(no ../shared: prompt and live-server tests skipped)\n");
