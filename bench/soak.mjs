@@ -16,10 +16,13 @@
 //   - bad requests get their 4xx and nothing else changes;
 //   - no slot leaks: within 3 s of the last client, /slots shows every slot
 //     idle and /metrics (when enabled) no request processing or deferred;
-//   - memory is stable: resident size at the end within 5% (--mem-tolerance)
-//     of its size after warm-up (the first quarter of the run, 10 s at
-//     least).  Per-thread malloc arenas make the resident size wander by a
-//     few percent over seconds, so short runs need a looser bound.
+//   - memory is stable: the resident size at the end within 5%
+//     (--mem-tolerance) of its size after warm-up (the first quarter of the
+//     run, 10 s at least).  Each is the median of the samples (every 0.5 s)
+//     in a 5 s window: with a thread per connection, glibc's per-thread
+//     malloc arenas make a small server's resident size wander by a few
+//     percent from second to second without any trend, and one sample would
+//     measure that wander.  Short runs still need a looser bound.
 // Prints one summary line; --json prints the numbers.
 
 import { spawn } from 'node:child_process';
@@ -194,12 +197,9 @@ async function badRequest() {
 
 const t0 = Date.now();
 const warm = Math.max(10000, duration / 4);
-let rssWarm = 0, rssMax = 0;
-const sampler = setInterval(() => {
-  const r = rss();
-  if (Date.now() - t0 >= warm && !rssWarm) rssWarm = r;
-  if (rssWarm) rssMax = Math.max(rssMax, r);
-}, 500);
+const samples = [];   // [ms since start, KiB]
+const sampler = setInterval(() => samples.push([Date.now() - t0, rss()]), 500);
+const median = (xs) => (xs.length ? [...xs].sort((x, y) => x - y)[xs.length >> 1] : 0);
 
 await Promise.all(Array.from({ length: Number(a.clients) }, async (_, c) => {
   while (Date.now() - t0 < duration) {
@@ -208,6 +208,10 @@ await Promise.all(Array.from({ length: Number(a.clients) }, async (_, c) => {
   }
 }));
 clearInterval(sampler);
+const tEnd = Date.now() - t0;
+const rssWarm = median(samples.filter(([t]) => t >= warm && t < warm + 5000).map(([, k]) => k));
+const rssEnd = median(samples.filter(([t]) => t >= tEnd - 5000).map(([, k]) => k));
+const rssMax = Math.max(0, ...samples.filter(([t]) => t >= warm).map(([, k]) => k));
 
 // No leaked slot.
 let idle = false;
@@ -224,7 +228,6 @@ if (gauge('llamacpp:requests_processing') !== 0 || gauge('llamacpp:requests_defe
 const h = await fetch(url + '/health').catch(() => null);
 if (h?.status !== 200) fail('the server does not answer /health after the soak');
 
-const rssEnd = rss();
 const growth = rssWarm ? (rssEnd - rssWarm) / rssWarm : 0;
 if (!a['no-memcheck'] && pid && rssWarm && Math.abs(growth) > Number(a['mem-tolerance']))
   fail(`resident memory moved ${(100 * growth).toFixed(1)}% after warm-up (${rssWarm} -> ${rssEnd} KiB)`);
