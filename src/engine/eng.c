@@ -317,6 +317,10 @@ static void step(eng *e)
             s->state = ENG_SLOT_DECODE;
         }
         s->t_last_ms = now;
+        if (s->task->req.n_predict == 0) {      /* prompt processing only */
+            finish(e, s, ENG_STOP_LIMIT, NULL);
+            continue;
+        }
         smp_logprob top[ENG_MAX_PROBS];
         float lp = 0;
         int32_t nt = MIN(s->task->req.n_probs, ENG_MAX_PROBS);

@@ -251,38 +251,50 @@ static void apply_fixed(eng *e, eng_task *t, slot *s)
     e->n_tokens_read += (uint64_t)(t->req.n_prompt - keep);
 }
 
+/* Removes the head of the wait queue. */
+static eng_task *pop_waiting(eng *e)
+{
+    eng_task *t = e->wait_head;
+    e->wait_head = t->next;
+    if (!e->wait_head) e->wait_tail = NULL;
+    t->next = NULL;
+    e->n_waiting--;
+    return t;
+}
+
 void eng_place_waiting(eng *e)
 {
     snap *sn = e->snap;
     while (e->wait_head) {
         eng_task *t = e->wait_head;
-        if (!atomic_load(&t->cancelled)) {
-            if (t->req.id_slot >= 0) {
-                slot *s = &e->slots[t->req.id_slot];
-                if (s->state != ENG_SLOT_IDLE) return;
-                apply_fixed(e, t, s);
-                if (!eng_slot_start(e, s, t)) goto next;
-            } else {
-                pol_decision d;
-                snapshot(e, t, sn);
-                if (pol_place(&sn->s, &d) != PK_OK) {
-                    eng_task_fail(t, PK_EINVAL, "placement failed");
-                    eng_task_unref(t);
-                    goto next;
-                }
-                if (d.kind == POL_WAIT) return;
-                apply(e, sn, t, &d);
-                if (!eng_slot_start(e, &e->slots[d.slot], t)) goto next;
-            }
-        } else {
+        /* A task leaves the queue before anything may drop the engine's
+         * reference to it (the submitter may have released its own). */
+        if (atomic_load(&t->cancelled)) {
+            pop_waiting(e);
             eng_task_fail(t, PK_ECANCELLED, "cancelled");
             eng_task_unref(t);
+            continue;
         }
-next:
-        e->wait_head = t->next;
-        if (!e->wait_head) e->wait_tail = NULL;
-        t->next = NULL;
-        e->n_waiting--;
+        if (t->req.id_slot >= 0) {
+            slot *s = &e->slots[t->req.id_slot];
+            if (s->state != ENG_SLOT_IDLE) return;
+            pop_waiting(e);
+            apply_fixed(e, t, s);
+            eng_slot_start(e, s, t);
+            continue;
+        }
+        pol_decision d;
+        snapshot(e, t, sn);
+        pk_status st = pol_place(&sn->s, &d);
+        if (st == PK_OK && d.kind == POL_WAIT) return;
+        pop_waiting(e);
+        if (st != PK_OK) {
+            eng_task_fail(t, PK_EINVAL, "placement failed");
+            eng_task_unref(t);
+            continue;
+        }
+        apply(e, sn, t, &d);
+        eng_slot_start(e, &e->slots[d.slot], t);
     }
 }
 
@@ -302,7 +314,7 @@ void eng_place_stats(eng *e, eng_stats *o)
                        .valid = s->n_cache > 0 };
         pol_state ps = pol_hist_state(&e->p.policy, &h, now);
         si->hist_tokens = s->n_cache;
-        si->hist_age_s = ps.age_s;
+        si->hist_age_s = s->n_cache > 0 ? ps.age_s : 0;
         si->protected_for_s = ps.is_protected ? ps.ttl_s - ps.age_s : 0;
         si->hist_value = ps.value;
         si->last_source_seq = s->last_source_seq;
