@@ -37,7 +37,12 @@ static void usage(void)
         "  -to, --timeout S        idle connection timeout in seconds (default 600)\n"
         "  --max-body BYTES        largest request body (default 8388608)\n"
         "  --max-connections N     concurrent connections (default 256)\n"
-        "  -v, --log-requests      one log line per request\n");
+        "  -v, --log-requests      one log line per request\n"
+        "slot placement and retention (docs/policy.md; each also POLYKV_SLOT_<NAME>):\n");
+    for (int i = 0; i < pol_param_count(); i++) {
+        const pol_param_info *pi = pol_param_at(i);
+        fprintf(stderr, "  --slot-%-18s %s\n", pi->name, pi->help);
+    }
 }
 
 typedef struct serve_opts {
@@ -51,6 +56,11 @@ static bool parse(int argc, char **argv, serve_opts *o)
     o->ep = eng_default_params();
     o->ep.n_threads = cli_default_threads();
     o->sp = srv_default_params();
+    const char *bad = NULL;
+    if (pol_params_from_env(&o->ep.policy, &bad) != PK_OK) {   /* flags below override */
+        fprintf(stderr, "polykv serve: %s: bad value\n", bad ? bad : "POLYKV_SLOT_*");
+        return false;
+    }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         long x;
@@ -60,6 +70,12 @@ static bool parse(int argc, char **argv, serve_opts *o)
         if (!strcmp(a, "--no-slots")) { o->sp.endpoint_slots = false; continue; }
         if (!strcmp(a, "-v") || !strcmp(a, "--log-requests")) { o->sp.log_requests = true; continue; }
         if (!(v = cli_arg(argc, argv, &i))) return false;
+        if (!strncmp(a, "--slot-", 7)) {
+            pk_status ps = pol_params_set(&o->ep.policy, a, v);
+            if (ps == PK_OK) continue;
+            fprintf(stderr, "polykv serve: %s: %s\n", a, ps == PK_ENOTFOUND ? "unknown option" : "bad value");
+            return false;
+        }
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = v;
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { if (!cli_int(a, v, 1, 1 << 24, &x)) return false; o->ep.n_ctx = (int32_t)x; }
         else if (!strcmp(a, "-np") || !strcmp(a, "--parallel")) { if (!cli_int(a, v, 1, ENG_MAX_SLOTS, &x)) return false; o->ep.n_slots = (int32_t)x; }

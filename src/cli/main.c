@@ -16,6 +16,7 @@ static void usage(FILE *f)
         "  run       -m MODEL -p PROMPT [-n N] [--temp T] [--seed S] [-t N] [-c N] [--kv-type f16|f32] [--json]\n"
         "  tokenize  -m MODEL [--no-bos] [--json] TEXT\n"
         "  bench     -m MODEL [-p 512] [-n 128] [-t N] [-r 3] [--json]\n"
+        "  serve     -m MODEL [-c N_CTX] [-np N_SLOTS] [-t N] [--port 8080] [--slot-* ...] (see serve --help)\n"
         "  gen-model --arch llama|qwen2|qwen3 --vocab VOCAB.gguf [shape] --type T --seed S -o OUT.gguf\n"
         "Each command prints its own options with --help.\n");
 }

@@ -48,6 +48,7 @@ static const srv_route routes[] = {
     { "/slots",               "GET",  srv_h_slots,           false },
     { "/metrics",             "GET",  srv_h_metrics,         false },
     { "/polykv/tps",          "GET",  srv_h_tps,             false },
+    { "/polykv/cache",        "GET",  srv_h_cache,           false },
 };
 
 srv_params srv_default_params(void)

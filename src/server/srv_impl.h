@@ -223,6 +223,7 @@ enum MHD_Result srv_h_props(srv_req *r, json_t *body);
 enum MHD_Result srv_h_slots(srv_req *r, json_t *body);
 enum MHD_Result srv_h_metrics(srv_req *r, json_t *body);
 enum MHD_Result srv_h_tps(srv_req *r, json_t *body);
+enum MHD_Result srv_h_cache(srv_req *r, json_t *body);
 
 /* Prometheus text of a stats snapshot (llamacpp:, polykv:, vllm: series).
  * Returns a malloc'ed NUL-terminated string, NULL when out of memory. */

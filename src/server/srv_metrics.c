@@ -197,6 +197,50 @@ enum MHD_Result srv_h_slots(srv_req *r, json_t *body)
     return srv_reply_json(r, 200, a);
 }
 
+/* ---- /polykv/cache ---- */
+
+static const char *cache_kind(eng_cache_kind k)
+{
+    switch (k) {
+    case ENG_CACHE_PLACE: return "placement";
+    case ENG_CACHE_ADMIT: return "admission";
+    case ENG_CACHE_PARK: return "park";
+    case ENG_CACHE_DROP: return "drop";
+    }
+    return "?";
+}
+
+/* The last cache events (placement, admission, park, drop) and the
+ * counters of prompt tokens reused vs read, oldest event first. */
+enum MHD_Result srv_h_cache(srv_req *r, json_t *body)
+{
+    static __thread eng_stats st;     /* large: off the handler's stack */
+    if (!stats(r, &st)) return srv_reply_errorf(r, 503, "the engine is stopping");
+    json_t *ev = json_array();
+    for (int32_t i = 0; i < st.n_events; i++) {
+        const eng_cache_event *c = &st.events[i];
+        json_t *o = json_pack("{s:I, s:s, s:I, s:i, s:s}", "ts", (json_int_t)c->ts_ms, "kind", cache_kind(c->kind),
+                              "id_task", (json_int_t)c->task_id, "slot", c->slot, "reason", c->reason);
+        if (c->kind == ENG_CACHE_ADMIT) {
+            json_object_set_new(o, "tokens_reused", json_integer(c->n_reused));
+            json_object_set_new(o, "tokens_read", json_integer(c->n_read));
+            json_object_set_new(o, "source_seq", json_integer(c->seq));
+        } else if (c->kind == ENG_CACHE_PARK || c->kind == ENG_CACHE_DROP) {
+            json_object_set_new(o, "seq", json_integer(c->seq));
+            json_object_set_new(o, "tokens", json_integer(c->n_tokens));
+            json_object_set_new(o, "value", json_real(c->value));
+        }
+        json_array_append_new(ev, o);
+    }
+    json_t *o = json_pack("{s:I, s:I, s:I, s:i, s:i, s:i, s:i, s:o}",
+                          "ts", (json_int_t)st.ts_ms,
+                          "tokens_reused", (json_int_t)st.n_tokens_reused,
+                          "tokens_read", (json_int_t)st.n_tokens_read,
+                          "parked", st.n_parked, "parked_tokens", st.parked_tokens,
+                          "kv_used", st.kv_used, "kv_total", st.kv_total, "events", ev);
+    return srv_reply_json(r, 200, o);
+}
+
 /* ---- /polykv/tps ---- */
 
 typedef struct tps_stream {
