@@ -195,6 +195,57 @@ static void scenario_park(void)
     eng_free(e);
 }
 
+/* KV cells for one history only: A's history moves to RAM while B runs and
+ * comes back by copy for A's next turn (same answer as the reference), and
+ * with no RAM budget it is lost. */
+static void scenario_spill(void)
+{
+    memset(&a, 0, sizeof a); memset(&b, 0, sizeof b);
+    words(doc, sizeof doc, 2400, 30);
+    conv_add(&a, "system", "You are a helpful agent.");
+    conv_add(&a, "user", doc);
+    words(doc, sizeof doc, 2400, 31);
+    conv_add(&b, "system", "Another agent.");
+    conv_add(&b, "user", doc);
+    for (int ram = 1; ram >= 0; ram--) {
+        eng_params p = eng_default_params();
+        p.n_slots = 1; p.n_ctx = 4096; p.n_threads = 2;
+        p.policy.ttl_max_s = 100000;
+        p.cache_ram_mib = ram ? 64 : 0;
+        eng *e;
+        ASSERT(eng_new(m, &p, &e) == PK_OK);
+        int na = conv_tokens(&a, pa, 8192);
+        result r1 = complete(e, pa, na, 8);
+        int nh = hist_of(0, pa, na, &r1);
+        int nb = conv_tokens(&b, pb, 8192);
+        complete(e, pb, nb, 4);
+        a2 = a;
+        conv_add(&a2, "assistant", r1.text);
+        conv_add(&a2, "user", "And now?");
+        int na2 = conv_tokens(&a2, pa, 8192);
+        result got = complete(e, pa, na2, 8);
+        static eng_stats st;
+        CHECK(eng_get_stats(e, &st) == PK_OK);
+        if (ram) {
+            CHECK_EQ_INT(got.n_cached, reusable(0, nh, pa, na2));
+            printf("spill: A's next turn reused %d of %d tokens through RAM (4096 cells for two 2.4K histories)\n",
+                   got.n_cached, na2);
+        } else {
+            CHECK(got.n_cached < 40);
+            CHECK_EQ_INT(st.n_spilled, 0);
+        }
+        eng_free(e);
+        /* The reference: the same turn on a fresh engine. */
+        if (ram) {
+            ASSERT(eng_new(m, &p, &e) == PK_OK);
+            result want = complete(e, pa, na2, 8);
+            CHECK_EQ_INT(want.n_tok, got.n_tok);
+            CHECK(memcmp(want.tok, got.tok, sizeof(int32_t) * (size_t)got.n_tok) == 0);
+            eng_free(e);
+        }
+    }
+}
+
 static void scenario_alternation(void)
 {
     eng *e = make_engine(4, 16384, 0.001);     /* protection over almost at once */
@@ -331,6 +382,7 @@ int main(void)
     ASSERT(model_load(path, &m, err, sizeof err) == PK_OK);
     voc = model_vocab(m);
     scenario_park();
+    scenario_spill();
     scenario_alternation();
     scenario_rewrites();
     scenario_no_wait_and_pigeonhole();

@@ -27,6 +27,7 @@ static void usage(void)
         "  -t, --threads N         compute threads (default: all CPUs)\n"
         "  -b, --batch-size N      tokens per engine step (default 512)\n"
         "  --kv-type f16|f32       KV cache type (default f16)\n"
+        "  -cram, --cache-ram MIB  RAM for histories spilled out of the KV cache (default 8192, 0 = none)\n"
         "  --host ADDR             address to listen on (default 127.0.0.1)\n"
         "  --port N                port (default 8080; 0 picks a free one)\n"
         "  --api-key KEY           require Authorization: Bearer KEY\n"
@@ -80,6 +81,7 @@ static bool parse(int argc, char **argv, serve_opts *o)
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { if (!cli_int(a, v, 1, 1 << 24, &x)) return false; o->ep.n_ctx = (int32_t)x; }
         else if (!strcmp(a, "-np") || !strcmp(a, "--parallel")) { if (!cli_int(a, v, 1, ENG_MAX_SLOTS, &x)) return false; o->ep.n_slots = (int32_t)x; }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (!cli_int(a, v, 1, 1024, &x)) return false; o->ep.n_threads = (int32_t)x; }
+        else if (!strcmp(a, "-cram") || !strcmp(a, "--cache-ram")) { if (!cli_int(a, v, 0, 1 << 24, &x)) return false; o->ep.cache_ram_mib = (int32_t)x; }
         else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) { if (!cli_int(a, v, 1, 1 << 20, &x)) return false; o->ep.n_batch = (int32_t)x; }
         else if (!strcmp(a, "--host")) o->sp.host = v;
         else if (!strcmp(a, "--port")) { if (!cli_int(a, v, 0, 65535, &x)) return false; o->sp.port = (int)x; }

@@ -25,7 +25,7 @@ eng_params eng_default_params(void)
 {
     return (eng_params){ .n_slots = 4, .n_ctx = 8192, .n_batch = 512, .n_threads = 1,
                          .kv_type = TQ_F16, .tps_window_tokens = 128, .tps_window_ms = 2000,
-                         .policy = pol_params_default() };
+                         .policy = pol_params_default(), .cache_ram_mib = 8192 };
 }
 
 const eng_params *eng_get_params(const eng *e) { return &e->p; }
@@ -156,6 +156,7 @@ bool eng_slot_start(eng *e, slot *s, eng_task *t)
     if (smp_new(&t->req.sp, e->n_vocab, e->n_ctx_slot, &smp)) {
         eng_task_fail(t, PK_ENOMEM, "out of memory for the sampler");
         eng_task_unref(t);
+        s->state = ENG_SLOT_IDLE;
         return false;
     }
     smp_free(s->smp);
@@ -445,7 +446,7 @@ pk_status eng_new(const model *m, const eng_params *p, eng **out)
 {
     *out = NULL;
     if (p->n_slots < 1 || p->n_slots > ENG_MAX_SLOTS || p->n_ctx < p->n_slots * 2 || p->n_batch < 1 ||
-        p->n_threads < 1 || p->tps_window_tokens < 1 || p->tps_window_ms < 1 ||
+        p->n_threads < 1 || p->tps_window_tokens < 1 || p->tps_window_ms < 1 || p->cache_ram_mib < 0 ||
         pol_params_check(&p->policy) != PK_OK)
         return PK_EINVAL;
     eng *e = calloc(1, sizeof *e);

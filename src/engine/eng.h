@@ -33,7 +33,10 @@
  *   the slot's sequence by membership (also from a busy slot), and a history
  *   worth keeping that is about to be overwritten is parked under a reserve
  *   sequence id (n_slots .. KV_MAX_SEQ-1) instead of being freed.  When
- *   cells run short, histories are dropped lowest value first.
+ *   cells run short, histories are dropped lowest value first, or, when
+ *   worth keeping, spilled: their K/V rows are copied to RAM (up to
+ *   cache_ram_mib) and copied back into free cells when a prompt reuses
+ *   them, a copy instead of a prefill.
  *
  *   Speed: per slot, the time between consecutive decoded tokens of that
  *   slot (measured when its batch completes) feeds an EWMA of the time per
@@ -63,6 +66,7 @@ typedef struct eng_params {
     int32_t tps_window_tokens;  /* 128 */
     int32_t tps_window_ms;      /* 2000 */
     pol_params policy;          /* slot placement and retention */
+    int32_t cache_ram_mib;      /* RAM for histories spilled out of the cache, 8192 */
 } eng_params;
 
 eng_params eng_default_params(void);
@@ -201,6 +205,8 @@ typedef struct eng_stats {
     /* Cache: histories parked now, prompt tokens reused vs read since start,
      * and the last ENG_CACHE_EVENTS events, oldest first. */
     int32_t n_parked, parked_tokens;
+    int32_t n_spilled, spilled_tokens;   /* histories held in RAM */
+    double spilled_mib;
     uint64_t n_tokens_reused, n_tokens_read;
     int32_t n_events;
     eng_cache_event events[ENG_CACHE_EVENTS];

@@ -45,6 +45,18 @@ typedef struct parked {
     double last_use_s;          /* kept from its slot: no renewed protection */
 } parked;
 
+/* A history spilled to RAM: its K/V rows copied out of the cache, its cells
+ * freed.  A later prompt that reuses it gets the rows copied back into free
+ * cells, which costs a copy instead of a prefill. */
+typedef struct spilled {
+    bool used;
+    int32_t *tokens;            /* owned */
+    int32_t n_tokens;
+    int32_t marker_pos;
+    double last_use_s;
+    uint8_t *rows;              /* [n_tokens][n_layer][K row, V row] */
+} spilled;
+
 typedef struct stats_req {
     eng_stats *out;
     bool done;
@@ -74,6 +86,10 @@ struct eng {
     slot *slots;
     parked *parked;             /* [n_parked_max]: reserve ids n_slots.. */
     int32_t n_parked_max;
+    spilled *spill;             /* [n_spill_max] the RAM tier (eng_spill.c) */
+    int32_t n_spill_max;
+    size_t spill_bytes;         /* rows held now, at most p.cache_ram_mib */
+    int32_t spill_pin;          /* entry being restored: never evicted, -1 none */
     struct eng_snap *snap;      /* placement scratch (eng_place.c) */
     int32_t marker[16];         /* turn marker tokens */
     int32_t n_marker;
@@ -108,6 +124,17 @@ void eng_history_done(eng *e, slot *s);
 void eng_cache_event_add(eng *e, const eng_cache_event *ev);
 void eng_place_stats(eng *e, eng_stats *o);
 double eng_now_s(void);
+
+/* eng_spill.c */
+size_t eng_spill_row_bytes(const eng *e);            /* per token */
+/* Copies the rows of seq's cells at positions [0, n) into a new RAM entry
+ * (evicting RAM entries worth less when the budget is short).  The caller
+ * then removes seq from the cache.  Returns the entry or -1. */
+int32_t eng_spill(eng *e, kv_seq seq, const int32_t *tokens, int32_t n, int32_t marker_pos, double last_use_s);
+/* Copies entry i's rows for positions [p0, p1) into free cells joined to
+ * dst.  The caller has made room.  false when cells are missing. */
+bool eng_restore(eng *e, int32_t i, kv_seq dst, int32_t p0, int32_t p1);
+void eng_spill_free(eng *e, int32_t i);
 
 /* eng.c */
 bool eng_slot_start(eng *e, slot *s, eng_task *t);

@@ -10,8 +10,9 @@
  * n_keep, share [n_keep, n_reuse) from the source (kv_seq_cp source -> slot,
  * also from a busy slot), and then the slot prefills the rest.
  *
- *   hist index:  [0, n_slots)           the slot's own history (or none)
- *                [n_slots, n_slots + k) parked histories in use
+ *   A history lives in a slot (its sequence), parked (a reserve sequence),
+ *   or in RAM (eng_spill.c: rows copied out, cells freed); the snapshot
+ *   lists them all, and kind[]/idx[] say where each one is.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,10 +21,13 @@
 
 #include "eng_impl.h"
 
+enum { H_SLOT, H_PARKED, H_RAM };
+
 struct eng_snap {
     pol_slot slots[ENG_MAX_SLOTS];
     pol_hist hists[POL_MAX_HIST];
-    int32_t where[POL_MAX_HIST];   /* >= 0: slot index; < 0: -(parked index) - 1 */
+    int8_t kind[POL_MAX_HIST];     /* H_SLOT, H_PARKED, H_RAM */
+    int32_t idx[POL_MAX_HIST];     /* slot, parked or spill index */
     int32_t excl[KV_MAX_SEQ];
     pol_snapshot s;
 };
@@ -52,10 +56,14 @@ void eng_cache_event_add(eng *e, const eng_cache_event *ev)
 
 pk_status eng_place_init(eng *e)
 {
-    e->n_parked_max = MIN(KV_MAX_SEQ - e->p.n_slots, POL_MAX_HIST - e->p.n_slots);
+    /* The snapshot holds every history: slots, parked, in RAM. */
+    e->n_parked_max = MIN(KV_MAX_SEQ - e->p.n_slots, 96);
+    e->n_spill_max = POL_MAX_HIST - e->p.n_slots - e->n_parked_max;
     e->parked = calloc((size_t)e->n_parked_max, sizeof *e->parked);
+    e->spill = calloc((size_t)e->n_spill_max, sizeof *e->spill);
     e->snap = calloc(1, sizeof *e->snap);
-    if (!e->parked || !e->snap) return PK_ENOMEM;
+    e->spill_pin = -1;
+    if (!e->parked || !e->spill || !e->snap) return PK_ENOMEM;
     for (int32_t i = 0; i < e->n_parked_max; i++) e->parked[i].seq = e->p.n_slots + i;
 
     /* The turn marker as tokens: "auto" follows the model's chat template. */
@@ -79,6 +87,10 @@ void eng_place_free(eng *e)
 {
     free(e->snap);
     e->snap = NULL;
+    if (e->spill)
+        for (int32_t i = 0; i < e->n_spill_max; i++) eng_spill_free(e, i);
+    free(e->spill);
+    e->spill = NULL;
     if (!e->parked) return;
     for (int32_t i = 0; i < e->n_parked_max; i++) free(e->parked[i].tokens);
     free(e->parked);
@@ -100,7 +112,8 @@ static void snapshot(eng *e, const eng_task *t, snap *sn)
         sn->hists[nh] = (pol_hist){ .seq = s->id, .tokens = s->cache, .n_tokens = s->n_cache,
                                     .marker_pos = marker, .last_use_s = busy ? now : s->last_use_s,
                                     .valid = true, .n_cells_excl = sn->excl[s->id] };
-        sn->where[nh] = i;
+        sn->kind[nh] = H_SLOT;
+        sn->idx[nh] = i;
         sn->slots[i].hist = nh++;
     }
     int32_t n_free_ids = 0;
@@ -113,7 +126,18 @@ static void snapshot(eng *e, const eng_task *t, snap *sn)
         sn->hists[nh] = (pol_hist){ .seq = p->seq, .tokens = p->tokens, .n_tokens = p->n_tokens,
                                     .marker_pos = p->marker_pos, .last_use_s = p->last_use_s,
                                     .valid = true, .n_cells_excl = sn->excl[p->seq] };
-        sn->where[nh++] = -i - 1;
+        sn->kind[nh] = H_PARKED;
+        sn->idx[nh++] = i;
+    }
+    for (int32_t i = 0; i < e->n_spill_max; i++) {
+        spilled *sp = &e->spill[i];
+        if (!sp->used) continue;
+        /* In RAM: no cells (dropping it frees none); its id is for reasons only. */
+        sn->hists[nh] = (pol_hist){ .seq = KV_MAX_SEQ + i, .tokens = sp->tokens, .n_tokens = sp->n_tokens,
+                                    .marker_pos = sp->marker_pos, .last_use_s = sp->last_use_s,
+                                    .valid = true, .n_cells_excl = 0 };
+        sn->kind[nh] = H_RAM;
+        sn->idx[nh++] = i;
     }
     int32_t extra = 0;
     if (t) {
@@ -133,18 +157,31 @@ static double hist_value(const eng *e, const pol_hist *h)
     return pol_hist_state(&e->p.policy, h, eng_now_s()).value;
 }
 
-/* Drops history h of the snapshot: its sequence leaves every cell. */
-static void drop_hist(eng *e, const snap *sn, int32_t h, const char *why)
+/* Drops history h of the snapshot: its sequence leaves every cell.  With
+ * `spill`, a history worth keeping is first copied to RAM (and kept there). */
+static void drop_hist(eng *e, const snap *sn, int32_t h, const char *why, bool spill)
 {
     const pol_hist *ph = &sn->hists[h];
-    eng_cache_event ev = { .kind = ENG_CACHE_DROP, .slot = sn->where[h] >= 0 ? sn->where[h] : -1,
-                           .seq = ph->seq, .n_tokens = ph->n_tokens, .value = hist_value(e, ph) };
+    int kind = sn->kind[h], i = sn->idx[h];
+    double value = hist_value(e, ph);
+    eng_cache_event ev = { .kind = ENG_CACHE_DROP, .slot = kind == H_SLOT ? i : -1, .seq = ph->seq,
+                           .n_tokens = ph->n_tokens, .value = value };
     snprintf(ev.reason, sizeof ev.reason, "%s", why);
+    if (kind == H_RAM) {
+        eng_spill_free(e, i);
+        eng_cache_event_add(e, &ev);
+        return;
+    }
+    if (spill && value >= e->p.policy.park_min_value &&
+        eng_spill(e, ph->seq, ph->tokens, ph->n_tokens, ph->marker_pos, ph->last_use_s) >= 0) {
+        ev.kind = ENG_CACHE_PARK;
+        snprintf(ev.reason, sizeof ev.reason, "%s: spilled to RAM", why);
+    }
     kv_seq_rm(e->kv, ph->seq, -1, -1);
-    if (sn->where[h] >= 0) {
-        e->slots[sn->where[h]].n_cache = 0;
+    if (kind == H_SLOT) {
+        e->slots[i].n_cache = 0;
     } else {
-        parked *p = &e->parked[-sn->where[h] - 1];
+        parked *p = &e->parked[i];
         free(p->tokens);
         *p = (parked){ .seq = p->seq };
     }
@@ -180,7 +217,7 @@ bool eng_make_room(eng *e, int32_t n)
     int32_t order[POL_MAX_HIST], n_order = 0;
     if (pol_drop_order(&sn->s, NULL, 0, order, POL_MAX_HIST, &n_order) != PK_OK) return false;
     for (int32_t k = 0; k < n_order && e->p.n_ctx - kv_used(e->kv) < n; k++)
-        drop_hist(e, sn, order[k], "KV cells ran short");
+        if (sn->kind[order[k]] != H_RAM) drop_hist(e, sn, order[k], "KV cells ran short", true);
     return e->p.n_ctx - kv_used(e->kv) >= n;
 }
 
@@ -188,12 +225,27 @@ bool eng_make_room(eng *e, int32_t n)
 static void apply(eng *e, snap *sn, eng_task *t, const pol_decision *d)
 {
     slot *s = &e->slots[d->slot];
-    for (int32_t k = 0; k < d->n_drop; k++) drop_hist(e, sn, d->drop[k], "room for a park");
+    s->state = ENG_SLOT_PREFILL;       /* nothing below may evict the run slot */
+    for (int32_t k = 0; k < d->n_drop; k++) drop_hist(e, sn, d->drop[k], "room for a park", true);
     if (d->park >= 0 && !park(e, s, t->id)) {
         eng_cache_event ev = { .kind = ENG_CACHE_DROP, .task_id = t->id, .slot = s->id, .seq = s->id,
                                .n_tokens = s->n_cache, .value = hist_value(e, &sn->hists[d->park]) };
         snprintf(ev.reason, sizeof ev.reason, "overwritten: no reserve id or memory to park it");
         eng_cache_event_add(e, &ev);
+    } else if (d->park < 0 && s->n_cache > d->n_keep && sn->slots[d->slot].hist >= 0) {
+        /* Not parked in the cache: when it is still worth keeping and no
+         * other history or the request itself holds it, keep it in RAM. */
+        int32_t h = sn->slots[d->slot].hist;
+        pol_park_plan plan;
+        double kept_at = e->p.policy.park_kept_share;
+        if (pol_park(&sn->s, h, d->source, 0, &plan) == PK_OK &&
+            !(kept_at > 0 && plan.kept_share >= kept_at) && plan.value >= e->p.policy.park_min_value &&
+            eng_spill(e, s->id, s->cache, s->n_cache, s->marker_pos, s->last_use_s) >= 0) {
+            eng_cache_event ev = { .kind = ENG_CACHE_PARK, .task_id = t->id, .slot = s->id, .seq = s->id,
+                                   .n_tokens = s->n_cache, .value = plan.value };
+            snprintf(ev.reason, sizeof ev.reason, "slot %d's history spilled to RAM (%s)", s->id, plan.why);
+            eng_cache_event_add(e, &ev);
+        }
     }
     int32_t keep = t->req.cache_prompt ? d->n_keep : 0;
     kv_seq_rm(e->kv, s->id, keep, -1);
@@ -201,18 +253,34 @@ static void apply(eng *e, snap *sn, eng_task *t, const pol_decision *d)
     int32_t src_seq = -1;
     if (d->source >= 0 && t->req.cache_prompt) {
         const pol_hist *h = &sn->hists[d->source];
+        int kind = sn->kind[d->source], i = sn->idx[d->source];
+        int32_t key = h->marker_pos > 0 ? h->marker_pos : h->n_tokens;
         src_seq = h->seq;
         if (h->seq != s->id && d->n_reuse > s->n_cache) {
-            kv_seq_cp(e->kv, h->seq, s->id, s->n_cache, d->n_reuse);
-            memcpy(s->cache + s->n_cache, h->tokens + s->n_cache,
-                   (size_t)(d->n_reuse - s->n_cache) * sizeof(int32_t));
-            s->n_cache = d->n_reuse;
+            int32_t from = s->n_cache, to = d->n_reuse;
+            if (kind == H_RAM) {
+                /* Rows come back by copy; the room is made first (it may
+                 * move other histories out, never this slot or the entry). */
+                e->spill_pin = i;
+                if (eng_make_room(e, to - from) && eng_restore(e, i, s->id, from, to)) {
+                    memcpy(s->cache + from, e->spill[i].tokens + from, (size_t)(to - from) * sizeof(int32_t));
+                    s->n_cache = to;
+                }
+                e->spill_pin = -1;
+            } else {
+                kv_seq_cp(e->kv, h->seq, s->id, from, to);
+                memcpy(s->cache + from, h->tokens + from, (size_t)(to - from) * sizeof(int32_t));
+                s->n_cache = to;
+            }
         }
-        /* A parked history the prompt continues is superseded: the slot
-         * holds it now (shared cells stay; its own tail is freed). */
-        int32_t key = h->marker_pos > 0 ? h->marker_pos : h->n_tokens;
-        if (sn->where[d->source] < 0 && d->n_reuse >= key)
-            drop_hist(e, sn, d->source, "continued in a slot");
+        /* A parked or spilled history the prompt continues is superseded:
+         * the slot holds it now (shared cells stay; its own tail is freed).
+         * (sn may have been refilled by eng_make_room: only i and kind are
+         * used here, and a restore happens only for H_RAM.) */
+        if (kind != H_SLOT && s->n_cache >= key) {
+            if (kind == H_RAM) eng_spill_free(e, i);
+            else drop_hist(e, sn, d->source, "continued in a slot", false);
+        }
     }
     if (s->n_cache >= t->req.n_prompt) {   /* the last prompt token gives the logits */
         kv_seq_rm(e->kv, s->id, t->req.n_prompt - 1, -1);
@@ -326,6 +394,12 @@ void eng_place_stats(eng *e, eng_stats *o)
             o->n_parked++;
             o->parked_tokens += e->parked[i].n_tokens;
         }
+    for (int32_t i = 0; i < e->n_spill_max; i++)
+        if (e->spill[i].used) {
+            o->n_spilled++;
+            o->spilled_tokens += e->spill[i].n_tokens;
+        }
+    o->spilled_mib = e->spill_bytes / 1048576.0;
     o->n_tokens_reused = e->n_tokens_reused;
     o->n_tokens_read = e->n_tokens_read;
     o->n_events = e->ev_n;

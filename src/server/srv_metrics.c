@@ -232,11 +232,13 @@ enum MHD_Result srv_h_cache(srv_req *r, json_t *body)
         }
         json_array_append_new(ev, o);
     }
-    json_t *o = json_pack("{s:I, s:I, s:I, s:i, s:i, s:i, s:i, s:o}",
+    json_t *o = json_pack("{s:I, s:I, s:I, s:i, s:i, s:i, s:i, s:f, s:i, s:i, s:o}",
                           "ts", (json_int_t)st.ts_ms,
                           "tokens_reused", (json_int_t)st.n_tokens_reused,
                           "tokens_read", (json_int_t)st.n_tokens_read,
                           "parked", st.n_parked, "parked_tokens", st.parked_tokens,
+                          "spilled", st.n_spilled, "spilled_tokens", st.spilled_tokens,
+                          "spilled_mib", st.spilled_mib,
                           "kv_used", st.kv_used, "kv_total", st.kv_total, "events", ev);
     return srv_reply_json(r, 200, o);
 }

@@ -1,0 +1,133 @@
+/*
+ * eng_spill.c - the RAM tier of histories.
+ *
+ * When KV cells run short, a history still worth keeping is spilled rather
+ * than dropped: the K and V rows of its cells (every layer) are copied into
+ * one RAM block, ordered by position, and its sequence leaves the cache.
+ * The policy sees it as a parked history; when a prompt reuses it, its rows
+ * for the reused positions are copied back into free cells under the slot's
+ * sequence.  A copy costs far less than recomputing the prefix.
+ *
+ *   rows: [n_tokens][n_layer][ K row (k_row_bytes) | V row (v_row_bytes) ]
+ *
+ * The budget (cache_ram_mib) bounds the rows held; a new spill evicts the
+ * least valuable entries first, and is refused when even that cannot make
+ * room for it.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "eng_impl.h"
+
+size_t eng_spill_row_bytes(const eng *e)
+{
+    return (size_t)kv_get_params(e->kv)->n_layer * (kv_k_row_bytes(e->kv) + kv_v_row_bytes(e->kv));
+}
+
+void eng_spill_free(eng *e, int32_t i)
+{
+    spilled *sp = &e->spill[i];
+    if (!sp->used) return;
+    e->spill_bytes -= (size_t)sp->n_tokens * eng_spill_row_bytes(e);
+    free(sp->tokens);
+    free(sp->rows);
+    *sp = (spilled){0};
+}
+
+static double entry_value(const eng *e, const spilled *sp, double now)
+{
+    pol_hist h = { .n_tokens = sp->n_tokens, .last_use_s = sp->last_use_s, .valid = true };
+    return pol_hist_state(&e->p.policy, &h, now).value;
+}
+
+/* Frees RAM entries worth less than `value`, least first, until `need`
+ * more bytes fit the budget.  false when they cannot. */
+static bool make_ram(eng *e, size_t need, double value)
+{
+    size_t budget = (size_t)e->p.cache_ram_mib << 20;
+    double now = eng_now_s();
+    while (e->spill_bytes + need > budget) {
+        int32_t least = -1;
+        double lv = value;
+        for (int32_t i = 0; i < e->n_spill_max; i++) {
+            if (!e->spill[i].used || i == e->spill_pin) continue;
+            double v = entry_value(e, &e->spill[i], now);
+            if (v < lv) { lv = v; least = i; }
+        }
+        if (least < 0) return false;
+        eng_spill_free(e, least);
+    }
+    return true;
+}
+
+int32_t eng_spill(eng *e, kv_seq seq, const int32_t *tokens, int32_t n, int32_t marker_pos, double last_use_s)
+{
+    if (n <= 0) return -1;
+    int32_t slot_i = -1;
+    for (int32_t i = 0; i < e->n_spill_max && slot_i < 0; i++)
+        if (!e->spill[i].used) slot_i = i;
+    if (slot_i < 0) return -1;
+
+    /* Where each position lives; a gap ends what can be spilled. */
+    int32_t *cell_of = malloc((size_t)n * sizeof *cell_of);
+    if (!cell_of) return -1;
+    for (int32_t p = 0; p < n; p++) cell_of[p] = -1;
+    int end = kv_cells_end(e->kv);
+    for (int c = 0; c < end; c++) {
+        kv_pos pos = kv_cell_pos(e->kv, c);
+        if (pos >= 0 && pos < n && kv_seqset_has(kv_cell_seqs(e->kv, c), seq)) cell_of[pos] = c;
+    }
+    int32_t m = 0;
+    while (m < n && cell_of[m] >= 0) m++;
+
+    size_t row = eng_spill_row_bytes(e), kb = kv_k_row_bytes(e->kv), vb = kv_v_row_bytes(e->kv);
+    int n_layer = kv_get_params(e->kv)->n_layer;
+    spilled sp = { .used = true, .n_tokens = m, .marker_pos = marker_pos < m ? marker_pos : -1,
+                   .last_use_s = last_use_s };
+    pol_hist h = { .n_tokens = m, .last_use_s = last_use_s, .valid = true };
+    if (m == 0 || !make_ram(e, (size_t)m * row, pol_hist_state(&e->p.policy, &h, eng_now_s()).value) ||
+        !(sp.tokens = malloc((size_t)m * sizeof(int32_t))) || !(sp.rows = malloc((size_t)m * row))) {
+        free(sp.tokens);
+        free(cell_of);
+        return -1;
+    }
+    memcpy(sp.tokens, tokens, (size_t)m * sizeof(int32_t));
+    for (int32_t p = 0; p < m; p++) {
+        uint8_t *dst = sp.rows + (size_t)p * row;
+        for (int il = 0; il < n_layer; il++) {
+            memcpy(dst, kv_k_row(e->kv, il, cell_of[p]), kb);
+            memcpy(dst + kb, kv_v_row(e->kv, il, cell_of[p]), vb);
+            dst += kb + vb;
+        }
+    }
+    free(cell_of);
+    e->spill[slot_i] = sp;
+    e->spill_bytes += (size_t)m * row;
+    return slot_i;
+}
+
+bool eng_restore(eng *e, int32_t i, kv_seq dst, int32_t p0, int32_t p1)
+{
+    const spilled *sp = &e->spill[i];
+    int32_t n = p1 - p0;
+    if (n <= 0) return true;
+    if (p1 > sp->n_tokens) return false;
+    int *cells = malloc((size_t)n * sizeof *cells);
+    if (!cells || kv_find_slot(e->kv, n, cells) != PK_OK) {
+        free(cells);
+        return false;
+    }
+    size_t row = eng_spill_row_bytes(e), kb = kv_k_row_bytes(e->kv), vb = kv_v_row_bytes(e->kv);
+    int n_layer = kv_get_params(e->kv)->n_layer;
+    for (int32_t k = 0; k < n; k++) {
+        const uint8_t *src = sp->rows + (size_t)(p0 + k) * row;
+        for (int il = 0; il < n_layer; il++) {
+            memcpy(kv_k_row(e->kv, il, cells[k]), src, kb);
+            memcpy(kv_v_row(e->kv, il, cells[k]), src + kb, vb);
+            src += kb + vb;
+        }
+        kv_cell_set(e->kv, cells[k], p0 + k, &dst, 1);
+    }
+    free(cells);
+    return true;
+}
