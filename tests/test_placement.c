@@ -337,6 +337,50 @@ static void scenario_no_wait_and_pigeonhole(void)
     eng_free(e);
 }
 
+/* Sub-agents spawned together with one long common prefix: the prefix is
+ * computed once and shared by membership, though both arrive at once. */
+static void scenario_spawn(void)
+{
+    eng *e = make_engine(4, 16384, 100000);
+    static char common[1 << 15];
+    words(common, sizeof common, 2000, 40);
+    int32_t *pr[3] = { pa, pb, pc }, n[3];
+    for (int k = 0; k < 3; k++) {
+        memset(&a, 0, sizeof a);
+        conv_add(&a, "system", common);
+        char task[64];
+        snprintf(task, sizeof task, "sub-task %d: check the tests", k);
+        conv_add(&a, "user", task);
+        n[k] = conv_tokens(&a, pr[k], 8192);
+    }
+    int shared = lcp(pa, n[0], pb, n[1]);
+    eng_task *ts[3];
+    for (int k = 0; k < 3; k++) {
+        eng_completion c = { .prompt = pr[k], .n_prompt = n[k], .n_predict = 4, .cache_prompt = true, .id_slot = -1 };
+        c.sp = smp_default_params();
+        c.sp.temp = 0;
+        ASSERT(eng_submit(e, &c, &ts[k]) == PK_OK);
+    }
+    int32_t cached = 0;
+    for (int k = 0; k < 3; k++) {
+        eng_event ev;
+        while (eng_task_next(ts[k], &ev, 60000) == PK_OK) {
+            bool done = ev.kind != ENG_EV_TOKEN;
+            if (ev.kind == ENG_EV_DONE) cached += ev.n_cached;
+            eng_event_clear(&ev);
+            if (done) break;
+        }
+        eng_task_release(ts[k]);
+    }
+    /* Two of the three reuse the whole common prefix. */
+    CHECK(cached >= 2 * (shared - 1));
+    static eng_stats st;
+    CHECK(eng_get_stats(e, &st) == PK_OK);
+    printf("spawn: 3 agents with a %d-token common prefix read %llu prompt tokens for %d\n", shared,
+           (unsigned long long)st.n_tokens_read, n[0] + n[1] + n[2]);
+    eng_free(e);
+}
+
 static void scenario_busy_source(void)
 {
     eng *e = make_engine(2, 8192, 100000);
@@ -387,6 +431,7 @@ int main(void)
     scenario_rewrites();
     scenario_no_wait_and_pigeonhole();
     scenario_busy_source();
+    scenario_spawn();
     model_free(m);
     return test_finish();
 }

@@ -319,43 +319,67 @@ static void apply_fixed(eng *e, eng_task *t, slot *s)
     e->n_tokens_read += (uint64_t)(t->req.n_prompt - keep);
 }
 
-/* Removes the head of the wait queue. */
-static eng_task *pop_waiting(eng *e)
+/* Unlinks t (*pp == t, prev its predecessor or NULL) from the wait queue. */
+static void unlink_waiting(eng *e, eng_task **pp, eng_task *prev)
 {
-    eng_task *t = e->wait_head;
-    e->wait_head = t->next;
-    if (!e->wait_head) e->wait_tail = NULL;
+    eng_task *t = *pp;
+    *pp = t->next;
+    if (e->wait_tail == t) e->wait_tail = prev;
     t->next = NULL;
     e->n_waiting--;
-    return t;
+}
+
+/* True when a slot is still prefilling a prompt that shares with t's a
+ * prefix well beyond the cells it has so far: t then waits for those cells
+ * and shares them by membership instead of computing them a second time
+ * (agents spawned together with one long common prefix). */
+static bool prefix_in_flight(const eng *e, const eng_task *t)
+{
+    for (int32_t i = 0; i < e->p.n_slots; i++) {
+        const slot *s = &e->slots[i];
+        if (s->state != ENG_SLOT_PREFILL) continue;
+        int32_t shared = pol_common_prefix(s->task->prompt, s->n_prompt, t->prompt, t->req.n_prompt);
+        if (shared > s->n_cache + 64) return true;
+    }
+    return false;
 }
 
 void eng_place_waiting(eng *e)
 {
     snap *sn = e->snap;
-    while (e->wait_head) {
-        eng_task *t = e->wait_head;
+    eng_task **pp = &e->wait_head, *prev = NULL;
+    while (*pp) {
+        eng_task *t = *pp;
         /* A task leaves the queue before anything may drop the engine's
          * reference to it (the submitter may have released its own). */
         if (atomic_load(&t->cancelled)) {
-            pop_waiting(e);
+            unlink_waiting(e, pp, prev);
             eng_task_fail(t, PK_ECANCELLED, "cancelled");
             eng_task_unref(t);
             continue;
         }
         if (t->req.id_slot >= 0) {
             slot *s = &e->slots[t->req.id_slot];
-            if (s->state != ENG_SLOT_IDLE) return;
-            pop_waiting(e);
+            if (s->state != ENG_SLOT_IDLE) {      /* waits for its slot; others may go */
+                prev = t;
+                pp = &t->next;
+                continue;
+            }
+            unlink_waiting(e, pp, prev);
             apply_fixed(e, t, s);
             eng_slot_start(e, s, t);
+            continue;
+        }
+        if (t->req.cache_prompt && prefix_in_flight(e, t)) {
+            prev = t;
+            pp = &t->next;
             continue;
         }
         pol_decision d;
         snapshot(e, t, sn);
         pk_status st = pol_place(&sn->s, &d);
-        if (st == PK_OK && d.kind == POL_WAIT) return;
-        pop_waiting(e);
+        if (st == PK_OK && d.kind == POL_WAIT) return;   /* every slot busy */
+        unlink_waiting(e, pp, prev);
         if (st != PK_OK) {
             eng_task_fail(t, PK_EINVAL, "placement failed");
             eng_task_unref(t);
