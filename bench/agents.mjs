@@ -3,14 +3,17 @@
 // (polykv and llama-server, same model, same -np and -c), one after the other.
 //
 //   node bench/agents.mjs --url http://127.0.0.1:8080 [--peer-url http://127.0.0.1:8081]
-//     --convs 6 --turns 4 --context-words 1500 --reply 16 --seed 1 --json
+//     --convs 6 --turns 4 --shared-words 1500 --context-words 500 --reply 16
+//     --concurrency 3 --seed 1 --json
 //
-// Each conversation: a system prompt, a long task context, then turns; its
-// next turn resends the whole transcript with the previous reply (as text).
-// After every turn a side request (a safety classifier) sends a transcript
-// of the same conversation whose last message is rewritten on every query.
-// Requests are sequential, round robin over the conversations, through
-// /completion with the prompt rendered in ChatML and streamed.  Per server:
+// Each conversation: a system prompt with the tool definitions every agent
+// shares (--shared-words), its own task context, then turns; its next turn
+// resends the whole transcript with the previous reply (as text).  After
+// every turn a side request (a safety classifier) sends a transcript of the
+// same conversation whose last message is rewritten on every query.
+// --concurrency clients run at once, each driving its share of the
+// conversations in turn, through /completion with the prompt rendered in
+// ChatML and streamed.  Per server:
 // prompt tokens evaluated (timings.prompt_n, summed over all requests) and
 // time to first token of next turns (turn >= 1 of the main conversations).
 import { parseArgs } from 'node:util';
@@ -20,7 +23,9 @@ const { values: a } = parseArgs({ options: {
   'peer-url': { type: 'string' },
   convs: { type: 'string', default: '6' },
   turns: { type: 'string', default: '4' },
-  'context-words': { type: 'string', default: '1500' },
+  'context-words': { type: 'string', default: '500' },
+  'shared-words': { type: 'string', default: '1500' },
+  concurrency: { type: 'string', default: '3' },
   reply: { type: 'string', default: '16' },
   seed: { type: 'string', default: '1' },
   json: { type: 'boolean', default: false },
@@ -58,29 +63,33 @@ async function complete(url, prompt, nPredict) {
 }
 
 async function run(url) {
-  const nConv = Number(a.convs), nTurns = Number(a.turns), seed = Number(a.seed);
+  const nConv = Number(a.convs), nTurns = Number(a.turns), seed = Number(a.seed), conc = Number(a.concurrency);
+  const tools = `You are a coding agent. Tools: ${words(Number(a['shared-words']), seed * 7919)}`;
   const convs = [];
   for (let c = 0; c < nConv; c++)
-    convs.push({ msgs: [{ role: 'system', content: 'You are a coding agent with tools: search, read, write, test.' },
-                        { role: 'user', content: `Task ${c}: ${words(Number(a['context-words']), seed * 1000 + c)}` }],
+    convs.push({ id: c, msgs: [{ role: 'system', content: tools },
+                               { role: 'user', content: `Task ${c}: ${words(Number(a['context-words']), seed * 1000 + c)}` }],
                  classifier: 0 });
   let promptTotal = 0, requests = 0;
   const nextTurnTtft = [];
-  for (let turn = 0; turn < nTurns; turn++) {
-    for (const [c, conv] of convs.entries()) {
-      const r = await complete(url, chatml(conv.msgs), Number(a.reply));
-      promptTotal += r.promptN; requests++;
-      if (turn > 0) nextTurnTtft.push(r.ttft);
-      conv.msgs.push({ role: 'assistant', content: r.text }, { role: 'user', content: `next step ${turn}` });
-      // Side request: the classifier's transcript of this conversation, its
-      // last message rewritten on every query.
-      const side = [{ role: 'system', content: 'Classify whether the agent action is safe.' },
-                    { role: 'user', content: conv.msgs[1].content },
-                    { role: 'user', content: `action ${turn}.${conv.classifier++} of conversation ${c}` }];
-      const s = await complete(url, chatml(side), 2);
-      promptTotal += s.promptN; requests++;
-    }
+  async function turn(conv, t) {
+    const r = await complete(url, chatml(conv.msgs), Number(a.reply));
+    promptTotal += r.promptN; requests++;
+    if (t > 0) nextTurnTtft.push(r.ttft);
+    conv.msgs.push({ role: 'assistant', content: r.text }, { role: 'user', content: `next step ${t}` });
+    // Side request: the classifier's transcript of this conversation, its
+    // last message rewritten on every query.
+    const side = [{ role: 'system', content: 'Classify whether the agent action is safe.' },
+                  { role: 'user', content: conv.msgs[1].content },
+                  { role: 'user', content: `action ${t}.${conv.classifier++} of conversation ${conv.id}` }];
+    const s = await complete(url, chatml(side), 2);
+    promptTotal += s.promptN; requests++;
   }
+  // Client k drives conversations k, k + conc, ...; each round of turns in order.
+  await Promise.all(Array.from({ length: conc }, async (_, k) => {
+    for (let t = 0; t < nTurns; t++)
+      for (let c = k; c < nConv; c += conc) await turn(convs[c], t);
+  }));
   nextTurnTtft.sort((x, y) => x - y);
   const p50 = nextTurnTtft[Math.floor(nextTurnTtft.length / 2)];
   return { url, requests, prompt_tokens_evaluated: promptTotal, next_turn_ttft_p50_ms: p50 };
