@@ -24,6 +24,7 @@
 #include "model_impl.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,13 +48,18 @@ struct model_ctx {
     float *tmp;          /* [n_embd] product output before the residual add */
     float *rope;         /* [n_rot/2][2] cos, sin per token */
     void *mm_scratch;    /* converted activations for tk_matmul_job */
-    float *scores;       /* [n_threads][n_ctx] */
-    void *qconv;         /* [n_threads][hd_k] query in the cache's dot type */
+    char *attn_buf;      /* [n_threads][attn_bytes]: tk_attend scratch, query and output rows */
+    size_t attn_bytes;
+    atomic_int attn_next;   /* next attention unit; reset by thread 0 before the phase */
 
     int *cells;          /* [n_ctx] cells of the whole batch */
     uint64_t *vis;       /* [FWD_MAX_LISTS][n_ctx] (pos << 32 | cell), sorted */
+    int32_t *vis_cells;  /* [FWD_MAX_LISTS][n_ctx] the cells of vis, same order */
     int32_t vis_n[FWD_MAX_LISTS];
     kv_seq vis_seq[FWD_MAX_LISTS];
+    int n_lists;
+    int32_t list_start[FWD_MAX_LISTS + 1];   /* tokens of list l: tok_order[list_start[l] ..] */
+    int32_t *tok_order;  /* [n_ubatch] chunk tokens grouped by list, in chunk order */
     int32_t *tok_list;   /* [n_ubatch] list of each token */
     int32_t *tok_nvis;   /* [n_ubatch] visible cells of each token */
     kv_pos *tok_pos;     /* [n_ubatch] */
@@ -75,8 +81,8 @@ void model_ctx_free(model_ctx *c)
     kv_free(c->kv);
     tp_free(c->tp);
     void *bufs[] = { c->x, c->xn, c->q, c->k, c->v, c->att, c->gate, c->up, c->tmp, c->rope,
-                     c->mm_scratch, c->scores, c->qconv, c->cells, c->vis, c->tok_list,
-                     c->tok_nvis, c->tok_pos, c->tok_cell, c->out_rows };
+                     c->mm_scratch, c->attn_buf, c->cells, c->vis, c->vis_cells, c->tok_order,
+                     c->tok_list, c->tok_nvis, c->tok_pos, c->tok_cell, c->out_rows };
     for (size_t i = 0; i < ARRAY_LEN(bufs); i++) free(bufs[i]);
     free(c);
 }
@@ -117,6 +123,11 @@ pk_status model_ctx_new(const model *m, const model_ctx_params *p, model_ctx **o
         const model_w *ws[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
         for (size_t i = 0; i < ARRAY_LEN(ws); i++) mm = MAX(mm, scratch_for(ws[i], p->n_ubatch));
     }
+    /* attention scratch per thread: the kernel's, then query rows, output
+     * rows and the rows' visible-cell counts */
+    c->attn_bytes = (tk_attn_scratch_size() + (size_t)TK_ATTN_ROWS * (hp->head_dim_k + hp->head_dim_v + 1) * fl
+                     + 63) & ~(size_t)63;
+    atomic_init(&c->attn_next, 0);
     st = PK_ENOMEM;
     if (!(c->x = xalloc(nub * hp->n_embd * fl)) || !(c->xn = xalloc(nub * xnw * fl)) ||
         !(c->q = xalloc(nub * qw * fl)) ||
@@ -124,8 +135,9 @@ pk_status model_ctx_new(const model *m, const model_ctx_params *p, model_ctx **o
         !(c->att = xalloc(nub * aw * fl)) || !(c->gate = xalloc(nub * hp->n_ff * fl)) ||
         !(c->up = xalloc(nub * hp->n_ff * fl)) || !(c->tmp = xalloc(nub * hp->n_embd * fl)) ||
         !(c->rope = xalloc(nub * hp->n_rot * fl)) || !(c->mm_scratch = xalloc(mm)) ||
-        !(c->scores = xalloc((size_t)p->n_threads * p->n_ctx * fl)) ||
-        !(c->qconv = xalloc((size_t)p->n_threads * hp->head_dim_k * fl)) ||
+        !(c->attn_buf = xalloc((size_t)p->n_threads * c->attn_bytes)) ||
+        !(c->vis_cells = xalloc((size_t)FWD_MAX_LISTS * p->n_ctx * sizeof(int32_t))) ||
+        !(c->tok_order = xalloc(nub * sizeof(int32_t))) ||
         !(c->cells = xalloc((size_t)p->n_ctx * sizeof(int))) ||
         !(c->vis = xalloc((size_t)FWD_MAX_LISTS * p->n_ctx * sizeof(uint64_t))) ||
         !(c->tok_list = xalloc(nub * sizeof(int32_t))) ||
@@ -211,59 +223,58 @@ static void matmul(int ith, int nth, model_ctx *c, const model_w *w, const float
     tp_barrier(c->tp);
 }
 
-/* Attention of one (token, head) in layer il: softmax(K·q * scale) · V over
- * the token's visible cells.  With an F16 cache the query is rounded to F16
- * first, as the reference engine does before its K·Q product. */
-static void attend(model_ctx *c, int ith, int il, int t, int h)
+/*
+ * Attention of layer il.  Work units are up to TK_ATTN_ROWS query rows that
+ * share a K/V head and a visible-cell list: the rows of list l are its
+ * tokens (in chunk order) times the GQA group's heads, so one unit is the 7
+ * heads of a decoded token, or a few tokens' heads in prefill, and each K/V
+ * row is read once per unit.  Threads take units from a shared counter
+ * (causal prefill units differ in cost).  With an F16 cache the kernel
+ * rounds the query to F16 first, as the reference engine does before K.Q.
+ */
+static void attention(model_ctx *c, int ith, int il)
 {
     const model_hparams *hp = &c->m->hp;
-    const int hdk = hp->head_dim_k, hdv = hp->head_dim_v;
-    const int kvh = h / (hp->n_head / hp->n_head_kv);
-    const float *q = c->q + ((size_t)t * hp->n_head + h) * hdk;
-    float *out = c->att + ((size_t)t * hp->n_head + h) * hdv;
-    float *sc = c->scores + (size_t)ith * c->p.n_ctx;
-    const uint64_t *vis = c->vis + (size_t)c->tok_list[t] * c->p.n_ctx;
-    const int n = c->tok_nvis[t];
-    const float scale = 1.0f / sqrtf((float)hdk);
-    const bool f16 = c->p.kv_type == TQ_F16;
-    const size_t esz = f16 ? 2 : 4;
-    const char *kbase = (const char *)kv_k_base(c->kv, il) + (size_t)kvh * hdk * esz;
-    const char *vbase = (const char *)kv_v_base(c->kv, il) + (size_t)kvh * hdv * esz;
-    const size_t kstride = kv_k_row_bytes(c->kv), vstride = kv_v_row_bytes(c->kv);
+    const int hdk = hp->head_dim_k, hdv = hp->head_dim_v, nh = hp->n_head, nkv = hp->n_head_kv;
+    const int G = nh / nkv;
+    const size_t esz = c->p.kv_type == TQ_F16 ? 2 : 4;
+    char *buf = c->attn_buf + (size_t)ith * c->attn_bytes;
+    float *qrows = (float *)(buf + tk_attn_scratch_size());   /* [TK_ATTN_ROWS][hdk] */
+    float *orows = qrows + TK_ATTN_ROWS * hdk;                /* [TK_ATTN_ROWS][hdv] */
+    int32_t *nvis = (int32_t *)(orows + TK_ATTN_ROWS * hdv);  /* [TK_ATTN_ROWS] */
+    int32_t th[TK_ATTN_ROWS][2];                               /* (token, head) of each row */
 
-    const void *qd = q;
-    tk_vec_dot_fn dot = c->ops->vec_dot[f16 ? TQ_F16 : TQ_F32];
-    if (f16) {
-        void *qc = (char *)c->qconv + (size_t)ith * hdk * sizeof(float);
-        c->ops->quantize[TQ_F16](q, qc, hdk);
-        qd = qc;
-    }
-    float mx = -INFINITY;
-    for (int j = 0; j < n; j++) {
-        int cell = (int)(uint32_t)vis[j];
-        float s = dot(hdk, kbase + (size_t)cell * kstride, qd) * scale;
-        sc[j] = s;
-        mx = s > mx ? s : mx;
-    }
-    double sum = 0.0;
-    for (int j = 0; j < n; j++) {
-        float e = expf(sc[j] - mx);
-        sc[j] = e;
-        sum += e;
-    }
-    float inv = (float)(1.0 / sum);
-    memset(out, 0, (size_t)hdv * sizeof(float));
-    for (int j = 0; j < n; j++) {
-        int cell = (int)(uint32_t)vis[j];
-        float p = sc[j] * inv;
-        const char *vr = vbase + (size_t)cell * vstride;
-        if (f16) {
-            const tq_f16 *v16 = (const tq_f16 *)vr;
-            for (int d = 0; d < hdv; d++) out[d] += p * tq_f16_to_f32(v16[d]);
-        } else {
-            const float *v32 = (const float *)vr;
-            for (int d = 0; d < hdv; d++) out[d] += p * v32[d];
+    for (;;) {
+        int u = atomic_fetch_add_explicit(&c->attn_next, 1, memory_order_relaxed);
+        int l = 0, per = 0;
+        for (; l < c->n_lists; l++) {
+            int n_rows = (c->list_start[l + 1] - c->list_start[l]) * G;
+            per = (n_rows + TK_ATTN_ROWS - 1) / TK_ATTN_ROWS;
+            if (u < per * nkv) break;
+            u -= per * nkv;
         }
+        if (l == c->n_lists) break;
+        const int kvh = u / per, r0 = (u % per) * TK_ATTN_ROWS;
+        const int n_rows = (c->list_start[l + 1] - c->list_start[l]) * G;
+        const int n = MIN(TK_ATTN_ROWS, n_rows - r0);
+        for (int i = 0; i < n; i++) {
+            int t = c->tok_order[c->list_start[l] + (r0 + i) / G], h = kvh * G + (r0 + i) % G;
+            th[i][0] = t, th[i][1] = h;
+            memcpy(qrows + (size_t)i * hdk, c->q + ((size_t)t * nh + h) * hdk, (size_t)hdk * sizeof(float));
+            nvis[i] = c->tok_nvis[t];
+        }
+        tk_attn a = {
+            .n_q = n, .hd_k = hdk, .hd_v = hdv, .q = qrows, .n_kv = nvis,
+            .cells = c->vis_cells + (size_t)l * c->p.n_ctx, .kv_type = c->p.kv_type,
+            .k = (const char *)kv_k_base(c->kv, il) + (size_t)kvh * hdk * esz,
+            .v = (const char *)kv_v_base(c->kv, il) + (size_t)kvh * hdv * esz,
+            .k_stride = kv_k_row_bytes(c->kv), .v_stride = kv_v_row_bytes(c->kv),
+            .scale = 1.0f / sqrtf((float)hdk), .out = orows,
+        };
+        c->ops->attend(&a, buf);
+        for (int i = 0; i < n; i++)
+            memcpy(c->att + ((size_t)th[i][0] * nh + th[i][1]) * hdv, orows + (size_t)i * hdv,
+                   (size_t)hdv * sizeof(float));
     }
 }
 
@@ -320,11 +331,10 @@ static void layers_job(int ith, int nth, void *arg)
         matmul(ith, nth, c, &L->wk, c->xn, T, c->k);
         matmul(ith, nth, c, &L->wv, c->xn, T, c->v);
         for (int64_t t = t0; t < t1; t++) qkv_finish(c, il, (int)t);
+        if (ith == 0) atomic_store_explicit(&c->attn_next, 0, memory_order_relaxed);
         tp_barrier(c->tp);
 
-        int64_t a0, a1;
-        tp_split((int64_t)T * hp->n_head, ith, nth, &a0, &a1);
-        for (int64_t i = a0; i < a1; i++) attend(c, ith, il, (int)(i / hp->n_head), (int)(i % hp->n_head));
+        attention(c, ith, il);
         tp_barrier(c->tp);
 
         matmul(ith, nth, c, &L->wo, c->att, T, c->tmp);
@@ -410,7 +420,17 @@ static void build_visibility(model_ctx *c, const model_batch *b, int i0, int n)
         bool sorted = true;
         for (int j = 1; j < c->vis_n[l] && sorted; j++) sorted = v[j - 1] <= v[j];
         if (!sorted) qsort(v, (size_t)c->vis_n[l], sizeof *v, cmp_u64);
+        int32_t *cells = c->vis_cells + (size_t)l * c->p.n_ctx;
+        for (int j = 0; j < c->vis_n[l]; j++) cells[j] = (int32_t)(uint32_t)v[j];
     }
+    /* the chunk's tokens grouped by list (a stable counting sort) */
+    c->n_lists = n_lists;
+    for (int l = 0; l <= n_lists; l++) c->list_start[l] = 0;
+    for (int i = 0; i < n; i++) c->list_start[c->tok_list[i] + 1]++;
+    for (int l = 0; l < n_lists; l++) c->list_start[l + 1] += c->list_start[l];
+    int32_t fill[FWD_MAX_LISTS];
+    memcpy(fill, c->list_start, sizeof fill);
+    for (int i = 0; i < n; i++) c->tok_order[fill[c->tok_list[i]]++] = i;
     for (int i = 0; i < n; i++) {
         const uint64_t *v = c->vis + (size_t)c->tok_list[i] * c->p.n_ctx;
         uint64_t key = (uint64_t)c->tok_pos[i] << 32 | 0xffffffffu;
