@@ -566,6 +566,7 @@ static void test_matmul_multi(tp_pool *tp)
         size_t sz = tk_matmul_multi_scratch_size(m.mats, 3, C, T);
         for (int i = 0; i < 3; i++) sz = MAX(sz, tk_matmul_scratch_size(types[i], C, T));
         m.scratch = malloc(sz);
+        tk_matmul_scratch_init(m.scratch);
         tp_run(tp, multi_job, &m);
         for (int i = 0; i < 3; i++) {
             tk_matmul(tp, types[i], w[i], rows[i], C, x, T, y1, m.scratch);
@@ -609,6 +610,7 @@ static void test_matmul_chain(tp_pool *tp)
     for (int r = 0; r < N; r++) tq_quantize_row(TQ_Q8_0, wf + r * N, w2 + r * wrow, N);
     fill_random(x, T * N);
     chain_args c = { tp, w1, w2, x, h, y, scratch, N, T };
+    tk_matmul_scratch_init(scratch);
     tp_run(tp, chain_job, &c);
     tk_matmul(tp, TQ_Q8_0, w1, N, N, x, T, h2, scratch);
     tk_matmul(tp, TQ_Q8_0, w2, N, N, h2, T, y2, scratch);

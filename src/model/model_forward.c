@@ -51,6 +51,9 @@ struct model_ctx {
     char *attn_buf;      /* [n_threads][attn_bytes]: tk_attend scratch, query and output rows */
     size_t attn_bytes;
     atomic_int attn_next;   /* next attention unit; reset by thread 0 before the phase */
+    float *priv;         /* [n_threads][priv_floats]: each thread's residual, normed input
+                          * and SwiGLU output when decoding (see layers_job) */
+    size_t priv_floats;
 
     int *cells;          /* [n_ctx] cells of the whole batch */
     uint64_t *vis;       /* [FWD_MAX_LISTS][n_ctx] (pos << 32 | cell), sorted */
@@ -81,7 +84,7 @@ void model_ctx_free(model_ctx *c)
     kv_free(c->kv);
     tp_free(c->tp);
     void *bufs[] = { c->x, c->xn, c->q, c->k, c->v, c->att, c->gate, c->up, c->tmp, c->rope,
-                     c->mm_scratch, c->attn_buf, c->cells, c->vis, c->vis_cells, c->tok_order,
+                     c->mm_scratch, c->attn_buf, c->priv, c->cells, c->vis, c->vis_cells, c->tok_order,
                      c->tok_list, c->tok_nvis, c->tok_pos, c->tok_cell, c->out_rows };
     for (size_t i = 0; i < ARRAY_LEN(bufs); i++) free(bufs[i]);
     free(c);
@@ -122,12 +125,19 @@ pk_status model_ctx_new(const model *m, const model_ctx_params *p, model_ctx **o
         const model_layer *L = &m->layers[il];
         const model_w *ws[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
         for (size_t i = 0; i < ARRAY_LEN(ws); i++) mm = MAX(mm, scratch_for(ws[i], p->n_ubatch));
+        tk_mat qkv[3] = { { L->wq.type, L->wq.data, L->wq.n_rows, NULL }, { L->wk.type, L->wk.data, L->wk.n_rows, NULL },
+                          { L->wv.type, L->wv.data, L->wv.n_rows, NULL } };
+        tk_mat gu[2] = { { L->w_gate.type, L->w_gate.data, L->w_gate.n_rows, NULL },
+                         { L->w_up.type, L->w_up.data, L->w_up.n_rows, NULL } };
+        mm = MAX(mm, tk_matmul_multi_scratch_size(qkv, 3, L->wq.n_cols, p->n_ubatch));
+        mm = MAX(mm, tk_matmul_multi_scratch_size(gu, 2, L->w_gate.n_cols, p->n_ubatch));
     }
     /* attention scratch per thread: the kernel's, then query rows, output
      * rows and the rows' visible-cell counts */
     c->attn_bytes = (tk_attn_scratch_size() + (size_t)TK_ATTN_ROWS * (hp->head_dim_k + hp->head_dim_v + 1) * fl
                      + 63) & ~(size_t)63;
     atomic_init(&c->attn_next, 0);
+    c->priv_floats = ((size_t)TK_PRIVATE_TOKENS * (2 * hp->n_embd + hp->n_ff) + 15) & ~(size_t)15;
     st = PK_ENOMEM;
     if (!(c->x = xalloc(nub * hp->n_embd * fl)) || !(c->xn = xalloc(nub * xnw * fl)) ||
         !(c->q = xalloc(nub * qw * fl)) ||
@@ -136,6 +146,7 @@ pk_status model_ctx_new(const model *m, const model_ctx_params *p, model_ctx **o
         !(c->up = xalloc(nub * hp->n_ff * fl)) || !(c->tmp = xalloc(nub * hp->n_embd * fl)) ||
         !(c->rope = xalloc(nub * hp->n_rot * fl)) || !(c->mm_scratch = xalloc(mm)) ||
         !(c->attn_buf = xalloc((size_t)p->n_threads * c->attn_bytes)) ||
+        !(c->priv = xalloc((size_t)p->n_threads * c->priv_floats * fl)) ||
         !(c->vis_cells = xalloc((size_t)FWD_MAX_LISTS * p->n_ctx * sizeof(int32_t))) ||
         !(c->tok_order = xalloc(nub * sizeof(int32_t))) ||
         !(c->cells = xalloc((size_t)p->n_ctx * sizeof(int))) ||
@@ -146,6 +157,7 @@ pk_status model_ctx_new(const model *m, const model_ctx_params *p, model_ctx **o
         !(c->tok_cell = xalloc(nub * sizeof(int32_t))) ||
         !(c->out_rows = xalloc(nub * sizeof(int32_t))))
         goto fail;
+    tk_matmul_scratch_init(c->mm_scratch);
     *out = c;
     return PK_OK;
 fail:
@@ -218,9 +230,25 @@ typedef struct fwd_job {
 
 static void matmul(int ith, int nth, model_ctx *c, const model_w *w, const float *x, int n_tok, float *y)
 {
-    tk_matmul_job(ith, nth, c->tp, w->type, w->data, w->n_rows, w->n_cols, x, n_tok, y,
-                  c->mm_scratch);
-    tp_barrier(c->tp);
+    tk_matmul_job(ith, nth, c->tp, w->type, w->data, w->n_rows, w->n_cols, x, n_tok, y, c->mm_scratch);
+}
+
+/* Products of up to 3 matrices with the same input: one phase when they
+ * share a vec_dot_type, one each otherwise. */
+static void matmul_set(int ith, int nth, model_ctx *c, const model_w *const *ws, float *const *ys, int n,
+                       const float *x, int n_tok)
+{
+    tk_mat mats[3];
+    bool same = true;
+    for (int i = 0; i < n; i++) {
+        mats[i] = (tk_mat){ ws[i]->type, ws[i]->data, ws[i]->n_rows, ys[i] };
+        same = same && tq_get(ws[i]->type)->vec_dot_type == tq_get(ws[0]->type)->vec_dot_type;
+    }
+    if (same) {
+        tk_matmul_multi_job(ith, nth, c->tp, mats, n, ws[0]->n_cols, x, n_tok, c->mm_scratch);
+        return;
+    }
+    for (int i = 0; i < n; i++) matmul(ith, nth, c, ws[i], x, n_tok, ys[i]);
 }
 
 /*
@@ -311,6 +339,22 @@ static void qkv_finish(model_ctx *c, int il, int t)
     }
 }
 
+/* h = silu(g) * u, as the reference engine computes it. */
+static void swiglu(const float *g, const float *u, float *h, int n)
+{
+    for (int i = 0; i < n; i++) h[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+/*
+ * All layers of one chunk.  With few tokens (T <= TK_PRIVATE_TOKENS, i.e.
+ * decoding) every thread keeps its own copy of the residual stream and does
+ * the element-wise work for all tokens itself (the copies stay identical:
+ * same operations on the same data), so the only barriers are the ones the
+ * shared results need: after Q/K/V, after the K/V rows are stored, after
+ * attention and after each of the output, gate/up and down products -- 6
+ * per layer.  With more tokens each thread takes its slice of the tokens
+ * and a barrier follows each element-wise step whose result others read.
+ */
 static void layers_job(int ith, int nth, void *arg)
 {
     const fwd_job *j = arg;
@@ -318,18 +362,27 @@ static void layers_job(int ith, int nth, void *arg)
     const model *m = c->m;
     const model_hparams *hp = &m->hp;
     const int T = j->n_tok, E = hp->n_embd, F = hp->n_ff;
+    const bool priv = T <= TK_PRIVATE_TOKENS;
     int64_t t0, t1;
     tp_split(T, ith, nth, &t0, &t1);
+    /* tokens whose element-wise work this thread does, and where */
+    const int64_t e0 = priv ? 0 : t0, e1 = priv ? T : t1;
+    float *x = c->x, *xn = c->xn, *h = c->gate;
+    if (priv) {   /* [x | xn | h] of this thread: [P][E], [P][E], [P][F] */
+        x = c->priv + (size_t)ith * c->priv_floats;
+        xn = x + (size_t)TK_PRIVATE_TOKENS * E;
+        h = xn + (size_t)TK_PRIVATE_TOKENS * E;
+        memcpy(x, c->x, (size_t)T * E * sizeof(float));
+    }
 
     for (int il = 0; il < hp->n_layer; il++) {
         const model_layer *L = &m->layers[il];
 
-        for (int64_t t = t0; t < t1; t++)
-            rms_norm(c->x + t * E, L->attn_norm.data, c->xn + t * E, E, hp->rms_eps);
-        tp_barrier(c->tp);
-        matmul(ith, nth, c, &L->wq, c->xn, T, c->q);
-        matmul(ith, nth, c, &L->wk, c->xn, T, c->k);
-        matmul(ith, nth, c, &L->wv, c->xn, T, c->v);
+        for (int64_t t = e0; t < e1; t++) rms_norm(x + t * E, L->attn_norm.data, xn + t * E, E, hp->rms_eps);
+        if (!priv) tp_barrier(c->tp);
+        const model_w *qkv_w[3] = { &L->wq, &L->wk, &L->wv };
+        float *qkv_y[3] = { c->q, c->k, c->v };
+        matmul_set(ith, nth, c, qkv_w, qkv_y, 3, xn, T);
         for (int64_t t = t0; t < t1; t++) qkv_finish(c, il, (int)t);
         if (ith == 0) atomic_store_explicit(&c->attn_next, 0, memory_order_relaxed);
         tp_barrier(c->tp);
@@ -338,31 +391,28 @@ static void layers_job(int ith, int nth, void *arg)
         tp_barrier(c->tp);
 
         matmul(ith, nth, c, &L->wo, c->att, T, c->tmp);
-        for (int64_t t = t0; t < t1; t++) {
-            float *x = c->x + t * E;
+        for (int64_t t = e0; t < e1; t++) {
+            float *xt = x + t * E;
             const float *d = c->tmp + t * E;
-            for (int i = 0; i < E; i++) x[i] += d[i];
-            rms_norm(x, L->ffn_norm.data, c->xn + t * E, E, hp->rms_eps);
+            for (int i = 0; i < E; i++) xt[i] += d[i];
+            rms_norm(xt, L->ffn_norm.data, xn + t * E, E, hp->rms_eps);
         }
-        tp_barrier(c->tp);
+        if (!priv) tp_barrier(c->tp);
 
-        matmul(ith, nth, c, &L->w_gate, c->xn, T, c->gate);
-        matmul(ith, nth, c, &L->w_up, c->xn, T, c->up);
-        for (int64_t t = t0; t < t1; t++) {
-            float *g = c->gate + t * F;
-            const float *u = c->up + t * F;
-            for (int i = 0; i < F; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-        }
-        tp_barrier(c->tp);
+        const model_w *gu_w[2] = { &L->w_gate, &L->w_up };
+        float *gu_y[2] = { c->gate, c->up };
+        matmul_set(ith, nth, c, gu_w, gu_y, 2, xn, T);
+        for (int64_t t = e0; t < e1; t++) swiglu(c->gate + t * F, c->up + t * F, h + t * F, F);
+        if (!priv) tp_barrier(c->tp);
 
-        matmul(ith, nth, c, &L->w_down, c->gate, T, c->tmp);
-        for (int64_t t = t0; t < t1; t++) {
-            float *x = c->x + t * E;
+        matmul(ith, nth, c, &L->w_down, h, T, c->tmp);
+        for (int64_t t = e0; t < e1; t++) {   /* the next norm reads only this thread's tokens */
+            float *xt = x + t * E;
             const float *d = c->tmp + t * E;
-            for (int i = 0; i < E; i++) x[i] += d[i];
+            for (int i = 0; i < E; i++) xt[i] += d[i];
         }
-        tp_barrier(c->tp);
     }
+    if (priv && ith == 0) memcpy(c->x, x, (size_t)T * E * sizeof(float));
 }
 
 typedef struct out_job {
@@ -377,12 +427,14 @@ static void output_job(int ith, int nth, void *arg)
     model_ctx *c = j->c;
     const model *m = c->m;
     const int E = m->hp.n_embd;
-    int64_t r0, r1;
-    tp_split(j->n_out, ith, nth, &r0, &r1);
+    const bool priv = j->n_out <= TK_PRIVATE_TOKENS;   /* as in layers_job */
+    float *xn = priv ? c->priv + (size_t)ith * c->priv_floats : c->xn;
+    int64_t r0 = 0, r1 = j->n_out;
+    if (!priv) tp_split(j->n_out, ith, nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++)
-        rms_norm(c->x + (size_t)c->out_rows[r] * E, m->out_norm.data, c->xn + r * E, E, m->hp.rms_eps);
-    tp_barrier(c->tp);
-    matmul(ith, nth, c, &m->output, c->xn, j->n_out, j->logits);
+        rms_norm(c->x + (size_t)c->out_rows[r] * E, m->out_norm.data, xn + r * E, E, m->hp.rms_eps);
+    if (!priv) tp_barrier(c->tp);
+    matmul(ith, nth, c, &m->output, xn, j->n_out, j->logits);
 }
 
 /* ---- batch preparation ---- */

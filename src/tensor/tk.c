@@ -263,6 +263,14 @@ static void pack_groups(const tk_ops *ops, const tk_gemm *g, tq_type vt, const f
         g->pack_a[vt](NULL, n_cols, (int)(t % TK_GEMM_LANES), groups + (size_t)(t / TK_GEMM_LANES) * gbytes);
 }
 
+/* The shared words at the start of scratch: the next work unit, and how
+ * many threads have run out of units (the last one resets both, so the
+ * scratch is ready for the next call without a barrier of its own). */
+typedef struct {
+    atomic_llong next_unit;
+    atomic_int n_done;
+} mm_sync;
+
 void tk_matmul_multi_job(int ith, int nth, tp_pool *tp, const tk_mat *mats, int n_mat, int64_t n_cols,
                          const float *x, int64_t n_tok, void *scratch)
 {
@@ -280,7 +288,7 @@ void tk_matmul_multi_job(int ith, int nth, tp_pool *tp, const tk_mat *mats, int 
     bool gemm = use_gemm(g, mats, n_mat, n_cols, n_tok);
 
     char *base = (char *)(((uintptr_t)scratch + TK_LINE - 1) & ~(uintptr_t)(TK_LINE - 1));
-    atomic_llong *next_unit = (atomic_llong *)base;
+    mm_sync *sync = (mm_sync *)base;
     char *act = base + TK_LINE;
     size_t arow = tq_row_size(vt, n_cols);
     char *mine = tp_scratch(tp, ith);
@@ -288,16 +296,22 @@ void tk_matmul_multi_job(int ith, int nth, tp_pool *tp, const tk_mat *mats, int 
         int64_t t0, t1;
         tp_split(n_tok, ith, nth, &t0, &t1);
         pack_groups(ops, g, vt, x, n_cols, n_tok, act, t0, t1, mine, ith);
+        tp_barrier(tp);
     } else if (vt == TQ_F32) {
         act = (char *)x;
         arow = (size_t)n_cols * sizeof(float);
+    } else if (n_tok <= TK_PRIVATE_TOKENS && arow * (size_t)n_tok <= TP_SCRATCH_BYTES) {
+        /* few tokens: every thread converts all of x for itself, which costs
+         * less than the barrier a shared copy would need */
+        for (int64_t t = 0; t < n_tok; t++)
+            ops->quantize[vt](x + t * n_cols, mine + (size_t)t * arow, n_cols);
+        act = mine;
     } else {
         int64_t lo, hi;
         tp_split(n_cols / ta->blck_size * n_tok, ith, nth, &lo, &hi);
         convert_blocks(ops->quantize[vt], ta, x, n_cols, act, arow, lo, hi);
+        tp_barrier(tp);
     }
-    if (ith == 0) atomic_store_explicit(next_unit, 0, memory_order_relaxed);
-    tp_barrier(tp);
 
     int64_t per[8], n_units = 0;
     ASSERT(n_mat <= (int)ARRAY_LEN(per));
@@ -306,13 +320,17 @@ void tk_matmul_multi_job(int ith, int nth, tp_pool *tp, const tk_mat *mats, int 
         n_units += (mats[i].n_rows + per[i] - 1) / per[i];
     }
     for (;;) {
-        int64_t u = atomic_fetch_add_explicit(next_unit, 1, memory_order_relaxed);
+        int64_t u = atomic_fetch_add_explicit(&sync->next_unit, 1, memory_order_relaxed);
         if (u >= n_units) break;
         int i = 0;
         for (int64_t n; u >= (n = (mats[i].n_rows + per[i] - 1) / per[i]); i++) u -= n;
         int64_t r0 = u * per[i];
         if (gemm) rows_gemm(g, &mats[i], n_cols, act, n_tok, r0, mine);
         else rows_vec_dot(ops, &mats[i], n_cols, act, arow, n_tok, r0, MIN(mats[i].n_rows, r0 + per[i]));
+    }
+    if (atomic_fetch_add_explicit(&sync->n_done, 1, memory_order_acq_rel) == nth - 1) {
+        atomic_store_explicit(&sync->next_unit, 0, memory_order_relaxed);
+        atomic_store_explicit(&sync->n_done, 0, memory_order_relaxed);
     }
     tp_barrier(tp);
 }
@@ -340,9 +358,18 @@ static void matmul_thread(int ith, int nth, void *p)
     tk_matmul_multi_job(ith, nth, m->tp, m->mats, m->n_mat, m->n_cols, m->x, m->n_tok, m->scratch);
 }
 
+void tk_matmul_scratch_init(void *scratch)
+{
+    char *base = (char *)(((uintptr_t)scratch + TK_LINE - 1) & ~(uintptr_t)(TK_LINE - 1));
+    mm_sync *sync = (mm_sync *)base;
+    atomic_init(&sync->next_unit, 0);
+    atomic_init(&sync->n_done, 0);
+}
+
 void tk_matmul(tp_pool *tp, tq_type wtype, const void *w, int64_t n_rows, int64_t n_cols,
                const float *x, int64_t n_tok, float *y, void *scratch)
 {
+    tk_matmul_scratch_init(scratch);
     tk_mat mat = { wtype, w, n_rows, y };
     matmul_args m = { tp, &mat, 1, n_cols, n_tok, x, scratch };
     tp_run(tp, matmul_thread, &m);

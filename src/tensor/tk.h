@@ -83,7 +83,8 @@ const tk_ops *tk_ops_named(const char *isa);
  * job).  `scratch` holds the converted activations and a work counter: at
  * least tk_matmul_scratch_size(wtype, n_cols, n_tok) bytes, any alignment,
  * not shared with a concurrent call.  Allocates nothing (the GEMM path packs
- * weights into the pool's per-thread scratch, tp_scratch).
+ * weights, and few tokens are converted, in the pool's per-thread scratch,
+ * tp_scratch).
  *
  * Two paths, chosen from (weight type, n_cols, n_tok) alone:
  *   - fewer than TK_GEMM_MIN_TOKENS tokens (more for some types: where
@@ -101,11 +102,24 @@ const tk_ops *tk_ops_named(const char *isa);
 void tk_matmul(tp_pool *tp, tq_type wtype, const void *w, int64_t n_rows, int64_t n_cols,
                const float *x, int64_t n_tok, float *y, void *scratch);
 size_t tk_matmul_scratch_size(tq_type wtype, int64_t n_cols, int64_t n_tok);
+/* Sets up the work counter at the start of scratch (outside a job). */
+void tk_matmul_scratch_init(void *scratch);
 
-/* The same, as a phase of a job already running on the pool: every thread
- * of the job calls it with its (ith, nth), nth == tp_n_threads(tp); it
- * contains its own barriers (y is complete for all threads on return, and
- * scratch may be reused by the next call). */
+/*
+ * The same, as a phase of a job already running on the pool: every thread
+ * of the job calls it with its (ith, nth), nth == tp_n_threads(tp).  y is
+ * complete for all threads on return (the call ends with a barrier) and
+ * scratch may be reused by the next call.  The scratch's work counter must
+ * be set up once before the first call (tk_matmul_scratch_init, or zeroed
+ * memory); every call leaves it ready for the next.
+ *
+ * With at most TK_PRIVATE_TOKENS tokens on the vec_dot path each thread
+ * converts all of x by itself and no barrier precedes the products: x need
+ * only be complete in the calling thread's view, and may be a private copy
+ * per thread.  Otherwise x must be complete for all threads (the call
+ * converts it in parts and meets at a barrier).
+ */
+#define TK_PRIVATE_TOKENS 4
 void tk_matmul_job(int ith, int nth, tp_pool *tp, tq_type wtype, const void *w,
                    int64_t n_rows, int64_t n_cols, const float *x, int64_t n_tok,
                    float *y, void *scratch);
@@ -122,7 +136,7 @@ typedef struct tk_mat {
  * tk_matmul_job for up to 8 matrices with the same input x and the same
  * vec_dot_type (a layer's Q, K and V projections; its gate and up): x is
  * converted once and all matrices share one work phase, so the job meets
- * at 2 barriers instead of 2 per matrix.  The path is chosen for the set
+ * at 1 or 2 barriers instead of 1 or 2 per matrix.  The path is chosen for the set
  * (GEMM only if every matrix has it), so each y is what tk_matmul_job
  * gives whenever that takes the same path.  Scratch:
  * tk_matmul_multi_scratch_size bytes.
