@@ -6,7 +6,8 @@
  * patterns around every rounding boundary); hand-built blocks of every
  * 32-value format dequantize to the GGUF layout; quantize/dequantize round
  * trips within each format's step; every SIMD dot within tk.h's budget of
- * the scalar reference and every SIMD activation converter bit-exact; and
+ * the scalar reference and every SIMD activation converter bit-exact;
+ * attention, RMSNorm and SwiGLU within their budgets of the scalar ones; and
  * tk_matmul / tk_matmul_job / tk_matmul_multi_job for several token counts:
  * within budget of the reference, equal to the chosen vec_dot below the
  * GEMM threshold, the same on 1 and 2 threads and whatever a token's place
@@ -307,6 +308,101 @@ static void test_simd_dots(const tk_ops *ops)
     free(xa);
     free(w);
     free(a);
+}
+
+/*
+ * Attention against the scalar table's, F16 and F32 caches, GQA-like row
+ * counts (1, 7, 8, 9, 16) with causal prefixes, head dims 32..128, cells in
+ * scattered order.  Budget: outputs are convex combinations of V rows, so
+ * |simd - ref| <= 2e-5 * max |V| (score sums in float instead of double, a
+ * running max, a polynomial exp).
+ */
+static void test_simd_attend(const tk_ops *ops)
+{
+    const tk_ops *ref = tk_ops_named("scalar");
+    static const int rows[] = { 1, 7, 8, 9, 16 };
+    static const int dims[][2] = { { 64, 64 }, { 32, 32 }, { 128, 128 }, { 64, 32 } };
+    enum { N_CELLS = 300 };
+    void *scratch = malloc(tk_attn_scratch_size());
+    int bad = 0;
+    for (int kvt = 0; kvt < 2; kvt++) {
+        tq_type type = kvt ? TQ_F32 : TQ_F16;
+        size_t esz = kvt ? 4 : 2;
+        for (size_t di = 0; di < ARRAY_LEN(dims); di++) {
+            int hk = dims[di][0], hv = dims[di][1];
+            size_t ks = (size_t)hk * esz + 16, vs = (size_t)hv * esz + 8;   /* strides wider than a row */
+            char *k = malloc(ks * N_CELLS), *v = malloc(vs * N_CELLS);
+            float vmax = 0;
+            for (int c = 0; c < N_CELLS; c++) {
+                float kr[128], vr[128];
+                fill_random(kr, hk);
+                fill_random(vr, hv);
+                if (kvt) {
+                    memcpy(k + c * ks, kr, (size_t)hk * 4);
+                    memcpy(v + c * vs, vr, (size_t)hv * 4);
+                } else {
+                    tq_quantize_row(TQ_F16, kr, k + c * ks, hk);
+                    tq_quantize_row(TQ_F16, vr, v + c * vs, hv);
+                }
+                for (int d = 0; d < hv; d++) vmax = fmaxf(vmax, fabsf(vr[d]));
+            }
+            int32_t cells[N_CELLS];
+            for (int j = 0; j < N_CELLS; j++) cells[j] = (j * 7919) % N_CELLS;   /* a permutation */
+            for (size_t ri = 0; ri < ARRAY_LEN(rows); ri++) {
+                int n = rows[ri];
+                float q[16 * 128], o1[16 * 128], o2[16 * 128];
+                int32_t nkv[16];
+                fill_random(q, (int64_t)n * hk);
+                for (int i = 0; i < n; i++) nkv[i] = N_CELLS - (n - 1 - i) * 13 - (int)(rnd_u32() % 3);
+                tk_attn a = { n, hk, hv, q, nkv, cells, type, k, v, ks, vs, 1.0f / sqrtf((float)hk), o1 };
+                ops->attend(&a, scratch);
+                a.out = o2;
+                ref->attend(&a, scratch);
+                for (int i = 0; i < n * hv; i++)
+                    if (!(fabsf(o1[i] - o2[i]) <= 2e-5f * vmax)) bad++;
+            }
+            free(k);
+            free(v);
+        }
+    }
+    if (bad) fprintf(stderr, "%s attend: %d outputs off the reference\n", ops->isa, bad);
+    CHECK_EQ_INT(bad, 0);
+    free(scratch);
+}
+
+/* rms_norm (with and without the residual add) and swiglu against the
+ * scalar table's: 1e-6 relative per value (rms_norm differs only in the
+ * double summation order; swiglu's exp is within 2e-7). */
+static void test_simd_elementwise(const tk_ops *ops)
+{
+    const tk_ops *ref = tk_ops_named("scalar");
+    static const int lens[] = { 1, 15, 64, 896, 4864 };
+    int bad = 0;
+    for (size_t li = 0; li < ARRAY_LEN(lens); li++) {
+        int n = lens[li];
+        float *x1 = malloc(n * sizeof(float)), *x2 = malloc(n * sizeof(float)), *d = malloc(n * sizeof(float));
+        float *w = malloc(n * sizeof(float)), *y1 = malloc(n * sizeof(float)), *y2 = malloc(n * sizeof(float));
+        fill_random(x1, n);
+        fill_random(d, n);
+        fill_random(w, n);
+        for (int with_d = 0; with_d < 2; with_d++) {
+            memcpy(x2, x1, n * sizeof(float));
+            ops->rms_norm(x1, with_d ? d : NULL, w, y1, n, 1e-6f);
+            ref->rms_norm(x2, with_d ? d : NULL, w, y2, n, 1e-6f);
+            for (int i = 0; i < n; i++) {
+                if (x1[i] != x2[i]) bad++;
+                if (!(fabsf(y1[i] - y2[i]) <= 1e-6f * fabsf(y2[i]))) bad++;
+            }
+        }
+        for (int i = 0; i < n; i++) x1[i] *= 8;   /* into exp's tails */
+        ops->swiglu(x1, d, y1, n);
+        ref->swiglu(x1, d, y2, n);
+        for (int i = 0; i < n; i++)
+            if (!(fabsf(y1[i] - y2[i]) <= 1e-6f * fabsf(y2[i]) + 1e-30f)) bad++;
+        free(x1), free(x2), free(d), free(w), free(y1), free(y2);
+    }
+    if (bad) fprintf(stderr, "%s element-wise: %d values off the reference\n", ops->isa, bad);
+    CHECK_EQ_INT(bad, 0);
 }
 
 static void test_simd_quantizers(const tk_ops *ops)
@@ -715,6 +811,8 @@ int main(void)
         }
         test_simd_dots(o);
         test_simd_quantizers(o);
+        test_simd_attend(o);
+        test_simd_elementwise(o);
     }
     test_matmul();
     return test_finish();

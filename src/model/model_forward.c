@@ -167,17 +167,6 @@ fail:
 
 /* ---- element-wise steps (each on one token row) ---- */
 
-/* RMSNorm as the reference engine computes it: squares summed in double,
- * scale in float, then the weight. */
-static void rms_norm(const float *x, const float *w, float *y, int n, float eps)
-{
-    double sum = 0.0;
-    for (int i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
-    float mean = (float)(sum / n);
-    float scale = 1.0f / sqrtf(mean + eps);
-    for (int i = 0; i < n; i++) y[i] = (x[i] * scale) * w[i];
-}
-
 /* Rotates the first n_rot values of each head: adjacent pairs (NORM) or
  * the two halves (NEOX).  cs holds cos, sin for each pair. */
 static void rope_head(float *x, const float *cs, int n_rot, model_rope type)
@@ -322,11 +311,11 @@ static void qkv_finish(model_ctx *c, int il, int t)
     add_bias(k, &L->bk, nk * hdk);
     add_bias(v, &L->bv, nk * hp->head_dim_v);
     for (int h = 0; h < nq; h++) {
-        if (L->q_norm.data) rms_norm(q + h * hdk, L->q_norm.data, q + h * hdk, hdk, hp->rms_eps);
+        if (L->q_norm.data) c->ops->rms_norm(q + h * hdk, NULL, L->q_norm.data, q + h * hdk, hdk, hp->rms_eps);
         rope_head(q + h * hdk, cs, hp->n_rot, hp->rope_type);
     }
     for (int h = 0; h < nk; h++) {
-        if (L->k_norm.data) rms_norm(k + h * hdk, L->k_norm.data, k + h * hdk, hdk, hp->rms_eps);
+        if (L->k_norm.data) c->ops->rms_norm(k + h * hdk, NULL, L->k_norm.data, k + h * hdk, hdk, hp->rms_eps);
         rope_head(k + h * hdk, cs, hp->n_rot, hp->rope_type);
     }
     int cell = c->tok_cell[t];
@@ -337,12 +326,6 @@ static void qkv_finish(model_ctx *c, int il, int t)
         memcpy(kv_k_row(c->kv, il, cell), k, (size_t)nk * hdk * sizeof(float));
         memcpy(kv_v_row(c->kv, il, cell), v, (size_t)nk * hp->head_dim_v * sizeof(float));
     }
-}
-
-/* h = silu(g) * u, as the reference engine computes it. */
-static void swiglu(const float *g, const float *u, float *h, int n)
-{
-    for (int i = 0; i < n; i++) h[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
 /*
@@ -378,7 +361,8 @@ static void layers_job(int ith, int nth, void *arg)
     for (int il = 0; il < hp->n_layer; il++) {
         const model_layer *L = &m->layers[il];
 
-        for (int64_t t = e0; t < e1; t++) rms_norm(x + t * E, L->attn_norm.data, xn + t * E, E, hp->rms_eps);
+        for (int64_t t = e0; t < e1; t++)
+            c->ops->rms_norm(x + t * E, NULL, L->attn_norm.data, xn + t * E, E, hp->rms_eps);
         if (!priv) tp_barrier(c->tp);
         const model_w *qkv_w[3] = { &L->wq, &L->wk, &L->wv };
         float *qkv_y[3] = { c->q, c->k, c->v };
@@ -391,18 +375,14 @@ static void layers_job(int ith, int nth, void *arg)
         tp_barrier(c->tp);
 
         matmul(ith, nth, c, &L->wo, c->att, T, c->tmp);
-        for (int64_t t = e0; t < e1; t++) {
-            float *xt = x + t * E;
-            const float *d = c->tmp + t * E;
-            for (int i = 0; i < E; i++) xt[i] += d[i];
-            rms_norm(xt, L->ffn_norm.data, xn + t * E, E, hp->rms_eps);
-        }
+        for (int64_t t = e0; t < e1; t++)   /* residual add and norm in one pass */
+            c->ops->rms_norm(x + t * E, c->tmp + t * E, L->ffn_norm.data, xn + t * E, E, hp->rms_eps);
         if (!priv) tp_barrier(c->tp);
 
         const model_w *gu_w[2] = { &L->w_gate, &L->w_up };
         float *gu_y[2] = { c->gate, c->up };
         matmul_set(ith, nth, c, gu_w, gu_y, 2, xn, T);
-        for (int64_t t = e0; t < e1; t++) swiglu(c->gate + t * F, c->up + t * F, h + t * F, F);
+        for (int64_t t = e0; t < e1; t++) c->ops->swiglu(c->gate + t * F, c->up + t * F, h + t * F, F);
         if (!priv) tp_barrier(c->tp);
 
         matmul(ith, nth, c, &L->w_down, h, T, c->tmp);
@@ -432,7 +412,7 @@ static void output_job(int ith, int nth, void *arg)
     int64_t r0 = 0, r1 = j->n_out;
     if (!priv) tp_split(j->n_out, ith, nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++)
-        rms_norm(c->x + (size_t)c->out_rows[r] * E, m->out_norm.data, xn + r * E, E, m->hp.rms_eps);
+        c->ops->rms_norm(c->x + (size_t)c->out_rows[r] * E, NULL, m->out_norm.data, xn + r * E, E, m->hp.rms_eps);
     if (!priv) tp_barrier(c->tp);
     matmul(ith, nth, c, &m->output, xn, j->n_out, j->logits);
 }

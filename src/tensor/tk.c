@@ -90,6 +90,8 @@ static void inherit(tk_ops *o, const tk_ops *below)
         if (!o->quantize[t]) o->quantize[t] = below->quantize[t];
     }
     if (!o->attend) o->attend = below->attend;
+    if (!o->rms_norm) o->rms_norm = below->rms_norm;
+    if (!o->swiglu) o->swiglu = below->swiglu;
 }
 
 static void build_tables(void)
@@ -112,6 +114,7 @@ static void build_tables(void)
         tk_fill_avx512_legacy(&tables[ISA_AVX512]);
         tk_fill_avx512_kquant(&tables[ISA_AVX512]);
         tk_fill_avx512_attn(&tables[ISA_AVX512]);
+        tk_fill_avx512_elem(&tables[ISA_AVX512]);
         tk_fill_avx512_gemm(&gemms[ISA_AVX512]);
         tk_fill_avx512_gemmk(&gemms[ISA_AVX512]);
         inherit(&tables[ISA_AVX512], &tables[ISA_AVX2]);

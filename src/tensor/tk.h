@@ -68,6 +68,13 @@ typedef struct tk_ops {
      * float, the total in double), within tk.h's budget of the scalar one.
      */
     tk_attend_fn attend;
+    /* Element-wise steps of a layer, one token row each:
+     * rms_norm: first x += d (the residual add, in the same pass; d may be
+     * NULL), then y = (x / sqrt(mean(x^2) + eps)) * w, the squares summed in
+     * double as the reference engine does (SIMD: 16 partial sums).
+     * swiglu: h = g / (1 + exp(-g)) * u (SIMD exp within 2e-7 relative). */
+    void (*rms_norm)(float *x, const float *d, const float *w, float *y, int n, float eps);
+    void (*swiglu)(const float *g, const float *u, float *h, int n);
 } tk_ops;
 
 /* The table for this CPU (chosen once; thread-safe after first call). */

@@ -19,10 +19,9 @@
  * score -inf and weigh exactly 0.  The block sums are float, the running
  * total double.
  *
- * exp: 2^n * p(r) with n = round(x / ln2), r = x - n ln2 (two-part ln2),
- * p a degree-6 Taylor polynomial (relative error ~2e-7 on |r| <= ln2/2),
- * vscalefps for the 2^n; inputs below -88 give 0.
+ * exp: tk_exp_avx512.h (relative error below 2e-7; below -88 gives 0).
  */
+#include "tk_exp_avx512.h"
 #include "tk_impl.h"
 
 #include <float.h>
@@ -32,25 +31,6 @@
 
 #define LANES 8
 #define BLK 64
-
-static inline __m256 exp8(__m256 x)
-{
-    const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
-    const __m256 ln2_hi = _mm256_set1_ps(0.693359375f), ln2_lo = _mm256_set1_ps(-2.12194440e-4f);
-    __mmask8 live = _mm256_cmp_ps_mask(x, _mm256_set1_ps(-88.0f), _CMP_GE_OQ);
-    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-88.0f)), _mm256_set1_ps(88.0f));
-    __m256 n = _mm256_roundscale_ps(_mm256_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, ln2_hi, x);
-    r = _mm256_fnmadd_ps(n, ln2_lo, r);
-    __m256 p = _mm256_set1_ps(1.0f / 720);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    return _mm256_maskz_mov_ps(live, _mm256_scalef_ps(p, n));
-}
 
 /* Row `cell` of K or V as n floats into dst. */
 static inline void load_row(float *dst, const void *base, size_t stride, int cell, int n, tq_type type)
@@ -135,7 +115,7 @@ static void group_block(group *g, const float *kb, const float *vb, int hk, int 
 {
     __m256 bmax = scores(g, kb, hk, j0, nb, scale, sb);
     __m256 m_new = _mm256_max_ps(g->m, bmax);
-    __m256 corr = exp8(_mm256_sub_ps(g->m, m_new));
+    __m256 corr = tk_exp8(_mm256_sub_ps(g->m, m_new));
     g->m = m_new;
     g->l_lo = _mm256_mul_pd(g->l_lo, _mm256_cvtps_pd(_mm256_castps256_ps128(corr)));
     g->l_hi = _mm256_mul_pd(g->l_hi, _mm256_cvtps_pd(_mm256_extractf128_ps(corr, 1)));
@@ -143,7 +123,7 @@ static void group_block(group *g, const float *kb, const float *vb, int hk, int 
         _mm256_store_ps(g->o + d * LANES, _mm256_mul_ps(_mm256_load_ps(g->o + d * LANES), corr));
     __m256 psum = _mm256_setzero_ps();
     for (int j = 0; j < nb; j++) {
-        __m256 p = exp8(_mm256_sub_ps(_mm256_load_ps(sb + j * LANES), m_new));
+        __m256 p = tk_exp8(_mm256_sub_ps(_mm256_load_ps(sb + j * LANES), m_new));
         _mm256_store_ps(sb + j * LANES, p);
         psum = _mm256_add_ps(psum, p);
     }

@@ -19,6 +19,7 @@ void tk_fill_avx512_legacy(tk_ops *o);
 void tk_fill_avx2_kquant(tk_ops *o);     /* Q4_K/Q5_K/Q6_K dots, Q8_K quantizer */
 void tk_fill_avx512_kquant(tk_ops *o);
 void tk_fill_avx512_attn(tk_ops *o);     /* attend (tk_attn_avx512.c) */
+void tk_fill_avx512_elem(tk_ops *o);     /* rms_norm, swiglu (tk_elem_avx512.c) */
 void tk_attend_ref(const tk_attn *a, void *scratch);   /* tk_scalar.c */
 
 /*

@@ -9,6 +9,24 @@
 
 #include <math.h>
 
+/* The reference engine's RMSNorm: squares summed in double, the scale in
+ * float, then the weight. */
+static void rms_norm_ref(float *x, const float *d, const float *w, float *y, int n, float eps)
+{
+    if (d)
+        for (int i = 0; i < n; i++) x[i] += d[i];
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
+    float mean = (float)(sum / n);
+    float scale = 1.0f / sqrtf(mean + eps);
+    for (int i = 0; i < n; i++) y[i] = (x[i] * scale) * w[i];
+}
+
+static void swiglu_ref(const float *g, const float *u, float *h, int n)
+{
+    for (int i = 0; i < n; i++) h[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
 void tk_fill_scalar(tk_ops *o)
 {
     o->vec_dot[TQ_F32]  = tq_dot_f32;
@@ -29,6 +47,8 @@ void tk_fill_scalar(tk_ops *o)
     o->quantize[TQ_Q8_0] = tq_quant_q8_0;
     o->quantize[TQ_Q8_K] = tq_quant_q8_K;
     o->attend = tk_attend_ref;
+    o->rms_norm = rms_norm_ref;
+    o->swiglu = swiglu_ref;
 }
 
 /* Every implementation's scratch fits this: the SIMD kernels keep the
