@@ -16,7 +16,10 @@
  * table's result is checked against the scalar reference within tk.h's
  * budget; a mismatch aborts the benchmark.
  *
- * Usage: bench_kernels [seconds per measurement, default 0.25]
+ * A second table times tk_matmul on several tokens at once (the GEMM path
+ * of prefill and batched decode) in GOP/s.
+ *
+ * Usage: bench_kernels [seconds per measurement, default 0.25] [gemm|gemv|all]
  */
 #include "../src/tensor/tk.h"
 
@@ -24,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 enum { N_ROWS = 896, N_COLS = 4864 };
 #define RING_BYTES ((size_t)256 << 20)
@@ -77,14 +81,104 @@ static double time_passes(tp_pool *tp, job *j, const char *ring, size_t n_copies
     return (double)mat * (double)passes / el / 1e9;
 }
 
+/* ---- matrix-matrix ------------------------------------------------------------ */
+
+enum { G_ROWS = 896, G_COLS = 4864 };   /* the FFN down projection of a 0.5B model */
+
+/* CPU seconds of this thread: a 1-thread pool runs on the caller, so this
+ * is the kernel's own time even when other processes share the cores. */
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/*
+ * tk_matmul with n_tok tokens on one G_ROWS x G_COLS matrix (weights in
+ * cache after the first pass, as in prefill where the activations are the
+ * big operand): GOP/s counting a multiply-add as 2.  Validated first: every
+ * output within tk.h's budget of the reference.
+ */
+static int bench_gemm(tp_pool *pools[2], double secs)
+{
+    static const int toks[] = { 4, 8, 16, 32, 512 };
+    static const int types[] = { TQ_Q8_0, TQ_Q4_0, TQ_Q4_1, TQ_Q5_0, TQ_Q5_1, TQ_Q4_K, TQ_Q5_K, TQ_Q6_K };
+    const int T = 512;
+    printf("\nmatmul %d x %d, GOP/s by tokens per call (1 thread, per CPU second | 2 threads, wall)\n",
+           G_ROWS, G_COLS);
+    printf("%-6s", "type");
+    for (size_t k = 0; k < ARRAY_LEN(toks); k++) printf(" %8s%-4d", "n_tok=", toks[k]);
+    printf("\n");
+    float *wf = malloc((size_t)G_ROWS * G_COLS * sizeof *wf), *x = malloc((size_t)T * G_COLS * sizeof *x);
+    float *y = malloc((size_t)T * G_ROWS * sizeof *y);
+    void *a = malloc(G_COLS * sizeof(float));
+    if (!wf || !x || !y || !a) return 1;
+    for (size_t i = 0; i < (size_t)G_ROWS * G_COLS; i++) wf[i] = rnd();
+    for (size_t i = 0; i < (size_t)T * G_COLS; i++) x[i] = rnd();
+    for (size_t ti = 0; ti < ARRAY_LEN(types); ti++) {
+        int wt = types[ti];
+        const tq_traits *tr = tq_get(wt);
+        size_t wrow = tq_row_size(wt, G_COLS);
+        char *w = malloc(wrow * G_ROWS);
+        void *scratch = malloc(tk_matmul_scratch_size(wt, G_COLS, T));
+        if (!w || !scratch) return 1;
+        for (int r = 0; r < G_ROWS; r++) tq_quantize_row(wt, wf + (size_t)r * G_COLS, w + r * wrow, G_COLS);
+
+        tk_matmul(pools[1], wt, w, G_ROWS, G_COLS, x, T, y, scratch);
+        for (int t = 0; t < T; t += 61) {
+            tq_quantize_row(tr->vec_dot_type, x + (size_t)t * G_COLS, a, G_COLS);
+            for (int r = 0; r < G_ROWS; r += 31) {
+                float ref = tq_vec_dot_ref(wt, G_COLS, w + r * wrow, a), got = y[(size_t)t * G_ROWS + r];
+                if (!(fabsf(got - ref) <= 1e-4f * fabsf(ref) + 1e-3f)) {
+                    fprintf(stderr, "bench_kernels: gemm %s row %d token %d: %g vs reference %g\n",
+                            tr->name, r, t, got, ref);
+                    return 1;
+                }
+            }
+        }
+        printf("%-6s", tr->name);
+        for (size_t k = 0; k < ARRAY_LEN(toks); k++) {
+            double gops[2];
+            for (int p = 0; p < 2; p++) {
+                int64_t calls = 0;
+                double t0 = p ? pk_time_ms() / 1e3 : cpu_s(), el;
+                do {
+                    tk_matmul(pools[p], wt, w, G_ROWS, G_COLS, x, toks[k], y, scratch);
+                    calls++;
+                    el = (p ? pk_time_ms() / 1e3 : cpu_s()) - t0;
+                } while (el < secs);
+                gops[p] = 2.0 * G_ROWS * G_COLS * toks[k] * (double)calls / el / 1e9;
+            }
+            printf(" %5.0f|%-6.0f", gops[0], gops[1]);
+        }
+        printf("\n");
+        fflush(stdout);
+        free(w);
+        free(scratch);
+    }
+    free(wf);
+    free(x);
+    free(y);
+    free(a);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     double secs = argc > 1 ? atof(argv[1]) : 0.25;
     if (!(secs > 0)) secs = 0.25;
+    const char *what = argc > 2 ? argv[2] : "all";
     tp_pool *pools[2];
     if (tp_new(1, &pools[0]) != PK_OK || tp_new(2, &pools[1]) != PK_OK) {
         fprintf(stderr, "bench_kernels: cannot start threads\n");
         return 1;
+    }
+    if (strcmp(what, "gemv") != 0 && bench_gemm(pools, secs)) return 1;
+    if (strcmp(what, "gemm") == 0) {
+        tp_free(pools[0]);
+        tp_free(pools[1]);
+        return 0;
     }
     printf("vec_dot weight bandwidth, %d x %d matrix, GB/s (cache = one matrix, dram = %zu MiB ring)\n",
            N_ROWS, N_COLS, RING_BYTES >> 20);

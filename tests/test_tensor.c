@@ -6,9 +6,12 @@
  * patterns around every rounding boundary); hand-built blocks of every
  * 32-value format dequantize to the GGUF layout; quantize/dequantize round
  * trips within each format's step; every SIMD dot within tk.h's budget of
- * the scalar reference and every SIMD activation converter bit-exact; and
- * tk_matmul / tk_matmul_job equal to per-row dots for several token counts
- * on 1 and 2 threads.  Golden hashes, taken once from the reference engine's
+ * the scalar reference and every SIMD activation converter bit-exact;
+ * attention, RMSNorm and SwiGLU within their budgets of the scalar ones; and
+ * tk_matmul / tk_matmul_job / tk_matmul_multi_job for several token counts:
+ * within budget of the reference, equal to the chosen vec_dot below the
+ * GEMM threshold, the same on 1 and 2 threads and whatever a token's place
+ * in the batch.  Golden hashes, taken once from the reference engine's
  * own functions on the same inputs, pin the quantizers and the dequantized
  * weights of the shared model files to its bits.
  */
@@ -307,6 +310,101 @@ static void test_simd_dots(const tk_ops *ops)
     free(a);
 }
 
+/*
+ * Attention against the scalar table's, F16 and F32 caches, GQA-like row
+ * counts (1, 7, 8, 9, 16) with causal prefixes, head dims 32..128, cells in
+ * scattered order.  Budget: outputs are convex combinations of V rows, so
+ * |simd - ref| <= 2e-5 * max |V| (score sums in float instead of double, a
+ * running max, a polynomial exp).
+ */
+static void test_simd_attend(const tk_ops *ops)
+{
+    const tk_ops *ref = tk_ops_named("scalar");
+    static const int rows[] = { 1, 7, 8, 9, 16 };
+    static const int dims[][2] = { { 64, 64 }, { 32, 32 }, { 128, 128 }, { 64, 32 } };
+    enum { N_CELLS = 300 };
+    void *scratch = malloc(tk_attn_scratch_size());
+    int bad = 0;
+    for (int kvt = 0; kvt < 2; kvt++) {
+        tq_type type = kvt ? TQ_F32 : TQ_F16;
+        size_t esz = kvt ? 4 : 2;
+        for (size_t di = 0; di < ARRAY_LEN(dims); di++) {
+            int hk = dims[di][0], hv = dims[di][1];
+            size_t ks = (size_t)hk * esz + 16, vs = (size_t)hv * esz + 8;   /* strides wider than a row */
+            char *k = malloc(ks * N_CELLS), *v = malloc(vs * N_CELLS);
+            float vmax = 0;
+            for (int c = 0; c < N_CELLS; c++) {
+                float kr[128], vr[128];
+                fill_random(kr, hk);
+                fill_random(vr, hv);
+                if (kvt) {
+                    memcpy(k + c * ks, kr, (size_t)hk * 4);
+                    memcpy(v + c * vs, vr, (size_t)hv * 4);
+                } else {
+                    tq_quantize_row(TQ_F16, kr, k + c * ks, hk);
+                    tq_quantize_row(TQ_F16, vr, v + c * vs, hv);
+                }
+                for (int d = 0; d < hv; d++) vmax = fmaxf(vmax, fabsf(vr[d]));
+            }
+            int32_t cells[N_CELLS];
+            for (int j = 0; j < N_CELLS; j++) cells[j] = (j * 7919) % N_CELLS;   /* a permutation */
+            for (size_t ri = 0; ri < ARRAY_LEN(rows); ri++) {
+                int n = rows[ri];
+                float q[16 * 128], o1[16 * 128], o2[16 * 128];
+                int32_t nkv[16];
+                fill_random(q, (int64_t)n * hk);
+                for (int i = 0; i < n; i++) nkv[i] = N_CELLS - (n - 1 - i) * 13 - (int)(rnd_u32() % 3);
+                tk_attn a = { n, hk, hv, q, nkv, cells, type, k, v, ks, vs, 1.0f / sqrtf((float)hk), o1 };
+                ops->attend(&a, scratch);
+                a.out = o2;
+                ref->attend(&a, scratch);
+                for (int i = 0; i < n * hv; i++)
+                    if (!(fabsf(o1[i] - o2[i]) <= 2e-5f * vmax)) bad++;
+            }
+            free(k);
+            free(v);
+        }
+    }
+    if (bad) fprintf(stderr, "%s attend: %d outputs off the reference\n", ops->isa, bad);
+    CHECK_EQ_INT(bad, 0);
+    free(scratch);
+}
+
+/* rms_norm (with and without the residual add) and swiglu against the
+ * scalar table's: 1e-6 relative per value (rms_norm differs only in the
+ * double summation order; swiglu's exp is within 2e-7). */
+static void test_simd_elementwise(const tk_ops *ops)
+{
+    const tk_ops *ref = tk_ops_named("scalar");
+    static const int lens[] = { 1, 15, 64, 896, 4864 };
+    int bad = 0;
+    for (size_t li = 0; li < ARRAY_LEN(lens); li++) {
+        int n = lens[li];
+        float *x1 = malloc(n * sizeof(float)), *x2 = malloc(n * sizeof(float)), *d = malloc(n * sizeof(float));
+        float *w = malloc(n * sizeof(float)), *y1 = malloc(n * sizeof(float)), *y2 = malloc(n * sizeof(float));
+        fill_random(x1, n);
+        fill_random(d, n);
+        fill_random(w, n);
+        for (int with_d = 0; with_d < 2; with_d++) {
+            memcpy(x2, x1, n * sizeof(float));
+            ops->rms_norm(x1, with_d ? d : NULL, w, y1, n, 1e-6f);
+            ref->rms_norm(x2, with_d ? d : NULL, w, y2, n, 1e-6f);
+            for (int i = 0; i < n; i++) {
+                if (x1[i] != x2[i]) bad++;
+                if (!(fabsf(y1[i] - y2[i]) <= 1e-6f * fabsf(y2[i]))) bad++;
+            }
+        }
+        for (int i = 0; i < n; i++) x1[i] *= 8;   /* into exp's tails */
+        ops->swiglu(x1, d, y1, n);
+        ref->swiglu(x1, d, y2, n);
+        for (int i = 0; i < n; i++)
+            if (!(fabsf(y1[i] - y2[i]) <= 1e-6f * fabsf(y2[i]) + 1e-30f)) bad++;
+        free(x1), free(x2), free(d), free(w), free(y1), free(y2);
+    }
+    if (bad) fprintf(stderr, "%s element-wise: %d values off the reference\n", ops->isa, bad);
+    CHECK_EQ_INT(bad, 0);
+}
+
 static void test_simd_quantizers(const tk_ops *ops)
 {
     static const tq_type acts[] = { TQ_Q8_0, TQ_F16, TQ_BF16, TQ_Q8_K };
@@ -462,46 +560,120 @@ static void test_golden(void)
 
 /* ---- matmul ------------------------------------------------------------------ */
 
-static void check_matmul(tp_pool *tp, tq_type wt, int64_t n_rows, int64_t n_cols, int64_t n_tok)
+/*
+ * tk_matmul on random data, on 1 and 2 threads: both equal to the bit (so
+ * results do not depend on the thread count), every output within tk.h's
+ * budget of the reference, and equal to the bit to the chosen vec_dot below
+ * TK_GEMM_MIN_TOKENS and for the K-quants (whose GEMM does vec_dot's float
+ * operations).  On the GEMM path a token's outputs must not depend
+ * on its place in the batch: the batch without its first token gives the
+ * same bits for the others.
+ */
+static void check_matmul(tp_pool *tp[2], tq_type wt, int64_t n_rows, int64_t n_cols, int64_t n_tok)
 {
     const tk_ops *ops = tk_ops_get();
     tq_type vt = tq_get(wt)->vec_dot_type;
     size_t wrow = tq_row_size(wt, n_cols), arow = tq_row_size(vt, n_cols);
     float *wf = malloc((size_t)(n_rows * n_cols) * sizeof *wf);
     float *x = malloc((size_t)(n_tok * n_cols) * sizeof *x);
-    float *y = malloc((size_t)(n_tok * n_rows) * sizeof *y);
+    float *y[3];
+    for (int i = 0; i < 3; i++) y[i] = malloc((size_t)(n_tok * n_rows) * sizeof *y[i]);
     uint8_t *w = malloc(wrow * (size_t)n_rows), *a = malloc(arow);
     void *scratch = malloc(tk_matmul_scratch_size(wt, n_cols, n_tok));
     fill_random(wf, n_rows * n_cols);
     fill_random(x, n_tok * n_cols);
     for (int64_t r = 0; r < n_rows; r++) tq_quantize_row(wt, wf + r * n_cols, w + r * wrow, n_cols);
-    for (int64_t i = 0; i < n_tok * n_rows; i++) y[i] = NAN;
+    for (int i = 0; i < 3; i++)
+        for (int64_t k = 0; k < n_tok * n_rows; k++) y[i][k] = NAN;
 
-    tk_matmul(tp, wt, w, n_rows, n_cols, x, n_tok, y, scratch);
+    tk_matmul(tp[0], wt, w, n_rows, n_cols, x, n_tok, y[0], scratch);
+    tk_matmul(tp[1], wt, w, n_rows, n_cols, x, n_tok, y[1], scratch);
+    bool gemm_shift = n_tok - 1 >= TK_GEMM_MIN_TOKENS;
+    if (gemm_shift) tk_matmul(tp[1], wt, w, n_rows, n_cols, x + n_cols, n_tok - 1, y[2], scratch);
 
-    int bad = 0, off = 0;
+    int bad = 0, off = 0, moved = 0;
+    bool threads_same = memcmp(y[0], y[1], (size_t)(n_tok * n_rows) * sizeof(float)) == 0;
     for (int64_t t = 0; t < n_tok; t++) {
         ops->quantize[vt](x + t * n_cols, a, n_cols);
         for (int64_t r = 0; r < n_rows; r++) {
             const void *wr = w + r * wrow;
-            /* The same kernel on the same data: equal to the bit. */
-            if (y[t * n_rows + r] != ops->vec_dot[wt](n_cols, wr, a)) bad++;
+            float got = y[1][t * n_rows + r];
+            bool exact = n_tok < TK_GEMM_MIN_TOKENS || wt == TQ_Q4_K || wt == TQ_Q5_K || wt == TQ_Q6_K;
+            if (exact && got != ops->vec_dot[wt](n_cols, wr, a)) bad++;
             double tol = 1e-5 * abs_dot(wt, n_cols, wr, a) + 1e-6;
-            if (!(fabs(y[t * n_rows + r] - tq_vec_dot_ref(wt, n_cols, wr, a)) <= tol)) off++;
+            if (!(fabs(got - tq_vec_dot_ref(wt, n_cols, wr, a)) <= tol)) off++;
+            if (gemm_shift && t > 0 && got != y[2][(t - 1) * n_rows + r]) moved++;
         }
     }
-    if (bad || off)
-        fprintf(stderr, "matmul %s %lldx%lld n_tok=%lld threads=%d: %d differ, %d off ref\n",
-                tq_get(wt)->name, (long long)n_rows, (long long)n_cols, (long long)n_tok,
-                tp_n_threads(tp), bad, off);
+    if (bad || off || moved || !threads_same)
+        fprintf(stderr, "matmul %s %lldx%lld n_tok=%lld: %d differ from vec_dot, %d off ref, %d move, "
+                "threads %s\n", tq_get(wt)->name, (long long)n_rows, (long long)n_cols, (long long)n_tok,
+                bad, off, moved, threads_same ? "same" : "differ");
+    CHECK(threads_same);
     CHECK_EQ_INT(bad, 0);
     CHECK_EQ_INT(off, 0);
+    CHECK_EQ_INT(moved, 0);
     free(wf);
     free(x);
-    free(y);
+    for (int i = 0; i < 3; i++) free(y[i]);
     free(w);
     free(a);
     free(scratch);
+}
+
+/* tk_matmul_multi_job: Q4_K and Q6_K matrices (one activation type) of
+ * different heights, as a layer's Q, K, V, against one tk_matmul each. */
+typedef struct {
+    tp_pool *tp;
+    tk_mat mats[3];
+    const float *x;
+    int64_t n_cols, n_tok;
+    void *scratch;
+} multi_args;
+
+static void multi_job(int ith, int nth, void *p)
+{
+    multi_args *m = p;
+    tk_matmul_multi_job(ith, nth, m->tp, m->mats, 3, m->n_cols, m->x, m->n_tok, m->scratch);
+}
+
+static void test_matmul_multi(tp_pool *tp)
+{
+    enum { C = 512 };
+    static const int64_t rows[3] = { 100, 24, 24 };
+    static const tq_type types[3] = { TQ_Q4_K, TQ_Q4_K, TQ_Q6_K };
+    static const int64_t toks[] = { 1, 5, 20 };
+    for (size_t k = 0; k < ARRAY_LEN(toks); k++) {
+        int64_t T = toks[k];
+        multi_args m = { .tp = tp, .n_cols = C, .n_tok = T };
+        float *x = malloc((size_t)(T * C) * sizeof *x), *y1 = malloc((size_t)(T * 100) * sizeof *y1);
+        fill_random(x, T * C);
+        m.x = x;
+        void *w[3];
+        for (int i = 0; i < 3; i++) {
+            size_t wrow = tq_row_size(types[i], C);
+            float *wf = malloc((size_t)(rows[i] * C) * sizeof *wf);
+            fill_random(wf, rows[i] * C);
+            w[i] = malloc(wrow * (size_t)rows[i]);
+            for (int64_t r = 0; r < rows[i]; r++) tq_quantize_row(types[i], wf + r * C, (char *)w[i] + r * wrow, C);
+            free(wf);
+            m.mats[i] = (tk_mat){ types[i], w[i], rows[i], malloc((size_t)(T * rows[i]) * sizeof(float)) };
+        }
+        size_t sz = tk_matmul_multi_scratch_size(m.mats, 3, C, T);
+        for (int i = 0; i < 3; i++) sz = MAX(sz, tk_matmul_scratch_size(types[i], C, T));
+        m.scratch = malloc(sz);
+        tk_matmul_scratch_init(m.scratch);
+        tp_run(tp, multi_job, &m);
+        for (int i = 0; i < 3; i++) {
+            tk_matmul(tp, types[i], w[i], rows[i], C, x, T, y1, m.scratch);
+            CHECK(memcmp(y1, m.mats[i].y, (size_t)(T * rows[i]) * sizeof(float)) == 0);
+            free(w[i]);
+            free(m.mats[i].y);
+        }
+        free(m.scratch);
+        free(x);
+        free(y1);
+    }
 }
 
 /* Two matmuls chained inside one job: h = W1 x, y = W2 h, sharing scratch. */
@@ -534,6 +706,7 @@ static void test_matmul_chain(tp_pool *tp)
     for (int r = 0; r < N; r++) tq_quantize_row(TQ_Q8_0, wf + r * N, w2 + r * wrow, N);
     fill_random(x, T * N);
     chain_args c = { tp, w1, w2, x, h, y, scratch, N, T };
+    tk_matmul_scratch_init(scratch);
     tp_run(tp, chain_job, &c);
     tk_matmul(tp, TQ_Q8_0, w1, N, N, x, T, h2, scratch);
     tk_matmul(tp, TQ_Q8_0, w2, N, N, h2, T, y2, scratch);
@@ -546,20 +719,27 @@ static void test_matmul_chain(tp_pool *tp)
 
 static void test_matmul(void)
 {
-    static const int64_t toks[] = { 1, 2, 3, 7, 16, 33 };
-    for (int nt = 1; nt <= 2; nt++) {
-        tp_pool *tp;
-        CHECK_EQ_INT(tp_new(nt, &tp), PK_OK);
-        for (int wt = 0; wt < TQ_COUNT; wt++) {
-            const tq_traits *tr = tq_get(wt);
-            if (!tr || !tr->supported || wt == TQ_Q8_K) continue;
-            for (size_t k = 0; k < ARRAY_LEN(toks); k++) check_matmul(tp, wt, 37, 512, toks[k]);
-        }
-        check_matmul(tp, TQ_Q4_0, 700, 896, 2);     /* many chunks */
-        check_matmul(tp, TQ_F32, 3, 100, 4);        /* fewer rows than threads x chunks */
-        test_matmul_chain(tp);
-        tp_free(tp);
+    static const int64_t toks[] = { 1, 2, 3, 4, 7, 16, 33 };
+    tp_pool *tp[2];
+    CHECK_EQ_INT(tp_new(1, &tp[0]), PK_OK);
+    CHECK_EQ_INT(tp_new(2, &tp[1]), PK_OK);
+    for (int wt = 0; wt < TQ_COUNT; wt++) {
+        const tq_traits *tr = tq_get(wt);
+        if (!tr || !tr->supported || wt == TQ_Q8_K) continue;
+        for (size_t k = 0; k < ARRAY_LEN(toks); k++) check_matmul(tp, wt, 37, 512, toks[k]);
+        check_matmul(tp, wt, 5, 512, 18);          /* fewer rows than one tile */
     }
+    check_matmul(tp, TQ_Q4_0, 700, 896, 2);        /* many chunks */
+    check_matmul(tp, TQ_Q8_0, 130, 896, 21);       /* many tiles, two token groups */
+    check_matmul(tp, TQ_Q6_K, 30, 512, 40);        /* K-quant GEMM: tiles, three groups */
+    check_matmul(tp, TQ_Q4_K, 13, 768, 35);
+    check_matmul(tp, TQ_F32, 3, 100, 4);           /* fewer rows than threads x chunks */
+    for (int nt = 0; nt < 2; nt++) {
+        test_matmul_chain(tp[nt]);
+        test_matmul_multi(tp[nt]);
+    }
+    tp_free(tp[0]);
+    tp_free(tp[1]);
 }
 
 /* POLYKV_ISA picks a lower table.  The choice is made once per process, so
@@ -631,6 +811,8 @@ int main(void)
         }
         test_simd_dots(o);
         test_simd_quantizers(o);
+        test_simd_attend(o);
+        test_simd_elementwise(o);
     }
     test_matmul();
     return test_finish();

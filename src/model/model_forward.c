@@ -24,6 +24,7 @@
 #include "model_impl.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,13 +48,21 @@ struct model_ctx {
     float *tmp;          /* [n_embd] product output before the residual add */
     float *rope;         /* [n_rot/2][2] cos, sin per token */
     void *mm_scratch;    /* converted activations for tk_matmul_job */
-    float *scores;       /* [n_threads][n_ctx] */
-    void *qconv;         /* [n_threads][hd_k] query in the cache's dot type */
+    char *attn_buf;      /* [n_threads][attn_bytes]: tk_attend scratch, query and output rows */
+    size_t attn_bytes;
+    atomic_int attn_next;   /* next attention unit; reset by thread 0 before the phase */
+    float *priv;         /* [n_threads][priv_floats]: each thread's residual, normed input
+                          * and SwiGLU output when decoding (see layers_job) */
+    size_t priv_floats;
 
     int *cells;          /* [n_ctx] cells of the whole batch */
     uint64_t *vis;       /* [FWD_MAX_LISTS][n_ctx] (pos << 32 | cell), sorted */
+    int32_t *vis_cells;  /* [FWD_MAX_LISTS][n_ctx] the cells of vis, same order */
     int32_t vis_n[FWD_MAX_LISTS];
     kv_seq vis_seq[FWD_MAX_LISTS];
+    int n_lists;
+    int32_t list_start[FWD_MAX_LISTS + 1];   /* tokens of list l: tok_order[list_start[l] ..] */
+    int32_t *tok_order;  /* [n_ubatch] chunk tokens grouped by list, in chunk order */
     int32_t *tok_list;   /* [n_ubatch] list of each token */
     int32_t *tok_nvis;   /* [n_ubatch] visible cells of each token */
     kv_pos *tok_pos;     /* [n_ubatch] */
@@ -75,8 +84,8 @@ void model_ctx_free(model_ctx *c)
     kv_free(c->kv);
     tp_free(c->tp);
     void *bufs[] = { c->x, c->xn, c->q, c->k, c->v, c->att, c->gate, c->up, c->tmp, c->rope,
-                     c->mm_scratch, c->scores, c->qconv, c->cells, c->vis, c->tok_list,
-                     c->tok_nvis, c->tok_pos, c->tok_cell, c->out_rows };
+                     c->mm_scratch, c->attn_buf, c->priv, c->cells, c->vis, c->vis_cells, c->tok_order,
+                     c->tok_list, c->tok_nvis, c->tok_pos, c->tok_cell, c->out_rows };
     for (size_t i = 0; i < ARRAY_LEN(bufs); i++) free(bufs[i]);
     free(c);
 }
@@ -116,7 +125,19 @@ pk_status model_ctx_new(const model *m, const model_ctx_params *p, model_ctx **o
         const model_layer *L = &m->layers[il];
         const model_w *ws[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
         for (size_t i = 0; i < ARRAY_LEN(ws); i++) mm = MAX(mm, scratch_for(ws[i], p->n_ubatch));
+        tk_mat qkv[3] = { { L->wq.type, L->wq.data, L->wq.n_rows, NULL }, { L->wk.type, L->wk.data, L->wk.n_rows, NULL },
+                          { L->wv.type, L->wv.data, L->wv.n_rows, NULL } };
+        tk_mat gu[2] = { { L->w_gate.type, L->w_gate.data, L->w_gate.n_rows, NULL },
+                         { L->w_up.type, L->w_up.data, L->w_up.n_rows, NULL } };
+        mm = MAX(mm, tk_matmul_multi_scratch_size(qkv, 3, L->wq.n_cols, p->n_ubatch));
+        mm = MAX(mm, tk_matmul_multi_scratch_size(gu, 2, L->w_gate.n_cols, p->n_ubatch));
     }
+    /* attention scratch per thread: the kernel's, then query rows, output
+     * rows and the rows' visible-cell counts */
+    c->attn_bytes = (tk_attn_scratch_size() + (size_t)TK_ATTN_ROWS * (hp->head_dim_k + hp->head_dim_v + 1) * fl
+                     + 63) & ~(size_t)63;
+    atomic_init(&c->attn_next, 0);
+    c->priv_floats = ((size_t)TK_PRIVATE_TOKENS * (2 * hp->n_embd + hp->n_ff) + 15) & ~(size_t)15;
     st = PK_ENOMEM;
     if (!(c->x = xalloc(nub * hp->n_embd * fl)) || !(c->xn = xalloc(nub * xnw * fl)) ||
         !(c->q = xalloc(nub * qw * fl)) ||
@@ -124,8 +145,10 @@ pk_status model_ctx_new(const model *m, const model_ctx_params *p, model_ctx **o
         !(c->att = xalloc(nub * aw * fl)) || !(c->gate = xalloc(nub * hp->n_ff * fl)) ||
         !(c->up = xalloc(nub * hp->n_ff * fl)) || !(c->tmp = xalloc(nub * hp->n_embd * fl)) ||
         !(c->rope = xalloc(nub * hp->n_rot * fl)) || !(c->mm_scratch = xalloc(mm)) ||
-        !(c->scores = xalloc((size_t)p->n_threads * p->n_ctx * fl)) ||
-        !(c->qconv = xalloc((size_t)p->n_threads * hp->head_dim_k * fl)) ||
+        !(c->attn_buf = xalloc((size_t)p->n_threads * c->attn_bytes)) ||
+        !(c->priv = xalloc((size_t)p->n_threads * c->priv_floats * fl)) ||
+        !(c->vis_cells = xalloc((size_t)FWD_MAX_LISTS * p->n_ctx * sizeof(int32_t))) ||
+        !(c->tok_order = xalloc(nub * sizeof(int32_t))) ||
         !(c->cells = xalloc((size_t)p->n_ctx * sizeof(int))) ||
         !(c->vis = xalloc((size_t)FWD_MAX_LISTS * p->n_ctx * sizeof(uint64_t))) ||
         !(c->tok_list = xalloc(nub * sizeof(int32_t))) ||
@@ -134,6 +157,7 @@ pk_status model_ctx_new(const model *m, const model_ctx_params *p, model_ctx **o
         !(c->tok_cell = xalloc(nub * sizeof(int32_t))) ||
         !(c->out_rows = xalloc(nub * sizeof(int32_t))))
         goto fail;
+    tk_matmul_scratch_init(c->mm_scratch);
     *out = c;
     return PK_OK;
 fail:
@@ -142,17 +166,6 @@ fail:
 }
 
 /* ---- element-wise steps (each on one token row) ---- */
-
-/* RMSNorm as the reference engine computes it: squares summed in double,
- * scale in float, then the weight. */
-static void rms_norm(const float *x, const float *w, float *y, int n, float eps)
-{
-    double sum = 0.0;
-    for (int i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
-    float mean = (float)(sum / n);
-    float scale = 1.0f / sqrtf(mean + eps);
-    for (int i = 0; i < n; i++) y[i] = (x[i] * scale) * w[i];
-}
 
 /* Rotates the first n_rot values of each head: adjacent pairs (NORM) or
  * the two halves (NEOX).  cs holds cos, sin for each pair. */
@@ -206,64 +219,79 @@ typedef struct fwd_job {
 
 static void matmul(int ith, int nth, model_ctx *c, const model_w *w, const float *x, int n_tok, float *y)
 {
-    tk_matmul_job(ith, nth, c->tp, w->type, w->data, w->n_rows, w->n_cols, x, n_tok, y,
-                  c->mm_scratch);
-    tp_barrier(c->tp);
+    tk_matmul_job(ith, nth, c->tp, w->type, w->data, w->n_rows, w->n_cols, x, n_tok, y, c->mm_scratch);
 }
 
-/* Attention of one (token, head) in layer il: softmax(K·q * scale) · V over
- * the token's visible cells.  With an F16 cache the query is rounded to F16
- * first, as the reference engine does before its K·Q product. */
-static void attend(model_ctx *c, int ith, int il, int t, int h)
+/* Products of up to 3 matrices with the same input: one phase when they
+ * share a vec_dot_type, one each otherwise. */
+static void matmul_set(int ith, int nth, model_ctx *c, const model_w *const *ws, float *const *ys, int n,
+                       const float *x, int n_tok)
+{
+    tk_mat mats[3];
+    bool same = true;
+    for (int i = 0; i < n; i++) {
+        mats[i] = (tk_mat){ ws[i]->type, ws[i]->data, ws[i]->n_rows, ys[i] };
+        same = same && tq_get(ws[i]->type)->vec_dot_type == tq_get(ws[0]->type)->vec_dot_type;
+    }
+    if (same) {
+        tk_matmul_multi_job(ith, nth, c->tp, mats, n, ws[0]->n_cols, x, n_tok, c->mm_scratch);
+        return;
+    }
+    for (int i = 0; i < n; i++) matmul(ith, nth, c, ws[i], x, n_tok, ys[i]);
+}
+
+/*
+ * Attention of layer il.  Work units are up to TK_ATTN_ROWS query rows that
+ * share a K/V head and a visible-cell list: the rows of list l are its
+ * tokens (in chunk order) times the GQA group's heads, so one unit is the 7
+ * heads of a decoded token, or a few tokens' heads in prefill, and each K/V
+ * row is read once per unit.  Threads take units from a shared counter
+ * (causal prefill units differ in cost).  With an F16 cache the kernel
+ * rounds the query to F16 first, as the reference engine does before K.Q.
+ */
+static void attention(model_ctx *c, int ith, int il)
 {
     const model_hparams *hp = &c->m->hp;
-    const int hdk = hp->head_dim_k, hdv = hp->head_dim_v;
-    const int kvh = h / (hp->n_head / hp->n_head_kv);
-    const float *q = c->q + ((size_t)t * hp->n_head + h) * hdk;
-    float *out = c->att + ((size_t)t * hp->n_head + h) * hdv;
-    float *sc = c->scores + (size_t)ith * c->p.n_ctx;
-    const uint64_t *vis = c->vis + (size_t)c->tok_list[t] * c->p.n_ctx;
-    const int n = c->tok_nvis[t];
-    const float scale = 1.0f / sqrtf((float)hdk);
-    const bool f16 = c->p.kv_type == TQ_F16;
-    const size_t esz = f16 ? 2 : 4;
-    const char *kbase = (const char *)kv_k_base(c->kv, il) + (size_t)kvh * hdk * esz;
-    const char *vbase = (const char *)kv_v_base(c->kv, il) + (size_t)kvh * hdv * esz;
-    const size_t kstride = kv_k_row_bytes(c->kv), vstride = kv_v_row_bytes(c->kv);
+    const int hdk = hp->head_dim_k, hdv = hp->head_dim_v, nh = hp->n_head, nkv = hp->n_head_kv;
+    const int G = nh / nkv;
+    const size_t esz = c->p.kv_type == TQ_F16 ? 2 : 4;
+    char *buf = c->attn_buf + (size_t)ith * c->attn_bytes;
+    float *qrows = (float *)(buf + tk_attn_scratch_size());   /* [TK_ATTN_ROWS][hdk] */
+    float *orows = qrows + TK_ATTN_ROWS * hdk;                /* [TK_ATTN_ROWS][hdv] */
+    int32_t *nvis = (int32_t *)(orows + TK_ATTN_ROWS * hdv);  /* [TK_ATTN_ROWS] */
+    int32_t th[TK_ATTN_ROWS][2];                               /* (token, head) of each row */
 
-    const void *qd = q;
-    tk_vec_dot_fn dot = c->ops->vec_dot[f16 ? TQ_F16 : TQ_F32];
-    if (f16) {
-        void *qc = (char *)c->qconv + (size_t)ith * hdk * sizeof(float);
-        c->ops->quantize[TQ_F16](q, qc, hdk);
-        qd = qc;
-    }
-    float mx = -INFINITY;
-    for (int j = 0; j < n; j++) {
-        int cell = (int)(uint32_t)vis[j];
-        float s = dot(hdk, kbase + (size_t)cell * kstride, qd) * scale;
-        sc[j] = s;
-        mx = s > mx ? s : mx;
-    }
-    double sum = 0.0;
-    for (int j = 0; j < n; j++) {
-        float e = expf(sc[j] - mx);
-        sc[j] = e;
-        sum += e;
-    }
-    float inv = (float)(1.0 / sum);
-    memset(out, 0, (size_t)hdv * sizeof(float));
-    for (int j = 0; j < n; j++) {
-        int cell = (int)(uint32_t)vis[j];
-        float p = sc[j] * inv;
-        const char *vr = vbase + (size_t)cell * vstride;
-        if (f16) {
-            const tq_f16 *v16 = (const tq_f16 *)vr;
-            for (int d = 0; d < hdv; d++) out[d] += p * tq_f16_to_f32(v16[d]);
-        } else {
-            const float *v32 = (const float *)vr;
-            for (int d = 0; d < hdv; d++) out[d] += p * v32[d];
+    for (;;) {
+        int u = atomic_fetch_add_explicit(&c->attn_next, 1, memory_order_relaxed);
+        int l = 0, per = 0;
+        for (; l < c->n_lists; l++) {
+            int n_rows = (c->list_start[l + 1] - c->list_start[l]) * G;
+            per = (n_rows + TK_ATTN_ROWS - 1) / TK_ATTN_ROWS;
+            if (u < per * nkv) break;
+            u -= per * nkv;
         }
+        if (l == c->n_lists) break;
+        const int kvh = u / per, r0 = (u % per) * TK_ATTN_ROWS;
+        const int n_rows = (c->list_start[l + 1] - c->list_start[l]) * G;
+        const int n = MIN(TK_ATTN_ROWS, n_rows - r0);
+        for (int i = 0; i < n; i++) {
+            int t = c->tok_order[c->list_start[l] + (r0 + i) / G], h = kvh * G + (r0 + i) % G;
+            th[i][0] = t, th[i][1] = h;
+            memcpy(qrows + (size_t)i * hdk, c->q + ((size_t)t * nh + h) * hdk, (size_t)hdk * sizeof(float));
+            nvis[i] = c->tok_nvis[t];
+        }
+        tk_attn a = {
+            .n_q = n, .hd_k = hdk, .hd_v = hdv, .q = qrows, .n_kv = nvis,
+            .cells = c->vis_cells + (size_t)l * c->p.n_ctx, .kv_type = c->p.kv_type,
+            .k = (const char *)kv_k_base(c->kv, il) + (size_t)kvh * hdk * esz,
+            .v = (const char *)kv_v_base(c->kv, il) + (size_t)kvh * hdv * esz,
+            .k_stride = kv_k_row_bytes(c->kv), .v_stride = kv_v_row_bytes(c->kv),
+            .scale = 1.0f / sqrtf((float)hdk), .out = orows,
+        };
+        c->ops->attend(&a, buf);
+        for (int i = 0; i < n; i++)
+            memcpy(c->att + ((size_t)th[i][0] * nh + th[i][1]) * hdv, orows + (size_t)i * hdv,
+                   (size_t)hdv * sizeof(float));
     }
 }
 
@@ -283,11 +311,11 @@ static void qkv_finish(model_ctx *c, int il, int t)
     add_bias(k, &L->bk, nk * hdk);
     add_bias(v, &L->bv, nk * hp->head_dim_v);
     for (int h = 0; h < nq; h++) {
-        if (L->q_norm.data) rms_norm(q + h * hdk, L->q_norm.data, q + h * hdk, hdk, hp->rms_eps);
+        if (L->q_norm.data) c->ops->rms_norm(q + h * hdk, NULL, L->q_norm.data, q + h * hdk, hdk, hp->rms_eps);
         rope_head(q + h * hdk, cs, hp->n_rot, hp->rope_type);
     }
     for (int h = 0; h < nk; h++) {
-        if (L->k_norm.data) rms_norm(k + h * hdk, L->k_norm.data, k + h * hdk, hdk, hp->rms_eps);
+        if (L->k_norm.data) c->ops->rms_norm(k + h * hdk, NULL, L->k_norm.data, k + h * hdk, hdk, hp->rms_eps);
         rope_head(k + h * hdk, cs, hp->n_rot, hp->rope_type);
     }
     int cell = c->tok_cell[t];
@@ -300,6 +328,16 @@ static void qkv_finish(model_ctx *c, int il, int t)
     }
 }
 
+/*
+ * All layers of one chunk.  With few tokens (T <= TK_PRIVATE_TOKENS, i.e.
+ * decoding) every thread keeps its own copy of the residual stream and does
+ * the element-wise work for all tokens itself (the copies stay identical:
+ * same operations on the same data), so the only barriers are the ones the
+ * shared results need: after Q/K/V, after the K/V rows are stored, after
+ * attention and after each of the output, gate/up and down products -- 6
+ * per layer.  With more tokens each thread takes its slice of the tokens
+ * and a barrier follows each element-wise step whose result others read.
+ */
 static void layers_job(int ith, int nth, void *arg)
 {
     const fwd_job *j = arg;
@@ -307,52 +345,54 @@ static void layers_job(int ith, int nth, void *arg)
     const model *m = c->m;
     const model_hparams *hp = &m->hp;
     const int T = j->n_tok, E = hp->n_embd, F = hp->n_ff;
+    const bool priv = T <= TK_PRIVATE_TOKENS;
     int64_t t0, t1;
     tp_split(T, ith, nth, &t0, &t1);
+    /* tokens whose element-wise work this thread does, and where */
+    const int64_t e0 = priv ? 0 : t0, e1 = priv ? T : t1;
+    float *x = c->x, *xn = c->xn, *h = c->gate;
+    if (priv) {   /* [x | xn | h] of this thread: [P][E], [P][E], [P][F] */
+        x = c->priv + (size_t)ith * c->priv_floats;
+        xn = x + (size_t)TK_PRIVATE_TOKENS * E;
+        h = xn + (size_t)TK_PRIVATE_TOKENS * E;
+        memcpy(x, c->x, (size_t)T * E * sizeof(float));
+    }
 
     for (int il = 0; il < hp->n_layer; il++) {
         const model_layer *L = &m->layers[il];
 
-        for (int64_t t = t0; t < t1; t++)
-            rms_norm(c->x + t * E, L->attn_norm.data, c->xn + t * E, E, hp->rms_eps);
-        tp_barrier(c->tp);
-        matmul(ith, nth, c, &L->wq, c->xn, T, c->q);
-        matmul(ith, nth, c, &L->wk, c->xn, T, c->k);
-        matmul(ith, nth, c, &L->wv, c->xn, T, c->v);
+        for (int64_t t = e0; t < e1; t++)
+            c->ops->rms_norm(x + t * E, NULL, L->attn_norm.data, xn + t * E, E, hp->rms_eps);
+        if (!priv) tp_barrier(c->tp);
+        const model_w *qkv_w[3] = { &L->wq, &L->wk, &L->wv };
+        float *qkv_y[3] = { c->q, c->k, c->v };
+        matmul_set(ith, nth, c, qkv_w, qkv_y, 3, xn, T);
         for (int64_t t = t0; t < t1; t++) qkv_finish(c, il, (int)t);
+        if (ith == 0) atomic_store_explicit(&c->attn_next, 0, memory_order_relaxed);
         tp_barrier(c->tp);
 
-        int64_t a0, a1;
-        tp_split((int64_t)T * hp->n_head, ith, nth, &a0, &a1);
-        for (int64_t i = a0; i < a1; i++) attend(c, ith, il, (int)(i / hp->n_head), (int)(i % hp->n_head));
+        attention(c, ith, il);
         tp_barrier(c->tp);
 
         matmul(ith, nth, c, &L->wo, c->att, T, c->tmp);
-        for (int64_t t = t0; t < t1; t++) {
-            float *x = c->x + t * E;
-            const float *d = c->tmp + t * E;
-            for (int i = 0; i < E; i++) x[i] += d[i];
-            rms_norm(x, L->ffn_norm.data, c->xn + t * E, E, hp->rms_eps);
-        }
-        tp_barrier(c->tp);
+        for (int64_t t = e0; t < e1; t++)   /* residual add and norm in one pass */
+            c->ops->rms_norm(x + t * E, c->tmp + t * E, L->ffn_norm.data, xn + t * E, E, hp->rms_eps);
+        if (!priv) tp_barrier(c->tp);
 
-        matmul(ith, nth, c, &L->w_gate, c->xn, T, c->gate);
-        matmul(ith, nth, c, &L->w_up, c->xn, T, c->up);
-        for (int64_t t = t0; t < t1; t++) {
-            float *g = c->gate + t * F;
-            const float *u = c->up + t * F;
-            for (int i = 0; i < F; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-        }
-        tp_barrier(c->tp);
+        const model_w *gu_w[2] = { &L->w_gate, &L->w_up };
+        float *gu_y[2] = { c->gate, c->up };
+        matmul_set(ith, nth, c, gu_w, gu_y, 2, xn, T);
+        for (int64_t t = e0; t < e1; t++) c->ops->swiglu(c->gate + t * F, c->up + t * F, h + t * F, F);
+        if (!priv) tp_barrier(c->tp);
 
-        matmul(ith, nth, c, &L->w_down, c->gate, T, c->tmp);
-        for (int64_t t = t0; t < t1; t++) {
-            float *x = c->x + t * E;
+        matmul(ith, nth, c, &L->w_down, h, T, c->tmp);
+        for (int64_t t = e0; t < e1; t++) {   /* the next norm reads only this thread's tokens */
+            float *xt = x + t * E;
             const float *d = c->tmp + t * E;
-            for (int i = 0; i < E; i++) x[i] += d[i];
+            for (int i = 0; i < E; i++) xt[i] += d[i];
         }
-        tp_barrier(c->tp);
     }
+    if (priv && ith == 0) memcpy(c->x, x, (size_t)T * E * sizeof(float));
 }
 
 typedef struct out_job {
@@ -367,12 +407,14 @@ static void output_job(int ith, int nth, void *arg)
     model_ctx *c = j->c;
     const model *m = c->m;
     const int E = m->hp.n_embd;
-    int64_t r0, r1;
-    tp_split(j->n_out, ith, nth, &r0, &r1);
+    const bool priv = j->n_out <= TK_PRIVATE_TOKENS;   /* as in layers_job */
+    float *xn = priv ? c->priv + (size_t)ith * c->priv_floats : c->xn;
+    int64_t r0 = 0, r1 = j->n_out;
+    if (!priv) tp_split(j->n_out, ith, nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++)
-        rms_norm(c->x + (size_t)c->out_rows[r] * E, m->out_norm.data, c->xn + r * E, E, m->hp.rms_eps);
-    tp_barrier(c->tp);
-    matmul(ith, nth, c, &m->output, c->xn, j->n_out, j->logits);
+        c->ops->rms_norm(c->x + (size_t)c->out_rows[r] * E, NULL, m->out_norm.data, xn + r * E, E, m->hp.rms_eps);
+    if (!priv) tp_barrier(c->tp);
+    matmul(ith, nth, c, &m->output, xn, j->n_out, j->logits);
 }
 
 /* ---- batch preparation ---- */
@@ -410,7 +452,17 @@ static void build_visibility(model_ctx *c, const model_batch *b, int i0, int n)
         bool sorted = true;
         for (int j = 1; j < c->vis_n[l] && sorted; j++) sorted = v[j - 1] <= v[j];
         if (!sorted) qsort(v, (size_t)c->vis_n[l], sizeof *v, cmp_u64);
+        int32_t *cells = c->vis_cells + (size_t)l * c->p.n_ctx;
+        for (int j = 0; j < c->vis_n[l]; j++) cells[j] = (int32_t)(uint32_t)v[j];
     }
+    /* the chunk's tokens grouped by list (a stable counting sort) */
+    c->n_lists = n_lists;
+    for (int l = 0; l <= n_lists; l++) c->list_start[l] = 0;
+    for (int i = 0; i < n; i++) c->list_start[c->tok_list[i] + 1]++;
+    for (int l = 0; l < n_lists; l++) c->list_start[l + 1] += c->list_start[l];
+    int32_t fill[FWD_MAX_LISTS];
+    memcpy(fill, c->list_start, sizeof fill);
+    for (int i = 0; i < n; i++) c->tok_order[fill[c->tok_list[i]]++] = i;
     for (int i = 0; i < n; i++) {
         const uint64_t *v = c->vis + (size_t)c->tok_list[i] * c->p.n_ctx;
         uint64_t key = (uint64_t)c->tok_pos[i] << 32 | 0xffffffffu;

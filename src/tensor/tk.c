@@ -46,6 +46,7 @@ enum { ISA_SCALAR, ISA_AVX2, ISA_AVX512, ISA_COUNT };
 static const char *const isa_names[ISA_COUNT] = { "scalar", "avx2", "avx512" };
 
 static tk_ops tables[ISA_COUNT];
+static tk_gemm gemms[ISA_COUNT];     /* GEMM pieces; all NULL below avx512 */
 static bool isa_ok[ISA_COUNT];
 static int isa_chosen;
 static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
@@ -88,6 +89,9 @@ static void inherit(tk_ops *o, const tk_ops *below)
         if (!o->vec_dot[t]) o->vec_dot[t] = below->vec_dot[t];
         if (!o->quantize[t]) o->quantize[t] = below->quantize[t];
     }
+    if (!o->attend) o->attend = below->attend;
+    if (!o->rms_norm) o->rms_norm = below->rms_norm;
+    if (!o->swiglu) o->swiglu = below->swiglu;
 }
 
 static void build_tables(void)
@@ -109,6 +113,10 @@ static void build_tables(void)
         tables[ISA_AVX512].isa = isa_names[ISA_AVX512];
         tk_fill_avx512_legacy(&tables[ISA_AVX512]);
         tk_fill_avx512_kquant(&tables[ISA_AVX512]);
+        tk_fill_avx512_attn(&tables[ISA_AVX512]);
+        tk_fill_avx512_elem(&tables[ISA_AVX512]);
+        tk_fill_avx512_gemm(&gemms[ISA_AVX512]);
+        tk_fill_avx512_gemmk(&gemms[ISA_AVX512]);
         inherit(&tables[ISA_AVX512], &tables[ISA_AVX2]);
         isa_ok[ISA_AVX512] = true;
     }
@@ -142,12 +150,45 @@ const tk_ops *tk_ops_named(const char *isa)
 #define TK_CHUNKS_PER_THREAD 4 /* at least this many units each, for balance */
 #define TK_TILE_ROWS 16        /* weight rows kept hot while all tokens pass */
 
+static const tk_gemm *gemm_get(void)
+{
+    pthread_once(&tables_once, build_tables);
+    return &gemms[isa_chosen];
+}
+
+/* Whether the GEMM path runs this product: every matrix has GEMM pieces and
+ * its panel plus one converted row fit a thread's scratch. */
+static bool use_gemm(const tk_gemm *g, const tk_mat *mats, int n_mat, int64_t n_cols, int64_t n_tok)
+{
+    for (int i = 0; i < n_mat; i++) {
+        int t = mats[i].type;
+        tq_type vt = tq_get(t)->vec_dot_type;
+        if (!g->pack_w[t] || !g->pack_a[vt] || n_cols % g->rec_cols[t] != 0) return false;
+        if (n_tok < MAX(TK_GEMM_MIN_TOKENS, g->min_tokens[t])) return false;
+        if (tk_panel_bytes(g, t, n_cols) + tq_row_size(vt, n_cols) + TK_LINE > TP_SCRATCH_BYTES) return false;
+    }
+    return true;
+}
+
+static size_t act_bytes(const tk_gemm *g, const tk_mat *mats, int n_mat, int64_t n_cols, int64_t n_tok)
+{
+    const tq_traits *tw = tq_get(mats[0].type);
+    ASSERT(tw && tw->supported);
+    size_t rows = tw->vec_dot_type == TQ_F32 ? 0 : tq_row_size(tw->vec_dot_type, n_cols) * (size_t)n_tok;
+    size_t groups = (size_t)((n_tok + TK_GEMM_LANES - 1) / TK_GEMM_LANES) * tk_group_bytes(n_cols);
+    return use_gemm(g, mats, n_mat, n_cols, n_tok) ? MAX(rows, groups) : rows;
+}
+
+size_t tk_matmul_multi_scratch_size(const tk_mat *mats, int n_mat, int64_t n_cols, int64_t n_tok)
+{
+    /* alignment slack + counter line + activations */
+    return 2 * TK_LINE + act_bytes(gemm_get(), mats, n_mat, n_cols, n_tok);
+}
+
 size_t tk_matmul_scratch_size(tq_type wtype, int64_t n_cols, int64_t n_tok)
 {
-    const tq_traits *tw = tq_get(wtype);
-    ASSERT(tw && tw->supported);
-    size_t act = tw->vec_dot_type == TQ_F32 ? 0 : tq_row_size(tw->vec_dot_type, n_cols) * (size_t)n_tok;
-    return 2 * TK_LINE + act;   /* alignment slack + counter line + activations */
+    tk_mat m = { wtype, NULL, 1, NULL };
+    return tk_matmul_multi_scratch_size(&m, 1, n_cols, n_tok);
 }
 
 /* Converts the flat block range [lo, hi) of the n_tok activation rows. */
@@ -165,80 +206,174 @@ static void convert_blocks(tk_quantize_fn quantize, const tq_traits *ta, const f
     }
 }
 
-void tk_matmul_job(int ith, int nth, tp_pool *tp, tq_type wtype, const void *w,
-                   int64_t n_rows, int64_t n_cols, const float *x, int64_t n_tok,
-                   float *y, void *scratch)
+/* Work units of matrix m: row chunks (vec_dot) or panels (GEMM). */
+static int64_t unit_rows(const tk_mat *m, int64_t n_cols, int nth, bool gemm)
+{
+    if (gemm) return TK_GEMM_ROWS;
+    size_t wrow = tq_row_size(m->type, n_cols);
+    int64_t chunk = (int64_t)((TK_CHUNK_BYTES + wrow - 1) / wrow);
+    int64_t fair = (m->n_rows + (int64_t)nth * TK_CHUNKS_PER_THREAD - 1) / ((int64_t)nth * TK_CHUNKS_PER_THREAD);
+    return MAX(1, MIN(chunk, fair));
+}
+
+/* Rows [r0, r1) of m against every token, one vec_dot per output. */
+static void rows_vec_dot(const tk_ops *ops, const tk_mat *m, int64_t n_cols, const char *act, size_t arow,
+                         int64_t n_tok, int64_t r0, int64_t r1)
+{
+    tk_vec_dot_fn dot = ops->vec_dot[m->type];
+    size_t wrow = tq_row_size(m->type, n_cols);
+    for (int64_t a = r0; a < r1; a += TK_TILE_ROWS) {
+        int64_t b = MIN(r1, a + TK_TILE_ROWS);
+        for (int64_t t = 0; t < n_tok; t++) {
+            const void *x = act + (size_t)t * arow;
+            float *yt = m->y + t * m->n_rows;
+            for (int64_t r = a; r < b; r++) yt[r] = dot(n_cols, (const char *)m->w + (size_t)r * wrow, x);
+        }
+    }
+}
+
+/* Rows [r0, r0 + TK_GEMM_ROWS) of m (clipped) against every token group. */
+static void rows_gemm(const tk_gemm *g, const tk_mat *m, int64_t n_cols, const char *groups, int64_t n_tok,
+                      int64_t r0, void *panel)
+{
+    size_t wrow = tq_row_size(m->type, n_cols), gbytes = tk_group_bytes(n_cols);
+    int nr = (int)MIN(TK_GEMM_ROWS, m->n_rows - r0);
+    g->pack_w[m->type]((const char *)m->w + (size_t)r0 * wrow, wrow, nr, n_cols, panel);
+    float out[TK_GEMM_ROWS][TK_GEMM_LANES];
+    for (int64_t t0 = 0; t0 < n_tok; t0 += TK_GEMM_LANES) {
+        g->tile[m->type](panel, n_cols, groups + (size_t)(t0 / TK_GEMM_LANES) * gbytes, out);
+        int nl = (int)MIN(TK_GEMM_LANES, n_tok - t0);
+        for (int l = 0; l < nl; l++) {
+            float *y = m->y + (t0 + l) * m->n_rows + r0;
+            for (int r = 0; r < nr; r++) y[r] = out[r][l];
+        }
+    }
+}
+
+/* Converts tokens [t0, t1) into their lanes of the token groups, through
+ * one row of vec_dot_type in `row`; thread 0 also blanks the lanes past
+ * n_tok (see tk_impl.h). */
+static void pack_groups(const tk_ops *ops, const tk_gemm *g, tq_type vt, const float *x, int64_t n_cols,
+                        int64_t n_tok, char *groups, int64_t t0, int64_t t1, void *row, int ith)
+{
+    size_t gbytes = tk_group_bytes(n_cols);
+    for (int64_t t = t0; t < t1; t++) {
+        ops->quantize[vt](x + t * n_cols, row, n_cols);
+        g->pack_a[vt](row, n_cols, (int)(t % TK_GEMM_LANES), groups + (size_t)(t / TK_GEMM_LANES) * gbytes);
+    }
+    if (ith != 0) return;
+    for (int64_t t = n_tok; t % TK_GEMM_LANES != 0; t++)
+        g->pack_a[vt](NULL, n_cols, (int)(t % TK_GEMM_LANES), groups + (size_t)(t / TK_GEMM_LANES) * gbytes);
+}
+
+/* The shared words at the start of scratch: the next work unit, and how
+ * many threads have run out of units (the last one resets both, so the
+ * scratch is ready for the next call without a barrier of its own). */
+typedef struct {
+    atomic_llong next_unit;
+    atomic_int n_done;
+} mm_sync;
+
+void tk_matmul_multi_job(int ith, int nth, tp_pool *tp, const tk_mat *mats, int n_mat, int64_t n_cols,
+                         const float *x, int64_t n_tok, void *scratch)
 {
     const tk_ops *ops = tk_ops_get();
-    const tq_traits *tw = tq_get(wtype);
-    ASSERT(tw && tw->supported && n_cols % tw->blck_size == 0);
-    ASSERT(nth == tp_n_threads(tp));
-    tq_type vt = tw->vec_dot_type;
+    const tk_gemm *g = gemm_get();
+    ASSERT(n_mat >= 1 && nth == tp_n_threads(tp));
+    tq_type vt = tq_get(mats[0].type)->vec_dot_type;
+    for (int i = 0; i < n_mat; i++) {
+        const tq_traits *tw = tq_get(mats[i].type);
+        ASSERT(tw && tw->supported && n_cols % tw->blck_size == 0 && tw->vec_dot_type == vt);
+        ASSERT(ops->vec_dot[mats[i].type]);
+    }
     const tq_traits *ta = tq_get(vt);
     ASSERT(n_cols % ta->blck_size == 0);
-    tk_vec_dot_fn dot = ops->vec_dot[wtype];
-    ASSERT(dot);
+    bool gemm = use_gemm(g, mats, n_mat, n_cols, n_tok);
 
     char *base = (char *)(((uintptr_t)scratch + TK_LINE - 1) & ~(uintptr_t)(TK_LINE - 1));
-    atomic_llong *next_chunk = (atomic_llong *)base;
-    const char *act;
-    size_t arow;
-    if (vt == TQ_F32) {
-        act = (const char *)x;
+    mm_sync *sync = (mm_sync *)base;
+    char *act = base + TK_LINE;
+    size_t arow = tq_row_size(vt, n_cols);
+    char *mine = tp_scratch(tp, ith);
+    if (gemm) {
+        int64_t t0, t1;
+        tp_split(n_tok, ith, nth, &t0, &t1);
+        pack_groups(ops, g, vt, x, n_cols, n_tok, act, t0, t1, mine, ith);
+        tp_barrier(tp);
+    } else if (vt == TQ_F32) {
+        act = (char *)x;
         arow = (size_t)n_cols * sizeof(float);
+    } else if (n_tok <= TK_PRIVATE_TOKENS && arow * (size_t)n_tok <= TP_SCRATCH_BYTES) {
+        /* few tokens: every thread converts all of x for itself, which costs
+         * less than the barrier a shared copy would need */
+        for (int64_t t = 0; t < n_tok; t++)
+            ops->quantize[vt](x + t * n_cols, mine + (size_t)t * arow, n_cols);
+        act = mine;
     } else {
-        arow = tq_row_size(vt, n_cols);
         int64_t lo, hi;
         tp_split(n_cols / ta->blck_size * n_tok, ith, nth, &lo, &hi);
-        convert_blocks(ops->quantize[vt], ta, x, n_cols, base + TK_LINE, arow, lo, hi);
-        act = base + TK_LINE;
+        convert_blocks(ops->quantize[vt], ta, x, n_cols, act, arow, lo, hi);
+        tp_barrier(tp);
     }
-    if (ith == 0) atomic_store_explicit(next_chunk, 0, memory_order_relaxed);
-    tp_barrier(tp);
 
-    size_t wrow = tq_row_size(wtype, n_cols);
-    int64_t chunk = (int64_t)((TK_CHUNK_BYTES + wrow - 1) / wrow);
-    int64_t fair = (n_rows + (int64_t)nth * TK_CHUNKS_PER_THREAD - 1) / ((int64_t)nth * TK_CHUNKS_PER_THREAD);
-    chunk = MAX(1, MIN(chunk, fair));
-    int64_t n_chunks = (n_rows + chunk - 1) / chunk;
-
+    int64_t per[8], n_units = 0;
+    ASSERT(n_mat <= (int)ARRAY_LEN(per));
+    for (int i = 0; i < n_mat; i++) {
+        per[i] = unit_rows(&mats[i], n_cols, nth, gemm);
+        n_units += (mats[i].n_rows + per[i] - 1) / per[i];
+    }
     for (;;) {
-        int64_t c = atomic_fetch_add_explicit(next_chunk, 1, memory_order_relaxed);
-        if (c >= n_chunks) break;
-        int64_t r_end = MIN(n_rows, (c + 1) * chunk);
-        for (int64_t r0 = c * chunk; r0 < r_end; r0 += TK_TILE_ROWS) {
-            int64_t r1 = MIN(r_end, r0 + TK_TILE_ROWS);
-            for (int64_t t = 0; t < n_tok; t++) {
-                const void *a = act + (size_t)t * arow;
-                float *yt = y + t * n_rows;
-                for (int64_t r = r0; r < r1; r++)
-                    yt[r] = dot(n_cols, (const char *)w + (size_t)r * wrow, a);
-            }
-        }
+        int64_t u = atomic_fetch_add_explicit(&sync->next_unit, 1, memory_order_relaxed);
+        if (u >= n_units) break;
+        int i = 0;
+        for (int64_t n; u >= (n = (mats[i].n_rows + per[i] - 1) / per[i]); i++) u -= n;
+        int64_t r0 = u * per[i];
+        if (gemm) rows_gemm(g, &mats[i], n_cols, act, n_tok, r0, mine);
+        else rows_vec_dot(ops, &mats[i], n_cols, act, arow, n_tok, r0, MIN(mats[i].n_rows, r0 + per[i]));
+    }
+    if (atomic_fetch_add_explicit(&sync->n_done, 1, memory_order_acq_rel) == nth - 1) {
+        atomic_store_explicit(&sync->next_unit, 0, memory_order_relaxed);
+        atomic_store_explicit(&sync->n_done, 0, memory_order_relaxed);
     }
     tp_barrier(tp);
 }
 
+void tk_matmul_job(int ith, int nth, tp_pool *tp, tq_type wtype, const void *w,
+                   int64_t n_rows, int64_t n_cols, const float *x, int64_t n_tok,
+                   float *y, void *scratch)
+{
+    tk_mat m = { wtype, w, n_rows, y };
+    tk_matmul_multi_job(ith, nth, tp, &m, 1, n_cols, x, n_tok, scratch);
+}
+
 typedef struct {
     tp_pool *tp;
-    tq_type wtype;
-    const void *w;
-    int64_t n_rows, n_cols, n_tok;
+    const tk_mat *mats;
+    int n_mat;
+    int64_t n_cols, n_tok;
     const float *x;
-    float *y;
     void *scratch;
 } matmul_args;
 
 static void matmul_thread(int ith, int nth, void *p)
 {
     matmul_args *m = p;
-    tk_matmul_job(ith, nth, m->tp, m->wtype, m->w, m->n_rows, m->n_cols, m->x, m->n_tok,
-                  m->y, m->scratch);
+    tk_matmul_multi_job(ith, nth, m->tp, m->mats, m->n_mat, m->n_cols, m->x, m->n_tok, m->scratch);
+}
+
+void tk_matmul_scratch_init(void *scratch)
+{
+    char *base = (char *)(((uintptr_t)scratch + TK_LINE - 1) & ~(uintptr_t)(TK_LINE - 1));
+    mm_sync *sync = (mm_sync *)base;
+    atomic_init(&sync->next_unit, 0);
+    atomic_init(&sync->n_done, 0);
 }
 
 void tk_matmul(tp_pool *tp, tq_type wtype, const void *w, int64_t n_rows, int64_t n_cols,
                const float *x, int64_t n_tok, float *y, void *scratch)
 {
-    matmul_args m = { tp, wtype, w, n_rows, n_cols, n_tok, x, y, scratch };
+    tk_matmul_scratch_init(scratch);
+    tk_mat mat = { wtype, w, n_rows, y };
+    matmul_args m = { tp, &mat, 1, n_cols, n_tok, x, scratch };
     tp_run(tp, matmul_thread, &m);
 }

@@ -27,10 +27,54 @@ typedef float (*tk_vec_dot_fn)(int64_t n, const void *w, const void *a);
 /* n floats -> n values of an activation type (F16, BF16, Q8_0, Q8_K). */
 typedef void (*tk_quantize_fn)(const float *x, void *y, int64_t n);
 
+/*
+ * Attention of up to TK_ATTN_ROWS query rows that share one K/V head (the
+ * query heads of a GQA group, for one or several tokens of one sequence):
+ *
+ *   out[i] = sum_j softmax_j(scale * K[cell_j] . q[i]) * V[cell_j],  j < n_kv[i]
+ *
+ * so each K/V row is read once for all the rows.  K/V rows are F16 or F32
+ * (kv_type); the row of cell c starts at k + c * k_stride bytes (already
+ * offset to the head's slice).  With an F16 cache the query is rounded to
+ * F16 first, as the reference engine does before its K.Q product.  Rows
+ * may see different prefixes of cells (a causal batch).  head dims <=
+ * TK_ATTN_MAX_DIM.  n_kv[i] >= 1.
+ */
+#define TK_ATTN_ROWS 16
+#define TK_ATTN_MAX_DIM 256
+typedef struct tk_attn {
+    int n_q, hd_k, hd_v;
+    const float *q;          /* [n_q][hd_k] */
+    const int32_t *n_kv;     /* [n_q] cells row i sees: cells[0 .. n_kv[i]) */
+    const int32_t *cells;    /* cell indices, in position order */
+    tq_type kv_type;         /* TQ_F16 or TQ_F32 */
+    const void *k, *v;
+    size_t k_stride, v_stride;
+    float scale;
+    float *out;              /* [n_q][hd_v] */
+} tk_attn;
+/* scratch: tk_attn_scratch_size() bytes, any alignment, private to the call. */
+typedef void (*tk_attend_fn)(const tk_attn *a, void *scratch);
+size_t tk_attn_scratch_size(void);
+
 typedef struct tk_ops {
     const char *isa;                        /* "scalar", "avx2", "avx512" */
     tk_vec_dot_fn  vec_dot[TQ_COUNT];       /* indexed by weight type */
     tk_quantize_fn quantize[TQ_COUNT];      /* indexed by activation type */
+    /*
+     * Scalar: each row on its own, softmax in two passes (max, then exp
+     * with the sum in double).  SIMD: rows across vector lanes, one pass
+     * over the cells in blocks with a running max (each block's sum in
+     * float, the total in double), within tk.h's budget of the scalar one.
+     */
+    tk_attend_fn attend;
+    /* Element-wise steps of a layer, one token row each:
+     * rms_norm: first x += d (the residual add, in the same pass; d may be
+     * NULL), then y = (x / sqrt(mean(x^2) + eps)) * w, the squares summed in
+     * double as the reference engine does (SIMD: 16 partial sums).
+     * swiglu: h = g / (1 + exp(-g)) * u (SIMD exp within 2e-7 relative). */
+    void (*rms_norm)(float *x, const float *d, const float *w, float *y, int n, float eps);
+    void (*swiglu)(const float *g, const float *u, float *h, int n);
 } tk_ops;
 
 /* The table for this CPU (chosen once; thread-safe after first call). */
@@ -45,19 +89,67 @@ const tk_ops *tk_ops_named(const char *isa);
  * Runs on every thread of tp (call from the pool's owner thread, outside a
  * job).  `scratch` holds the converted activations and a work counter: at
  * least tk_matmul_scratch_size(wtype, n_cols, n_tok) bytes, any alignment,
- * not shared with a concurrent call.  Allocates nothing.  Each output is one
- * vec_dot of the chosen table, so results do not depend on the thread count.
+ * not shared with a concurrent call.  Allocates nothing (the GEMM path packs
+ * weights, and few tokens are converted, in the pool's per-thread scratch,
+ * tp_scratch).
+ *
+ * Two paths, chosen from (weight type, n_cols, n_tok) alone:
+ *   - fewer than TK_GEMM_MIN_TOKENS tokens (more for some types: where
+ *     the GEMM starts to pay), or no GEMM kernel for the type in this
+ *     table: each output is one vec_dot of the chosen table;
+ *   - otherwise the GEMM of tk_impl.h (12 rows x 16 tokens per tile, VNNI).
+ *     For the K-quants it does the reference's float operations, so it
+ *     equals vec_dot to the bit; for the 32-value formats it adds whole
+ *     blocks (one rounding per block instead of one per 8 lanes), within
+ *     the error budget above, and a token's outputs do not depend on its
+ *     place in the batch.
+ * Either way results do not depend on the thread count.
  */
+#define TK_GEMM_MIN_TOKENS 8
 void tk_matmul(tp_pool *tp, tq_type wtype, const void *w, int64_t n_rows, int64_t n_cols,
                const float *x, int64_t n_tok, float *y, void *scratch);
 size_t tk_matmul_scratch_size(tq_type wtype, int64_t n_cols, int64_t n_tok);
+/* Sets up the work counter at the start of scratch (outside a job). */
+void tk_matmul_scratch_init(void *scratch);
 
-/* The same, as a phase of a job already running on the pool: every thread
- * of the job calls it with its (ith, nth), nth == tp_n_threads(tp); it
- * contains its own barriers (y is complete for all threads on return, and
- * scratch may be reused by the next call). */
+/*
+ * The same, as a phase of a job already running on the pool: every thread
+ * of the job calls it with its (ith, nth), nth == tp_n_threads(tp).  y is
+ * complete for all threads on return (the call ends with a barrier) and
+ * scratch may be reused by the next call.  The scratch's work counter must
+ * be set up once before the first call (tk_matmul_scratch_init, or zeroed
+ * memory); every call leaves it ready for the next.
+ *
+ * With at most TK_PRIVATE_TOKENS tokens on the vec_dot path each thread
+ * converts all of x by itself and no barrier precedes the products: x need
+ * only be complete in the calling thread's view, and may be a private copy
+ * per thread.  Otherwise x must be complete for all threads (the call
+ * converts it in parts and meets at a barrier).
+ */
+#define TK_PRIVATE_TOKENS 4
 void tk_matmul_job(int ith, int nth, tp_pool *tp, tq_type wtype, const void *w,
                    int64_t n_rows, int64_t n_cols, const float *x, int64_t n_tok,
                    float *y, void *scratch);
+
+/* One matrix of a product sharing its input with others. */
+typedef struct tk_mat {
+    tq_type type;         /* weight type */
+    const void *w;        /* n_rows rows of n_cols values of `type` */
+    int64_t n_rows;
+    float *y;             /* [n_tok][n_rows] output */
+} tk_mat;
+
+/*
+ * tk_matmul_job for up to 8 matrices with the same input x and the same
+ * vec_dot_type (a layer's Q, K and V projections; its gate and up): x is
+ * converted once and all matrices share one work phase, so the job meets
+ * at 1 or 2 barriers instead of 1 or 2 per matrix.  The path is chosen for the set
+ * (GEMM only if every matrix has it), so each y is what tk_matmul_job
+ * gives whenever that takes the same path.  Scratch:
+ * tk_matmul_multi_scratch_size bytes.
+ */
+void tk_matmul_multi_job(int ith, int nth, tp_pool *tp, const tk_mat *mats, int n_mat, int64_t n_cols,
+                         const float *x, int64_t n_tok, void *scratch);
+size_t tk_matmul_multi_scratch_size(const tk_mat *mats, int n_mat, int64_t n_cols, int64_t n_tok);
 
 #endif

@@ -18,5 +18,69 @@ void tk_fill_avx2_legacy(tk_ops *o);     /* F32/F16/BF16, 32-value formats, Q8_0
 void tk_fill_avx512_legacy(tk_ops *o);
 void tk_fill_avx2_kquant(tk_ops *o);     /* Q4_K/Q5_K/Q6_K dots, Q8_K quantizer */
 void tk_fill_avx512_kquant(tk_ops *o);
+void tk_fill_avx512_attn(tk_ops *o);     /* attend (tk_attn_avx512.c) */
+void tk_fill_avx512_elem(tk_ops *o);     /* rms_norm, swiglu (tk_elem_avx512.c) */
+void tk_attend_ref(const tk_attn *a, void *scratch);   /* tk_scalar.c */
+
+/*
+ * GEMM pieces (several tokens against one weight matrix), used by tk.c's
+ * matmul when a table has them for the weight type.  The product is cut
+ * into tiles of TK_GEMM_ROWS weight rows x TK_GEMM_LANES tokens, the tokens
+ * across the lanes of a vector register, so every step of the kernel is
+ * vertical: one vpdpbusd multiplies 4 values of one weight row (broadcast)
+ * by the same 4 values of 16 tokens.
+ *
+ * PANEL: one tile's weight rows, made by pack_w from the mapped blocks into
+ * a thread's scratch (rows past the matrix are zero), as records of
+ * rec_cols columns x TK_GEMM_ROWS rows of rec_bytes: the values as bytes
+ * plus whatever per-row scales the type needs, laid out for its tile
+ * kernel (see tk_gemm_avx512.c, tk_gemmk_avx512.c).
+ *
+ * GROUP: TK_GEMM_LANES tokens' activations, made by pack_a from rows
+ * already converted to the vec_dot_type (at most tk_group_bytes):
+ *
+ *   a8 [n_cols / 4][LANES][4] uint8 = activation ^ 0x80   (u8 = s8 + 128)
+ *   then per activation type its scales and block sums
+ *
+ * The +128 makes the activations the unsigned operand of vpdpbusd; each
+ * panel carries the 128 * sum(w) that adds, so the integer sums are exact.
+ * pack_a with row NULL blanks a lane (zero activation, zero scales).
+ *
+ * Every output is the same sequence of per-lane operations whatever its
+ * tile, lane or thread, so results depend neither on the thread count nor
+ * on the token's place in the batch.
+ */
+#define TK_GEMM_ROWS 12
+#define TK_GEMM_LANES 16
+
+static inline size_t tk_group_bytes(int64_t n_cols) { return (size_t)n_cols * 20; }
+
+/* Rows [0, n) of the weight matrix at w (row stride wrow, n <= TK_GEMM_ROWS)
+ * into `panel`; rows n.. are zeroed. */
+typedef void (*tk_pack_w_fn)(const void *w, size_t wrow, int n, int64_t n_cols, void *panel);
+/* One converted activation row (the weight type's vec_dot_type), or NULL
+ * for a blank, into lane `lane` of `group`. */
+typedef void (*tk_pack_a_fn)(const void *row, int64_t n_cols, int lane, void *group);
+/* out[r][l] = y of panel row r and group lane l, over all n_cols. */
+typedef void (*tk_tile_fn)(const void *panel, int64_t n_cols, const void *group,
+                           float out[TK_GEMM_ROWS][TK_GEMM_LANES]);
+
+typedef struct tk_gemm {
+    tk_pack_w_fn pack_w[TQ_COUNT];   /* by weight type; NULL: no GEMM for it */
+    tk_tile_fn tile[TQ_COUNT];       /* by weight type */
+    int rec_cols[TQ_COUNT];          /* by weight type: columns per panel record */
+    size_t rec_bytes[TQ_COUNT];      /* by weight type: bytes per panel record */
+    int min_tokens[TQ_COUNT];        /* by weight type: fewer tokens take vec_dot */
+    tk_pack_a_fn pack_a[TQ_COUNT];   /* by activation type (Q8_0, Q8_K) */
+} tk_gemm;
+
+/* Bytes of a panel of `type` over n_cols columns. */
+static inline size_t tk_panel_bytes(const tk_gemm *g, int type, int64_t n_cols)
+{
+    return (size_t)(n_cols / g->rec_cols[type]) * g->rec_bytes[type];
+}
+
+void tk_fill_avx512_gemm(tk_gemm *g);    /* tk_gemm_avx512.c: VNNI, 32-value formats */
+void tk_fill_avx512_gemmk(tk_gemm *g);   /* tk_gemmk_avx512.c: VNNI, K-quants */
 
 #endif

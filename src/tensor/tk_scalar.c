@@ -7,6 +7,26 @@
 #include "tk_impl.h"
 #include "tq_impl.h"
 
+#include <math.h>
+
+/* The reference engine's RMSNorm: squares summed in double, the scale in
+ * float, then the weight. */
+static void rms_norm_ref(float *x, const float *d, const float *w, float *y, int n, float eps)
+{
+    if (d)
+        for (int i = 0; i < n; i++) x[i] += d[i];
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
+    float mean = (float)(sum / n);
+    float scale = 1.0f / sqrtf(mean + eps);
+    for (int i = 0; i < n; i++) y[i] = (x[i] * scale) * w[i];
+}
+
+static void swiglu_ref(const float *g, const float *u, float *h, int n)
+{
+    for (int i = 0; i < n; i++) h[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
 void tk_fill_scalar(tk_ops *o)
 {
     o->vec_dot[TQ_F32]  = tq_dot_f32;
@@ -26,4 +46,55 @@ void tk_fill_scalar(tk_ops *o)
     o->quantize[TQ_BF16] = tq_quant_bf16;
     o->quantize[TQ_Q8_0] = tq_quant_q8_0;
     o->quantize[TQ_Q8_K] = tq_quant_q8_K;
+    o->attend = tk_attend_ref;
+    o->rms_norm = rms_norm_ref;
+    o->swiglu = swiglu_ref;
+}
+
+/* Every implementation's scratch fits this: the SIMD kernels keep the
+ * transposed queries, a block of converted K and V rows, the block's scores
+ * and the output accumulators; the reference one row's scores. */
+size_t tk_attn_scratch_size(void)
+{
+    return 64 + sizeof(float) * (size_t)(2 * TK_ATTN_MAX_DIM * TK_ATTN_ROWS + 2 * 64 * TK_ATTN_MAX_DIM
+                                        + 64 * TK_ATTN_ROWS + TK_ATTN_MAX_DIM);
+}
+
+static float kv_value(const void *row, int d, tq_type type)
+{
+    return type == TQ_F16 ? tq_f16_to_f32(((const tq_f16 *)row)[d]) : ((const float *)row)[d];
+}
+
+/* One row at a time, over the cells in blocks of 64 scores: max, then
+ * exp(s - max) summed in double, then the weighted sum of V. */
+void tk_attend_ref(const tk_attn *a, void *scratch)
+{
+    float *q = scratch;                      /* [hd_k] the (rounded) query */
+    ASSERT(a->n_q <= TK_ATTN_ROWS && a->hd_k <= TK_ATTN_MAX_DIM && a->hd_v <= TK_ATTN_MAX_DIM);
+    for (int i = 0; i < a->n_q; i++) {
+        const float *qi = a->q + (size_t)i * a->hd_k;
+        float *out = a->out + (size_t)i * a->hd_v;
+        for (int d = 0; d < a->hd_k; d++) q[d] = a->kv_type == TQ_F16 ? tq_f16_to_f32(tq_f32_to_f16(qi[d])) : qi[d];
+        const int n = a->n_kv[i];
+        float mx = -INFINITY;
+        for (int j = 0; j < n; j++) {
+            const char *kr = (const char *)a->k + (size_t)a->cells[j] * a->k_stride;
+            double s = 0;
+            for (int d = 0; d < a->hd_k; d++) s += (double)kv_value(kr, d, a->kv_type) * q[d];
+            mx = fmaxf(mx, (float)s * a->scale);
+        }
+        double sum = 0;
+        for (int d = 0; d < a->hd_v; d++) out[d] = 0;
+        for (int j = 0; j < n; j++) {
+            const char *kr = (const char *)a->k + (size_t)a->cells[j] * a->k_stride;
+            const char *vr = (const char *)a->v + (size_t)a->cells[j] * a->v_stride;
+            double s = 0;
+            for (int d = 0; d < a->hd_k; d++) s += (double)kv_value(kr, d, a->kv_type) * q[d];
+            float p = expf((float)s * a->scale - mx);
+            sum += p;
+            for (int d = 0; d < a->hd_v; d++) out[d] += p * kv_value(vr, d, a->kv_type);
+        }
+        float inv = (float)(1.0 / sum);
+        for (int d = 0; d < a->hd_v; d++) out[d] *= inv;
+    }
 }

@@ -79,6 +79,7 @@ typedef struct {
 struct tp_pool {
     int n;                                   /* threads, the owner included; fixed */
     pthread_t *threads;                      /* [n - 1] workers; owner only */
+    char *scratch;                           /* [n][TP_SCRATCH_BYTES], thread ith its row */
 
     /* Job slot: written by the owner between jobs, read by workers. */
     tp_fn fn;
@@ -171,12 +172,13 @@ pk_status tp_new(int n_threads, tp_pool **out)
     atomic_init(&tp->bar_count, 0);
     atomic_init(&tp->bar_gen.v, 0);
     atomic_init(&tp->bar_gen.n_sleep, 0);
-    if (n_threads > 1) {
-        tp->threads = calloc((size_t)n_threads - 1, sizeof *tp->threads);
-        if (!tp->threads) {
-            free(tp);
-            return PK_ENOMEM;
-        }
+    tp->scratch = aligned_alloc(TP_LINE, (size_t)n_threads * TP_SCRATCH_BYTES);
+    if (n_threads > 1) tp->threads = calloc((size_t)n_threads - 1, sizeof *tp->threads);
+    if (!tp->scratch || (n_threads > 1 && !tp->threads)) {
+        free(tp->scratch);
+        free(tp->threads);
+        free(tp);
+        return PK_ENOMEM;
     }
     for (int i = 1; i < n_threads; i++) {
         tp_worker_arg *wa = malloc(sizeof *wa);
@@ -201,7 +203,13 @@ void tp_free(tp_pool *tp)
         for (int i = 1; i < tp->n; i++) pthread_join(tp->threads[i - 1], NULL);
     }
     free(tp->threads);
+    free(tp->scratch);
     free(tp);
+}
+
+void *tp_scratch(tp_pool *tp, int ith)
+{
+    return tp->scratch + (size_t)ith * TP_SCRATCH_BYTES;
 }
 
 int tp_n_threads(const tp_pool *tp)

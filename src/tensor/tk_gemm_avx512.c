@@ -1,0 +1,259 @@
+/*
+ * tk_gemm_avx512.c - the GEMM pieces of tk_impl.h for the 32-value formats
+ * (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) against Q8_0 activations, AVX-512 VNNI.
+ * tk.c calls tk_fill_avx512_gemm only on CPUs with AVX-512 F/BW/VL/DQ + VNNI.
+ *
+ *   y[r][t] = sum over blocks b of  ws[r][b] * as[t][b] * I[r][t][b]
+ *                                  + wm[r][b] * am[t][b]        (Q4_1, Q5_1)
+ *   I = the block's exact integer dot, ws / as the weight / activation
+ *   scales, wm the weight min, am = as * (sum of the block's activations)
+ *
+ * one fused multiply-add per block in block order, as the reference
+ * engine's repacked GEMM does (its vec_dot splits each block into 8 lanes
+ * instead, so the two agree to rounding, not to the bit).
+ *
+ * TILE KERNEL.  12 weight rows x 16 tokens, the tokens across the lanes of
+ * a zmm register.  For each block b of the row panel:
+ *
+ *   ai[r] = corr[r]                                    (12 int32 x 16)
+ *   for each 4-byte group g of the block:
+ *       A = a8 of group g, 16 tokens                   (one 64-byte load)
+ *       ai[r] += vpdpbusd(A, broadcast w8[r][g..g+3])  (r = 0..11)
+ *   acc[r] += float(ai[r]) * (as * ws[r])              (+ am * wm[r])
+ *
+ * so one vpdpbusd does 64 multiply-adds for 16 tokens, the activations are
+ * loaded once per 12 rows and the weights are broadcast straight from the
+ * panel in L1/L2.  12 + 12 accumulators, A and the scales fill the 32 zmm
+ * registers without spilling.
+ *
+ * PANEL record b (12 rows x 32 columns, 528 bytes):
+ *
+ *   w8 [12][32] int8 | corr [12] int32 = -128 * sum(w8) | ws [12] f32 | wm [12] f32
+ *
+ * w8 is Q8_0 as stored, Q4_0 / Q5_0 codes minus their zero point, Q4_1 /
+ * Q5_1 raw codes (the min goes to wm).  A panel is packed once per 12 rows
+ * and reused by every token group.
+ *
+ * GROUP after a8: as [n_cols / 32][16] f32 | am [n_cols / 32][16] f32.
+ */
+#include "tk_impl.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define RT TK_GEMM_ROWS
+#define NL TK_GEMM_LANES
+
+_Static_assert(RT == 12 && NL == 16, "the tile kernel is written for 12 x 16");
+
+static inline int32_t load_i32(const void *p)
+{
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* Sum of 32 / 16 signed bytes (exact). */
+static inline int sum_s8_32(__m256i v)
+{
+    __m256i s = _mm256_sad_epu8(_mm256_xor_si256(v, _mm256_set1_epi8((char)0x80)), _mm256_setzero_si256());
+    __m128i t = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    t = _mm_add_epi64(t, _mm_unpackhi_epi64(t, t));
+    return _mm_cvtsi128_si32(t) - 32 * 128;
+}
+
+/* Nibble codes of one 32-value block, value order (low nibbles, then high). */
+static inline __m256i nibbles32(const uint8_t *qs)
+{
+    __m128i v = _mm_loadu_si128((const __m128i *)qs);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0x0f));
+}
+
+/* 5-bit codes of one block: nibble + 16 where bit j of qh is set. */
+static inline __m256i codes5_32(const uint8_t *qs, const uint8_t *qh)
+{
+    __m256i nib = nibbles32(qs);
+    return _mm256_mask_add_epi8(nib, (__mmask32)(uint32_t)load_i32(qh), nib, _mm256_set1_epi8(16));
+}
+
+/* ---- panels ----------------------------------------------------------------- */
+
+/* Pointers into record b of a panel. */
+typedef struct {
+    int8_t *w8;
+    int32_t *corr;
+    float *ws, *wm;
+} rec;
+
+static inline rec record(void *panel, int64_t b)
+{
+    char *p = (char *)panel + (size_t)b * RT * (32 + 12);
+    rec r = { (int8_t *)p, (int32_t *)(p + RT * 32), NULL, NULL };
+    r.ws = (float *)(r.corr + RT);
+    r.wm = r.ws + RT;
+    return r;
+}
+
+static inline void put32(rec k, int r, __m256i v, float ws, float wm)
+{
+    _mm256_storeu_si256((__m256i *)(k.w8 + 32 * r), v);
+    k.corr[r] = -128 * sum_s8_32(v);
+    k.ws[r] = ws;
+    k.wm[r] = wm;
+}
+
+/* Zeroes rows [n, RT) of every record: they give zero outputs. */
+static void zero_rows(void *panel, int64_t n_blocks, int n)
+{
+    if (n == RT) return;
+    for (int64_t b = 0; b < n_blocks; b++) {
+        rec k = record(panel, b);
+        memset(k.w8 + 32 * n, 0, (size_t)(RT - n) * 32);
+        for (int r = n; r < RT; r++) k.corr[r] = 0, k.ws[r] = 0, k.wm[r] = 0;
+    }
+}
+
+static void pack_w_q8_0(const void *w, size_t wrow, int n, int64_t n_cols, void *panel)
+{
+    for (int r = 0; r < n; r++) {
+        const tq_block_q8_0 *x = (const tq_block_q8_0 *)((const char *)w + (size_t)r * wrow);
+        for (int64_t b = 0; b < n_cols / 32; b++)
+            put32(record(panel, b), r, _mm256_loadu_si256((const __m256i *)x[b].qs), _cvtsh_ss(x[b].d), 0);
+    }
+    zero_rows(panel, n_cols / 32, n);
+}
+
+static void pack_w_q4_0(const void *w, size_t wrow, int n, int64_t n_cols, void *panel)
+{
+    for (int r = 0; r < n; r++) {
+        const tq_block_q4_0 *x = (const tq_block_q4_0 *)((const char *)w + (size_t)r * wrow);
+        for (int64_t b = 0; b < n_cols / 32; b++)
+            put32(record(panel, b), r, _mm256_sub_epi8(nibbles32(x[b].qs), _mm256_set1_epi8(8)),
+                  _cvtsh_ss(x[b].d), 0);
+    }
+    zero_rows(panel, n_cols / 32, n);
+}
+
+static void pack_w_q4_1(const void *w, size_t wrow, int n, int64_t n_cols, void *panel)
+{
+    for (int r = 0; r < n; r++) {
+        const tq_block_q4_1 *x = (const tq_block_q4_1 *)((const char *)w + (size_t)r * wrow);
+        for (int64_t b = 0; b < n_cols / 32; b++)
+            put32(record(panel, b), r, nibbles32(x[b].qs), _cvtsh_ss(x[b].d), _cvtsh_ss(x[b].m));
+    }
+    zero_rows(panel, n_cols / 32, n);
+}
+
+static void pack_w_q5_0(const void *w, size_t wrow, int n, int64_t n_cols, void *panel)
+{
+    for (int r = 0; r < n; r++) {
+        const tq_block_q5_0 *x = (const tq_block_q5_0 *)((const char *)w + (size_t)r * wrow);
+        for (int64_t b = 0; b < n_cols / 32; b++)
+            put32(record(panel, b), r, _mm256_sub_epi8(codes5_32(x[b].qs, x[b].qh), _mm256_set1_epi8(16)),
+                  _cvtsh_ss(x[b].d), 0);
+    }
+    zero_rows(panel, n_cols / 32, n);
+}
+
+static void pack_w_q5_1(const void *w, size_t wrow, int n, int64_t n_cols, void *panel)
+{
+    for (int r = 0; r < n; r++) {
+        const tq_block_q5_1 *x = (const tq_block_q5_1 *)((const char *)w + (size_t)r * wrow);
+        for (int64_t b = 0; b < n_cols / 32; b++)
+            put32(record(panel, b), r, codes5_32(x[b].qs, x[b].qh), _cvtsh_ss(x[b].d), _cvtsh_ss(x[b].m));
+    }
+    zero_rows(panel, n_cols / 32, n);
+}
+
+/* ---- activation groups ------------------------------------------------------ */
+
+static inline size_t group_as(int64_t n_cols) { return (size_t)n_cols * 16; }
+static inline size_t group_am(int64_t n_cols) { return (size_t)n_cols * 18; }
+
+static void pack_a_q8_0(const void *row, int64_t n_cols, int lane, void *group)
+{
+    const tq_block_q8_0 *x = row;
+    uint32_t *a8 = (uint32_t *)group + lane;
+    float *as = (float *)((char *)group + group_as(n_cols)) + lane;
+    float *am = (float *)((char *)group + group_am(n_cols)) + lane;
+    if (!x) {
+        for (int64_t k = 0; k < n_cols / 4; k++) a8[k * NL] = 0x80808080u;
+        for (int64_t b = 0; b < n_cols / 32; b++) as[b * NL] = am[b * NL] = 0;
+        return;
+    }
+    for (int64_t b = 0; b < n_cols / 32; b++) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)x[b].qs);
+        uint32_t u[8];
+        _mm256_storeu_si256((__m256i *)u, _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80)));
+        for (int g = 0; g < 8; g++) a8[(b * 8 + g) * NL] = u[g];
+        float d = _cvtsh_ss(x[b].d);
+        as[b * NL] = d;
+        am[b * NL] = d * (float)sum_s8_32(v);
+    }
+}
+
+/* ---- the tile kernel -------------------------------------------------------- */
+
+/*
+ * has_min: add am * wm.  Inlined into one function per case, so every loop
+ * below has constant bounds and the arrays live in registers.
+ */
+static inline __attribute__((always_inline)) void
+tile(const void *panel, int64_t n_cols, const void *group, float out[RT][NL], const bool has_min)
+{
+    const uint8_t *a8 = group;
+    const float *as = (const float *)((const char *)group + group_as(n_cols));
+    const float *am = (const float *)((const char *)group + group_am(n_cols));
+    const int64_t n_blocks = n_cols / 32;
+    const size_t rec_bytes = (size_t)RT * (32 + 12);
+    __m512 acc[RT];
+    #pragma GCC unroll 12
+    for (int r = 0; r < RT; r++) acc[r] = _mm512_setzero_ps();
+
+    const char *p = panel;
+    for (int64_t b = 0; b < n_blocks; b++, p += rec_bytes, a8 += 32 * NL) {
+        const int8_t *w8 = (const int8_t *)p;
+        const int32_t *corr = (const int32_t *)(p + RT * 32);
+        const float *ws = (const float *)(corr + RT), *wm = ws + RT;
+        __m512i ai[RT];
+        #pragma GCC unroll 12
+        for (int r = 0; r < RT; r++) ai[r] = _mm512_set1_epi32(corr[r]);
+        #pragma GCC unroll 8
+        for (int g = 0; g < 8; g++) {
+            __m512i A = _mm512_load_si512(a8 + 64 * g);
+            #pragma GCC unroll 12
+            for (int r = 0; r < RT; r++)
+                ai[r] = _mm512_dpbusd_epi32(ai[r], A, _mm512_set1_epi32(load_i32(w8 + 32 * r + 4 * g)));
+        }
+        __m512 s = _mm512_load_ps(as + b * NL);
+        #pragma GCC unroll 12
+        for (int r = 0; r < RT; r++)
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[r]), _mm512_mul_ps(s, _mm512_set1_ps(ws[r])), acc[r]);
+        if (has_min) {
+            __m512 m = _mm512_load_ps(am + b * NL);
+            #pragma GCC unroll 12
+            for (int r = 0; r < RT; r++) acc[r] = _mm512_fmadd_ps(m, _mm512_set1_ps(wm[r]), acc[r]);
+        }
+    }
+    #pragma GCC unroll 12
+    for (int r = 0; r < RT; r++) _mm512_storeu_ps(out[r], acc[r]);
+}
+
+static void tile_plain(const void *p, int64_t n, const void *g, float o[RT][NL]) { tile(p, n, g, o, false); }
+static void tile_min(const void *p, int64_t n, const void *g, float o[RT][NL]) { tile(p, n, g, o, true); }
+
+void tk_fill_avx512_gemm(tk_gemm *g)
+{
+    static const struct { int type; tk_pack_w_fn pack; bool min; } t[] = {
+        { TQ_Q8_0, pack_w_q8_0, false }, { TQ_Q4_0, pack_w_q4_0, false }, { TQ_Q5_0, pack_w_q5_0, false },
+        { TQ_Q4_1, pack_w_q4_1, true },  { TQ_Q5_1, pack_w_q5_1, true },
+    };
+    g->pack_a[TQ_Q8_0] = pack_a_q8_0;
+    for (size_t i = 0; i < ARRAY_LEN(t); i++) {
+        g->pack_w[t[i].type] = t[i].pack;
+        g->tile[t[i].type] = t[i].min ? tile_min : tile_plain;
+        g->rec_cols[t[i].type] = 32;
+        g->rec_bytes[t[i].type] = RT * (32 + 12);
+        g->min_tokens[t[i].type] = TK_GEMM_MIN_TOKENS;
+    }
+}
