@@ -43,7 +43,9 @@ test('tps_ewma matches the client-side token rate within 5%', { skip }, async ()
   // and the machine is shared), so a flat average over a different window
   // would measure something else; it is printed for information.  The
   // first gap is the engine's first: token 0 comes with the prompt's batch.
-  const before = arrivals.filter((t) => t <= s.t);
+  // Aligned by count: the snapshot says how many tokens the session had
+  // decoded, so the client's EWMA covers exactly those arrivals.
+  const before = arrivals.slice(0, Math.min(s.sessions[0].n_decoded, arrivals.length));
   const last = before.length - 1;
   let ewmaMs = 0;
   for (let i = 1; i <= last; i++) {
