@@ -1,9 +1,11 @@
 #!/bin/sh
-# fuzz/run.sh [SECONDS] - fuzzes the GGUF reader with libFuzzer for SECONDS
-# (default 60).  Builds build-fuzz/fuzz_gguf with clang's fuzzer, ASan and
-# UBSan, seeds build-fuzz/corpus_gguf with tiny files from the writer and the
-# small real GGUFs in ../shared/models when present, and exits non-zero when
-# libFuzzer finds a crash, a leak or a hang (the input is saved in build-fuzz/).
+# fuzz/run.sh [SECONDS] - fuzzes the GGUF reader, then the server's request
+# handling (JSON validation, chat rendering, tool-call parsing), with
+# libFuzzer for SECONDS each (default 60).  Builds build-fuzz/fuzz_gguf and
+# build-fuzz/fuzz_server with clang's fuzzer, ASan and UBSan, seeds the GGUF
+# corpus with tiny files from the writer and the small real GGUFs in
+# ../shared/models when present, and exits non-zero when libFuzzer finds a
+# crash, a leak or a hang (the input is saved in build-fuzz/).
 set -eu
 cd "$(dirname "$0")/.."
 secs=${1:-60}
@@ -23,3 +25,16 @@ done
 
 "$out/fuzz_gguf" "$out/corpus_gguf" -max_total_time="$secs" -max_len=2097152 \
     -rss_limit_mb=4096 -timeout=10 -artifact_prefix="$out/" -print_final_stats=1
+
+# The server's request path: its own files with the sanitizers, the rest of
+# the library from a plain build.
+make -s all
+mkdir -p "$out/corpus_server"
+printf '{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f","parameters":{}}}]}' \
+    > "$out/corpus_server/chat.json"
+printf '<tool_call>\n{"name": "f", "arguments": {"x": 1}}\n</tool_call>' > "$out/corpus_server/call.txt"
+$cc $flags -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer \
+    fuzz/fuzz_server.c src/server/*.c src/tokenizer/tmpl_tools.c src/tokenizer/tmpl.c src/common/utf8.c \
+    build/libpolykv.a -ljansson -lmicrohttpd -lm -pthread -o "$out/fuzz_server"
+"$out/fuzz_server" "$out/corpus_server" -max_total_time="$secs" -max_len=4096 -timeout=10 \
+    -artifact_prefix="$out/" -print_final_stats=1
