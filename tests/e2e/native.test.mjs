@@ -248,3 +248,32 @@ test('an idle server uses no CPU', { skip }, async () => {
   const used = cpuSeconds(s.pid) - c0;
   assert.ok(used <= 0.02, `idle server used ${used} s of CPU in 2 s`);
 });
+
+test('/completion equals polykv run while 3 other sessions decode', { skip }, async () => {
+  const four = await startServer(sharedModel(STORIES), ['-c', '2048', '-np', '4', '-t', '1']);
+  try {
+    const prompt = 'Lily and Max went to the park. They saw';
+    const ref = runJson(sharedModel(STORIES), prompt, 24);
+    // Three sessions that keep decoding (sampled, EOS ignored) while ours runs.
+    const ctl = new AbortController();
+    const busy = ['Once upon a time', 'The sun was', 'Tom had a dog'].map((p) =>
+      fetch(four.url + '/completion', { method: 'POST', signal: ctl.signal,
+        body: JSON.stringify({ prompt: p, n_predict: 400, ignore_eos: true, temperature: 0.8, stream: true }) })
+        .then((res) => readSSE(res, () => {})).catch(() => {}));
+    for (let i = 0; ; i++) {                        // wait until all three decode
+      const sl = await get(four.url + '/slots');
+      if (sl.json.filter((x) => x.is_processing).length === 3) break;
+      assert.ok(i < 500, 'the three sessions did not start');
+      await sleep(10);
+    }
+    const r = await post(four.url + '/completion', { prompt, n_predict: 24, temperature: 0, return_tokens: true });
+    const during = (await get(four.url + '/slots')).json.filter((x) => x.is_processing).length;
+    ctl.abort();
+    await Promise.all(busy);
+    assert.equal(r.status, 200, r.text);
+    assert.deepEqual(r.json.tokens, ref.tokens);
+    assert.ok(during >= 3, `only ${during} sessions were decoding at the end`);
+  } finally {
+    assert.equal(await four.stop(), 0);
+  }
+});
