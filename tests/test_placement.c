@@ -179,12 +179,13 @@ static void scenario_park(void)
     printf("park: A's next turn reused %d of %d prompt tokens (%d new)\n", got.n_cached, na2, na2 - got.n_cached);
     eng_free(e);
 
-    /* Without parking (park_min_value out of reach) the side request costs A
-     * its history: the mechanism, not luck, is what keeps it. */
+    /* Without parking (park_min_value out of reach, no RAM tier) the side
+     * request costs A its history: the mechanism, not luck, keeps it. */
     eng_params p = eng_default_params();
     p.n_slots = 1; p.n_ctx = 8192; p.n_threads = 2;
     p.policy.ttl_max_s = 100000;
     p.policy.park_min_value = 1e9;
+    p.cache_ram_mib = 0;
     ASSERT(eng_new(m, &p, &e) == PK_OK);
     na = conv_tokens(&a, pa, 8192);
     complete(e, pa, na, 8);

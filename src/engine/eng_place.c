@@ -157,6 +157,14 @@ static double hist_value(const eng *e, const pol_hist *h)
     return pol_hist_state(&e->p.policy, h, eng_now_s()).value;
 }
 
+/* What the RAM tier takes: any history with some value and enough tokens to
+ * be worth a copy.  RAM is plentiful next to KV cells, and its budget evicts
+ * the least valuable first, so it keeps more than the cache's parking rule. */
+static bool worth_ram(int32_t n_tokens, double value)
+{
+    return n_tokens >= 64 && value > 0;
+}
+
 /* Drops history h of the snapshot: its sequence leaves every cell.  With
  * `spill`, a history worth keeping is first copied to RAM (and kept there). */
 static void drop_hist(eng *e, const snap *sn, int32_t h, const char *why, bool spill)
@@ -172,7 +180,7 @@ static void drop_hist(eng *e, const snap *sn, int32_t h, const char *why, bool s
         eng_cache_event_add(e, &ev);
         return;
     }
-    if (spill && value >= e->p.policy.park_min_value &&
+    if (spill && worth_ram(ph->n_tokens, value) &&
         eng_spill(e, ph->seq, ph->tokens, ph->n_tokens, ph->marker_pos, ph->last_use_s) >= 0) {
         ev.kind = ENG_CACHE_PARK;
         snprintf(ev.reason, sizeof ev.reason, "%s: spilled to RAM", why);
@@ -239,7 +247,7 @@ static void apply(eng *e, snap *sn, eng_task *t, const pol_decision *d)
         pol_park_plan plan;
         double kept_at = e->p.policy.park_kept_share;
         if (pol_park(&sn->s, h, d->source, 0, &plan) == PK_OK &&
-            !(kept_at > 0 && plan.kept_share >= kept_at) && plan.value >= e->p.policy.park_min_value &&
+            !(kept_at > 0 && plan.kept_share >= kept_at) && worth_ram(s->n_cache, plan.value) &&
             eng_spill(e, s->id, s->cache, s->n_cache, s->marker_pos, s->last_use_s) >= 0) {
             eng_cache_event ev = { .kind = ENG_CACHE_PARK, .task_id = t->id, .slot = s->id, .seq = s->id,
                                    .n_tokens = s->n_cache, .value = plan.value };
