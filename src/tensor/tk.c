@@ -118,6 +118,7 @@ static void build_tables(void)
         tk_fill_avx512_gemm(&gemms[ISA_AVX512]);
         tk_fill_avx512_gemmk(&gemms[ISA_AVX512]);
         tk_fill_avx512_small(&gemms[ISA_AVX512]);
+        tk_fill_avx512_gemv(&gemms[ISA_AVX512]);
         inherit(&tables[ISA_AVX512], &tables[ISA_AVX2]);
         isa_ok[ISA_AVX512] = true;
     }
@@ -157,7 +158,7 @@ static const tk_gemm *gemm_get(void)
     return &gemms[isa_chosen];
 }
 
-enum path { PATH_VEC_DOT, PATH_SMALL, PATH_GEMM };
+enum path { PATH_VEC_DOT, PATH_GEMV, PATH_SMALL, PATH_GEMM };
 
 /* The path for this product, from the types and sizes alone (so every
  * thread and every call with the same shapes agrees): the GEMM where every
@@ -166,7 +167,7 @@ enum path { PATH_VEC_DOT, PATH_SMALL, PATH_GEMM };
  * every matrix has them; else one vec_dot per output. */
 static enum path choose_path(const tk_gemm *g, const tk_mat *mats, int n_mat, int64_t n_cols, int64_t n_tok)
 {
-    bool gemm = true, small = n_tok >= 2 && n_tok < TK_SMALL_LANES;
+    bool gemm = true, small = n_tok >= 2 && n_tok < TK_SMALL_LANES, gemv = n_tok == 1;
     for (int i = 0; i < n_mat; i++) {
         int t = mats[i].type;
         tq_type vt = tq_get(t)->vec_dot_type;
@@ -176,8 +177,10 @@ static enum path choose_path(const tk_gemm *g, const tk_mat *mats, int n_mat, in
             gemm = false;
         if (!g->small_rows[t] || !g->small_pack_a[vt] || tk_small_act_bytes(n_cols) + row > TP_SCRATCH_BYTES)
             small = false;
+        if (!g->gemv_rows[t] || !g->gemv_pack_a[vt] || tk_gemv_act_bytes(n_cols) + row > TP_SCRATCH_BYTES)
+            gemv = false;
     }
-    return gemm ? PATH_GEMM : small ? PATH_SMALL : PATH_VEC_DOT;
+    return gemm ? PATH_GEMM : small ? PATH_SMALL : gemv ? PATH_GEMV : PATH_VEC_DOT;
 }
 
 static size_t act_bytes(const tk_gemm *g, const tk_mat *mats, int n_mat, int64_t n_cols, int64_t n_tok)
@@ -319,6 +322,11 @@ void tk_matmul_multi_job(int ith, int nth, tp_pool *tp, const tk_mat *mats, int 
             if (t < n_tok) ops->quantize[vt](x + t * n_cols, mine, n_cols);
             g->small_pack_a[vt](t < n_tok ? mine : NULL, n_cols, (int)t, act);
         }
+    } else if (path == PATH_GEMV) {
+        act = mine + tq_row_size(vt, n_cols) + TK_LINE;
+        act -= (uintptr_t)act % TK_LINE;
+        ops->quantize[vt](x, mine, n_cols);
+        g->gemv_pack_a[vt](mine, n_cols, 0, act);
     } else if (vt == TQ_F32) {
         act = (char *)x;
         arow = (size_t)n_cols * sizeof(float);
@@ -339,6 +347,7 @@ void tk_matmul_multi_job(int ith, int nth, tp_pool *tp, const tk_mat *mats, int 
     ASSERT(n_mat <= (int)ARRAY_LEN(per));
     for (int i = 0; i < n_mat; i++) {
         per[i] = unit_rows(&mats[i], n_cols, nth, gemm);
+        if (path == PATH_GEMV) per[i] = (per[i] + 15) & ~(int64_t)15;   /* whole 16-row tiles */
         n_units += (mats[i].n_rows + per[i] - 1) / per[i];
     }
     for (;;) {
@@ -349,9 +358,9 @@ void tk_matmul_multi_job(int ith, int nth, tp_pool *tp, const tk_mat *mats, int 
         int64_t r0 = u * per[i];
         if (gemm) {
             rows_gemm(g, &mats[i], n_cols, act, n_tok, r0, mine);
-        } else if (path == PATH_SMALL) {
+        } else if (path == PATH_SMALL || path == PATH_GEMV) {
             size_t wrow = tq_row_size(mats[i].type, n_cols);
-            g->small_rows[mats[i].type]((const char *)mats[i].w + (size_t)r0 * wrow, wrow,
+            (path == PATH_SMALL ? g->small_rows : g->gemv_rows)[mats[i].type]((const char *)mats[i].w + (size_t)r0 * wrow, wrow,
                                         (int)(MIN(mats[i].n_rows, r0 + per[i]) - r0), n_cols, act, (int)n_tok,
                                         mats[i].y + r0, mats[i].n_rows);
         } else

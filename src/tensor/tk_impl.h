@@ -79,6 +79,14 @@ static inline size_t tk_small_act_bytes(int64_t n_cols) { return (size_t)n_cols 
 typedef void (*tk_small_rows_fn)(const void *w, size_t wrow, int n_rows, int64_t n_cols, const void *act,
                                  int n_tok, float *y, int64_t y_stride);
 
+/*
+ * ONE TOKEN (decoding), 32-value formats: 16 rows at a time with rows across
+ * the lanes for the float work, the per-output arithmetic of the GEMM again
+ * (tk_gemv_avx512.c).  gemv_pack_a lays one converted row out for it in
+ * tk_gemv_act_bytes; gemv_rows takes small_rows' arguments with n_tok 1.
+ */
+static inline size_t tk_gemv_act_bytes(int64_t n_cols) { return (size_t)((n_cols / 32 + 3) / 4) * 256; }
+
 typedef struct tk_gemm {
     tk_pack_w_fn pack_w[TQ_COUNT];   /* by weight type; NULL: no GEMM for it */
     tk_tile_fn tile[TQ_COUNT];       /* by weight type */
@@ -89,6 +97,9 @@ typedef struct tk_gemm {
     /* the small-batch path (2 .. TK_SMALL_LANES - 1 tokens) */
     tk_pack_a_fn small_pack_a[TQ_COUNT];   /* by activation type */
     tk_small_rows_fn small_rows[TQ_COUNT]; /* by weight type */
+    /* the one-token path (tk_gemv_avx512.c): same signatures, n_tok 1 */
+    tk_pack_a_fn gemv_pack_a[TQ_COUNT];    /* by activation type */
+    tk_small_rows_fn gemv_rows[TQ_COUNT];  /* by weight type */
 } tk_gemm;
 
 /* Bytes of a panel of `type` over n_cols columns. */
@@ -100,5 +111,6 @@ static inline size_t tk_panel_bytes(const tk_gemm *g, int type, int64_t n_cols)
 void tk_fill_avx512_gemm(tk_gemm *g);    /* tk_gemm_avx512.c: VNNI, 32-value formats */
 void tk_fill_avx512_gemmk(tk_gemm *g);   /* tk_gemmk_avx512.c: VNNI, K-quants */
 void tk_fill_avx512_small(tk_gemm *g);   /* tk_small_avx512.c: VNNI, 32-value formats */
+void tk_fill_avx512_gemv(tk_gemm *g);    /* tk_gemv_avx512.c: VNNI, 32-value formats */
 
 #endif
