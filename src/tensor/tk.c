@@ -117,6 +117,8 @@ static void build_tables(void)
         tk_fill_avx512_elem(&tables[ISA_AVX512]);
         tk_fill_avx512_gemm(&gemms[ISA_AVX512]);
         tk_fill_avx512_gemmk(&gemms[ISA_AVX512]);
+        tk_fill_avx512_small(&gemms[ISA_AVX512]);
+        tk_fill_avx512_gemv(&gemms[ISA_AVX512]);
         inherit(&tables[ISA_AVX512], &tables[ISA_AVX2]);
         isa_ok[ISA_AVX512] = true;
     }
@@ -156,18 +158,29 @@ static const tk_gemm *gemm_get(void)
     return &gemms[isa_chosen];
 }
 
-/* Whether the GEMM path runs this product: every matrix has GEMM pieces and
- * its panel plus one converted row fit a thread's scratch. */
-static bool use_gemm(const tk_gemm *g, const tk_mat *mats, int n_mat, int64_t n_cols, int64_t n_tok)
+enum path { PATH_VEC_DOT, PATH_GEMV, PATH_SMALL, PATH_GEMM };
+
+/* The path for this product, from the types and sizes alone (so every
+ * thread and every call with the same shapes agrees): the GEMM where every
+ * matrix has it and its panel plus one converted row fit a thread's
+ * scratch; the small-batch kernels for 2 .. TK_SMALL_LANES - 1 tokens where
+ * every matrix has them; else one vec_dot per output. */
+static enum path choose_path(const tk_gemm *g, const tk_mat *mats, int n_mat, int64_t n_cols, int64_t n_tok)
 {
+    bool gemm = true, small = n_tok >= 2 && n_tok < TK_SMALL_LANES, gemv = n_tok == 1;
     for (int i = 0; i < n_mat; i++) {
         int t = mats[i].type;
         tq_type vt = tq_get(t)->vec_dot_type;
-        if (!g->pack_w[t] || !g->pack_a[vt] || n_cols % g->rec_cols[t] != 0) return false;
-        if (n_tok < MAX(TK_GEMM_MIN_TOKENS, g->min_tokens[t])) return false;
-        if (tk_panel_bytes(g, t, n_cols) + tq_row_size(vt, n_cols) + TK_LINE > TP_SCRATCH_BYTES) return false;
+        size_t row = tq_row_size(vt, n_cols) + TK_LINE;
+        if (!g->pack_w[t] || !g->pack_a[vt] || n_cols % g->rec_cols[t] != 0 ||
+            n_tok < MAX(TK_GEMM_MIN_TOKENS, g->min_tokens[t]) || tk_panel_bytes(g, t, n_cols) + row > TP_SCRATCH_BYTES)
+            gemm = false;
+        if (!g->small_rows[t] || !g->small_pack_a[vt] || tk_small_act_bytes(n_cols) + row > TP_SCRATCH_BYTES)
+            small = false;
+        if (!g->gemv_rows[t] || !g->gemv_pack_a[vt] || tk_gemv_act_bytes(n_cols) + row > TP_SCRATCH_BYTES)
+            gemv = false;
     }
-    return true;
+    return gemm ? PATH_GEMM : small ? PATH_SMALL : gemv ? PATH_GEMV : PATH_VEC_DOT;
 }
 
 static size_t act_bytes(const tk_gemm *g, const tk_mat *mats, int n_mat, int64_t n_cols, int64_t n_tok)
@@ -176,7 +189,7 @@ static size_t act_bytes(const tk_gemm *g, const tk_mat *mats, int n_mat, int64_t
     ASSERT(tw && tw->supported);
     size_t rows = tw->vec_dot_type == TQ_F32 ? 0 : tq_row_size(tw->vec_dot_type, n_cols) * (size_t)n_tok;
     size_t groups = (size_t)((n_tok + TK_GEMM_LANES - 1) / TK_GEMM_LANES) * tk_group_bytes(n_cols);
-    return use_gemm(g, mats, n_mat, n_cols, n_tok) ? MAX(rows, groups) : rows;
+    return choose_path(g, mats, n_mat, n_cols, n_tok) == PATH_GEMM ? MAX(rows, groups) : rows;
 }
 
 size_t tk_matmul_multi_scratch_size(const tk_mat *mats, int n_mat, int64_t n_cols, int64_t n_tok)
@@ -209,7 +222,7 @@ static void convert_blocks(tk_quantize_fn quantize, const tq_traits *ta, const f
 /* Work units of matrix m: row chunks (vec_dot) or panels (GEMM). */
 static int64_t unit_rows(const tk_mat *m, int64_t n_cols, int nth, bool gemm)
 {
-    if (gemm) return TK_GEMM_ROWS;
+    if (gemm) return TK_GEMM_ROWS;   /* a panel */
     size_t wrow = tq_row_size(m->type, n_cols);
     int64_t chunk = (int64_t)((TK_CHUNK_BYTES + wrow - 1) / wrow);
     int64_t fair = (m->n_rows + (int64_t)nth * TK_CHUNKS_PER_THREAD - 1) / ((int64_t)nth * TK_CHUNKS_PER_THREAD);
@@ -288,7 +301,8 @@ void tk_matmul_multi_job(int ith, int nth, tp_pool *tp, const tk_mat *mats, int 
     }
     const tq_traits *ta = tq_get(vt);
     ASSERT(n_cols % ta->blck_size == 0);
-    bool gemm = use_gemm(g, mats, n_mat, n_cols, n_tok);
+    enum path path = choose_path(g, mats, n_mat, n_cols, n_tok);
+    bool gemm = path == PATH_GEMM;
 
     char *base = (char *)(((uintptr_t)scratch + TK_LINE - 1) & ~(uintptr_t)(TK_LINE - 1));
     mm_sync *sync = (mm_sync *)base;
@@ -300,6 +314,19 @@ void tk_matmul_multi_job(int ith, int nth, tp_pool *tp, const tk_mat *mats, int 
         tp_split(n_tok, ith, nth, &t0, &t1);
         pack_groups(ops, g, vt, x, n_cols, n_tok, act, t0, t1, mine, ith);
         tp_barrier(tp);
+    } else if (path == PATH_SMALL) {
+        /* every thread packs all tokens for itself: no barrier */
+        act = mine + tq_row_size(vt, n_cols) + TK_LINE;
+        act -= (uintptr_t)act % TK_LINE;
+        for (int64_t t = 0; t < TK_SMALL_LANES; t++) {
+            if (t < n_tok) ops->quantize[vt](x + t * n_cols, mine, n_cols);
+            g->small_pack_a[vt](t < n_tok ? mine : NULL, n_cols, (int)t, act);
+        }
+    } else if (path == PATH_GEMV) {
+        act = mine + tq_row_size(vt, n_cols) + TK_LINE;
+        act -= (uintptr_t)act % TK_LINE;
+        ops->quantize[vt](x, mine, n_cols);
+        g->gemv_pack_a[vt](mine, n_cols, 0, act);
     } else if (vt == TQ_F32) {
         act = (char *)x;
         arow = (size_t)n_cols * sizeof(float);
@@ -320,6 +347,7 @@ void tk_matmul_multi_job(int ith, int nth, tp_pool *tp, const tk_mat *mats, int 
     ASSERT(n_mat <= (int)ARRAY_LEN(per));
     for (int i = 0; i < n_mat; i++) {
         per[i] = unit_rows(&mats[i], n_cols, nth, gemm);
+        if (path == PATH_GEMV) per[i] = (per[i] + 15) & ~(int64_t)15;   /* whole 16-row tiles */
         n_units += (mats[i].n_rows + per[i] - 1) / per[i];
     }
     for (;;) {
@@ -328,8 +356,15 @@ void tk_matmul_multi_job(int ith, int nth, tp_pool *tp, const tk_mat *mats, int 
         int i = 0;
         for (int64_t n; u >= (n = (mats[i].n_rows + per[i] - 1) / per[i]); i++) u -= n;
         int64_t r0 = u * per[i];
-        if (gemm) rows_gemm(g, &mats[i], n_cols, act, n_tok, r0, mine);
-        else rows_vec_dot(ops, &mats[i], n_cols, act, arow, n_tok, r0, MIN(mats[i].n_rows, r0 + per[i]));
+        if (gemm) {
+            rows_gemm(g, &mats[i], n_cols, act, n_tok, r0, mine);
+        } else if (path == PATH_SMALL || path == PATH_GEMV) {
+            size_t wrow = tq_row_size(mats[i].type, n_cols);
+            (path == PATH_SMALL ? g->small_rows : g->gemv_rows)[mats[i].type]((const char *)mats[i].w + (size_t)r0 * wrow, wrow,
+                                        (int)(MIN(mats[i].n_rows, r0 + per[i]) - r0), n_cols, act, (int)n_tok,
+                                        mats[i].y + r0, mats[i].n_rows);
+        } else
+            rows_vec_dot(ops, &mats[i], n_cols, act, arow, n_tok, r0, MIN(mats[i].n_rows, r0 + per[i]));
     }
     if (atomic_fetch_add_explicit(&sync->n_done, 1, memory_order_acq_rel) == nth - 1) {
         atomic_store_explicit(&sync->next_unit, 0, memory_order_relaxed);

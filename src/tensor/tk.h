@@ -93,16 +93,19 @@ const tk_ops *tk_ops_named(const char *isa);
  * weights, and few tokens are converted, in the pool's per-thread scratch,
  * tp_scratch).
  *
- * Two paths, chosen from (weight type, n_cols, n_tok) alone:
- *   - fewer than TK_GEMM_MIN_TOKENS tokens (more for some types: where
- *     the GEMM starts to pay), or no GEMM kernel for the type in this
- *     table: each output is one vec_dot of the chosen table;
- *   - otherwise the GEMM of tk_impl.h (12 rows x 16 tokens per tile, VNNI).
- *     For the K-quants it does the reference's float operations, so it
- *     equals vec_dot to the bit; for the 32-value formats it adds whole
- *     blocks (one rounding per block instead of one per 8 lanes), within
- *     the error budget above, and a token's outputs do not depend on its
- *     place in the batch.
+ * Three paths, chosen from (weight types, n_cols, n_tok) alone:
+ *   - one token, or no faster kernel for the type in this table: each
+ *     output is one vec_dot of the chosen table;
+ *   - 2 .. 7 tokens (batched decoding), 32-value formats: the small-batch
+ *     kernels, weights read once from the mapped rows for all tokens;
+ *   - TK_GEMM_MIN_TOKENS or more (32 for the K-quants): the GEMM of
+ *     tk_impl.h (12 rows x 16 tokens per tile, packed panels, VNNI).
+ * For the K-quants the GEMM does the reference's float operations, so it
+ * equals vec_dot to the bit.  For the 32-value formats the small-batch and
+ * GEMM kernels add whole blocks (one rounding per block instead of one per
+ * 8 lanes), within the error budget above, and both do the same operations
+ * per output, so from 2 tokens on a token's outputs do not depend on the
+ * batch it is in.
  * Either way results do not depend on the thread count.
  */
 #define TK_GEMM_MIN_TOKENS 8

@@ -1,38 +1,38 @@
 /*
  * tk_attn_avx512.c - attention of a group of query rows sharing one K/V head
- * (tk.h, tk_attn), with AVX-512 F/VL (256-bit registers: on the target, AMD
- * Zen 4, two 256-bit FMAs per cycle equal one 512-bit one, and 8 lanes fit
- * a GQA group of 7 query heads of one decoded token far better than 16).
+ * (tk.h, tk_attn), AVX-512F.
  *
- * DESIGN: query rows go across the 8 lanes of a ymm register, so every step
- * is vertical and no horizontal sum is ever needed:
+ * DESIGN: head dimensions go across the 16 lanes of a zmm register.  The
+ * cells are walked once, in blocks of 16; a block's K and V rows are
+ * converted to float once into L1 scratch and then serve every row:
  *
- *   qt [hd_k][8]   the group's queries transposed (lane = row)
- *   s_j = sum_d  K[j][d] (broadcast) * qt[d]        8 rows' scores of cell j
- *   o  [hd_v][8]   += V[j][d] (broadcast) * p_j     output, transposed
+ *   scores   for one row, 16 cells at once: acc[c] = sum_k K[c][k..k+15] *
+ *            q[k..k+15] (hd/16 FMAs each), then one transposing reduction
+ *            tree turns the 16 accumulators into one register of 16 scores
+ *            (45 shuffles and adds for 16 dot products)
+ *   softmax  per row a running max m and sum l: the block's 16
+ *            probabilities p = exp(s - m_new) in one vector exp, the old
+ *            sum and output scaled by exp(m_old - m_new); cells the row must
+ *            not see (j >= n_kv[i]) score -inf and weigh exactly 0
+ *   values   o[r] += p[r][c] * V[c], a few rows at a time with their
+ *            outputs held in registers, V rows loaded once per few rows
  *
- * The cells are walked once in blocks of 64: the block's K and V rows are
- * converted to float once (shared by both groups of 8 rows when there are
- * 16), then each group computes its scores, updates its running max m,
- * rescales its sum and output by exp(m_old - m_new) and adds the block's
- * exp(s - m) and weighted V rows.  Cells a row must not see (j >= n_kv[i])
- * score -inf and weigh exactly 0.  The block sums are float, the running
- * total double.
- *
- * exp: tk_exp_avx512.h (relative error below 2e-7; below -88 gives 0).
+ * so a decoded token's 7 query heads cost about 13 vector operations per
+ * cell each (head dim 64), and nothing is ever reduced one value at a time.
+ * Block sums are float, the running sum double; exp is tk_exp_avx512.h
+ * (relative error below 2e-7).  Head dims must be multiples of 16 (up to
+ * TK_ATTN_MAX_DIM); other shapes go to the scalar reference.
  */
 #include "tk_exp_avx512.h"
 #include "tk_impl.h"
 
 #include <float.h>
-#include <immintrin.h>
 #include <math.h>
 #include <string.h>
 
-#define LANES 8
-#define BLK 64
+#define BLK 16
 
-/* Row `cell` of K or V as n floats into dst. */
+/* Row `cell` of K or V as n floats into dst (64-byte aligned). */
 static inline void load_row(float *dst, const void *base, size_t stride, int cell, int n, tq_type type)
 {
     const char *row = (const char *)base + (size_t)cell * stride;
@@ -40,157 +40,149 @@ static inline void load_row(float *dst, const void *base, size_t stride, int cel
         for (int d = 0; d < n; d += 16)
             _mm512_store_ps(dst + d, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 2 * d))));
     } else {
-        memcpy(dst, row, (size_t)n * sizeof(float));
+        for (int d = 0; d < n; d += 16) _mm512_store_ps(dst + d, _mm512_loadu_ps((const float *)row + d));
     }
 }
 
-/* State of one group of up to 8 rows. */
-typedef struct {
-    float *qt;            /* [hd_k][8] */
-    float *o;             /* [hd_v][8] */
-    __m256i n_kv;         /* cells each lane sees (0 for absent lanes) */
-    __m256 m;             /* running max */
-    __m256d l_lo, l_hi;   /* running sum, lanes 0-3 and 4-7 */
-    int max_kv;
-} group;
-
-/* Scores of cells [0, nb) of the block for group g into sb[j][8], masked;
- * returns their lane-wise max. */
-static __m256 scores(const group *g, const float *kb, int hk, int j0, int nb, float scale, float *sb)
+/* Lane i of the result = the sum of the lanes of v[i], i < 16. */
+static inline __m512 sum16x16(__m512 v[16])
 {
-    __m256 bmax = _mm256_set1_ps(-INFINITY);
-    const __m256 vscale = _mm256_set1_ps(scale);
-    int j = 0;
-    for (; j + 4 <= nb; j += 4) {
-        const float *k0 = kb + (size_t)j * hk;
-        __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-        for (int d = 0; d < hk; d++) {
-            __m256 q = _mm256_load_ps(g->qt + d * LANES);
-            s0 = _mm256_fmadd_ps(_mm256_broadcast_ss(k0 + d), q, s0);
-            s1 = _mm256_fmadd_ps(_mm256_broadcast_ss(k0 + hk + d), q, s1);
-            s2 = _mm256_fmadd_ps(_mm256_broadcast_ss(k0 + 2 * hk + d), q, s2);
-            s3 = _mm256_fmadd_ps(_mm256_broadcast_ss(k0 + 3 * hk + d), q, s3);
-        }
-        __m256 s[4] = { s0, s1, s2, s3 };
-        for (int c = 0; c < 4; c++) {
-            __mmask8 vis = _mm256_cmpgt_epi32_mask(g->n_kv, _mm256_set1_epi32(j0 + j + c));
-            __m256 v = _mm256_mask_blend_ps(vis, _mm256_set1_ps(-INFINITY), _mm256_mul_ps(s[c], vscale));
-            _mm256_store_ps(sb + (j + c) * LANES, v);
-            bmax = _mm256_max_ps(bmax, v);
-        }
+    __m512 t[8], u[4], w[2];
+    #pragma GCC unroll 8
+    for (int i = 0; i < 8; i++)   /* per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3] */
+        t[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+    #pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) { /* per 128-bit lane: one partial of each of 4 vectors */
+        __m512d a = _mm512_castps_pd(t[2 * i]), b = _mm512_castps_pd(t[2 * i + 1]);
+        u[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
     }
-    for (; j < nb; j++) {
-        const float *k0 = kb + (size_t)j * hk;
-        __m256 s0 = _mm256_setzero_ps();
-        for (int d = 0; d < hk; d++) s0 = _mm256_fmadd_ps(_mm256_broadcast_ss(k0 + d), _mm256_load_ps(g->qt + d * LANES), s0);
-        __mmask8 vis = _mm256_cmpgt_epi32_mask(g->n_kv, _mm256_set1_epi32(j0 + j));
-        __m256 v = _mm256_mask_blend_ps(vis, _mm256_set1_ps(-INFINITY), _mm256_mul_ps(s0, vscale));
-        _mm256_store_ps(sb + j * LANES, v);
-        bmax = _mm256_max_ps(bmax, v);
-    }
-    return bmax;
+    #pragma GCC unroll 2
+    for (int i = 0; i < 2; i++)   /* 128-bit lanes (0+1, 2+3) of each of two: 4 sums per lane */
+        w[i] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(w[0], w[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(w[0], w[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-/* o[d] += sum over cells j < nb of V[j][d] * p_j, 16 dims at a time. */
-static void accumulate(group *g, const float *vb, int hv, int nb, const float *sb)
+/* Scores of row r (q, its n_kv) against the block's cells [j0, j0 + 16). */
+static inline __m512 scores16(const float *kb, int hk, const float *q, int j0, int n_kv, float scale)
 {
-    for (int d0 = 0; d0 < hv; d0 += 16) {
-        __m256 acc[16];
+    __m512 acc[16];
+    #pragma GCC unroll 16
+    for (int c = 0; c < 16; c++) acc[c] = _mm512_setzero_ps();
+    for (int k = 0; k < hk; k += 16) {
+        __m512 qv = _mm512_load_ps(q + k);
         #pragma GCC unroll 16
-        for (int k = 0; k < 16; k++) acc[k] = _mm256_load_ps(g->o + (d0 + k) * LANES);
-        for (int j = 0; j < nb; j++) {
-            __m256 p = _mm256_load_ps(sb + j * LANES);
-            const float *v = vb + (size_t)j * hv + d0;
-            #pragma GCC unroll 16
-            for (int k = 0; k < 16; k++) acc[k] = _mm256_fmadd_ps(_mm256_broadcast_ss(v + k), p, acc[k]);
-        }
-        #pragma GCC unroll 16
-        for (int k = 0; k < 16; k++) _mm256_store_ps(g->o + (d0 + k) * LANES, acc[k]);
+        for (int c = 0; c < 16; c++) acc[c] = _mm512_fmadd_ps(_mm512_load_ps(kb + (size_t)c * hk + k), qv, acc[c]);
     }
+    __m512 s = _mm512_mul_ps(sum16x16(acc), _mm512_set1_ps(scale));
+    __mmask16 vis = _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(n_kv), _mm512_add_epi32(_mm512_set1_epi32(j0),
+                                            _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)));
+    return _mm512_mask_blend_ps(vis, _mm512_set1_ps(-INFINITY), s);
 }
 
-/* One block for one group: scores, running max, rescale, exp, V. */
-static void group_block(group *g, const float *kb, const float *vb, int hk, int hv, int j0, int nb,
-                        float scale, float *sb)
+/* o[r] += sum over cells c < nb of p[r][c] * V[c] for rows [r0, r0 + G). */
+static inline __attribute__((always_inline)) void
+values(float *o, const float *vb, const float *p, int hv, int nb, int r0, const int G, const int NV)
 {
-    __m256 bmax = scores(g, kb, hk, j0, nb, scale, sb);
-    __m256 m_new = _mm256_max_ps(g->m, bmax);
-    __m256 corr = tk_exp8(_mm256_sub_ps(g->m, m_new));
-    g->m = m_new;
-    g->l_lo = _mm256_mul_pd(g->l_lo, _mm256_cvtps_pd(_mm256_castps256_ps128(corr)));
-    g->l_hi = _mm256_mul_pd(g->l_hi, _mm256_cvtps_pd(_mm256_extractf128_ps(corr, 1)));
-    for (int d = 0; d < hv; d++)
-        _mm256_store_ps(g->o + d * LANES, _mm256_mul_ps(_mm256_load_ps(g->o + d * LANES), corr));
-    __m256 psum = _mm256_setzero_ps();
-    for (int j = 0; j < nb; j++) {
-        __m256 p = tk_exp8(_mm256_sub_ps(_mm256_load_ps(sb + j * LANES), m_new));
-        _mm256_store_ps(sb + j * LANES, p);
-        psum = _mm256_add_ps(psum, p);
+    __m512 acc[24];
+    #pragma GCC unroll 24
+    for (int i = 0; i < G * NV; i++) acc[i] = _mm512_load_ps(o + (size_t)(r0 + i / NV) * hv + 16 * (i % NV));
+    for (int c = 0; c < nb; c++) {
+        __m512 v[8];
+        #pragma GCC unroll 8
+        for (int k = 0; k < NV; k++) v[k] = _mm512_load_ps(vb + (size_t)c * hv + 16 * k);
+        #pragma GCC unroll 8
+        for (int r = 0; r < G; r++) {
+            __m512 pc = _mm512_set1_ps(p[(r0 + r) * BLK + c]);
+            #pragma GCC unroll 8
+            for (int k = 0; k < NV; k++) acc[r * NV + k] = _mm512_fmadd_ps(pc, v[k], acc[r * NV + k]);
+        }
     }
-    g->l_lo = _mm256_add_pd(g->l_lo, _mm256_cvtps_pd(_mm256_castps256_ps128(psum)));
-    g->l_hi = _mm256_add_pd(g->l_hi, _mm256_cvtps_pd(_mm256_extractf128_ps(psum, 1)));
-    accumulate(g, vb, hv, nb, sb);
+    #pragma GCC unroll 24
+    for (int i = 0; i < G * NV; i++) _mm512_store_ps(o + (size_t)(r0 + i / NV) * hv + 16 * (i % NV), acc[i]);
+}
+
+/* values() for n rows, in groups as large as the registers allow. */
+static void values_all(float *o, const float *vb, const float *p, int hv, int nb, int n)
+{
+    int r = 0;
+    switch (hv / 16) {
+    case 1:  for (; r + 8 <= n; r += 8) values(o, vb, p, hv, nb, r, 8, 1); for (; r < n; r++) values(o, vb, p, hv, nb, r, 1, 1); break;
+    case 2:  for (; r + 8 <= n; r += 8) values(o, vb, p, hv, nb, r, 8, 2); for (; r < n; r++) values(o, vb, p, hv, nb, r, 1, 2); break;
+    case 4:  for (; r + 5 <= n; r += 5) values(o, vb, p, hv, nb, r, 5, 4); for (; r < n; r++) values(o, vb, p, hv, nb, r, 1, 4); break;
+    case 8:  for (; r + 2 <= n; r += 2) values(o, vb, p, hv, nb, r, 2, 8); for (; r < n; r++) values(o, vb, p, hv, nb, r, 1, 8); break;
+    default: for (; r < n; r++)
+                 for (int k = 0; k < hv; k += 16) values(o + k, vb + k, p, hv, nb, r, 1, 1);
+             break;
+    }
 }
 
 static void attend(const tk_attn *a, void *scratch)
 {
-    const int hk = a->hd_k, hv = a->hd_v;
-    if (a->n_q > TK_ATTN_ROWS || hk > TK_ATTN_MAX_DIM || hv > TK_ATTN_MAX_DIM || hk % 16 || hv % 16) {
+    const int hk = a->hd_k, hv = a->hd_v, n = a->n_q;
+    if (n > TK_ATTN_ROWS || hk > TK_ATTN_MAX_DIM || hv > TK_ATTN_MAX_DIM || hk % 16 || hv % 16) {
         tk_attend_ref(a, scratch);
         return;
     }
     float *base = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
-    float *kb = base, *vb = kb + BLK * hk, *sb = vb + BLK * hv;   /* [BLK][hk], [BLK][hv], [BLK][8] */
-    float *rest = sb + BLK * LANES;
-    const int n_groups = (a->n_q + LANES - 1) / LANES;
-    group gs[TK_ATTN_ROWS / LANES];
+    float *q = base;                        /* [n][hk] the (rounded) queries */
+    float *kb = q + TK_ATTN_ROWS * hk;      /* [BLK][hk] */
+    float *vb = kb + BLK * hk;              /* [BLK][hv] */
+    float *o = vb + BLK * hv;               /* [n][hv] outputs, unnormalized */
+    float *p = o + TK_ATTN_ROWS * hv;       /* [n][BLK] a block's probabilities */
+    float m[TK_ATTN_ROWS];
+    double l[TK_ATTN_ROWS];
     int max_kv = 0;
-    for (int gi = 0; gi < n_groups; gi++) {
-        group *g = &gs[gi];
-        g->qt = rest;
-        g->o = rest + hk * LANES;
-        rest += (hk + hv) * LANES;
-        int32_t nkv[LANES];
-        g->max_kv = 0;
-        for (int l = 0; l < LANES; l++) {
-            int i = gi * LANES + l;
-            nkv[l] = i < a->n_q ? a->n_kv[i] : 0;
-            g->max_kv = MAX(g->max_kv, nkv[l]);
-            for (int d = 0; d < hk; d++) {
-                float v = i < a->n_q ? a->q[(size_t)i * hk + d] : 0.0f;
-                if (a->kv_type == TQ_F16) v = _cvtsh_ss(_cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT));
-                g->qt[d * LANES + l] = v;
-            }
+    for (int r = 0; r < n; r++) {
+        for (int d = 0; d < hk; d += 16) {
+            __m512 v = _mm512_loadu_ps(a->q + (size_t)r * hk + d);
+            if (a->kv_type == TQ_F16) v = _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+            _mm512_store_ps(q + (size_t)r * hk + d, v);
         }
-        memset(g->o, 0, (size_t)hv * LANES * sizeof(float));
-        g->n_kv = _mm256_loadu_si256((const __m256i *)nkv);
-        g->m = _mm256_set1_ps(-FLT_MAX);
-        g->l_lo = g->l_hi = _mm256_setzero_pd();
-        max_kv = MAX(max_kv, g->max_kv);
+        memset(o + (size_t)r * hv, 0, (size_t)hv * sizeof(float));
+        m[r] = -FLT_MAX;
+        l[r] = 0;
+        max_kv = MAX(max_kv, a->n_kv[r]);
     }
 
     for (int j0 = 0; j0 < max_kv; j0 += BLK) {
         int nb = MIN(BLK, max_kv - j0);
-        for (int j = 0; j < nb; j++) {
-            load_row(kb + (size_t)j * hk, a->k, a->k_stride, a->cells[j0 + j], hk, a->kv_type);
-            load_row(vb + (size_t)j * hv, a->v, a->v_stride, a->cells[j0 + j], hv, a->kv_type);
+        for (int c = 0; c < nb; c++) {
+            load_row(kb + (size_t)c * hk, a->k, a->k_stride, a->cells[j0 + c], hk, a->kv_type);
+            load_row(vb + (size_t)c * hv, a->v, a->v_stride, a->cells[j0 + c], hv, a->kv_type);
         }
-        for (int gi = 0; gi < n_groups; gi++) {
-            group *g = &gs[gi];
-            if (j0 < g->max_kv) group_block(g, kb, vb, hk, hv, j0, MIN(nb, g->max_kv - j0), a->scale, sb);
+        if (nb < BLK) {   /* masked below; zeros keep stale scratch from making NaNs */
+            memset(kb + (size_t)nb * hk, 0, (size_t)(BLK - nb) * hk * sizeof(float));
+            memset(vb + (size_t)nb * hv, 0, (size_t)(BLK - nb) * hv * sizeof(float));
         }
+        for (int r = 0; r < n; r++) {
+            float *pr = p + r * BLK;
+            if (a->n_kv[r] <= j0) {   /* nothing new for this row */
+                _mm512_store_ps(pr, _mm512_setzero_ps());
+                continue;
+            }
+            __m512 s = scores16(kb, hk, q + (size_t)r * hk, j0, a->n_kv[r], a->scale);
+            float m_new = fmaxf(m[r], _mm512_reduce_max_ps(s));
+            if (m_new > m[r]) {
+                float corr = _mm512_cvtss_f32(tk_exp16(_mm512_set1_ps(m[r] - m_new)));
+                l[r] *= corr;
+                float *orow = o + (size_t)r * hv;
+                for (int d = 0; d < hv; d += 16)
+                    _mm512_store_ps(orow + d, _mm512_mul_ps(_mm512_load_ps(orow + d), _mm512_set1_ps(corr)));
+                m[r] = m_new;
+            }
+            __m512 e = tk_exp16(_mm512_sub_ps(s, _mm512_set1_ps(m_new)));
+            l[r] += _mm512_reduce_add_ps(e);
+            _mm512_store_ps(pr, e);
+        }
+        values_all(o, vb, p, hv, nb, n);
     }
 
-    for (int gi = 0; gi < n_groups; gi++) {
-        const group *g = &gs[gi];
-        double l[LANES];
-        _mm256_storeu_pd(l, g->l_lo);
-        _mm256_storeu_pd(l + 4, g->l_hi);
-        for (int k = 0; k < LANES && gi * LANES + k < a->n_q; k++) {
-            float inv = (float)(1.0 / l[k]);
-            float *out = a->out + (size_t)(gi * LANES + k) * hv;
-            for (int d = 0; d < hv; d++) out[d] = g->o[d * LANES + k] * inv;
-        }
+    for (int r = 0; r < n; r++) {
+        __m512 inv = _mm512_set1_ps((float)(1.0 / l[r]));
+        for (int d = 0; d < hv; d += 16)
+            _mm512_storeu_ps(a->out + (size_t)r * hv + d, _mm512_mul_ps(_mm512_load_ps(o + (size_t)r * hv + d), inv));
     }
 }
 

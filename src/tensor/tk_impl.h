@@ -65,6 +65,28 @@ typedef void (*tk_pack_a_fn)(const void *row, int64_t n_cols, int lane, void *gr
 typedef void (*tk_tile_fn)(const void *panel, int64_t n_cols, const void *group,
                            float out[TK_GEMM_ROWS][TK_GEMM_LANES]);
 
+/*
+ * SMALL BATCH: 2 .. TK_SMALL_LANES - 1 tokens (batched decoding), where a
+ * weight serves too few tokens to pay for a panel: weights are read straight
+ * from the mapped rows, tokens across 8 lanes (tk_small_avx512.c), with the
+ * per-output arithmetic of the type's GEMM.  small_pack_a writes one token's
+ * converted row (NULL: a blank) into lane `lane` of a tk_small_act_bytes
+ * buffer; small_rows computes y[t * y_stride + r] for its n_rows rows and
+ * every token t < n_tok.
+ */
+#define TK_SMALL_LANES 8
+static inline size_t tk_small_act_bytes(int64_t n_cols) { return (size_t)n_cols * 10; }
+typedef void (*tk_small_rows_fn)(const void *w, size_t wrow, int n_rows, int64_t n_cols, const void *act,
+                                 int n_tok, float *y, int64_t y_stride);
+
+/*
+ * ONE TOKEN (decoding), 32-value formats: 16 rows at a time with rows across
+ * the lanes for the float work, the per-output arithmetic of the GEMM again
+ * (tk_gemv_avx512.c).  gemv_pack_a lays one converted row out for it in
+ * tk_gemv_act_bytes; gemv_rows takes small_rows' arguments with n_tok 1.
+ */
+static inline size_t tk_gemv_act_bytes(int64_t n_cols) { return (size_t)((n_cols / 32 + 3) / 4) * 256; }
+
 typedef struct tk_gemm {
     tk_pack_w_fn pack_w[TQ_COUNT];   /* by weight type; NULL: no GEMM for it */
     tk_tile_fn tile[TQ_COUNT];       /* by weight type */
@@ -72,6 +94,12 @@ typedef struct tk_gemm {
     size_t rec_bytes[TQ_COUNT];      /* by weight type: bytes per panel record */
     int min_tokens[TQ_COUNT];        /* by weight type: fewer tokens take vec_dot */
     tk_pack_a_fn pack_a[TQ_COUNT];   /* by activation type (Q8_0, Q8_K) */
+    /* the small-batch path (2 .. TK_SMALL_LANES - 1 tokens) */
+    tk_pack_a_fn small_pack_a[TQ_COUNT];   /* by activation type */
+    tk_small_rows_fn small_rows[TQ_COUNT]; /* by weight type */
+    /* the one-token path (tk_gemv_avx512.c): same signatures, n_tok 1 */
+    tk_pack_a_fn gemv_pack_a[TQ_COUNT];    /* by activation type */
+    tk_small_rows_fn gemv_rows[TQ_COUNT];  /* by weight type */
 } tk_gemm;
 
 /* Bytes of a panel of `type` over n_cols columns. */
@@ -82,5 +110,7 @@ static inline size_t tk_panel_bytes(const tk_gemm *g, int type, int64_t n_cols)
 
 void tk_fill_avx512_gemm(tk_gemm *g);    /* tk_gemm_avx512.c: VNNI, 32-value formats */
 void tk_fill_avx512_gemmk(tk_gemm *g);   /* tk_gemmk_avx512.c: VNNI, K-quants */
+void tk_fill_avx512_small(tk_gemm *g);   /* tk_small_avx512.c: VNNI, 32-value formats */
+void tk_fill_avx512_gemv(tk_gemm *g);    /* tk_gemv_avx512.c: VNNI, 32-value formats */
 
 #endif

@@ -1,0 +1,288 @@
+/*
+ * tk_gemv_avx512.c - one token against the 32-value formats (Q8_0, Q4_0,
+ * Q4_1, Q5_0, Q5_1): the matrix-vector product of decoding, AVX-512 VNNI.
+ * tk.c calls tk_fill_avx512_gemv only on CPUs with AVX-512 F/BW/VL/DQ + VNNI.
+ *
+ * WHY: vec_dot spends about 12 vector operations per 32-value block (nibble
+ * unpacking, sign tricks, scale conversion and spreading per block), which
+ * left the 4- and 5-bit formats compute-bound at about 11 GB/s of weights
+ * per thread, well under the memory's 30.  This kernel needs about 4, and
+ * does the per-output arithmetic of the GEMM and small-batch kernels
+ * (tk_gemm_avx512.c), so a sequence's logits do not depend on whether it
+ * is decoded alone or in a batch:
+ *
+ *   acc = fma(float(I_b), as_b * ws_b, acc)   over blocks b in order
+ *         (+ fma(am_b, wm_b, acc) for Q4_1 / Q5_1)
+ *
+ * DESIGN: 16 rows at a time, 4 blocks (128 values) at a time.
+ *
+ *   per row, start to end (one sequential stream: 16 rows read side by side
+ *   came from memory at half the speed, the prefetcher does not follow
+ *   them), per 4 blocks:
+ *             the 4 blocks' bytes in 2-3 masked loads; one vpermt2w picks
+ *             their 64 value bytes (nibble formats) or two pick the low and
+ *             high 16 of each block (Q8_0, stored +128 as unsigned); codes
+ *             lo / hi go through 2 vpdpbusd against the activations laid out
+ *             to match (values 0-15 and 16-31 of the 4 blocks); 2 shuffles
+ *             and adds leave each block's exact total in its 128-bit lane,
+ *             parked in L1 with the scale halves
+ *   then per 4 blocks: the 16 rows' totals and scales are transposed to
+ *             [block][16 rows], so the float work runs with rows across the
+ *             lanes: 3 operations per block for 16 rows
+ *
+ * Unsigned codes against signed activations: sum(c * a) is exact, and the
+ * zero point (8, 16, or 128 for the stored-+128 Q8_0) comes off with the
+ * activations' block sums, folded into the start value of the integer sums.
+ * Rows past the matrix repeat its last row and are not stored; blocks past
+ * n_cols are masked loads (zero) and skipped.
+ *
+ * ACTIVATIONS (tk_gemv_act_bytes): per group of 4 blocks, 256 bytes:
+ *   lo [4][16] s8 | hi [4][16] s8 | sa [16] i32 (block k's sum in lane 4k)
+ *   | as [4] f32 | am [4] f32 (as * sum)
+ */
+#include "tk_impl.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define GRP 256   /* 224 used, padded to keep every group 64-byte aligned */
+#define ROWS 16
+
+
+static void pack_a_q8_0(const void *row, int64_t n_cols, int lane, void *act)
+{
+    const tq_block_q8_0 *x = row;
+    const int64_t nb = n_cols / 32, ng = (nb + 3) / 4;
+    (void)lane;
+    memset(act, 0, (size_t)ng * GRP);
+    for (int64_t b = 0; b < nb; b++) {
+        char *g = (char *)act + (b / 4) * GRP;
+        int k = (int)(b % 4);
+        memcpy(g + 16 * k, x[b].qs, 16);
+        memcpy(g + 64 + 16 * k, x[b].qs + 16, 16);
+        int s = 0;
+        for (int i = 0; i < 32; i++) s += x[b].qs[i];
+        ((int32_t *)(g + 128))[4 * k] = s;
+        float d = _cvtsh_ss(x[b].d);
+        ((float *)(g + 192))[k] = d;
+        ((float *)(g + 208))[k] = d * (float)s;
+    }
+}
+
+/* Permute indexes, built once per call. */
+typedef struct {
+    __m512i q;        /* the 64 value bytes (nibble types), or Q8_0's low 16 of each block */
+    __m512i q_hi;     /* Q8_0: high 16 of blocks 0-2 (from the first two loads) */
+    __m512i q_hi3;    /* Q8_0: high 16 of block 3 (from the third load) */
+    __m512i scales;   /* words 0-3: d of each block; 4-7: m (Q4_1 / Q5_1) */
+    __m512i qh;       /* words 0-3: qh low halves; 4-7: high halves (Q5_0 / Q5_1) */
+    __m512i pair;     /* dwords 0,4,8,12 of two registers side by side */
+    __m512i quad;     /* the low 8 dwords of two registers side by side */
+    __m512i col[4];   /* [16 rows][4 blocks] dwords -> block b, lanes 0-7 of 2 registers */
+    __m512i sc[4];    /* [16 rows][4 blocks] words -> block b's 16 words */
+} idx_set;
+
+typedef struct {
+    int bsize;        /* bytes per block */
+    int off_d, off_m, off_qh, off_qs;   /* byte offsets inside a block (-1: absent) */
+    int zero;         /* the codes' zero point, taken off with the activation sums */
+} fmt;
+
+static const fmt fmt_q8_0 = { 34, 0, -1, -1, 2, 128 };
+static const fmt fmt_q4_0 = { 18, 0, -1, -1, 2, 8 };
+static const fmt fmt_q4_1 = { 20, 0, 2, -1, 4, 0 };
+static const fmt fmt_q5_0 = { 22, 0, -1, 2, 6, 16 };
+static const fmt fmt_q5_1 = { 24, 0, 2, 4, 8, 0 };
+
+static idx_set make_idx(const fmt *f)
+{
+    int16_t q[32], qhi[32], qhi3[32], sc[32], qh[32];
+    int32_t pair[16], quad[16];
+    for (int j = 0; j < 32; j++) {
+        int k = j / 8, i = j % 8;
+        int base = (k * f->bsize) / 2;
+        q[j] = (int16_t)(base + f->off_qs / 2 + i);
+        qhi[j] = (int16_t)(base + f->off_qs / 2 + 8 + i);
+        /* the third load starts at byte 72: block 3's high half of a Q8_0
+         * group is at bytes 120..135 */
+        qhi3[j] = (int16_t)((3 * f->bsize + f->off_qs + 16 - 72) / 2 + i);
+        sc[j] = (int16_t)(j < 4 ? (j * f->bsize + f->off_d) / 2
+                          : j < 8 && f->off_m >= 0 ? ((j - 4) * f->bsize + f->off_m) / 2 : 0);
+        qh[j] = (int16_t)(j < 8 && f->off_qh >= 0 ? ((j % 4) * f->bsize + f->off_qh) / 2 + j / 4 : 0);
+    }
+    for (int j = 0; j < 16; j++) {
+        pair[j] = j < 8 ? (j / 4) * 16 + 4 * (j % 4) : 0;
+        quad[j] = j < 8 ? j : 16 + j - 8;
+    }
+    idx_set s;
+    s.q = _mm512_loadu_si512(q);
+    s.q_hi = _mm512_loadu_si512(qhi);
+    s.q_hi3 = _mm512_loadu_si512(qhi3);
+    s.scales = _mm512_loadu_si512(sc);
+    s.qh = _mm512_loadu_si512(qh);
+    s.pair = _mm512_loadu_si512(pair);
+    s.quad = _mm512_loadu_si512(quad);
+    for (int b = 0; b < 4; b++) {
+        int32_t col[16];
+        int16_t w[32];
+        for (int j = 0; j < 16; j++) col[j] = j < 8 ? 4 * j + b : 0;
+        for (int j = 0; j < 32; j++) w[j] = (int16_t)(j < 16 ? 4 * j + b : 0);
+        s.col[b] = _mm512_loadu_si512(col);
+        s.sc[b] = _mm512_loadu_si512(w);
+    }
+    return s;
+}
+
+static inline __mmask64 bytes_mask(int64_t from, int64_t n)
+{
+    int64_t k = n - from;
+    return k >= 64 ? ~(__mmask64)0 : k <= 0 ? 0 : (((__mmask64)1 << k) - 1);
+}
+
+/*
+ * One row's blocks [4q, 4q + 4) at base (masks m0-m2 cover the bytes
+ * there): each block's exact integer total against the activations, in
+ * every dword of its 128-bit lane; the scale (and min) halves in *sc.
+ */
+static inline __attribute__((always_inline)) __m512i
+row_totals(const char *base, __mmask64 m0, __mmask64 m1, __mmask64 m2, const fmt *f, const idx_set *ix,
+           __m512i init, __m512i alo, __m512i ahi, __m128i *sc)
+{
+    __m512i z0 = _mm512_maskz_loadu_epi8(m0, base);
+    __m512i z1 = _mm512_maskz_loadu_epi8(m1, base + 64);
+    *sc = _mm512_castsi512_si128(_mm512_permutex2var_epi16(z0, ix->scales, z1));
+    __m512i lo, hi;
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    if (f->bsize == 34) {   /* Q8_0: stored bytes + 128 */
+        __m512i z2 = _mm512_maskz_loadu_epi8(m2, base + 72);
+        __m512i l = _mm512_permutex2var_epi16(z0, ix->q, z1);
+        __m512i h = _mm512_permutex2var_epi16(z0, ix->q_hi, z1);
+        h = _mm512_mask_permutexvar_epi16(h, (__mmask32)0xff000000u, ix->q_hi3, z2);
+        lo = _mm512_xor_si512(l, _mm512_set1_epi8((char)0x80));
+        hi = _mm512_xor_si512(h, _mm512_set1_epi8((char)0x80));
+    } else {
+        __m512i qs = _mm512_permutex2var_epi16(z0, ix->q, z1);
+        lo = _mm512_and_si512(qs, m4);
+        hi = _mm512_and_si512(_mm512_srli_epi16(qs, 4), m4);
+        if (f->off_qh >= 0) {   /* bit j of a block's qh: +16 on value j */
+            __m128i h = _mm512_castsi512_si128(_mm512_permutex2var_epi16(z0, ix->qh, z1));
+            __mmask64 klo = _cvtu64_mask64((uint64_t)_mm_cvtsi128_si64(h));
+            __mmask64 khi = _cvtu64_mask64((uint64_t)_mm_extract_epi64(h, 1));
+            lo = _mm512_mask_add_epi8(lo, klo, lo, _mm512_set1_epi8(16));
+            hi = _mm512_mask_add_epi8(hi, khi, hi, _mm512_set1_epi8(16));
+        }
+    }
+    __m512i s = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(init, lo, alo), hi, ahi);
+    s = _mm512_add_epi32(s, _mm512_shuffle_epi32(s, _MM_PERM_BADC));
+    return _mm512_add_epi32(s, _mm512_shuffle_epi32(s, _MM_PERM_CDAB));
+}
+
+/* Block b across 16 lanes (rows) from t[i] = rows 4i..4i+3 x 4 blocks. */
+static inline __m512i column(const __m512i t[4], const idx_set *ix, int b)
+{
+    __m512i p01 = _mm512_permutex2var_epi32(t[0], ix->col[b], t[1]);
+    __m512i p23 = _mm512_permutex2var_epi32(t[2], ix->col[b], t[3]);
+    return _mm512_inserti64x4(p01, _mm512_castsi512_si256(p23), 1);
+}
+
+/*
+ * Up to 16 rows from w.  Each row is read start to end (one sequential
+ * stream, which the hardware prefetcher follows; 16 rows read side by side
+ * came from memory at half the speed), its block totals and scale halves
+ * parked in L1 as [group][row][4]; then the float work runs group by group
+ * with rows across the lanes.
+ */
+static inline __attribute__((always_inline)) void
+rows16(const char *w, size_t wrow, int nr, int64_t n_cols, const char *act, const __m512i *init, float *y,
+       const fmt *f, const idx_set *ix, int32_t *tot, uint64_t *dh, uint64_t *mh)
+{
+    const int64_t nb = n_cols / 32, ng = (nb + 3) / 4;
+    const bool has_min = f->off_m >= 0;
+    for (int r = 0; r < ROWS; r++) {
+        const char *row = w + (size_t)MIN(r, nr - 1) * wrow;
+        for (int64_t q = 0; q < ng; q++) {
+            const char *g = act + q * GRP;
+            const int64_t n = MIN(4, nb - 4 * q) * f->bsize;
+            __m128i sc;
+            __m512i s = row_totals(row + (size_t)q * 4 * f->bsize, bytes_mask(0, n), bytes_mask(64, n),
+                                   bytes_mask(72, n), f, ix, init[q], _mm512_load_si512(g),
+                                   _mm512_load_si512(g + 64), &sc);
+            _mm_store_si128((__m128i *)(tot + (q * ROWS + r) * 4), _mm512_castsi512_si128(_mm512_permutexvar_epi32(ix->pair, s)));
+            _mm_storel_epi64((__m128i *)(dh + q * ROWS + r), sc);
+            if (has_min) _mm_storel_epi64((__m128i *)(mh + q * ROWS + r), _mm_unpackhi_epi64(sc, sc));
+        }
+    }
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t q = 0; q < ng; q++) {
+        const int32_t *tq = tot + q * ROWS * 4;
+        __m512i t[4] = { _mm512_load_si512(tq), _mm512_load_si512(tq + 16), _mm512_load_si512(tq + 32),
+                         _mm512_load_si512(tq + 48) };
+        __m512i hd[2] = { _mm512_load_si512(dh + q * ROWS), _mm512_load_si512(dh + q * ROWS + 8) };
+        __m512i hm[2] = { hd[0], hd[1] };
+        if (has_min) hm[0] = _mm512_load_si512(mh + q * ROWS), hm[1] = _mm512_load_si512(mh + q * ROWS + 8);
+        const float *as = (const float *)(act + q * GRP + 192), *am = (const float *)(act + q * GRP + 208);
+        for (int b = 0; b < MIN(4, nb - 4 * q); b++) {
+            __m512 ws = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi16(hd[0], ix->sc[b], hd[1])));
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(column(t, ix, b)), _mm512_mul_ps(_mm512_set1_ps(as[b]), ws), acc);
+            if (has_min) {
+                __m512 wm = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi16(hm[0], ix->sc[b], hm[1])));
+                acc = _mm512_fmadd_ps(_mm512_set1_ps(am[b]), wm, acc);
+            }
+        }
+    }
+    _mm512_mask_storeu_ps(y, (__mmask16)((1u << nr) - 1), acc);
+}
+
+/* The groups at most a thread's scratch row holds: 32768 columns. */
+#define MAX_GROUPS 256
+
+static inline __attribute__((always_inline)) void
+rows_all(const void *w, size_t wrow, int n_rows, int64_t n_cols, const void *act, float *y, const fmt *f)
+{
+    const idx_set ix = make_idx(f);
+    const int64_t ng = (n_cols / 32 + 3) / 4;
+    ASSERT(ng <= MAX_GROUPS);
+    /* integer start values: minus the zero point times each block's activation sum */
+    _Alignas(64) __m512i init[MAX_GROUPS];
+    _Alignas(64) int32_t tot[MAX_GROUPS * ROWS * 4];
+    _Alignas(64) uint64_t dh[MAX_GROUPS * ROWS], mh[MAX_GROUPS * ROWS];
+    const int shift = f->zero == 128 ? 7 : f->zero == 16 ? 4 : f->zero == 8 ? 3 : 0;
+    for (int64_t q = 0; q < ng; q++) {
+        __m512i sa = _mm512_load_si512((const char *)act + q * GRP + 128);
+        init[q] = f->zero ? _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sa, shift)) : _mm512_setzero_si512();
+    }
+    for (int r = 0; r < n_rows; r += ROWS)
+        rows16((const char *)w + (size_t)r * wrow, wrow, MIN(ROWS, n_rows - r), n_cols, act, init, y + r, f, &ix,
+               tot, dh, mh);
+}
+
+static void rows_q8_0(const void *w, size_t wrow, int n, int64_t c, const void *a, int t, float *y, int64_t ys)
+{
+    rows_all(w, wrow, n, c, a, y, &fmt_q8_0);
+}
+static void rows_q4_0(const void *w, size_t wrow, int n, int64_t c, const void *a, int t, float *y, int64_t ys)
+{
+    rows_all(w, wrow, n, c, a, y, &fmt_q4_0);
+}
+static void rows_q4_1(const void *w, size_t wrow, int n, int64_t c, const void *a, int t, float *y, int64_t ys)
+{
+    rows_all(w, wrow, n, c, a, y, &fmt_q4_1);
+}
+static void rows_q5_0(const void *w, size_t wrow, int n, int64_t c, const void *a, int t, float *y, int64_t ys)
+{
+    rows_all(w, wrow, n, c, a, y, &fmt_q5_0);
+}
+static void rows_q5_1(const void *w, size_t wrow, int n, int64_t c, const void *a, int t, float *y, int64_t ys)
+{
+    rows_all(w, wrow, n, c, a, y, &fmt_q5_1);
+}
+
+void tk_fill_avx512_gemv(tk_gemm *g)
+{
+    g->gemv_pack_a[TQ_Q8_0] = pack_a_q8_0;
+    g->gemv_rows[TQ_Q8_0] = rows_q8_0;
+    g->gemv_rows[TQ_Q4_0] = rows_q4_0;
+    g->gemv_rows[TQ_Q4_1] = rows_q4_1;
+    g->gemv_rows[TQ_Q5_0] = rows_q5_0;
+    g->gemv_rows[TQ_Q5_1] = rows_q5_1;
+}
