@@ -163,11 +163,12 @@ enum path { PATH_VEC_DOT, PATH_GEMV, PATH_SMALL, PATH_GEMM };
 /* The path for this product, from the types and sizes alone (so every
  * thread and every call with the same shapes agrees): the GEMM where every
  * matrix has it and its panel plus one converted row fit a thread's
- * scratch; the small-batch kernels for 2 .. TK_SMALL_LANES - 1 tokens where
- * every matrix has them; else one vec_dot per output. */
+ * scratch; for fewer tokens the few-token kernel up to the count where the
+ * small-batch one gets faster (both do the same arithmetic), then that one;
+ * else one vec_dot per output. */
 static enum path choose_path(const tk_gemm *g, const tk_mat *mats, int n_mat, int64_t n_cols, int64_t n_tok)
 {
-    bool gemm = true, small = n_tok >= 2 && n_tok < TK_SMALL_LANES, gemv = n_tok == 1;
+    bool gemm = true, small = n_tok >= 2 && n_tok < TK_SMALL_LANES, gemv = true;
     for (int i = 0; i < n_mat; i++) {
         int t = mats[i].type;
         tq_type vt = tq_get(t)->vec_dot_type;
@@ -177,10 +178,11 @@ static enum path choose_path(const tk_gemm *g, const tk_mat *mats, int n_mat, in
             gemm = false;
         if (!g->small_rows[t] || !g->small_pack_a[vt] || tk_small_act_bytes(n_cols) + row > TP_SCRATCH_BYTES)
             small = false;
-        if (!g->gemv_rows[t] || !g->gemv_pack_a[vt] || tk_gemv_act_bytes(n_cols) + row > TP_SCRATCH_BYTES)
+        if (!g->gemv_rows[t] || !g->gemv_pack_a[vt] || n_tok > g->gemv_max_tokens[t] ||
+            tk_gemv_buf_bytes(n_cols, n_tok) + row > TP_SCRATCH_BYTES)
             gemv = false;
     }
-    return gemm ? PATH_GEMM : small ? PATH_SMALL : gemv ? PATH_GEMV : PATH_VEC_DOT;
+    return gemm ? PATH_GEMM : gemv ? PATH_GEMV : small ? PATH_SMALL : PATH_VEC_DOT;
 }
 
 static size_t act_bytes(const tk_gemm *g, const tk_mat *mats, int n_mat, int64_t n_cols, int64_t n_tok)
@@ -325,8 +327,10 @@ void tk_matmul_multi_job(int ith, int nth, tp_pool *tp, const tk_mat *mats, int 
     } else if (path == PATH_GEMV) {
         act = mine + tq_row_size(vt, n_cols) + TK_LINE;
         act -= (uintptr_t)act % TK_LINE;
-        ops->quantize[vt](x, mine, n_cols);
-        g->gemv_pack_a[vt](mine, n_cols, 0, act);
+        for (int64_t t = 0; t < n_tok; t++) {
+            ops->quantize[vt](x + t * n_cols, mine, n_cols);
+            g->gemv_pack_a[vt](mine, n_cols, (int)t, act);
+        }
     } else if (vt == TQ_F32) {
         act = (char *)x;
         arow = (size_t)n_cols * sizeof(float);

@@ -93,19 +93,19 @@ const tk_ops *tk_ops_named(const char *isa);
  * weights, and few tokens are converted, in the pool's per-thread scratch,
  * tp_scratch).
  *
- * Three paths, chosen from (weight types, n_cols, n_tok) alone:
- *   - one token, or no faster kernel for the type in this table: each
- *     output is one vec_dot of the chosen table;
- *   - 2 .. 7 tokens (batched decoding), 32-value formats: the small-batch
- *     kernels, weights read once from the mapped rows for all tokens;
- *   - TK_GEMM_MIN_TOKENS or more (32 for the K-quants): the GEMM of
- *     tk_impl.h (12 rows x 16 tokens per tile, packed panels, VNNI).
- * For the K-quants the GEMM does the reference's float operations, so it
- * equals vec_dot to the bit.  For the 32-value formats the small-batch and
- * GEMM kernels add whole blocks (one rounding per block instead of one per
- * 8 lanes), within the error budget above, and both do the same operations
- * per output, so from 2 tokens on a token's outputs do not depend on the
- * batch it is in.
+ * The path is chosen from (weight types, n_cols, n_tok) alone:
+ *   - 32-value formats (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1), with the avx512
+ *     table: 1 to 3..6 tokens the few-token kernel (16 rows at a time, each
+ *     row read once for all tokens), then up to 7 the small-batch kernel
+ *     (tokens across 8 lanes), from TK_GEMM_MIN_TOKENS the GEMM of tk_impl.h
+ *     (12 rows x 16 tokens per tile, packed panels, VNNI).  All three add
+ *     whole blocks in order (one rounding per block), within the error
+ *     budget above, and do the same operations per output, so a token's
+ *     outputs are the same whatever batch it is in.
+ *   - K-quants: vec_dot below 32 tokens, the GEMM from 32; the GEMM does
+ *     the reference's float operations, so it equals vec_dot to the bit.
+ *   - anything else, or a table without these kernels: one vec_dot of the
+ *     chosen table per output.
  * Either way results do not depend on the thread count.
  */
 #define TK_GEMM_MIN_TOKENS 8

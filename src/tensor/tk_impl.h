@@ -80,12 +80,19 @@ typedef void (*tk_small_rows_fn)(const void *w, size_t wrow, int n_rows, int64_t
                                  int n_tok, float *y, int64_t y_stride);
 
 /*
- * ONE TOKEN (decoding), 32-value formats: 16 rows at a time with rows across
- * the lanes for the float work, the per-output arithmetic of the GEMM again
- * (tk_gemv_avx512.c).  gemv_pack_a lays one converted row out for it in
- * tk_gemv_act_bytes; gemv_rows takes small_rows' arguments with n_tok 1.
+ * FEW TOKENS (decoding, 1 .. TK_SMALL_LANES - 1), 32-value formats: 16 rows
+ * at a time, each row read once for all tokens, rows across the lanes for
+ * the float work, the per-output arithmetic of the GEMM again
+ * (tk_gemv_avx512.c).  gemv_pack_a lays token `lane`'s converted row out in
+ * a buffer of tk_gemv_buf_bytes (activations, then the kernel's work area);
+ * gemv_rows takes small_rows' arguments.
  */
-static inline size_t tk_gemv_act_bytes(int64_t n_cols) { return (size_t)((n_cols / 32 + 3) / 4) * 256; }
+static inline size_t tk_gemv_buf_bytes(int64_t n_cols, int64_t n_tok)
+{
+    /* per token and 4-block group: activations 256, start values 64,
+     * totals 256; per group: scale and min halves 256 */
+    return (size_t)((n_cols / 32 + 3) / 4) * (576 * (size_t)n_tok + 256);
+}
 
 typedef struct tk_gemm {
     tk_pack_w_fn pack_w[TQ_COUNT];   /* by weight type; NULL: no GEMM for it */
@@ -100,6 +107,7 @@ typedef struct tk_gemm {
     /* the one-token path (tk_gemv_avx512.c): same signatures, n_tok 1 */
     tk_pack_a_fn gemv_pack_a[TQ_COUNT];    /* by activation type */
     tk_small_rows_fn gemv_rows[TQ_COUNT];  /* by weight type */
+    int gemv_max_tokens[TQ_COUNT];         /* by weight type: more take small_rows */
 } tk_gemm;
 
 /* Bytes of a panel of `type` over n_cols columns. */
