@@ -1,0 +1,96 @@
+// placement.test.mjs - the placement issue's scenarios against the real
+// server (rand-qwen2, ChatML turn markers; histories of 1-3K tokens):
+// alternation past protection, rewritten transcripts, no wait, pigeonhole.
+// A turn "reuses all but its new tokens" when timings.cache_n equals the
+// common prefix of its prompt with what the previous turn left in the cache
+// (its prompt and every generated token but the last; re-tokenizing the
+// reply text can differ from the sampled tokens, which no cache can help).
+
+import { test, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { sharedModel, skipReason, startServer, post, get } from './lib.mjs';
+
+const QWEN = 'rand-qwen2-qwen2vocab-e64-l2-F16.gguf';
+const skip = skipReason(QWEN);
+const servers = [];
+after(async () => {
+  for (const s of servers) assert.equal(await s.stop(), 0);
+});
+
+const WORDS = ['agent', 'tool', 'plan', 'file', 'search', 'result', 'the', 'a', 'of', 'query', 'answer', 'code'];
+const words = (n, seed) => {
+  let s = seed, out = [];
+  for (let i = 0; i < n; i++) { s = (Math.imul(s, 1103515245) + 12345) >>> 0; out.push(WORDS[(s >>> 16) % WORDS.length]); }
+  return out.join(' ');
+};
+const chatml = (msgs) => msgs.map((m) => `<|im_start|>${m.role}\n${m.content}<|im_end|>\n`).join('') + '<|im_start|>assistant\n';
+const lcp = (a, b) => { let i = 0; while (i < a.length && i < b.length && a[i] === b[i]) i++; return i; };
+
+async function serve(args) {
+  const s = await startServer(sharedModel(QWEN), ['-t', '1', ...args]);
+  servers.push(s);
+  return s;
+}
+
+// One turn: returns the result and what it left in the cache.
+async function turn(s, msgs, n) {
+  const prompt = chatml(msgs);
+  const ids = (await post(s.url + '/tokenize', { content: prompt })).json.tokens;
+  const sent = Date.now();
+  const r = await post(s.url + '/completion', { prompt, n_predict: n, temperature: 0, return_tokens: true });
+  assert.equal(r.status, 200, r.text);
+  return { r: r.json, ids, sent, left: [...ids, ...r.json.tokens.slice(0, -1)] };
+}
+
+function reusable(prevLeft, ids) {
+  return Math.min(lcp(prevLeft, ids), ids.length - 1);
+}
+
+test('alternation: two conversations past their protection reuse all but new tokens', { skip }, async () => {
+  const s = await serve(['-c', '16384', '-np', '4', '--slot-ttl-max-s', '0.001']);
+  const convs = [7, 8].map((seed) => ({ msgs: [{ role: 'system', content: `Agent ${seed}.` },
+                                               { role: 'user', content: words(500, seed) }], left: null }));
+  for (let t = 0; t < 3; t++) {
+    for (const c of convs) {
+      const x = await turn(s, c.msgs, 12);
+      if (c.left) assert.equal(x.r.timings.cache_n, reusable(c.left, x.ids), `turn ${t}`);
+      c.left = x.left;
+      c.msgs.push({ role: 'assistant', content: x.r.content }, { role: 'user', content: 'continue' });
+    }
+  }
+});
+
+test('rewritten transcripts hold one history and keep a third conversation', { skip }, async () => {
+  const s = await serve(['-c', '16384', '-np', '2', '--slot-ttl-max-s', '100000']);
+  const third = [{ role: 'system', content: 'Third.' }, { role: 'user', content: words(300, 5) }];
+  const t3 = await turn(s, third, 4);
+  const doc = words(900, 6);
+  for (let q = 0; q < 6; q++) {
+    const x = await turn(s, [{ role: 'system', content: 'Classifier.' }, { role: 'user', content: doc },
+                             { role: 'user', content: `verdict request ${q}` }], 2);
+    if (q > 0) assert.ok(x.r.timings.cache_n > x.ids.length / 2, `query ${q} reused ${x.r.timings.cache_n}`);
+  }
+  const cache = (await get(s.url + '/polykv/cache')).json;
+  assert.equal(cache.parked, 0, 'six rewrites, one history');
+  const again = await turn(s, third, 4);
+  assert.equal(again.r.timings.cache_n, t3.ids.length - 1, 'the third conversation was not pushed out');
+});
+
+test('pigeonhole and no wait: 4 agents on 3 slots, every idle history protected', { skip }, async () => {
+  const s = await serve(['-c', '16384', '-np', '3', '--slot-ttl-max-s', '100000']);
+  const agents = [0, 1, 2, 3].map((i) => ({ msgs: [{ role: 'system', content: 'A sub-agent.' },
+                                                   { role: 'user', content: words(2200, 10 + i) }], left: null }));
+  let maxAdmitMs = 0;
+  for (let round = 0; round < 3; round++) {
+    for (const a of agents) {
+      const x = await turn(s, a.msgs, 6);
+      if (a.left) assert.equal(x.r.timings.cache_n, reusable(a.left, x.ids), `round ${round}: re-read its history`);
+      a.left = x.left;
+      a.msgs.push({ role: 'assistant', content: x.r.content }, { role: 'user', content: 'next' });
+      const ev = (await get(s.url + '/polykv/cache')).json.events.filter((e) => e.kind === 'placement').pop();
+      maxAdmitMs = Math.max(maxAdmitMs, ev.ts - x.sent);
+    }
+  }
+  // Placed at once: within one engine step of a tiny model (generous for CI).
+  assert.ok(maxAdmitMs < 250, `slowest admission ${maxAdmitMs} ms`);
+});
