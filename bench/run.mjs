@@ -22,7 +22,7 @@
 // Usage: sh bench/run.sh BUILD_DIR
 // env: THREADS=2 ROUNDS=3 MODELS_DIR=models/bench TYPES=q8_0,q4_0,q4_k_m
 //      TESTS=pp,tg,depth,batch,startup LLAMA_CPP_BIN=... JSON=out.json
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
@@ -45,8 +45,11 @@ const median = (v) => {
   return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
 };
 
-/* ---- machine limits ---- */
-const probe = JSON.parse(run(join(build, 'bench/probe'), ['-t', threads, '--json']));
+/* ---- machine limits: the best of a probe before and one after the runs
+ * (other load on the machine only ever lowers them) ---- */
+const probeOnce = () => JSON.parse(run(join(build, 'bench/probe'), ['-t', threads, '--json']));
+const best = (a, b) => Object.fromEntries(Object.keys(a).map((k) => [k, Math.max(a[k], b[k])]));
+let probe = probeOnce();
 let cpu = '';
 try { cpu = run('lscpu', []).split('\n').find((l) => l.startsWith('Model name')).split(':')[1].trim(); } catch { /* none */ }
 console.log(`machine: ${cpu}, ${threads} threads: copy ${probe.copy_gb_s} GB/s, read ${probe.read_gb_s} GB/s, ` +
@@ -130,6 +133,15 @@ for (const t of types) {
   const med = Object.fromEntries(Object.entries(r).map(([key, v]) => [key, [median(v[0]), median(v[1])]]));
   rows.push({ type: t, info, med, raw: r });
 }
+
+probe = best(probe, probeOnce());
+let peerBuild = '';
+if (has('llama-bench')) {
+  const r = spawnSync(join(peer, 'llama-bench'), ['--version'], { encoding: 'utf8' });
+  peerBuild = `${r.stdout}${r.stderr}`.split('\n').find((l) => l.includes('version')) || '';
+}
+console.log(`\nmachine (best of two probes): copy ${probe.copy_gb_s} GB/s, read ${probe.read_gb_s} GB/s, ` +
+            `FP32 FMA ${probe.fp32_fma_gflops} GFLOP/s, int8 VNNI ${probe.int8_dot_gops} GOP/s; llama.cpp ${peerBuild}`);
 
 /* ---- the table ---- */
 const f = (x, d = 1) => (x === undefined ? '-' : x.toFixed(d));

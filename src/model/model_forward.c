@@ -11,13 +11,19 @@
  *   list: the cells with pos <= p.
  *
  *   The layers run as ONE job on the threadpool: every thread walks all the
- *   phases below, taking its slice of each (rows of a matrix product, tokens
- *   of an element-wise step, (token, head) pairs of attention) and meeting
- *   the others at a barrier where the next phase reads what the last wrote.
+ *   phases below, taking its share of each (rows of a matrix product,
+ *   tokens of an element-wise step, attention units of a GQA group's rows)
+ *   and meeting the others at a barrier where the next phase reads what
+ *   the last wrote:
  *
- *     norm -> Q,K,V products -> bias/qk-norm/rope, K/V into cells -> attention
- *     -> output product -> residual -> norm -> gate,up products -> swiglu
- *     -> down product -> residual
+ *     norm -> Q,K,V products (one phase) -> bias/qk-norm/rope, K/V into
+ *     cells -> attention -> output product -> residual + norm -> gate,up
+ *     products (one phase) -> swiglu -> down product -> residual
+ *
+ *   When decoding (T <= TK_PRIVATE_TOKENS) each thread keeps its own copy of
+ *   the residual stream and does the element-wise steps for all tokens
+ *   itself, so only the shared results need barriers: 6 per layer (see
+ *   layers_job).
  *
  *   All buffers are sized at model_ctx_new; decoding allocates nothing.
  */

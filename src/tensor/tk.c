@@ -1,6 +1,6 @@
 /*
- * tk.c - kernel table selection and the threaded matrix-vector product
- * (see tk.h for the contract).
+ * tk.c - kernel table selection and the threaded matrix products (see tk.h
+ * for the contract).
  *
  * TABLES.  Three tables, built once: scalar (complete), avx2 and avx512.
  * A SIMD table starts empty, its own files fill what they implement, and
@@ -14,24 +14,29 @@
  *   avx512: the above + AVX512 F, BW, VL, DQ, VNNI, BF16 (the flags its files
  *           are compiled with); XCR0 also saves opmask and ZMM
  *
- * MATMUL.  One call is two phases separated by barriers:
+ * MATMUL.  One call (of one or several matrices sharing their input) is a
+ * conversion step and a work phase; the path (tk.h) is fixed by the types
+ * and sizes, so every thread takes the same one:
  *
- *   scratch:  [ pad to 64 | chunk counter (64 B) | act row 0 | act row 1 | ... ]
+ *   scratch:  [ pad to 64 | counters (64 B) | converted activations ... ]
+ *   tp_scratch(ith): this thread's row buffer, packed panel or private
+ *                    activations
  *
- *   1. convert: the n_tok x (n_cols / blck) activation blocks, counted as one
- *      flat range, are split evenly over the threads; each converts its
- *      blocks to vec_dot_type into scratch (F32 weights skip this: x is used
- *      as it is).  Thread 0 also zeroes the chunk counter.   -- barrier --
- *   2. multiply: output rows come in chunks of about TK_CHUNK_BYTES of
- *      weights; threads take chunks from the shared counter until none is
- *      left, so a thread slowed by another process does less of the work.
- *      Inside a chunk, TK_TILE_ROWS weight rows at a time are run against
- *      every token, so each weight row comes from memory once per call and
- *      the activations stay in cache.                        -- barrier --
+ *   1. convert: few tokens (the few-token and small-batch kernels, and
+ *      vec_dot with <= TK_PRIVATE_TOKENS): every thread converts all of x
+ *      into its own tp_scratch, no barrier.  Otherwise the work is split
+ *      (GEMM: by token, into 16-token groups; vec_dot: by activation
+ *      block) into the shared scratch, then a barrier.
+ *   2. work: units of output rows (about TK_CHUNK_BYTES of weights each, a
+ *      12-row panel for the GEMM, whole 16-row tiles for the few-token
+ *      kernel), matrices one after the other, taken from a shared counter
+ *      until none is left, so a thread slowed by another process does less
+ *      of the work.  The last thread to run out resets the counter, so the
+ *      next call needs no barrier before its work.      -- barrier --
  *
- * The final barrier makes y complete for every thread and frees scratch for
- * the next call.  Every (row, token) result is computed by exactly one call
- * of the same vec_dot, so results do not depend on the thread count.
+ * The final barrier makes y complete for every thread.  Every output is
+ * computed by one unit with the same per-output operations whichever
+ * thread runs it, so results do not depend on the thread count.
  */
 #include "tk_impl.h"
 
@@ -221,12 +226,17 @@ static void convert_blocks(tk_quantize_fn quantize, const tq_traits *ta, const f
     }
 }
 
-/* Work units of matrix m: row chunks (vec_dot) or panels (GEMM). */
-static int64_t unit_rows(const tk_mat *m, int64_t n_cols, int nth, bool gemm)
+/* Work units of matrix m: row chunks (vec_dot, few-token kernels) or
+ * panels (GEMM). */
+static int64_t unit_rows(const tk_mat *m, int64_t n_cols, int nth, enum path path)
 {
-    if (gemm) return TK_GEMM_ROWS;   /* a panel */
+    if (path == PATH_GEMM) return TK_GEMM_ROWS;   /* a panel */
     size_t wrow = tq_row_size(m->type, n_cols);
-    int64_t chunk = (int64_t)((TK_CHUNK_BYTES + wrow - 1) / wrow);
+    /* the few-token kernel streams from memory faster in longer runs (2
+     * threads, 4864 x 896 q4_0 from a 256 MiB ring: 24.5 GB/s in units of
+     * 64 rows, 29.3 in units of 256) */
+    size_t bytes = path == PATH_GEMV ? 4 * TK_CHUNK_BYTES : TK_CHUNK_BYTES;
+    int64_t chunk = (int64_t)((bytes + wrow - 1) / wrow);
     int64_t fair = (m->n_rows + (int64_t)nth * TK_CHUNKS_PER_THREAD - 1) / ((int64_t)nth * TK_CHUNKS_PER_THREAD);
     return MAX(1, MIN(chunk, fair));
 }
@@ -350,7 +360,7 @@ void tk_matmul_multi_job(int ith, int nth, tp_pool *tp, const tk_mat *mats, int 
     int64_t per[8], n_units = 0;
     ASSERT(n_mat <= (int)ARRAY_LEN(per));
     for (int i = 0; i < n_mat; i++) {
-        per[i] = unit_rows(&mats[i], n_cols, nth, gemm);
+        per[i] = unit_rows(&mats[i], n_cols, nth, path);
         if (path == PATH_GEMV) per[i] = (per[i] + 15) & ~(int64_t)15;   /* whole 16-row tiles */
         n_units += (mats[i].n_rows + per[i] - 1) / per[i];
     }

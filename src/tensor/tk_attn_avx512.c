@@ -163,7 +163,7 @@ static void attend(const tk_attn *a, void *scratch)
                 continue;
             }
             __m512 s = scores16(kb, hk, q + (size_t)r * hk, j0, a->n_kv[r], a->scale);
-            float m_new = fmaxf(m[r], _mm512_reduce_max_ps(s));
+            float bmax = _mm512_reduce_max_ps(s), m_new = bmax > m[r] ? bmax : m[r];
             if (m_new > m[r]) {
                 float corr = _mm512_cvtss_f32(tk_exp16(_mm512_set1_ps(m[r] - m_new)));
                 l[r] *= corr;

@@ -1,8 +1,9 @@
 /*
  * tk_scalar.c - the scalar kernel table: tq_impl.h's reference routines
- * behind tk.h's function pointers.  Every supported weight type gets a
- * vec_dot and every activation type a quantizer, so this table is complete
- * and the SIMD tables can fall back to it entry by entry.
+ * behind tk.h's function pointers, plus the reference attention, RMSNorm
+ * and SwiGLU.  Every supported weight type gets a vec_dot and every
+ * activation type a quantizer, so this table is complete and the SIMD
+ * tables can fall back to it entry by entry.
  */
 #include "tk_impl.h"
 #include "tq_impl.h"
