@@ -24,7 +24,8 @@
  *
  *   Numerics follow the reference engine: activations are converted to the
  *   weight type's vec_dot_type before each matrix product, RMSNorm sums in
- *   double, RoPE angles are a running float product, softmax sums in double,
+ *   double, RoPE angles are a running float product, softmax sums each block
+ *   of cells in float and the running total in double,
  *   and with an F16 cache the query is rounded to F16 before K·Q.
  *
  * Threads: a model is read-only after load.  A model_ctx belongs to one
