@@ -52,3 +52,10 @@ double pk_time_ms(void)
 {
     return (double)pk_time_us() / 1000.0;
 }
+
+int64_t pk_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}

@@ -53,5 +53,8 @@ _Noreturn void pk_assert_fail(const char *expr, const char *file, int line);
 /* Monotonic clock in microseconds / milliseconds (CLOCK_MONOTONIC). */
 int64_t pk_time_us(void);
 double  pk_time_ms(void);
+/* Wall clock in milliseconds since the epoch (CLOCK_REALTIME), for
+ * timestamps shown to clients. */
+int64_t pk_wall_ms(void);
 
 #endif

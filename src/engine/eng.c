@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 
 #include "../common/utf8.h"
 #include "eng_impl.h"
@@ -347,9 +346,7 @@ static void *engine_main(void *arg)
 static void answer_stats(eng *e, eng_stats *o)
 {
     memset(o, 0, sizeof *o);
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    o->ts_ms = (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+    o->ts_ms = pk_wall_ms();
     o->n_slots = e->p.n_slots;
     double now = pk_time_ms(), sum = 0;
     int32_t n_active = 0;

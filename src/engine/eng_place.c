@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 
 #include "eng_impl.h"
 
@@ -38,20 +37,13 @@ double eng_now_s(void)
     return pk_time_ms() / 1000.0;
 }
 
-static int64_t wall_ms(void)
-{
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
-}
-
 void eng_cache_event_add(eng *e, const eng_cache_event *ev)
 {
     eng_cache_event *d = &e->events[(e->ev_head + e->ev_n) % ENG_CACHE_EVENTS];
     if (e->ev_n == ENG_CACHE_EVENTS) e->ev_head = (e->ev_head + 1) % ENG_CACHE_EVENTS;
     else e->ev_n++;
     *d = *ev;
-    d->ts_ms = wall_ms();
+    d->ts_ms = pk_wall_ms();
 }
 
 pk_status eng_place_init(eng *e)
@@ -229,6 +221,26 @@ bool eng_make_room(eng *e, int32_t n)
     return e->p.n_ctx - kv_used(e->kv) >= n;
 }
 
+/* Task t goes into slot s, whose cache now holds what it reuses (from
+ * source sequence src_seq): the slot's display fields, the placement and
+ * admission events, the reused-vs-read counters. */
+static void admitted(eng *e, const eng_task *t, slot *s, int32_t src_seq, const char *kind, const char *reason)
+{
+    s->last_source_seq = s->n_cache > 0 ? src_seq : -1;
+    s->last_reused = s->n_cache;
+    snprintf(s->last_reason, sizeof s->last_reason, "%s", reason);
+    eng_cache_event ev = { .kind = ENG_CACHE_PLACE, .task_id = t->id, .slot = s->id, .seq = s->id };
+    snprintf(ev.reason, sizeof ev.reason, "%s", kind);
+    eng_cache_event_add(e, &ev);
+    ev = (eng_cache_event){ .kind = ENG_CACHE_ADMIT, .task_id = t->id, .slot = s->id,
+                            .seq = s->last_source_seq, .n_reused = s->n_cache,
+                            .n_read = t->req.n_prompt - s->n_cache };
+    snprintf(ev.reason, sizeof ev.reason, "%s", reason);
+    eng_cache_event_add(e, &ev);
+    e->n_tokens_reused += (uint64_t)s->n_cache;
+    e->n_tokens_read += (uint64_t)(t->req.n_prompt - s->n_cache);
+}
+
 /* Applies decision d for task t (see pol_decision for the order). */
 static void apply(eng *e, snap *sn, eng_task *t, const pol_decision *d)
 {
@@ -294,20 +306,7 @@ static void apply(eng *e, snap *sn, eng_task *t, const pol_decision *d)
         kv_seq_rm(e->kv, s->id, t->req.n_prompt - 1, -1);
         s->n_cache = t->req.n_prompt - 1;
     }
-    s->last_source_seq = s->n_cache > 0 ? src_seq : -1;
-    s->last_reused = s->n_cache;
-    snprintf(s->last_reason, sizeof s->last_reason, "%s", d->reason);
-
-    eng_cache_event ev = { .kind = ENG_CACHE_PLACE, .task_id = t->id, .slot = s->id, .seq = s->id };
-    snprintf(ev.reason, sizeof ev.reason, "%s", pol_kind_name(d->kind));
-    eng_cache_event_add(e, &ev);
-    ev = (eng_cache_event){ .kind = ENG_CACHE_ADMIT, .task_id = t->id, .slot = s->id,
-                            .seq = s->last_source_seq, .n_reused = s->n_cache,
-                            .n_read = t->req.n_prompt - s->n_cache };
-    snprintf(ev.reason, sizeof ev.reason, "%s", d->reason);
-    eng_cache_event_add(e, &ev);
-    e->n_tokens_reused += (uint64_t)s->n_cache;
-    e->n_tokens_read += (uint64_t)(t->req.n_prompt - s->n_cache);
+    admitted(e, t, s, src_seq, pol_kind_name(d->kind), d->reason);
 }
 
 /* A request that names its slot: the slot's own common prefix only. */
@@ -317,14 +316,9 @@ static void apply_fixed(eng *e, eng_task *t, slot *s)
     keep = MIN(keep, t->req.n_prompt - 1);
     kv_seq_rm(e->kv, s->id, keep, -1);
     s->n_cache = keep;
-    s->last_source_seq = keep > 0 ? s->id : -1;
-    s->last_reused = keep;
-    snprintf(s->last_reason, sizeof s->last_reason, "id_slot %d requested", s->id);
-    eng_cache_event ev = { .kind = ENG_CACHE_PLACE, .task_id = t->id, .slot = s->id, .seq = s->id };
-    snprintf(ev.reason, sizeof ev.reason, "slot");
-    eng_cache_event_add(e, &ev);
-    e->n_tokens_reused += (uint64_t)keep;
-    e->n_tokens_read += (uint64_t)(t->req.n_prompt - keep);
+    char reason[64];
+    snprintf(reason, sizeof reason, "id_slot %d requested", s->id);
+    admitted(e, t, s, s->id, "slot", reason);
 }
 
 /* Unlinks t (*pp == t, prev its predecessor or NULL) from the wait queue. */
