@@ -43,7 +43,7 @@ static void run_model(const char *shared, const char *name)
     char path[512], err[512] = "";
     snprintf(path, sizeof path, "%s/models/%s.gguf", shared, name);
     model *m;
-    if (model_load(path, &m, err, sizeof err)) {
+    if (model_load(path, MODEL_COPY, &m, err, sizeof err)) {
         fprintf(stderr, "%s: %s\n", path, err);
         CHECK(false);
         return;

@@ -101,7 +101,7 @@ int main(void)
         CHECK_EQ_INT(json_array_size(toks), 6);
 
         model *m;
-        CHECK(model_load(model_path, &m, err, sizeof err) == PK_OK);
+        CHECK(model_load(model_path, MODEL_COPY, &m, err, sizeof err) == PK_OK);
         if (m && json_is_array(toks)) {
             model_ctx_params cp = { .n_ctx = 64, .n_ubatch = 32, .n_threads = 2, .kv_type = TQ_F32 };
             model_ctx *ctx;

@@ -77,7 +77,7 @@ int main(void)
     char path[512], err[512] = "";
     snprintf(path, sizeof path, "%s/models/stories260K.gguf", shared);
     model *m;
-    ASSERT(model_load(path, &m, err, sizeof err) == PK_OK);
+    ASSERT(model_load(path, MODEL_COPY, &m, err, sizeof err) == PK_OK);
     const tok_vocab *v = model_vocab(m);
 
     const char *texts[4] = { "Once upon a time", "Lily had a red ball. She", "The sun was", "Tom and his dog" };

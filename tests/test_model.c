@@ -135,7 +135,7 @@ static void check_model(const char *shared, const ref_model *rm, tq_type kv_type
     size_t rss0 = rss_bytes();
     char err[512] = "";
     model *m;
-    pk_status s = model_load(path, &m, err, sizeof err);
+    pk_status s = model_load(path, MODEL_COPY, &m, err, sizeof err);
     CHECK(s == PK_OK);
     if (s) {
         fprintf(stderr, "%s: %s\n", path, err);

@@ -424,7 +424,7 @@ int main(void)
     if (!shared) SKIP("../shared/models not found (set POLYKV_SHARED): placement scenarios need a model");
     char path[512], err[256];
     snprintf(path, sizeof path, "%s/models/rand-qwen2-qwen2vocab-e64-l2-F16.gguf", shared);
-    ASSERT(model_load(path, &m, err, sizeof err) == PK_OK);
+    ASSERT(model_load(path, MODEL_COPY, &m, err, sizeof err) == PK_OK);
     voc = model_vocab(m);
     scenario_park();
     scenario_spill();

@@ -473,7 +473,7 @@ static void test_live(const char *model_path)
     CHECK(has(r, "\"unavailable_error\""));
 
     model *m;
-    CHECK_EQ_INT(model_load(model_path, &m, err, sizeof err), PK_OK);
+    CHECK_EQ_INT(model_load(model_path, MODEL_COPY, &m, err, sizeof err), PK_OK);
     eng_params ep = eng_default_params();
     ep.n_slots = 2;
     ep.n_ctx = 8192;
@@ -631,7 +631,7 @@ int main(void)
     char path[512], err[256];
     snprintf(path, sizeof path, "%s/models/stories260K.gguf", shared);
     model *m;
-    if (model_load(path, &m, err, sizeof err) != PK_OK) SKIP("%s: %s", path, err);
+    if (model_load(path, MODEL_COPY, &m, err, sizeof err) != PK_OK) SKIP("%s: %s", path, err);
     test_prompts(model_vocab(m));
     model_free(m);
     test_live(path);

@@ -105,19 +105,21 @@ static double timed(model_ctx *ctx, bench_batch *b, const int32_t *tok, int n_se
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: polykv bench -m MODEL [-p 512] [-n 128] [-d 0] [--batch 1] [-t N] [-r 3] [--json]\n"
+    fprintf(f, "usage: polykv bench -m MODEL [-p 512] [-n 128] [-d 0] [--batch 1] [-t N] [-r 3] [--mmap] [--json]\n"
                "  -d D       start pp and tg from a cache holding D tokens (llama-bench -d)\n"
-               "  --batch B  B sequences decoded together (llama-batched-bench): tg in total tok/s\n");
+               "  --batch B  B sequences decoded together (llama-batched-bench): tg in total tok/s\n"
+               "  --mmap     map the model file instead of reading it into huge pages\n");
 }
 
 int cli_bench(int argc, char **argv)
 {
     const char *path = NULL;
     long n_pp = 512, n_tg = 128, n_threads = cli_default_threads(), reps = 3, depth = 0, n_seq = 1;
-    bool json = false;
+    bool json = false, mmap = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--json")) { json = true; continue; }
+        if (!strcmp(a, "--mmap") || !strcmp(a, "--no-mmap")) { mmap = !strcmp(a, "--mmap"); continue; }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         if (!(v = cli_arg(argc, argv, &i))) return 2;
         if (!strcmp(a, "-m")) path = v;
@@ -135,7 +137,7 @@ int cli_bench(int argc, char **argv)
     }
     char err[512] = "";
     model *m;
-    if (model_load(path, &m, err, sizeof err)) {
+    if (model_load(path, mmap ? MODEL_MMAP : MODEL_COPY, &m, err, sizeof err)) {
         fprintf(stderr, "polykv: %s: %s\n", path, err);
         return 1;
     }

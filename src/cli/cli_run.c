@@ -24,6 +24,7 @@ static void usage(void)
         "  -t N             threads (default: all CPUs)\n"
         "  -c N             context cells (default: prompt + n)\n"
         "  --kv-type f16|f32  KV cache type (default f16)\n"
+        "  --mmap           map the model file instead of reading it into huge pages\n"
         "  --chat           send the prompt as a user turn through the model's chat template\n"
         "  --chat-template NAME  use this template (chatml, llama3, llama2, llama2-sys, mistral)\n"
         "  --json           print one JSON object instead of streaming text\n");
@@ -35,7 +36,7 @@ typedef struct run_opts {
     long n_predict, n_threads, n_ctx;
     smp_params sp;
     tq_type kv_type;
-    bool json;
+    bool json, mmap;
 } run_opts;
 
 static bool parse(int argc, char **argv, run_opts *o)
@@ -49,6 +50,7 @@ static bool parse(int argc, char **argv, run_opts *o)
         double d;
         if (!strcmp(a, "--json")) { o->json = true; continue; }
         if (!strcmp(a, "--chat")) { o->chat = true; continue; }
+        if (!strcmp(a, "--mmap") || !strcmp(a, "--no-mmap")) { o->mmap = !strcmp(a, "--mmap"); continue; }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); exit(0); }
         if (!(v = cli_arg(argc, argv, &i))) return false;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = v;
@@ -110,7 +112,7 @@ int cli_run(int argc, char **argv)
 
     char err[512] = "";
     model *m;
-    if (model_load(o.model, &m, err, sizeof err)) {
+    if (model_load(o.model, o.mmap ? MODEL_MMAP : MODEL_COPY, &m, err, sizeof err)) {
         fprintf(stderr, "polykv: %s: %s\n", o.model, err);
         return 1;
     }

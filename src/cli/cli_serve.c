@@ -27,6 +27,8 @@ static void usage(void)
         "  -t, --threads N         compute threads (default: all CPUs)\n"
         "  -b, --batch-size N      tokens per engine step (default 512)\n"
         "  --kv-type f16|f32       KV cache type (default f16)\n"
+        "  --mmap                  map the model file instead of reading it into huge pages\n"
+        "                          (starts without a copy; pages shared with other processes)\n"
         "  -cram, --cache-ram MIB  RAM for histories spilled out of the KV cache (default 8192, 0 = none)\n"
         "  --host ADDR             address to listen on (default 127.0.0.1)\n"
         "  --port N                port (default 8080; 0 picks a free one)\n"
@@ -48,6 +50,7 @@ static void usage(void)
 
 typedef struct serve_opts {
     const char *model;
+    bool mmap;
     eng_params ep;
     srv_params sp;
 } serve_opts;
@@ -70,6 +73,7 @@ static bool parse(int argc, char **argv, serve_opts *o)
         if (!strcmp(a, "--slots")) { o->sp.endpoint_slots = true; continue; }
         if (!strcmp(a, "--no-slots")) { o->sp.endpoint_slots = false; continue; }
         if (!strcmp(a, "-v") || !strcmp(a, "--log-requests")) { o->sp.log_requests = true; continue; }
+        if (!strcmp(a, "--mmap") || !strcmp(a, "--no-mmap")) { o->mmap = !strcmp(a, "--mmap"); continue; }
         if (!(v = cli_arg(argc, argv, &i))) return false;
         if (!strncmp(a, "--slot-", 7)) {
             pk_status ps = pol_params_set(&o->ep.policy, a, v);
@@ -132,7 +136,7 @@ int cli_serve(int argc, char **argv)
     model *m = NULL;
     eng *e = NULL;
     pk_status st;
-    if ((st = model_load(o.model, &m, err, sizeof err)) != PK_OK) {
+    if ((st = model_load(o.model, o.mmap ? MODEL_MMAP : MODEL_COPY, &m, err, sizeof err)) != PK_OK) {
         fprintf(stderr, "polykv: %s: %s\n", o.model, err);
     } else if ((st = eng_new(m, &o.ep, &e)) != PK_OK) {
         fprintf(stderr, "polykv: cannot start the engine (%d slots, %d cells): %s\n", o.ep.n_slots, o.ep.n_ctx,
@@ -146,8 +150,9 @@ int cli_serve(int argc, char **argv)
         model_free(m);
         return 1;
     }
-    fprintf(stderr, "polykv: model %s (%s) loaded in %.0f ms; %d slots of %d positions, %d threads; ready\n",
-            o.model, model_desc(m), pk_time_ms() - t0, o.ep.n_slots, eng_n_ctx_slot(e), o.ep.n_threads);
+    fprintf(stderr, "polykv: model %s (%s, %s) loaded in %.0f ms; %d slots of %d positions, %d threads; ready\n",
+            o.model, model_desc(m), model_is_copy(m) ? "read into huge pages" : "mapped", pk_time_ms() - t0,
+            o.ep.n_slots, eng_n_ctx_slot(e), o.ep.n_threads);
 
     int sig = 0;
     sigwait(&stop, &sig);

@@ -29,6 +29,7 @@
  *   which the engine asks for once per request, not per token.
  */
 #include "kv.h"
+#include "../common/huge.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +41,8 @@ struct kv_cache {
     kv_params p;
     size_t k_row_bytes, v_row_bytes;
     size_t size_bytes;            /* K + V payload, without alignment padding */
-    void *block;                  /* the calloc'd block, for free() */
+    void *block;                  /* the pk_huge_alloc'd block, for pk_huge_free() */
+    size_t block_bytes;
     uint8_t **k, **v;             /* [n_layer] -> [n_ctx][k_row_bytes] */
 
     kv_pos *pos;                  /* [n_ctx], -1 when free */
@@ -98,9 +100,11 @@ pk_status kv_new(const kv_params *p, kv_cache **out)
     kv->k_row_bytes = krow;
     kv->v_row_bytes = vrow;
     kv->size_bytes = payload;
-    /* calloc, not aligned_alloc + memset: large blocks come from mmap already
-     * zero, so untouched cells cost no resident memory. */
-    kv->block = calloc(1, total);
+    /* zeroed pages from the kernel: untouched cells cost no resident memory
+     * (beyond the 2 MiB page they share); huge pages because attention
+     * streams the cells much as decode streams the weights */
+    kv->block = pk_huge_alloc(total);
+    kv->block_bytes = total;
     kv->k = calloc((size_t)p->n_layer, sizeof(*kv->k));
     kv->v = calloc((size_t)p->n_layer, sizeof(*kv->v));
     kv->pos = malloc((size_t)p->n_ctx * sizeof(*kv->pos));
@@ -129,7 +133,7 @@ pk_status kv_new(const kv_params *p, kv_cache **out)
 void kv_free(kv_cache *kv)
 {
     if (!kv) return;
-    free(kv->block);
+    pk_huge_free(kv->block, kv->block_bytes);
     free(kv->k);
     free(kv->v);
     free(kv->pos);

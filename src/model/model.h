@@ -1,9 +1,9 @@
 /*
  * model.h - llama-family models (llama, qwen2, qwen3): hyper-parameters,
- * weights mapped from a GGUF, and the forward pass of one batch.
+ * weights from a GGUF, and the forward pass of one batch.
  *
  * DESIGN
- *   model_load maps the file (weights are never copied), reads the
+ *   model_load reads the file into huge-page memory (or maps it), reads the
  *   architecture's hyper-parameters and resolves every tensor of every layer,
  *   checking its type and shape.  A model is immutable and may be shared.
  *
@@ -76,9 +76,17 @@ typedef struct model_layer {
 
 typedef struct model model;
 
+/* Where model_load keeps the weights. */
+typedef enum model_hold {
+    MODEL_COPY,   /* read into private huge-page memory (common/huge.h): decode streams them faster */
+    MODEL_MMAP,   /* map the file: no copy at start, pages shared with other processes */
+} model_hold;
+
 /* Loads a GGUF model (and its tokenizer).  PK_EIO/PK_EFORMAT/PK_EUNSUPPORTED
- * with a one-line reason in err. */
-pk_status model_load(const char *path, model **out, char *err, size_t err_len);
+ * /PK_ENOMEM with a one-line reason in err. */
+pk_status model_load(const char *path, model_hold hold, model **out, char *err, size_t err_len);
+/* Whether the weights are a copy (MODEL_COPY) rather than a mapping. */
+bool model_is_copy(const model *m);
 void model_free(model *m);                         /* NULL is a no-op */
 const model_hparams *model_get_hparams(const model *m);
 const tok_vocab *model_vocab(const model *m);

@@ -217,12 +217,12 @@ static size_t w_bytes(const model_w *w)
     return w->data ? tq_row_size(w->type, w->n_cols) * (size_t)w->n_rows : 0;
 }
 
-pk_status model_load(const char *path, model **out, char *err, size_t err_len)
+pk_status model_load(const char *path, model_hold hold, model **out, char *err, size_t err_len)
 {
     *out = NULL;
     model *m = calloc(1, sizeof *m);
     if (!m) return pk_errf(err, err_len, PK_ENOMEM, "out of memory");
-    pk_status st = gguf_open(path, &m->gguf, err, err_len);
+    pk_status st = gguf_open_ex(path, hold == MODEL_COPY ? GGUF_OPEN_COPY : 0, &m->gguf, err, err_len);
     if (st) goto fail;
     if ((st = read_hparams(m->gguf, &m->hp, err, err_len))) goto fail;
     if ((st = tok_load_gguf(m->gguf, &m->vocab, err, err_len))) goto fail;
@@ -257,4 +257,5 @@ const model_hparams *model_get_hparams(const model *m) { return &m->hp; }
 const tok_vocab *model_vocab(const model *m) { return m->vocab; }
 const gguf_ctx *model_gguf(const model *m) { return m->gguf; }
 size_t model_weight_bytes(const model *m) { return m->weight_bytes; }
+bool model_is_copy(const model *m) { return gguf_is_copy(m->gguf); }
 const char *model_desc(const model *m) { return m->desc; }

@@ -1,7 +1,7 @@
 // tps.test.mjs - the per-session speed the server reports (tps_ewma, from
 // the engine's inter-token times) agrees within 5% with the rate a client
 // measures from token arrival times, on one steady streamed session of a
-// model slow enough (>= 5 ms a token) for the network to be noise.
+// model slow enough (>= 8 ms a token) for the network to be noise.
 
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -15,7 +15,7 @@ after(async () => {
 });
 
 test('tps_ewma matches the client-side token rate within 5%', { skip }, async () => {
-  const model = genModel('tps-qwen2-e1024-l8-q8_0.gguf', ['--arch', 'qwen2', '--n-embd', '1024', '--n-layer', '8',
+  const model = genModel('tps-qwen2-e1024-l16-q8_0.gguf', ['--arch', 'qwen2', '--n-embd', '1024', '--n-layer', '16',
     '--n-head', '16', '--n-head-kv', '4', '--n-ff', '4096', '--type', 'q8_0', '--seed', '1']);
   srv = await startServer(model, ['-c', '1024', '-np', '1', '-t', '1']);
 
@@ -60,6 +60,6 @@ test('tps_ewma matches the client-side token rate within 5%', { skip }, async ()
   console.log(`# tps: server tps_ewma ${ewma.toFixed(1)}, client ${client.toFixed(1)} tok/s ` +
     `(${msPerToken.toFixed(2)} ms/token; flat mean of the last 128: ${flat.toFixed(1)}), ` +
     `difference ${(100 * diff).toFixed(2)}%`);
-  assert.ok(msPerToken >= 5, `the model is too fast for this test: ${msPerToken.toFixed(2)} ms/token`);
+  assert.ok(msPerToken >= 8, `the model is too fast for this test: ${msPerToken.toFixed(2)} ms/token`);
   assert.ok(diff < 0.05, `tps_ewma ${ewma} vs client ${client}`);
 });
