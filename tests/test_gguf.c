@@ -221,22 +221,6 @@ static void test_round_trip(void)
     gguf_ctx *g = NULL;
     CHECK_EQ_INT(gguf_open(path, &g, err, sizeof err), PK_OK);
     if (!g) { fprintf(stderr, "open: %s\n", err); return; }
-    /* GGUF_OPEN_COPY: the same file read into huge-page memory gives the
-     * same tensors at their own addresses, aligned as in the mapping */
-    gguf_ctx *gc = NULL;
-    CHECK_EQ_INT(gguf_open_ex(path, GGUF_OPEN_COPY, &gc, err, sizeof err), PK_OK);
-    if (gc) {
-        CHECK(gguf_is_copy(gc) && !gguf_is_copy(g));
-        CHECK_EQ_INT(gguf_n_tensors(gc), gguf_n_tensors(g));
-        for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
-            const gguf_tensor *a = gguf_tensor_at(g, i), *c = gguf_tensor_at(gc, i);
-            CHECK(a->nbytes == c->nbytes && a->data != c->data && memcmp(a->data, c->data, a->nbytes) == 0);
-            CHECK_EQ_INT((uintptr_t)c->data % 4096, (uintptr_t)a->data % 4096);
-        }
-        gguf_close(gc);
-    }
-    CHECK_EQ_INT(gguf_open_ex(tmp_path("missing.gguf"), GGUF_OPEN_COPY, &gc, err, sizeof err), PK_EIO);
-    CHECK(gc == NULL && strstr(err, "missing.gguf") != NULL);
     CHECK_EQ_INT(gguf_version(g), 3);
     CHECK_EQ_INT(gguf_alignment(g), 32);
     CHECK_EQ_INT(gguf_n_kv(g), 21);
@@ -498,8 +482,6 @@ static void test_corrupt(void)
     fclose(f);
     CHECK_EQ_INT(gguf_open(tmp_path("empty.gguf"), &g, err, sizeof err), PK_EFORMAT);
     CHECK(strstr(err, "empty.gguf: header: magic") != NULL);
-    CHECK_EQ_INT(gguf_open_ex(tmp_path("empty.gguf"), GGUF_OPEN_COPY, &g, err, sizeof err), PK_EFORMAT);
-    CHECK(g == NULL && strstr(err, "empty.gguf: header: magic") != NULL);
     CHECK_EQ_INT(gguf_open_mem(NULL, 5, &g, err, sizeof err), PK_EINVAL);
     CHECK_EQ_INT(gguf_open_mem(orig, 3, &g, NULL, 0), PK_EFORMAT);
     free(orig);

@@ -141,6 +141,7 @@ int cli_bench(int argc, char **argv)
         fprintf(stderr, "polykv: %s: %s\n", path, err);
         return 1;
     }
+    model_wait_copy(m);   /* time the weights where decoding will read them */
     const model_hparams *hp = model_get_hparams(m);
     /* batched: each sequence holds its prompt and its generated tokens */
     long per_seq = n_seq > 1 ? n_pp + n_tg : depth + MAX(n_pp, n_tg);

@@ -151,7 +151,7 @@ int cli_serve(int argc, char **argv)
         return 1;
     }
     fprintf(stderr, "polykv: model %s (%s, %s) loaded in %.0f ms; %d slots of %d positions, %d threads; ready\n",
-            o.model, model_desc(m), model_is_copy(m) ? "read into huge pages" : "mapped", pk_time_ms() - t0,
+            o.model, model_desc(m), o.mmap ? "mapped" : "mapped, weights copying into huge pages", pk_time_ms() - t0,
             o.ep.n_slots, eng_n_ctx_slot(e), o.ep.n_threads);
 
     int sig = 0;

@@ -24,7 +24,6 @@
  * searches over the same indices.
  */
 #include "gguf_impl.h"
-#include "../common/huge.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -488,86 +487,54 @@ pk_status gguf_open_mem(const void *data, size_t size, gguf_ctx **out, char *err
     return PK_OK;
 }
 
-/* The whole file into *out, in huge-page memory (huge.h). */
-static pk_status read_whole(int fd, const char *path, size_t size, void **out, char *err, size_t err_len)
-{
-    char *buf = pk_huge_alloc(size);
-    if (!buf) return pk_errf(err, err_len, PK_ENOMEM, "%s: no memory for a %zu-byte copy (--mmap maps it instead)", path, size);
-    for (size_t done = 0; done < size;) {
-        ssize_t n = pread(fd, buf + done, MIN(size - done, (size_t)1 << 30), (off_t)done);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-            pk_errf(err, err_len, PK_EIO, "%s: read: %s", path, n < 0 ? strerror(errno) : "file shrank while reading");
-            pk_huge_free(buf, size);
-            return PK_EIO;
-        }
-        done += (size_t)n;
-    }
-    *out = buf;
-    return PK_OK;
-}
-
-pk_status gguf_open_ex(const char *path, unsigned flags, gguf_ctx **out, char *err, size_t err_len)
+pk_status gguf_open(const char *path, gguf_ctx **out, char *err, size_t err_len)
 {
     *out = NULL;
     if (err && err_len) err[0] = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return pk_errf(err, err_len, PK_EIO, "%s: open: %s", path, strerror(errno));
+    if (fd < 0) {
+        if (err && err_len) snprintf(err, err_len, "%s: open: %s", path, strerror(errno));
+        return PK_EIO;
+    }
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
-        pk_errf(err, err_len, PK_EIO, "%s: fstat: %s", path, strerror(errno));
+        if (err && err_len) snprintf(err, err_len, "%s: fstat: %s", path, strerror(errno));
         close(fd);
         return PK_EIO;
     }
     if (!S_ISREG(sb.st_mode)) {
+        if (err && err_len) snprintf(err, err_len, "%s: not a regular file", path);
         close(fd);
-        return pk_errf(err, err_len, PK_EIO, "%s: not a regular file", path);
+        return PK_EIO;
     }
     size_t size = (size_t)sb.st_size;
     void *map = NULL;
-    bool copy = (flags & GGUF_OPEN_COPY) && size > 0;
-    if (copy) {
-        pk_status st = read_whole(fd, path, size, &map, err, err_len);
-        if (st != PK_OK) {
-            close(fd);
-            return st;
-        }
-    } else if (size > 0) {
+    if (size > 0) {
         map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (map == MAP_FAILED) {
-            pk_errf(err, err_len, PK_EIO, "%s: mmap: %s", path, strerror(errno));
+            if (err && err_len) snprintf(err, err_len, "%s: mmap: %s", path, strerror(errno));
             close(fd);
             return PK_EIO;
         }
     }
-    close(fd);   /* a mapping keeps the file; a copy no longer needs it */
+    close(fd);   /* the mapping keeps the file */
 
     char msg[384];
     pk_status st = gguf_open_mem(map, size, out, msg, sizeof msg);
     if (st != PK_OK) {
         if (err && err_len) snprintf(err, err_len, "%s: %s", path, msg);
-        if (copy) pk_huge_free(map, size);
-        else if (map) munmap(map, size);
+        if (map) munmap(map, size);
         return st;
     }
     (*out)->map = map;
     (*out)->map_len = size;
-    (*out)->copied = copy;
     return PK_OK;
 }
-
-pk_status gguf_open(const char *path, gguf_ctx **out, char *err, size_t err_len)
-{
-    return gguf_open_ex(path, 0, out, err, err_len);
-}
-
-bool gguf_is_copy(const gguf_ctx *g) { return g->copied; }
 
 void gguf_close(gguf_ctx *g)
 {
     if (!g) return;
-    if (g->copied) pk_huge_free(g->map, g->map_len);
-    else if (g->map) munmap(g->map, g->map_len);
+    if (g->map) munmap(g->map, g->map_len);
     free(g->kv);
     free(g->kv_sorted);
     free(g->tensors);
@@ -580,6 +547,7 @@ void gguf_close(gguf_ctx *g)
 
 uint32_t gguf_version(const gguf_ctx *g) { return g->version; }
 size_t gguf_file_size(const gguf_ctx *g) { return g->size; }
+const void *gguf_file_data(const gguf_ctx *g) { return g->base; }
 size_t gguf_alignment(const gguf_ctx *g) { return g->alignment; }
 int64_t gguf_n_kv(const gguf_ctx *g) { return g->n_kv; }
 int64_t gguf_n_tensors(const gguf_ctx *g) { return g->n_tensors; }

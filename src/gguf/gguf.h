@@ -52,13 +52,6 @@ typedef struct gguf_ctx gguf_ctx;
  * PK_EFORMAT.  *out is NULL on error.  The file must not shrink while open
  * (a mapping past its end faults). */
 pk_status gguf_open(const char *path, gguf_ctx **out, char *err, size_t err_len);
-/* The same with GGUF_OPEN_COPY: the file is read into private memory in
- * huge pages (common/huge.h) instead of mapped, for weights that are
- * streamed again and again; PK_ENOMEM when that memory is not there.
- * flags 0 is gguf_open. */
-enum { GGUF_OPEN_COPY = 1u << 0 };
-pk_status gguf_open_ex(const char *path, unsigned flags, gguf_ctx **out, char *err, size_t err_len);
-bool gguf_is_copy(const gguf_ctx *g);   /* opened with GGUF_OPEN_COPY */
 /* The same over a caller-owned buffer that must outlive the ctx (fuzzing,
  * tests); it is never read outside [data, data + size).  PK_EINVAL when data
  * is NULL and size is not 0. */
@@ -67,6 +60,8 @@ void gguf_close(gguf_ctx *g);      /* NULL is a no-op */
 
 uint32_t gguf_version(const gguf_ctx *g);
 size_t gguf_file_size(const gguf_ctx *g);
+/* The file's first byte: every tensor's data is at an offset from here. */
+const void *gguf_file_data(const gguf_ctx *g);
 size_t gguf_alignment(const gguf_ctx *g);
 
 /* Key/values.  Index-based; gguf_find_key returns -1 when absent.  Indices

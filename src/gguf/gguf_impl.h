@@ -43,9 +43,8 @@ typedef struct gguf_kv {
 struct gguf_ctx {
     const uint8_t *base;       /* the whole file */
     size_t size;
-    void *map;                 /* our mmap or copy (gguf_open) or NULL (gguf_open_mem) */
+    void *map;                 /* our mmap (gguf_open) or NULL (gguf_open_mem) */
     size_t map_len;
-    bool copied;               /* map is a pk_huge_alloc copy, not a file mapping */
     uint32_t version;
     size_t alignment;
     size_t data_off;           /* start of the data section, from base */

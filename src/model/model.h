@@ -3,7 +3,8 @@
  * weights from a GGUF, and the forward pass of one batch.
  *
  * DESIGN
- *   model_load reads the file into huge-page memory (or maps it), reads the
+ *   model_load maps the file (and copies the weights into huge pages
+ *   behind the first passes, model_copy.c), reads the
  *   architecture's hyper-parameters and resolves every tensor of every layer,
  *   checking its type and shape.  A model is immutable and may be shared.
  *
@@ -76,17 +77,24 @@ typedef struct model_layer {
 
 typedef struct model model;
 
-/* Where model_load keeps the weights. */
+/* Where model_load keeps the weights.  Either way the file is mapped and
+ * the model computes from the mapping at once; with MODEL_COPY a thread
+ * reads the weights into private huge pages (common/huge.h), which decode
+ * streams faster, and the first forward pass after the copy is complete
+ * switches to them (model_copy.c). */
 typedef enum model_hold {
-    MODEL_COPY,   /* read into private huge-page memory (common/huge.h): decode streams them faster */
-    MODEL_MMAP,   /* map the file: no copy at start, pages shared with other processes */
+    MODEL_COPY,   /* the default */
+    MODEL_MMAP,   /* the mapping only: no copy, pages shared with other processes */
 } model_hold;
 
 /* Loads a GGUF model (and its tokenizer).  PK_EIO/PK_EFORMAT/PK_EUNSUPPORTED
  * /PK_ENOMEM with a one-line reason in err. */
 pk_status model_load(const char *path, model_hold hold, model **out, char *err, size_t err_len);
-/* Whether the weights are a copy (MODEL_COPY) rather than a mapping. */
+/* Whether the passes now read the huge-page copy rather than the mapping. */
 bool model_is_copy(const model *m);
+/* Returns once the copy is complete or has failed (benchmarks wait for it;
+ * the next model_decode then switches). */
+void model_wait_copy(const model *m);
 void model_free(model *m);                         /* NULL is a no-op */
 const model_hparams *model_get_hparams(const model *m);
 const tok_vocab *model_vocab(const model *m);

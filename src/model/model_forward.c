@@ -522,6 +522,7 @@ pk_status model_decode(model_ctx *c, const model_batch *b, float *logits)
     if (b->n_tokens > c->p.n_ctx) return PK_EFULL;
     if ((st = kv_find_slot(c->kv, b->n_tokens, c->cells))) return st;
 
+    model_pass_begin(m);
     size_t row = tq_row_size(m->tok_embd.type, hp->n_embd);
     float *out = logits;
     for (int i0 = 0; i0 < b->n_tokens;) {
@@ -548,5 +549,6 @@ pk_status model_decode(model_ctx *c, const model_batch *b, float *logits)
         }
         i0 += n;
     }
+    model_pass_end(m);
     return PK_OK;
 }

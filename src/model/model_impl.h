@@ -4,15 +4,38 @@
 #define MODEL_IMPL_H
 
 #include "model.h"
+#include "../tensor/tq.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
 
 struct model {
-    gguf_ctx *gguf;           /* owns the mapping every model_w points into */
+    gguf_ctx *gguf;           /* owns the mapping; model_w point into it or into copy_buf */
     tok_vocab *vocab;
     model_hparams hp;
     model_w tok_embd, out_norm, output, rope_freqs;
     model_layer *layers;      /* [n_layer] */
     size_t weight_bytes;
     char desc[96];
+
+    /* model_copy.c: the weights read into huge pages in the background */
+    _Atomic int copy_state;   /* COPY_* */
+    atomic_int passes;        /* forward passes running, -1 while switching to the copy */
+    atomic_bool copy_stop;    /* model_free: the copier stops at its next read */
+    pthread_t copier;
+    bool copier_started;      /* joined by the switch or by model_free */
+    char *copy_buf;
+    size_t copy_off, copy_len;   /* the span of the file holding weights */
 };
+
+enum { COPY_NONE, COPY_RUNNING, COPY_READY, COPY_FAILED, COPY_ADOPTED };
+
+/* model_copy.c */
+void model_copy_start(model *m);                     /* at the end of model_load (MODEL_COPY) */
+void model_copy_free(model *m);                      /* in model_free */
+/* Around every forward pass (model_decode): the switch to the copy happens
+ * in a begin with no other pass running. */
+void model_pass_begin(const model *m);
+void model_pass_end(const model *m);
 
 #endif

@@ -222,7 +222,7 @@ pk_status model_load(const char *path, model_hold hold, model **out, char *err, 
     *out = NULL;
     model *m = calloc(1, sizeof *m);
     if (!m) return pk_errf(err, err_len, PK_ENOMEM, "out of memory");
-    pk_status st = gguf_open_ex(path, hold == MODEL_COPY ? GGUF_OPEN_COPY : 0, &m->gguf, err, err_len);
+    pk_status st = gguf_open(path, &m->gguf, err, err_len);
     if (st) goto fail;
     if ((st = read_hparams(m->gguf, &m->hp, err, err_len))) goto fail;
     if ((st = tok_load_gguf(m->gguf, &m->vocab, err, err_len))) goto fail;
@@ -237,6 +237,7 @@ pk_status model_load(const char *path, model_hold hold, model **out, char *err, 
     }
     snprintf(m->desc, sizeof m->desc, "%s %dL %dd %s", model_arch_name(m->hp.arch),
              m->hp.n_layer, m->hp.n_embd, tq_get(m->layers[0].wq.type)->name);
+    if (hold == MODEL_COPY) model_copy_start(m);
     *out = m;
     return PK_OK;
 fail:
@@ -247,6 +248,7 @@ fail:
 void model_free(model *m)
 {
     if (!m) return;
+    model_copy_free(m);
     tok_free(m->vocab);
     gguf_close(m->gguf);
     free(m->layers);
@@ -257,5 +259,4 @@ const model_hparams *model_get_hparams(const model *m) { return &m->hp; }
 const tok_vocab *model_vocab(const model *m) { return m->vocab; }
 const gguf_ctx *model_gguf(const model *m) { return m->gguf; }
 size_t model_weight_bytes(const model *m) { return m->weight_bytes; }
-bool model_is_copy(const model *m) { return gguf_is_copy(m->gguf); }
 const char *model_desc(const model *m) { return m->desc; }
