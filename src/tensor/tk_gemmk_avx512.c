@@ -41,6 +41,7 @@
  * corr is -128 times what the activations' +128 adds to each total/lane.
  */
 #include "tk_impl.h"
+#include "tk_codes_avx512.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -50,13 +51,6 @@
 #define QK TQ_QK_K
 
 enum { REC4 = RT * (256 + 32 + 16 + 4 + 4 + 4), REC56 = RT * (256 + 64 + 32 + 32 + 4 + 4) };
-
-static inline int32_t load_i32(const void *p)
-{
-    int32_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
 
 static inline int32_t pair16(int lo, int hi)
 {

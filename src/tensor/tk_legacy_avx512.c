@@ -27,6 +27,7 @@
  * them uses vcvtneps2bf16 (which flushes subnormals).
  */
 #include "tk_impl.h"
+#include "tk_codes_avx512.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -55,13 +56,6 @@ static inline __m512i load2x32(const int8_t *p0, const int8_t *p1)
                               _mm256_loadu_si256((const __m256i *)p1), 1);
 }
 
-/* Nibble codes of one block, value order (low nibbles, then high). */
-static inline __m256i nibbles32(const uint8_t *qs)
-{
-    __m128i v = _mm_loadu_si128((const __m128i *)qs);
-    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0x0f));
-}
-
 /* Nibble codes of two blocks: [qs0 lo | qs0 hi | qs1 lo | qs1 hi]. */
 static inline __m512i nibbles64(const uint8_t *qs0, const uint8_t *qs1)
 {
@@ -70,13 +64,6 @@ static inline __m512i nibbles64(const uint8_t *qs0, const uint8_t *qs1)
     __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1);
     z = _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
     return _mm512_and_si512(z, _mm512_set1_epi8(0x0f));
-}
-
-static inline uint32_t load_u32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
 }
 
 /* ---- float types ---------------------------------------------------------- */
@@ -184,17 +171,10 @@ static inline float step1_signed(__m256i w, const tq_block_q8_0 *y, tq_f16 dw)
     return f16_to_f32(dw) * f16_to_f32(y->d) * hsum8(_mm256_cvtepi32_ps(s));
 }
 
-/* Q5 values of one block: nibble + 16 * high bit, unsigned 0..31. */
-static inline __m256i codes5_32(const uint8_t *qs, const uint8_t *qh)
-{
-    __m256i nib = nibbles32(qs);
-    return _mm256_mask_add_epi8(nib, (__mmask32)load_u32(qh), nib, _mm256_set1_epi8(16));
-}
-
 static inline __m512i codes5_64(const uint8_t *qs0, const uint8_t *qh0,
                                 const uint8_t *qs1, const uint8_t *qh1)
 {
-    __mmask64 hb = (__mmask64)load_u32(qh0) | (__mmask64)load_u32(qh1) << 32;
+    __mmask64 hb = (__mmask64)(uint32_t)load_i32(qh0) | (__mmask64)(uint32_t)load_i32(qh1) << 32;
     __m512i nib = nibbles64(qs0, qs1);
     return _mm512_mask_add_epi8(nib, hb, nib, _mm512_set1_epi8(16));
 }
