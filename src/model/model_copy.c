@@ -25,26 +25,13 @@
 
 #define COPY_CHUNK ((size_t)8 << 20)   /* bytes per memcpy; the stop flag is seen between them */
 
-/* Calls fn on every model_w of m. */
-static void each_weight(model *m, void (*fn)(model_w *w, void *arg), void *arg)
-{
-    fn(&m->tok_embd, arg);
-    fn(&m->out_norm, arg);
-    fn(&m->output, arg);
-    fn(&m->rope_freqs, arg);
-    for (int il = 0; il < m->hp.n_layer; il++) {
-        model_w *ws = &m->layers[il].attn_norm;
-        for (size_t k = 0; k < sizeof(model_layer) / sizeof(model_w); k++) fn(&ws[k], arg);
-    }
-}
-
 typedef struct { const char *lo, *hi; } span;
 
 static void widen(model_w *w, void *arg)
 {
     span *s = arg;
     if (!w->data) return;
-    const char *a = w->data, *b = a + tq_row_size(w->type, w->n_cols) * (size_t)w->n_rows;
+    const char *a = w->data, *b = a + model_w_bytes(w);
     if (!s->lo || a < s->lo) s->lo = a;
     if (!s->hi || b > s->hi) s->hi = b;
 }
@@ -90,7 +77,7 @@ void model_copy_start(model *m)
     /* the span of the file that holds weights */
     const char *base = gguf_file_data(m->gguf);
     span sp = { NULL, NULL };
-    each_weight(m, widen, &sp);
+    model_each_weight(m, widen, &sp);
     atomic_store(&m->copy_state, COPY_NONE);
     if (!sp.lo) return;
     m->copy_off = (size_t)(sp.lo - base);
@@ -109,7 +96,7 @@ void model_copy_start(model *m)
 static void switch_to_copy(model *m)
 {
     const char *map_lo = (const char *)gguf_file_data(m->gguf) + m->copy_off;
-    each_weight(m, move, &(rebase){ map_lo, m->copy_buf });
+    model_each_weight(m, move, &(rebase){ map_lo, m->copy_buf });
     release(map_lo, m->copy_len);   /* pages passes faulted in during the copy */
 }
 

@@ -30,6 +30,12 @@ struct model {
 
 enum { COPY_NONE, COPY_RUNNING, COPY_READY, COPY_FAILED, COPY_ADOPTED };
 
+/* model_load.c: the bytes of one weight's data (0 when absent); fn on
+ * every model_w of m (token_embd, out_norm, output, rope_freqs, then each
+ * layer's), where a tied output is the same data as token_embd. */
+size_t model_w_bytes(const model_w *w);
+void model_each_weight(model *m, void (*fn)(model_w *w, void *arg), void *arg);
+
 /* model_copy.c */
 void model_copy_start(model *m);                     /* at the end of model_load (MODEL_COPY) */
 void model_copy_free(model *m);                      /* in model_free */

@@ -212,10 +212,24 @@ static pk_status load_weights(model *m, char *err, size_t err_len)
     return PK_OK;
 }
 
-static size_t w_bytes(const model_w *w)
+size_t model_w_bytes(const model_w *w)
 {
     return w->data ? tq_row_size(w->type, w->n_cols) * (size_t)w->n_rows : 0;
 }
+
+void model_each_weight(model *m, void (*fn)(model_w *w, void *arg), void *arg)
+{
+    fn(&m->tok_embd, arg);
+    fn(&m->out_norm, arg);
+    fn(&m->output, arg);
+    fn(&m->rope_freqs, arg);
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        model_w *ws = &m->layers[il].attn_norm;
+        for (size_t k = 0; k < sizeof(model_layer) / sizeof(model_w); k++) fn(&ws[k], arg);
+    }
+}
+
+static void add_bytes(model_w *w, void *arg) { *(size_t *)arg += model_w_bytes(w); }
 
 pk_status model_load(const char *path, model_hold hold, model **out, char *err, size_t err_len)
 {
@@ -229,12 +243,10 @@ pk_status model_load(const char *path, model_hold hold, model **out, char *err, 
     m->hp.n_vocab = tok_n_vocab(m->vocab);
     if ((st = load_weights(m, err, err_len))) goto fail;
 
-    m->weight_bytes = w_bytes(&m->out_norm) + w_bytes(&m->output);
-    for (int il = 0; il < m->hp.n_layer; il++) {
-        const model_w *ws = &m->layers[il].attn_norm;
-        for (size_t k = 0; k < sizeof(model_layer) / sizeof(model_w); k++)
-            m->weight_bytes += w_bytes(&ws[k]);
-    }
+    /* every weight but the embeddings (one row read per token) and the
+     * RoPE factors (read per position, not streamed) */
+    model_each_weight(m, add_bytes, &m->weight_bytes);
+    m->weight_bytes -= model_w_bytes(&m->tok_embd) + model_w_bytes(&m->rope_freqs);
     snprintf(m->desc, sizeof m->desc, "%s %dL %dd %s", model_arch_name(m->hp.arch),
              m->hp.n_layer, m->hp.n_embd, tq_get(m->layers[0].wq.type)->name);
     if (hold == MODEL_COPY) model_copy_start(m);
