@@ -251,9 +251,7 @@ static bool early_reply(srv_req *r, enum MHD_Result *ret)
         return true;
     }
     if (!srv_engine(r->s)) {
-        srv_err e = { .status = 503 };
-        snprintf(e.msg, sizeof e.msg, "Loading model");
-        *ret = srv_reply_error(r, &e);
+        *ret = srv_reply_errorf(r, 503, "Loading model");
         return true;
     }
     const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);

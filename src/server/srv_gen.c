@@ -315,3 +315,25 @@ enum MHD_Result srv_gen_run(srv_req *r, const eng_completion *c, const srv_gen_o
     gen_free(g);
     return ret;
 }
+
+enum MHD_Result srv_gen_run_ids(srv_req *r, eng_completion *c, const srv_gen_opts *o, int32_t *ids, int32_t n)
+{
+    c->prompt = ids;
+    c->n_prompt = n;
+    enum MHD_Result ret = srv_gen_run(r, c, o);
+    free(ids);
+    return ret;
+}
+
+enum MHD_Result srv_gen_prompt(srv_req *r, json_t *body, srv_api api)
+{
+    srv *s = r->s;
+    eng_completion c;
+    srv_gen_opts o;
+    srv_err e;
+    int32_t *ids, n;
+    if (!srv_parse_gen(body, api, eng_get_params(srv_engine(s))->n_slots, &c, &o, &e) ||
+        !srv_tokenize_prompt(s->voc, json_object_get(body, "prompt"), "prompt", true, &ids, &n, &e))
+        return srv_reply_error(r, &e);
+    return srv_gen_run_ids(r, &c, &o, ids, n);
+}

@@ -182,6 +182,11 @@ typedef struct srv_gen {
 /* Submits c and answers the request: a JSON body when it completes, or an
  * SSE stream.  Takes nothing from the caller (c is copied by eng_submit). */
 enum MHD_Result srv_gen_run(srv_req *r, const eng_completion *c, const srv_gen_opts *o);
+/* srv_gen_run with ids[0..n) as c's prompt; frees ids. */
+enum MHD_Result srv_gen_run_ids(srv_req *r, eng_completion *c, const srv_gen_opts *o, int32_t *ids, int32_t n);
+/* The completion endpoints (/completion, /v1/completions): the body parsed
+ * for api, its "prompt" tokenized, then srv_gen_run. */
+enum MHD_Result srv_gen_prompt(srv_req *r, json_t *body, srv_api api);
 
 /* Appends bytes to the stream output; "data: <j>\n\n" for an SSE event
  * (j consumed). */

@@ -150,9 +150,7 @@ static bool stats(srv_req *r, eng_stats *st)
 enum MHD_Result srv_h_metrics(srv_req *r, json_t *body)
 {
     if (!r->s->p.endpoint_metrics) {
-        srv_err e = { .status = 501 };
-        snprintf(e.msg, sizeof e.msg, "This server does not support metrics endpoint. Start it with `--metrics`");
-        return srv_reply_error(r, &e);
+        return srv_reply_errorf(r, 501, "This server does not support metrics endpoint. Start it with `--metrics`");
     }
     eng_stats st;
     if (!stats(r, &st)) return srv_reply_errorf(r, 503, "the engine is stopping");
@@ -166,9 +164,7 @@ enum MHD_Result srv_h_metrics(srv_req *r, json_t *body)
 enum MHD_Result srv_h_slots(srv_req *r, json_t *body)
 {
     if (!r->s->p.endpoint_slots) {
-        srv_err e = { .status = 501 };
-        snprintf(e.msg, sizeof e.msg, "This server does not support slots endpoint. Start it with `--slots`");
-        return srv_reply_error(r, &e);
+        return srv_reply_errorf(r, 501, "This server does not support slots endpoint. Start it with `--slots`");
     }
     eng_stats st;
     if (!stats(r, &st)) return srv_reply_errorf(r, 503, "the engine is stopping");

@@ -87,19 +87,7 @@ void srv_native_stream_end(srv_gen *g) { srv_gen_sse(g, final_json(g, true)); }
 
 enum MHD_Result srv_h_completion(srv_req *r, json_t *body)
 {
-    srv *s = r->s;
-    eng_completion c;
-    srv_gen_opts o;
-    srv_err e;
-    int32_t *ids, n;
-    if (!srv_parse_gen(body, SRV_API_NATIVE, eng_get_params(srv_engine(s))->n_slots, &c, &o, &e) ||
-        !srv_tokenize_prompt(s->voc, json_object_get(body, "prompt"), "prompt", true, &ids, &n, &e))
-        return srv_reply_error(r, &e);
-    c.prompt = ids;
-    c.n_prompt = n;
-    enum MHD_Result ret = srv_gen_run(r, &c, &o);
-    free(ids);
-    return ret;
+    return srv_gen_prompt(r, body, SRV_API_NATIVE);
 }
 
 static bool opt_bool(const json_t *b, const char *key, bool def, bool *out, srv_err *e)

@@ -203,26 +203,9 @@ enum MHD_Result srv_h_oai_models(srv_req *r, json_t *body)
     return srv_reply_json(r, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", m));
 }
 
-static enum MHD_Result run_prompt(srv_req *r, eng_completion *c, const srv_gen_opts *o, int32_t *ids, int32_t n)
-{
-    c->prompt = ids;
-    c->n_prompt = n;
-    enum MHD_Result ret = srv_gen_run(r, c, o);
-    free(ids);
-    return ret;
-}
-
 enum MHD_Result srv_h_oai_completions(srv_req *r, json_t *body)
 {
-    srv *s = r->s;
-    eng_completion c;
-    srv_gen_opts o;
-    srv_err e;
-    int32_t *ids, n;
-    if (!srv_parse_gen(body, SRV_API_OAI_CMPL, eng_get_params(srv_engine(s))->n_slots, &c, &o, &e) ||
-        !srv_tokenize_prompt(s->voc, json_object_get(body, "prompt"), "prompt", true, &ids, &n, &e))
-        return srv_reply_error(r, &e);
-    return run_prompt(r, &c, &o, ids, n);
+    return srv_gen_prompt(r, body, SRV_API_OAI_CMPL);
 }
 
 enum MHD_Result srv_h_oai_chat(srv_req *r, json_t *body)
@@ -244,5 +227,5 @@ enum MHD_Result srv_h_oai_chat(srv_req *r, json_t *body)
         free(ids);
         return srv_reply_errorf(r, 400, "the chat prompt gives no tokens");
     }
-    return run_prompt(r, &c, &o, ids, n);
+    return srv_gen_run_ids(r, &c, &o, ids, n);
 }
