@@ -102,8 +102,8 @@ static double cpu_s(void)
  */
 static int bench_gemm(tp_pool *pools[2], double secs)
 {
-    static const int toks[] = { 4, 8, 16, 32, 512 };
-    static const int types[] = { TQ_Q8_0, TQ_Q4_0, TQ_Q4_1, TQ_Q5_0, TQ_Q5_1, TQ_Q4_K, TQ_Q5_K, TQ_Q6_K };
+    static const int toks[] = { 4, 8, 16, 32, 48, 64, 512 };
+    static const int types[] = { TQ_Q8_0, TQ_Q8_0X16, TQ_Q4_0, TQ_Q4_0X16, TQ_Q4_1, TQ_Q5_0, TQ_Q5_1, TQ_Q4_K, TQ_Q5_K, TQ_Q6_K };
     const int T = 512;
     printf("\nmatmul %d x %d, GOP/s by tokens per call (1 thread, per CPU second | 2 threads, wall)\n",
            G_ROWS, G_COLS);
@@ -119,17 +119,23 @@ static int bench_gemm(tp_pool *pools[2], double secs)
     for (size_t ti = 0; ti < ARRAY_LEN(types); ti++) {
         int wt = types[ti];
         const tq_traits *tr = tq_get(wt);
+        tq_type plain = tr->tile_rows ? tr->untiled : (tq_type)wt;
+        if (tr->tile_rows && !tk_runs_tiled(plain, G_ROWS, G_COLS)) continue;
         size_t wrow = tq_row_size(wt, G_COLS);
-        char *w = malloc(wrow * G_ROWS);
+        char *w = malloc(wrow * G_ROWS), *rows = malloc(wrow * G_ROWS);
         void *scratch = malloc(tk_matmul_scratch_size(wt, G_COLS, T));
-        if (!w || !scratch) return 1;
-        for (int r = 0; r < G_ROWS; r++) tq_quantize_row(wt, wf + (size_t)r * G_COLS, w + r * wrow, G_COLS);
+        if (!w || !rows || !scratch) return 1;
+        for (int r = 0; r < G_ROWS; r++) tq_quantize_row(plain, wf + (size_t)r * G_COLS, rows + r * wrow, G_COLS);
+        if (tr->tile_rows)
+            tq_tile(wt, rows, G_ROWS, G_COLS, w);
+        else
+            memcpy(w, rows, wrow * G_ROWS);
 
         tk_matmul(pools[1], wt, w, G_ROWS, G_COLS, x, T, y, scratch);
         for (int t = 0; t < T; t += 61) {
             tq_quantize_row(tr->vec_dot_type, x + (size_t)t * G_COLS, a, G_COLS);
             for (int r = 0; r < G_ROWS; r += 31) {
-                float ref = tq_vec_dot_ref(wt, G_COLS, w + r * wrow, a), got = y[(size_t)t * G_ROWS + r];
+                float ref = tq_vec_dot_ref(plain, G_COLS, rows + r * wrow, a), got = y[(size_t)t * G_ROWS + r];
                 if (!(fabsf(got - ref) <= 1e-4f * fabsf(ref) + 1e-3f)) {
                     fprintf(stderr, "bench_kernels: gemm %s row %d token %d: %g vs reference %g\n",
                             tr->name, r, t, got, ref);
@@ -155,6 +161,7 @@ static int bench_gemm(tp_pool *pools[2], double secs)
         printf("\n");
         fflush(stdout);
         free(w);
+        free(rows);
         free(scratch);
     }
     free(wf);
@@ -196,25 +203,33 @@ int main(int argc, char **argv)
     for (int wt = 0; wt < TQ_COUNT; wt++) {
         const tq_traits *tr = tq_get(wt);
         if (!tr || !tr->supported || wt == TQ_Q8_K) continue;
+        /* a tiled layout (tq.h): only through tk_matmul, where this CPU runs it */
+        tq_type plain = tr->tile_rows ? tr->untiled : (tq_type)wt;
+        if (tr->tile_rows && !tk_runs_tiled(plain, N_ROWS, N_COLS)) continue;
         size_t wrow = tq_row_size(wt, N_COLS), mat = wrow * N_ROWS;
         size_t n_copies = (RING_BYTES + mat - 1) / mat;
-        char *ring = malloc(mat * n_copies);
+        char *ring = malloc(mat * n_copies), *rows = malloc(mat);
         void *scratch = malloc(tk_matmul_scratch_size(wt, N_COLS, 1));
-        if (!ring || !scratch) return 1;
-        for (int r = 0; r < N_ROWS; r++) tq_quantize_row(wt, wf + (size_t)r * N_COLS, ring + r * wrow, N_COLS);
+        if (!ring || !rows || !scratch) return 1;
+        for (int r = 0; r < N_ROWS; r++) tq_quantize_row(plain, wf + (size_t)r * N_COLS, rows + r * wrow, N_COLS);
+        if (tr->tile_rows)
+            tq_tile(wt, rows, N_ROWS, N_COLS, ring);
+        else
+            memcpy(ring, rows, mat);
         for (size_t c = 1; c < n_copies; c++) memcpy(ring + c * mat, ring, mat);
 
-        for (size_t k = 0; k <= ARRAY_LEN(isas); k++) {
+        for (size_t k = tr->tile_rows ? ARRAY_LEN(isas) : 0; k <= ARRAY_LEN(isas); k++) {
             bool use_matmul = k == ARRAY_LEN(isas);
             const tk_ops *ops = use_matmul ? tk_ops_get() : tk_ops_named(isas[k]);
             if (!ops) continue;
             job j = { NULL, ops->vec_dot[wt], ring, wrow, a, y };
             ops->quantize[tr->vec_dot_type](x, a, N_COLS);
+            if (use_matmul) tk_matmul(pools[1], wt, ring, N_ROWS, N_COLS, x, 1, y, scratch);
 
-            /* Validate: this table against the scalar reference. */
+            /* Validate: this table (or tk_matmul) against the scalar reference. */
             for (int r = 0; r < N_ROWS; r += 97) {
-                float ref = tq_vec_dot_ref(wt, N_COLS, ring + r * wrow, a);
-                float got = j.dot(N_COLS, ring + r * wrow, a);
+                float ref = tq_vec_dot_ref(plain, N_COLS, rows + r * wrow, a);
+                float got = use_matmul ? y[r] : j.dot(N_COLS, ring + r * wrow, a);
                 if (!(fabsf(got - ref) <= 1e-4f * fabsf(ref) + 1e-3f)) {
                     fprintf(stderr, "bench_kernels: %s %s row %d: %g vs reference %g\n", ops->isa,
                             tr->name, r, got, ref);
@@ -233,6 +248,7 @@ int main(int argc, char **argv)
             fflush(stdout);
         }
         free(ring);
+        free(rows);
         free(scratch);
     }
     free(wf);

@@ -724,6 +724,102 @@ static void test_matmul_chain(tp_pool *tp)
     free(scratch);
 }
 
+/*
+ * Tiled layouts (tq.h): tile / untile give back the plain bytes, every row
+ * dequantizes as the plain row does, and tk_matmul of the tiled matrix
+ * equals that of the plain rows to the bit at every token count (the
+ * tiled kernel, and the GEMM with panels packed from tiles), alone and in
+ * a set with a plain matrix.
+ */
+static void check_tiled(tp_pool *tp, tq_type plain, int64_t n_rows, int64_t n_cols)
+{
+    tq_type tiled = (tq_type)tq_tiled(plain);
+    size_t wrow = tq_row_size(plain, n_cols), bytes = wrow * (size_t)n_rows;
+    float *wf = malloc((size_t)(n_rows * n_cols) * sizeof *wf);
+    uint8_t *w = malloc(bytes), *wt = malloc(bytes), *back = malloc(bytes);
+    fill_random(wf, n_rows * n_cols);
+    for (int64_t r = 0; r < n_rows; r++) tq_quantize_row(plain, wf + r * n_cols, w + r * wrow, n_cols);
+    tq_tile(tiled, w, n_rows, n_cols, wt);
+    CHECK(memcmp(w, wt, bytes) != 0);   /* the layout did change */
+    tq_untile(tiled, wt, 0, n_rows, n_cols, back);
+    CHECK(memcmp(w, back, bytes) == 0);
+    tq_untile(tiled, wt, 5, 13, n_cols, back);   /* rows off the tile grid */
+    CHECK(memcmp(w + 5 * wrow, back, 13 * wrow) == 0);
+    float *d1 = malloc((size_t)n_cols * sizeof *d1), *d2 = malloc((size_t)n_cols * sizeof *d2);
+    bool rows_same = true;
+    for (int64_t r = 0; r < n_rows; r += 7) {
+        tq_dequantize_row(plain, w + r * wrow, d1, n_cols);
+        tq_dequantize_row_at(tiled, wt, r, n_cols, d2);
+        rows_same = rows_same && memcmp(d1, d2, (size_t)n_cols * sizeof *d1) == 0;
+    }
+    CHECK(rows_same);
+
+    if (!tk_runs_tiled(plain, n_rows, n_cols)) {
+        printf("note: no tiled kernels on this CPU (%s): tiled matmul not tested\n", tk_ops_get()->isa);
+    } else {
+        /* tiled kernel up to TK_TILED_MAX_TOKENS (4 per pass: 33 leaves 1),
+         * beside the Q4_1 matrix up to 7; GEMM beyond */
+        static const int64_t toks[] = { 1, 2, 4, 7, 8, 17, 33, 70 };
+        for (size_t k = 0; k < ARRAY_LEN(toks); k++) {
+            int64_t T = toks[k];
+            float *x = malloc((size_t)(T * n_cols) * sizeof *x);
+            float *y1 = malloc((size_t)(T * n_rows) * sizeof *y1), *y2 = malloc((size_t)(T * n_rows) * sizeof *y2);
+            void *scratch = malloc(tk_matmul_scratch_size(plain, n_cols, T));
+            fill_random(x, T * n_cols);
+            tk_matmul(tp, plain, w, n_rows, n_cols, x, T, y1, scratch);
+            tk_matmul(tp, tiled, wt, n_rows, n_cols, x, T, y2, scratch);
+            bool same = memcmp(y1, y2, (size_t)(T * n_rows) * sizeof *y1) == 0;
+            if (!same) fprintf(stderr, "tiled %s %lldx%lld n_tok=%lld differs\n", tq_get(tiled)->name,
+                               (long long)n_rows, (long long)n_cols, (long long)T);
+            CHECK(same);
+            /* in a set with a plain Q4_1 matrix: both as in their own products */
+            multi_args m = { .tp = tp, .n_cols = n_cols, .n_tok = T, .x = x };
+            size_t q1row = tq_row_size(TQ_Q4_1, n_cols);
+            uint8_t *q1 = malloc(q1row * 16);
+            for (int64_t r = 0; r < 16; r++) tq_quantize_row(TQ_Q4_1, wf + r * n_cols, q1 + r * q1row, n_cols);
+            m.mats[0] = (tk_mat){ tiled, wt, n_rows, malloc((size_t)(T * n_rows) * sizeof(float)) };
+            m.mats[1] = (tk_mat){ TQ_Q4_1, q1, 16, malloc((size_t)(T * 16) * sizeof(float)) };
+            m.mats[2] = m.mats[0];
+            m.mats[2].y = malloc((size_t)(T * n_rows) * sizeof(float));
+            m.scratch = malloc(tk_matmul_multi_scratch_size(m.mats, 3, n_cols, T) + tk_matmul_scratch_size(TQ_Q4_1, n_cols, T));
+            tk_matmul_scratch_init(m.scratch);
+            tp_run(tp, multi_job, &m);
+            CHECK(memcmp(m.mats[0].y, y1, (size_t)(T * n_rows) * sizeof *y1) == 0);
+            CHECK(memcmp(m.mats[2].y, y1, (size_t)(T * n_rows) * sizeof *y1) == 0);
+            tk_matmul(tp, TQ_Q4_1, q1, 16, n_cols, x, T, y1, m.scratch);
+            CHECK(memcmp(m.mats[1].y, y1, (size_t)(T * 16) * sizeof *y1) == 0);
+            for (int i = 0; i < 3; i++) free(m.mats[i].y);
+            free(m.scratch);
+            free(q1);
+            free(x);
+            free(y1);
+            free(y2);
+            free(scratch);
+        }
+    }
+    free(d1);
+    free(d2);
+    free(wf);
+    free(w);
+    free(wt);
+    free(back);
+}
+
+static void test_tiled(void)
+{
+    CHECK(tq_tiled(TQ_Q4_0) == TQ_Q4_0X16 && tq_tiled(TQ_Q8_0) == TQ_Q8_0X16 && tq_tiled(TQ_Q4_1) < 0);
+    CHECK(tq_tileable(TQ_Q4_0, 32, 128) && !tq_tileable(TQ_Q4_0, 24, 128) && !tq_tileable(TQ_Q8_0, 32, 96));
+    CHECK(tq_get(TQ_Q4_0X16)->tile_rows == 16 && tq_get(TQ_Q4_0X16)->untiled == TQ_Q4_0);
+    CHECK(tq_row_size(TQ_Q8_0X16, 64) == tq_row_size(TQ_Q8_0, 64));
+    tp_pool *tp;
+    CHECK_EQ_INT(tp_new(2, &tp), PK_OK);
+    check_tiled(tp, TQ_Q4_0, 48, 256);
+    check_tiled(tp, TQ_Q8_0, 48, 256);
+    check_tiled(tp, TQ_Q4_0, 160, 896);   /* several units per thread */
+    check_tiled(tp, TQ_Q8_0, 32, 4864);
+    tp_free(tp);
+}
+
 static void test_matmul(void)
 {
     static const int64_t toks[] = { 1, 2, 3, 4, 7, 16, 33 };
@@ -732,7 +828,7 @@ static void test_matmul(void)
     CHECK_EQ_INT(tp_new(2, &tp[1]), PK_OK);
     for (int wt = 0; wt < TQ_COUNT; wt++) {
         const tq_traits *tr = tq_get(wt);
-        if (!tr || !tr->supported || wt == TQ_Q8_K) continue;
+        if (!tr || !tr->supported || wt == TQ_Q8_K || tr->tile_rows) continue;
         for (size_t k = 0; k < ARRAY_LEN(toks); k++) check_matmul(tp, wt, 37, 512, toks[k]);
         check_matmul(tp, wt, 5, 512, 18);          /* fewer rows than one tile */
     }
@@ -792,7 +888,7 @@ static void test_tables(void)
         int missing = 0;
         for (int t = 0; t < TQ_COUNT; t++) {
             const tq_traits *tr = tq_get(t);
-            if (!tr || !tr->supported) continue;
+            if (!tr || !tr->supported || tr->tile_rows) continue;   /* tiled: no vec_dot (tk.h) */
             if (t != TQ_Q8_K && !o->vec_dot[t]) missing++;
             if ((int)tr->vec_dot_type == t && !o->quantize[t]) missing++;
         }
@@ -822,5 +918,6 @@ int main(void)
         test_simd_elementwise(o);
     }
     test_matmul();
+    test_tiled();
     return test_finish();
 }

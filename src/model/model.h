@@ -92,6 +92,9 @@ typedef enum model_hold {
 pk_status model_load(const char *path, model_hold hold, model **out, char *err, size_t err_len);
 /* Whether the passes now read the huge-page copy rather than the mapping. */
 bool model_is_copy(const model *m);
+/* Bytes of weights the copy holds in tiled layouts (tq.h; 0 before the
+ * switch, with MODEL_MMAP, or where the CPU has no tiled kernels). */
+size_t model_tiled_bytes(const model *m);
 /* Returns once the copy is complete or has failed (benchmarks wait for it;
  * the next model_decode then switches). */
 void model_wait_copy(const model *m);

@@ -13,9 +13,19 @@
  * The switch must not happen under a pass, and a model may be shared by
  * contexts on several threads: passes hold m->passes (a count, or -1 while
  * switching) from start to end, and the switch happens only at count 0.
+ *
+ * TILING: Q4_0 and Q8_0 matrices that the CPU's kernels can run tiled
+ * (tk_runs_tiled) are written into the copy in tq.h's tiled layout
+ * instead: the same bytes at the same offsets, rearranged for the decode
+ * kernel (tk_tiled_avx512.c), which reads them with a third of the
+ * operations.  The switch then changes their type along with the pointer;
+ * every path gives the same results on either layout.  So the tiling costs
+ * neither memory nor start-up time, only the copier's time (measured in
+ * docs/benchmarks.md).
  */
 #include "model_impl.h"
 #include "../common/huge.h"
+#include "../tensor/tk.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -38,10 +48,19 @@ static void widen(model_w *w, void *arg)
 
 typedef struct { const char *from; char *to; } rebase;
 
+/* The type a weight has in the copy: its tiled layout where the kernels
+ * run one for its shape. */
+static int copy_type(const model_w *w)
+{
+    return w->n_rows > 1 && tk_runs_tiled(w->type, w->n_rows, w->n_cols) ? tq_tiled(w->type) : w->type;
+}
+
 static void move(model_w *w, void *arg)
 {
     const rebase *r = arg;
-    if (w->data) w->data = r->to + ((const char *)w->data - r->from);
+    if (!w->data) return;
+    w->data = r->to + ((const char *)w->data - r->from);
+    w->type = copy_type(w);
 }
 
 /* Drops this process's hold on the mapped pages inside [p, p + n): they
@@ -55,20 +74,51 @@ static void release(const char *p, size_t n)
     if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED);
 }
 
+typedef struct {
+    model *m;
+    bool ok;   /* false once the stop flag was seen */
+} copy_job;
+
+/* One weight into the copy, at its offset in the span, in chunks (whole
+ * tiles when tiled) with the stop flag checked between them.  A tied
+ * output is token_embd's data: done once. */
+static void copy_weight(model_w *w, void *arg)
+{
+    copy_job *j = arg;
+    model *m = j->m;
+    if (!w->data || !j->ok || (w != &m->tok_embd && w->data == m->tok_embd.data)) return;
+    const char *src = w->data;
+    char *dst = m->copy_buf + (src - ((const char *)gguf_file_data(m->gguf) + m->copy_off));
+    size_t bytes = model_w_bytes(w), done = 0;
+    int type = copy_type(w);
+    size_t step = COPY_CHUNK;
+    if (type != w->type) {
+        size_t tile = TQ_TILE_ROWS * tq_row_size(w->type, w->n_cols);
+        step = MAX(1, COPY_CHUNK / tile) * tile;
+    }
+    while (done < bytes) {
+        if (atomic_load_explicit(&m->copy_stop, memory_order_relaxed)) {
+            j->ok = false;
+            return;
+        }
+        size_t n = MIN(bytes - done, step);
+        if (type != w->type)
+            tq_tile(type, src + done, (int64_t)(n / tq_row_size(w->type, w->n_cols)), w->n_cols, dst + done);
+        else
+            memcpy(dst + done, src + done, n);
+        release(src + done, n);
+        done += n;
+    }
+}
+
 /* Copies from the mapping, not by reading the path again: the file the
  * path names now need not be the one mapped. */
 static void *copier(void *arg)
 {
     model *m = arg;
-    const char *src = (const char *)gguf_file_data(m->gguf) + m->copy_off;
-    size_t done = 0;
-    while (done < m->copy_len && !atomic_load_explicit(&m->copy_stop, memory_order_relaxed)) {
-        size_t n = MIN(m->copy_len - done, COPY_CHUNK);
-        memcpy(m->copy_buf + done, src + done, n);
-        release(src + done, n);
-        done += n;
-    }
-    atomic_store_explicit(&m->copy_state, done == m->copy_len ? COPY_READY : COPY_FAILED, memory_order_release);
+    copy_job j = { m, true };
+    model_each_weight(m, copy_weight, &j);
+    atomic_store_explicit(&m->copy_state, j.ok ? COPY_READY : COPY_FAILED, memory_order_release);
     return NULL;
 }
 
@@ -137,6 +187,22 @@ void model_wait_copy(const model *m)
 }
 
 bool model_is_copy(const model *m) { return atomic_load(&m->copy_state) == COPY_ADOPTED; }
+
+static void add_tiled(model_w *w, void *arg)
+{
+    size_t *n = arg;
+    if (w->data && tq_get(w->type)->tile_rows) *n += model_w_bytes(w);
+}
+
+size_t model_tiled_bytes(const model *cm)
+{
+    model *m = (model *)cm;   /* model_each_weight only reads here */
+    size_t n = 0;
+    model_each_weight(m, add_tiled, &n);
+    if (m->output.data == m->tok_embd.data && m->tok_embd.data && tq_get(m->tok_embd.type)->tile_rows)
+        n -= model_w_bytes(&m->tok_embd);   /* a tied output was counted twice */
+    return n;
+}
 
 void model_copy_free(model *m)
 {

@@ -523,15 +523,14 @@ pk_status model_decode(model_ctx *c, const model_batch *b, float *logits)
     if ((st = kv_find_slot(c->kv, b->n_tokens, c->cells))) return st;
 
     model_pass_begin(m);
-    size_t row = tq_row_size(m->tok_embd.type, hp->n_embd);
     float *out = logits;
     for (int i0 = 0; i0 < b->n_tokens;) {
         int n = chunk_len(c, b, i0);
         int n_out = 0;
         for (int i = 0; i < n; i++) {
             int bi = i0 + i;
-            tq_dequantize_row(m->tok_embd.type, (const char *)m->tok_embd.data + (size_t)b->token[bi] * row,
-                              c->x + (size_t)i * hp->n_embd, hp->n_embd);
+            tq_dequantize_row_at(m->tok_embd.type, m->tok_embd.data, b->token[bi], hp->n_embd,
+                                 c->x + (size_t)i * hp->n_embd);
             rope_angles(m, b->pos[bi], c->rope + (size_t)i * hp->n_rot);
             c->tok_pos[i] = b->pos[bi];
             c->tok_cell[i] = c->cells[bi];

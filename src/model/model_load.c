@@ -142,7 +142,7 @@ static pk_status get_w(const gguf_ctx *g, const char *name, int64_t n_cols, int6
         return pk_errf(err, err_len, PK_EFORMAT, "tensor '%s' missing", name);
     }
     const tq_traits *tr = tq_get(t->type);
-    if (!tr || !tr->supported || t->type == TQ_Q8_K)
+    if (!tr || !tr->supported || t->type == TQ_Q8_K || tr->tile_rows)   /* tiled layouts are ours, not a file's */
         return pk_errf(err, err_len, PK_EUNSUPPORTED, "tensor '%s': type %s is not supported",
                     name, tr ? tr->name : "unknown");
     int64_t rows = n_rows ? n_rows : 1;

@@ -124,6 +124,7 @@ static void build_tables(void)
         tk_fill_avx512_gemmk(&gemms[ISA_AVX512]);
         tk_fill_avx512_small(&gemms[ISA_AVX512]);
         tk_fill_avx512_gemv(&gemms[ISA_AVX512]);
+        tk_fill_avx512_tiled(&gemms[ISA_AVX512]);
         inherit(&tables[ISA_AVX512], &tables[ISA_AVX2]);
         isa_ok[ISA_AVX512] = true;
     }
@@ -170,24 +171,55 @@ enum path { PATH_VEC_DOT, PATH_GEMV, PATH_SMALL, PATH_GEMM };
  * matrix has it and its panel plus one converted row fit a thread's
  * scratch; for fewer tokens the few-token kernel up to the count where the
  * small-batch one gets faster (both do the same arithmetic), then that one;
- * else one vec_dot per output. */
+ * else one vec_dot per output.  A set with a tiled matrix (tq.h) takes the
+ * tiled kernel wherever it may (up to TK_TILED_MAX_TOKENS, or up to
+ * TK_SMALL_LANES - 1 beside plain matrices, which then take their few-token
+ * kernel) and the GEMM beyond: tiled layouts have no other kernels, and
+ * tk_runs_tiled checked that both fit. */
 static enum path choose_path(const tk_gemm *g, const tk_mat *mats, int n_mat, int64_t n_cols, int64_t n_tok)
 {
-    bool gemm = true, small = n_tok >= 2 && n_tok < TK_SMALL_LANES, gemv = true;
+    bool tiled = false, mixed = false;
+    for (int i = 0; i < n_mat; i++) {
+        tiled = tiled || tq_get(mats[i].type)->tile_rows;
+        mixed = mixed || !tq_get(mats[i].type)->tile_rows;
+    }
+    mixed = mixed && tiled;
+    bool gemm = true, small = !tiled && n_tok >= 2 && n_tok < TK_SMALL_LANES, gemv = true;
     for (int i = 0; i < n_mat; i++) {
         int t = mats[i].type;
-        tq_type vt = tq_get(t)->vec_dot_type;
+        const tq_traits *tr = tq_get(t);
+        int pt = tr->tile_rows ? (int)tr->untiled : t;   /* the panels' layout */
+        tq_type vt = tr->vec_dot_type;
         size_t row = tq_row_size(vt, n_cols) + TK_LINE;
-        if (!g->pack_w[t] || !g->pack_a[vt] || n_cols % g->rec_cols[t] != 0 ||
-            n_tok < MAX(TK_GEMM_MIN_TOKENS, g->min_tokens[t]) || tk_panel_bytes(g, t, n_cols) + row > TP_SCRATCH_BYTES)
+        bool packs = tr->tile_rows ? g->pack_wt[t] != NULL : g->pack_w[t] != NULL;
+        if (!packs || !g->pack_a[vt] || n_cols % g->rec_cols[pt] != 0 ||
+            n_tok < MAX(TK_GEMM_MIN_TOKENS, g->min_tokens[pt]) || tk_panel_bytes(g, pt, n_cols) + row > TP_SCRATCH_BYTES)
             gemm = false;
         if (!g->small_rows[t] || !g->small_pack_a[vt] || tk_small_act_bytes(n_cols) + row > TP_SCRATCH_BYTES)
             small = false;
-        if (!g->gemv_rows[t] || !g->gemv_pack_a[vt] || n_tok > g->gemv_max_tokens[t] ||
-            tk_gemv_buf_bytes(n_cols, n_tok) + row > TP_SCRATCH_BYTES)
+        int max = mixed ? TK_SMALL_LANES - 1 : g->gemv_max_tokens[t];
+        size_t buf = tr->tile_rows ? tk_tiled_buf_bytes(n_cols, n_tok) : tk_gemv_buf_bytes(n_cols, n_tok);
+        if (!g->gemv_rows[t] || !g->gemv_pack_a[vt] || n_tok > max || buf + row > TP_SCRATCH_BYTES)
             gemv = false;
     }
-    return gemm ? PATH_GEMM : gemv ? PATH_GEMV : small ? PATH_SMALL : PATH_VEC_DOT;
+    /* the tiled kernel beats the GEMM up to its limit (tk_impl.h) */
+    enum path p = tiled && gemv ? PATH_GEMV : gemm ? PATH_GEMM : gemv ? PATH_GEMV : small ? PATH_SMALL : PATH_VEC_DOT;
+    ASSERT(!tiled || p == PATH_GEMM || p == PATH_GEMV);
+    return p;
+}
+
+bool tk_runs_tiled(tq_type type, int64_t n_rows, int64_t n_cols)
+{
+    const tk_gemm *g = gemm_get();
+    int tiled = tq_tiled(type);
+    if (!tq_tileable(type, n_rows, n_cols) || !g->gemv_rows[tiled]) return false;
+    /* choose_path's two paths, at the token counts where each is hardest to fit */
+    tq_type vt = tq_get(type)->vec_dot_type;
+    size_t row = tq_row_size(vt, n_cols) + TK_LINE;
+    bool gemv = g->gemv_pack_a[vt] && tk_gemv_buf_bytes(n_cols, TK_SMALL_LANES - 1) + row <= TP_SCRATCH_BYTES;
+    bool gemm = g->pack_wt[tiled] && g->pack_a[vt] && n_cols % g->rec_cols[type] == 0 &&
+                g->min_tokens[type] <= TK_GEMM_MIN_TOKENS && tk_panel_bytes(g, type, n_cols) + row <= TP_SCRATCH_BYTES;
+    return gemv && gemm;
 }
 
 static size_t act_bytes(const tk_gemm *g, const tk_mat *mats, int n_mat, int64_t n_cols, int64_t n_tok)
@@ -261,12 +293,17 @@ static void rows_vec_dot(const tk_ops *ops, const tk_mat *m, int64_t n_cols, con
 static void rows_gemm(const tk_gemm *g, const tk_mat *m, int64_t n_cols, const char *groups, int64_t n_tok,
                       int64_t r0, void *panel)
 {
+    const tq_traits *tr = tq_get(m->type);
+    tq_type pt = tr->tile_rows ? tr->untiled : m->type;   /* panels in its layout */
     size_t wrow = tq_row_size(m->type, n_cols), gbytes = tk_group_bytes(n_cols);
     int nr = (int)MIN(TK_GEMM_ROWS, m->n_rows - r0);
-    g->pack_w[m->type]((const char *)m->w + (size_t)r0 * wrow, wrow, nr, n_cols, panel);
+    if (tr->tile_rows)
+        g->pack_wt[m->type](m->w, r0, nr, n_cols, panel);
+    else
+        g->pack_w[pt]((const char *)m->w + (size_t)r0 * wrow, wrow, nr, n_cols, panel);
     float out[TK_GEMM_ROWS][TK_GEMM_LANES];
     for (int64_t t0 = 0; t0 < n_tok; t0 += TK_GEMM_LANES) {
-        g->tile[m->type](panel, n_cols, groups + (size_t)(t0 / TK_GEMM_LANES) * gbytes, out);
+        g->tile[pt](panel, n_cols, groups + (size_t)(t0 / TK_GEMM_LANES) * gbytes, out);
         int nl = (int)MIN(TK_GEMM_LANES, n_tok - t0);
         for (int l = 0; l < nl; l++) {
             float *y = m->y + (t0 + l) * m->n_rows + r0;
@@ -309,7 +346,7 @@ void tk_matmul_multi_job(int ith, int nth, tp_pool *tp, const tk_mat *mats, int 
     for (int i = 0; i < n_mat; i++) {
         const tq_traits *tw = tq_get(mats[i].type);
         ASSERT(tw && tw->supported && n_cols % tw->blck_size == 0 && tw->vec_dot_type == vt);
-        ASSERT(ops->vec_dot[mats[i].type]);
+        ASSERT(ops->vec_dot[mats[i].type] || tw->tile_rows);   /* tiled: choose_path never takes vec_dot */
     }
     const tq_traits *ta = tq_get(vt);
     ASSERT(n_cols % ta->blck_size == 0);
@@ -386,6 +423,7 @@ void tk_matmul_multi_job(int ith, int nth, tp_pool *tp, const tk_mat *mats, int 
     }
     tp_barrier(tp);
 }
+
 
 void tk_matmul_job(int ith, int nth, tp_pool *tp, tq_type wtype, const void *w,
                    int64_t n_rows, int64_t n_cols, const float *x, int64_t n_tok,

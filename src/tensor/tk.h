@@ -102,6 +102,9 @@ const tk_ops *tk_ops_named(const char *isa);
  *     whole blocks in order (one rounding per block), within the error
  *     budget above, and do the same operations per output, so a token's
  *     outputs are the same whatever batch it is in.
+ *   - the tiled layouts of Q4_0 / Q8_0 (tq.h, tk_runs_tiled): the tiled
+ *     kernel up to TK_TILED_MAX_TOKENS (tk_impl.h), then the GEMM; the
+ *     same operations per output again, so the same bits as plain rows.
  *   - K-quants: vec_dot below 32 tokens, the GEMM from 32; the GEMM does
  *     the reference's float operations, so it equals vec_dot to the bit.
  *   - anything else, or a table without these kernels: one vec_dot of the
@@ -109,6 +112,15 @@ const tk_ops *tk_ops_named(const char *isa);
  * Either way results do not depend on the thread count.
  */
 #define TK_GEMM_MIN_TOKENS 8
+
+/*
+ * Whether this CPU's kernels multiply the tiled layout of `type` (tq.h,
+ * tq_tiled) for a matrix of this shape at every token count.  Then
+ * tk_matmul accepts tq_tiled(type) as wtype, with the same results to the
+ * bit as the plain rows (the few-token kernel reads tiles; the GEMM packs
+ * its panels from them).  Tiled matrices have no vec_dot.
+ */
+bool tk_runs_tiled(tq_type type, int64_t n_rows, int64_t n_cols);
 void tk_matmul(tp_pool *tp, tq_type wtype, const void *w, int64_t n_rows, int64_t n_cols,
                const float *x, int64_t n_tok, float *y, void *scratch);
 size_t tk_matmul_scratch_size(tq_type wtype, int64_t n_cols, int64_t n_tok);
@@ -154,5 +166,6 @@ typedef struct tk_mat {
 void tk_matmul_multi_job(int ith, int nth, tp_pool *tp, const tk_mat *mats, int n_mat, int64_t n_cols,
                          const float *x, int64_t n_tok, void *scratch);
 size_t tk_matmul_multi_scratch_size(const tk_mat *mats, int n_mat, int64_t n_cols, int64_t n_tok);
+
 
 #endif

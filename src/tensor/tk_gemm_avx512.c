@@ -136,6 +136,48 @@ static void pack_w_q5_1(const void *w, size_t wrow, int n, int64_t n_cols, void 
     zero_rows(panel, n_cols / 32, n);
 }
 
+/* The tiled layouts (tq.h): the same records, rows r0 .. r0 + n - 1 of the
+ * matrix at w gathered from their tiles (4 code bytes per 64-byte line). */
+static inline __attribute__((always_inline)) void
+pack_wt(const void *w, int64_t r0, int n, int64_t n_cols, void *panel, const int cb)
+{
+    const int64_t nb = n_cols / 32;
+    const size_t wrow = (size_t)nb * (cb == 16 ? sizeof(tq_block_q4_0) : sizeof(tq_block_q8_0));
+    const size_t block_codes = (size_t)TQ_TILE_ROWS * cb, pair = 2 * block_codes + 4 * TQ_TILE_ROWS;
+    for (int r = 0; r < n; r++) {
+        const int64_t row = r0 + r;
+        const char *tile = (const char *)w + (size_t)(row / TQ_TILE_ROWS) * TQ_TILE_ROWS * wrow;
+        const int i = (int)(row % TQ_TILE_ROWS);
+        for (int64_t b = 0; b < nb; b++) {
+            const char *q = tile + (size_t)(b / 2) * pair + (size_t)(b % 2) * block_codes + 4 * i;
+            tq_f16 d;
+            memcpy(&d, tile + (size_t)(b / 2) * pair + 2 * block_codes + (size_t)(b % 2) * 2 * TQ_TILE_ROWS + 2 * i,
+                   sizeof d);
+            __m256i v;
+            if (cb == 16) {   /* the 16 qs bytes, then nibbles as nibbles32 does */
+                __m128i qs = _mm_setr_epi32(load_i32(q), load_i32(q + 64), load_i32(q + 128), load_i32(q + 192));
+                v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), _mm256_set1_epi8(0x0f));
+                v = _mm256_sub_epi8(v, _mm256_set1_epi8(8));
+            } else {          /* stored + 128 */
+                v = _mm256_i32gather_epi32((const int *)q, _mm256_setr_epi32(0, 64, 128, 192, 256, 320, 384, 448), 1);
+                v = _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80));
+            }
+            put32(record(panel, b), r, v, _cvtsh_ss(d), 0);
+        }
+    }
+    zero_rows(panel, nb, n);
+}
+
+static void pack_wt_q4_0(const void *w, int64_t r0, int n, int64_t n_cols, void *panel)
+{
+    pack_wt(w, r0, n, n_cols, panel, 16);
+}
+
+static void pack_wt_q8_0(const void *w, int64_t r0, int n, int64_t n_cols, void *panel)
+{
+    pack_wt(w, r0, n, n_cols, panel, 32);
+}
+
 /* ---- activation groups ------------------------------------------------------ */
 
 static inline size_t group_as(int64_t n_cols) { return (size_t)n_cols * 16; }
@@ -227,4 +269,6 @@ void tk_fill_avx512_gemm(tk_gemm *g)
         g->rec_bytes[t[i].type] = RT * (32 + 12);
         g->min_tokens[t[i].type] = TK_GEMM_MIN_TOKENS;
     }
+    g->pack_wt[TQ_Q4_0X16] = pack_wt_q4_0;
+    g->pack_wt[TQ_Q8_0X16] = pack_wt_q8_0;
 }

@@ -39,16 +39,14 @@
  * Rows past the matrix repeat its last row and are not stored; blocks past
  * n_cols are masked loads (zero) and skipped.
  *
- * ACTIVATIONS (tk_gemv_buf_bytes), per token, per group of 4 blocks, 256 B:
- *   lo [4][16] s8 | hi [4][16] s8 | sa [16] i32 (block k's sum in lane 4k)
- *   | as [4] f32 | am [4] f32 (as * sum)
+ * ACTIVATIONS: tk_impl.h's TK_GEMV_* layout (shared with the tiled kernel).
  */
 #include "tk_impl.h"
 
 #include <immintrin.h>
 #include <string.h>
 
-#define GRP 256   /* 224 used, padded to keep every group 64-byte aligned */
+#define GRP TK_GEMV_GRP   /* 224 used, padded to keep every group 64-byte aligned */
 #define ROWS 16
 /* Software prefetch, every line of a group 8 KiB ahead of its row, into
  * L2.  Measured in decode (qwen2 0.5B shape, 2 threads, weights in huge
@@ -72,14 +70,14 @@ static void pack_a_q8_0(const void *row, int64_t n_cols, int lane, void *act)
     for (int64_t b = 0; b < nb; b++) {
         char *g = (char *)act + (b / 4) * GRP;
         int k = (int)(b % 4);
-        memcpy(g + 16 * k, x[b].qs, 16);
-        memcpy(g + 64 + 16 * k, x[b].qs + 16, 16);
+        memcpy(g + TK_GEMV_LO + 16 * k, x[b].qs, 16);
+        memcpy(g + TK_GEMV_HI + 16 * k, x[b].qs + 16, 16);
         int s = 0;
         for (int i = 0; i < 32; i++) s += x[b].qs[i];
-        ((int32_t *)(g + 128))[4 * k] = s;
+        ((int32_t *)(g + TK_GEMV_SA))[4 * k] = s;
         float d = _cvtsh_ss(x[b].d);
-        ((float *)(g + 192))[k] = d;
-        ((float *)(g + 208))[k] = d * (float)s;
+        ((float *)(g + TK_GEMV_AS))[k] = d;
+        ((float *)(g + TK_GEMV_AM))[k] = d * (float)s;
     }
 }
 
@@ -238,7 +236,7 @@ rows16(const char *w, size_t wrow, int nr, int64_t n_cols, const char *act, int 
             if (has_min) _mm_store_si128((__m128i *)(mh + q * ROWS + r), _mm_unpackhi_epi64(sc0, sc1));
             for (int t = 0; t < n_tok; t++) {
                 const char *g = act + t * act_tok + q * GRP;
-                const __m512i alo = _mm512_load_si512(g), ahi = _mm512_load_si512(g + 64), s0i = init[t * ng + q];
+                const __m512i alo = _mm512_load_si512(g + TK_GEMV_LO), ahi = _mm512_load_si512(g + TK_GEMV_HI), s0i = init[t * ng + q];
                 __m512i s0 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(s0i, lo0, alo), hi0, ahi);
                 __m512i s1 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(s0i, lo1, alo), hi1, ahi);
                 /* per block lane: [p0 p1 p2 p3] of each row -> [r0 r0 r1 r1] totals */
@@ -259,7 +257,7 @@ rows16(const char *w, size_t wrow, int nr, int64_t n_cols, const char *act, int 
             __m512i hm[2] = { hd[0], hd[1] };
             if (has_min) hm[0] = _mm512_load_si512(mh + q * ROWS), hm[1] = _mm512_load_si512(mh + q * ROWS + 8);
             const char *g = act + t * act_tok + q * GRP;
-            const float *as = (const float *)(g + 192), *am = (const float *)(g + 208);
+            const float *as = (const float *)(g + TK_GEMV_AS), *am = (const float *)(g + TK_GEMV_AM);
             for (int b = 0; b < MIN(4, nb - 4 * q); b++) {
                 __m512 ws = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi16(hd[0], ix->sc[b], hd[1])));
                 acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(column(tt, ix, b)), _mm512_mul_ps(_mm512_set1_ps(as[b]), ws), acc);
@@ -293,7 +291,7 @@ rows_all(const void *w, size_t wrow, int n_rows, int64_t n_cols, const void *act
     /* integer start values: minus the zero point times each block's activation sum */
     const int shift = f->zero == 128 ? 7 : f->zero == 16 ? 4 : f->zero == 8 ? 3 : 0;
     for (int64_t i = 0; i < n_tok * ng; i++) {
-        __m512i sa = _mm512_load_si512((const char *)act + i * GRP + 128);
+        __m512i sa = _mm512_load_si512((const char *)act + i * GRP + TK_GEMV_SA);
         init[i] = f->zero ? _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sa, shift)) : _mm512_setzero_si512();
     }
     for (int r = 0; r < n_rows; r += ROWS) {

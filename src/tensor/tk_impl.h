@@ -58,6 +58,9 @@ static inline size_t tk_group_bytes(int64_t n_cols) { return (size_t)n_cols * 20
 /* Rows [0, n) of the weight matrix at w (row stride wrow, n <= TK_GEMM_ROWS)
  * into `panel`; rows n.. are zeroed. */
 typedef void (*tk_pack_w_fn)(const void *w, size_t wrow, int n, int64_t n_cols, void *panel);
+/* The same for a tiled matrix (tq.h) at w: rows [r0, r0 + n) into `panel`,
+ * in the panel layout of its untiled type. */
+typedef void (*tk_pack_wt_fn)(const void *w, int64_t r0, int n, int64_t n_cols, void *panel);
 /* One converted activation row (the weight type's vec_dot_type), or NULL
  * for a blank, into lane `lane` of `group`. */
 typedef void (*tk_pack_a_fn)(const void *row, int64_t n_cols, int lane, void *group);
@@ -87,6 +90,13 @@ typedef void (*tk_small_rows_fn)(const void *w, size_t wrow, int n_rows, int64_t
  * a buffer of tk_gemv_buf_bytes (activations, then the kernel's work area);
  * gemv_rows takes small_rows' arguments.
  */
+/* The converted activations, per token, per group of 4 blocks (token t's
+ * groups start at buf + t * groups * TK_GEMV_GRP):
+ *   lo [4][16] s8 | hi [4][16] s8 | sa [16] i32 (block k's sum in lane 4k)
+ *   | as [4] f32 | am [4] f32 (as * sum)
+ * values 0-15 of block k at lo + 16k, 16-31 at hi + 16k. */
+#define TK_GEMV_GRP 256
+enum { TK_GEMV_LO = 0, TK_GEMV_HI = 64, TK_GEMV_SA = 128, TK_GEMV_AS = 192, TK_GEMV_AM = 208 };
 static inline size_t tk_gemv_buf_bytes(int64_t n_cols, int64_t n_tok)
 {
     /* per token and 4-block group: activations 256, start values 64,
@@ -96,6 +106,7 @@ static inline size_t tk_gemv_buf_bytes(int64_t n_cols, int64_t n_tok)
 
 typedef struct tk_gemm {
     tk_pack_w_fn pack_w[TQ_COUNT];   /* by weight type; NULL: no GEMM for it */
+    tk_pack_wt_fn pack_wt[TQ_COUNT]; /* by tiled type: panels from tiles (tile[] of the untiled type) */
     tk_tile_fn tile[TQ_COUNT];       /* by weight type */
     int rec_cols[TQ_COUNT];          /* by weight type: columns per panel record */
     size_t rec_bytes[TQ_COUNT];      /* by weight type: bytes per panel record */
@@ -120,5 +131,19 @@ void tk_fill_avx512_gemm(tk_gemm *g);    /* tk_gemm_avx512.c: VNNI, 32-value for
 void tk_fill_avx512_gemmk(tk_gemm *g);   /* tk_gemmk_avx512.c: VNNI, K-quants */
 void tk_fill_avx512_small(tk_gemm *g);   /* tk_small_avx512.c: VNNI, 32-value formats */
 void tk_fill_avx512_gemv(tk_gemm *g);    /* tk_gemv_avx512.c: VNNI, 32-value formats */
+/* The tiled kernel (tk_tiled_avx512.c, gemv_rows of the tiled types)
+ * reads the same activations and needs less work area: per token and
+ * group, the activations and 4 start values.  It serves up to
+ * TK_TILED_MAX_TOKENS tokens where its product has no plain matrix (4
+ * tokens per pass over a tile, about 460 GOP/s on 2 threads whatever the
+ * count, where the GEMM reaches that from about 64 tokens). */
+#ifndef TK_TILED_MAX_TOKENS
+#define TK_TILED_MAX_TOKENS 63
+#endif
+static inline size_t tk_tiled_buf_bytes(int64_t n_cols, int64_t n_tok)
+{
+    return (size_t)((n_cols / 32 + 3) / 4) * (TK_GEMV_GRP + 64) * (size_t)n_tok;
+}
+void tk_fill_avx512_tiled(tk_gemm *g);   /* tk_tiled_avx512.c: VNNI, tq.h's tiled layouts (gemv_rows) */
 
 #endif

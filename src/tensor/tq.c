@@ -34,6 +34,8 @@ static const tq_traits traits[TQ_COUNT] = {
     [TQ_Q5_K] = { "q5_K", TQ_QK_K,   sizeof(tq_block_q5_K), TQ_Q8_K, true },
     [TQ_Q6_K] = { "q6_K", TQ_QK_K,   sizeof(tq_block_q6_K), TQ_Q8_K, true },
     [TQ_Q8_K] = { "q8_K", TQ_QK_K,   sizeof(tq_block_q8_K), TQ_Q8_K, true },
+    [TQ_Q4_0X16] = { "q4_0x16", TQ_QK4_0, sizeof(tq_block_q4_0), TQ_Q8_0, true, TQ_TILE_ROWS, TQ_Q4_0 },
+    [TQ_Q8_0X16] = { "q8_0x16", TQ_QK8_0, sizeof(tq_block_q8_0), TQ_Q8_0, true, TQ_TILE_ROWS, TQ_Q8_0 },
 };
 
 /* The block structs must have exactly GGUF's byte sizes (no padding). */

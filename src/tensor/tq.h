@@ -34,7 +34,10 @@ typedef enum tq_type {
     TQ_Q6_K = 14,
     TQ_Q8_K = 15,
     TQ_BF16 = 30,
-    TQ_COUNT = 40,   /* table size: every id < TQ_COUNT */
+    /* tiled layouts (below): made at load time, never read from a file */
+    TQ_Q4_0X16 = 40,
+    TQ_Q8_0X16 = 41,
+    TQ_COUNT = 42,   /* table size: every id < TQ_COUNT */
 } tq_type;
 
 typedef uint16_t tq_f16;   /* IEEE half, bit pattern */
@@ -82,6 +85,8 @@ typedef struct tq_traits {
     size_t type_size;       /* bytes per block */
     tq_type vec_dot_type;   /* activations are converted to this first */
     bool supported;         /* we can dequantize and multiply it */
+    int tile_rows;          /* 0, or a tiled layout of `untiled`'s blocks */
+    tq_type untiled;        /* for a tiled layout: the file type it holds */
 } tq_traits;
 
 /* Traits of a type; NULL when `type` is not a known id.  Thread-safe. */
@@ -109,5 +114,38 @@ void tq_quantize_row(tq_type type, const float *x, void *y, int64_t n);
 /* Reference dot product of one weight row w (type `wtype`) with activations a
  * already converted to tq_get(wtype)->vec_dot_type.  n % blck_size == 0. */
 float tq_vec_dot_ref(tq_type wtype, int64_t n, const void *w, const void *a);
+
+/*
+ * TILED LAYOUTS.  TQ_Q4_0X16 and TQ_Q8_0X16 hold a Q4_0 / Q8_0 matrix's
+ * blocks, the same bytes, rearranged so that the decode kernel
+ * (tk_tiled_avx512.c) reads each 64-byte line as 4 code bytes of 16 rows:
+ * one vpdpbusd against 4 broadcast activations gives 16 rows' partial sums,
+ * with no shuffles.  A matrix of n_rows (% 16 == 0) rows of n_cols
+ * (% 64 == 0) values is n_rows / 16 tiles; tile t holds rows [16t, 16t + 16)
+ * at t * 16 * tq_row_size bytes (so a row range starting on a tile is at
+ * the usual offset), as pairs of blocks, each pair:
+ *
+ *   codes of block 2p   [16 * C / 4][16 rows][4]   C = 16 (Q4_0) or 32 (Q8_0)
+ *   codes of block 2p+1 likewise
+ *   d of block 2p       [16 rows] f16
+ *   d of block 2p+1     [16 rows] f16
+ *
+ * Line i of a block's codes holds bytes 4i..4i+3 of each row's qs: Q4_0
+ * nibble pairs as stored (values 4i+j low, 16+4i+j high); Q8_0 bytes + 128
+ * (as unsigned).  576 / 1088 bytes per pair: whole 64-byte lines.
+ */
+#define TQ_TILE_ROWS 16
+
+/* Whether a matrix of `type` (a file type) and this shape has a tiled
+ * layout (tq_tiled(type) >= 0 and the shape fits). */
+bool tq_tileable(tq_type type, int64_t n_rows, int64_t n_cols);
+/* The tiled layout of `type`, or -1. */
+int tq_tiled(tq_type type);
+/* src (n_rows plain rows of `tq_get(tiled)->untiled`) -> dst, tiled. */
+void tq_tile(tq_type tiled, const void *src, int64_t n_rows, int64_t n_cols, void *dst);
+/* Rows [r0, r0 + n) of the tiled matrix w back as plain rows into dst. */
+void tq_untile(tq_type tiled, const void *w, int64_t r0, int64_t n, int64_t n_cols, void *dst);
+/* Row r of a matrix of any supported type (plain rows, or tiled) as floats. */
+void tq_dequantize_row_at(tq_type type, const void *w, int64_t r, int64_t n_cols, float *y);
 
 #endif
