@@ -28,11 +28,12 @@
  *      (GEMM: by token, into 16-token groups; vec_dot: by activation
  *      block) into the shared scratch, then a barrier.
  *   2. work: units of output rows (about TK_CHUNK_BYTES of weights each, a
- *      12-row panel for the GEMM, whole 16-row tiles for the few-token
- *      kernel), matrices one after the other, taken from a shared counter
- *      until none is left, so a thread slowed by another process does less
- *      of the work.  The last thread to run out resets the counter, so the
- *      next call needs no barrier before its work.      -- barrier --
+ *      12-row panel for the GEMM; for the few-token kernels 16-row tiles,
+ *      claimed several at a time, fewer as fewer are left), matrices one
+ *      after the other, taken from a shared counter until none is left, so
+ *      a thread slowed by another process does less of the work.  The last
+ *      thread to run out resets the counter, so the next call needs no
+ *      barrier before its work.                         -- barrier --
  *
  * The final barrier makes y complete for every thread.  Every output is
  * computed by one unit with the same per-output operations whichever
@@ -156,7 +157,12 @@ const tk_ops *tk_ops_named(const char *isa)
 #define TK_LINE 64
 #define TK_CHUNK_BYTES 65536   /* weight bytes per work unit: amortizes the counter */
 #define TK_CHUNKS_PER_THREAD 4 /* at least this many units each, for balance */
-#define TK_TILE_ROWS 16        /* weight rows kept hot while all tokens pass */
+#define TK_TILE_ROWS 16        /* weight rows kept hot while all tokens pass; the decode kernels' grain */
+/* Decoding claims 1 / (TK_GUIDE * threads) of the tiles left (at least
+ * one) at a time: long runs while much is left (the prefetchers' best
+ * case), single tiles at the end, so threads finish a product within a
+ * tile of each other. */
+#define TK_GUIDE 2
 
 static const tk_gemm *gemm_get(void)
 {
@@ -258,17 +264,16 @@ static void convert_blocks(tk_quantize_fn quantize, const tq_traits *ta, const f
     }
 }
 
-/* Work units of matrix m: row chunks (vec_dot, few-token kernels) or
- * panels (GEMM). */
+/* Work units of matrix m: panels (GEMM), 16-row tiles claimed by the
+ * guided rule (few-token kernel: it streams from memory faster in longer
+ * runs, 2 threads, 4864 x 896 q4_0 from a 256 MiB ring: 24.5 GB/s in
+ * units of 64 rows, 29.3 in units of 256), or row chunks. */
 static int64_t unit_rows(const tk_mat *m, int64_t n_cols, int nth, enum path path)
 {
-    if (path == PATH_GEMM) return TK_GEMM_ROWS;   /* a panel */
+    if (path == PATH_GEMM) return TK_GEMM_ROWS;
+    if (path == PATH_GEMV) return TK_TILE_ROWS;
     size_t wrow = tq_row_size(m->type, n_cols);
-    /* the few-token kernel streams from memory faster in longer runs (2
-     * threads, 4864 x 896 q4_0 from a 256 MiB ring: 24.5 GB/s in units of
-     * 64 rows, 29.3 in units of 256) */
-    size_t bytes = path == PATH_GEMV ? 4 * TK_CHUNK_BYTES : TK_CHUNK_BYTES;
-    int64_t chunk = (int64_t)((bytes + wrow - 1) / wrow);
+    int64_t chunk = (int64_t)((TK_CHUNK_BYTES + wrow - 1) / wrow);
     int64_t fair = (m->n_rows + (int64_t)nth * TK_CHUNKS_PER_THREAD - 1) / ((int64_t)nth * TK_CHUNKS_PER_THREAD);
     return MAX(1, MIN(chunk, fair));
 }
@@ -398,24 +403,29 @@ void tk_matmul_multi_job(int ith, int nth, tp_pool *tp, const tk_mat *mats, int 
     ASSERT(n_mat <= (int)ARRAY_LEN(per));
     for (int i = 0; i < n_mat; i++) {
         per[i] = unit_rows(&mats[i], n_cols, nth, path);
-        if (path == PATH_GEMV) per[i] = (per[i] + 15) & ~(int64_t)15;   /* whole 16-row tiles */
         n_units += (mats[i].n_rows + per[i] - 1) / per[i];
     }
-    for (;;) {
-        int64_t u = atomic_fetch_add_explicit(&sync->next_unit, 1, memory_order_relaxed);
-        if (u >= n_units) break;
+    int64_t u = atomic_load_explicit(&sync->next_unit, memory_order_relaxed);
+    while (u < n_units) {
         int i = 0;
-        for (int64_t n; u >= (n = (mats[i].n_rows + per[i] - 1) / per[i]); i++) u -= n;
-        int64_t r0 = u * per[i];
+        int64_t ui = u, n_i;
+        for (; ui >= (n_i = (mats[i].n_rows + per[i] - 1) / per[i]); i++) ui -= n_i;
+        /* decoding: a share of what is left, within one matrix (guided) */
+        int64_t k = path == PATH_GEMV ? MIN(n_i - ui, MAX(1, (n_units - u) / (TK_GUIDE * nth))) : 1;
+        if (!atomic_compare_exchange_weak_explicit(&sync->next_unit, &u, u + k, memory_order_relaxed,
+                                                   memory_order_relaxed))
+            continue;   /* u now holds the counter's value */
+        int64_t r0 = ui * per[i], r1 = MIN(mats[i].n_rows, (ui + k) * per[i]);
         if (gemm) {
             rows_gemm(g, &mats[i], n_cols, act, n_tok, r0, mine);
         } else if (path == PATH_SMALL || path == PATH_GEMV) {
             size_t wrow = tq_row_size(mats[i].type, n_cols);
-            (path == PATH_SMALL ? g->small_rows : g->gemv_rows)[mats[i].type]((const char *)mats[i].w + (size_t)r0 * wrow, wrow,
-                                        (int)(MIN(mats[i].n_rows, r0 + per[i]) - r0), n_cols, act, (int)n_tok,
-                                        mats[i].y + r0, mats[i].n_rows);
+            (path == PATH_SMALL ? g->small_rows : g->gemv_rows)[mats[i].type](
+                (const char *)mats[i].w + (size_t)r0 * wrow, wrow, (int)(r1 - r0), n_cols, act, (int)n_tok,
+                mats[i].y + r0, mats[i].n_rows);
         } else
-            rows_vec_dot(ops, &mats[i], n_cols, act, arow, n_tok, r0, MIN(mats[i].n_rows, r0 + per[i]));
+            rows_vec_dot(ops, &mats[i], n_cols, act, arow, n_tok, r0, r1);
+        u = atomic_load_explicit(&sync->next_unit, memory_order_relaxed);
     }
     if (atomic_fetch_add_explicit(&sync->n_done, 1, memory_order_acq_rel) == nth - 1) {
         atomic_store_explicit(&sync->next_unit, 0, memory_order_relaxed);
