@@ -189,12 +189,13 @@ int cli_bench(int argc, char **argv)
     if (json) {
         printf("{\"model\":\"%s\",\"isa\":\"%s\",\"threads\":%ld,\"pp\":%ld,\"tg\":%ld,\"depth\":%ld,\"batch\":%ld,"
                "\"pp_tps\":%.3f,\"tg_tps\":%.3f,\"decode_bytes_per_s\":%.0f,\"weight_bytes\":%zu,"
-               "\"layer_macs_per_token\":%.0f}\n",
+               "\"tiled_bytes\":%zu,\"layer_macs_per_token\":%.0f}\n",
                model_desc(m), tk_ops_get()->isa, n_threads, n_pp, n_tg, depth, n_seq, pp_tps, tg_tps, bytes,
-               model_weight_bytes(m), layer_macs);
+               model_weight_bytes(m), model_tiled_bytes(m), layer_macs);
     } else {
-        printf("model: %s, %.1f MiB of weights, isa %s, %ld threads, median of %ld", model_desc(m),
-               model_weight_bytes(m) / 1048576.0, tk_ops_get()->isa, n_threads, reps);
+        printf("model: %s, %.1f MiB of weights (%.1f tiled), isa %s, %ld threads, median of %ld", model_desc(m),
+               model_weight_bytes(m) / 1048576.0, model_tiled_bytes(m) / 1048576.0, tk_ops_get()->isa, n_threads,
+               reps);
         if (depth) printf(", depth %ld", depth);
         if (n_seq > 1) printf(", %ld sequences (total tok/s)", n_seq);
         printf("\n");
