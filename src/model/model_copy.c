@@ -17,8 +17,8 @@
  * TILING: Q4_0 and Q8_0 matrices that the CPU's kernels can run tiled
  * (tk_runs_tiled) are written into the copy in tq.h's tiled layout
  * instead: the same bytes at the same offsets, rearranged for the decode
- * kernel (tk_tiled_avx512.c), which reads them with a third of the
- * operations.  The switch then changes their type along with the pointer;
+ * kernel (tk_tiled_avx512.c), which needs less than half the vector
+ * operations of the row-major one.  The switch then changes their type along with the pointer;
  * every path gives the same results on either layout.  So the tiling costs
  * neither memory nor start-up time, only the copier's time (measured in
  * docs/benchmarks.md).
