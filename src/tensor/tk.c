@@ -160,9 +160,11 @@ const tk_ops *tk_ops_named(const char *isa)
 #define TK_TILE_ROWS 16        /* weight rows kept hot while all tokens pass; the decode kernels' grain */
 /* Decoding claims 1 / (TK_GUIDE * threads) of the tiles left (at least
  * one) at a time: long runs while much is left (the prefetchers' best
- * case), single tiles at the end, so threads finish a product within a
- * tile of each other. */
-#define TK_GUIDE 2
+ * case: tiles handed out round-robin decoded 22% slower), single tiles at
+ * the end, so threads finish a product within a tile of each other.  1
+ * (the first claim is half a product) beat 2 by a median 4% in 18
+ * interleaved tg128 pairs (docs/benchmarks.md). */
+#define TK_GUIDE 1
 
 static const tk_gemm *gemm_get(void)
 {
