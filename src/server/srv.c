@@ -266,26 +266,13 @@ static bool early_reply(srv_req *r, enum MHD_Result *ret)
 static void body_append(srv_req *r, const char *data, size_t n)
 {
     if (r->too_big) return;
-    if (r->n_body + n > r->s->p.max_body_bytes) {
+    if (r->body.n + n > r->s->p.max_body_bytes) {
         r->too_big = true;
-        free(r->body);
-        r->body = NULL;
-        r->n_body = r->cap_body = 0;
+        pk_buf_free(&r->body);
         return;
     }
-    if (r->n_body + n + 1 > r->cap_body) {
-        size_t cap = MAX(r->cap_body * 2, r->n_body + n + 1);
-        char *p = realloc(r->body, cap);
-        if (!p) {
-            r->too_big = true;
-            return;
-        }
-        r->body = p;
-        r->cap_body = cap;
-    }
-    memcpy(r->body + r->n_body, data, n);
-    r->n_body += n;
-    r->body[r->n_body] = 0;
+    pk_buf_put(&r->body, data, n);
+    if (r->body.oom) r->too_big = true;
 }
 
 static enum MHD_Result dispatch(srv_req *r)
@@ -295,8 +282,8 @@ static enum MHD_Result dispatch(srv_req *r)
     json_t *body = NULL;
     if (!strcmp(r->route->method, "POST")) {
         json_error_t je;
-        body = r->n_body ? json_loadb(r->body, r->n_body, 0, &je) : NULL;
-        if (!r->n_body) return srv_reply_errorf(r, 400, "the request body must be a JSON object");
+        body = r->body.n ? json_loadb(r->body.p, r->body.n, 0, &je) : NULL;
+        if (!r->body.n) return srv_reply_errorf(r, 400, "the request body must be a JSON object");
         if (!body) return srv_reply_errorf(r, 400, "invalid JSON at line %d column %d: %s", je.line, je.column, je.text);
         if (!json_is_object(body)) {
             json_decref(body);
@@ -345,7 +332,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (s->p.log_requests)
         fprintf(stderr, "srv: %s %s %u %.1f ms%s\n", r->method, r->url, r->status, pk_time_ms() - r->t0_ms,
                 code == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)");
-    free(r->body);
+    pk_buf_free(&r->body);
     free(r);
     *con_cls = NULL;
 }

@@ -52,17 +52,6 @@ static pk_status gen_next(srv_gen *g, eng_event *ev)
     }
 }
 
-static bool grow(void **p, size_t elem, size_t need, size_t *cap)
-{
-    if (need <= *cap) return true;
-    size_t c = MAX(*cap * 2, need + 64);
-    void *q = realloc(*p, c * elem);
-    if (!q) return false;
-    *p = q;
-    *cap = c;
-    return true;
-}
-
 static void fail_oom(srv_gen *g)
 {
     g->failed = true;
@@ -75,8 +64,8 @@ static void gen_take(srv_gen *g, const eng_event *ev)
     switch (ev->kind) {
     case ENG_EV_TOKEN: {
         size_t cap_tok = (size_t)g->cap_tokens;
-        if (!grow((void **)&g->text, 1, g->n_text + ev->text_len + 1, &g->cap_text) ||
-            !grow((void **)&g->tokens, sizeof *g->tokens, (size_t)g->n_tokens + 1, &cap_tok)) {
+        if (pk_grow((void **)&g->text, &g->cap_text, g->n_text + ev->text_len + 1, 1) ||
+            pk_grow((void **)&g->tokens, &cap_tok, (size_t)g->n_tokens + 1, sizeof *g->tokens)) {
             fail_oom(g);
             return;
         }
@@ -106,7 +95,7 @@ static void gen_take(srv_gen *g, const eng_event *ev)
 
 void srv_gen_out(srv_gen *g, const char *s, size_t n)
 {
-    if (!grow((void **)&g->out, 1, g->n_out + n + 1, &g->cap_out)) {
+    if (pk_grow((void **)&g->out, &g->cap_out, g->n_out + n + 1, 1)) {
         g->finished = true;
         return;
     }

@@ -18,6 +18,7 @@
 #include <microhttpd.h>
 #include <stdatomic.h>
 
+#include "../common/buf.h"
 #include "../engine/eng.h"
 #include "../tokenizer/tok.h"
 #include "srv.h"
@@ -54,8 +55,7 @@ typedef struct srv_req {
     struct MHD_Connection *conn;
     const struct srv_route *route;
     const char *method, *url;
-    char *body;                    /* request body, NUL-terminated */
-    size_t n_body, cap_body;
+    pk_buf body;                   /* request body, NUL-terminated */
     bool too_big;                  /* body over the limit: being discarded */
     bool replied;
     unsigned status;               /* of the reply queued, for the log */

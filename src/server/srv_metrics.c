@@ -13,53 +13,22 @@
  *               Inference Extension / llm-d endpoint picker reads.
  */
 #include <poll.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "srv_impl.h"
 
-typedef struct mbuf { char *p; size_t n, cap; bool oom; } mbuf;
-
-static void mprintf(mbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void mprintf(mbuf *b, const char *fmt, ...)
+static void metric(pk_buf *b, const char *name, const char *type, const char *help, const char *labels, double v)
 {
-    if (b->oom) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? b->cap - b->n : 0, fmt, ap);
-        va_end(ap);
-        if (k < 0) {
-            b->oom = true;
-            return;
-        }
-        if (b->p && b->n + (size_t)k < b->cap) {
-            b->n += (size_t)k;
-            return;
-        }
-        size_t cap = MAX(b->cap * 2, b->n + (size_t)k + 1024);
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-}
-
-static void metric(mbuf *b, const char *name, const char *type, const char *help, const char *labels, double v)
-{
-    mprintf(b, "# HELP %s %s\n# TYPE %s %s\n%s%s %.10g\n", name, help, name, type, name, labels, v);
+    pk_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s%s %.10g\n", name, help, name, type, name, labels, v);
 }
 
 static double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
 
 char *srv_metrics_text(const eng_stats *st, const char *model_name)
 {
-    mbuf b = {0};
+    pk_buf b = {0};
     double prompt_s = st->prompt_ms_total / 1e3, predicted_s = st->predicted_ms_total / 1e3;
     double kv_ratio = ratio(st->kv_used, st->kv_total);
     metric(&b, "llamacpp:prompt_tokens_total", "counter", "Number of prompt tokens processed.", "",

@@ -10,30 +10,11 @@
 #include <string.h>
 
 #include "srv_tools.h"
+#include "../common/buf.h"
 
 static const char QWEN_OPEN[] = "<tool_call>";
 static const char QWEN_CLOSE[] = "</tool_call>";
 static const char PY_TAG[] = "<|python_tag|>";
-
-typedef struct tbuf { char *p; size_t n, cap; bool oom; } tbuf;
-
-static void tb_put(tbuf *b, const char *s, size_t n)
-{
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = (b->n + n + 1) * 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
 
 static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
@@ -126,12 +107,12 @@ static bool add_call(srv_tool_msg *m, srv_tool_call c)
     return true;
 }
 
-static void parse_qwen(const char *s, size_t n, srv_tool_msg *m, tbuf *content)
+static void parse_qwen(const char *s, size_t n, srv_tool_msg *m, pk_buf *content)
 {
     size_t pos = 0;
     while (pos < n) {
         size_t t = find(s, pos, n, QWEN_OPEN);
-        tb_put(content, s + pos, t - pos);
+        pk_buf_put(content, s + pos, t - pos);
         if (t == n) break;
         size_t q = skip_ws(s, t + sizeof QWEN_OPEN - 1, n), used = 0;
         srv_tool_call c = {0};
@@ -152,7 +133,7 @@ static void parse_qwen(const char *s, size_t n, srv_tool_msg *m, tbuf *content)
             free(c.name);
             free(c.arguments);
         }
-        tb_put(content, s + t, sizeof QWEN_OPEN - 1);
+        pk_buf_put(content, s + t, sizeof QWEN_OPEN - 1);
         pos = t + sizeof QWEN_OPEN - 1;
     }
 }
@@ -164,20 +145,20 @@ static bool llama_candidate(const char *s, size_t i, size_t n)
     return starts(s, j, n, "\"name\"") || starts(s, j, n, "\"type\"");
 }
 
-static void parse_llama3(const char *s, size_t n, srv_tool_msg *m, tbuf *content)
+static void parse_llama3(const char *s, size_t n, srv_tool_msg *m, pk_buf *content)
 {
     size_t pos = 0;
     while (pos < n) {
         size_t b = pos;
         while (b < n && !(s[b] == '{' && llama_candidate(s, b, n))) b++;
         if (b == n) {
-            tb_put(content, s + pos, n - pos);
+            pk_buf_put(content, s + pos, n - pos);
             break;
         }
         size_t used = 0;
         srv_tool_call c = {0};
         if (!read_call(s, b, n, true, &c, &used)) {
-            tb_put(content, s + pos, b + 1 - pos);
+            pk_buf_put(content, s + pos, b + 1 - pos);
             pos = b + 1;
             continue;
         }
@@ -186,7 +167,7 @@ static void parse_llama3(const char *s, size_t n, srv_tool_msg *m, tbuf *content
         while (pre > pos && is_ws(s[pre - 1])) pre--;
         size_t k = sizeof PY_TAG - 1;
         if (pre - pos >= k && !memcmp(s + pre - k, PY_TAG, k)) pre -= k;
-        tb_put(content, s + pos, pre - pos);
+        pk_buf_put(content, s + pos, pre - pos);
         if (!add_call(m, c)) {
             content->oom = true;
             free(c.name);
@@ -204,11 +185,11 @@ static void parse_llama3(const char *s, size_t n, srv_tool_msg *m, tbuf *content
 pk_status srv_tools_parse(srv_tool_fmt f, const char *text, size_t len, srv_tool_msg *out)
 {
     memset(out, 0, sizeof *out);
-    tbuf content = {0};
-    tb_put(&content, "", 0);
+    pk_buf content = {0};
+    pk_buf_put(&content, "", 0);
     if (f == SRV_TOOL_QWEN) parse_qwen(text, len, out, &content);
     else if (f == SRV_TOOL_LLAMA3) parse_llama3(text, len, out, &content);
-    else tb_put(&content, text, len);
+    else pk_buf_put(&content, text, len);
     if (content.oom) {
         free(content.p);
         srv_tool_msg_free(out);
@@ -217,7 +198,7 @@ pk_status srv_tools_parse(srv_tool_fmt f, const char *text, size_t len, srv_tool
     if (out->n_calls == 0 && content.n != len) {
         /* Nothing parsed as a call: the text goes back verbatim. */
         content.n = 0;
-        tb_put(&content, text, len);
+        pk_buf_put(&content, text, len);
     }
     if (out->n_calls > 0)
         while (content.n > 0 && is_ws(content.p[content.n - 1])) content.p[--content.n] = 0;

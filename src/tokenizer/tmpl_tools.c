@@ -11,41 +11,20 @@
 #include <string.h>
 
 #include "tmpl_tools.h"
-
-typedef struct obuf { char *p; size_t n, cap; bool oom; } obuf;
-
-static void put(obuf *o, const char *s, size_t n)
-{
-    if (o->oom) return;
-    if (o->n + n + 1 > o->cap) {
-        size_t cap = MAX(o->cap * 2, o->n + n + 1024);
-        char *p = realloc(o->p, cap);
-        if (!p) {
-            o->oom = true;
-            return;
-        }
-        o->p = p;
-        o->cap = cap;
-    }
-    memcpy(o->p + o->n, s, n);
-    o->n += n;
-    o->p[o->n] = 0;
-}
-
-static void puts_(obuf *o, const char *s) { put(o, s, strlen(s)); }
+#include "../common/buf.h"
 
 static bool ws(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
 
-static void put_trimmed(obuf *o, const char *s)
+static void put_trimmed(pk_buf *o, const char *s)
 {
     size_t a = 0, b = strlen(s);
     while (a < b && ws(s[a])) a++;
     while (b > a && ws(s[b - 1])) b--;
-    put(o, s + a, b - a);
+    pk_buf_put(o, s + a, b - a);
 }
 
 /* Jinja's tojson: json.dumps with default separators, or indent. */
-static void put_json(obuf *o, const json_t *v, int indent)
+static void put_json(pk_buf *o, const json_t *v, int indent)
 {
     size_t flags = JSON_ENCODE_ANY | JSON_PRESERVE_ORDER | (indent ? JSON_INDENT(indent) : JSON_INDENT(0));
     char *s = json_dumps(v, flags);
@@ -53,16 +32,16 @@ static void put_json(obuf *o, const json_t *v, int indent)
         o->oom = true;
         return;
     }
-    puts_(o, s);
+    pk_buf_puts(o, s);
     free(s);
 }
 
 /* A call's arguments as the templates print them: a string holding a
  * JSON object is printed as the object. */
-static void put_args(obuf *o, const json_t *args)
+static void put_args(pk_buf *o, const json_t *args)
 {
     if (!args) {
-        puts_(o, "{}");
+        pk_buf_puts(o, "{}");
         return;
     }
     if (json_is_string(args)) {
@@ -147,28 +126,28 @@ static bool check_messages(const json_t *messages, char *err, size_t err_len)
 
 static const char QWEN_DEFAULT_SYSTEM[] = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
 
-static void render_qwen(obuf *o, const json_t *msgs, const json_t *tools, bool add_assistant)
+static void render_qwen(pk_buf *o, const json_t *msgs, const json_t *tools, bool add_assistant)
 {
     size_t n = json_array_size(msgs);
     const json_t *first = n ? json_array_get(msgs, 0) : NULL;
     bool first_system = first && !strcmp(role_of(first), "system");
     bool have_tools = tools && json_array_size(tools) > 0;
     if (have_tools) {
-        puts_(o, "<|im_start|>system\n");
-        puts_(o, first_system ? content_of(first) : QWEN_DEFAULT_SYSTEM);
-        puts_(o, "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+        pk_buf_puts(o, "<|im_start|>system\n");
+        pk_buf_puts(o, first_system ? content_of(first) : QWEN_DEFAULT_SYSTEM);
+        pk_buf_puts(o, "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
                  "You are provided with function signatures within <tools></tools> XML tags:\n<tools>");
         for (size_t i = 0; i < json_array_size(tools); i++) {
-            puts_(o, "\n");
+            pk_buf_puts(o, "\n");
             put_json(o, json_array_get(tools, i), 0);
         }
-        puts_(o, "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
+        pk_buf_puts(o, "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
                  "within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
                  "\"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n");
     } else {
-        puts_(o, "<|im_start|>system\n");
-        puts_(o, first_system ? content_of(first) : QWEN_DEFAULT_SYSTEM);
-        puts_(o, "<|im_end|>\n");
+        pk_buf_puts(o, "<|im_start|>system\n");
+        pk_buf_puts(o, first_system ? content_of(first) : QWEN_DEFAULT_SYSTEM);
+        pk_buf_puts(o, "<|im_end|>\n");
     }
     for (size_t i = 0; i < n; i++) {
         const json_t *m = json_array_get(msgs, i);
@@ -177,40 +156,40 @@ static void render_qwen(obuf *o, const json_t *msgs, const json_t *tools, bool a
         bool is_tool = !strcmp(role, "tool") || !strcmp(role, "ipython");
         if (!strcmp(role, "user") || (!strcmp(role, "system") && i > 0) ||
             (!strcmp(role, "assistant") && !calls)) {
-            puts_(o, "<|im_start|>");
-            puts_(o, role);
-            puts_(o, "\n");
-            puts_(o, content_of(m));
-            puts_(o, "<|im_end|>\n");
+            pk_buf_puts(o, "<|im_start|>");
+            pk_buf_puts(o, role);
+            pk_buf_puts(o, "\n");
+            pk_buf_puts(o, content_of(m));
+            pk_buf_puts(o, "<|im_end|>\n");
         } else if (!strcmp(role, "assistant")) {
-            puts_(o, "<|im_start|>assistant");
+            pk_buf_puts(o, "<|im_start|>assistant");
             if (*content_of(m)) {
-                puts_(o, "\n");
-                puts_(o, content_of(m));
+                pk_buf_puts(o, "\n");
+                pk_buf_puts(o, content_of(m));
             }
             for (size_t k = 0; k < json_array_size(calls); k++) {
                 const json_t *f = call_fn(json_array_get(calls, k));
-                puts_(o, "\n<tool_call>\n{\"name\": \"");
-                puts_(o, json_string_value(json_object_get(f, "name")));
-                puts_(o, "\", \"arguments\": ");
+                pk_buf_puts(o, "\n<tool_call>\n{\"name\": \"");
+                pk_buf_puts(o, json_string_value(json_object_get(f, "name")));
+                pk_buf_puts(o, "\", \"arguments\": ");
                 put_args(o, json_object_get(f, "arguments"));
-                puts_(o, "}\n</tool_call>");
+                pk_buf_puts(o, "}\n</tool_call>");
             }
-            puts_(o, "<|im_end|>\n");
+            pk_buf_puts(o, "<|im_end|>\n");
         } else if (is_tool) {
             const char *prev = i > 0 ? role_of(json_array_get(msgs, i - 1)) : NULL;
             const char *next = i + 1 < n ? role_of(json_array_get(msgs, i + 1)) : NULL;
-            if (!prev || strcmp(prev, role)) puts_(o, "<|im_start|>user");
-            puts_(o, "\n<tool_response>\n");
-            puts_(o, content_of(m));
-            puts_(o, "\n</tool_response>");
-            if (!next || strcmp(next, role)) puts_(o, "<|im_end|>\n");
+            if (!prev || strcmp(prev, role)) pk_buf_puts(o, "<|im_start|>user");
+            pk_buf_puts(o, "\n<tool_response>\n");
+            pk_buf_puts(o, content_of(m));
+            pk_buf_puts(o, "\n</tool_response>");
+            if (!next || strcmp(next, role)) pk_buf_puts(o, "<|im_end|>\n");
         }
     }
-    if (add_assistant) puts_(o, "<|im_start|>assistant\n");
+    if (add_assistant) pk_buf_puts(o, "<|im_start|>assistant\n");
 }
 
-static bool render_llama31(obuf *o, const json_t *msgs, const json_t *tools, bool add_assistant,
+static bool render_llama31(pk_buf *o, const json_t *msgs, const json_t *tools, bool add_assistant,
                            char *err, size_t err_len)
 {
     size_t n = json_array_size(msgs), i = 0;
@@ -218,28 +197,28 @@ static bool render_llama31(obuf *o, const json_t *msgs, const json_t *tools, boo
     const char *system = "";
     if (n && !strcmp(role_of(json_array_get(msgs, 0)), "system")) system = content_of(json_array_get(msgs, i++));
 
-    puts_(o, "<|start_header_id|>system<|end_header_id|>\n\n");
-    if (have_tools) puts_(o, "Environment: ipython\n");
-    puts_(o, "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n");
+    pk_buf_puts(o, "<|start_header_id|>system<|end_header_id|>\n\n");
+    if (have_tools) pk_buf_puts(o, "Environment: ipython\n");
+    pk_buf_puts(o, "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n");
     put_trimmed(o, system);
-    puts_(o, "<|eot_id|>");
+    pk_buf_puts(o, "<|eot_id|>");
 
     if (have_tools) {
         if (i == n) {
             fail(err, err_len, "tools need a first user message to go into");
             return false;
         }
-        puts_(o, "<|start_header_id|>user<|end_header_id|>\n\n");
-        puts_(o, "Given the following functions, please respond with a JSON for a function call "
+        pk_buf_puts(o, "<|start_header_id|>user<|end_header_id|>\n\n");
+        pk_buf_puts(o, "Given the following functions, please respond with a JSON for a function call "
                  "with its proper arguments that best answers the given prompt.\n\n"
                  "Respond in the format {\"name\": function name, \"parameters\": dictionary of argument "
                  "name and its value}.Do not use variables.\n\n");
         for (size_t t = 0; t < json_array_size(tools); t++) {
             put_json(o, json_array_get(tools, t), 4);
-            puts_(o, "\n\n");
+            pk_buf_puts(o, "\n\n");
         }
         put_trimmed(o, content_of(json_array_get(msgs, i++)));
-        puts_(o, "<|eot_id|>");
+        pk_buf_puts(o, "<|eot_id|>");
     }
 
     for (; i < n; i++) {
@@ -248,33 +227,33 @@ static bool render_llama31(obuf *o, const json_t *msgs, const json_t *tools, boo
         const json_t *calls = calls_of(m);
         bool has_calls = calls != NULL;
         if (!strcmp(role, "tool") || !strcmp(role, "ipython")) {
-            puts_(o, "<|start_header_id|>ipython<|end_header_id|>\n\n");
+            pk_buf_puts(o, "<|start_header_id|>ipython<|end_header_id|>\n\n");
             /* The template's `is iterable` holds for strings too, so a
              * string result is written JSON-encoded. */
             const json_t *c = json_object_get(m, "content");
             if (c && !json_is_null(c)) put_json(o, c, 0);
-            else puts_(o, "\"\"");
-            puts_(o, "<|eot_id|>");
+            else pk_buf_puts(o, "\"\"");
+            pk_buf_puts(o, "<|eot_id|>");
         } else if (has_calls) {
             if (json_array_size(calls) != 1) {
                 fail(err, err_len, "messages[%zu]: this model only supports one tool call per message", i);
                 return false;
             }
             const json_t *f = call_fn(json_array_get(calls, 0));
-            puts_(o, "<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"");
-            puts_(o, json_string_value(json_object_get(f, "name")));
-            puts_(o, "\", \"parameters\": ");
+            pk_buf_puts(o, "<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"");
+            pk_buf_puts(o, json_string_value(json_object_get(f, "name")));
+            pk_buf_puts(o, "\", \"parameters\": ");
             put_args(o, json_object_get(f, "arguments"));
-            puts_(o, "}<|eot_id|>");
+            pk_buf_puts(o, "}<|eot_id|>");
         } else {
-            puts_(o, "<|start_header_id|>");
-            puts_(o, role);
-            puts_(o, "<|end_header_id|>\n\n");
+            pk_buf_puts(o, "<|start_header_id|>");
+            pk_buf_puts(o, role);
+            pk_buf_puts(o, "<|end_header_id|>\n\n");
             put_trimmed(o, content_of(m));
-            puts_(o, "<|eot_id|>");
+            pk_buf_puts(o, "<|eot_id|>");
         }
     }
-    if (add_assistant) puts_(o, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    if (add_assistant) pk_buf_puts(o, "<|start_header_id|>assistant<|end_header_id|>\n\n");
     return true;
 }
 
@@ -293,8 +272,8 @@ pk_status tmpl_tools_render(tmpl_kind k, const json_t *messages, const json_t *t
         return PK_EINVAL;
     }
     if (tools && !json_is_array(tools)) tools = NULL;
-    obuf o = {0};
-    put(&o, "", 0);
+    pk_buf o = {0};
+    pk_buf_put(&o, "", 0);
     bool ok = true;
     if (k == TMPL_CHATML) render_qwen(&o, messages, tools, add_assistant);
     else ok = render_llama31(&o, messages, tools, add_assistant, err, err_len);

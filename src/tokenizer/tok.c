@@ -12,6 +12,7 @@
  * All scratch memory is per call; a vocabulary is never written after load.
  */
 #include "tok_impl.h"
+#include "../common/buf.h"
 
 /* ---- hashing and string tables ---- */
 
@@ -30,28 +31,16 @@ int32_t tok_strtab_find(const tok_strtab *t, const char *s, size_t n)
 
 /* ---- scratch arrays ---- */
 
-static pk_status grow(void **v, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap) return PK_OK;
-    size_t c = *cap ? *cap : 64;
-    while (c < need) c *= 2;
-    void *p = realloc(*v, c * elem);
-    if (!p) return PK_ENOMEM;
-    *v = p;
-    *cap = c;
-    return PK_OK;
-}
-
 pk_status tok_ids_push(tok_ids *a, int32_t id)
 {
-    pk_status st = grow((void **)&a->v, &a->cap, a->n + 1, sizeof(*a->v));
+    pk_status st = pk_grow((void **)&a->v, &a->cap, a->n + 1, sizeof(*a->v));
     if (st == PK_OK) a->v[a->n++] = id;
     return st;
 }
 
 pk_status tok_bytes_reserve(tok_bytes *b, size_t extra)
 {
-    return grow((void **)&b->v, &b->cap, b->n + extra, 1);
+    return pk_grow((void **)&b->v, &b->cap, b->n + extra, 1);
 }
 
 pk_status tok_bytes_append(tok_bytes *b, const char *s, size_t n)
@@ -73,7 +62,7 @@ static bool bigram_before(const tok_bigram *a, const tok_bigram *b)
 
 pk_status tok_heap_push(tok_heap *h, tok_bigram b)
 {
-    pk_status st = grow((void **)&h->v, &h->cap, h->n + 1, sizeof(*h->v));
+    pk_status st = pk_grow((void **)&h->v, &h->cap, h->n + 1, sizeof(*h->v));
     if (st != PK_OK) return st;
     size_t i = h->n++;
     while (i > 0) {
@@ -145,7 +134,7 @@ typedef struct frags { frag *v; size_t n, cap; } frags;
 
 static pk_status frag_push(frags *f, uint32_t off, uint32_t len, int32_t id)
 {
-    pk_status st = grow((void **)&f->v, &f->cap, f->n + 1, sizeof(*f->v));
+    pk_status st = pk_grow((void **)&f->v, &f->cap, f->n + 1, sizeof(*f->v));
     if (st == PK_OK) f->v[f->n++] = (frag){off, len, id};
     return st;
 }
