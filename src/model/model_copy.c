@@ -18,10 +18,10 @@
  * (tk_runs_tiled) are written into the copy in tq.h's tiled layout
  * instead: the same bytes at the same offsets, rearranged for the decode
  * kernel (tk_tiled_avx512.c), which needs less than half the vector
- * operations of the row-major one.  The switch then changes their type along with the pointer;
- * every path gives the same results on either layout.  So the tiling costs
- * neither memory nor start-up time, only the copier's time (measured in
- * docs/benchmarks.md).
+ * operations of the row-major one.  The switch then changes their type
+ * along with the pointer; every path gives the same results on either
+ * layout.  So the tiling costs neither memory nor start-up time, only the
+ * copier's time (measured in docs/benchmarks.md).
  */
 #include "model_impl.h"
 #include "../common/huge.h"
@@ -74,6 +74,12 @@ static void release(const char *p, size_t n)
     if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED);
 }
 
+/* A tied output: token_embd's data again, to be copied or counted once. */
+static bool tied_again(const model *m, const model_w *w)
+{
+    return w != &m->tok_embd && w->data == m->tok_embd.data;
+}
+
 typedef struct {
     model *m;
     bool ok;   /* false once the stop flag was seen */
@@ -86,7 +92,7 @@ static void copy_weight(model_w *w, void *arg)
 {
     copy_job *j = arg;
     model *m = j->m;
-    if (!w->data || !j->ok || (w != &m->tok_embd && w->data == m->tok_embd.data)) return;
+    if (!w->data || !j->ok || tied_again(m, w)) return;
     const char *src = w->data;
     char *dst = m->copy_buf + (src - ((const char *)gguf_file_data(m->gguf) + m->copy_off));
     size_t bytes = model_w_bytes(w), done = 0;
@@ -188,20 +194,22 @@ void model_wait_copy(const model *m)
 
 bool model_is_copy(const model *m) { return atomic_load(&m->copy_state) == COPY_ADOPTED; }
 
+typedef struct {
+    const model *m;
+    size_t n;
+} tiled_count;
+
 static void add_tiled(model_w *w, void *arg)
 {
-    size_t *n = arg;
-    if (w->data && tq_get(w->type)->tile_rows) *n += model_w_bytes(w);
+    tiled_count *c = arg;
+    if (w->data && tq_get(w->type)->tile_rows && !tied_again(c->m, w)) c->n += model_w_bytes(w);
 }
 
-size_t model_tiled_bytes(const model *cm)
+size_t model_tiled_bytes(const model *m)
 {
-    model *m = (model *)cm;   /* model_each_weight only reads here */
-    size_t n = 0;
-    model_each_weight(m, add_tiled, &n);
-    if (m->output.data == m->tok_embd.data && m->tok_embd.data && tq_get(m->tok_embd.type)->tile_rows)
-        n -= model_w_bytes(&m->tok_embd);   /* a tied output was counted twice */
-    return n;
+    tiled_count c = { m, 0 };
+    model_each_weight((model *)m, add_tiled, &c);   /* only reads here */
+    return c.n;
 }
 
 void model_copy_free(model *m)

@@ -174,6 +174,43 @@ static const tk_gemm *gemm_get(void)
 
 enum path { PATH_VEC_DOT, PATH_GEMV, PATH_SMALL, PATH_GEMM };
 
+/* Which paths could run this product (the kernels exist for every matrix
+ * and their buffers fit a thread's scratch), and whether it holds a tiled
+ * matrix. */
+typedef struct {
+    bool gemm, gemv, small, tiled;
+} paths;
+
+static paths paths_fit(const tk_gemm *g, const tk_mat *mats, int n_mat, int64_t n_cols, int64_t n_tok)
+{
+    bool mixed = false;
+    paths ok = { true, true, n_tok >= 2 && n_tok < TK_SMALL_LANES, false };
+    for (int i = 0; i < n_mat; i++) {
+        ok.tiled = ok.tiled || tq_get(mats[i].type)->tile_rows;
+        mixed = mixed || !tq_get(mats[i].type)->tile_rows;
+    }
+    mixed = mixed && ok.tiled;
+    ok.small = ok.small && !ok.tiled;
+    for (int i = 0; i < n_mat; i++) {
+        int t = mats[i].type;
+        const tq_traits *tr = tq_get(t);
+        int pt = tr->tile_rows ? (int)tr->untiled : t;   /* the panels' layout */
+        tq_type vt = tr->vec_dot_type;
+        size_t row = tq_row_size(vt, n_cols) + TK_LINE;
+        bool packs = tr->tile_rows ? g->pack_wt[t] != NULL : g->pack_w[t] != NULL;
+        if (!packs || !g->pack_a[vt] || n_cols % g->rec_cols[pt] != 0 ||
+            n_tok < MAX(TK_GEMM_MIN_TOKENS, g->min_tokens[pt]) || tk_panel_bytes(g, pt, n_cols) + row > TP_SCRATCH_BYTES)
+            ok.gemm = false;
+        if (!g->small_rows[t] || !g->small_pack_a[vt] || tk_small_act_bytes(n_cols) + row > TP_SCRATCH_BYTES)
+            ok.small = false;
+        int max = mixed ? TK_SMALL_LANES - 1 : g->gemv_max_tokens[t];
+        size_t buf = tr->tile_rows ? tk_tiled_buf_bytes(n_cols, n_tok) : tk_gemv_buf_bytes(n_cols, n_tok);
+        if (!g->gemv_rows[t] || !g->gemv_pack_a[vt] || n_tok > max || buf + row > TP_SCRATCH_BYTES)
+            ok.gemv = false;
+    }
+    return ok;
+}
+
 /* The path for this product, from the types and sizes alone (so every
  * thread and every call with the same shapes agrees): the GEMM where every
  * matrix has it and its panel plus one converted row fit a thread's
@@ -186,48 +223,25 @@ enum path { PATH_VEC_DOT, PATH_GEMV, PATH_SMALL, PATH_GEMM };
  * tk_runs_tiled checked that both fit. */
 static enum path choose_path(const tk_gemm *g, const tk_mat *mats, int n_mat, int64_t n_cols, int64_t n_tok)
 {
-    bool tiled = false, mixed = false;
-    for (int i = 0; i < n_mat; i++) {
-        tiled = tiled || tq_get(mats[i].type)->tile_rows;
-        mixed = mixed || !tq_get(mats[i].type)->tile_rows;
-    }
-    mixed = mixed && tiled;
-    bool gemm = true, small = !tiled && n_tok >= 2 && n_tok < TK_SMALL_LANES, gemv = true;
-    for (int i = 0; i < n_mat; i++) {
-        int t = mats[i].type;
-        const tq_traits *tr = tq_get(t);
-        int pt = tr->tile_rows ? (int)tr->untiled : t;   /* the panels' layout */
-        tq_type vt = tr->vec_dot_type;
-        size_t row = tq_row_size(vt, n_cols) + TK_LINE;
-        bool packs = tr->tile_rows ? g->pack_wt[t] != NULL : g->pack_w[t] != NULL;
-        if (!packs || !g->pack_a[vt] || n_cols % g->rec_cols[pt] != 0 ||
-            n_tok < MAX(TK_GEMM_MIN_TOKENS, g->min_tokens[pt]) || tk_panel_bytes(g, pt, n_cols) + row > TP_SCRATCH_BYTES)
-            gemm = false;
-        if (!g->small_rows[t] || !g->small_pack_a[vt] || tk_small_act_bytes(n_cols) + row > TP_SCRATCH_BYTES)
-            small = false;
-        int max = mixed ? TK_SMALL_LANES - 1 : g->gemv_max_tokens[t];
-        size_t buf = tr->tile_rows ? tk_tiled_buf_bytes(n_cols, n_tok) : tk_gemv_buf_bytes(n_cols, n_tok);
-        if (!g->gemv_rows[t] || !g->gemv_pack_a[vt] || n_tok > max || buf + row > TP_SCRATCH_BYTES)
-            gemv = false;
-    }
+    paths ok = paths_fit(g, mats, n_mat, n_cols, n_tok);
     /* the tiled kernel beats the GEMM up to its limit (tk_impl.h) */
-    enum path p = tiled && gemv ? PATH_GEMV : gemm ? PATH_GEMM : gemv ? PATH_GEMV : small ? PATH_SMALL : PATH_VEC_DOT;
-    ASSERT(!tiled || p == PATH_GEMM || p == PATH_GEMV);
+    enum path p = ok.tiled && ok.gemv ? PATH_GEMV
+                  : ok.gemm           ? PATH_GEMM
+                  : ok.gemv           ? PATH_GEMV
+                  : ok.small          ? PATH_SMALL
+                                      : PATH_VEC_DOT;
+    ASSERT(!ok.tiled || p == PATH_GEMM || p == PATH_GEMV);
     return p;
 }
 
 bool tk_runs_tiled(tq_type type, int64_t n_rows, int64_t n_cols)
 {
+    if (!tq_tileable(type, n_rows, n_cols)) return false;
+    /* choose_path's two paths where each is hardest to fit: the few-token
+     * kernels beside a plain matrix at their last count, the GEMM at its first */
+    tk_mat m[2] = { { (tq_type)tq_tiled(type), NULL, n_rows, NULL }, { type, NULL, n_rows, NULL } };
     const tk_gemm *g = gemm_get();
-    int tiled = tq_tiled(type);
-    if (!tq_tileable(type, n_rows, n_cols) || !g->gemv_rows[tiled]) return false;
-    /* choose_path's two paths, at the token counts where each is hardest to fit */
-    tq_type vt = tq_get(type)->vec_dot_type;
-    size_t row = tq_row_size(vt, n_cols) + TK_LINE;
-    bool gemv = g->gemv_pack_a[vt] && tk_gemv_buf_bytes(n_cols, TK_SMALL_LANES - 1) + row <= TP_SCRATCH_BYTES;
-    bool gemm = g->pack_wt[tiled] && g->pack_a[vt] && n_cols % g->rec_cols[type] == 0 &&
-                g->min_tokens[type] <= TK_GEMM_MIN_TOKENS && tk_panel_bytes(g, type, n_cols) + row <= TP_SCRATCH_BYTES;
-    return gemv && gemm;
+    return paths_fit(g, m, 2, n_cols, TK_SMALL_LANES - 1).gemv && paths_fit(g, m, 1, n_cols, TK_GEMM_MIN_TOKENS).gemm;
 }
 
 static size_t act_bytes(const tk_gemm *g, const tk_mat *mats, int n_mat, int64_t n_cols, int64_t n_tok)
@@ -435,7 +449,6 @@ void tk_matmul_multi_job(int ith, int nth, tp_pool *tp, const tk_mat *mats, int 
     }
     tp_barrier(tp);
 }
-
 
 void tk_matmul_job(int ith, int nth, tp_pool *tp, tq_type wtype, const void *w,
                    int64_t n_rows, int64_t n_cols, const float *x, int64_t n_tok,

@@ -143,16 +143,14 @@ pack_wt(const void *w, int64_t r0, int n, int64_t n_cols, void *panel, const int
 {
     const int64_t nb = n_cols / 32;
     const size_t wrow = (size_t)nb * (cb == 16 ? sizeof(tq_block_q4_0) : sizeof(tq_block_q8_0));
-    const size_t block_codes = (size_t)TQ_TILE_ROWS * cb, pair = 2 * block_codes + 4 * TQ_TILE_ROWS;
     for (int r = 0; r < n; r++) {
         const int64_t row = r0 + r;
-        const char *tile = (const char *)w + (size_t)(row / TQ_TILE_ROWS) * TQ_TILE_ROWS * wrow;
+        const char *tile = tq_tile_of(w, row, wrow);
         const int i = (int)(row % TQ_TILE_ROWS);
         for (int64_t b = 0; b < nb; b++) {
-            const char *q = tile + (size_t)(b / 2) * pair + (size_t)(b % 2) * block_codes + 4 * i;
+            const char *q = tile + tq_tile_codes(b, cb) + 4 * i;
             tq_f16 d;
-            memcpy(&d, tile + (size_t)(b / 2) * pair + 2 * block_codes + (size_t)(b % 2) * 2 * TQ_TILE_ROWS + 2 * i,
-                   sizeof d);
+            memcpy(&d, tile + tq_tile_scales(b, cb) + 2 * i, sizeof d);
             __m256i v;
             if (cb == 16) {   /* the 16 qs bytes, then nibbles as nibbles32 does */
                 __m128i qs = _mm_setr_epi32(load_i32(q), load_i32(q + 64), load_i32(q + 128), load_i32(q + 192));

@@ -47,13 +47,12 @@ static inline __attribute__((always_inline)) void
 tile16(const char *tile, int64_t nb, const char *act, size_t act_tok, const int32_t *init, float *y, int64_t ys,
        const int CB, const int NT)
 {
-    const size_t block_codes = (size_t)ROWS * CB, pair = 2 * block_codes + 4 * ROWS;
+    const size_t block_codes = (size_t)ROWS * CB;
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     __m512 acc[NT];
     _Pragma("GCC unroll 8") for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const char *codes = tile + (size_t)(b / 2) * pair + (size_t)(b % 2) * block_codes;
-        const char *wd = tile + (size_t)(b / 2) * pair + 2 * block_codes + (size_t)(b % 2) * 2 * ROWS;
+        const char *codes = tile + tq_tile_codes(b, CB), *wd = tile + tq_tile_scales(b, CB);
         for (size_t k = 0; k < block_codes; k += 64) _mm_prefetch(codes + PF_AHEAD + k, _MM_HINT_T1);
         if (b % 2 == 0) _mm_prefetch(wd + PF_AHEAD, _MM_HINT_T1);
         /* two chains per token (values 0-15, 16-31): half the latency */

@@ -136,6 +136,26 @@ float tq_vec_dot_ref(tq_type wtype, int64_t n, const void *w, const void *a);
  */
 #define TQ_TILE_ROWS 16
 
+/* Where things are in the layout above, the one statement of it for the
+ * converters and the kernels.  code_bytes: 16 (Q4_0) or 32 (Q8_0). */
+static inline size_t tq_tile_pair_bytes(int code_bytes) { return 2 * (size_t)TQ_TILE_ROWS * code_bytes + 4 * TQ_TILE_ROWS; }
+/* Offset in a tile of block b's codes (row i's 4 bytes of line j at + 64j + 4i). */
+static inline size_t tq_tile_codes(int64_t b, int code_bytes)
+{
+    return (size_t)(b / 2) * tq_tile_pair_bytes(code_bytes) + (size_t)(b % 2) * TQ_TILE_ROWS * code_bytes;
+}
+/* Offset in a tile of block b's 16 scales (row i's at + 2i). */
+static inline size_t tq_tile_scales(int64_t b, int code_bytes)
+{
+    return (size_t)(b / 2) * tq_tile_pair_bytes(code_bytes) + 2 * (size_t)TQ_TILE_ROWS * code_bytes +
+           (size_t)(b % 2) * 2 * TQ_TILE_ROWS;
+}
+/* The tile holding row r of a matrix at w whose plain rows are wrow bytes. */
+static inline const char *tq_tile_of(const void *w, int64_t r, size_t wrow)
+{
+    return (const char *)w + (size_t)(r / TQ_TILE_ROWS) * TQ_TILE_ROWS * wrow;
+}
+
 /* Whether a matrix of `type` (a file type) and this shape has a tiled
  * layout (tq_tiled(type) >= 0 and the shape fits). */
 bool tq_tileable(tq_type type, int64_t n_rows, int64_t n_cols);

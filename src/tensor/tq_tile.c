@@ -26,10 +26,8 @@ static tile_fmt fmt_of(tq_type tiled)
  * codes[4 * TQ_TILE_ROWS * line + j] for byte 4 * line + j, its d at *d. */
 static void tile_at(tile_fmt f, char *tile, int64_t b, int i, char **codes, char **d)
 {
-    size_t block_codes = (size_t)TQ_TILE_ROWS * f.code_bytes;
-    char *pair = tile + (size_t)(b / 2) * (2 * block_codes + 4 * TQ_TILE_ROWS);
-    *codes = pair + (size_t)(b % 2) * block_codes + 4 * i;
-    *d = pair + 2 * block_codes + (size_t)(b % 2) * 2 * TQ_TILE_ROWS + 2 * i;
+    *codes = tile + tq_tile_codes(b, f.code_bytes) + 4 * i;
+    *d = tile + tq_tile_scales(b, f.code_bytes) + 2 * i;
 }
 
 int tq_tiled(tq_type type)
@@ -76,7 +74,7 @@ void tq_tile(tq_type tiled, const void *src, int64_t n_rows, int64_t n_cols, voi
     ASSERT(tq_tileable(tr->untiled, n_rows, n_cols));
     size_t wrow = tq_row_size(tr->untiled, n_cols);
     for (int64_t r = 0; r < n_rows; r++) {
-        char *tile = (char *)dst + (size_t)(r / TQ_TILE_ROWS) * TQ_TILE_ROWS * wrow;
+        char *tile = (char *)tq_tile_of(dst, r, wrow);
         char *row = (char *)src + (size_t)r * wrow;
         for (int64_t b = 0; b < n_cols / 32; b++) {
             uint8_t *q;
@@ -93,7 +91,7 @@ void tq_untile(tq_type tiled, const void *w, int64_t r0, int64_t n, int64_t n_co
     tile_fmt f = fmt_of(tiled);
     size_t wrow = tq_row_size(tr->untiled, n_cols);
     for (int64_t r = r0; r < r0 + n; r++) {
-        char *tile = (char *)w + (size_t)(r / TQ_TILE_ROWS) * TQ_TILE_ROWS * wrow;
+        char *tile = (char *)tq_tile_of(w, r, wrow);
         char *row = (char *)dst + (size_t)(r - r0) * wrow;
         for (int64_t b = 0; b < n_cols / 32; b++) {
             uint8_t *q;
@@ -114,7 +112,7 @@ void tq_dequantize_row_at(tq_type type, const void *w, int64_t r, int64_t n_cols
     /* block by block through one plain block on the stack */
     tile_fmt f = fmt_of(type);
     size_t wrow = tq_row_size(tr->untiled, n_cols);
-    char *tile = (char *)w + (size_t)(r / TQ_TILE_ROWS) * TQ_TILE_ROWS * wrow;
+    char *tile = (char *)tq_tile_of(w, r, wrow);
     tq_block_q8_0 blk;   /* the larger of the two */
     for (int64_t b = 0; b < n_cols / 32; b++) {
         uint8_t *q;

@@ -81,6 +81,15 @@ export async function post(url, body, headers = {}) {
     headers: { 'content-type': 'application/json', ...headers },
     body: typeof body === 'string' ? body : JSON.stringify(body),
   });
+  return reply(r);
+}
+
+export async function get(url, headers = {}) {
+  return reply(await fetch(url, { headers }));
+}
+
+/* A response as { status, json (null when the body is not JSON), text, headers }. */
+async function reply(r) {
   const text = await r.text();
   let json = null;
   try {
@@ -89,15 +98,17 @@ export async function post(url, body, headers = {}) {
   return { status: r.status, json, text, headers: r.headers };
 }
 
-export async function get(url, headers = {}) {
-  const r = await fetch(url, { headers });
-  const text = await r.text();
-  let json = null;
-  try {
-    json = JSON.parse(text);
-  } catch {}
-  return { status: r.status, json, text, headers: r.headers };
-}
+/* n words drawn from a small agent-ish vocabulary, the same for the same seed. */
+const WORDS = ['agent', 'tool', 'plan', 'file', 'search', 'result', 'the', 'a', 'of', 'query', 'answer', 'code'];
+export const words = (n, seed) => {
+  let s = seed, out = [];
+  for (let i = 0; i < n; i++) { s = (Math.imul(s, 1103515245) + 12345) >>> 0; out.push(WORDS[(s >>> 16) % WORDS.length]); }
+  return out.join(' ');
+};
+
+/* Messages as a ChatML prompt, ready for the assistant's turn. */
+export const chatml = (msgs) =>
+  msgs.map((m) => `<|im_start|>${m.role}\n${m.content}<|im_end|>\n`).join('') + '<|im_start|>assistant\n';
 
 // Reads an SSE response: calls onEvent(data string, arrival ms) per event.
 export async function readSSE(response, onEvent) {

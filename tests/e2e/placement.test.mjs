@@ -8,7 +8,7 @@
 
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { sharedModel, skipReason, startServer, post, get } from './lib.mjs';
+import { sharedModel, skipReason, startServer, post, get, words, chatml } from './lib.mjs';
 
 const QWEN = 'rand-qwen2-qwen2vocab-e64-l2-F16.gguf';
 const skip = skipReason(QWEN);
@@ -17,13 +17,6 @@ after(async () => {
   for (const s of servers) assert.equal(await s.stop(), 0);
 });
 
-const WORDS = ['agent', 'tool', 'plan', 'file', 'search', 'result', 'the', 'a', 'of', 'query', 'answer', 'code'];
-const words = (n, seed) => {
-  let s = seed, out = [];
-  for (let i = 0; i < n; i++) { s = (Math.imul(s, 1103515245) + 12345) >>> 0; out.push(WORDS[(s >>> 16) % WORDS.length]); }
-  return out.join(' ');
-};
-const chatml = (msgs) => msgs.map((m) => `<|im_start|>${m.role}\n${m.content}<|im_end|>\n`).join('') + '<|im_start|>assistant\n';
 const lcp = (a, b) => { let i = 0; while (i < a.length && i < b.length && a[i] === b[i]) i++; return i; };
 
 async function serve(args) {
