@@ -596,6 +596,30 @@ static void test_random(int n_ops)
     kv_free(kv);
 }
 
+/* kv_seq_take moves charges, never membership; kv_seq_common counts cells
+ * two sequences both hold. */
+static void test_take_and_common(void)
+{
+    kv_cache *kv = make(1, 16, 4, 4, TQ_F16);
+    for (int p = 0; p < 6; p++) put1(kv, p, 3);       /* seq 3 materializes 0..5 */
+    kv_seq_cp(kv, 3, 9, 2, 6);                         /* 9 joins 2..5 */
+    CHECK_EQ_INT(kv_seq_common(kv, 3, 9, -1, -1), 4);
+    CHECK_EQ_INT(kv_seq_common(kv, 3, 9, 0, 4), 2);
+    CHECK_EQ_INT(kv_seq_common(kv, 9, 8, -1, -1), 0);
+    kv_seq_take(kv, 9, 3, 5);
+    CHECK_EQ_INT(kv_seq_owned(kv, 9), 2);
+    CHECK_EQ_INT(kv_seq_owned(kv, 3), 4);
+    CHECK_EQ_INT(kv_seq_cells(kv, 3), 6);
+    CHECK_EQ_INT(owned_sum(kv), kv_used(kv));
+    kv_seq_take(kv, 9, -1, -1);                        /* only cells 9 holds */
+    CHECK_EQ_INT(kv_seq_owned(kv, 9), 4);
+    kv_seq_rm(kv, 9, -1, -1);                          /* charges go back to a member */
+    CHECK_EQ_INT(kv_seq_owned(kv, 3), 6);
+    CHECK_EQ_INT(kv_used(kv), 6);
+    CHECK(kv_check(kv));
+    kv_free(kv);
+}
+
 int main(void)
 {
     test_params();
@@ -608,6 +632,7 @@ int main(void)
     test_keep();
     test_add();
     test_clear();
+    test_take_and_common();
     test_random(100000);
     return test_finish();
 }

@@ -797,6 +797,81 @@ static void test_worked_example(void)
     CHECK_NEAR(D.loss, pol_value(9000, 10, &T.p), 1e-12);
 }
 
+/* ---- pools: pinned entries and their ids -------------------------------- */
+
+/* Thousands of random tables with pool entries (some pinned) beside slot and
+ * parked histories: a pinned entry is never in the drop order nor in a
+ * decision's drops; a pool in a slot is a malformed snapshot; a pool is a
+ * source like any history; dropping a pool frees no parking id. */
+static void test_pools_pinned(void)
+{
+    int n_cases = 4000, n_pinned_seen = 0, n_pool_source = 0;
+    rng_state = 4242;
+    for (int it = 0; it < n_cases; it++) {
+        arena_reset();
+        setup_sys();
+        int n_slots = 1 + (int)rndn(4);
+        tb_init(n_slots);
+        T.s.n_cells_free = (int32_t)rndn(6000);
+        T.s.n_reserve_free = (int32_t)rndn(2);
+        int nh = 2 + (int)rndn(8);
+        for (int i = 0; i < nh; i++) {
+            int n = NSYS + 10 + (int)rndn(4000);
+            int h = tb_hist(chat(n, NSYS + 5 + (int)rndn(5), 1000 + it * 16 + i), n, rndu() * 3000);
+            T.hists[h].n_cells_excl = (int32_t)rndn((uint32_t)n + 1);
+            if (rndn(3) == 0) {
+                T.hists[h].is_pool = true;
+                T.hists[h].pinned = rndn(2) == 0;
+                T.hists[h].marker_pos = -1;
+            }
+        }
+        for (int k = 0; k < n_slots; k++) {
+            int h = (int)rndn((uint32_t)nh + 1) - 1;
+            bool taken = false;
+            for (int j = 0; j < k; j++) taken |= T.slots[j].hist == h;
+            if (h >= 0 && !taken && !T.hists[h].is_pool) tb_put(k, h, rndn(3) == 0);
+        }
+        int32_t *pr = chat(NSYS + 300, NSYS + 2, 999 + it);
+        tb_prompt(pr, NSYS + 300);
+
+        int32_t order[POL_MAX_HIST], n = 0;
+        CHECK_EQ_INT(pol_drop_order(&T.s, NULL, 0, order, POL_MAX_HIST, &n), PK_OK);
+        for (int k = 0; k < n; k++)
+            if (T.hists[order[k]].pinned) {
+                CHECK(!"a pinned entry is in the drop order");
+                break;
+            }
+        pol_decision d;
+        CHECK_EQ_INT(pol_place(&T.s, &d), PK_OK);
+        int ids_freed = 0;
+        for (int k = 0; k < d.n_drop; k++) {
+            const pol_hist *h = &T.hists[d.drop[k]];
+            n_pinned_seen += h->pinned;
+            CHECK(!h->pinned);
+            bool in_slot = false;
+            for (int j = 0; j < n_slots; j++) in_slot |= T.slots[j].hist == d.drop[k];
+            ids_freed += !in_slot && !h->is_pool;
+        }
+        /* A park planned with no free id must have freed one from a parked
+         * history, never from a pool. */
+        if (d.park >= 0 && T.s.n_reserve_free == 0) CHECK(ids_freed >= 1);
+        n_pool_source += d.source >= 0 && T.hists[d.source].is_pool;
+        for (int h = 0; h < nh; h++) {
+            if (!T.hists[h].is_pool || T.slots[0].busy) continue;
+            int keep = T.slots[0].hist;
+            bool busy = T.slots[0].busy;
+            T.slots[0].hist = h;
+            pol_decision bad;
+            CHECK_EQ_INT(pol_place(&T.s, &bad), PK_EINVAL);   /* a pool in a slot */
+            T.slots[0].hist = keep;
+            T.slots[0].busy = busy;
+            break;
+        }
+    }
+    CHECK_EQ_INT(n_pinned_seen, 0);
+    CHECK(n_pool_source > 0);   /* the generator does make pools the best source */
+    if (verbose) printf("    pools: %d tables, a pool was the source in %d\n", n_cases, n_pool_source);
+}
 
 int main(void)
 {
@@ -811,6 +886,7 @@ int main(void)
     test_near_sources();
     test_invalid_and_drop_order();
     test_worked_example();
+    test_pools_pinned();
     free(arena);
     return test_finish();
 }

@@ -406,6 +406,31 @@ pk_status kv_seq_add(kv_cache *kv, kv_seq seq, kv_pos p0, kv_pos p1, kv_pos delt
     return PK_OK;
 }
 
+void kv_seq_take(kv_cache *kv, kv_seq seq, kv_pos p0, kv_pos p1)
+{
+    check_seq(seq);
+    norm_range(&p0, &p1);
+    if (kv->seq_cells[seq] == 0) return;
+    for (int i = 0; i < kv->cells_end; i++) {
+        if (!kv_seqset_has(&kv->seqs[i], seq) || !in_range(kv->pos[i], p0, p1) || kv->owner[i] == seq)
+            continue;
+        kv->seq_owned[kv->owner[i]]--;
+        kv->owner[i] = seq;
+        kv->seq_owned[seq]++;
+    }
+}
+
+int kv_seq_common(const kv_cache *kv, kv_seq a, kv_seq b, kv_pos p0, kv_pos p1)
+{
+    check_seq(a);
+    check_seq(b);
+    norm_range(&p0, &p1);
+    int n = 0;
+    for (int i = 0; i < kv->cells_end; i++)
+        n += kv_seqset_has(&kv->seqs[i], a) && kv_seqset_has(&kv->seqs[i], b) && in_range(kv->pos[i], p0, p1);
+    return n;
+}
+
 kv_pos kv_seq_pos_min(const kv_cache *kv, kv_seq seq)
 {
     check_seq(seq);

@@ -110,6 +110,11 @@ void kv_seq_keep(kv_cache *kv, kv_seq seq);    /* drops every other sequence */
  * held by another sequence too (checked even for delta 0), or when a
  * position would pass INT32_MAX. */
 pk_status kv_seq_add(kv_cache *kv, kv_seq seq, kv_pos p0, kv_pos p1, kv_pos delta);
+/* Charges seq's cells in [p0, p1) to seq (a pool taking the cells it was
+ * made from): only owners change, so the per-owner counts still add up. */
+void kv_seq_take(kv_cache *kv, kv_seq seq, kv_pos p0, kv_pos p1);
+/* Cells in [p0, p1) that both a and b hold. */
+int kv_seq_common(const kv_cache *kv, kv_seq a, kv_seq b, kv_pos p0, kv_pos p1);
 kv_pos kv_seq_pos_min(const kv_cache *kv, kv_seq seq);   /* -1 when empty */
 kv_pos kv_seq_pos_max(const kv_cache *kv, kv_seq seq);   /* -1 when empty */
 int kv_seq_cells(const kv_cache *kv, kv_seq seq);        /* cells seq is in */

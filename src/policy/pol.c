@@ -124,7 +124,7 @@ static bool ctx_init(pctx *c, const pol_snapshot *s)
         if (h < -1 || h >= s->n_hists)
             return false;
         if (h >= 0) {
-            if (c->slot_of[h] >= 0)
+            if (c->slot_of[h] >= 0 || s->hists[h].is_pool)
                 return false;
             c->slot_of[h] = k;
         }
@@ -150,7 +150,8 @@ static void ctx_prefixes(pctx *c)
             : pol_common_prefix(s->hists[i].tokens, s->hists[i].n_tokens, s->prompt, s->n_prompt);
 }
 
-static bool is_parked(const pctx *c, int32_t h) { return c->slot_of[h] < 0; }
+/* Under a parking id: dropping it frees one (a pool's id is its own). */
+static bool is_parked(const pctx *c, int32_t h) { return c->slot_of[h] < 0 && !c->s->hists[h].is_pool; }
 
 /* The prompt repeats all of h's key: it continues h's conversation. */
 static bool continues(const pctx *c, int32_t h)
@@ -268,7 +269,7 @@ static void plan_park(const pctx *c, int32_t h, int32_t source, int64_t need, po
         rank cand[POL_MAX_HIST];
         int32_t n = 0;
         for (int32_t v = 0; v < s->n_hists; v++) {
-            if (v == h || v == source || c->busy[v])
+            if (v == h || v == source || c->busy[v] || s->hists[v].pinned)
                 continue;
             if (s->hists[v].n_cells_excl == 0 && !is_parked(c, v))
                 continue;
@@ -332,7 +333,7 @@ pk_status pol_drop_order(const pol_snapshot *s, const int32_t *exclude, int32_t 
     rank cand[POL_MAX_HIST];
     int32_t n = 0;
     for (int32_t v = 0; v < s->n_hists; v++)
-        if (!c.busy[v] && !skip[v])
+        if (!c.busy[v] && !skip[v] && !s->hists[v].pinned)
             cand[n++] = (rank){ v, c.prot[v], c.value[v], !c.blank[v] };
     qsort(cand, (size_t)n, sizeof cand[0], rank_cmp);
     int32_t k = 0;

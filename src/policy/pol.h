@@ -202,6 +202,10 @@ typedef struct pol_hist {
                                 a parked history keeps its own */
     bool    valid;           /* false: invalid or superseded copy (blank) */
     int32_t n_cells_excl;    /* cells no other sequence holds: freed if dropped */
+    bool    pinned;          /* never dropped, by the drop order or a park plan (a
+                                pool that is pinned, in use or in its grace time) */
+    bool    is_pool;         /* a pool's prefix (never in a slot): a source like any
+                                history, but dropping it frees no parking id */
 } pol_hist;
 
 typedef struct pol_slot {
@@ -302,7 +306,8 @@ pk_status pol_park(const pol_snapshot *s, int32_t h, int32_t source, int32_t n_c
                    pol_park_plan *out);
 
 /* KV cells run short: the order in which to drop histories, first first.
- * Lists every history not in a busy slot and not in exclude[0..n_exclude):
+ * Lists every history not in a busy slot, not pinned and not in
+ * exclude[0..n_exclude):
  * unprotected before protected, then by value ascending, blanks first at
  * equal value, then history order.  The engine drops from the front until it
  * has room.  Writes at most cap indices to out, *n_out the count.  PK_OK or
