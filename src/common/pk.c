@@ -19,6 +19,7 @@ const char *pk_status_str(pk_status st)
     case PK_ECANCELLED:   return "cancelled";
     case PK_EUNSUPPORTED: return "unsupported";
     case PK_ENOTFOUND:    return "not found";
+    case PK_ECONFLICT:    return "conflict";
     }
     return "unknown status";
 }

@@ -24,6 +24,8 @@ typedef enum pk_status {
     PK_ECANCELLED   = -6,  /* the caller gave up */
     PK_EUNSUPPORTED = -7,  /* well-formed but not something we run */
     PK_ENOTFOUND    = -8,  /* no such key / tensor / sequence */
+    PK_ECONFLICT    = -9,  /* the object's state forbids it (children, users, a
+                              different prefix) */
 } pk_status;
 
 /* Returns a static, human-readable name for a status ("out of memory"). */
