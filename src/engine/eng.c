@@ -2,8 +2,14 @@
  * eng.c - the engine thread: mailbox, slots, continuous batching, sampling,
  * stop conditions and speed counters.  See eng.h for the design.
  *
- *   mailbox (mu):  inbox  ──▶ waiting (FIFO, engine only) ──▶ slot[i]
- *                  stats requests ──▶ answered between batches
+ *   mailbox (mu):  messages ──switch──▶ TASK:  waiting (FIFO) ──▶ slot[i]
+ *                                      STATS: answered between batches
+ *                                      POOL:  eng_pool.c (now, or once
+ *                                             the pool is materialized)
+ *
+ *   One step, named as the loop calls them:
+ *     take_mailbox -> drop_cancelled -> eng_place_waiting -> build_batch
+ *     -> decode -> sample_and_emit [-> eng_check]
  *
  *   slot[i] decodes under KV sequence i.  Its `cache` mirrors the tokens
  *   whose K/V are in that sequence (positions 0..n_cache-1), which is what
@@ -24,7 +30,8 @@ eng_params eng_default_params(void)
 {
     return (eng_params){ .n_slots = 4, .n_ctx = 8192, .n_batch = 512, .n_threads = 1,
                          .kv_type = TQ_F16, .tps_window_tokens = 128, .tps_window_ms = 2000,
-                         .policy = pol_params_default(), .cache_ram_mib = 8192 };
+                         .policy = pol_params_default(), .cache_ram_mib = 8192, .n_pools = 16,
+                         .pool_grace_ms = 30000 };
 }
 
 const eng_params *eng_get_params(const eng *e) { return &e->p; }
@@ -178,42 +185,98 @@ bool eng_slot_start(eng *e, slot *s, eng_task *t)
 
 static void answer_stats(eng *e, eng_stats *o);
 
-/* Takes the mailbox; returns false when the engine must stop. */
+void eng_call_done(eng *e, eng_call *c)
+{
+    pthread_mutex_lock(&e->mu);
+    c->done = true;
+    pthread_cond_broadcast(&e->reply_cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+static bool has_work(const eng *e)
+{
+    if (e->n_waiting > 0 || eng_pool_busy(e)) return true;
+    for (int32_t i = 0; i < e->p.n_slots; i++)
+        if (e->slots[i].state != ENG_SLOT_IDLE) return true;
+    return false;
+}
+
+/* Takes the mailbox and answers it, one switch over the message kinds
+ * (control before new work); returns false when the engine must stop. */
 static bool take_mailbox(eng *e)
 {
     pthread_mutex_lock(&e->mu);
-    for (;;) {
-        bool busy = e->n_waiting > 0;
-        for (int32_t i = 0; i < e->p.n_slots && !busy; i++) busy = e->slots[i].state != ENG_SLOT_IDLE;
-        if (e->stop || e->inbox_head || e->sreqs || busy) break;
-        pthread_cond_wait(&e->cv, &e->mu);
-    }
+    while (!e->stop && !e->inbox_head && !has_work(e)) pthread_cond_wait(&e->cv, &e->mu);
     if (e->stop) {
         pthread_mutex_unlock(&e->mu);
         return false;
     }
-    if (e->inbox_head) {
-        if (e->wait_tail) e->wait_tail->next = e->inbox_head;
-        else e->wait_head = e->inbox_head;
-        e->wait_tail = e->inbox_tail;
-        for (eng_task *t = e->inbox_head; t; t = t->next) e->n_waiting++;
-        e->inbox_head = e->inbox_tail = NULL;
-    }
-    stats_req *r = e->sreqs;
-    e->sreqs = NULL;
+    eng_msg *m = e->inbox_head;
+    e->inbox_head = e->inbox_tail = NULL;
     pthread_mutex_unlock(&e->mu);
 
-    if (r) {                                      /* control before new work */
-        for (stats_req *q = r; q; q = q->next) answer_stats(e, q->out);
-        pthread_mutex_lock(&e->mu);
-        for (stats_req *q = r; q; q = q->next) q->done = true;
-        pthread_cond_broadcast(&e->stats_cv);
-        pthread_mutex_unlock(&e->mu);
+    for (eng_msg *next; m; m = next) {
+        next = m->next;
+        m->next = NULL;
+        switch (m->kind) {
+        case ENG_MSG_TASK: {
+            eng_task *t = container_of(m, eng_task, msg);
+            if (e->wait_tail) e->wait_tail->next = t;
+            else e->wait_head = t;
+            e->wait_tail = t;
+            e->n_waiting++;
+            break;
+        }
+        case ENG_MSG_STATS: {
+            eng_call *c = container_of(m, eng_call, msg);
+            answer_stats(e, c->stats);
+            eng_call_done(e, c);
+            break;
+        }
+        case ENG_MSG_POOL:
+            eng_pool_msg(e, container_of(m, eng_call, msg));
+            break;
+        case ENG_MSG_ERASE: {
+            eng_call *c = container_of(m, eng_call, msg);
+            eng_erase_msg(e, c);
+            eng_call_done(e, c);
+            break;
+        }
+        }
     }
     return true;
 }
 
-static void drop_cancelled_and_place(eng *e)
+/* Posts m to the mailbox; false when the engine is stopping. */
+static bool post(eng *e, eng_msg *m)
+{
+    pthread_mutex_lock(&e->mu);
+    if (e->stop) {
+        pthread_mutex_unlock(&e->mu);
+        return false;
+    }
+    m->next = NULL;
+    if (e->inbox_tail) e->inbox_tail->next = m;
+    else e->inbox_head = m;
+    e->inbox_tail = m;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    return true;
+}
+
+/* Posts a control message and waits for its answer.  PK_ECANCELLED when
+ * the engine stops first (eng_free answers what it still holds). */
+static pk_status call(eng *e, eng_call *c)
+{
+    c->t0_ms = pk_time_ms();
+    if (!post(e, &c->msg)) return PK_ECANCELLED;
+    pthread_mutex_lock(&e->mu);
+    while (!c->done) pthread_cond_wait(&e->reply_cv, &e->mu);
+    pthread_mutex_unlock(&e->mu);
+    return PK_OK;
+}
+
+static void drop_cancelled(eng *e)
 {
     for (int32_t i = 0; i < e->p.n_slots; i++) {
         slot *s = &e->slots[i];
@@ -222,10 +285,9 @@ static void drop_cancelled_and_place(eng *e)
             slot_release(e, s);
         }
     }
-    eng_place_waiting(e);
 }
 
-static void batch_add(eng *e, int32_t *n, int32_t tok, kv_pos pos, kv_seq seq, bool want)
+void eng_batch_add(eng *e, int32_t *n, int32_t tok, kv_pos pos, kv_seq seq, bool want)
 {
     e->b_tok[*n] = tok;
     e->b_pos[*n] = pos;
@@ -235,20 +297,22 @@ static void batch_add(eng *e, int32_t *n, int32_t tok, kv_pos pos, kv_seq seq, b
     (*n)++;
 }
 
-static void step(eng *e)
+/* The batch of one step: the next token of every decoding slot first (so
+ * running sessions never wait on a long prompt for more than one chunk),
+ * then materialization chunks of pools, then prompt chunks of slots, up to
+ * n_batch tokens.  Returns the count; *n_dec the decode tokens. */
+static int32_t build_batch(eng *e, int32_t *n_dec)
 {
-    int32_t n = 0, n_rows = 0, n_dec = 0;
-    /* Decoding slots first: one token each, so running sessions never wait
-     * on a long prompt for more than one chunk. */
+    int32_t n = 0, n_rows = 0;
     for (int32_t i = 0; i < e->p.n_slots; i++) e->slots[i].logits_row = -1;
     for (int32_t i = 0; i < e->p.n_slots && n < e->p.n_batch; i++) {
         slot *s = &e->slots[i];
         if (s->state != ENG_SLOT_DECODE) continue;
-        batch_add(e, &n, s->next_token, s->n_cache, s->id, true);
+        eng_batch_add(e, &n, s->next_token, s->n_cache, s->id, true);
         s->logits_row = n_rows++;
-        n_dec++;
     }
-    int32_t dec_end = n;
+    *n_dec = n;
+    n = eng_pool_batch(e, n);
     for (int32_t i = 0; i < e->p.n_slots && n < e->p.n_batch; i++) {
         slot *s = &e->slots[i];
         if (s->state != ENG_SLOT_PREFILL) continue;
@@ -257,13 +321,18 @@ static void step(eng *e)
         for (int32_t j = 0; j < k; j++) {
             int32_t pi = s->n_prefilled + j;
             bool last = pi == s->n_prompt - 1;
-            batch_add(e, &n, pr[pi], pi, s->id, last);
+            eng_batch_add(e, &n, pr[pi], pi, s->id, last);
             if (last) s->logits_row = n_rows++;
         }
     }
-    if (n == 0) return;
-    eng_make_room(e, n);
+    return n;
+}
 
+/* Runs the batch; on failure every busy slot's task ends with an ERROR
+ * (and its new cells go) and every materializing pool fails. */
+static pk_status decode(eng *e, int32_t n, int32_t n_dec)
+{
+    eng_make_room(e, n);
     model_batch b = { n, e->b_tok, e->b_pos, e->b_nseq,
                       (const kv_seq (*)[MODEL_MAX_TOKEN_SEQS])e->b_seq, e->b_want };
     double t0 = pk_time_ms();
@@ -271,6 +340,7 @@ static void step(eng *e)
     double now = pk_time_ms();
     e->step++;
     e->n_decode_calls++;
+    eng_pool_decoded(e, st);
     if (st != PK_OK) {
         for (int32_t i = 0; i < e->p.n_slots; i++) {
             slot *s = &e->slots[i];
@@ -279,24 +349,31 @@ static void step(eng *e)
             kv_seq_rm(e->kv, s->id, s->n_cache, -1);
             slot_release(e, s);
         }
-        return;
+        return st;
     }
     e->agg[e->agg_head].t_ms = now;
     e->agg[e->agg_head].n = n_dec;
     e->agg_head = (e->agg_head + 1) % AGG_RING;
-    if (n > dec_end) {
-        e->n_prompt_tokens += (uint64_t)(n - dec_end);
+    if (n > n_dec) {
+        e->n_prompt_tokens += (uint64_t)(n - n_dec);
         e->prompt_ms_total += now - t0;
         /* Prompt rate for the policy's "within one second" near matches;
          * only chunks of some size say anything about it. */
-        if (n - dec_end >= 32) {
-            double tps = (n - dec_end) * 1000.0 / fmax(now - t0, 1e-3);
+        if (n - n_dec >= 32) {
+            double tps = (n - n_dec) * 1000.0 / fmax(now - t0, 1e-3);
             e->prompt_tps = e->prompt_tps > 0 ? 0.8 * e->prompt_tps + 0.2 * tps : tps;
         }
     }
+    return PK_OK;
+}
 
-    /* Record what entered the cache, then sample where logits came back. */
+/* Records what entered the slots' caches, then samples where logits came
+ * back and emits the tokens. */
+static void sample_and_emit(eng *e, int32_t n)
+{
+    double now = pk_time_ms();
     for (int32_t i = 0; i < n; i++) {
+        if (e->b_seq[i][0] >= e->p.n_slots) continue;   /* a pool's: eng_pool_decoded */
         slot *s = &e->slots[e->b_seq[i][0]];
         s->cache[e->b_pos[i]] = e->b_tok[i];
         s->n_cache = e->b_pos[i] + 1;
@@ -335,8 +412,11 @@ static void *engine_main(void *arg)
 {
     eng *e = arg;
     while (take_mailbox(e)) {
-        drop_cancelled_and_place(e);
-        step(e);
+        drop_cancelled(e);
+        eng_place_waiting(e);
+        int32_t n_dec, n = build_batch(e, &n_dec);
+        if (n > 0 && decode(e, n, n_dec) == PK_OK) sample_and_emit(e, n);
+        if (e->check) eng_check(e);
     }
     return NULL;
 }
@@ -362,6 +442,11 @@ static void answer_stats(eng *e, eng_stats *o)
         si->n_decoded = s->n_gen;
         si->tps_ewma = s->ewma_ms > 0 ? 1000.0 / s->ewma_ms : 0;
         si->task_id = s->task_id;
+        snprintf(si->session_id, sizeof si->session_id, "%s", s->session);
+        si->pool_id = s->pool_id;
+        si->pool_shared = s->pool_shared;
+        si->kv_owned = kv_seq_owned(e->kv, s->id);
+        si->ttft_ms = s->state != ENG_SLOT_PREFILL && s->task_id ? s->t_prompt_ms - s->t_start_ms : 0;
         if (s->state != ENG_SLOT_IDLE) o->n_running++;
         if (s->state == ENG_SLOT_DECODE && si->tps_ewma > 0) {
             sum += si->tps_ewma;
@@ -387,24 +472,37 @@ static void answer_stats(eng *e, eng_stats *o)
     o->n_requests_done = e->n_done;
     o->prompt_ms_total = e->prompt_ms_total;
     o->predicted_ms_total = e->predicted_ms_total;
+    o->kv_cell_bytes = eng_spill_row_bytes(e);
+    o->seq_ids_used = e->seqs.n_used;
+    o->seq_ids_max = eng_seq_max(e);
     eng_place_stats(e, o);
+    eng_pool_stats(e, o);
 }
 
 pk_status eng_get_stats(eng *e, eng_stats *out)
 {
-    stats_req r = { .out = out };
-    pthread_mutex_lock(&e->mu);
-    if (e->stop) {
-        pthread_mutex_unlock(&e->mu);
-        return PK_ECANCELLED;
+    eng_call c = { .msg.kind = ENG_MSG_STATS, .stats = out };
+    return call(e, &c);
+}
+
+pk_status eng_erase(eng *e, int32_t slot_id, int32_t *n_erased)
+{
+    eng_call c = { .msg.kind = ENG_MSG_ERASE, .erase_slot = slot_id };
+    if (slot_id < -1 || slot_id >= e->p.n_slots) return PK_EINVAL;
+    pk_status st = call(e, &c);
+    if (n_erased) *n_erased = c.n_erased;
+    return st != PK_OK ? st : c.status;
+}
+
+pk_status eng_pool_op(eng *e, const eng_pool_req *rq, eng_pool_reply *out)
+{
+    memset(out, 0, sizeof *out);
+    eng_call c = { .msg.kind = ENG_MSG_POOL, .pool_rq = rq, .pool_out = out };
+    if (call(e, &c) != PK_OK) {
+        out->status = PK_ECANCELLED;
+        snprintf(out->message, sizeof out->message, "the engine is stopping");
     }
-    r.next = e->sreqs;
-    e->sreqs = &r;
-    pthread_cond_signal(&e->cv);
-    while (!r.done && !e->stop) pthread_cond_wait(&e->stats_cv, &e->mu);
-    bool ok = r.done;
-    pthread_mutex_unlock(&e->mu);
-    return ok ? PK_OK : PK_ECANCELLED;
+    return out->status;
 }
 
 /* ---- lifecycle ---- */
@@ -423,18 +521,11 @@ pk_status eng_submit(eng *e, const eng_completion *c, eng_task **out)
     eng_task *t = eng_task_new(id, c);
     if (!t) return PK_ENOMEM;
     t->t_submit_ms = pk_time_ms();
-    pthread_mutex_lock(&e->mu);
-    if (e->stop) {
-        pthread_mutex_unlock(&e->mu);
+    if (!post(e, &t->msg)) {
         eng_task_unref(t);
         eng_task_unref(t);
         return PK_ECANCELLED;
     }
-    if (e->inbox_tail) e->inbox_tail->next = t;
-    else e->inbox_head = t;
-    e->inbox_tail = t;
-    pthread_cond_signal(&e->cv);
-    pthread_mutex_unlock(&e->mu);
     *out = t;
     return PK_OK;
 }
@@ -444,7 +535,8 @@ pk_status eng_new(const model *m, const eng_params *p, eng **out)
     *out = NULL;
     if (p->n_slots < 1 || p->n_slots > ENG_MAX_SLOTS || p->n_ctx < p->n_slots * 2 || p->n_batch < 1 ||
         p->n_threads < 1 || p->tps_window_tokens < 1 || p->tps_window_ms < 1 || p->cache_ram_mib < 0 ||
-        pol_params_check(&p->policy) != PK_OK)
+        p->n_pools < 0 || p->n_pools > ENG_MAX_POOLS || p->n_slots + p->n_pools > KV_MAX_SEQ ||
+        p->pool_grace_ms < 0 || pol_params_check(&p->policy) != PK_OK)
         return PK_EINVAL;
     eng *e = calloc(1, sizeof *e);
     if (!e) return PK_ENOMEM;
@@ -472,20 +564,26 @@ pk_status eng_new(const model *m, const eng_params *p, eng **out)
         e->slots[i].last_source_seq = -1;
         if (!(e->slots[i].cache = malloc((size_t)e->n_ctx_slot * sizeof(int32_t)))) goto fail;
     }
-    if ((st = eng_place_init(e))) goto fail;
+    if ((st = eng_place_init(e)) || (st = eng_pool_init(e))) goto fail;
     st = PK_ENOMEM;
+#ifdef PK_DEBUG
+    e->check = true;
+#endif
+    const char *chk = getenv("POLYKV_CHECK");
+    if (chk && *chk) e->check = strcmp(chk, "0") != 0;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
-    pthread_cond_init(&e->stats_cv, NULL);
+    pthread_cond_init(&e->reply_cv, NULL);
     if (pthread_create(&e->thread, NULL, engine_main, e)) {
         pthread_mutex_destroy(&e->mu);
         pthread_cond_destroy(&e->cv);
-        pthread_cond_destroy(&e->stats_cv);
+        pthread_cond_destroy(&e->reply_cv);
         goto fail;
     }
     *out = e;
     return PK_OK;
 fail:
+    eng_pool_free(e);
     eng_place_free(e);
     if (e->slots)
         for (int32_t i = 0; i < p->n_slots; i++) free(e->slots[i].cache);
@@ -502,14 +600,29 @@ void eng_free(eng *e)
     pthread_mutex_lock(&e->mu);
     e->stop = true;
     pthread_cond_broadcast(&e->cv);
-    pthread_cond_broadcast(&e->stats_cv);
     pthread_mutex_unlock(&e->mu);
     pthread_join(e->thread, NULL);
 
-    if (e->inbox_head) {
-        if (e->wait_tail) e->wait_tail->next = e->inbox_head;
-        else e->wait_head = e->inbox_head;
+    /* What the loop never took: tasks join the wait queue, control
+     * messages are answered "stopping" (post refuses new ones now). */
+    for (eng_msg *m = e->inbox_head, *nx; m; m = nx) {
+        nx = m->next;
+        if (m->kind == ENG_MSG_TASK) {
+            eng_task *t = container_of(m, eng_task, msg);
+            t->next = NULL;
+            if (e->wait_tail) e->wait_tail->next = t;
+            else e->wait_head = t;
+            e->wait_tail = t;
+            continue;
+        }
+        eng_call *c = container_of(m, eng_call, msg);
+        if (c->pool_out) {
+            c->pool_out->status = PK_ECANCELLED;
+            snprintf(c->pool_out->message, sizeof c->pool_out->message, "the engine is stopping");
+        }
+        eng_call_done(e, c);
     }
+    e->inbox_head = e->inbox_tail = NULL;
     for (eng_task *t = e->wait_head, *nx; t; t = nx) {
         nx = t->next;
         eng_task_fail(t, PK_ECANCELLED, "the server is shutting down");
@@ -525,12 +638,13 @@ void eng_free(eng *e)
         free(s->cache);
         free(s->text);
     }
+    eng_pool_free(e);
     eng_place_free(e);
     free(e->slots); free(e->b_tok); free(e->b_pos); free(e->b_nseq); free(e->b_seq);
     free(e->b_want); free(e->logits);
     model_ctx_free(e->ctx);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
-    pthread_cond_destroy(&e->stats_cv);
+    pthread_cond_destroy(&e->reply_cv);
     free(e);
 }

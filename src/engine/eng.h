@@ -10,8 +10,12 @@
  *       on the task's own channel (eng_task_next), ending with DONE or ERROR;
  *     - eng_task_cancel marks a task cancelled (the client went away); the
  *       engine frees its slot at the next step;
- *     - eng_stats posts a control message and waits for the snapshot, which
- *       the engine fills between two batches (control before new work).
+ *     - eng_get_stats and eng_pool_op post a control message and wait for
+ *       its answer, which the engine gives between two batches (control
+ *       before new work); a pool create or fork is answered once the pool
+ *       is materialized.
+ *   One mailbox carries every kind (completion, stats, pool operation),
+ *   and the loop answers them in one switch (eng.c: take_mailbox).
  *
  *   Engine loop, one step:
  *     take mailbox -> answer control messages -> drop cancelled tasks
@@ -24,7 +28,9 @@
  *
  *   Slots and sequences: slot i decodes under KV sequence id i; the cells
  *   of the cache are shared by all slots (n_ctx in all), and each slot's
- *   request may use up to n_ctx / n_slots positions (n_ctx_slot).
+ *   request may use up to n_ctx / n_slots positions (n_ctx_slot).  Pools
+ *   (docs/pools.md) and parked histories take ids from reserves above the
+ *   slots' (eng_seq.c, one allocator).
  *
  *   Histories (see docs/policy.md): what a finished request leaves in its
  *   slot stays there as a history.  Placement asks the pure policy
@@ -56,6 +62,8 @@
 
 #define ENG_MAX_PROBS 20        /* top log-probs per token */
 #define ENG_MAX_STOP 8          /* stop strings per request */
+#define ENG_SESSION_CAP 64      /* bytes of a session id, NUL included */
+#define ENG_MAX_POOLS 128       /* --pools at most */
 
 typedef struct eng_params {
     int32_t n_slots;            /* -np, default 4 */
@@ -67,6 +75,8 @@ typedef struct eng_params {
     int32_t tps_window_ms;      /* 2000 */
     pol_params policy;          /* slot placement and retention */
     int32_t cache_ram_mib;      /* RAM for histories spilled out of the cache, 8192 */
+    int32_t n_pools;            /* --pools: sequence ids reserved for pools, 16 */
+    int32_t pool_grace_ms;      /* --pool-grace-ms: kept after the last user leaves, 30000 */
 } eng_params;
 
 eng_params eng_default_params(void);
@@ -93,9 +103,14 @@ typedef struct eng_completion {
     int32_t id_slot;            /* -1: any slot */
     bool ignore_eos;
     const char *stop[ENG_MAX_STOP];  /* stop strings (copied), NULL-terminated list */
+    int32_t pool_id;            /* attach to this pool (> 0), 0: none */
+    bool shared_prefix_set;     /* with pool_id: share exactly shared_prefix_n tokens */
+    int32_t shared_prefix_n;    /* (must not exceed the common prefix: else an ERROR) */
+    char session_id[ENG_SESSION_CAP]; /* "" when none */
+    bool report_placed;         /* queue an ENG_EV_PLACED event once placed */
 } eng_completion;
 
-typedef enum eng_ev_kind { ENG_EV_TOKEN = 1, ENG_EV_DONE, ENG_EV_ERROR } eng_ev_kind;
+typedef enum eng_ev_kind { ENG_EV_TOKEN = 1, ENG_EV_DONE, ENG_EV_ERROR, ENG_EV_PLACED } eng_ev_kind;
 
 typedef enum eng_stop {
     ENG_STOP_NONE = 0,
@@ -116,11 +131,14 @@ typedef struct eng_event {
     float logprob;
     int32_t n_top;
     smp_logprob top[ENG_MAX_PROBS];
-    /* DONE: why it stopped and what it cost. */
+    /* DONE: why it stopped and what it cost.  PLACED (only when asked
+     * for): slot, n_prompt, n_cached, pool_id and pool_shared, before any
+     * token. */
     eng_stop stop;
     char stop_word[64];
     int32_t slot;
     int32_t n_prompt, n_cached, n_gen;
+    int32_t pool_id, pool_shared;   /* the pool attached to and the tokens shared with it */
     double prompt_ms, gen_ms;
     /* ERROR */
     pk_status status;
@@ -129,7 +147,9 @@ typedef struct eng_event {
 
 /* Queues a completion.  Returns PK_EINVAL when the prompt is empty, has a
  * bad token id or does not fit a slot's context (n_prompt >= n_ctx_slot),
- * or id_slot is out of range; PK_ENOMEM.  *out is the caller's reference:
+ * or id_slot is out of range; PK_ENOMEM.  A pool that does not exist is
+ * reported by an ERROR event with PK_ENOTFOUND, a shared_prefix_n over the
+ * common prefix by one with PK_EINVAL.  *out is the caller's reference:
  * read events with eng_task_next and drop it with eng_task_release. */
 pk_status eng_submit(eng *e, const eng_completion *c, eng_task **out);
 
@@ -165,6 +185,10 @@ typedef struct eng_slot_info {
     int32_t last_source_seq;    /* sequence the last request reused from, -1 none */
     int32_t last_reused;        /* tokens that request reused */
     char last_reason[POL_REASON_CAP]; /* the last placement decision */
+    char session_id[ENG_SESSION_CAP]; /* of the history / current task */
+    int32_t pool_id, pool_shared;     /* attached pool (0 none), tokens shared */
+    int32_t kv_owned;                 /* cells charged to the slot (its own suffix) */
+    double ttft_ms;                   /* of the current/last task, 0 unknown */
 } eng_slot_info;
 
 typedef enum eng_cache_kind {
@@ -190,6 +214,19 @@ typedef struct eng_cache_event {
 
 #define ENG_MAX_SLOTS 64
 
+typedef struct eng_pool_info {
+    int32_t pool_id, parent, branch_pos, prefix_len;
+    int32_t residency;                /* pool_residency (src/pool/pool.h) */
+    bool pinned, auto_pinned, orphaned_pin, kept;   /* kept: safe from cache pressure now */
+    int64_t last_access_ms;           /* wall clock */
+    int32_t own_cells;                /* cells charged to the pool */
+    int32_t subtree_cells;            /* own + descendants' + attached sessions' own */
+    int32_t n_sessions;               /* slots attached now */
+    int32_t n_children;
+    uint64_t n_prefix_hits, n_queries; /* attaches that shared tokens; attaches in all */
+    double gen_tps;                   /* sum of attached decoding sessions' tps_ewma */
+} eng_pool_info;
+
 typedef struct eng_stats {
     int64_t ts_ms;                       /* wall clock (ms since the epoch) */
     int32_t n_slots;
@@ -210,10 +247,64 @@ typedef struct eng_stats {
     uint64_t n_tokens_reused, n_tokens_read;
     int32_t n_events;
     eng_cache_event events[ENG_CACHE_EVENTS];
+    /* Pools, creation order; sequence ids; bytes per cell. */
+    int32_t n_pools;
+    eng_pool_info pools[ENG_MAX_POOLS];
+    int32_t pool_tree_depth;
+    int32_t seq_ids_used, seq_ids_max;
+    int32_t parked_owned_cells;       /* cells charged to parked histories */
+    size_t kv_cell_bytes;             /* K + V of one cell, every layer */
 } eng_stats;
 
 /* A snapshot, filled by the engine thread between batches.  PK_ECANCELLED
  * when the engine is stopping. */
 pk_status eng_get_stats(eng *e, eng_stats *out);
+
+/* Drops the cached history of slot `slot` (llama-server's slot erase):
+ * PK_ECONFLICT while a task runs in it; slot -1 drops every idle slot's,
+ * parked and RAM history.  *n_erased (may be NULL) gets the count.
+ * PK_EINVAL for a slot out of range, PK_ECANCELLED when stopping. */
+pk_status eng_erase(eng *e, int32_t slot, int32_t *n_erased);
+
+/* ---- pools (docs/pools.md) -------------------------------------------- */
+
+typedef enum eng_pool_verb {
+    ENG_POOL_CREATE = 1,        /* a root from tokens or from_session */
+    ENG_POOL_FORK,              /* a child of pool_id (extend or branch) */
+    ENG_POOL_PIN, ENG_POOL_UNPIN,
+    ENG_POOL_EVICT,             /* free its cells, keep its tokens */
+    ENG_POOL_FLUSH,             /* re-materialize an evicted pool now */
+    ENG_POOL_RELEASE,           /* delete it (recursive: its subtree) */
+} eng_pool_verb;
+
+typedef struct eng_pool_req {
+    eng_pool_verb verb;
+    int32_t pool_id;            /* FORK: the parent; the others: the pool */
+    const int32_t *tokens;      /* CREATE / FORK: the whole prefix [0, L), copied */
+    int32_t n_tokens;
+    const char *from_session;   /* CREATE / FORK: a session's context instead */
+    int32_t branch_pos;         /* FORK: D, or -1 for the longest common prefix */
+    bool recursive;             /* RELEASE */
+} eng_pool_req;
+
+typedef struct eng_pool_reply {
+    pk_status status;
+    char message[200];          /* why, when status is not PK_OK */
+    int32_t pool_id, parent, branch_pos, prefix_len, own_tokens;
+    int32_t n_prefilled;        /* tokens computed for it (0 when all were shared) */
+    int32_t conflict_pos;       /* PK_ECONFLICT of a fork: first differing position */
+    int32_t n_released;         /* RELEASE: pools released */
+    double ms;                  /* from the request to the answer */
+} eng_pool_reply;
+
+/* Runs one pool operation and waits for its answer (a create or fork:
+ * until the pool is materialized).  Returns out->status: PK_OK;
+ * PK_ENOTFOUND (no such pool or session); PK_EINVAL (no tokens, a prefix
+ * longer than a slot's context, a branch_pos past the parent's length);
+ * PK_ECONFLICT (a fork's tokens differ from the parent's before
+ * branch_pos; release with children; evict while sessions decode on it);
+ * PK_EFULL (no pool sequence id left, or no KV room for its cells);
+ * PK_ECANCELLED when the engine stops.  Any thread. */
+pk_status eng_pool_op(eng *e, const eng_pool_req *rq, eng_pool_reply *out);
 
 #endif

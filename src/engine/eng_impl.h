@@ -1,17 +1,53 @@
 /*
  * eng_impl.h - the engine's private state, shared by eng.c (the loop,
- * batching, sampling) and eng_place.c (histories, placement, parking).
- * Everything below the mailbox is touched by the engine thread only.
+ * batching, sampling), eng_place.c (histories, placement, parking),
+ * eng_spill.c (the RAM tier), eng_seq.c (sequence ids), eng_pool.c (pools)
+ * and eng_check.c (the invariants).  Everything below the mailbox is
+ * touched by the engine thread only.
  */
 #ifndef ENG_IMPL_H
 #define ENG_IMPL_H
 
 #include <pthread.h>
+#include <string.h>
 
 #include "eng.h"
 #include "eng_task.h"
 
 #define AGG_RING 512   /* decode steps remembered for the aggregate rate */
+
+/* ---- the mailbox ---- */
+
+/* A control message (eng_msg, eng_task.h) is an eng_call on the asker's
+ * stack, which waits until `done`. */
+typedef struct eng_call {
+    eng_msg msg;
+    bool done;                  /* under eng.mu; the asker waits on reply_cv */
+    eng_stats *stats;           /* ENG_MSG_STATS */
+    const eng_pool_req *pool_rq;   /* ENG_MSG_POOL */
+    eng_pool_reply *pool_out;
+    int32_t erase_slot;         /* ENG_MSG_ERASE: a slot, or -1 for every idle history */
+    pk_status status;           /* ENG_MSG_ERASE's answer */
+    int32_t n_erased;
+    double t0_ms;
+    struct eng_call *next_wait; /* a deferred answer's queue (engine thread) */
+} eng_call;
+
+/* Marks c answered and wakes its asker (engine thread). */
+void eng_call_done(struct eng *e, eng_call *c);
+
+/* ---- sequence ids (eng_seq.c) ---- */
+
+typedef enum eng_seq_kind { ENG_SEQ_FREE = 0, ENG_SEQ_SLOT, ENG_SEQ_POOL, ENG_SEQ_PARKED } eng_seq_kind;
+
+/* One allocator for every sequence id: slots own [0, n_slots), then a
+ * reserve for pools and one for parked histories.  owner[] says who holds
+ * each id, which eng_check compares with the slots, pools and parked. */
+typedef struct eng_seqs {
+    int8_t kind[KV_MAX_SEQ];    /* eng_seq_kind of each id */
+    int32_t lo[4], hi[4];       /* each kind's reserve [lo, hi) */
+    int32_t n_used;
+} eng_seqs;
 
 typedef struct slot {
     int32_t id;                 /* also its KV sequence id */
@@ -33,6 +69,8 @@ typedef struct slot {
     int32_t logits_row;         /* row in this step's logits, -1 none */
     int32_t last_source_seq, last_reused;
     char last_reason[POL_REASON_CAP];
+    char session[ENG_SESSION_CAP];  /* session of the history / task, "" none */
+    int32_t pool_id, pool_shared;   /* attached pool (0 none) and its tokens shared */
 } slot;
 
 /* A parked history: cells under reserve sequence id `seq`. */
@@ -43,6 +81,7 @@ typedef struct parked {
     int32_t n_tokens;
     int32_t marker_pos;
     double last_use_s;          /* kept from its slot: no renewed protection */
+    char session[ENG_SESSION_CAP];
 } parked;
 
 /* A history spilled to RAM: its K/V rows copied out of the cache, its cells
@@ -57,12 +96,6 @@ typedef struct spilled {
     uint8_t *rows;              /* [n_tokens][n_layer][K row, V row] */
 } spilled;
 
-typedef struct stats_req {
-    eng_stats *out;
-    bool done;
-    struct stats_req *next;
-} stats_req;
-
 struct eng {
     const model *m;
     const tok_vocab *vocab;
@@ -72,19 +105,21 @@ struct eng {
     kv_cache *kv;
     pthread_t thread;
 
-    pthread_mutex_t mu;         /* guards the mailbox: inbox, sreqs, stop, next_id */
+    pthread_mutex_t mu;         /* guards the mailbox: inbox, stop, next_id, calls' done */
     pthread_cond_t cv;          /* wakes the engine */
-    pthread_cond_t stats_cv;    /* wakes stats readers */
-    eng_task *inbox_head, *inbox_tail;
-    stats_req *sreqs;
+    pthread_cond_t reply_cv;    /* wakes askers of control messages */
+    eng_msg *inbox_head, *inbox_tail;
     bool stop;
     uint64_t next_id;
+    bool check;                 /* eng_check after every step (debug builds, POLYKV_CHECK=1) */
 
     /* Engine thread only below. */
     eng_task *wait_head, *wait_tail;
     int32_t n_waiting;
     slot *slots;
-    parked *parked;             /* [n_parked_max]: reserve ids n_slots.. */
+    eng_seqs seqs;              /* eng_seq.c */
+    struct eng_pools *pools;    /* eng_pool.c */
+    parked *parked;             /* [n_parked_max], each under a parking id */
     int32_t n_parked_max;
     spilled *spill;             /* [n_spill_max] the RAM tier (eng_spill.c) */
     int32_t n_spill_max;
@@ -124,6 +159,11 @@ void eng_history_done(eng *e, slot *s);
 void eng_cache_event_add(eng *e, const eng_cache_event *ev);
 void eng_place_stats(eng *e, eng_stats *o);
 double eng_now_s(void);
+/* Drops the history of slot c->erase_slot (PK_ECONFLICT while busy), or
+ * with -1 every idle slot's, parked and RAM history. */
+void eng_erase_msg(eng *e, eng_call *c);
+/* Ends every waiting task attached to pool_id with an ERROR. */
+void eng_fail_waiting_pool(eng *e, int32_t pool_id, pk_status st, const char *msg);
 
 /* eng_spill.c */
 size_t eng_spill_row_bytes(const eng *e);            /* per token */
@@ -138,5 +178,52 @@ void eng_spill_free(eng *e, int32_t i);
 
 /* eng.c */
 bool eng_slot_start(eng *e, slot *s, eng_task *t);
+/* Adds one token to this step's batch (n: its count so far). */
+void eng_batch_add(eng *e, int32_t *n, int32_t tok, kv_pos pos, kv_seq seq, bool want);
+
+/* eng_seq.c */
+pk_status eng_seq_init(eng *e, int32_t n_parked_max);
+/* A free id of the kind's reserve, taken; -1 when the reserve is spent. */
+kv_seq eng_seq_take(eng *e, eng_seq_kind kind);
+/* Gives a pool or parking id back (its cells must be gone). */
+void eng_seq_give(eng *e, kv_seq seq);
+int32_t eng_seq_max(const eng *e);   /* ids slots, pools and parking may hold */
+
+/* eng_pool.c: the mechanism behind src/pool. */
+pk_status eng_pool_init(eng *e);
+void eng_pool_free(eng *e);                         /* fails what still waits */
+/* An ENG_MSG_POOL message: answered now, or (create, fork, flush) once
+ * the pool is materialized. */
+void eng_pool_msg(eng *e, eng_call *c);
+/* True while a pool is materializing (the loop must not sleep). */
+bool eng_pool_busy(const eng *e);
+/* Adds materialization chunks to the batch after the slots' tokens;
+ * returns the new count.  After the decode: eng_pool_decoded(e, ok). */
+int32_t eng_pool_batch(eng *e, int32_t n);
+void eng_pool_decoded(eng *e, pk_status st);
+/* A waiting task that names a pool: 1 = place it now, with *p_share the
+ * tokens to take from the pool; 0 = wait (materializing, or a flush was
+ * started); -1 = it failed (ERROR queued: unknown pool, bad share). */
+int eng_pool_ready(eng *e, eng_task *t, int32_t *p_share);
+/* After placement: the slot's cells for [0, p_share) become the pool's;
+ * the slot is attached. */
+void eng_pool_attach(eng *e, slot *s, eng_task *t, int32_t p_share);
+/* The slot's attachment ends (new task, dropped history): the pool's grace
+ * time starts. */
+void eng_pool_detach(eng *e, slot *s);
+/* Resident pools for the placement snapshot: fills h[0..cap) and their
+ * seq ids, returns how many. */
+int32_t eng_pool_hists(eng *e, const int32_t *excl, pol_hist *h, int32_t *seq, int32_t cap);
+/* Drops a pool's cells under cache pressure (the policy chose it). */
+void eng_pool_evict_seq(eng *e, kv_seq seq, const char *why);
+/* A session's history: the sequence holding it and its tokens, or -1. */
+kv_seq eng_session_find(eng *e, const char *session, const int32_t **tokens, int32_t *n);
+void eng_pool_stats(eng *e, eng_stats *o);
+/* eng_check's part for pools: every resident pool holds [0, L), evicted
+ * ones nothing; ids agree with the allocator. */
+bool eng_pool_check(const eng *e);
+
+/* eng_check.c: every invariant of the engine's state; ASSERTs. */
+void eng_check(eng *e);
 
 #endif

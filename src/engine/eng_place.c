@@ -12,7 +12,9 @@
  *
  *   A history lives in a slot (its sequence), parked (a reserve sequence),
  *   or in RAM (eng_spill.c: rows copied out, cells freed); the snapshot
- *   lists them all, and kind[]/idx[] say where each one is.
+ *   lists them all, and every resident pool beside them (eng_pool.c: a
+ *   source like any history, pinned while in use), and kind[]/idx[] say
+ *   where each one is.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,13 +22,13 @@
 
 #include "eng_impl.h"
 
-enum { H_SLOT, H_PARKED, H_RAM };
+enum { H_SLOT, H_PARKED, H_RAM, H_POOL };
 
 struct eng_snap {
     pol_slot slots[ENG_MAX_SLOTS];
     pol_hist hists[POL_MAX_HIST];
-    int8_t kind[POL_MAX_HIST];     /* H_SLOT, H_PARKED, H_RAM */
-    int32_t idx[POL_MAX_HIST];     /* slot, parked or spill index */
+    int8_t kind[POL_MAX_HIST];     /* H_SLOT, H_PARKED, H_RAM, H_POOL */
+    int32_t idx[POL_MAX_HIST];     /* slot, parked or spill index; a pool's seq */
     int32_t excl[KV_MAX_SEQ];
     pol_snapshot s;
 };
@@ -48,15 +50,18 @@ void eng_cache_event_add(eng *e, const eng_cache_event *ev)
 
 pk_status eng_place_init(eng *e)
 {
-    /* The snapshot holds every history: slots, parked, in RAM. */
-    e->n_parked_max = MIN(KV_MAX_SEQ - e->p.n_slots, 96);
-    e->n_spill_max = POL_MAX_HIST - e->p.n_slots - e->n_parked_max;
-    e->parked = calloc((size_t)e->n_parked_max, sizeof *e->parked);
-    e->spill = calloc((size_t)e->n_spill_max, sizeof *e->spill);
+    /* The snapshot holds every history (slots, parked, in RAM) and every
+     * pool: POL_MAX_HIST in all. */
+    e->n_parked_max = MIN(KV_MAX_SEQ - e->p.n_slots - e->p.n_pools, 96);
+    e->n_spill_max = POL_MAX_HIST - e->p.n_slots - e->n_parked_max - e->p.n_pools;
+    if (e->n_parked_max < 0 || e->n_spill_max < 0 || eng_seq_init(e, e->n_parked_max) != PK_OK)
+        return PK_EINVAL;
+    e->parked = calloc((size_t)MAX(e->n_parked_max, 1), sizeof *e->parked);
+    e->spill = calloc((size_t)MAX(e->n_spill_max, 1), sizeof *e->spill);
     e->snap = calloc(1, sizeof *e->snap);
     e->spill_pin = -1;
     if (!e->parked || !e->spill || !e->snap) return PK_ENOMEM;
-    for (int32_t i = 0; i < e->n_parked_max; i++) e->parked[i].seq = e->p.n_slots + i;
+    for (int32_t i = 0; i < e->n_parked_max; i++) e->parked[i].seq = -1;
 
     /* The turn marker as tokens: "auto" follows the model's chat template. */
     const char *text = e->p.policy.turn_marker;
@@ -131,6 +136,12 @@ static void snapshot(eng *e, const eng_task *t, snap *sn)
         sn->kind[nh] = H_RAM;
         sn->idx[nh++] = i;
     }
+    int32_t pool_seq[ENG_MAX_POOLS];
+    int32_t np = eng_pool_hists(e, sn->excl, sn->hists + nh, pool_seq, POL_MAX_HIST - nh);
+    for (int32_t k = 0; k < np; k++) {
+        sn->kind[nh] = H_POOL;
+        sn->idx[nh++] = pool_seq[k];
+    }
     int32_t extra = 0;
     if (t) {
         int32_t room = e->n_ctx_slot - t->req.n_prompt;
@@ -172,6 +183,10 @@ static void drop_hist(eng *e, const snap *sn, int32_t h, const char *why, bool s
         eng_cache_event_add(e, &ev);
         return;
     }
+    if (kind == H_POOL) {                 /* a pool loses its cells, keeps its tokens */
+        eng_pool_evict_seq(e, i, why);
+        return;
+    }
     if (spill && worth_ram(ph->n_tokens, value) &&
         eng_spill(e, ph->seq, ph->tokens, ph->n_tokens, ph->marker_pos, ph->last_use_s) >= 0) {
         ev.kind = ENG_CACHE_PARK;
@@ -179,11 +194,15 @@ static void drop_hist(eng *e, const snap *sn, int32_t h, const char *why, bool s
     }
     kv_seq_rm(e->kv, ph->seq, -1, -1);
     if (kind == H_SLOT) {
-        e->slots[i].n_cache = 0;
+        slot *s = &e->slots[i];
+        s->n_cache = 0;
+        s->session[0] = 0;
+        eng_pool_detach(e, s);
     } else {
         parked *p = &e->parked[i];
         free(p->tokens);
-        *p = (parked){ .seq = p->seq };
+        eng_seq_give(e, p->seq);
+        *p = (parked){ .seq = -1 };
     }
     eng_cache_event_add(e, &ev);
 }
@@ -195,7 +214,13 @@ static bool park(eng *e, slot *s, uint64_t task_id)
     for (int32_t i = 0; i < e->n_parked_max && !p; i++)
         if (!e->parked[i].used) p = &e->parked[i];
     if (!p || !(p->tokens = malloc((size_t)s->n_cache * sizeof(int32_t)))) return false;
+    if ((p->seq = eng_seq_take(e, ENG_SEQ_PARKED)) < 0) {
+        free(p->tokens);
+        *p = (parked){ .seq = -1 };
+        return false;
+    }
     memcpy(p->tokens, s->cache, (size_t)s->n_cache * sizeof(int32_t));
+    memcpy(p->session, s->session, sizeof p->session);
     p->used = true;
     p->n_tokens = s->n_cache;
     p->marker_pos = s->marker_pos;
@@ -222,10 +247,12 @@ bool eng_make_room(eng *e, int32_t n)
 }
 
 /* Task t goes into slot s, whose cache now holds what it reuses (from
- * source sequence src_seq): the slot's display fields, the placement and
- * admission events, the reused-vs-read counters. */
-static void admitted(eng *e, const eng_task *t, slot *s, int32_t src_seq, const char *kind, const char *reason)
+ * source sequence src_seq): the slot's session and display fields, the
+ * placement and admission events, the reused-vs-read counters, and the
+ * PLACED event when the submitter asked for it. */
+static void admitted(eng *e, eng_task *t, slot *s, int32_t src_seq, const char *kind, const char *reason)
 {
+    memcpy(s->session, t->req.session_id, sizeof s->session);
     s->last_source_seq = s->n_cache > 0 ? src_seq : -1;
     s->last_reused = s->n_cache;
     snprintf(s->last_reason, sizeof s->last_reason, "%s", reason);
@@ -239,13 +266,20 @@ static void admitted(eng *e, const eng_task *t, slot *s, int32_t src_seq, const 
     eng_cache_event_add(e, &ev);
     e->n_tokens_reused += (uint64_t)s->n_cache;
     e->n_tokens_read += (uint64_t)(t->req.n_prompt - s->n_cache);
+    if (t->req.report_placed) {
+        eng_event pe = { .kind = ENG_EV_PLACED, .slot = s->id, .n_prompt = t->req.n_prompt,
+                         .n_cached = s->n_cache, .pool_id = s->pool_id, .pool_shared = s->pool_shared };
+        eng_task_push(t, &pe);
+    }
 }
 
-/* Applies decision d for task t (see pol_decision for the order). */
-static void apply(eng *e, snap *sn, eng_task *t, const pol_decision *d)
+/* Applies decision d for task t (see pol_decision for the order); returns
+ * the source sequence reused (-1 none). */
+static int32_t apply(eng *e, snap *sn, eng_task *t, const pol_decision *d)
 {
     slot *s = &e->slots[d->slot];
     s->state = ENG_SLOT_PREFILL;       /* nothing below may evict the run slot */
+    eng_pool_detach(e, s);
     for (int32_t k = 0; k < d->n_drop; k++) drop_hist(e, sn, d->drop[k], "room for a park", true);
     if (d->park >= 0 && !park(e, s, t->id)) {
         eng_cache_event ev = { .kind = ENG_CACHE_DROP, .task_id = t->id, .slot = s->id, .seq = s->id,
@@ -297,7 +331,7 @@ static void apply(eng *e, snap *sn, eng_task *t, const pol_decision *d)
          * the slot holds it now (shared cells stay; its own tail is freed).
          * (sn may have been refilled by eng_make_room: only i and kind are
          * used here, and a restore happens only for H_RAM.) */
-        if (kind != H_SLOT && s->n_cache >= key) {
+        if ((kind == H_PARKED || kind == H_RAM) && s->n_cache >= key) {
             if (kind == H_RAM) eng_spill_free(e, i);
             else drop_hist(e, sn, d->source, "continued in a slot", false);
         }
@@ -306,19 +340,17 @@ static void apply(eng *e, snap *sn, eng_task *t, const pol_decision *d)
         kv_seq_rm(e->kv, s->id, t->req.n_prompt - 1, -1);
         s->n_cache = t->req.n_prompt - 1;
     }
-    admitted(e, t, s, src_seq, pol_kind_name(d->kind), d->reason);
+    return src_seq;
 }
 
 /* A request that names its slot: the slot's own common prefix only. */
 static void apply_fixed(eng *e, eng_task *t, slot *s)
 {
+    eng_pool_detach(e, s);
     int32_t keep = t->req.cache_prompt ? pol_common_prefix(s->cache, s->n_cache, t->prompt, t->req.n_prompt) : 0;
     keep = MIN(keep, t->req.n_prompt - 1);
     kv_seq_rm(e->kv, s->id, keep, -1);
     s->n_cache = keep;
-    char reason[64];
-    snprintf(reason, sizeof reason, "id_slot %d requested", s->id);
-    admitted(e, t, s, s->id, "slot", reason);
 }
 
 /* Unlinks t (*pp == t, prev its predecessor or NULL) from the wait queue. */
@@ -346,6 +378,15 @@ static bool prefix_in_flight(const eng *e, const eng_task *t)
     return false;
 }
 
+/* Task t, placed in slot s, joins its pool's cells, then starts. */
+static void start(eng *e, eng_task *t, slot *s, int32_t src_seq, int32_t p_share, const char *kind,
+                  const char *reason)
+{
+    if (t->req.pool_id > 0) eng_pool_attach(e, s, t, p_share);
+    admitted(e, t, s, src_seq, kind, reason);
+    eng_slot_start(e, s, t);
+}
+
 void eng_place_waiting(eng *e)
 {
     snap *sn = e->snap;
@@ -360,19 +401,29 @@ void eng_place_waiting(eng *e)
             eng_task_unref(t);
             continue;
         }
-        if (t->req.id_slot >= 0) {
-            slot *s = &e->slots[t->req.id_slot];
-            if (s->state != ENG_SLOT_IDLE) {      /* waits for its slot; others may go */
-                prev = t;
-                pp = &t->next;
-                continue;
-            }
+        int32_t p_share = 0;
+        int ready = t->req.pool_id > 0 ? eng_pool_ready(e, t, &p_share) : 1;
+        if (ready < 0) {                          /* its ERROR is queued */
             unlink_waiting(e, pp, prev);
-            apply_fixed(e, t, s);
-            eng_slot_start(e, s, t);
+            eng_task_unref(t);
             continue;
         }
-        if (t->req.cache_prompt && prefix_in_flight(e, t)) {
+        bool waits = ready == 0;                  /* its pool is materializing */
+        if (!waits && t->req.id_slot >= 0) {
+            slot *s = &e->slots[t->req.id_slot];
+            if (s->state == ENG_SLOT_IDLE) {
+                unlink_waiting(e, pp, prev);
+                s->state = ENG_SLOT_PREFILL;
+                apply_fixed(e, t, s);
+                char reason[64];
+                snprintf(reason, sizeof reason, "id_slot %d requested", s->id);
+                start(e, t, s, s->id, p_share, "slot", reason);
+                continue;
+            }
+            waits = true;                         /* its slot is busy; others may go */
+        }
+        if (!waits && t->req.cache_prompt && t->req.pool_id <= 0 && prefix_in_flight(e, t)) waits = true;
+        if (waits) {
             prev = t;
             pp = &t->next;
             continue;
@@ -387,9 +438,66 @@ void eng_place_waiting(eng *e)
             eng_task_unref(t);
             continue;
         }
-        apply(e, sn, t, &d);
-        eng_slot_start(e, &e->slots[d.slot], t);
+        int32_t src = apply(e, sn, t, &d);
+        start(e, t, &e->slots[d.slot], src, p_share, pol_kind_name(d.kind), d.reason);
     }
+}
+
+void eng_erase_msg(eng *e, eng_call *c)
+{
+    snap *sn = e->snap;
+    snapshot(e, NULL, sn);
+    c->status = PK_OK;
+    c->n_erased = 0;
+    if (c->erase_slot >= 0 && e->slots[c->erase_slot].state != ENG_SLOT_IDLE) {
+        c->status = PK_ECONFLICT;
+        return;
+    }
+    for (int32_t h = 0; h < sn->s.n_hists; h++) {
+        int kind = sn->kind[h], i = sn->idx[h];
+        if (kind == H_POOL || (c->erase_slot >= 0 && !(kind == H_SLOT && i == c->erase_slot))) continue;
+        if (kind == H_SLOT && e->slots[i].state != ENG_SLOT_IDLE) continue;
+        drop_hist(e, sn, h, "erased", false);
+        c->n_erased++;
+    }
+}
+
+void eng_fail_waiting_pool(eng *e, int32_t pool_id, pk_status st, const char *msg)
+{
+    eng_task **pp = &e->wait_head, *prev = NULL;
+    while (*pp) {
+        eng_task *t = *pp;
+        if (t->req.pool_id != pool_id) {
+            prev = t;
+            pp = &t->next;
+            continue;
+        }
+        unlink_waiting(e, pp, prev);
+        eng_task_fail(t, st, msg);
+        eng_task_unref(t);
+    }
+}
+
+kv_seq eng_session_find(eng *e, const char *session, const int32_t **tokens, int32_t *n)
+{
+    if (!session || !session[0]) return -1;
+    for (int32_t i = 0; i < e->p.n_slots; i++) {
+        slot *s = &e->slots[i];
+        if (s->n_cache > 0 && !strcmp(s->session, session)) {
+            *tokens = s->cache;
+            *n = s->n_cache;
+            return s->id;
+        }
+    }
+    for (int32_t i = 0; i < e->n_parked_max; i++) {
+        parked *p = &e->parked[i];
+        if (p->used && !strcmp(p->session, session)) {
+            *tokens = p->tokens;
+            *n = p->n_tokens;
+            return p->seq;
+        }
+    }
+    return -1;
 }
 
 void eng_history_done(eng *e, slot *s)
@@ -419,6 +527,7 @@ void eng_place_stats(eng *e, eng_stats *o)
         if (e->parked[i].used) {
             o->n_parked++;
             o->parked_tokens += e->parked[i].n_tokens;
+            o->parked_owned_cells += kv_seq_owned(e->kv, e->parked[i].seq);
         }
     for (int32_t i = 0; i < e->n_spill_max; i++)
         if (e->spill[i].used) {

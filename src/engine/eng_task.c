@@ -11,6 +11,7 @@ eng_task *eng_task_new(uint64_t id, const eng_completion *c)
 {
     eng_task *t = calloc(1, sizeof *t);
     if (!t) return NULL;
+    t->msg.kind = ENG_MSG_TASK;
     t->id = id;
     t->req = *c;
     t->prompt = malloc((size_t)c->n_prompt * sizeof *t->prompt);
@@ -80,7 +81,7 @@ void eng_task_push(eng_task *t, eng_event *ev)
     }
     t->q[(t->q_head + t->q_n) % t->q_cap] = *ev;
     t->q_n++;
-    if (ev->kind != ENG_EV_TOKEN) t->finished = true;
+    if (ev->kind == ENG_EV_DONE || ev->kind == ENG_EV_ERROR) t->finished = true;
     memset(ev, 0, sizeof *ev);
     pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->mu);
@@ -124,7 +125,7 @@ pk_status eng_task_next(eng_task *t, eng_event *ev, int timeout_ms)
     memset(&t->q[t->q_head], 0, sizeof *ev);
     t->q_head = (t->q_head + 1) % t->q_cap;
     t->q_n--;
-    if (ev->kind != ENG_EV_TOKEN) t->drained = true;
+    if (ev->kind == ENG_EV_DONE || ev->kind == ENG_EV_ERROR) t->drained = true;
     pthread_mutex_unlock(&t->mu);
     return PK_OK;
 }

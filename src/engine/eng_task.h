@@ -15,7 +15,18 @@
 
 #include "eng.h"
 
+/* The mailbox's messages: one kind per thing other threads ask of the
+ * engine, answered in one switch (eng.c: take_mailbox).  A completion's
+ * message is in its task. */
+typedef enum eng_msg_kind { ENG_MSG_TASK = 1, ENG_MSG_STATS, ENG_MSG_POOL, ENG_MSG_ERASE } eng_msg_kind;
+
+typedef struct eng_msg {
+    eng_msg_kind kind;
+    struct eng_msg *next;       /* mailbox link (under eng.mu) */
+} eng_msg;
+
 struct eng_task {
+    eng_msg msg;                 /* its mailbox message (ENG_MSG_TASK); first member */
     uint64_t id;
     eng_completion req;          /* prompt and stop strings owned by the task */
     int32_t *prompt;

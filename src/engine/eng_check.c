@@ -1,0 +1,57 @@
+/*
+ * eng_check.c - the engine's invariants, asserted where the state is (as
+ * kv_check does for the cells).  Run after every step in debug builds
+ * (-DPK_DEBUG: make test-asan) and when POLYKV_CHECK=1 (tests/run.sh sets
+ * it), so a broken invariant stops the run at the step that broke it.
+ *
+ *   cells      kv_check: counts, owners, free cells blank; every charge
+ *              belongs to an id the allocator gave out
+ *   queue      n_waiting is the wait list's length
+ *   slots      busy <=> a task; the slot's cells are exactly its n_cache
+ *              positions [0, n_cache)
+ *   parked     used <=> a parking id, holding its n_tokens cells
+ *   RAM tier   spill_bytes is the sum of its entries
+ *   pools      eng_pool_check: resident pools hold [0, L), evicted none,
+ *              the allocator's pool ids are the tree's
+ */
+#include "eng_impl.h"
+
+void eng_check(eng *e)
+{
+    ASSERT(kv_check(e->kv));
+    int32_t n_used_ids = 0, owned = 0;
+    for (kv_seq s = 0; s < KV_MAX_SEQ; s++) {
+        bool held = e->seqs.kind[s] != ENG_SEQ_FREE;
+        n_used_ids += held;
+        if (!held) ASSERT(kv_seq_cells(e->kv, s) == 0);
+        owned += kv_seq_owned(e->kv, s);
+    }
+    ASSERT(n_used_ids == e->seqs.n_used && owned == kv_used(e->kv));
+
+    int32_t n = 0;
+    for (const eng_task *t = e->wait_head; t; t = t->next) n++;
+    ASSERT(n == e->n_waiting);
+
+    for (int32_t i = 0; i < e->p.n_slots; i++) {
+        const slot *s = &e->slots[i];
+        ASSERT(e->seqs.kind[i] == ENG_SEQ_SLOT);
+        ASSERT((s->state != ENG_SLOT_IDLE) == (s->task != NULL));
+        ASSERT(s->n_cache >= 0 && s->n_cache <= e->n_ctx_slot);
+        ASSERT(kv_seq_cells(e->kv, s->id) == s->n_cache);
+        ASSERT(s->n_cache == 0 || kv_seq_pos_max(e->kv, s->id) == s->n_cache - 1);
+    }
+    for (int32_t i = 0; i < e->n_parked_max; i++) {
+        const parked *p = &e->parked[i];
+        if (!p->used) {
+            ASSERT(p->seq == -1);
+            continue;
+        }
+        ASSERT(e->seqs.kind[p->seq] == ENG_SEQ_PARKED);
+        ASSERT(kv_seq_cells(e->kv, p->seq) == p->n_tokens);
+    }
+    size_t bytes = 0;
+    for (int32_t i = 0; i < e->n_spill_max; i++)
+        if (e->spill[i].used) bytes += (size_t)e->spill[i].n_tokens * eng_spill_row_bytes(e);
+    ASSERT(bytes == e->spill_bytes);
+    ASSERT(eng_pool_check(e));
+}
