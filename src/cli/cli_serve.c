@@ -41,6 +41,9 @@ static void usage(void)
         "  --max-body BYTES        largest request body (default 8388608)\n"
         "  --max-connections N     concurrent connections (default 256)\n"
         "  -v, --log-requests      one log line per request\n"
+        "  --pools N               sequence ids kept for pools (default 16, at most 128)\n"
+        "  --pool-grace-ms MS      a pool nothing uses is kept this long before cache pressure may\n"
+        "                          evict it (default 30000)\n"
         "slot placement and retention (docs/policy.md; each also POLYKV_SLOT_<NAME>):\n");
     for (int i = 0; i < pol_param_count(); i++) {
         const pol_param_info *pi = pol_param_at(i);
@@ -87,6 +90,8 @@ static bool parse(int argc, char **argv, serve_opts *o)
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (!cli_int(a, v, 1, 1024, &x)) return false; o->ep.n_threads = (int32_t)x; }
         else if (!strcmp(a, "-cram") || !strcmp(a, "--cache-ram")) { if (!cli_int(a, v, 0, 1 << 24, &x)) return false; o->ep.cache_ram_mib = (int32_t)x; }
         else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) { if (!cli_int(a, v, 1, 1 << 20, &x)) return false; o->ep.n_batch = (int32_t)x; }
+        else if (!strcmp(a, "--pools")) { if (!cli_int(a, v, 0, ENG_MAX_POOLS, &x)) return false; o->ep.n_pools = (int32_t)x; }
+        else if (!strcmp(a, "--pool-grace-ms")) { if (!cli_int(a, v, 0, 1 << 30, &x)) return false; o->ep.pool_grace_ms = (int32_t)x; }
         else if (!strcmp(a, "--host")) o->sp.host = v;
         else if (!strcmp(a, "--port")) { if (!cli_int(a, v, 0, 65535, &x)) return false; o->sp.port = (int)x; }
         else if (!strcmp(a, "--api-key")) o->sp.api_key = v;

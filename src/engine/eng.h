@@ -262,7 +262,7 @@ pk_status eng_get_stats(eng *e, eng_stats *out);
 
 /* Drops the cached history of slot `slot` (llama-server's slot erase):
  * PK_ECONFLICT while a task runs in it; slot -1 drops every idle slot's,
- * parked and RAM history.  *n_erased (may be NULL) gets the count.
+ * parked and RAM history.  *n_erased (may be NULL) gets the tokens they held.
  * PK_EINVAL for a slot out of range, PK_ECANCELLED when stopping. */
 pk_status eng_erase(eng *e, int32_t slot, int32_t *n_erased);
 

@@ -457,8 +457,8 @@ void eng_erase_msg(eng *e, eng_call *c)
         int kind = sn->kind[h], i = sn->idx[h];
         if (kind == H_POOL || (c->erase_slot >= 0 && !(kind == H_SLOT && i == c->erase_slot))) continue;
         if (kind == H_SLOT && e->slots[i].state != ENG_SLOT_IDLE) continue;
+        c->n_erased += sn->hists[h].n_tokens;
         drop_hist(e, sn, h, "erased", false);
-        c->n_erased++;
     }
 }
 

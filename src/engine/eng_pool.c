@@ -196,7 +196,9 @@ static void mat_start(eng *e, const pool_node *p, kv_seq hint)
          * joins k - D cells; anything else is a bug caught here. */
         kv_seq_cp(e->kv, src, p->seq, D, k);
         ASSERT(kv_seq_cells(e->kv, p->seq) == k);
-        kv_seq_take(e->kv, p->seq, D, k);
+        /* Cells a history computed become the pool's charge; cells another
+         * pool computed stay that pool's (it owns its range for good). */
+        if (e->seqs.kind[src] != ENG_SEQ_POOL) kv_seq_take(e->kv, p->seq, D, k);
         pm->mat_pos = k;
     }
     pm->n_prefilled = L - pm->mat_pos;

@@ -26,29 +26,34 @@
 
 typedef struct srv_route {
     const char *path;
-    const char *method;          /* "GET" or "POST" (POST bodies are JSON objects) */
+    const char *method;          /* "GET", "POST" (a JSON object body), or "*": GET, POST
+                                    (the body optional) and DELETE, the handler decides */
     srv_handler fn;
     bool is_public;              /* no API key needed */
+    bool prefix;                 /* path is a prefix: the handler parses the rest */
 } srv_route;
 
 static const srv_route routes[] = {
-    { "/health",              "GET",  srv_h_health,          true },
-    { "/v1/health",           "GET",  srv_h_health,          true },
-    { "/v1/models",           "GET",  srv_h_oai_models,      true },
-    { "/models",              "GET",  srv_h_oai_models,      true },
-    { "/v1/completions",      "POST", srv_h_oai_completions, false },
-    { "/v1/chat/completions", "POST", srv_h_oai_chat,        false },
-    { "/chat/completions",    "POST", srv_h_oai_chat,        false },
-    { "/completion",          "POST", srv_h_completion,      false },
-    { "/completions",         "POST", srv_h_completion,      false },
-    { "/tokenize",            "POST", srv_h_tokenize,        false },
-    { "/detokenize",          "POST", srv_h_detokenize,      false },
-    { "/apply-template",      "POST", srv_h_apply_template,  false },
-    { "/props",               "GET",  srv_h_props,           false },
-    { "/slots",               "GET",  srv_h_slots,           false },
-    { "/metrics",             "GET",  srv_h_metrics,         false },
-    { "/polykv/tps",          "GET",  srv_h_tps,             false },
-    { "/polykv/cache",        "GET",  srv_h_cache,           false },
+    { "/health",              "GET",  srv_h_health,          true, false },
+    { "/v1/health",           "GET",  srv_h_health,          true, false },
+    { "/v1/models",           "GET",  srv_h_oai_models,      true, false },
+    { "/models",              "GET",  srv_h_oai_models,      true, false },
+    { "/v1/completions",      "POST", srv_h_oai_completions, false, false },
+    { "/v1/chat/completions", "POST", srv_h_oai_chat,        false, false },
+    { "/chat/completions",    "POST", srv_h_oai_chat,        false, false },
+    { "/completion",          "POST", srv_h_completion,      false, false },
+    { "/completions",         "POST", srv_h_completion,      false, false },
+    { "/tokenize",            "POST", srv_h_tokenize,        false, false },
+    { "/detokenize",          "POST", srv_h_detokenize,      false, false },
+    { "/apply-template",      "POST", srv_h_apply_template,  false, false },
+    { "/props",               "GET",  srv_h_props,           false, false },
+    { "/slots",               "GET",  srv_h_slots,           false, false },
+    { "/metrics",             "GET",  srv_h_metrics,         false, false },
+    { "/polykv/tps",          "GET",  srv_h_tps,             false, false },
+    { "/polykv/cache",        "GET",  srv_h_cache,           false, false },
+    { "/polykv/pools",        "*",    srv_h_pools,           false, false },
+    { "/polykv/pools/",       "*",    srv_h_pool,            false, true },
+    { "/slots/",              "*",    srv_h_slot_action,     false, true },
 };
 
 srv_params srv_default_params(void)
@@ -110,6 +115,15 @@ static enum MHD_Result queue(srv_req *r, unsigned status, struct MHD_Response *r
 {
     if (!resp) return MHD_NO;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    if (r->placed) {
+        char v[16];
+        if (r->placed_pool > 0) {
+            snprintf(v, sizeof v, "%d", r->placed_pool);
+            MHD_add_response_header(resp, "x-pool-id", v);
+        }
+        snprintf(v, sizeof v, "%d", r->placed_cached);
+        MHD_add_response_header(resp, "x-cached-prefix-tokens", v);
+    }
     enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
     MHD_destroy_response(resp);
     r->replied = true;
@@ -224,11 +238,14 @@ static bool authorized(srv_req *r)
 static const srv_route *find_route(const char *url, bool *path_known)
 {
     *path_known = false;
-    for (size_t i = 0; i < ARRAY_LEN(routes); i++)
-        if (!strcmp(routes[i].path, url)) {
+    for (size_t i = 0; i < ARRAY_LEN(routes); i++) {
+        const srv_route *rt = &routes[i];
+        size_t n = strlen(rt->path);
+        if (rt->prefix ? !strncmp(rt->path, url, n) && url[n] : !strcmp(rt->path, url)) {
             *path_known = true;
-            return &routes[i];
+            return rt;
         }
+    }
     return NULL;
 }
 
@@ -241,7 +258,10 @@ static bool early_reply(srv_req *r, enum MHD_Result *ret)
         *ret = srv_reply_errorf(r, 404, "File Not Found");
         return true;
     }
-    if (strcmp(rt->method, r->method) && !(strcmp(rt->method, "GET") == 0 && !strcmp(r->method, "HEAD"))) {
+    bool any = !strcmp(rt->method, "*") &&
+               (!strcmp(r->method, "GET") || !strcmp(r->method, "HEAD") || !strcmp(r->method, "POST") ||
+                !strcmp(r->method, "DELETE"));
+    if (!any && strcmp(rt->method, r->method) && !(strcmp(rt->method, "GET") == 0 && !strcmp(r->method, "HEAD"))) {
         *ret = srv_reply_errorf(r, 405, "%s %s: method not allowed (use %s)", r->method, r->url, rt->method);
         return true;
     }
@@ -280,7 +300,8 @@ static enum MHD_Result dispatch(srv_req *r)
     if (r->too_big)
         return srv_reply_errorf(r, 413, "the request body is over the limit of %zu bytes", r->s->p.max_body_bytes);
     json_t *body = NULL;
-    if (!strcmp(r->route->method, "POST")) {
+    bool optional = !strcmp(r->route->method, "*");
+    if (!strcmp(r->method, "POST") && (r->body.n || !optional)) {
         json_error_t je;
         body = r->body.n ? json_loadb(r->body.p, r->body.n, 0, &je) : NULL;
         if (!r->body.n) return srv_reply_errorf(r, 400, "the request body must be a JSON object");

@@ -83,10 +83,14 @@ static void gen_take(srv_gen *g, const eng_event *ev)
         g->done.text_len = 0;
         g->have_done = true;
         break;
-    case ENG_EV_ERROR:
+    case ENG_EV_ERROR: {
+        unsigned status = ev->status == PK_EINVAL ? 400 : ev->status == PK_ENOTFOUND ? 404
+                        : ev->status == PK_ECONFLICT ? 409 : ev->status == PK_ECANCELLED ? 503 : 500;
         g->failed = true;
-        srv_fail(&g->err, ev->status == PK_EINVAL ? 400 : ev->status == PK_ECANCELLED ? 503 : 500, NULL, "%s",
-                 ev->message[0] ? ev->message : pk_status_str(ev->status));
+        srv_fail(&g->err, status, NULL, "%s", ev->message[0] ? ev->message : pk_status_str(ev->status));
+        break;
+    }
+    case ENG_EV_PLACED:                 /* read by srv_gen_run before the reply */
         break;
     }
 }
@@ -276,14 +280,37 @@ enum MHD_Result srv_gen_run(srv_req *r, const eng_completion *c, const srv_gen_o
     if (!g->o.model[0]) snprintf(g->o.model, sizeof g->o.model, "%s", s->model_name);
     srv_random_id(g->id, sizeof g->id, o->api == SRV_API_OAI_CHAT ? "chatcmpl-" : "cmpl-");
     if (o->logprobs && !o->stream) g->probs = json_array();
-    pk_status st = eng_submit(e, c, &g->task);
+    eng_completion sub = *c;
+    sub.report_placed = true;
+    const char *sid = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "x-session-id");
+    if (!sub.session_id[0] && sid) snprintf(sub.session_id, sizeof sub.session_id, "%s", sid);
+    pk_status st = eng_submit(e, &sub, &g->task);
     if (st != PK_OK) {
         gen_free(g);
         return submit_failed(r, st);
     }
+    /* Headers go once the request is placed, so a stream carries what was
+     * shared too, and a request that cannot be placed gets its own status. */
+    eng_event ev;
+    st = gen_next(g, &ev);
+    if (st == PK_ECANCELLED) {
+        gen_free(g);
+        return MHD_NO;
+    }
+    if (st != PK_OK || ev.kind != ENG_EV_PLACED) {
+        if (st == PK_OK) gen_take(g, &ev);
+        else srv_fail(&g->err, 500, NULL, "the task ended without a result");
+        eng_event_clear(&ev);
+        enum MHD_Result ret = srv_reply_error(r, &g->err);
+        gen_free(g);
+        return ret;
+    }
+    r->placed = true;
+    r->placed_pool = ev.pool_id;
+    r->placed_cached = ev.n_cached;
+    eng_event_clear(&ev);
     if (o->stream) return srv_reply_sse(r, gen_read, g, gen_free);
 
-    eng_event ev;
     while (!g->have_done && !g->failed) {
         st = gen_next(g, &ev);
         if (st == PK_ECANCELLED) {

@@ -60,6 +60,8 @@ typedef struct srv_req {
     bool replied;
     unsigned status;               /* of the reply queued, for the log */
     double t0_ms;
+    bool placed;                   /* a completion was placed: its reply says what it shared */
+    int32_t placed_pool, placed_cached;   /* x-pool-id (0: none), x-cached-prefix-tokens */
 } srv_req;
 
 typedef enum srv_api { SRV_API_NATIVE = 1, SRV_API_OAI_CMPL, SRV_API_OAI_CHAT } srv_api;
@@ -229,6 +231,11 @@ enum MHD_Result srv_h_slots(srv_req *r, json_t *body);
 enum MHD_Result srv_h_metrics(srv_req *r, json_t *body);
 enum MHD_Result srv_h_tps(srv_req *r, json_t *body);
 enum MHD_Result srv_h_cache(srv_req *r, json_t *body);
+enum MHD_Result srv_h_pools(srv_req *r, json_t *body);        /* srv_pools.c */
+enum MHD_Result srv_h_pool(srv_req *r, json_t *body);
+enum MHD_Result srv_h_slot_action(srv_req *r, json_t *body);
+/* The pool tree of a snapshot (root > 0: that subtree only). */
+json_t *srv_pools_json(const eng_stats *st, int32_t root);
 
 /* Prometheus text of a stats snapshot (llamacpp:, polykv:, vllm: series).
  * Returns a malloc'ed NUL-terminated string, NULL when out of memory. */

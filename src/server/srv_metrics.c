@@ -26,6 +26,28 @@ static void metric(pk_buf *b, const char *name, const char *type, const char *he
 
 static double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
 
+/* Per-pool series, labelled by pool only (sessions come and go: a label
+ * per session would grow the scrape without bound). */
+static void pool_series(pk_buf *b, const eng_stats *st)
+{
+    static const struct { const char *name, *type, *help; } fam[] = {
+        { "polykv:pool_kv_bytes", "gauge", "KV bytes charged to the pool (its own range)." },
+        { "polykv:pool_sessions", "gauge", "Sessions attached to the pool." },
+        { "polykv:pool_gen_tps", "gauge", "Summed decode speed of the pool's decoding sessions." },
+        { "polykv:pool_prefix_hits_total", "counter", "Attaches that shared tokens of the pool." },
+        { "polykv:pool_queries_total", "counter", "Attaches to the pool." },
+    };
+    for (size_t f = 0; f < ARRAY_LEN(fam); f++) {
+        pk_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", fam[f].name, fam[f].help, fam[f].name, fam[f].type);
+        for (int32_t i = 0; i < st->n_pools; i++) {
+            const eng_pool_info *p = &st->pools[i];
+            double v = f == 0 ? (double)p->own_cells * (double)st->kv_cell_bytes : f == 1 ? p->n_sessions
+                     : f == 2 ? p->gen_tps : f == 3 ? (double)p->n_prefix_hits : (double)p->n_queries;
+            pk_buf_printf(b, "%s{pool=\"%d\"} %.10g\n", fam[f].name, p->pool_id, v);
+        }
+    }
+}
+
 char *srv_metrics_text(const eng_stats *st, const char *model_name)
 {
     pk_buf b = {0};
@@ -65,6 +87,9 @@ char *srv_metrics_text(const eng_stats *st, const char *model_name)
     metric(&b, "polykv:parked_histories", "gauge", "Finished conversations kept in the cache under reserve ids.", "",
            st->n_parked);
     metric(&b, "polykv:parked_tokens", "gauge", "Tokens of the parked histories.", "", st->parked_tokens);
+    metric(&b, "polykv:seq_ids_used", "gauge", "KV sequence ids held by slots, pools and parked histories.", "",
+           st->seq_ids_used);
+    pool_series(&b, st);
 
     /* Label values escape \, " and new lines (Prometheus text format). */
     char label[SRV_MAX_NAME * 2 + 32], *o = label;
@@ -102,9 +127,12 @@ json_t *srv_tps_json(const eng_stats *st)
     for (int32_t i = 0; i < st->n_slots; i++) {
         const eng_slot_info *si = &st->slots[i];
         if (si->state == ENG_SLOT_IDLE) continue;
-        json_array_append_new(sessions, json_pack("{s:i, s:s, s:f, s:i, s:i, s:i}", "slot", si->id, "state",
-                                                  slot_state(si->state), "tps_ewma", si->tps_ewma, "n_decoded",
-                                                  si->n_decoded, "ctx_used", si->n_past, "ctx_total", si->n_ctx));
+        json_array_append_new(sessions, json_pack("{s:i, s:s, s:f, s:i, s:i, s:i, s:i, s:s?, s:i}", "slot", si->id,
+                                                  "state", slot_state(si->state), "tps_ewma", si->tps_ewma,
+                                                  "n_decoded", si->n_decoded, "ctx_used", si->n_past, "ctx_total",
+                                                  si->n_ctx, "ctx_headroom_tokens", si->n_ctx - si->n_past,
+                                                  "session_id", si->session_id[0] ? si->session_id : NULL,
+                                                  "pool_id", si->pool_id));
     }
     return json_pack("{s:I, s:f, s:f, s:i, s:i, s:o}", "ts", (json_int_t)st->ts_ms, "aggregate_tps",
                      st->aggregate_tps, "mean_active_tps", st->mean_active_tps, "n_running", st->n_running,
@@ -153,6 +181,14 @@ enum MHD_Result srv_h_slots(srv_req *r, json_t *body)
             "n_prompt_tokens", si->n_prompt, "n_prompt_tokens_cache", si->n_cached, "n_cached", si->n_cached,
             "n_decoded", si->n_decoded, "tps_ewma", si->tps_ewma, "next_token", "n_decoded", si->n_decoded,
             "history", hist));
+        json_t *slot = json_array_get(a, json_array_size(a) - 1);
+        json_object_set_new(slot, "pool_id", si->pool_id > 0 ? json_integer(si->pool_id) : json_null());
+        json_object_set_new(slot, "session_id", si->session_id[0] ? json_string(si->session_id) : json_null());
+        json_object_set_new(slot, "pool_shared_tokens", json_integer(si->pool_shared));
+        json_object_set_new(slot, "ctx_used", json_integer(si->n_past));
+        json_object_set_new(slot, "ctx_total", json_integer(si->n_ctx));
+        json_object_set_new(slot, "ctx_headroom_tokens", json_integer(si->n_ctx - si->n_past));
+        json_object_set_new(slot, "kv_owned_bytes", json_real((double)si->kv_owned * (double)st.kv_cell_bytes));
     }
     const char *fail = srv_query(r, "fail_on_no_slot");
     if (fail && *fail && n_idle == 0) {

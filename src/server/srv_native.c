@@ -227,6 +227,8 @@ enum MHD_Result srv_h_props(srv_req *r, json_t *body)
         "endpoint_metrics", s->p.endpoint_metrics,
         "endpoint_props", 0,
         "is_sleeping", 0);
+    json_object_set_new(props, "polykv", json_pack("{s:i, s:i, s:i}", "max_pools", ep->n_pools,
+                                                   "pool_grace_ms", ep->pool_grace_ms, "n_ctx_total", ep->n_ctx));
     char pol[4096];
     if (pol_params_json(&ep->policy, pol, sizeof pol, NULL) == PK_OK)
         json_object_set_new(props, "slot_policy", json_loads(pol, 0, NULL));

@@ -153,6 +153,17 @@ bool srv_parse_gen(const json_t *b, srv_api api, int32_t n_slots, eng_completion
     if (!get_bool(b, "ignore_eos", &c->ignore_eos, e)) return false;
     if (!get_bool(b, "cache_prompt", &c->cache_prompt, e)) return false;
     if (!get_i32(b, "id_slot", -1, n_slots - 1, &c->id_slot, e)) return false;
+    if (!get_i32(b, "pool_id", 1, INT32_MAX, &c->pool_id, e)) return false;
+    const json_t *spn = field(b, "shared_prefix_n_tokens");
+    if (spn && !c->pool_id)
+        return srv_fail(e, 400, "shared_prefix_n_tokens", "'shared_prefix_n_tokens' needs a 'pool_id'");
+    if (spn && !get_i32(b, "shared_prefix_n_tokens", 0, INT32_MAX, &c->shared_prefix_n, e)) return false;
+    c->shared_prefix_set = spn != NULL;
+    const json_t *sid = field(b, "session_id");
+    if (sid && (!json_is_string(sid) || json_string_length(sid) >= ENG_SESSION_CAP))
+        return srv_fail(e, 400, "session_id", "'session_id' must be a string of at most %d bytes",
+                        ENG_SESSION_CAP - 1);
+    if (sid) snprintf(c->session_id, sizeof c->session_id, "%s", json_string_value(sid));
     if (!parse_logprobs(b, api, o, e)) return false;
     /* The engine computes log-probs only when asked for alternatives; one
      * alternative is the cheapest way to get the chosen token's. */

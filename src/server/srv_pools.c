@@ -1,0 +1,259 @@
+/*
+ * srv_pools.c - the /polykv/pools routes (docs/pools.md): JSON in, one
+ * eng_pool_op, JSON out; and the pool tree as JSON for GET.
+ *
+ *   POST   /polykv/pools                   create a root
+ *   GET    /polykv/pools                   the whole tree
+ *   GET    /polykv/pools/{id}              one subtree
+ *   DELETE /polykv/pools/{id}[?recursive=true]
+ *   POST   /polykv/pools/{id}/fork | pin | unpin | evict | flush
+ *
+ * A prefix is given by exactly one of tokens (ids), prompt (text, as
+ * /completion tokenizes it), messages (+ tools: the chat template without
+ * the generation prompt, so that a later chat request with the same system
+ * block and tools shares all of it) or from_session.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../pool/pool.h"
+#include "srv_impl.h"
+
+static unsigned pool_status(pk_status st)
+{
+    switch (st) {
+    case PK_OK: return 200;
+    case PK_ENOTFOUND: return 404;
+    case PK_EINVAL: return 400;
+    case PK_ECONFLICT: return 409;
+    case PK_EFULL: return 429;
+    case PK_ECANCELLED: return 503;
+    default: return 500;
+    }
+}
+
+static enum MHD_Result reply_op_error(srv_req *r, const eng_pool_reply *rp)
+{
+    srv_err e = { .status = pool_status(rp->status) };
+    snprintf(e.msg, sizeof e.msg, "%s", rp->message[0] ? rp->message : pk_status_str(rp->status));
+    json_t *j = srv_error_json(&e);
+    if (j && rp->status == PK_ECONFLICT && rp->conflict_pos >= 0 && rp->message[0] && strstr(rp->message, "differs"))
+        json_object_set_new(json_object_get(j, "error"), "first_differing_position", json_integer(rp->conflict_pos));
+    return srv_reply_json(r, e.status, j);
+}
+
+/* The prefix of a create or fork body: *ids malloc'ed, or *session set. */
+static bool body_prefix(srv *s, const json_t *b, int32_t **ids, int32_t *n, const char **session, srv_err *e)
+{
+    static const char *keys[] = { "tokens", "prompt", "messages", "from_session" };
+    int given = 0;
+    for (size_t i = 0; i < ARRAY_LEN(keys); i++) given += json_object_get(b, keys[i]) != NULL;
+    if (given != 1)
+        return srv_fail(e, 400, NULL, "give exactly one of 'tokens', 'prompt', 'messages' or 'from_session'");
+    *ids = NULL;
+    *n = 0;
+    *session = NULL;
+    const json_t *v;
+    if ((v = json_object_get(b, "from_session"))) {
+        if (!json_is_string(v) || !json_string_length(v) || json_string_length(v) >= ENG_SESSION_CAP)
+            return srv_fail(e, 400, "from_session", "'from_session' must be a session id of 1 to %d bytes",
+                            ENG_SESSION_CAP - 1);
+        *session = json_string_value(v);
+        return true;
+    }
+    if ((v = json_object_get(b, "tokens"))) {
+        if (!json_is_array(v) || !json_array_size(v))
+            return srv_fail(e, 400, "tokens", "'tokens' must be a non-empty array of token ids");
+        return srv_tokenize_prompt(s->voc, v, "tokens", false, ids, n, e);
+    }
+    if ((v = json_object_get(b, "prompt"))) return srv_tokenize_prompt(s->voc, v, "prompt", true, ids, n, e);
+    /* messages: rendered as a chat request would be, minus the generation prompt */
+    json_t *copy = json_deep_copy(b);
+    if (!copy) return srv_fail(e, 500, NULL, "out of memory");
+    json_object_set_new(copy, "add_generation_prompt", json_false());
+    char *text;
+    size_t len;
+    srv_tool_fmt fmt;
+    bool ok = srv_render_chat(copy, s->tmpl, s->tmpl_src, &text, &len, &fmt, e);
+    json_decref(copy);
+    if (!ok) return false;
+    pk_status st = srv_tokenize(s->voc, text, len, true, true, ids, n);
+    free(text);
+    if (st != PK_OK) return srv_fail(e, 500, NULL, "tokenization failed: %s", pk_status_str(st));
+    if (*n == 0) return srv_fail(e, 400, "messages", "the messages give no tokens");
+    return true;
+}
+
+static enum MHD_Result make_pool(srv_req *r, json_t *body, int32_t parent)
+{
+    srv *s = r->s;
+    srv_err e;
+    if (!body) return srv_reply_errorf(r, 400, "the request body must be a JSON object");
+    int32_t *ids, n;
+    const char *session;
+    if (!body_prefix(s, body, &ids, &n, &session, &e)) return srv_reply_error(r, &e);
+    eng_pool_req rq = { .verb = parent > 0 ? ENG_POOL_FORK : ENG_POOL_CREATE, .pool_id = parent, .tokens = ids,
+                        .n_tokens = n, .from_session = session, .branch_pos = -1 };
+    const json_t *bp = json_object_get(body, "branch_pos");
+    if (bp) {
+        if (parent <= 0) {
+            free(ids);
+            return srv_reply_errorf(r, 400, "'branch_pos' applies to a fork");
+        }
+        if (!json_is_integer(bp) || json_integer_value(bp) < 0 || json_integer_value(bp) > INT32_MAX) {
+            free(ids);
+            return srv_reply_errorf(r, 400, "'branch_pos' must be an integer >= 0");
+        }
+        rq.branch_pos = (int32_t)json_integer_value(bp);
+    }
+    eng_pool_reply rp;
+    eng_pool_op(srv_engine(s), &rq, &rp);
+    free(ids);
+    if (rp.status != PK_OK) return reply_op_error(r, &rp);
+    return srv_reply_json(r, 201, json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:f}", "pool_id", rp.pool_id,
+                                            "prefix_len", rp.prefix_len, "parent", rp.parent, "branch_pos",
+                                            rp.branch_pos, "own_tokens", rp.own_tokens, "prefilled_tokens",
+                                            rp.n_prefilled, "ms", rp.ms));
+}
+
+/* ---- the tree as JSON ------------------------------------------------- */
+
+static const char *slot_state(eng_slot_state st)
+{
+    return st == ENG_SLOT_PREFILL ? "prefill" : st == ENG_SLOT_DECODE ? "decode" : "idle";
+}
+
+static json_t *session_json(const eng_stats *st, const eng_slot_info *si)
+{
+    double bytes = (double)st->kv_cell_bytes;
+    return json_pack("{s:s?, s:i, s:s, s:i, s:i, s:f, s:f, s:f, s:i, s:i, s:i}",
+                     "session_id", si->session_id[0] ? si->session_id : NULL, "slot", si->id,
+                     "state", slot_state(si->state), "shared_tokens", si->pool_shared,
+                     "suffix_n_tokens", si->n_past - si->pool_shared,
+                     "marginal_kv_bytes", si->kv_owned * bytes, "tps_ewma", si->tps_ewma, "ttft_ms", si->ttft_ms,
+                     "ctx_used", si->n_past, "ctx_total", si->n_ctx, "ctx_headroom_tokens", si->n_ctx - si->n_past);
+}
+
+static json_t *pool_json(const eng_stats *st, const eng_pool_info *p)
+{
+    double bytes = (double)st->kv_cell_bytes;
+    json_t *kids = json_array(), *sessions = json_array();
+    for (int32_t i = 0; i < st->n_pools; i++)
+        if (st->pools[i].parent == p->pool_id) json_array_append_new(kids, json_integer(st->pools[i].pool_id));
+    for (int32_t i = 0; i < st->n_slots; i++) {
+        const eng_slot_info *si = &st->slots[i];
+        if (si->pool_id == p->pool_id && (si->state != ENG_SLOT_IDLE || si->n_past > 0))
+            json_array_append_new(sessions, session_json(st, si));
+    }
+    json_t *o = json_pack("{s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:s, s:b, s:b, s:b, s:I, s:I, s:I, s:f}",
+                          "pool_id", p->pool_id, "parent", p->parent, "branch_pos", p->branch_pos,
+                          "prefix_len", p->prefix_len, "own_tokens", p->prefix_len - p->branch_pos,
+                          "own_kv_bytes", p->own_cells * bytes, "subtree_kv_bytes", p->subtree_cells * bytes,
+                          "residency", pool_residency_name((pool_residency)p->residency), "pinned", p->pinned,
+                          "auto_pinned", p->auto_pinned, "orphaned_pin", p->orphaned_pin,
+                          "last_access_ts", (json_int_t)p->last_access_ms,
+                          "prefix_hits", (json_int_t)p->n_prefix_hits, "queries", (json_int_t)p->n_queries,
+                          "gen_tps", p->gen_tps);
+    json_object_set_new(o, "children", kids);
+    json_object_set_new(o, "sessions", sessions);
+    return o;
+}
+
+static bool in_subtree(const eng_stats *st, int32_t root, int32_t id)
+{
+    for (int guard = 0; id > 0 && guard <= st->n_pools; guard++) {
+        if (id == root) return true;
+        int32_t parent = -1;
+        for (int32_t i = 0; i < st->n_pools; i++)
+            if (st->pools[i].pool_id == id) parent = st->pools[i].parent;
+        id = parent;
+    }
+    return false;
+}
+
+json_t *srv_pools_json(const eng_stats *st, int32_t root)
+{
+    json_t *a = json_array();
+    for (int32_t i = 0; i < st->n_pools; i++)
+        if (root <= 0 || in_subtree(st, root, st->pools[i].pool_id))
+            json_array_append_new(a, pool_json(st, &st->pools[i]));
+    double bytes = (double)st->kv_cell_bytes;
+    return json_pack("{s:I, s:o, s:i, s:i, s:i, s:f, s:f, s:f}", "ts", (json_int_t)st->ts_ms, "pools", a,
+                     "tree_depth", st->pool_tree_depth, "seq_ids_used", st->seq_ids_used, "seq_ids_max",
+                     st->seq_ids_max, "kv_bytes_used", st->kv_used * bytes, "kv_bytes_total", st->kv_total * bytes,
+                     "parked_kv_bytes", st->parked_owned_cells * bytes);
+}
+
+/* ---- handlers --------------------------------------------------------- */
+
+enum MHD_Result srv_h_pools(srv_req *r, json_t *body)
+{
+    if (!strcmp(r->method, "POST")) return make_pool(r, body, 0);
+    if (!strcmp(r->method, "DELETE")) return srv_reply_errorf(r, 405, "DELETE /polykv/pools/{id} releases one pool");
+    static __thread eng_stats st;        /* large: off the handler's stack */
+    if (eng_get_stats(srv_engine(r->s), &st) != PK_OK) return srv_reply_errorf(r, 503, "the engine is stopping");
+    return srv_reply_json(r, 200, srv_pools_json(&st, 0));
+}
+
+/* /polykv/pools/{id}[/verb] */
+enum MHD_Result srv_h_pool(srv_req *r, json_t *body)
+{
+    const char *rest = r->url + strlen("/polykv/pools/");
+    char *end;
+    long id = strtol(rest, &end, 10);
+    if (end == rest || id < 1 || id > INT32_MAX || (*end && *end != '/'))
+        return srv_reply_errorf(r, 404, "no such pool route: %s", r->url);
+    const char *verb = *end == '/' ? end + 1 : "";
+    bool get = !strcmp(r->method, "GET") || !strcmp(r->method, "HEAD"), del = !strcmp(r->method, "DELETE");
+    if (!*verb && get) {
+        static __thread eng_stats st;
+        if (eng_get_stats(srv_engine(r->s), &st) != PK_OK) return srv_reply_errorf(r, 503, "the engine is stopping");
+        bool found = false;
+        for (int32_t i = 0; i < st.n_pools; i++) found |= st.pools[i].pool_id == id;
+        if (!found) return srv_reply_errorf(r, 404, "pool %ld not found", id);
+        return srv_reply_json(r, 200, srv_pools_json(&st, (int32_t)id));
+    }
+    eng_pool_req rq = { .pool_id = (int32_t)id, .branch_pos = -1 };
+    if (!*verb && del) {
+        const char *rec = srv_query(r, "recursive");
+        rq.verb = ENG_POOL_RELEASE;
+        rq.recursive = rec && (!strcmp(rec, "true") || !strcmp(rec, "1"));
+    } else if (!strcmp(r->method, "POST")) {
+        if (!strcmp(verb, "fork")) return make_pool(r, body, (int32_t)id);
+        if (!strcmp(verb, "pin")) rq.verb = ENG_POOL_PIN;
+        else if (!strcmp(verb, "unpin")) rq.verb = ENG_POOL_UNPIN;
+        else if (!strcmp(verb, "evict")) rq.verb = ENG_POOL_EVICT;
+        else if (!strcmp(verb, "flush")) rq.verb = ENG_POOL_FLUSH;
+        else return srv_reply_errorf(r, 404, "no such pool operation: %s", verb);
+    } else {
+        return srv_reply_errorf(r, 405, "%s %s: method not allowed", r->method, r->url);
+    }
+    eng_pool_reply rp;
+    eng_pool_op(srv_engine(r->s), &rq, &rp);
+    if (rp.status != PK_OK) return reply_op_error(r, &rp);
+    json_t *o = json_pack("{s:i, s:b}", "pool_id", rp.pool_id > 0 ? rp.pool_id : (int)id, "ok", 1);
+    if (rq.verb == ENG_POOL_RELEASE) json_object_set_new(o, "released", json_integer(rp.n_released));
+    if (rq.verb == ENG_POOL_FLUSH) json_object_set_new(o, "ms", json_real(rp.ms));
+    return srv_reply_json(r, 200, o);
+}
+
+/* POST /slots/{id}?action=erase (llama-server's): drop the slot's history. */
+enum MHD_Result srv_h_slot_action(srv_req *r, json_t *body)
+{
+    const char *rest = r->url + strlen("/slots/");
+    char *end;
+    long id = strtol(rest, &end, 10);
+    const char *action = srv_query(r, "action");
+    eng *e = srv_engine(r->s);
+    if (strcmp(r->method, "POST")) return srv_reply_errorf(r, 405, "%s %s: method not allowed (use POST)", r->method, r->url);
+    if (end == rest || *end || id < 0 || id >= eng_get_params(e)->n_slots)
+        return srv_reply_errorf(r, 400, "no slot '%s'", rest);
+    if (!action || strcmp(action, "erase"))
+        return srv_reply_errorf(r, 400, "action must be 'erase' (save and restore are not supported)");
+    int32_t n = 0;
+    pk_status st = eng_erase(e, (int32_t)id, &n);
+    if (st == PK_ECONFLICT) return srv_reply_errorf(r, 409, "slot %ld is busy", id);
+    if (st != PK_OK) return srv_reply_errorf(r, 503, "the engine is stopping");
+    return srv_reply_json(r, 200, json_pack("{s:i, s:i}", "id_slot", (int)id, "n_erased", n));
+}
