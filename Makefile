@@ -64,7 +64,7 @@ test: deps all $(TESTS)
 	@sh tests/run.sh $(BUILD)
 
 test-asan: deps
-	$(MAKE) BUILD=build-asan OPT="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all tests-only
+	$(MAKE) BUILD=build-asan OPT="-O1 -g -DPK_DEBUG -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all tests-only
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 sh tests/run.sh build-asan
 
 tests-only: $(TESTS)

@@ -7,6 +7,8 @@
 # "N passed, M failed, K skipped".
 build=${1:-build}
 timeout_s=${TEST_TIMEOUT:-600}
+# The engine asserts its invariants after every step (eng_check.c).
+export POLYKV_CHECK=${POLYKV_CHECK:-1}
 pass=0; fail=0; skip=0; failed=""
 for t in "$build"/tests/test_*; do
     [ -x "$t" ] || continue

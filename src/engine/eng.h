@@ -245,6 +245,7 @@ typedef struct eng_stats {
     int32_t n_spilled, spilled_tokens;   /* histories held in RAM */
     double spilled_mib;
     uint64_t n_tokens_reused, n_tokens_read;
+    uint64_t n_tokens_restored;          /* copied back from the RAM tier */
     int32_t n_events;
     eng_cache_event events[ENG_CACHE_EVENTS];
     /* Pools, creation order; sequence ids; bytes per cell. */

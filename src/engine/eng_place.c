@@ -537,6 +537,7 @@ void eng_place_stats(eng *e, eng_stats *o)
     o->spilled_mib = e->spill_bytes / 1048576.0;
     o->n_tokens_reused = e->n_tokens_reused;
     o->n_tokens_read = e->n_tokens_read;
+    o->n_tokens_restored = e->n_tokens_restored;
     o->n_events = e->ev_n;
     for (int32_t k = 0; k < e->ev_n; k++) o->events[k] = e->events[(e->ev_head + k) % ENG_CACHE_EVENTS];
 }

@@ -129,5 +129,6 @@ bool eng_restore(eng *e, int32_t i, kv_seq dst, int32_t p0, int32_t p1)
         kv_cell_set(e->kv, cells[k], p0 + k, &dst, 1);
     }
     free(cells);
+    e->n_tokens_restored += (uint64_t)n;
     return true;
 }

@@ -233,8 +233,9 @@ enum MHD_Result srv_h_cache(srv_req *r, json_t *body)
         }
         json_array_append_new(ev, o);
     }
-    json_t *o = json_pack("{s:I, s:I, s:I, s:i, s:i, s:i, s:i, s:f, s:i, s:i, s:o}",
+    json_t *o = json_pack("{s:I, s:I, s:I, s:I, s:i, s:i, s:i, s:i, s:f, s:i, s:i, s:o}",
                           "ts", (json_int_t)st.ts_ms,
+                          "tokens_restored", (json_int_t)st.n_tokens_restored,
                           "tokens_reused", (json_int_t)st.n_tokens_reused,
                           "tokens_read", (json_int_t)st.n_tokens_read,
                           "parked", st.n_parked, "parked_tokens", st.parked_tokens,
