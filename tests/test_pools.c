@@ -529,6 +529,88 @@ static void test_random(model *m, int n_steps)
     eng_free(e);
 }
 
+/* ---- context shift and its guard ------------------------------------------ */
+
+/* model_kv_shift: a sequence computed at positions 10.. and shifted by -10
+ * is the sequence computed at 0.. (RoPE is linear in the position), so the
+ * next token's logits agree; a shared cell refuses to move. */
+static void test_kv_shift(model *m)
+{
+    V = model_get_hparams(m)->n_vocab;
+    const tok_vocab *v = model_vocab(m);
+    int32_t t[128];
+    int n = encode(v, ROOT, true, t, 128);
+    model_ctx_params cp = { .n_ctx = 512, .n_ubatch = 512, .n_threads = 2, .kv_type = TQ_F32 };
+    model_ctx *a, *b;
+    ASSERT(model_ctx_new(m, &cp, &a) == PK_OK && model_ctx_new(m, &cp, &b) == PK_OK);
+    float *la = malloc((size_t)V * sizeof *la), *lb = malloc((size_t)V * sizeof *lb);
+    static ref_batch rb;
+    ref_batch_make(&rb, t, n - 1, 10, 0, false);
+    ASSERT(model_decode(a, &rb.b, la) == PK_OK);
+    CHECK_EQ_INT(model_kv_shift(a, 0, -1, -1, -10), PK_OK);
+    CHECK_EQ_INT(kv_seq_pos_min(model_ctx_kv(a), 0), 0);
+    ref_batch_make(&rb, t + n - 1, 1, n - 1, 0, false);
+    ASSERT(model_decode(a, &rb.b, la) == PK_OK);
+    ref_batch_make(&rb, t, n, 0, 0, false);
+    ASSERT(model_decode(b, &rb.b, lb) == PK_OK);
+    double d = 0, mx = max_abs(lb, V);
+    for (int i = 0; i < V; i++) d = fmax(d, fabs(la[i] - lb[i]));
+    printf("context shift: %d tokens computed at 10.. and shifted by -10: |dlogit| / max|logit| %.2e\n", n, d / mx);
+    CHECK(d / mx <= 1e-4);
+    kv_seq_cp(model_ctx_kv(a), 0, 1, 0, 4);
+    CHECK_EQ_INT(model_kv_shift(a, 0, 2, -1, -1), PK_EINVAL);   /* cells 2, 3 are shared */
+    CHECK_EQ_INT(kv_seq_pos_min(model_ctx_kv(a), 0), 0);
+    CHECK_EQ_INT(kv_seq_pos_max(model_ctx_kv(a), 0), n - 1);
+    free(la);
+    free(lb);
+    model_ctx_free(a);
+    model_ctx_free(b);
+}
+
+/* --context-shift in the engine: a session of its own goes past its
+ * context; one on a pool stops at the end with truncated, and the pool is
+ * intact after it (a fresh attach answers as before). */
+static void test_ctx_guard(model *m)
+{
+    const tok_vocab *v = model_vocab(m);
+    eng_params ep = eng_default_params();
+    ep.n_slots = 2;
+    ep.n_ctx = 2 * 64;
+    ep.n_threads = 2;
+    ep.ctx_shift = true;
+    eng *e;
+    ASSERT(eng_new(m, &ep, &e) == PK_OK);
+    int32_t p[128];
+    int n = encode(v, ROOT, true, p, 128);
+    ASSERT(n >= 30);
+    run own = complete(e, p, 20, 100, 0);
+    CHECK(!own.failed);
+    CHECK_EQ_INT(own.done.stop, ENG_STOP_LIMIT);
+    CHECK_EQ_INT(own.done.n_gen, 100);
+    CHECK(own.done.truncated);
+
+    eng_pool_reply pr = pool_op(e, ENG_POOL_CREATE, 0, p, 20, -1);
+    CHECK_EQ_INT(pr.status, PK_OK);
+    run before = complete(e, p, 25, 8, pr.pool_id);
+    run pooled = complete(e, p, 25, 100, pr.pool_id);
+    CHECK(!pooled.failed);
+    CHECK_EQ_INT(pooled.done.stop, ENG_STOP_CTX);
+    CHECK(pooled.done.truncated);
+    CHECK_EQ_INT(pooled.done.n_gen, 64 - 25 + 1);
+    ASSERT(eng_erase(e, -1, NULL) == PK_OK);
+    run after = complete(e, p, 25, 8, pr.pool_id);
+    CHECK(after.n == 8 && memcmp(after.tok, before.tok, sizeof(int32_t) * 8) == 0);
+    double d = 0;
+    for (int i = 0; i < 8; i++) d = fmax(d, fabs(after.lp[i] - before.lp[i]));
+    CHECK(d == 0);
+    printf("context guard: own session shifted through %d tokens in a %d-token slot; pooled one stopped "
+           "(truncated) after %d; pool intact (|dlogprob| %.1e)\n", own.done.n_gen, 64, pooled.done.n_gen, d);
+    eng_stats *st = malloc(sizeof *st);
+    CHECK(accounting_exact(e, st));
+    free(st);
+    eng_free(e);
+}
+
 int main(void)
 {
     const char *shared = test_shared_dir();
@@ -542,6 +624,8 @@ int main(void)
     model *m;
     ASSERT(model_load(path, MODEL_COPY, &m, err, sizeof err) == PK_OK);
     test_lifetime(m);
+    test_kv_shift(m);
+    test_ctx_guard(m);
     test_random(m, 400);
     model_free(m);
     return test_finish();

@@ -41,6 +41,8 @@ static void usage(void)
         "  --max-body BYTES        largest request body (default 8388608)\n"
         "  --max-connections N     concurrent connections (default 256)\n"
         "  -v, --log-requests      one log line per request\n"
+        "  --context-shift         a full context drops half its tokens after n_keep and goes on\n"
+        "                          (sessions whose cells are shared, e.g. on a pool, stop instead)\n"
         "  --pools N               sequence ids kept for pools (default 16, at most 128)\n"
         "  --pool-grace-ms MS      a pool nothing uses is kept this long before cache pressure may\n"
         "                          evict it (default 30000)\n"
@@ -77,6 +79,10 @@ static bool parse(int argc, char **argv, serve_opts *o)
         if (!strcmp(a, "--no-slots")) { o->sp.endpoint_slots = false; continue; }
         if (!strcmp(a, "-v") || !strcmp(a, "--log-requests")) { o->sp.log_requests = true; continue; }
         if (!strcmp(a, "--mmap") || !strcmp(a, "--no-mmap")) { o->mmap = !strcmp(a, "--mmap"); continue; }
+        if (!strcmp(a, "--context-shift") || !strcmp(a, "--no-context-shift")) {
+            o->ep.ctx_shift = !strcmp(a, "--context-shift");
+            continue;
+        }
         if (!(v = cli_arg(argc, argv, &i))) return false;
         if (!strncmp(a, "--slot-", 7)) {
             pk_status ps = pol_params_set(&o->ep.policy, a, v);
@@ -113,6 +119,9 @@ static bool parse(int argc, char **argv, serve_opts *o)
         usage();
         return false;
     }
+    if (o->ep.ctx_shift)
+        fprintf(stderr, "polykv: --context-shift applies to sessions whose cells are their own; a session on a "
+                        "pool (or sharing another's cells) stops at its context's end instead (truncated)\n");
     return true;
 }
 

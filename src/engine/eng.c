@@ -91,7 +91,8 @@ static void finish(eng *e, slot *s, eng_stop why, const char *word)
 {
     double now = pk_time_ms();
     eng_event ev = { .kind = ENG_EV_DONE, .stop = why, .slot = s->id, .n_prompt = s->n_prompt,
-                     .n_cached = s->n_cached, .n_gen = s->n_gen,
+                     .n_cached = s->n_cached, .n_gen = s->n_gen, .truncated = s->truncated,
+                     .pool_id = s->pool_id, .pool_shared = s->pool_shared,
                      .prompt_ms = s->t_prompt_ms - s->t_start_ms,
                      .gen_ms = s->n_gen > 0 ? now - s->t_prompt_ms : 0 };
     if (word) snprintf(ev.stop_word, sizeof ev.stop_word, "%s", word);
@@ -114,6 +115,36 @@ static bool text_append(slot *s, const char *p, size_t n)
     memcpy(s->text + s->text_len, p, n);
     s->text_len += n;
     s->text[s->text_len] = 0;
+    return true;
+}
+
+/* The context of slot s is full.  With --context-shift and cells of its
+ * own only, drops n_discard tokens after n_keep (half the rest by default,
+ * as llama.cpp does) and moves the rest down, K rows rotated; returns true
+ * when there is room again.  A slot that shares any cell (a pool, another
+ * slot, a history) never moves them: shared cells are immutable. */
+static bool ctx_shift(eng *e, slot *s)
+{
+    if (!e->p.ctx_shift) return false;
+    s->truncated = true;
+    const eng_completion *rq = &s->task->req;
+    int32_t n_keep = rq->n_keep < 0 ? s->n_prompt : MIN(rq->n_keep, s->n_cache - 2);
+    n_keep = MAX(n_keep, s->n_cache > 0 && s->cache[0] == tok_bos(e->vocab) ? 1 : 0);   /* BOS stays */
+    int32_t left = s->n_cache - n_keep;
+    int32_t n_discard = rq->n_discard > 0 ? MIN(rq->n_discard, left - 1) : left / 2;
+    if (n_discard < 1) return false;
+    int32_t excl[KV_MAX_SEQ];
+    kv_excl_counts(e->kv, excl);
+    if (excl[s->id] != kv_seq_cells(e->kv, s->id)) return false;
+    kv_seq_rm(e->kv, s->id, n_keep, n_keep + n_discard);
+    if (model_kv_shift(e->ctx, s->id, n_keep + n_discard, -1, -n_discard) != PK_OK) {
+        kv_seq_rm(e->kv, s->id, n_keep, -1);      /* nothing half-moved stays */
+        s->n_cache = n_keep;
+        return false;
+    }
+    memmove(s->cache + n_keep, s->cache + n_keep + n_discard,
+            (size_t)(s->n_cache - n_keep - n_discard) * sizeof *s->cache);
+    s->n_cache -= n_discard;
     return true;
 }
 
@@ -145,10 +176,13 @@ static void on_token(eng *e, slot *s, int32_t id, float lp, const smp_logprob *t
     }
     size_t upto = s->text_sent + tok_utf8_complete(s->text + s->text_sent, s->text_len - s->text_sent);
     upto = MIN(upto, s->text_len - partial);
-    bool last = (t->req.n_predict >= 0 && s->n_gen >= t->req.n_predict) || s->n_cache >= e->n_ctx_slot;
-    emit_token(s, id, lp, top, n_top, last ? s->text_len : upto);
-    if (t->req.n_predict >= 0 && s->n_gen >= t->req.n_predict) finish(e, s, ENG_STOP_LIMIT, NULL);
-    else if (s->n_cache >= e->n_ctx_slot) finish(e, s, ENG_STOP_CTX, NULL);
+    bool done = t->req.n_predict >= 0 && s->n_gen >= t->req.n_predict;
+    bool full = !done && s->n_cache >= e->n_ctx_slot;
+    if (full && ctx_shift(e, s)) full = false;
+    if (full) s->truncated = true;                /* it ends here: say so */
+    emit_token(s, id, lp, top, n_top, done || full ? s->text_len : upto);
+    if (done) finish(e, s, ENG_STOP_LIMIT, NULL);
+    else if (full) finish(e, s, ENG_STOP_CTX, NULL);
     else s->next_token = id;
 }
 
@@ -171,6 +205,7 @@ bool eng_slot_start(eng *e, slot *s, eng_task *t)
     s->n_cached = s->n_cache;
     s->n_prompt = t->req.n_prompt;
     s->n_gen = 0;
+    s->truncated = false;
     s->text_len = s->text_sent = 0;
     s->ewma_ms = 0;
     s->task = t;

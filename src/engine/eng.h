@@ -77,6 +77,8 @@ typedef struct eng_params {
     int32_t cache_ram_mib;      /* RAM for histories spilled out of the cache, 8192 */
     int32_t n_pools;            /* --pools: sequence ids reserved for pools, 16 */
     int32_t pool_grace_ms;      /* --pool-grace-ms: kept after the last user leaves, 30000 */
+    bool ctx_shift;             /* --context-shift: a full context drops half of its
+                                   tokens after n_keep and goes on (cells of its own only) */
 } eng_params;
 
 eng_params eng_default_params(void);
@@ -108,6 +110,8 @@ typedef struct eng_completion {
     int32_t shared_prefix_n;    /* (must not exceed the common prefix: else an ERROR) */
     char session_id[ENG_SESSION_CAP]; /* "" when none */
     bool report_placed;         /* queue an ENG_EV_PLACED event once placed */
+    int32_t n_keep;             /* context shift: tokens kept at the start (-1: the prompt) */
+    int32_t n_discard;          /* context shift: tokens dropped after them, 0: half the rest */
 } eng_completion;
 
 typedef enum eng_ev_kind { ENG_EV_TOKEN = 1, ENG_EV_DONE, ENG_EV_ERROR, ENG_EV_PLACED } eng_ev_kind;
@@ -139,6 +143,8 @@ typedef struct eng_event {
     int32_t slot;
     int32_t n_prompt, n_cached, n_gen;
     int32_t pool_id, pool_shared;   /* the pool attached to and the tokens shared with it */
+    bool truncated;                 /* DONE: the context was shifted, or it filled while
+                                       its cells were shared (then stop is ENG_STOP_CTX) */
     double prompt_ms, gen_ms;
     /* ERROR */
     pk_status status;

@@ -142,4 +142,14 @@ typedef struct model_batch {
  */
 pk_status model_decode(model_ctx *c, const model_batch *b, float *logits);
 
+/*
+ * Context shift: moves seq's cells at positions [p0, p1) by delta, with
+ * their K rows rotated by delta (RoPE angles are linear in the position,
+ * so rotating by delta is computing at the new position), as llama.cpp's
+ * K-shift does.  PK_EINVAL, with nothing changed, when one of the cells is
+ * held by another sequence too (shared cells are immutable) or a position
+ * would leave [0, INT32_MAX].  Engine thread only.
+ */
+pk_status model_kv_shift(model_ctx *c, kv_seq seq, kv_pos p0, kv_pos p1, kv_pos delta);
+
 #endif

@@ -551,3 +551,54 @@ pk_status model_decode(model_ctx *c, const model_batch *b, float *logits)
     model_pass_end(m);
     return PK_OK;
 }
+
+/* ---- context shift ---- */
+
+pk_status model_kv_shift(model_ctx *c, kv_seq seq, kv_pos p0, kv_pos p1, kv_pos delta)
+{
+    const model_hparams *hp = &c->m->hp;
+    kv_cache *kv = c->kv;
+    /* Validates (shared cells, overflow) and moves the positions, or
+     * changes nothing; the rows are rotated after, only when it moved. */
+    int end = kv_cells_end(kv);
+    bool *moved = calloc((size_t)MAX(end, 1), sizeof *moved);
+    if (!moved) return PK_ENOMEM;
+    for (int i = 0; i < end; i++) {
+        kv_pos pos = kv_cell_pos(kv, i);
+        moved[i] = pos >= 0 && kv_seqset_has(kv_cell_seqs(kv, i), seq) && pos >= (p0 < 0 ? 0 : p0) &&
+                   (p1 < 0 || pos < p1) && (int64_t)pos + delta >= 0;
+    }
+    pk_status st = kv_seq_add(kv, seq, p0, p1, delta);
+    if (st != PK_OK || delta == 0) {
+        free(moved);
+        return st;
+    }
+    const int nk = hp->n_head_kv, hdk = hp->head_dim_k, n = nk * hdk;
+    float *cs = malloc((size_t)hp->n_rot * sizeof *cs), *row = malloc((size_t)n * sizeof *row);
+    if (!cs || !row) {
+        /* The positions moved but the rows could not be rotated: drop the
+         * moved cells rather than keep K rows that lie about them. */
+        for (int i = 0; i < end; i++)
+            if (moved[i]) kv_seq_rm(kv, seq, kv_cell_pos(kv, i), kv_cell_pos(kv, i) + 1);
+        free(cs);
+        free(row);
+        free(moved);
+        return PK_ENOMEM;
+    }
+    rope_angles(c->m, delta, cs);
+    for (int i = 0; i < end; i++) {
+        if (!moved[i]) continue;
+        for (int il = 0; il < hp->n_layer; il++) {
+            void *k = kv_k_row(kv, il, i);
+            if (c->p.kv_type == TQ_F16) tq_dequantize_row(TQ_F16, k, row, n);
+            else memcpy(row, k, (size_t)n * sizeof *row);
+            for (int h = 0; h < nk; h++) rope_head(row + h * hdk, cs, hp->n_rot, hp->rope_type);
+            if (c->p.kv_type == TQ_F16) tq_quantize_row(TQ_F16, row, k, n);
+            else memcpy(k, row, (size_t)n * sizeof *row);
+        }
+    }
+    free(cs);
+    free(row);
+    free(moved);
+    return PK_OK;
+}

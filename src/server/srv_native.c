@@ -60,7 +60,7 @@ static json_t *final_json(srv_gen *g, bool streamed)
         "generation_settings", settings_json(&g->req, &g->o),
         "prompt", "",
         "has_new_line", g->text && memchr(g->text, '\n', g->n_text) != NULL,
-        "truncated", 0,
+        "truncated", g->done.truncated,
         "stop_type", stop_type(d->stop),
         "stopping_word", d->stop == ENG_STOP_WORD ? d->stop_word : "",
         "tokens_cached", d->n_prompt + d->n_gen,
@@ -227,8 +227,9 @@ enum MHD_Result srv_h_props(srv_req *r, json_t *body)
         "endpoint_metrics", s->p.endpoint_metrics,
         "endpoint_props", 0,
         "is_sleeping", 0);
-    json_object_set_new(props, "polykv", json_pack("{s:i, s:i, s:i}", "max_pools", ep->n_pools,
-                                                   "pool_grace_ms", ep->pool_grace_ms, "n_ctx_total", ep->n_ctx));
+    json_object_set_new(props, "polykv", json_pack("{s:i, s:i, s:i, s:b}", "max_pools", ep->n_pools,
+                                                   "pool_grace_ms", ep->pool_grace_ms, "n_ctx_total", ep->n_ctx,
+                                                   "context_shift", ep->ctx_shift));
     char pol[4096];
     if (pol_params_json(&ep->policy, pol, sizeof pol, NULL) == PK_OK)
         json_object_set_new(props, "slot_policy", json_loads(pol, 0, NULL));

@@ -153,6 +153,8 @@ bool srv_parse_gen(const json_t *b, srv_api api, int32_t n_slots, eng_completion
     if (!get_bool(b, "ignore_eos", &c->ignore_eos, e)) return false;
     if (!get_bool(b, "cache_prompt", &c->cache_prompt, e)) return false;
     if (!get_i32(b, "id_slot", -1, n_slots - 1, &c->id_slot, e)) return false;
+    if (!get_i32(b, "n_keep", -1, INT32_MAX, &c->n_keep, e)) return false;
+    if (!get_i32(b, "n_discard", 0, INT32_MAX, &c->n_discard, e)) return false;
     if (!get_i32(b, "pool_id", 1, INT32_MAX, &c->pool_id, e)) return false;
     const json_t *spn = field(b, "shared_prefix_n_tokens");
     if (spn && !c->pool_id)
