@@ -20,6 +20,15 @@
 // request are counted from its usage (include_usage) or, for the native
 // API, tokens_predicted; a stream chunk carrying no text still counts.
 // Works unchanged against llama-server (same flags, same endpoints).
+//
+// Failed requests (HTTP errors, error events, connections closed early: a
+// server may close a kept-alive connection between requests) bring no
+// tokens but their time is in the level's wall time, so they lower its
+// aggregate.  Each level reports how many failed, the client time they
+// took and their distinct messages; a level with failures is flagged
+// ("FAILED" in the text, "failed" > 0 in --json) so a comparison of two
+// servers can tell lost requests from slow ones, and the last line sums the
+// failures of the run (one server).
 
 import { parseArgs } from 'node:util';
 
@@ -103,17 +112,21 @@ async function level(c) {
   const results = [];
   const t0 = performance.now();
   const end = t0 + duration;
-  let errors = 0, lastError = '';
+  let errors = 0, lastError = '', failedMs = 0;
+  const reasons = new Map();
   await Promise.all(Array.from({ length: c }, async () => {
     while (performance.now() < end) {
       // A server may close a kept-alive connection between requests
       // (llama-server does after a number of them); such a request is
-      // counted as an error and the client goes on with a new connection.
+      // counted as failed and the client goes on with a new connection.
+      const t = performance.now();
       try {
         results.push(await one());
       } catch (e) {
         errors++;
+        failedMs += performance.now() - t;
         lastError = e.cause?.message ?? e.message;
+        reasons.set(lastError, (reasons.get(lastError) ?? 0) + 1);
         if (errors > 10 * c) throw new Error(`too many failed requests: ${lastError}`);
       }
     }
@@ -125,7 +138,9 @@ async function level(c) {
   return {
     concurrency: c,
     requests: results.length,
-    errors,
+    failed: errors,
+    failed_client_s: +(failedMs / 1000).toFixed(2),
+    failed_reasons: Object.fromEntries(reasons),
     tokens,
     seconds: +wall.toFixed(2),
     aggregate_tps: +(tokens / wall).toFixed(2),
@@ -148,6 +163,10 @@ for (const c of levels) {
     console.log(`clients ${String(c).padStart(2)}: ${String(r.requests).padStart(4)} requests, ` +
       `${r.aggregate_tps.toFixed(1).padStart(8)} tok/s aggregate, ${r.session_tps_mean.toFixed(1).padStart(7)} tok/s ` +
       `per session, TTFT p50 ${r.ttft_p50_ms.toFixed(1)} ms (p90 ${r.ttft_p90_ms.toFixed(1)} ms)` +
-      (r.errors ? `, ${r.errors} failed requests` : ''));
+      (r.failed ? `; FAILED: ${r.failed} requests (${r.failed_client_s} s of client time, no tokens; ` +
+        `${Object.entries(r.failed_reasons).map(([m, k]) => `${k}x ${m}`).join('; ')})` : ''));
 }
-if (a.json) console.log(JSON.stringify({ url, api: a.api, max_tokens: maxTokens, levels: out }, null, 2));
+const failed = out.reduce((s, r) => s + r.failed, 0);
+if (a.json) console.log(JSON.stringify({ url, api: a.api, max_tokens: maxTokens, failed, levels: out }, null, 2));
+else console.log(`${url}: ${failed} failed requests over ${out.length} levels` +
+  (failed ? ` (levels ${out.filter((r) => r.failed).map((r) => r.concurrency).join(', ')} flagged)` : ''));

@@ -22,7 +22,11 @@
 //     in a 5 s window: with a thread per connection, glibc's per-thread
 //     malloc arenas make a small server's resident size wander by a few
 //     percent from second to second without any trend, and one sample would
-//     measure that wander.  Short runs still need a looser bound.
+//     measure that wander.  Short runs still need a looser bound.  Each
+//     window must hold at least 6 samples and the two must not overlap: a
+//     run too short for that (under warm-up + 10 s), or an --url server
+//     without --pid, fails the check rather than skipping it (pass
+//     --no-memcheck to leave it out, said so in the summary).
 // Prints one summary line; --json prints the numbers.
 
 import { spawn } from 'node:child_process';
@@ -195,10 +199,19 @@ async function badRequest() {
   await r.text?.();
 }
 
+const memcheck = !a['no-memcheck'];
 const t0 = Date.now();
 const warm = Math.max(10000, duration / 4);
+const MIN_SAMPLES = 6;   /* per 5 s window, sampled every 0.5 s */
+if (memcheck && !pid) fail('the memory check needs the server\'s --pid (or --no-memcheck)');
+if (memcheck && duration < warm + 10000)
+  fail(`--duration ${duration / 1000} s is too short for the memory check: it needs ${(warm + 10000) / 1000} s ` +
+       '(a 5 s window after the warm-up and another at the end), or --no-memcheck');
 const samples = [];   // [ms since start, KiB]
-const sampler = setInterval(() => samples.push([Date.now() - t0, rss()]), 500);
+const sampler = setInterval(() => {
+  const k = rss();
+  if (k > 0) samples.push([Date.now() - t0, k]);
+}, 500);
 const median = (xs) => (xs.length ? [...xs].sort((x, y) => x - y)[xs.length >> 1] : 0);
 
 await Promise.all(Array.from({ length: Number(a.clients) }, async (_, c) => {
@@ -209,8 +222,13 @@ await Promise.all(Array.from({ length: Number(a.clients) }, async (_, c) => {
 }));
 clearInterval(sampler);
 const tEnd = Date.now() - t0;
-const rssWarm = median(samples.filter(([t]) => t >= warm && t < warm + 5000).map(([, k]) => k));
-const rssEnd = median(samples.filter(([t]) => t >= tEnd - 5000).map(([, k]) => k));
+const inWarm = samples.filter(([t]) => t >= warm && t < warm + 5000).map(([, k]) => k);
+const inEnd = samples.filter(([t]) => t >= Math.max(tEnd - 5000, warm + 5000)).map(([, k]) => k);
+if (memcheck && pid && (inWarm.length < MIN_SAMPLES || inEnd.length < MIN_SAMPLES))
+  fail(`memory check: ${inWarm.length} samples after warm-up and ${inEnd.length} at the end, ` +
+       `${MIN_SAMPLES} needed in each (of ${samples.length} taken every 0.5 s)`);
+const rssWarm = median(inWarm);
+const rssEnd = median(inEnd);
 const rssMax = Math.max(0, ...samples.filter(([t]) => t >= warm).map(([, k]) => k));
 
 // No leaked slot.
@@ -229,7 +247,7 @@ const h = await fetch(url + '/health').catch(() => null);
 if (h?.status !== 200) fail('the server does not answer /health after the soak');
 
 const growth = rssWarm ? (rssEnd - rssWarm) / rssWarm : 0;
-if (!a['no-memcheck'] && pid && rssWarm && Math.abs(growth) > Number(a['mem-tolerance']))
+if (memcheck && rssWarm && rssEnd && Math.abs(growth) > Number(a['mem-tolerance']))
   fail(`resident memory moved ${(100 * growth).toFixed(1)}% after warm-up (${rssWarm} -> ${rssEnd} KiB)`);
 
 if (proc && proc.exitCode === null && proc.signalCode === null) {
@@ -247,6 +265,7 @@ if (a.json) console.log(JSON.stringify(summary, null, 2));
 console.log(`soak: ${errors.length ? 'FAIL' : 'ok'}: ${secs.toFixed(0)} s, ${a.clients} clients, ` +
   `${stats.completed} completed (${Object.entries(stats.by).map(([k, v]) => `${k} ${v}`).join(', ')}), ` +
   `${stats.disconnected} disconnected, ${stats.bad} bad requests refused, ${stats.tokens} tokens; ` +
-  `RSS ${rssWarm} -> ${rssEnd} KiB (${(100 * growth).toFixed(2)}%)`);
+  (memcheck ? `RSS ${rssWarm} -> ${rssEnd} KiB (${(100 * growth).toFixed(2)}%, medians of ${inWarm.length} and ` +
+   `${inEnd.length} samples)` : 'memory check not run (--no-memcheck)'));
 for (const e of errors) console.log(`soak: ${e}`);
 process.exit(errors.length ? 1 : 0);

@@ -1,7 +1,10 @@
 #!/bin/sh
 # Runs every test program in BUILD/tests, each in its own process with a
 # timeout, from the repository root (so ../shared resolves).  Exit 77 means
-# skipped (the test printed why).  Then the end-to-end tests (tests/e2e:
+# skipped (the test printed why).  A program that ran but left parts out
+# ends with "N passed, M failed, K skipped" and a line "skipped: reason" for
+# each part: those K parts are added to the skipped count and their reasons
+# shown.  Then the end-to-end tests (tests/e2e:
 # node --test against BUILD/polykv serve, which they start on free loopback
 # ports), each node test counted like a program.  Ends with
 # "N passed, M failed, K skipped".
@@ -16,11 +19,20 @@ for t in "$build"/tests/test_*; do
     start=$(date +%s)
     out=$(timeout "$timeout_s" "$t" 2>&1); rc=$?
     secs=$(( $(date +%s) - start ))
+    parts=$(echo "$out" | tail -n 1 | sed -n 's/^[0-9]* passed, [0-9]* failed, \([0-9]*\) skipped$/\1/p')
+    if [ "$rc" -ne 77 ] && [ -n "$parts" ] && [ "$parts" -gt 0 ]; then
+        skip=$((skip + parts))
+        reasons=$(echo "$out" | grep '^skipped: ' | sed "s/^skipped: /    skipped in $name: /")
+    else
+        reasons=""
+    fi
     case $rc in
-    0)  pass=$((pass + 1)); echo "PASS $name (${secs}s): $(echo "$out" | tail -n 1)";;
+    0)  pass=$((pass + 1)); echo "PASS $name (${secs}s): $(echo "$out" | tail -n 1)"
+        [ -n "$reasons" ] && echo "$reasons";;
     77) skip=$((skip + 1)); echo "SKIP $name: $(echo "$out" | grep '^SKIP' | head -n 1)";;
     *)  fail=$((fail + 1)); failed="$failed $name"
-        echo "FAIL $name (exit $rc, ${secs}s)"; echo "$out" | tail -n 40 | sed 's/^/    /';;
+        echo "FAIL $name (exit $rc, ${secs}s)"; echo "$out" | tail -n 40 | sed 's/^/    /'
+        [ -n "$reasons" ] && echo "$reasons";;
     esac
 done
 

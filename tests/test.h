@@ -1,9 +1,14 @@
 /*
  * test.h - the whole test framework: CHECK macros that print both values and
  * file:line, and a main() helper.  Each test program is one process; it
- * prints "N passed, M failed" and exits non-zero on any failure.  A test that
- * needs ../shared data it cannot find calls SKIP(), which prints the reason
- * and exits with status 77 (the runner reports it as skipped, never passed).
+ * ends with the line "N passed, M failed, K skipped" and exits non-zero on
+ * any failure.  A program that cannot run at all (no ../shared data) calls
+ * SKIP(), which prints the reason and exits with status 77 (the runner
+ * reports it as skipped, never passed).  A part of a program that cannot run
+ * here (a model file, an instruction set this CPU lacks) calls
+ * SKIP_PART("reason", ...): the part counts once in K, and test_finish
+ * prints each reason on a line "skipped: reason" before the summary, which
+ * tests/run.sh adds to its own count and shows.
  */
 #ifndef TEST_H
 #define TEST_H
@@ -14,7 +19,8 @@
 #include <string.h>
 #include <unistd.h>
 
-static int test_n_pass, test_n_fail;
+static int test_n_pass, test_n_fail, test_n_skip;
+static char test_skip_reason[32][200];
 
 #define CHECK(cond) do { if (cond) test_n_pass++; else { test_n_fail++; \
     fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond); } } while (0)
@@ -35,6 +41,11 @@ static int test_n_pass, test_n_fail;
 
 #define SKIP(...) do { printf("SKIP: "); printf(__VA_ARGS__); printf("\n"); exit(77); } while (0)
 
+/* One part of this program left out here, with its reason (printf format). */
+#define SKIP_PART(...) do { if (test_n_skip < (int)(sizeof test_skip_reason / sizeof test_skip_reason[0])) \
+        snprintf(test_skip_reason[test_n_skip], sizeof test_skip_reason[0], __VA_ARGS__); \
+    test_n_skip++; } while (0)
+
 /* Directory holding ../shared (models, reference), or NULL when absent. */
 static inline const char *test_shared_dir(void)
 {
@@ -46,7 +57,11 @@ static inline const char *test_shared_dir(void)
 
 static inline int test_finish(void)
 {
-    printf("%d passed, %d failed\n", test_n_pass, test_n_fail);
+    int n_listed = test_n_skip < (int)(sizeof test_skip_reason / sizeof test_skip_reason[0])
+                 ? test_n_skip : (int)(sizeof test_skip_reason / sizeof test_skip_reason[0]);
+    for (int i = 0; i < n_listed; i++) printf("skipped: %s\n", test_skip_reason[i]);
+    if (n_listed < test_n_skip) printf("skipped: (%d more not listed)\n", test_n_skip - n_listed);
+    printf("%d passed, %d failed, %d skipped\n", test_n_pass, test_n_fail, test_n_skip);
     return test_n_fail ? 1 : 0;
 }
 

@@ -1,18 +1,15 @@
 /*
  * test_kquant.c - the K-quant formats (Q4_K, Q5_K, Q6_K weights; Q8_K
- * activations): layouts, quantizer accuracy, agreement with the reference
- * engine's bytes, and the SIMD kernels against the scalar reference.
+ * activations): layouts, quantizer accuracy, the dot against the dequantized
+ * rows, and the SIMD kernels against the scalar reference.
  *
- * The golden hashes below are of bytes the reference engine's own
- * quantizers (built from its sources in a scratch directory, not part of
- * this repository) wrote for the same generated inputs, and of the bits of
- * its default x86 dot products (for Q4_K the kernel over 8-row repacked
- * weights, for Q5_K/Q6_K the row kernels; see tq_kquant.c); our quantizers
- * and dots must reproduce them exactly.
+ * Every expected value is computed at test time from the formats'
+ * definitions (test_golden and dot_in_budget state the error budgets); no
+ * hash of another program's output is pinned.
  *
  * The real-model check reads the Q4_K and Q6_K tensors of a file written by
  * the reference engine's quantize tool (../shared/models); without the
- * shared directory that part is left out with a note.
+ * shared directory that part is counted as skipped (SKIP_PART).
  *
  * POLYKV_BENCH=1 also times each dot kernel over a 896 x 4864 weight matrix
  * (one thread) after the checks, and prints GB/s of weight bytes.
@@ -63,15 +60,6 @@ static void fill_row(float *x, int n, int r)
     if (r % 7 == 6)
         for (int i = 0; i < 256 && i < n; i++) x[i] = 0.0f;
 }
-
-static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
-{
-    const uint8_t *b = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
-}
-
-#define FNV_SEED 0xcbf29ce484222325ull
 
 static const tq_type weight_types[] = { TQ_Q4_K, TQ_Q5_K, TQ_Q6_K };
 
@@ -198,52 +186,132 @@ static void test_round_trip(void)
     }
 }
 
-/* ---- bytes and bits of the reference engine ---------------------------- */
+/* ---- the dot's error budget -------------------------------------------- */
 
 /*
- * 96 rows x 4096 values of fill_row(): hashes of the quantized rows (for
- * Q8_K excluding the bsums of all-zero blocks, which the reference leaves
- * unwritten) and of the three dots (each weight row against the next row's
- * Q8_K), float bits in row order.
+ * The integer kernel must compute sum_i w_i * a_i of the dequantized rows up
+ * to float rounding.  Rounding is relative to the magnitudes summed before
+ * they cancel: the scale part |d*sc*q*a| and the min part |dmin*mn*a|,
+ * bounded here by sum |w*a| + sum |min_i * a_i| with min_i the value a level
+ * of 0 decodes to (0 for Q6_K).  Budget: 1e-5 of that plus 1e-6.  Returns
+ * whether tq_vec_dot_ref(wt, n, qw, qa) is within it; *got, *exact, *mag
+ * for the message.
+ */
+static bool dot_in_budget(tq_type wt, int n, const void *qw, const void *qa, float *got, double *exact,
+                          double *mag)
+{
+    float *wd = malloc((size_t)n * sizeof *wd), *ad = malloc((size_t)n * sizeof *ad);
+    float *zero_level = calloc((size_t)n, sizeof *zero_level);
+    uint8_t *qz = malloc(tq_row_size(wt, n));
+    tq_dequantize_row(wt, qw, wd, n);
+    tq_dequantize_row(TQ_Q8_K, qa, ad, n);
+    /* the decode of level 0: the block with every level cleared */
+    memcpy(qz, qw, tq_row_size(wt, n));
+    for (int k = 0; k < n / 256; k++) {
+        if (wt == TQ_Q4_K) memset(((tq_block_q4_K *)qz)[k].qs, 0, 128);
+        if (wt == TQ_Q5_K) {
+            memset(((tq_block_q5_K *)qz)[k].qs, 0, 128);
+            memset(((tq_block_q5_K *)qz)[k].qh, 0, 32);
+        }
+    }
+    if (wt != TQ_Q6_K) tq_dequantize_row(wt, qz, zero_level, n);
+    *exact = 0;
+    *mag = 0;
+    for (int i = 0; i < n; i++) {
+        *exact += (double)wd[i] * ad[i];
+        *mag += fabs((double)wd[i] * ad[i]) + fabs((double)zero_level[i] * ad[i]);
+    }
+    *got = tq_vec_dot_ref(wt, n, qw, qa);
+    free(wd);
+    free(ad);
+    free(zero_level);
+    free(qz);
+    return fabs(*got - *exact) <= 1e-5 * *mag + 1e-6;
+}
+
+/* ---- the generated rows: quantizers and dots against their definitions -- */
+
+/*
+ * 96 rows x 4096 values of fill_row() (six shapes: small and wide gaussian,
+ * uniform, outliers x50, offset, 30% zeros, 9 exact levels; every 7th row
+ * starting with an all-zero super-block), each checked against values
+ * computed here, nothing against stored hashes:
+ *   - Q8_K: per value |x - d*q| <= |d|/2 (the hard bound of rounding to the
+ *     nearest level), the first value of largest magnitude at level -127,
+ *     bsums the sums of each 16 levels, all-zero blocks all zero;
+ *   - Q4_K / Q5_K / Q6_K: each row's relative RMS error of dequant(quant(x))
+ *     within the format's budget (test_round_trip's: 0.10, 0.05, 0.025;
+ *     twice that for the outlier rows, where a sub-block's step is set by
+ *     its outlier and its other values round coarsely: they reach 0.087,
+ *     0.054, 0.036), all-zero super-blocks decoding to zeros;
+ *   - each weight row's dot with the next row's Q8_K within dot_in_budget.
  */
 static void test_golden(void)
 {
     enum { N = 4096, ROWS = 96 };
-    static const uint64_t want_quant[4] = {   /* q4_K, q5_K, q6_K, q8_K */
-        0xdf7d422b55ffbe9eull, 0xf63cb94017e531baull, 0x3311795b7d1d4750ull, 0xca507d6f963065e3ull,
-    };
-    static const uint64_t want_dot[3] = { 0xa00d7e924ae5711cull, 0x5924cdbb9d1cbedaull, 0x9e7696af6f8056bdull };
-    static float x[ROWS][N];
+    static float x[ROWS][N], y[N];
     static uint8_t qa[ROWS][N / 256 * sizeof(tq_block_q8_K)];
     static uint8_t qw[N / 256 * sizeof(tq_block_q6_K)];
     rng = 0x9e3779b97f4a7c15ull;
     for (int r = 0; r < ROWS; r++) fill_row(x[r], N, r);
 
-    uint64_t h = FNV_SEED;
+    int bad8 = 0;
     for (int r = 0; r < ROWS; r++) {
         tq_quantize_row(TQ_Q8_K, x[r], qa[r], N);
         for (int k = 0; k < N / 256; k++) {
             const tq_block_q8_K *b = (const tq_block_q8_K *)qa[r] + k;
-            h = fnv1a(h, b, b->d == 0 ? offsetof(tq_block_q8_K, bsums) : sizeof *b);
+            const float *xb = x[r] + 256 * k;
+            int peak = 0;
+            for (int l = 1; l < 256; l++) peak = fabsf(xb[l]) > fabsf(xb[peak]) ? l : peak;
+            if (xb[peak] == 0) {
+                int nonzero = b->d != 0;
+                for (int l = 0; l < 256; l++) nonzero += b->qs[l] != 0;
+                for (int g = 0; g < 16; g++) nonzero += b->bsums[g] != 0;
+                bad8 += nonzero > 0;
+                continue;
+            }
+            bad8 += b->qs[peak] != -127;
+            for (int l = 0; l < 256; l++) bad8 += fabsf(xb[l] - b->d * b->qs[l]) > fabsf(b->d) * 0.5f * 1.0001f;
+            for (int g = 0; g < 16; g++) {
+                int sum = 0;
+                for (int l = 0; l < 16; l++) sum += b->qs[16 * g + l];
+                bad8 += b->bsums[g] != sum;
+            }
         }
     }
-    if (h != want_quant[3]) fprintf(stderr, "golden q8_K: hash 0x%016llx\n", (unsigned long long)h);
-    CHECK(h == want_quant[3]);
+    if (bad8) fprintf(stderr, "generated rows q8_K: %d values or sums off\n", bad8);
+    CHECK_EQ_INT(bad8, 0);
 
+    static const double budget[] = { 0.10, 0.05, 0.025 };   /* as weight_types */
     for (size_t t = 0; t < ARRAY_LEN(weight_types); t++) {
         tq_type wt = weight_types[t];
-        uint64_t hq = FNV_SEED, hd = FNV_SEED;
+        int n_rms = 0, n_zero = 0, n_dot = 0;
+        double worst = 0;
         for (int r = 0; r < ROWS; r++) {
             tq_quantize_row(wt, x[r], qw, N);
-            hq = fnv1a(hq, qw, tq_row_size(wt, N));
-            float s = tq_vec_dot_ref(wt, N, qw, qa[(r + 1) % ROWS]);
-            hd = fnv1a(hd, &s, sizeof s);
+            tq_dequantize_row(wt, qw, y, N);
+            double err = 0, sig = 0;
+            for (int i = 0; i < N; i++) {
+                err += (double)(x[r][i] - y[i]) * (x[r][i] - y[i]);
+                sig += (double)x[r][i] * x[r][i];
+            }
+            double rel = sqrt(err / sig);
+            worst = fmax(worst, rel);
+            n_rms += !(rel <= budget[t] * (r % 6 == 2 ? 2 : 1));
+            if (r % 7 == 6)
+                for (int i = 0; i < 256; i++) n_zero += y[i] != 0;
+            float got;
+            double exact, mag;
+            if (!dot_in_budget(wt, N, qw, qa[(r + 1) % ROWS], &got, &exact, &mag) && n_dot++ < 3)
+                fprintf(stderr, "generated row %d %s: dot %.9g vs dequantized %.9g (mag %.3g)\n", r,
+                        tq_get(wt)->name, got, exact, mag);
         }
-        if (hq != want_quant[t] || hd != want_dot[t])
-            fprintf(stderr, "golden %s: hashes 0x%016llx, dot 0x%016llx\n", tq_get(wt)->name,
-                    (unsigned long long)hq, (unsigned long long)hd);
-        CHECK(hq == want_quant[t]);
-        CHECK(hd == want_dot[t]);
+        if (n_rms || n_zero)
+            fprintf(stderr, "generated rows %s: %d rows over the rms budget %.3f (worst %.4f), %d zeros not zero\n",
+                    tq_get(wt)->name, n_rms, budget[t], worst, n_zero);
+        CHECK_EQ_INT(n_rms, 0);
+        CHECK_EQ_INT(n_zero, 0);
+        CHECK_EQ_INT(n_dot, 0);
     }
 }
 
@@ -331,18 +399,13 @@ static void test_dots_simd(const tk_ops *ref, const tk_ops *simd)
 
 /* ---- the dot against dequantized values -------------------------------- */
 
-/*
- * The integer kernel must compute sum_i w_i * a_i of the dequantized rows up
- * to float rounding.  Rounding is relative to the magnitudes summed before
- * they cancel: the scale part |d*sc*q*a| and the min part |dmin*mn*a|,
- * bounded here by sum |w*a| + sum |min_i * a_i| with min_i the value a level
- * of 0 decodes to (0 for Q6_K).
- */
+/* Gaussian rows, with and without an offset and wide activations, through
+ * dot_in_budget. */
 static void test_dot_vs_dequant(void)
 {
     enum { N = 4864 };
-    static float w[N], x[N], wd[N], ad[N], zero_level[N];
-    static uint8_t qw[N], qa[N / 256 * sizeof(tq_block_q8_K)], qz[N];
+    static float w[N], x[N];
+    static uint8_t qw[N], qa[N / 256 * sizeof(tq_block_q8_K)];
     for (size_t t = 0; t < ARRAY_LEN(weight_types); t++) {
         tq_type wt = weight_types[t];
         int bad = 0;
@@ -353,30 +416,10 @@ static void test_dot_vs_dequant(void)
             }
             tq_quantize_row(wt, w, qw, N);
             tq_quantize_row(TQ_Q8_K, x, qa, N);
-            tq_dequantize_row(wt, qw, wd, N);
-            tq_dequantize_row(TQ_Q8_K, qa, ad, N);
-            /* the decode of level 0: the block with every level cleared */
-            memcpy(qz, qw, tq_row_size(wt, N));
-            for (int k = 0; k < N / 256; k++) {
-                if (wt == TQ_Q4_K) memset(((tq_block_q4_K *)qz)[k].qs, 0, 128);
-                if (wt == TQ_Q5_K) {
-                    memset(((tq_block_q5_K *)qz)[k].qs, 0, 128);
-                    memset(((tq_block_q5_K *)qz)[k].qh, 0, 32);
-                }
-            }
-            if (wt == TQ_Q6_K) memset(zero_level, 0, sizeof zero_level);
-            else tq_dequantize_row(wt, qz, zero_level, N);
-            double exact = 0, mag = 0;
-            for (int i = 0; i < N; i++) {
-                exact += (double)wd[i] * ad[i];
-                mag += fabs((double)wd[i] * ad[i]) + fabs((double)zero_level[i] * ad[i]);
-            }
-            float got = tq_vec_dot_ref(wt, N, qw, qa);
-            if (fabs(got - exact) > 1e-5 * mag + 1e-6) {
-                if (bad++ < 3)
-                    fprintf(stderr, "%s: dot %.9g vs dequantized %.9g (mag %.3g)\n",
-                            tq_get(wt)->name, got, exact, mag);
-            }
+            float got;
+            double exact, mag;
+            if (!dot_in_budget(wt, N, qw, qa, &got, &exact, &mag) && bad++ < 3)
+                fprintf(stderr, "%s: dot %.9g vs dequantized %.9g (mag %.3g)\n", tq_get(wt)->name, got, exact, mag);
         }
         CHECK_EQ_INT(bad, 0);
     }
@@ -384,72 +427,100 @@ static void test_dot_vs_dequant(void)
 
 /* ---- a real model file ----------------------------------------------- */
 
+/* Value v (0..255) of a Q4_K / Q6_K block decoded here from the layout the
+ * layout tests above build bit by bit, not by tq_kquant.c: Q4_K's 6-bit
+ * scale and min j from the 12-byte packing, level from nibble v%32 of byte
+ * run v/64, y = (d*sc)*q - dmin*mn (exact products, one rounding); Q6_K's
+ * level from ql/qh, y = d*scale*(q-32) in that order. */
+static float layout_q4_K(const tq_block_q4_K *b, int v)
+{
+    int j = v / 32, sc, mn;
+    if (j < 4) {
+        sc = b->scales[j] & 63;
+        mn = b->scales[j + 4] & 63;
+    } else {
+        sc = (b->scales[j + 4] & 15) | (b->scales[j - 4] >> 6) << 4;
+        mn = (b->scales[j + 4] >> 4) | (b->scales[j] >> 6) << 4;
+    }
+    uint8_t byte = b->qs[32 * (v / 64) + v % 32];
+    int q = j % 2 ? byte >> 4 : byte & 15;
+    return tq_f16_to_f32(b->d) * (float)sc * (float)q - tq_f16_to_f32(b->dmin) * (float)mn;
+}
+
+static float layout_q6_K(const tq_block_q6_K *b, int v)
+{
+    int half = v / 128, k = (v % 128) / 32, l = v % 32;
+    uint8_t lo = b->ql[64 * half + l + (k == 1 || k == 3 ? 32 : 0)];
+    int q = (k < 2 ? lo & 15 : lo >> 4) | ((b->qh[32 * half + l] >> (2 * k)) & 3) << 4;
+    return tq_f16_to_f32(b->d) * (float)b->scales[v / 16] * (float)(q - 32);
+}
+
 /*
  * The first 16 rows of every Q4_K / Q6_K tensor of the reference engine's
- * Q4_K_M file against a generated Q8_K row (reseeded per tensor): the dots
- * hash to the bits its x86 kernels give, every ISA agrees, the dot matches
- * the dequantized rows, and the dequantized weights are finite.
+ * Q4_K_M file against a generated Q8_K row (reseeded per tensor): the
+ * dequantized weights equal the layout decode above bit for bit and are
+ * finite, every ISA's dot equals the scalar one bit for bit, and the scalar
+ * dot is within dot_in_budget of the dequantized rows.
  */
 static void test_real_model(const tk_ops *const ops[], int n_ops)
 {
     const char *dir = test_shared_dir();
     char path[512];
-    snprintf(path, sizeof path, "%s/models/rand-llama-llama3vocab-e256-l2-Q4_K_M.gguf", dir ? dir : ".");
+    static const char file[] = "rand-llama-llama3vocab-e256-l2-Q4_K_M.gguf";
+    snprintf(path, sizeof path, "%s/models/%s", dir ? dir : ".", file);
     if (!dir || access(path, R_OK) != 0) {
-        printf("note: %s absent, real-model check left out\n", path);
+        SKIP_PART("models/%s absent: real-model check not run", file);
         return;
     }
     gguf_ctx *g = NULL;
     char err[256];
     CHECK_EQ_INT(gguf_open(path, &g, err, sizeof err), PK_OK);
     if (!g) return;
-    static const uint64_t want_hash = 0xb2c754deebe1797bull;   /* reference engine x86 dots */
-    uint64_t h = FNV_SEED;
-    int n_q4 = 0, n_q6 = 0, n_rows = 0, n_simd_diff = 0, n_far = 0, n_nonfinite = 0;
+    int n_q4 = 0, n_q6 = 0, n_rows = 0, n_simd_diff = 0, n_far = 0, n_nonfinite = 0, n_decode_diff = 0;
     for (int64_t ti = 0; ti < gguf_n_tensors(g); ti++) {
         const gguf_tensor *t = gguf_tensor_at(g, ti);
         if (t->type != TQ_Q4_K && t->type != TQ_Q6_K) continue;
         n_q4 += t->type == TQ_Q4_K;
         n_q6 += t->type == TQ_Q6_K;
         int64_t n = t->ne[0], rows = t->nbytes / tq_row_size(t->type, n);
-        float *x = malloc(n * sizeof *x), *wd = malloc(n * sizeof *wd), *ad = malloc(n * sizeof *ad);
+        float *x = malloc(n * sizeof *x), *wd = malloc(n * sizeof *wd);
         void *qa = malloc(tq_row_size(TQ_Q8_K, n));
         rng = 0x1234567ull + (uint64_t)ti;
         for (int64_t i = 0; i < n; i++) x[i] = gaussish();
         tq_quantize_row(TQ_Q8_K, x, qa, n);
-        tq_dequantize_row(TQ_Q8_K, qa, ad, n);
         for (int64_t r = 0; r < rows && r < 16; r++, n_rows++) {
             const uint8_t *w = (const uint8_t *)t->data + r * tq_row_size(t->type, n);
             float s = tq_vec_dot_ref(t->type, n, w, qa);
-            h = fnv1a(h, &s, sizeof s);
             for (int o = 0; o < n_ops; o++) {
                 float v = ops[o]->vec_dot[t->type](n, w, qa);
                 n_simd_diff += memcmp(&s, &v, sizeof s) != 0;
             }
             tq_dequantize_row(t->type, w, wd, n);
-            double exact = 0, mag = 0;
             for (int64_t i = 0; i < n; i++) {
                 n_nonfinite += !isfinite(wd[i]);
-                exact += (double)wd[i] * ad[i];
-                mag += fabs((double)wd[i] * ad[i]);
+                float want = t->type == TQ_Q4_K ? layout_q4_K((const tq_block_q4_K *)w + i / 256, (int)(i % 256))
+                                                : layout_q6_K((const tq_block_q6_K *)w + i / 256, (int)(i % 256));
+                n_decode_diff += memcmp(&want, &wd[i], sizeof want) != 0;
             }
-            /* looser than test_dot_vs_dequant: the min part's magnitude is
-             * not separated out here */
-            n_far += fabs(s - exact) > 1e-4 * mag + 1e-6;
+            float got;
+            double exact, mag;
+            if (!dot_in_budget(t->type, (int)n, w, qa, &got, &exact, &mag) && n_far++ < 3)
+                fprintf(stderr, "tensor %lld row %lld: dot %.9g vs dequantized %.9g (mag %.3g)\n",
+                        (long long)ti, (long long)r, got, exact, mag);
         }
         free(x);
         free(wd);
-        free(ad);
         free(qa);
     }
     gguf_close(g);
+    if (n_decode_diff) fprintf(stderr, "real model: %d values of %d rows decode differently\n", n_decode_diff, n_rows);
     CHECK_EQ_INT(n_q4, 12);
     CHECK_EQ_INT(n_q6, 3);
+    CHECK(n_rows > 0);
+    CHECK_EQ_INT(n_decode_diff, 0);
     CHECK_EQ_INT(n_simd_diff, 0);
     CHECK_EQ_INT(n_far, 0);
     CHECK_EQ_INT(n_nonfinite, 0);
-    if (h != want_hash) fprintf(stderr, "real model: %d rows, dot hash 0x%016llx\n", n_rows, (unsigned long long)h);
-    CHECK(h == want_hash);
 }
 
 /* ---- benchmark (POLYKV_BENCH=1) ---------------------------------------- */
@@ -524,7 +595,7 @@ int main(void)
     for (size_t i = 0; ref && i < ARRAY_LEN(simd_names); i++) {
         const tk_ops *simd = tk_ops_named(simd_names[i]);
         if (!simd) {
-            printf("note: %s not supported here, its kernels are untested\n", simd_names[i]);
+            SKIP_PART("%s kernels not run: this CPU lacks the instructions", simd_names[i]);
             continue;
         }
         test_q8_K_simd(ref, simd);

@@ -1,6 +1,8 @@
 /*
  * test_policy_prop.c - the slot policy (src/policy) over 200,000 random slot
- * tables (fixed seed), each decision checked against independent oracles:
+ * tables (fixed seed), each decision checked against oracles written from
+ * pol.h's stated rules and formulas (ttl, size, value, parking loss: none
+ * calls src/policy), and each history's pol_hist_state against them:
  * never a busy slot, never another conversation's slot while a blank one is
  * idle, each rule and its order (continue, older version, reclaim order,
  * least loss within the tie), token-identical sources near the best and
@@ -11,6 +13,61 @@
  * POL_TEST_TABLES=n changes the number of random tables (default 200000).
  */
 #include "policy_tables.h"
+
+/* ---- the curves, written from pol.h's DESIGN comment ----------------------
+ * Not a call into src/policy: the oracles below must check the policy
+ * against its stated formulas, not against itself. */
+
+/* ttl(n): piecewise linear through the knots, each knot's time scaled by
+ * ttl_max_s / 120, flat beyond the last; 0 for no tokens or no ttl_max_s. */
+static double o_ttl(int64_t n, double ttl_max_s)
+{
+    static const double kn[] = { 0, 500, 2000, 8000, 32000, 50000, 100000, 262144 };
+    static const double ks[] = { 0, 0.1, 2, 10, 45, 65, 90, 120 };
+    enum { LAST = 7 };
+    if (n <= 0 || !(ttl_max_s > 0))
+        return 0;
+    double k = ttl_max_s / 120, x = (double)n;
+    if (x >= kn[LAST])
+        return ks[LAST] * k;
+    int i = LAST;
+    while (kn[i - 1] > x)   /* the segment [kn[i-1], kn[i]) holding x */
+        i--;
+    return k * ks[i - 1] + (x - kn[i - 1]) * (k * ks[i] - k * ks[i - 1]) / (kn[i] - kn[i - 1]);
+}
+
+/* size(n) = (n/50000)^0.7 * (n/(n+2000))^2 */
+static double o_size(int64_t n)
+{
+    if (n <= 0)
+        return 0;
+    return pow((double)n / 50000, 0.7) * pow((double)n / ((double)n + 2000), 2);
+}
+
+/* value: size * (0.25 + 0.75 * (1 - age/ttl)) while age < ttl; after,
+ * size * 0.25 * (1 - x^2), x = clamp((age - ttl) / (zero - ttl), 0, 1),
+ * with zero = idle_value_zero_s: 0 means no decay (size * 0.25), and
+ * 0 < zero <= ttl means 0 once expired.  Negative ages count as 0. */
+static double o_value(int64_t n, double age, const pol_params *p)
+{
+    double ttl = o_ttl(n, p->ttl_max_s), zero = p->idle_value_zero_s;
+    age = age < 0 ? 0 : age;
+    if (age < ttl)
+        return o_size(n) * (0.25 + 0.75 * (1 - age / ttl));
+    if (zero <= 0)
+        return o_size(n) * 0.25;
+    if (zero <= ttl)
+        return 0;
+    double x = (age - ttl) / (zero - ttl);
+    x = x < 0 ? 0 : x > 1 ? 1 : x;
+    return o_size(n) * 0.25 * (1 - x * x);
+}
+
+/* Equal up to the rounding of two ways of writing one formula. */
+static bool o_near(double a, double b)
+{
+    return fabs(a - b) <= 1e-12 * fmax(fabs(a), fabs(b)) + 1e-300;
+}
 
 /* ---- property test over random tables ----------------------------------- */
 
@@ -125,7 +182,7 @@ static void random_table(bool long_table)
             tok = t;
             n = cut + tail;
         }
-        double ttl = pol_ttl_s(n, T.p.ttl_max_s);
+        double ttl = o_ttl(n, T.p.ttl_max_s);
         double age = fresh ? 0.99 * ttl * rndu() : rndn(2) ? 3 * ttl * rndu() : 2500 * rndu();
         int h = tb_hist(tok, n, age);
         T.hists[h].valid = rndn(12) != 0;
@@ -215,9 +272,71 @@ static bool o_may_drop(const oracle *o, int v, double value_h)
     return T.p.park_value_ratio > 0 && value_h >= T.p.park_value_ratio * o->value[v];
 }
 
-/* Rule 4 against pol_park: in each idle slot the request would reuse that
- * slot's own history when it is among the longest allowed sources, else the
- * first of them; the chosen slot's loss is within loss_tie of the least and
+/* Largest share of h's key that another valid history or the request (its
+ * common prefix with the prompt) already holds. */
+static double o_kept_share(const oracle *o, int h)
+{
+    int key = key_of(&T.hists[h]);
+    double kept = (double)MIN(o->lcp[h], key) / key;
+    for (int g = 0; g < T.s.n_hists; g++) {
+        if (g == h || o->blank[g])
+            continue;
+        int common = naive_lcp(T.hists[h].tokens, T.hists[h].n_tokens, T.hists[g].tokens, T.hists[g].n_tokens);
+        kept = MAX(kept, (double)MIN(common, key) / key);
+    }
+    return kept;
+}
+
+/* The value an idle slot's history h loses when the request (reusing
+ * source src, needing `need` new cells) runs there, from pol.h's parking
+ * rules: nothing for a blank; its value when it is worth less than
+ * park_min_value; nothing when another holds park_kept_share of its key;
+ * nothing when there is room (a free reserve id and need free cells);
+ * else, dropping lowest value first (blanks first at equal value, then
+ * history order) the histories that may go (o_may_drop; never h, src or a
+ * busy one) and free what is short, the sum of their values; its value
+ * when even all of them leave it short. */
+static double o_park_loss(const oracle *o, int h, int src, int64_t need)
+{
+    const pol_snapshot *s = &T.s;
+    if (o->blank[h])
+        return 0;
+    double v = o->value[h];
+    if (v < T.p.park_min_value)
+        return v;
+    if (T.p.park_kept_share > 0 && o_kept_share(o, h) >= T.p.park_kept_share)
+        return 0;
+    int64_t cells_short = need - s->n_cells_free;
+    int ids_short = 1 - s->n_reserve_free;
+    if (cells_short <= 0 && ids_short <= 0)
+        return 0;
+    bool taken[POL_MAX_HIST] = { false };
+    double lost = 0;
+    while (cells_short > 0 || ids_short > 0) {
+        int pick = -1;
+        for (int u = 0; u < s->n_hists; u++) {
+            if (taken[u] || u == h || u == src || o->busy[u] || !o_may_drop(o, u, v))
+                continue;
+            bool helps = (cells_short > 0 && T.hists[u].n_cells_excl > 0) || (ids_short > 0 && o->parked[u]);
+            if (!helps)
+                continue;
+            if (pick < 0 || o->value[u] < o->value[pick] ||
+                (o->value[u] == o->value[pick] && o->blank[u] && !o->blank[pick]))
+                pick = u;
+        }
+        if (pick < 0)
+            return v;
+        taken[pick] = true;
+        lost += o->value[pick];
+        cells_short -= T.hists[pick].n_cells_excl;
+        ids_short -= o->parked[pick];
+    }
+    return lost;
+}
+
+/* Rule 4: in each idle slot the request would reuse that slot's own history
+ * when it is among the longest allowed sources, else the first of them;
+ * the chosen slot's loss (o_park_loss) is within loss_tie of the least and
  * no earlier slot's is. */
 static void check_least_loss(long table_no, const pol_decision *d, const oracle *o)
 {
@@ -234,14 +353,12 @@ static void check_least_loss(long table_no, const pol_decision *d, const oracle 
             continue;
         int h = T.slots[j].hist;
         int src = d->n_reuse > 0 && o->lcp[h] == d->n_reuse ? h : first;
-        pol_park_plan plan;
-        PROP(pol_park(s, h, src, (int32_t)need, &plan) == PK_OK);
-        loss[j] = plan.loss;
+        loss[j] = o_park_loss(o, h, src, need);
         least = MIN(least, loss[j]);
     }
     double limit = least * (1 + T.p.loss_tie);
     PROP(loss[d->slot] <= limit);
-    PROP(loss[d->slot] == d->loss);
+    PROP(o_near(loss[d->slot], d->loss));
     for (int j = 0; j < d->slot; j++)
         PROP(!(loss[j] <= limit));
 }
@@ -279,10 +396,15 @@ static void check_decision(long table_no, const pol_decision *d)
         const pol_hist *h = &T.hists[i];
         o.blank[i] = !h->valid || h->n_tokens == 0;
         o.lcp[i] = o.blank[i] ? 0 : naive_lcp(h->tokens, h->n_tokens, s->prompt, s->n_prompt);
-        double age = s->now_s - h->last_use_s;
-        o.prot[i] = !o.blank[i] && age < pol_ttl_s(h->n_tokens, T.p.ttl_max_s);
-        o.value[i] = o.blank[i] ? 0 : pol_value(h->n_tokens, age, &T.p);
+        double age = MAX(s->now_s - h->last_use_s, 0.0), ttl = o.blank[i] ? 0 : o_ttl(h->n_tokens, T.p.ttl_max_s);
+        o.prot[i] = !o.blank[i] && age < ttl;
+        o.value[i] = o.blank[i] ? 0 : o_value(h->n_tokens, age, &T.p);
         o.slot_of[i] = -1;
+        /* the curves themselves, as /slots shows them */
+        pol_state st = pol_hist_state(&T.p, h, s->now_s);
+        PROP(st.blank == o.blank[i] && st.is_protected == o.prot[i]);
+        PROP(o_near(st.ttl_s, ttl) && o_near(st.value, o.value[i]) && o_near(st.age_s, age));
+        PROP(o_near(st.overwrite_score, 1 / (1 + o.value[i])));
     }
     bool any_idle = false, blank_idle = false;
     for (int k = 0; k < s->n_slots; k++) {
@@ -397,16 +519,7 @@ static void check_decision(long table_no, const pol_decision *d)
     if (d->kind == POL_CONTINUE || d->kind == POL_SIBLING || o_slot_blank(&o, k))
         PROP(d->park == -1 && d->n_drop == 0 && d->loss == 0);
     if ((d->kind == POL_RECLAIM || d->kind == POL_LEAST_LOSS) && !o_slot_blank(&o, k)) {
-        int key = key_of(&T.hists[rh]);
-        double kept = (double)MIN(o.lcp[rh], key) / key;
-        for (int g = 0; g < s->n_hists; g++) {
-            if (g == rh || o.blank[g])
-                continue;
-            int common = naive_lcp(T.hists[rh].tokens, T.hists[rh].n_tokens,
-                                   T.hists[g].tokens, T.hists[g].n_tokens);
-            double share = (double)MIN(common, key) / key;
-            kept = MAX(kept, share);
-        }
+        double kept = o_kept_share(&o, rh);
         bool kept_elsewhere = T.p.park_kept_share > 0 && kept >= T.p.park_kept_share;
         bool wants = o.value[rh] >= T.p.park_min_value && !kept_elsewhere;
         int64_t need = (int64_t)MAX(s->n_prompt - d->n_reuse, 0) + s->n_cells_extra;
@@ -429,9 +542,10 @@ static void check_decision(long table_no, const pol_decision *d)
             }
             PROP(cells >= need && ids >= 1);
             PROP(fabs(d->loss - lost) <= 1e-9 * (1 + lost));
+            PROP(o_near(d->loss, o_park_loss(&o, rh, d->source, need)));
         } else {
             PROP(d->n_drop == 0);
-            PROP(d->loss == (o.value[rh] >= T.p.park_min_value && kept_elsewhere ? 0 : o.value[rh]));
+            PROP(o_near(d->loss, o.value[rh] >= T.p.park_min_value && kept_elsewhere ? 0 : o.value[rh]));
             if (wants) {
                 /* Refused only when dropping everything allowed is not enough. */
                 int64_t cells = s->n_cells_free;
@@ -505,11 +619,14 @@ static void check_drop_order(long table_no)
     }
     PROP(n == expect);
     for (int i = 1; i < n; i++) {
-        pol_state a = pol_hist_state(&T.p, &T.hists[order[i - 1]], T.s.now_s);
-        pol_state b = pol_hist_state(&T.p, &T.hists[order[i]], T.s.now_s);
-        bool ok = a.is_protected < b.is_protected || (a.is_protected == b.is_protected &&
-                  (a.value < b.value || (a.value == b.value &&
-                  (a.blank > b.blank || (a.blank == b.blank && order[i - 1] < order[i])))));
+        const pol_hist *ha = &T.hists[order[i - 1]], *hb = &T.hists[order[i]];
+        bool ba = !ha->valid || ha->n_tokens <= 0, bb = !hb->valid || hb->n_tokens <= 0;
+        double age_a = MAX(T.s.now_s - ha->last_use_s, 0.0), age_b = MAX(T.s.now_s - hb->last_use_s, 0.0);
+        bool pa = !ba && age_a < o_ttl(ha->n_tokens, T.p.ttl_max_s);
+        bool pb = !bb && age_b < o_ttl(hb->n_tokens, T.p.ttl_max_s);
+        double va = ba ? 0 : o_value(ha->n_tokens, age_a, &T.p), vb = bb ? 0 : o_value(hb->n_tokens, age_b, &T.p);
+        bool ok = pa < pb || (pa == pb && (va < vb || (va == vb &&
+                  (ba > bb || (ba == bb && order[i - 1] < order[i])))));
         PROP(ok);
     }
 }

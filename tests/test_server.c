@@ -261,24 +261,35 @@ static void test_chat(void)
     CHECK(strstr(text, "<tools>") == NULL && fmt == SRV_TOOL_NONE);
     free(text);
 
-    static const char *bad[] = {
-        "{}",
-        "{\"messages\": []}",
-        "{\"messages\": \"hi\"}",
-        "{\"messages\": [{\"content\": \"x\"}]}",
-        "{\"messages\": [{\"role\": \"wizard\", \"content\": \"x\"}]}",
-        "{\"messages\": [{\"role\": \"user\", \"content\": 5}]}",
-        "{\"messages\": [{\"role\": \"user\"}]}",
-        "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\"}]}]}",
-        "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": {}}",
-        "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{\"type\": \"function\"}]}",
-        "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tool_choice\": \"sometimes\"}",
-        "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"add_generation_prompt\": 1}",
-        "{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": [{\"function\": {}}]}]}",
+    /* Each malformed body: a 400 naming the field, with the message that
+     * says what is wrong with it. */
+    static const struct { const char *body, *param, *msg; } bad[] = {
+        { "{}", "messages", "'messages' must be an array" },
+        { "{\"messages\": []}", "messages", "'messages' must not be empty" },
+        { "{\"messages\": \"hi\"}", "messages", "'messages' must be an array" },
+        { "{\"messages\": [{\"content\": \"x\"}]}", "messages", "messages[0] must be an object with a string 'role'" },
+        { "{\"messages\": [{\"role\": \"wizard\", \"content\": \"x\"}]}", "messages",
+          "messages[0].role 'wizard' is not one of system, user, assistant, tool" },
+        { "{\"messages\": [{\"role\": \"user\", \"content\": 5}]}", "messages",
+          "messages[0].content must be a string or an array of parts" },
+        { "{\"messages\": [{\"role\": \"user\"}]}", "messages", "messages[0].content is required" },
+        { "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\"}]}]}", "messages",
+          "messages[0].content[0]: only text parts are supported" },
+        { "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": {}}", "tools",
+          "'tools' must be an array" },
+        { "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{\"type\": \"function\"}]}", "tools",
+          "tools[0] must be {\"type\": \"function\", \"function\": {\"name\": string, ...}}" },
+        { "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tool_choice\": \"sometimes\"}", "tool_choice",
+          "'tool_choice' must be none, auto, required or an object" },
+        { "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"add_generation_prompt\": 1}",
+          "add_generation_prompt", "'add_generation_prompt' must be a boolean" },
+        { "{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": [{\"function\": {}}]}]}", "messages",
+          "messages[0].tool_calls[0] must be {\"function\": {\"name\": string, \"arguments\": string}}" },
     };
     for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
-        CHECK_EQ_INT(chat(TMPL_CHATML, bad[i], &text, &fmt, &e), 400);
-        CHECK(e.param[0] != 0 && strstr(e.msg, "") != NULL);
+        CHECK_EQ_INT(chat(TMPL_CHATML, bad[i].body, &text, &fmt, &e), 400);
+        CHECK_STR(e.param, bad[i].param);
+        CHECK_STR(e.msg, bad[i].msg);
     }
 }
 
@@ -455,6 +466,16 @@ static int wait_idle(eng *e, int ms)
     return -1;
 }
 
+/* The most tokens any slot's last task generated (eng_stats n_decoded). */
+static int most_decoded(eng *e)
+{
+    eng_stats st;
+    CHECK_EQ_INT(eng_get_stats(e, &st), PK_OK);
+    int most = 0;
+    for (int i = 0; i < st.n_slots; i++) most = MAX(most, st.slots[i].n_decoded);
+    return most;
+}
+
 static void test_live(const char *model_path)
 {
     char err[256];
@@ -589,20 +610,29 @@ static void test_live(const char *model_path)
         ssize_t k = recv(fd, buf, sizeof buf, 0);
         CHECK(k > 0);
         close(fd);
-        int ms = wait_idle(e, 3000);
+        int ms = wait_idle(e, 10000);
         CHECK(ms >= 0);
-        eng_stats st;
-        CHECK_EQ_INT(eng_get_stats(e, &st), PK_OK);
-        CHECK(st.slots[0].n_decoded + st.slots[1].n_decoded < 4000);
+        int most = most_decoded(e);
+        if (most >= eng_n_ctx_slot(e) / 2)
+            fprintf(stderr, "streamed: %d tokens decoded after the client left\n", most);
+        CHECK(most < eng_n_ctx_slot(e) / 2);
     }
-    /* ... and so does one waiting for a whole (non-streamed) answer. */
+    /* ... and so does one waiting for a whole (non-streamed) answer.  Noticed,
+     * it ends within a poll interval (SRV_POLL_MS) of the close; unnoticed, it
+     * runs to the end of its slot's context (n_ctx_slot - 2 tokens): either
+     * past the 10 s waited, or, on a machine fast enough, with n_decoded over
+     * half the slot. */
     {
         int fd = connect_to(port);
         send_request(fd, "POST", "/completion", auth, "{\"prompt\": \"Twice\", \"n_predict\": -1, \"ignore_eos\": "
                      "true}");
         usleep(20000);
         close(fd);
-        CHECK(wait_idle(e, 3000) >= 0);
+        CHECK(wait_idle(e, 10000) >= 0);
+        int most = most_decoded(e);
+        if (most >= eng_n_ctx_slot(e) / 2)
+            fprintf(stderr, "non-streamed: %d tokens decoded after the client left\n", most);
+        CHECK(most < eng_n_ctx_slot(e) / 2);
     }
 
     http(port, "GET", "/metrics", auth, NULL, r);
@@ -625,13 +655,18 @@ int main(void)
     test_tool_answers();
     const char *shared = test_shared_dir();
     if (!shared) {
-        printf("(no ../shared: prompt and live-server tests skipped)\n");
+        SKIP_PART("../shared absent: prompt tests (they need a vocabulary) not run");
+        SKIP_PART("../shared absent: live-server tests (they need stories260K) not run");
         return test_finish();
     }
     char path[512], err[256];
     snprintf(path, sizeof path, "%s/models/stories260K.gguf", shared);
-    model *m;
-    if (model_load(path, MODEL_COPY, &m, err, sizeof err) != PK_OK) SKIP("%s: %s", path, err);
+    model *m = NULL;
+    CHECK_EQ_INT(model_load(path, MODEL_COPY, &m, err, sizeof err), PK_OK);
+    if (!m) {
+        fprintf(stderr, "%s: %s\n", path, err);
+        return test_finish();
+    }
     test_prompts(model_vocab(m));
     model_free(m);
     test_live(path);

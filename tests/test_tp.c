@@ -1,7 +1,8 @@
 /*
  * test_tp.c - the compute threadpool: every thread runs every job with the
- * right (ith, nth), barriers separate phases, an idle pool sleeps, and the
- * cost of a job dispatch and of a barrier (printed, loosely bounded).
+ * right (ith, nth), barriers separate phases, an idle pool sleeps, and
+ * back-to-back dispatches and barriers do not sleep (counted in voluntary
+ * context switches; their times are printed, not bounded).
  */
 #include "../src/tensor/tp.h"
 #include "test.h"
@@ -129,31 +130,61 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Dispatch and barrier costs on 2 threads, median of 7 rounds.  Bounds are
- * loose: the machine is shared (and may be a VM whose idle vCPUs wake
- * slowly); the numbers are printed for the record. */
+static long voluntary_switches(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);   /* every thread of the process */
+    return ru.ru_nvcsw;
+}
+
+/*
+ * Back-to-back jobs must be handed over by spinning, not by sleeping: that
+ * is the pool's design (tp.h), and what makes a forward pass of hundreds of
+ * jobs cheap.  A sleeping handoff costs at least one voluntary context
+ * switch per dispatch (the worker waits on its futex after every job), so
+ * RUNS dispatches cost >= RUNS switches.  The spinning pool makes one only
+ * when a thread waits past its spin window (TP_JOB_SPIN_US, 1 ms; the owner
+ * 200 us), which on a loaded machine happens when the other thread is off
+ * its core for a scheduler slice (a few ms): a round of RUNS dispatches sees
+ * about one per slice.  The bound, RUNS / 4 in the best of 7 rounds, leaves
+ * room for that and still fails a sleeping handoff by 4x.  This counts, it
+ * does not time, so a slow or busy machine does not make it flaky; the
+ * times are printed for the record only, with no bound (a time bound loose
+ * enough for a loaded 2-core CI machine could not fail).
+ */
 static void test_costs(void)
 {
     enum { ROUNDS = 7, RUNS = 3000, BARRIERS = 3000 };
     tp_pool *tp;
     CHECK_EQ_INT(tp_new(2, &tp), PK_OK);
     double run_us[ROUNDS], bar_us[ROUNDS];
+    long run_sw[ROUNDS], bar_sw[ROUNDS];
     barrier_args b = { tp, BARRIERS };
     tp_run(tp, empty_job, NULL);
     for (int r = 0; r < ROUNDS; r++) {
+        long s0 = voluntary_switches();
         int64_t t0 = pk_time_us();
         for (int k = 0; k < RUNS; k++) tp_run(tp, empty_job, NULL);
         run_us[r] = (double)(pk_time_us() - t0) / RUNS;
+        run_sw[r] = voluntary_switches() - s0;
+        s0 = voluntary_switches();
         t0 = pk_time_us();
         tp_run(tp, barrier_job, &b);
         bar_us[r] = (double)(pk_time_us() - t0) / BARRIERS;
+        bar_sw[r] = voluntary_switches() - s0;
+    }
+    long run_min = run_sw[0], bar_min = bar_sw[0];
+    for (int r = 1; r < ROUNDS; r++) {
+        run_min = run_sw[r] < run_min ? run_sw[r] : run_min;
+        bar_min = bar_sw[r] < bar_min ? bar_sw[r] : bar_min;
     }
     qsort(run_us, ROUNDS, sizeof run_us[0], cmp_double);
     qsort(bar_us, ROUNDS, sizeof bar_us[0], cmp_double);
-    printf("2 threads: tp_run(empty) median %.3f us (min %.3f), tp_barrier median %.3f us (min %.3f)\n",
-           run_us[ROUNDS / 2], run_us[0], bar_us[ROUNDS / 2], bar_us[0]);
-    CHECK(run_us[ROUNDS / 2] < 1000.0);
-    CHECK(bar_us[ROUNDS / 2] < 1000.0);
+    printf("2 threads: tp_run(empty) median %.3f us (min %.3f), tp_barrier median %.3f us (min %.3f); "
+           "voluntary switches per %d: dispatches %ld, barriers %ld (best round)\n",
+           run_us[ROUNDS / 2], run_us[0], bar_us[ROUNDS / 2], bar_us[0], RUNS, run_min, bar_min);
+    CHECK(run_min < RUNS / 4);
+    CHECK(bar_min < BARRIERS / 4);
     tp_free(tp);
 }
 

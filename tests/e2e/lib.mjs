@@ -110,19 +110,22 @@ export const words = (n, seed) => {
 export const chatml = (msgs) =>
   msgs.map((m) => `<|im_start|>${m.role}\n${m.content}<|im_end|>\n`).join('') + '<|im_start|>assistant\n';
 
-// Reads an SSE response: calls onEvent(data string, arrival ms) per event.
+// Reads an SSE response: calls onEvent(data string, ms, read) per event,
+// ms stamped when that event is parsed, read the number of the socket read
+// that completed it (events of one read arrived together: the server wrote
+// them in one burst, or the client was not reading in between).
 export async function readSSE(response, onEvent) {
   const dec = new TextDecoder();
-  let buf = '';
+  let buf = '', read = 0;
   for await (const chunk of response.body) {
-    const now = performance.now();
+    read++;
     buf += dec.decode(chunk, { stream: true });
     let i;
     while ((i = buf.indexOf('\n\n')) >= 0) {
       const block = buf.slice(0, i);
       buf = buf.slice(i + 2);
       for (const line of block.split('\n'))
-        if (line.startsWith('data: ')) if ((await onEvent(line.slice(6), now)) === false) return;
+        if (line.startsWith('data: ')) if ((await onEvent(line.slice(6), performance.now(), read)) === false) return;
     }
   }
 }
