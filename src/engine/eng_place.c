@@ -252,6 +252,14 @@ bool eng_make_room(eng *e, int32_t n)
  * PLACED event when the submitter asked for it. */
 static void admitted(eng *e, eng_task *t, slot *s, int32_t src_seq, const char *kind, const char *reason)
 {
+    /* A session's context is where it last ran: older histories of it
+     * stay, but no longer answer to its name. */
+    if (t->req.session_id[0]) {
+        for (int32_t i = 0; i < e->p.n_slots; i++)
+            if (!strcmp(e->slots[i].session, t->req.session_id)) e->slots[i].session[0] = 0;
+        for (int32_t i = 0; i < e->n_parked_max; i++)
+            if (e->parked[i].used && !strcmp(e->parked[i].session, t->req.session_id)) e->parked[i].session[0] = 0;
+    }
     memcpy(s->session, t->req.session_id, sizeof s->session);
     s->last_source_seq = s->n_cache > 0 ? src_seq : -1;
     s->last_reused = s->n_cache;
