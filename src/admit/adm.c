@@ -1,0 +1,220 @@
+/*
+ * adm.c - the admission controller (see adm.h and docs/admission.md).
+ * Every reason string is one of the manual's table; arms are tried in
+ * its order and the first that applies decides.
+ */
+#include "adm.h"
+
+#include <math.h>
+#include <string.h>
+
+adm_policy adm_policy_default(void)
+{
+    return (adm_policy){ .set = false, .target_tps = 0, .mode = ADM_ADVISORY, .on_saturation = ADM_REJECT,
+                         .guarantee_min_sessions = 1, .settle_tokens = 48, .settle_max_ms = 5000,
+                         .queue_max_ms = 30000 };
+}
+
+pk_status adm_policy_check(const adm_policy *p)
+{
+    const int32_t big = 10000000;
+    if (!isfinite(p->target_tps) || p->target_tps < 0 || p->target_tps > 1e6) return PK_EINVAL;
+    if ((unsigned)p->mode > ADM_ENFORCED || (unsigned)p->on_saturation > ADM_QUEUE) return PK_EINVAL;
+    if (p->guarantee_min_sessions < 0 || p->guarantee_min_sessions > big || p->settle_tokens < 0 ||
+        p->settle_tokens > big || p->settle_max_ms < 0 || p->settle_max_ms > big || p->queue_max_ms < 0 ||
+        p->queue_max_ms > big)
+        return PK_EINVAL;
+    return PK_OK;
+}
+
+const char *adm_mode_name(adm_mode m) { return m == ADM_ENFORCED ? "enforced" : "advisory"; }
+
+const char *adm_sat_name(adm_sat s)
+{
+    return s == ADM_WARN ? "warn" : s == ADM_QUEUE ? "queue" : "reject";
+}
+
+pk_status adm_mode_parse(const char *s, adm_mode *out)
+{
+    if (!strcmp(s, "advisory")) *out = ADM_ADVISORY;
+    else if (!strcmp(s, "enforced")) *out = ADM_ENFORCED;
+    else return PK_EINVAL;
+    return PK_OK;
+}
+
+pk_status adm_sat_parse(const char *s, adm_sat *out)
+{
+    if (!strcmp(s, "reject")) *out = ADM_REJECT;
+    else if (!strcmp(s, "warn")) *out = ADM_WARN;
+    else if (!strcmp(s, "queue")) *out = ADM_QUEUE;
+    else return PK_EINVAL;
+    return PK_OK;
+}
+
+static bool warm(const adm_session *x)
+{
+    return x->decoding && x->n_decoded >= ADM_WARM_TOKENS && x->tps_ewma > 0;
+}
+
+/* M and n over the warm sessions of the whole server. */
+static double mean_warm(const adm_snapshot *s, int32_t *n)
+{
+    double sum = 0;
+    *n = 0;
+    for (int32_t i = 0; i < s->n_sessions; i++)
+        if (warm(&s->sessions[i])) {
+            sum += s->sessions[i].tps_ewma;
+            (*n)++;
+        }
+    return *n ? sum / *n : 0;
+}
+
+static bool snapshot_ok(const adm_snapshot *s)
+{
+    return s && s->policy && adm_policy_check(s->policy) == PK_OK && s->settle && s->n_sessions >= 0 &&
+           (s->n_sessions == 0 || s->sessions) && isfinite(s->now_ms) && s->n_slots >= 1 &&
+           s->n_busy_slots >= 0 && s->kv_total >= 1 && s->kv_used >= 0 && s->kv_free_cells >= 0 &&
+           s->ctx_slot >= 1 && s->prefix_len >= 0;
+}
+
+static void projections(const adm_snapshot *s, adm_answer *a, int32_t n_live)
+{
+    const adm_settle *st = s->settle;
+    double M = a->mean_active_tps;
+    int32_t n = a->n_active;
+    a->idle_estimate = false;
+    if (n == 0 && n_live > 0 && st->has_settled && s->now_ms - st->t_settled_ms < ADM_IDLE_MS) {
+        bool decoding_in_scope = false;
+        for (int32_t i = 0; i < s->n_sessions; i++)
+            decoding_in_scope |= s->sessions[i].in_scope && s->sessions[i].decoding;
+        if (!decoding_in_scope) {
+            a->idle_estimate = true;
+            M = st->mean_settled;
+            n = n_live;
+        }
+    }
+    a->projected_model = n > 0 ? M * n / (n + 1) : NAN;
+    a->projected_measured = n > 0 && st->has_drop ? fmax(0, M - st->drop_ewma) : NAN;
+    a->projected = st->has_drop && n > 0 ? a->projected_measured : a->projected_model;
+}
+
+static double retry_after(const adm_snapshot *s, const adm_answer *a)
+{
+    if (a->settling) return fmin(60, fmax(1, ceil(a->settle_remaining_ms / 1000.0)));
+    double best = INFINITY;
+    for (int32_t i = 0; i < s->n_sessions; i++) {
+        const adm_session *x = &s->sessions[i];
+        if (x->decoding && x->tokens_left > 0 && x->tps_ewma > 0) best = fmin(best, x->tokens_left / x->tps_ewma);
+    }
+    return isfinite(best) ? fmin(60, fmax(1, ceil(best))) : 2;
+}
+
+pk_status adm_decide(const adm_snapshot *s, adm_answer *out)
+{
+    if (!snapshot_ok(s) || !out) return PK_EINVAL;
+    const adm_policy *p = s->policy;
+    const adm_settle *st = s->settle;
+    adm_answer a;
+    memset(&a, 0, sizeof a);
+    a.mean_active_tps = mean_warm(s, &a.n_active);
+    int32_t n_live = 0, max_ctx_pct_num = 0, max_ctx_pct_den = 1;
+    double owned = 0;
+    for (int32_t i = 0; i < s->n_sessions; i++) {
+        const adm_session *x = &s->sessions[i];
+        a.n_warming += x->decoding && !warm(x);
+        if (!x->live) continue;
+        n_live++;
+        owned += x->kv_owned;
+        if (x->ctx_total > 0 && (double)x->ctx_used * max_ctx_pct_den > (double)max_ctx_pct_num * x->ctx_total) {
+            max_ctx_pct_num = x->ctx_used;
+            max_ctx_pct_den = x->ctx_total;
+        }
+    }
+    a.n_pool_sessions = n_live;
+    a.known_session = s->known_session;
+    a.drop_per_admit_ewma = st->has_drop ? st->drop_ewma : 0;
+    projections(s, &a, n_live);
+
+    a.ctx_headroom_tokens = MAX(s->ctx_slot - s->prefix_len, 0);
+    a.kv_free_cells = s->kv_free_cells;
+    a.kv_headroom_pct = 100.0 * s->kv_free_cells / s->kv_total;
+    double marginal = s->expected_tokens > 0 ? s->expected_tokens
+                    : n_live > 0 && owned > 0 ? owned / n_live : a.ctx_headroom_tokens;
+    a.headroom_sessions = marginal > 0 ? (int32_t)fmin(s->kv_free_cells / marginal, 1e9) : s->kv_free_cells;
+    a.compaction_pressure = n_live == 0 ? 0
+        : fmin(1, fmax((double)s->kv_used / s->kv_total, (double)max_ctx_pct_num / max_ctx_pct_den));
+    if (st->active) {
+        double left = p->settle_max_ms - (s->now_ms - st->t_admit_ms);
+        a.settling = left > 0;
+        a.settle_remaining_ms = fmax(left, 0);
+    }
+
+    bool floor_fails = p->target_tps > 0 && isfinite(a.projected) && a.projected < p->target_tps;
+    if (s->expected_tokens > a.ctx_headroom_tokens) {
+        a.arm = 1, a.reason = "context headroom exhausted";
+    } else if (s->known_session) {
+        a.arm = 2, a.can_admit = true, a.reason = "ok";
+    } else if (n_live < p->guarantee_min_sessions) {
+        a.arm = 3, a.can_admit = true, a.guaranteed = true, a.reason = "guaranteed minimum";
+    } else if (s->n_busy_slots >= s->n_slots) {
+        a.arm = 4, a.reason = "no sequence id left";
+    } else if (a.headroom_sessions < 1) {
+        a.arm = 5, a.reason = "kv headroom exhausted";
+    } else if (a.settling) {
+        a.arm = 6, a.reason = "measurement settling";
+    } else if (floor_fails) {
+        a.arm = 7;
+        a.reason = a.idle_estimate ? "projected mean tps below floor (idle estimate)"
+                                   : "projected mean tps below floor";
+    } else {
+        a.arm = 8, a.can_admit = true, a.reason = "ok";
+    }
+    a.retry_after_s = retry_after(s, &a);
+    *out = a;
+    return PK_OK;
+}
+
+adm_action adm_gate(const adm_policy *p, const adm_answer *a, bool known_session, bool overcommit,
+                    double waited_ms)
+{
+    if (!p->set || p->mode != ADM_ENFORCED || known_session || overcommit || a->can_admit) return ADM_ADMIT;
+    if (a->arm == 6) return ADM_HOLD;                       /* settling: bounded by settle_max_ms */
+    switch (p->on_saturation) {
+    case ADM_WARN: return ADM_ADMIT_WARN;
+    case ADM_QUEUE: return waited_ms < p->queue_max_ms ? ADM_HOLD : ADM_REFUSE;
+    default: return ADM_REFUSE;
+    }
+}
+
+void adm_settle_step(adm_settle *st, const adm_snapshot *s)
+{
+    if (!st->active) return;
+    const adm_session *x = NULL;
+    for (int32_t i = 0; i < s->n_sessions && !x; i++)
+        if (s->sessions[i].task_id == st->task_id) x = &s->sessions[i];   /* prefilling still counts */
+    bool due = !x || x->n_decoded >= s->policy->settle_tokens || s->now_ms - st->t_admit_ms >= s->policy->settle_max_ms;
+    if (!due) return;
+    int32_t n;
+    double M = mean_warm(s, &n);
+    st->active = false;
+    if (n == 0) return;                          /* nobody to measure: no sample */
+    if (st->mean_at_admit > 0) {
+        double drop = fmax(0, st->mean_at_admit - M);
+        st->drop_ewma = st->has_drop ? st->drop_ewma + ADM_DROP_ALPHA * (drop - st->drop_ewma) : drop;
+        st->has_drop = true;
+    }
+    st->has_settled = true;
+    st->mean_settled = M;
+    st->t_settled_ms = s->now_ms;
+    st->n_settled++;
+}
+
+void adm_record_admit(adm_settle *st, const adm_snapshot *s, uint64_t task_id)
+{
+    int32_t n;
+    double M = mean_warm(s, &n);
+    st->active = true;
+    st->t_admit_ms = s->now_ms;
+    st->task_id = task_id;
+    st->mean_at_admit = n ? M : 0;
+}

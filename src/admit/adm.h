@@ -1,0 +1,153 @@
+/*
+ * adm.h - admission on per-session decode speed: the capacity answer and
+ * the gate, as pure functions over a snapshot (docs/admission.md is the
+ * manual, with the formulas and a worked example).
+ *
+ * DESIGN
+ *   The engine keeps, per scope (a pool, or the server for sessions on no
+ *   pool), a policy and a settle record; it fills an adm_snapshot with
+ *   every slot's session (decoding or not, speed, tokens decoded, in scope
+ *   or not) and asks:
+ *     adm_decide       the capacity answer: can one more NEW session come,
+ *                      why (a fixed reason string), and every signal;
+ *     adm_gate         what enforced mode does with a request, given the
+ *                      answer (admit, hold, reject, warn, queue);
+ *     adm_settle_step  completes a settle window when it is due, folding
+ *                      the measured drop into its EWMA;
+ *     adm_record_admit starts a settle window for an admitted session.
+ *
+ *   Speeds are over the sessions decoding on the whole server (one
+ *   machine's compute); a session is warm after ADM_WARM_TOKENS decoded
+ *   tokens, and only warm ones count in the mean and the projection.
+ *
+ * INVARIANTS (tests/test_adm.c, 100,000+ random snapshots)
+ *   - the context arm always holds: expected_tokens over the headroom is
+ *     never admitted;
+ *   - the guaranteed minimum always admits (context aside);
+ *   - a continuation is never gated; settling never yields a reject;
+ *   - the reason names the first arm that applies (table in the manual).
+ *
+ * Threads: reentrant; the engine thread calls them.
+ */
+#ifndef ADM_H
+#define ADM_H
+
+#include "../common/pk.h"
+
+#define ADM_WARM_TOKENS 4          /* decoded tokens before a session's speed counts */
+#define ADM_IDLE_MS 30000.0        /* a settled mean this young stands in for an idle pool */
+#define ADM_DROP_ALPHA 0.3         /* EWMA weight of a new drop sample */
+
+typedef enum adm_mode { ADM_ADVISORY = 0, ADM_ENFORCED } adm_mode;
+typedef enum adm_sat { ADM_REJECT = 0, ADM_WARN, ADM_QUEUE } adm_sat;
+
+typedef struct adm_policy {
+    bool set;                       /* false: no policy (nothing is gated or recorded) */
+    double target_tps;              /* the floor F per session, 0 = none */
+    adm_mode mode;
+    adm_sat on_saturation;
+    int32_t guarantee_min_sessions; /* 1 */
+    int32_t settle_tokens;          /* 48 */
+    int32_t settle_max_ms;          /* 5000 */
+    int32_t queue_max_ms;           /* 30000 */
+} adm_policy;
+
+/* The defaults above (set = false). */
+adm_policy adm_policy_default(void);
+/* PK_OK, or PK_EINVAL naming nothing: a target that is negative or not
+ * finite, a count or time out of [0, 10^7]. */
+pk_status adm_policy_check(const adm_policy *p);
+const char *adm_mode_name(adm_mode m);          /* "advisory", "enforced" */
+const char *adm_sat_name(adm_sat s);            /* "reject", "warn", "queue" */
+/* Parses a name; PK_EINVAL when it is none of them. */
+pk_status adm_mode_parse(const char *s, adm_mode *out);
+pk_status adm_sat_parse(const char *s, adm_sat *out);
+
+/* One slot's session. */
+typedef struct adm_session {
+    bool decoding;                  /* generating now */
+    bool in_scope;                  /* attached to the scope asked about */
+    bool live;                      /* in scope and busy, or idle with its history */
+    double tps_ewma;                /* 0 when unknown */
+    int32_t n_decoded;              /* tokens its current task decoded */
+    int32_t tokens_left;            /* of its current task, -1 when unknown */
+    int32_t ctx_used, ctx_total;
+    int32_t kv_owned;               /* cells charged to it: its suffix */
+    uint64_t task_id;
+} adm_session;
+
+/* A scope's settle window and what past windows measured. */
+typedef struct adm_settle {
+    bool active;
+    double t_admit_ms;
+    uint64_t task_id;               /* the admitted session's task */
+    double mean_at_admit;           /* M when it was admitted, 0 unknown */
+    bool has_drop;
+    double drop_ewma;               /* tokens/s one admit costs the mean */
+    bool has_settled;
+    double mean_settled, t_settled_ms;
+    uint64_t n_settled;
+} adm_settle;
+
+typedef struct adm_snapshot {
+    const adm_policy *policy;
+    const adm_session *sessions;    /* [n_sessions]: every slot */
+    int32_t n_sessions;
+    const adm_settle *settle;
+    double now_ms;                  /* the same clock as the settle times */
+    int32_t n_slots, n_busy_slots;
+    int32_t kv_free_cells;          /* free + what idle, unpinned histories alone hold */
+    int32_t kv_used, kv_total;
+    int32_t ctx_slot;               /* positions one session may use */
+    int32_t prefix_len;             /* the pool's prefix, 0 for the server scope */
+    int32_t expected_tokens;        /* the new session's suffix + generation, -1 unknown */
+    bool known_session;             /* its session_id names a context the engine holds */
+} adm_snapshot;
+
+typedef struct adm_answer {
+    bool can_admit;
+    const char *reason;             /* static: one of the manual's reasons */
+    int arm;                        /* 1..8, the row of the manual's table */
+    double mean_active_tps;         /* M, 0 when nobody is warm */
+    double projected;               /* what the floor arm compared (NAN: nothing to project) */
+    double projected_model, projected_measured;   /* NAN when unknown */
+    bool idle_estimate;
+    double drop_per_admit_ewma;     /* 0 before the first sample */
+    int32_t n_active, n_warming, n_pool_sessions;
+    int32_t headroom_sessions;
+    double kv_headroom_pct;
+    int32_t kv_free_cells;
+    bool settling;
+    double settle_remaining_ms;
+    bool guaranteed, known_session;
+    int32_t ctx_headroom_tokens;
+    double compaction_pressure;     /* [0, 1] */
+    double retry_after_s;           /* what a 429 says in Retry-After */
+} adm_answer;
+
+/* The capacity answer.  PK_EINVAL for a malformed snapshot (NULL arrays,
+ * counts out of range, a bad policy); *out is then untouched. */
+pk_status adm_decide(const adm_snapshot *s, adm_answer *out);
+
+typedef enum adm_action {
+    ADM_ADMIT = 0,                  /* place it */
+    ADM_ADMIT_WARN,                 /* place it, with X-Sessions-Remaining */
+    ADM_HOLD,                       /* keep it waiting (settling, or queue) */
+    ADM_REFUSE,                     /* 429 */
+} adm_action;
+
+/* Enforced mode's answer for a request: a continuation or an overcommit is
+ * admitted, so is everything under an advisory or absent policy;
+ * settling holds; a "no" rejects, warns or holds by on_saturation, and a
+ * queued request that has waited queue_max_ms is refused. */
+adm_action adm_gate(const adm_policy *p, const adm_answer *a, bool known_session, bool overcommit,
+                    double waited_ms);
+
+/* Completes the settle window when its session has decoded settle_tokens
+ * tokens, has gone, or settle_max_ms passed: the drop sample (when there
+ * was a mean at the admit and is one now) goes into the EWMA. */
+void adm_settle_step(adm_settle *st, const adm_snapshot *s);
+/* Starts a settle window for task_id, admitted now with mean M. */
+void adm_record_admit(adm_settle *st, const adm_snapshot *s, uint64_t task_id);
+
+#endif
