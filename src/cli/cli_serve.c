@@ -44,6 +44,12 @@ static void usage(void)
         "  --context-shift         a full context drops half its tokens after n_keep and goes on\n"
         "                          (sessions whose cells are shared, e.g. on a pool, stop instead)\n"
         "  --pools N               sequence ids kept for pools (default 16, at most 128)\n"
+        "  --admission-tps F       a server-wide admission policy (docs/admission.md): floor F tok/s\n"
+        "                          per session; also every pool policy's default\n"
+        "  --admission-mode M      advisory | enforced (default advisory)\n"
+        "  --admission-on-saturation S   reject | warn | queue (default reject)\n"
+        "  --admission-settle-tokens N, --admission-settle-max-ms MS, --admission-queue-max-ms MS,\n"
+        "  --admission-guarantee N  the policy's other fields (48, 5000, 30000, 1)\n"
         "  --pool-grace-ms MS      a pool nothing uses is kept this long before cache pressure may\n"
         "                          evict it (default 30000)\n"
         "slot placement and retention (docs/policy.md; each also POLYKV_SLOT_<NAME>):\n");
@@ -59,6 +65,44 @@ typedef struct serve_opts {
     eng_params ep;
     srv_params sp;
 } serve_opts;
+
+/* --admission-NAME VALUE: any of them makes the server-wide policy set. */
+static bool admission_flag(adm_policy *p, const char *name, const char *v)
+{
+    long x;
+    char flag[64];
+    snprintf(flag, sizeof flag, "--admission-%s", name);
+    p->set = true;
+    if (!strcmp(name, "tps")) {
+        char *end;
+        p->target_tps = strtod(v, &end);
+        if (end == v || *end || adm_policy_check(p) != PK_OK) {
+            fprintf(stderr, "polykv serve: %s: bad value '%s'\n", flag, v);
+            return false;
+        }
+        return true;
+    }
+    if (!strcmp(name, "mode")) {
+        if (adm_mode_parse(v, &p->mode) == PK_OK) return true;
+        fprintf(stderr, "polykv serve: %s must be advisory or enforced\n", flag);
+        return false;
+    }
+    if (!strcmp(name, "on-saturation")) {
+        if (adm_sat_parse(v, &p->on_saturation) == PK_OK) return true;
+        fprintf(stderr, "polykv serve: %s must be reject, warn or queue\n", flag);
+        return false;
+    }
+    int32_t *f = !strcmp(name, "settle-tokens") ? &p->settle_tokens : !strcmp(name, "settle-max-ms") ? &p->settle_max_ms
+               : !strcmp(name, "queue-max-ms") ? &p->queue_max_ms : !strcmp(name, "guarantee") ? &p->guarantee_min_sessions
+               : NULL;
+    if (!f) {
+        fprintf(stderr, "polykv serve: unknown option %s\n", flag);
+        return false;
+    }
+    if (!cli_int(flag, v, 0, 10000000, &x)) return false;
+    *f = (int32_t)x;
+    return true;
+}
 
 static bool parse(int argc, char **argv, serve_opts *o)
 {
@@ -98,6 +142,7 @@ static bool parse(int argc, char **argv, serve_opts *o)
         else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) { if (!cli_int(a, v, 1, 1 << 20, &x)) return false; o->ep.n_batch = (int32_t)x; }
         else if (!strcmp(a, "--pools")) { if (!cli_int(a, v, 0, ENG_MAX_POOLS, &x)) return false; o->ep.n_pools = (int32_t)x; }
         else if (!strcmp(a, "--pool-grace-ms")) { if (!cli_int(a, v, 0, 1 << 30, &x)) return false; o->ep.pool_grace_ms = (int32_t)x; }
+        else if (!strncmp(a, "--admission-", 12)) { if (!admission_flag(&o->ep.admission, a + 12, v)) return false; }
         else if (!strcmp(a, "--host")) o->sp.host = v;
         else if (!strcmp(a, "--port")) { if (!cli_int(a, v, 0, 65535, &x)) return false; o->sp.port = (int)x; }
         else if (!strcmp(a, "--api-key")) o->sp.api_key = v;

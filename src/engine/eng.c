@@ -31,7 +31,7 @@ eng_params eng_default_params(void)
     return (eng_params){ .n_slots = 4, .n_ctx = 8192, .n_batch = 512, .n_threads = 1,
                          .kv_type = TQ_F16, .tps_window_tokens = 128, .tps_window_ms = 2000,
                          .policy = pol_params_default(), .cache_ram_mib = 8192, .n_pools = 16,
-                         .pool_grace_ms = 30000 };
+                         .pool_grace_ms = 30000, .admission = adm_policy_default() };
 }
 
 const eng_params *eng_get_params(const eng *e) { return &e->p; }
@@ -271,6 +271,14 @@ static bool take_mailbox(eng *e)
         case ENG_MSG_POOL:
             eng_pool_msg(e, container_of(m, eng_call, msg));
             break;
+        case ENG_MSG_ADMISSION:
+        case ENG_MSG_CAPACITY: {
+            eng_call *c = container_of(m, eng_call, msg);
+            if (m->kind == ENG_MSG_ADMISSION) eng_admission_msg(e, c);
+            else eng_capacity_msg(e, c);
+            eng_call_done(e, c);
+            break;
+        }
         case ENG_MSG_ERASE: {
             eng_call *c = container_of(m, eng_call, msg);
             eng_erase_msg(e, c);
@@ -451,6 +459,7 @@ static void *engine_main(void *arg)
         eng_place_waiting(e);
         int32_t n_dec, n = build_batch(e, &n_dec);
         if (n > 0 && decode(e, n, n_dec) == PK_OK) sample_and_emit(e, n);
+        eng_admit_step(e);
         if (e->check) eng_check(e);
     }
     return NULL;
@@ -482,6 +491,8 @@ static void answer_stats(eng *e, eng_stats *o)
         si->pool_shared = s->pool_shared;
         si->kv_owned = kv_seq_owned(e->kv, s->id);
         si->ttft_ms = s->state != ENG_SLOT_PREFILL && s->task_id ? s->t_prompt_ms - s->t_start_ms : 0;
+        si->warming = s->state == ENG_SLOT_DECODE && (s->n_gen < ADM_WARM_TOKENS || s->ewma_ms <= 0);
+        o->n_warming += si->warming;
         if (s->state != ENG_SLOT_IDLE) o->n_running++;
         if (s->state == ENG_SLOT_DECODE && si->tps_ewma > 0) {
             sum += si->tps_ewma;
@@ -512,6 +523,7 @@ static void answer_stats(eng *e, eng_stats *o)
     o->seq_ids_max = eng_seq_max(e);
     eng_place_stats(e, o);
     eng_pool_stats(e, o);
+    eng_admit_stats(e, 0, &o->adm);
 }
 
 pk_status eng_get_stats(eng *e, eng_stats *out)
@@ -527,6 +539,23 @@ pk_status eng_erase(eng *e, int32_t slot_id, int32_t *n_erased)
     pk_status st = call(e, &c);
     if (n_erased) *n_erased = c.n_erased;
     return st != PK_OK ? st : c.status;
+}
+
+pk_status eng_admission(eng *e, int32_t pool_id, const adm_policy *set, adm_policy *out)
+{
+    eng_call c = { .msg.kind = ENG_MSG_ADMISSION, .pool_id = pool_id, .adm_set = set, .adm_out = out };
+    pk_status st = call(e, &c);
+    return st != PK_OK ? st : c.status;
+}
+
+pk_status eng_capacity(eng *e, int32_t pool_id, int32_t expected_tokens, const char *session,
+                       eng_capacity_reply *out)
+{
+    memset(out, 0, sizeof *out);
+    eng_call c = { .msg.kind = ENG_MSG_CAPACITY, .pool_id = pool_id, .expected_tokens = expected_tokens,
+                   .session = session, .cap_out = out };
+    pk_status st = call(e, &c);
+    return st != PK_OK ? st : out->status;
 }
 
 pk_status eng_pool_op(eng *e, const eng_pool_req *rq, eng_pool_reply *out)
@@ -571,7 +600,7 @@ pk_status eng_new(const model *m, const eng_params *p, eng **out)
     if (p->n_slots < 1 || p->n_slots > ENG_MAX_SLOTS || p->n_ctx < p->n_slots * 2 || p->n_batch < 1 ||
         p->n_threads < 1 || p->tps_window_tokens < 1 || p->tps_window_ms < 1 || p->cache_ram_mib < 0 ||
         p->n_pools < 0 || p->n_pools > ENG_MAX_POOLS || p->n_slots + p->n_pools > KV_MAX_SEQ ||
-        p->pool_grace_ms < 0 || pol_params_check(&p->policy) != PK_OK)
+        p->pool_grace_ms < 0 || adm_policy_check(&p->admission) != PK_OK || pol_params_check(&p->policy) != PK_OK)
         return PK_EINVAL;
     eng *e = calloc(1, sizeof *e);
     if (!e) return PK_ENOMEM;
@@ -580,6 +609,7 @@ pk_status eng_new(const model *m, const eng_params *p, eng **out)
     e->p = *p;
     e->n_ctx_slot = p->n_ctx / p->n_slots;
     e->n_vocab = model_get_hparams(m)->n_vocab;
+    e->adm.policy = p->admission;
     model_ctx_params cp = { .n_ctx = p->n_ctx, .n_ubatch = MIN(p->n_batch, 512),
                             .n_threads = p->n_threads, .kv_type = p->kv_type };
     pk_status st = model_ctx_new(m, &cp, &e->ctx);

@@ -55,6 +55,7 @@
 #ifndef ENG_H
 #define ENG_H
 
+#include "../admit/adm.h"
 #include "../common/pk.h"
 #include "../model/model.h"
 #include "../policy/pol.h"
@@ -79,6 +80,8 @@ typedef struct eng_params {
     int32_t pool_grace_ms;      /* --pool-grace-ms: kept after the last user leaves, 30000 */
     bool ctx_shift;             /* --context-shift: a full context drops half of its
                                    tokens after n_keep and goes on (cells of its own only) */
+    adm_policy admission;       /* server-wide, for sessions on no pool (--admission-*);
+                                   also the defaults of a pool's policy */
 } eng_params;
 
 eng_params eng_default_params(void);
@@ -112,6 +115,7 @@ typedef struct eng_completion {
     bool report_placed;         /* queue an ENG_EV_PLACED event once placed */
     int32_t n_keep;             /* context shift: tokens kept at the start (-1: the prompt) */
     int32_t n_discard;          /* context shift: tokens dropped after them, 0: half the rest */
+    bool overcommit;            /* skip an enforced admission gate (counted) */
 } eng_completion;
 
 typedef enum eng_ev_kind { ENG_EV_TOKEN = 1, ENG_EV_DONE, ENG_EV_ERROR, ENG_EV_PLACED } eng_ev_kind;
@@ -149,6 +153,12 @@ typedef struct eng_event {
     /* ERROR */
     pk_status status;
     char message[160];
+    /* ERROR of a refused admission (then status is PK_EFULL), and PLACED
+     * of an enforced "warn" admit: the capacity answer it was decided on. */
+    bool has_cap;
+    adm_answer cap;
+    bool warned;                /* PLACED: admitted over a "no" (on_saturation warn) */
+    int32_t sessions_remaining; /* PLACED under an enforced "warn" policy, else -1 */
 } eng_event;
 
 /* Queues a completion.  Returns PK_EINVAL when the prompt is empty, has a
@@ -195,6 +205,7 @@ typedef struct eng_slot_info {
     int32_t pool_id, pool_shared;     /* attached pool (0 none), tokens shared */
     int32_t kv_owned;                 /* cells charged to the slot (its own suffix) */
     double ttft_ms;                   /* of the current/last task, 0 unknown */
+    bool warming;                     /* decoding, fewer than ADM_WARM_TOKENS tokens yet */
 } eng_slot_info;
 
 typedef enum eng_cache_kind {
@@ -220,6 +231,21 @@ typedef struct eng_cache_event {
 
 #define ENG_MAX_SLOTS 64
 
+/* Admission decisions counted per scope. */
+typedef enum eng_adm_decision {
+    ENG_ADM_ADMIT = 0, ENG_ADM_REJECT, ENG_ADM_WARN, ENG_ADM_QUEUE, ENG_ADM_HOLD, ENG_ADM_OVERCOMMIT,
+    ENG_ADM_N
+} eng_adm_decision;
+const char *eng_adm_decision_name(eng_adm_decision d);   /* "admit", ... */
+
+/* A scope's admission state as stats show it. */
+typedef struct eng_adm_info {
+    adm_policy policy;
+    bool settling;
+    double mean_tps;                  /* of the scope's warm decoding sessions */
+    uint64_t decisions[ENG_ADM_N];
+} eng_adm_info;
+
 typedef struct eng_pool_info {
     int32_t pool_id, parent, branch_pos, prefix_len;
     int32_t residency;                /* pool_residency (src/pool/pool.h) */
@@ -231,6 +257,7 @@ typedef struct eng_pool_info {
     int32_t n_children;
     uint64_t n_prefix_hits, n_queries; /* attaches that shared tokens; attaches in all */
     double gen_tps;                   /* sum of attached decoding sessions' tps_ewma */
+    eng_adm_info adm;
 } eng_pool_info;
 
 typedef struct eng_stats {
@@ -261,6 +288,8 @@ typedef struct eng_stats {
     int32_t seq_ids_used, seq_ids_max;
     int32_t parked_owned_cells;       /* cells charged to parked histories */
     size_t kv_cell_bytes;             /* K + V of one cell, every layer */
+    int32_t n_warming;
+    eng_adm_info adm;                 /* the server scope (sessions on no pool) */
 } eng_stats;
 
 /* A snapshot, filled by the engine thread between batches.  PK_ECANCELLED
@@ -272,6 +301,25 @@ pk_status eng_get_stats(eng *e, eng_stats *out);
  * parked and RAM history.  *n_erased (may be NULL) gets the tokens they held.
  * PK_EINVAL for a slot out of range, PK_ECANCELLED when stopping. */
 pk_status eng_erase(eng *e, int32_t slot, int32_t *n_erased);
+
+/* ---- admission (docs/admission.md) --------------------------------------- */
+
+/* The admission policy of pool_id (0: the server scope): with set != NULL
+ * replaces it (set->set is forced true), then *out gets the one in force.
+ * PK_ENOTFOUND (no such pool), PK_EINVAL (a bad policy), PK_ECANCELLED. */
+pk_status eng_admission(eng *e, int32_t pool_id, const adm_policy *set, adm_policy *out);
+
+typedef struct eng_capacity_reply {
+    pk_status status;
+    adm_answer a;
+    adm_policy policy;
+} eng_capacity_reply;
+
+/* The capacity answer for one more NEW session on pool_id (0: no pool),
+ * adding expected_tokens (-1 unknown), or for session `session` (a known
+ * one is a continuation).  PK_ENOTFOUND, PK_ECANCELLED. */
+pk_status eng_capacity(eng *e, int32_t pool_id, int32_t expected_tokens, const char *session,
+                       eng_capacity_reply *out);
 
 /* ---- pools (docs/pools.md) -------------------------------------------- */
 

@@ -27,6 +27,12 @@ typedef struct eng_call {
     const eng_pool_req *pool_rq;   /* ENG_MSG_POOL */
     eng_pool_reply *pool_out;
     int32_t erase_slot;         /* ENG_MSG_ERASE: a slot, or -1 for every idle history */
+    int32_t pool_id;            /* ENG_MSG_ADMISSION, ENG_MSG_CAPACITY: 0 = the server scope */
+    const adm_policy *adm_set;  /* ENG_MSG_ADMISSION: the new policy, NULL to read */
+    adm_policy *adm_out;
+    int32_t expected_tokens;    /* ENG_MSG_CAPACITY */
+    const char *session;
+    eng_capacity_reply *cap_out;
     pk_status status;           /* ENG_MSG_ERASE's answer */
     int32_t n_erased;
     double t0_ms;
@@ -35,6 +41,15 @@ typedef struct eng_call {
 
 /* Marks c answered and wakes its asker (engine thread). */
 void eng_call_done(struct eng *e, eng_call *c);
+
+/* ---- admission scopes (eng_admit.c) ---- */
+
+/* A pool's or the server's admission state. */
+typedef struct eng_scope {
+    adm_policy policy;
+    adm_settle settle;
+    uint64_t decisions[ENG_ADM_N];
+} eng_scope;
 
 /* ---- sequence ids (eng_seq.c) ---- */
 
@@ -120,6 +135,7 @@ struct eng {
     slot *slots;
     eng_seqs seqs;              /* eng_seq.c */
     struct eng_pools *pools;    /* eng_pool.c */
+    eng_scope adm;              /* eng_admit.c: the server scope */
     parked *parked;             /* [n_parked_max], each under a parking id */
     int32_t n_parked_max;
     spilled *spill;             /* [n_spill_max] the RAM tier (eng_spill.c) */
@@ -223,6 +239,28 @@ void eng_pool_stats(eng *e, eng_stats *o);
 /* eng_check's part for pools: every resident pool holds [0, L), evicted
  * ones nothing; ids agree with the allocator. */
 bool eng_pool_check(const eng *e);
+
+/* The admission scope of pool_id (0: the server's), NULL when no such pool. */
+eng_scope *eng_pool_scope(eng *e, int32_t pool_id);
+int32_t eng_pool_prefix_len(eng *e, int32_t pool_id);
+/* Calls fn for every pool's admission scope. */
+void eng_pool_each_scope(eng *e, void (*fn)(eng *e, int32_t pool_id, eng_scope *sc));
+
+/* eng_admit.c */
+void eng_admission_msg(eng *e, eng_call *c);
+void eng_capacity_msg(eng *e, eng_call *c);
+/* The gate of a waiting task (its pool is ready, p_share known): true to
+ * place it now; false when it waits (held) or failed (*failed: its ERROR
+ * is queued and it must leave the queue). */
+bool eng_admit_gate(eng *e, eng_task *t, int32_t p_share, bool *failed);
+/* t was placed: a new session of a scope with a policy starts settling. */
+void eng_admit_placed(eng *e, eng_task *t);
+/* After every step: settle windows that are due complete. */
+void eng_admit_step(eng *e);
+/* Continuations first, when some scope has a policy (stable otherwise). */
+void eng_admit_order(eng *e);
+bool eng_session_known(const eng *e, const char *session);
+void eng_admit_stats(eng *e, int32_t pool_id, eng_adm_info *o);
 
 /* eng_check.c: every invariant of the engine's state; ASSERTs. */
 void eng_check(eng *e);

@@ -276,7 +276,8 @@ static void admitted(eng *e, eng_task *t, slot *s, int32_t src_seq, const char *
     e->n_tokens_read += (uint64_t)(t->req.n_prompt - s->n_cache);
     if (t->req.report_placed) {
         eng_event pe = { .kind = ENG_EV_PLACED, .slot = s->id, .n_prompt = t->req.n_prompt,
-                         .n_cached = s->n_cache, .pool_id = s->pool_id, .pool_shared = s->pool_shared };
+                         .n_cached = s->n_cache, .pool_id = s->pool_id, .pool_shared = s->pool_shared,
+                         .warned = t->adm_warned, .sessions_remaining = t->adm_remaining };
         eng_task_push(t, &pe);
     }
 }
@@ -391,12 +392,14 @@ static void start(eng *e, eng_task *t, slot *s, int32_t src_seq, int32_t p_share
                   const char *reason)
 {
     if (t->req.pool_id > 0) eng_pool_attach(e, s, t, p_share);
+    eng_admit_placed(e, t);
     admitted(e, t, s, src_seq, kind, reason);
     eng_slot_start(e, s, t);
 }
 
 void eng_place_waiting(eng *e)
 {
+    eng_admit_order(e);
     snap *sn = e->snap;
     eng_task **pp = &e->wait_head, *prev = NULL;
     while (*pp) {
@@ -417,6 +420,15 @@ void eng_place_waiting(eng *e)
             continue;
         }
         bool waits = ready == 0;                  /* its pool is materializing */
+        bool refused = false;
+        if (!waits && !eng_admit_gate(e, t, p_share, &refused)) {
+            if (refused) {                        /* its ERROR is queued */
+                unlink_waiting(e, pp, prev);
+                eng_task_unref(t);
+                continue;
+            }
+            waits = true;                         /* held by its admission policy */
+        }
         if (!waits && t->req.id_slot >= 0) {
             slot *s = &e->slots[t->req.id_slot];
             if (s->state == ENG_SLOT_IDLE) {

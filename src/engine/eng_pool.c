@@ -30,6 +30,7 @@ typedef struct pmech {
     int32_t mat_n;              /* tokens of it in this step's batch */
     int32_t n_prefilled;        /* tokens computed for it */
     bool was_resident;          /* once materialized (a failed flush keeps it, evicted) */
+    eng_scope adm;              /* its admission policy and settle record (eng_admit.c) */
     eng_call *waiters;          /* create / fork / flush answered once resident */
     uint64_t hits, queries;
 } pmech;
@@ -384,6 +385,8 @@ static void op_make(eng *e, eng_call *c)
     }
     pmech *pm = &e->pools->m[seq];
     *pm = (pmech){ .id = id, .mat_pos = -1 };
+    pm->adm.policy = e->p.admission;          /* the server's, until the pool gets its own */
+    pm->adm.policy.set = false;
     add_waiter(pm, c);
     mat_begin(e, pool_get(t, id), hint);
 }
@@ -535,6 +538,28 @@ void eng_pool_detach(eng *e, slot *s)
     s->pool_id = s->pool_shared = 0;
 }
 
+eng_scope *eng_pool_scope(eng *e, int32_t pool_id)
+{
+    if (pool_id <= 0) return &e->adm;
+    const pool_node *p = pool_get(e->pools->tree, pool_id);
+    return p ? &mech(e, p)->adm : NULL;
+}
+
+void eng_pool_each_scope(eng *e, void (*fn)(eng *e, int32_t pool_id, eng_scope *sc))
+{
+    pool_tree *t = e->pools->tree;
+    for (int32_t i = 0; i < pool_count(t); i++) {
+        const pool_node *p = pool_at(t, i);
+        fn(e, p->id, &mech(e, p)->adm);
+    }
+}
+
+int32_t eng_pool_prefix_len(eng *e, int32_t pool_id)
+{
+    const pool_node *p = pool_get(e->pools->tree, pool_id);
+    return p ? p->prefix_len : 0;
+}
+
 /* ---- the cache's view ------------------------------------------------- */
 
 int32_t eng_pool_hists(eng *e, const int32_t *excl, pol_hist *h, int32_t *seq, int32_t cap)
@@ -586,6 +611,7 @@ void eng_pool_stats(eng *e, eng_stats *o)
                                .n_children = p->n_children, .n_prefix_hits = pm->hits,
                                .n_queries = pm->queries };
         own[i] = pi->own_cells;
+        eng_admit_stats(e, p->id, &pi->adm);
         for (int32_t k = 0; k < e->p.n_slots; k++) {
             const eng_slot_info *si = &o->slots[k];
             if (si->pool_id != p->id) continue;

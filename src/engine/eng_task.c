@@ -12,6 +12,7 @@ eng_task *eng_task_new(uint64_t id, const eng_completion *c)
     eng_task *t = calloc(1, sizeof *t);
     if (!t) return NULL;
     t->msg.kind = ENG_MSG_TASK;
+    t->adm_remaining = -1;
     t->id = id;
     t->req = *c;
     t->prompt = malloc((size_t)c->n_prompt * sizeof *t->prompt);

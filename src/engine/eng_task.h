@@ -18,7 +18,9 @@
 /* The mailbox's messages: one kind per thing other threads ask of the
  * engine, answered in one switch (eng.c: take_mailbox).  A completion's
  * message is in its task. */
-typedef enum eng_msg_kind { ENG_MSG_TASK = 1, ENG_MSG_STATS, ENG_MSG_POOL, ENG_MSG_ERASE } eng_msg_kind;
+typedef enum eng_msg_kind {
+    ENG_MSG_TASK = 1, ENG_MSG_STATS, ENG_MSG_POOL, ENG_MSG_ERASE, ENG_MSG_ADMISSION, ENG_MSG_CAPACITY
+} eng_msg_kind;
 
 typedef struct eng_msg {
     eng_msg_kind kind;
@@ -40,6 +42,11 @@ struct eng_task {
     int32_t q_head, q_n, q_cap;
     bool finished;               /* the last event was queued */
     bool drained;                /* ... and read */
+
+    /* Admission (engine thread): a new session of a scope with a policy,
+     * held once (counted once), admitted over a "no". */
+    bool adm_new, adm_held, adm_warned;
+    int32_t adm_remaining;       /* X-Sessions-Remaining under "warn", -1 none */
 
     atomic_bool cancelled;
     atomic_int refs;

@@ -52,6 +52,8 @@ static const srv_route routes[] = {
     { "/polykv/tps",          "GET",  srv_h_tps,             false, false },
     { "/polykv/cache",        "GET",  srv_h_cache,           false, false },
     { "/polykv/pools",        "*",    srv_h_pools,           false, false },
+    { "/polykv/admission",    "*",    srv_h_admission,       false, false },
+    { "/polykv/capacity",     "GET",  srv_h_capacity,        false, false },
     { "/polykv/pools/",       "*",    srv_h_pool,            false, true },
     { "/slots/",              "*",    srv_h_slot_action,     false, true },
 };
@@ -76,6 +78,7 @@ const char *srv_error_type(unsigned status)
     case 401: return "authentication_error";
     case 403: return "permission_error";
     case 404: return "not_found_error";
+    case 429: return "rate_limit_error";
     case 501: return "not_supported_error";
     case 503: return "unavailable_error";
     default:  return status >= 500 ? "server_error" : "invalid_request_error";
@@ -123,6 +126,15 @@ static enum MHD_Result queue(srv_req *r, unsigned status, struct MHD_Response *r
         }
         snprintf(v, sizeof v, "%d", r->placed_cached);
         MHD_add_response_header(resp, "x-cached-prefix-tokens", v);
+    }
+    char n[16];
+    if (r->sessions_remaining >= 0) {
+        snprintf(n, sizeof n, "%d", r->sessions_remaining);
+        MHD_add_response_header(resp, "X-Sessions-Remaining", n);
+    }
+    if (r->retry_after_s > 0) {
+        snprintf(n, sizeof n, "%d", r->retry_after_s);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, n);
     }
     enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
     MHD_destroy_response(resp);
@@ -330,6 +342,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->url = url;
         r->method = method;
         r->t0_ms = pk_time_ms();
+        r->sessions_remaining = -1;
         *con_cls = r;
         enum MHD_Result ret;
         if (early_reply(r, &ret)) return ret;

@@ -87,6 +87,11 @@ static void gen_take(srv_gen *g, const eng_event *ev)
         unsigned status = ev->status == PK_EINVAL ? 400 : ev->status == PK_ENOTFOUND ? 404
                         : ev->status == PK_ECONFLICT ? 409 : ev->status == PK_ECANCELLED ? 503 : 500;
         g->failed = true;
+        if (ev->has_cap) {
+            status = 429;
+            g->refused = true;
+            g->cap = ev->cap;
+        }
         srv_fail(&g->err, status, NULL, "%s", ev->message[0] ? ev->message : pk_status_str(ev->status));
         break;
     }
@@ -301,13 +306,19 @@ enum MHD_Result srv_gen_run(srv_req *r, const eng_completion *c, const srv_gen_o
         if (st == PK_OK) gen_take(g, &ev);
         else srv_fail(&g->err, 500, NULL, "the task ended without a result");
         eng_event_clear(&ev);
-        enum MHD_Result ret = srv_reply_error(r, &g->err);
+        json_t *j = srv_error_json(&g->err);
+        if (g->refused && j) {         /* 429: when to come back, and what it was decided on */
+            r->retry_after_s = (int32_t)g->cap.retry_after_s;
+            json_object_set_new(j, "capacity", srv_capacity_json(&g->cap));
+        }
+        enum MHD_Result ret = srv_reply_json(r, g->err.status, j);
         gen_free(g);
         return ret;
     }
     r->placed = true;
     r->placed_pool = ev.pool_id;
     r->placed_cached = ev.n_cached;
+    r->sessions_remaining = ev.sessions_remaining;
     eng_event_clear(&ev);
     if (o->stream) return srv_reply_sse(r, gen_read, g, gen_free);
 

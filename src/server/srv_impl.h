@@ -62,6 +62,8 @@ typedef struct srv_req {
     double t0_ms;
     bool placed;                   /* a completion was placed: its reply says what it shared */
     int32_t placed_pool, placed_cached;   /* x-pool-id (0: none), x-cached-prefix-tokens */
+    int32_t sessions_remaining;    /* X-Sessions-Remaining, -1 none */
+    int32_t retry_after_s;         /* Retry-After, 0 none */
 } srv_req;
 
 typedef enum srv_api { SRV_API_NATIVE = 1, SRV_API_OAI_CMPL, SRV_API_OAI_CHAT } srv_api;
@@ -173,6 +175,8 @@ typedef struct srv_gen {
     bool have_done;
     srv_err err;                   /* ERROR event, or the task abandoned */
     bool failed;
+    bool refused;                  /* the ERROR is an admission refusal: 429 with cap */
+    adm_answer cap;
     /* Streaming. */
     char *out;
     size_t n_out, cap_out, out_pos;
@@ -234,6 +238,15 @@ enum MHD_Result srv_h_cache(srv_req *r, json_t *body);
 enum MHD_Result srv_h_pools(srv_req *r, json_t *body);        /* srv_pools.c */
 enum MHD_Result srv_h_pool(srv_req *r, json_t *body);
 enum MHD_Result srv_h_slot_action(srv_req *r, json_t *body);
+/* srv_admit.c: policies and capacity as JSON, their routes. */
+json_t *srv_policy_json(const adm_policy *p);
+json_t *srv_capacity_json(const adm_answer *a);
+/* Sets the fields body names over *p; a 400 for a bad or unknown field. */
+bool srv_parse_policy(const json_t *body, adm_policy *p, srv_err *e);
+enum MHD_Result srv_admission(srv_req *r, json_t *body, int32_t pool);
+enum MHD_Result srv_capacity(srv_req *r, int32_t pool);
+enum MHD_Result srv_h_admission(srv_req *r, json_t *body);
+enum MHD_Result srv_h_capacity(srv_req *r, json_t *body);
 /* The pool tree of a snapshot (root > 0: that subtree only). */
 json_t *srv_pools_json(const eng_stats *st, int32_t root);
 

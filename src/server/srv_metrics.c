@@ -28,6 +28,29 @@ static double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
 
 /* Per-pool series, labelled by pool only (sessions come and go: a label
  * per session would grow the scrape without bound). */
+static void admission_series(pk_buf *b, const eng_stats *st)
+{
+    pk_buf_printf(b, "# HELP polykv:admission_decisions_total Admission decisions by scope (pool, or none) and kind.\n"
+                     "# TYPE polykv:admission_decisions_total counter\n");
+    for (int32_t i = -1; i < st->n_pools; i++) {
+        const eng_adm_info *a = i < 0 ? &st->adm : &st->pools[i].adm;
+        char pool[16];
+        if (i < 0) snprintf(pool, sizeof pool, "none");
+        else snprintf(pool, sizeof pool, "%d", st->pools[i].pool_id);
+        for (int d = 0; d < ENG_ADM_N; d++)
+            pk_buf_printf(b, "polykv:admission_decisions_total{pool=\"%s\",decision=\"%s\"} %llu\n", pool,
+                          eng_adm_decision_name((eng_adm_decision)d), (unsigned long long)a->decisions[d]);
+    }
+    pk_buf_printf(b, "# HELP polykv:pool_mean_tps Mean decode speed of the pool's warm sessions.\n"
+                     "# TYPE polykv:pool_mean_tps gauge\n");
+    for (int32_t i = 0; i < st->n_pools; i++)
+        pk_buf_printf(b, "polykv:pool_mean_tps{pool=\"%d\"} %.10g\n", st->pools[i].pool_id, st->pools[i].adm.mean_tps);
+    pk_buf_printf(b, "# HELP polykv:pool_settling 1 while the pool's last admit is settling.\n"
+                     "# TYPE polykv:pool_settling gauge\n");
+    for (int32_t i = 0; i < st->n_pools; i++)
+        pk_buf_printf(b, "polykv:pool_settling{pool=\"%d\"} %d\n", st->pools[i].pool_id, st->pools[i].adm.settling);
+}
+
 static void pool_series(pk_buf *b, const eng_stats *st)
 {
     static const struct { const char *name, *type, *help; } fam[] = {
@@ -90,6 +113,7 @@ char *srv_metrics_text(const eng_stats *st, const char *model_name)
     metric(&b, "polykv:seq_ids_used", "gauge", "KV sequence ids held by slots, pools and parked histories.", "",
            st->seq_ids_used);
     pool_series(&b, st);
+    admission_series(&b, st);
 
     /* Label values escape \, " and new lines (Prometheus text format). */
     char label[SRV_MAX_NAME * 2 + 32], *o = label;
@@ -127,16 +151,23 @@ json_t *srv_tps_json(const eng_stats *st)
     for (int32_t i = 0; i < st->n_slots; i++) {
         const eng_slot_info *si = &st->slots[i];
         if (si->state == ENG_SLOT_IDLE) continue;
-        json_array_append_new(sessions, json_pack("{s:i, s:s, s:f, s:i, s:i, s:i, s:i, s:s?, s:i}", "slot", si->id,
-                                                  "state", slot_state(si->state), "tps_ewma", si->tps_ewma,
+        json_array_append_new(sessions, json_pack("{s:i, s:s, s:f, s:i, s:i, s:i, s:i, s:s?, s:o, s:b}", "slot",
+                                                  si->id, "state", slot_state(si->state), "tps_ewma", si->tps_ewma,
                                                   "n_decoded", si->n_decoded, "ctx_used", si->n_past, "ctx_total",
                                                   si->n_ctx, "ctx_headroom_tokens", si->n_ctx - si->n_past,
                                                   "session_id", si->session_id[0] ? si->session_id : NULL,
-                                                  "pool_id", si->pool_id));
+                                                  "pool_id", si->pool_id > 0 ? json_integer(si->pool_id) : json_null(),
+                                                  "warming", si->warming));
     }
-    return json_pack("{s:I, s:f, s:f, s:i, s:i, s:o}", "ts", (json_int_t)st->ts_ms, "aggregate_tps",
-                     st->aggregate_tps, "mean_active_tps", st->mean_active_tps, "n_running", st->n_running,
-                     "n_waiting", st->n_waiting, "sessions", sessions);
+    json_t *pools = json_array();
+    for (int32_t i = 0; i < st->n_pools; i++)
+        json_array_append_new(pools, json_pack("{s:i, s:f, s:b, s:i}", "pool_id", st->pools[i].pool_id, "mean_tps",
+                                               st->pools[i].adm.mean_tps, "settling", st->pools[i].adm.settling,
+                                               "n_sessions", st->pools[i].n_sessions));
+    return json_pack("{s:I, s:f, s:f, s:i, s:i, s:i, s:f, s:b, s:o, s:o}", "ts", (json_int_t)st->ts_ms,
+                     "aggregate_tps", st->aggregate_tps, "mean_active_tps", st->mean_active_tps, "n_running",
+                     st->n_running, "n_waiting", st->n_waiting, "n_warming", st->n_warming, "server_mean_tps",
+                     st->adm.mean_tps, "server_settling", st->adm.settling, "pools", pools, "sessions", sessions);
 }
 
 static bool stats(srv_req *r, eng_stats *st)

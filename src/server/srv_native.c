@@ -230,6 +230,7 @@ enum MHD_Result srv_h_props(srv_req *r, json_t *body)
     json_object_set_new(props, "polykv", json_pack("{s:i, s:i, s:i, s:b}", "max_pools", ep->n_pools,
                                                    "pool_grace_ms", ep->pool_grace_ms, "n_ctx_total", ep->n_ctx,
                                                    "context_shift", ep->ctx_shift));
+    json_object_set_new(json_object_get(props, "polykv"), "admission", srv_policy_json(&ep->admission));
     char pol[4096];
     if (pol_params_json(&ep->policy, pol, sizeof pol, NULL) == PK_OK)
         json_object_set_new(props, "slot_policy", json_loads(pol, 0, NULL));

@@ -156,6 +156,7 @@ bool srv_parse_gen(const json_t *b, srv_api api, int32_t n_slots, eng_completion
     if (!get_i32(b, "n_keep", -1, INT32_MAX, &c->n_keep, e)) return false;
     if (!get_i32(b, "n_discard", 0, INT32_MAX, &c->n_discard, e)) return false;
     if (!get_i32(b, "pool_id", 1, INT32_MAX, &c->pool_id, e)) return false;
+    if (!get_bool(b, "overcommit", &c->overcommit, e)) return false;
     const json_t *spn = field(b, "shared_prefix_n_tokens");
     if (spn && !c->pool_id)
         return srv_fail(e, 400, "shared_prefix_n_tokens", "'shared_prefix_n_tokens' needs a 'pool_id'");

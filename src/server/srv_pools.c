@@ -157,6 +157,9 @@ static json_t *pool_json(const eng_stats *st, const eng_pool_info *p)
                           "gen_tps", p->gen_tps);
     json_object_set_new(o, "children", kids);
     json_object_set_new(o, "sessions", sessions);
+    json_object_set_new(o, "admission", srv_policy_json(&p->adm.policy));
+    json_object_set_new(o, "mean_tps", json_real(p->adm.mean_tps));
+    json_object_set_new(o, "settling", json_boolean(p->adm.settling));
     return o;
 }
 
@@ -214,6 +217,8 @@ enum MHD_Result srv_h_pool(srv_req *r, json_t *body)
         if (!found) return srv_reply_errorf(r, 404, "pool %ld not found", id);
         return srv_reply_json(r, 200, srv_pools_json(&st, (int32_t)id));
     }
+    if (!strcmp(verb, "admission")) return srv_admission(r, body, (int32_t)id);
+    if (!strcmp(verb, "capacity")) return srv_capacity(r, (int32_t)id);
     eng_pool_req rq = { .pool_id = (int32_t)id, .branch_pos = -1 };
     if (!*verb && del) {
         const char *rec = srv_query(r, "recursive");

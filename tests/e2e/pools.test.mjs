@@ -171,6 +171,7 @@ test('pools: create, fork, attach, evict, release and their errors', { skip }, a
   assert.deepEqual([props.json.polykv.max_pools, props.json.polykv.pool_grace_ms], [12, 200]);
   const metrics = await get(srv.url + '/metrics');
   assert.match(metrics.text, /# TYPE polykv:pool_kv_bytes gauge/);
+  assert.match(metrics.text, /polykv:admission_decisions_total\{pool="none",decision="admit"\} 0/);
 });
 
 test(`pools: 16 clients, random pool operations and streamed completions for ${SOAK_S} s`, { skip }, async () => {

@@ -1,0 +1,169 @@
+// bench/spawn.mjs - the admission issue's spawn ramp against one polykv
+// server (docs/admission.md): how three spawners keep agents above a speed
+// floor on one pool.
+//
+//   node bench/spawn.mjs --url http://127.0.0.1:8080 [--floor F] [--agents 8] [--every-s 3] [--json]
+//
+//   knee:      mean session tok/s at 1..N concurrent decoding sessions (the
+//              curve the floor is chosen from; --floor defaults to the mean
+//              at the knee, where adding one session costs most)
+//   naive:     a spawn every --every-s seconds up to --agents
+//   advisory:  the same, but each spawn waits until GET /capacity says
+//              can_admit (polling every 250 ms; "measurement settling" waits)
+//   enforced:  the pool's policy is enforced + queue: the spawner just
+//              sends, the server holds what it cannot take yet
+//
+// Each agent: --turns turns of --reply tokens with a --pause-ms pause
+// between them (a tool call), continuing its own session (session_id).
+// /polykv/tps is sampled every 100 ms: time with the mean under the floor,
+// deep time (under half of it), work done (tokens), and for every admit the
+// projected mean (the capacity answer just before) against the realized one
+// (the mean 3 s after).
+import { parseArgs } from 'node:util';
+
+const { values: a } = parseArgs({ options: {
+  url: { type: 'string', default: 'http://127.0.0.1:8080' },
+  floor: { type: 'string' },
+  agents: { type: 'string', default: '8' },
+  'every-s': { type: 'string', default: '3' },
+  turns: { type: 'string', default: '3' },
+  reply: { type: 'string', default: '96' },
+  'pause-ms': { type: 'string', default: '1500' },
+  'knee-max': { type: 'string', default: '6' },
+  json: { type: 'boolean', default: false },
+} });
+const url = a.url, N = Number(a.agents), TURNS = Number(a.turns), REPLY = Number(a.reply);
+const PAUSE = Number(a['pause-ms']), EVERY = Number(a['every-s']) * 1000;
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const WORDS = ['agent', 'tool', 'plan', 'file', 'search', 'result', 'query', 'answer', 'code', 'test', 'build'];
+const words = (n, seed) => {
+  let s = seed >>> 0, out = [];
+  for (let i = 0; i < n; i++) { s = (Math.imul(s, 1103515245) + 12345) >>> 0; out.push(WORDS[(s >>> 16) % WORDS.length]); }
+  return out.join(' ');
+};
+
+async function req(method, path, body) {
+  const r = await fetch(url + path, { method, headers: { 'content-type': 'application/json' },
+                                      body: body ? JSON.stringify(body) : undefined });
+  const text = await r.text();
+  let json = null;
+  try { json = JSON.parse(text); } catch {}
+  return { status: r.status, json, text, headers: r.headers };
+}
+
+async function complete(prompt, pool, session, n) {
+  for (;;) {
+    const r = await req('POST', '/completion', { prompt, pool_id: pool, session_id: session, n_predict: n,
+                                                 ignore_eos: true, temperature: 0 });
+    if (r.status === 200) return r.json;
+    if (r.status !== 429) throw new Error(`/completion: ${r.status} ${r.text}`);
+    await sleep(1000 * Number(r.headers.get('retry-after') || 1));
+  }
+}
+
+const system = 'You are one of many sub-agents. Tools: ' + words(600, 1);
+
+/* ---- the knee ---- */
+async function knee(pool, maxN) {
+  const curve = [];
+  for (let n = 1; n <= maxN; n++) {
+    const ts = [];
+    const runs = [...Array(n).keys()].map((k) => complete(system + ' knee ' + n + ' ' + k, pool, `knee-${n}-${k}`, 160)
+      .then((j) => ts.push(j.timings.predicted_per_second)));
+    await Promise.all(runs);
+    curve.push({ n, mean_tps: ts.reduce((s, x) => s + x, 0) / ts.length });
+  }
+  return curve;
+}
+
+/* ---- one strategy ---- */
+async function strategy(name, pool, floor) {
+  const samples = [], admits = [];
+  let stop = false, tokens = 0, finished = 0;
+  const sampler = (async () => {
+    while (!stop) {
+      const t = (await req('GET', '/polykv/tps')).json;
+      samples.push({ t: performance.now(), mean: t.mean_active_tps, n: t.sessions.filter((s) => s.state === 'decode').length });
+      await sleep(100);
+    }
+  })();
+  async function agent(k) {
+    let ctx = system + `\nAgent ${name}-${k}: ` + words(40, 100 + k);
+    for (let turn = 0; turn < TURNS; turn++) {
+      const j = await complete(ctx, pool, `${name}-${k}`, REPLY);
+      tokens += j.tokens_predicted;
+      ctx += j.content + '\nTool result: ' + words(20, 1000 * k + turn);
+      if (turn + 1 < TURNS) await sleep(PAUSE);
+    }
+    finished++;
+  }
+  const t0 = performance.now();
+  const agents = [];
+  for (let k = 0; k < N; k++) {
+    if (name === 'advisory') {
+      for (;;) {
+        const c = (await req('GET', `/polykv/pools/${pool}/capacity?expected_tokens=${REPLY * TURNS + 200}`)).json;
+        if (c.can_admit) {
+          admits.push({ t: performance.now(), projected: c.projected_mean_tps_if_admitted });
+          break;
+        }
+        await sleep(c.settling ? Math.max(100, c.settle_remaining_ms) : 250);
+      }
+    } else {
+      const c = (await req('GET', `/polykv/pools/${pool}/capacity`)).json;
+      admits.push({ t: performance.now(), projected: c.projected_mean_tps_if_admitted });
+    }
+    agents.push(agent(k));
+    if (name !== 'advisory') await sleep(EVERY);
+    else await sleep(500);   /* the first capacity poll after a spawn sees it settling */
+  }
+  await Promise.all(agents);
+  stop = true;
+  await sampler;
+  const wall = performance.now() - t0;
+  /* Time-weighted, over the samples where someone decodes. */
+  let under = 0, deep = 0, busy = 0;
+  for (let i = 1; i < samples.length; i++) {
+    const dt = samples[i].t - samples[i - 1].t, s = samples[i - 1];
+    if (s.n === 0) continue;
+    busy += dt;
+    if (s.mean < floor) under += dt;
+    if (s.mean < floor / 2) deep += dt;
+  }
+  const errs = [];
+  for (const ad of admits) {
+    if (ad.projected == null) continue;
+    const later = samples.filter((s) => s.t >= ad.t + 3000 && s.t <= ad.t + 4000 && s.n > 0);
+    if (!later.length) continue;
+    const real = later.reduce((s, x) => s + x.mean, 0) / later.length;
+    errs.push(Math.abs(ad.projected - real) / real);
+  }
+  errs.sort((x, y) => x - y);
+  return { name, wall_s: wall / 1000, tokens, finished, under_floor_s: under / 1000, deep_s: deep / 1000,
+           busy_s: busy / 1000, median_projection_error: errs.length ? errs[Math.floor(errs.length / 2)] : null,
+           n_projection_samples: errs.length };
+}
+
+const root = await req('POST', '/polykv/pools', { prompt: system });
+if (root.status !== 201) throw new Error(root.text);
+const pool = root.json.pool_id;
+const curve = await knee(pool, Number(a['knee-max']));
+let floor = Number(a.floor);
+if (!a.floor) {   /* the knee: where one more session costs the most */
+  let best = 1;
+  for (let i = 1; i < curve.length; i++)
+    if (curve[i - 1].mean_tps - curve[i].mean_tps > curve[best - 1].mean_tps - curve[best].mean_tps) best = i;
+  floor = Math.round(curve[best].mean_tps * 10) / 10;
+}
+await req('POST', `/polykv/pools/${pool}/admission`, { target_tps_per_session: floor, mode: 'advisory' });
+const rows = [await strategy('naive', pool, floor), await strategy('advisory', pool, floor)];
+await req('POST', `/polykv/pools/${pool}/admission`, { mode: 'enforced', on_saturation: 'queue', queue_max_ms: 600000 });
+rows.push(await strategy('enforced', pool, floor));
+if (a.json) console.log(JSON.stringify({ curve, floor, rows }));
+else {
+  console.log('knee: ' + curve.map((c) => `${c.n}: ${c.mean_tps.toFixed(1)}`).join(', ') + ` tok/s; floor ${floor}`);
+  for (const r of rows)
+    console.log(`${r.name.padEnd(9)} wall ${r.wall_s.toFixed(1)} s, tokens ${r.tokens}, finished ${r.finished}/${N}, ` +
+                `under floor ${r.under_floor_s.toFixed(1)} s, deep ${r.deep_s.toFixed(1)} s of ${r.busy_s.toFixed(1)} s busy, ` +
+                `median |projected - realized| ${r.median_projection_error == null ? '-' : (100 * r.median_projection_error).toFixed(1) + '%'}`);
+}

@@ -1,0 +1,241 @@
+/*
+ * eng_admit.c - admission in the engine: the mechanism behind src/admit
+ * (docs/admission.md).  It fills adm_snapshot from the slots, answers the
+ * policy and capacity messages, gates NEW sessions of enforced scopes at
+ * placement, records admits and completes settle windows after each step.
+ *
+ * Scopes: each pool has one (eng_pool.c keeps it beside the pool), and the
+ * server has one for sessions on no pool (e->adm).  A scope whose policy is
+ * not set records and gates nothing: a server with no policy behaves as
+ * before.  Engine thread only.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "eng_impl.h"
+
+const char *eng_adm_decision_name(eng_adm_decision d)
+{
+    static const char *names[ENG_ADM_N] = { "admit", "reject", "warn", "queue", "hold", "overcommit" };
+    return (unsigned)d < ENG_ADM_N ? names[d] : "?";
+}
+
+bool eng_session_known(const eng *e, const char *session)
+{
+    if (!session || !session[0]) return false;
+    for (int32_t i = 0; i < e->p.n_slots; i++) {
+        const slot *s = &e->slots[i];
+        if ((s->state != ENG_SLOT_IDLE || s->n_cache > 0) && !strcmp(s->session, session)) return true;
+    }
+    for (int32_t i = 0; i < e->n_parked_max; i++)
+        if (e->parked[i].used && !strcmp(e->parked[i].session, session)) return true;
+    return false;
+}
+
+/* The snapshot of pool_id's scope (sessions: one per slot). */
+static void snap(eng *e, int32_t pool_id, const eng_scope *sc, int32_t expected, bool known, adm_session *ss,
+                 adm_snapshot *o)
+{
+    int32_t excl[KV_MAX_SEQ], busy = 0, reclaim = 0;
+    kv_excl_counts(e->kv, excl);
+    for (int32_t i = 0; i < e->p.n_slots; i++) {
+        const slot *s = &e->slots[i];
+        bool running = s->state != ENG_SLOT_IDLE;
+        bool in = s->pool_id == pool_id;
+        busy += running;
+        if (!running) reclaim += excl[s->id];
+        const eng_completion *rq = running ? &s->task->req : NULL;
+        ss[i] = (adm_session){ .decoding = s->state == ENG_SLOT_DECODE, .in_scope = in,
+                               .live = in && (running || s->n_cache > 0),
+                               .tps_ewma = s->ewma_ms > 0 ? 1000.0 / s->ewma_ms : 0,
+                               .n_decoded = running ? s->n_gen : 0,
+                               .tokens_left = rq && rq->n_predict >= 0 ? rq->n_predict - s->n_gen : -1,
+                               .ctx_used = s->n_cache, .ctx_total = e->n_ctx_slot,
+                               .kv_owned = kv_seq_owned(e->kv, s->id), .task_id = running ? s->task->id : 0 };
+    }
+    for (int32_t i = 0; i < e->n_parked_max; i++)
+        if (e->parked[i].used) reclaim += excl[e->parked[i].seq];
+    *o = (adm_snapshot){ .policy = &sc->policy, .sessions = ss, .n_sessions = e->p.n_slots, .settle = &sc->settle,
+                         .now_ms = pk_time_ms(), .n_slots = e->p.n_slots, .n_busy_slots = busy,
+                         .kv_free_cells = e->p.n_ctx - kv_used(e->kv) + reclaim, .kv_used = kv_used(e->kv),
+                         .kv_total = e->p.n_ctx, .ctx_slot = e->n_ctx_slot,
+                         .prefix_len = pool_id > 0 ? eng_pool_prefix_len(e, pool_id) : 0,
+                         .expected_tokens = expected, .known_session = known };
+}
+
+static void decide(eng *e, int32_t pool_id, const eng_scope *sc, int32_t expected, bool known, adm_answer *a)
+{
+    adm_session ss[ENG_MAX_SLOTS];
+    adm_snapshot s;
+    snap(e, pool_id, sc, expected, known, ss, &s);
+    ASSERT(adm_decide(&s, a) == PK_OK);
+}
+
+/* ---- messages --------------------------------------------------------- */
+
+void eng_admission_msg(eng *e, eng_call *c)
+{
+    eng_scope *sc = eng_pool_scope(e, c->pool_id);
+    c->status = PK_OK;
+    if (!sc) {
+        c->status = PK_ENOTFOUND;
+        return;
+    }
+    if (c->adm_set) {
+        adm_policy p = *c->adm_set;
+        p.set = true;
+        if (adm_policy_check(&p) != PK_OK) {
+            c->status = PK_EINVAL;
+            return;
+        }
+        sc->policy = p;
+    }
+    *c->adm_out = sc->policy;
+}
+
+void eng_capacity_msg(eng *e, eng_call *c)
+{
+    eng_scope *sc = eng_pool_scope(e, c->pool_id);
+    eng_capacity_reply *o = c->cap_out;
+    if (!sc) {
+        o->status = PK_ENOTFOUND;
+        return;
+    }
+    /* A scope with no policy still answers, against its defaults. */
+    eng_scope tmp = *sc;
+    if (!tmp.policy.set) tmp.policy = e->p.admission;
+    o->status = PK_OK;
+    o->policy = tmp.policy;
+    decide(e, c->pool_id, &tmp, c->expected_tokens, eng_session_known(e, c->session), &o->a);
+}
+
+/* ---- the gate --------------------------------------------------------- */
+
+static void refuse(eng_task *t, const adm_answer *a)
+{
+    eng_event ev = { .kind = ENG_EV_ERROR, .status = PK_EFULL, .has_cap = true, .cap = *a };
+    snprintf(ev.message, sizeof ev.message, "admission refused: %s", a->reason);
+    eng_task_push(t, &ev);
+}
+
+bool eng_admit_gate(eng *e, eng_task *t, int32_t p_share, bool *failed)
+{
+    *failed = false;
+    int32_t pool = t->req.pool_id > 0 ? t->req.pool_id : 0;
+    eng_scope *sc = eng_pool_scope(e, pool);
+    if (!sc || !sc->policy.set) return true;
+    bool known = eng_session_known(e, t->req.session_id);
+    t->adm_new = !known;
+    if (known || sc->policy.mode != ADM_ENFORCED) return true;
+    if (t->req.overcommit) {
+        if (!t->adm_held) sc->decisions[ENG_ADM_OVERCOMMIT]++;
+        t->adm_held = true;        /* counted once */
+        return true;
+    }
+    int32_t expected = t->req.n_predict >= 0 ? t->req.n_prompt - p_share + t->req.n_predict : -1;
+    adm_answer a;
+    decide(e, pool, sc, expected, known, &a);
+    adm_action act = adm_gate(&sc->policy, &a, known, false, pk_time_ms() - t->t_submit_ms);
+    if (sc->policy.on_saturation == ADM_WARN) t->adm_remaining = a.can_admit ? MAX(a.headroom_sessions - 1, 0) : 0;
+    switch (act) {
+    case ADM_ADMIT:
+        sc->decisions[ENG_ADM_ADMIT]++;
+        return true;
+    case ADM_ADMIT_WARN:
+        sc->decisions[ENG_ADM_WARN]++;
+        t->adm_warned = true;
+        return true;
+    case ADM_HOLD:
+        if (!t->adm_held) sc->decisions[a.arm == 6 ? ENG_ADM_HOLD : ENG_ADM_QUEUE]++;
+        t->adm_held = true;
+        return false;
+    case ADM_REFUSE:
+        sc->decisions[ENG_ADM_REJECT]++;
+        refuse(t, &a);
+        *failed = true;
+        return false;
+    }
+    return true;
+}
+
+void eng_admit_placed(eng *e, eng_task *t)
+{
+    int32_t pool = t->req.pool_id > 0 ? t->req.pool_id : 0;
+    eng_scope *sc = eng_pool_scope(e, pool);
+    if (!sc || !sc->policy.set || !t->adm_new) return;
+    adm_session ss[ENG_MAX_SLOTS];
+    adm_snapshot s;
+    snap(e, pool, sc, -1, false, ss, &s);
+    /* The mean at the admit leaves the new session out: it is not decoding
+     * yet, so mean_warm cannot see it. */
+    adm_record_admit(&sc->settle, &s, t->id);
+}
+
+static void settle_scope(eng *e, int32_t pool_id, eng_scope *sc)
+{
+    if (!sc->settle.active) return;
+    adm_session ss[ENG_MAX_SLOTS];
+    adm_snapshot s;
+    snap(e, pool_id, sc, -1, false, ss, &s);
+    adm_settle_step(&sc->settle, &s);
+}
+
+void eng_admit_step(eng *e)
+{
+    settle_scope(e, 0, &e->adm);
+    eng_pool_each_scope(e, settle_scope);
+}
+
+/* Any scope with a policy?  Only then do continuations go first. */
+static bool any_policy(eng *e)
+{
+    if (e->adm.policy.set) return true;
+    for (eng_task *t = e->wait_head; t; t = t->next) {
+        eng_scope *sc = t->req.pool_id > 0 ? eng_pool_scope(e, t->req.pool_id) : NULL;
+        if (sc && sc->policy.set) return true;
+    }
+    return false;
+}
+
+void eng_admit_order(eng *e)
+{
+    if (!e->wait_head || !e->wait_head->next || !any_policy(e)) return;
+    eng_task *cont = NULL, **ct = &cont, *rest = NULL, **rt = &rest;
+    for (eng_task *t = e->wait_head, *nx; t; t = nx) {
+        nx = t->next;
+        t->next = NULL;
+        if (eng_session_known(e, t->req.session_id)) {
+            *ct = t;
+            ct = &t->next;
+        } else {
+            *rt = t;
+            rt = &t->next;
+        }
+    }
+    *ct = rest;
+    e->wait_head = cont;
+    eng_task *last = NULL;
+    for (eng_task *t = e->wait_head; t; t = t->next) last = t;
+    e->wait_tail = last;
+}
+
+void eng_admit_stats(eng *e, int32_t pool_id, eng_adm_info *o)
+{
+    eng_scope *sc = eng_pool_scope(e, pool_id);
+    memset(o, 0, sizeof *o);
+    if (!sc) return;
+    o->policy = sc->policy;
+    memcpy(o->decisions, sc->decisions, sizeof o->decisions);
+    o->settling = sc->settle.active;
+    double sum = 0;
+    int32_t n = 0;
+    for (int32_t i = 0; i < e->p.n_slots; i++) {
+        const slot *s = &e->slots[i];
+        if (s->pool_id != pool_id || s->state != ENG_SLOT_DECODE || s->n_gen < ADM_WARM_TOKENS || s->ewma_ms <= 0)
+            continue;
+        sum += 1000.0 / s->ewma_ms;
+        n++;
+    }
+    o->mean_tps = n ? sum / n : 0;
+}

@@ -1,0 +1,125 @@
+// admission.test.mjs - admission through the real server and real clients
+// (docs/admission.md): the policy and capacity routes, enforced reject as
+// the openai package's RateLimitError with Retry-After, a continuation and
+// an overcommit never gated, warn with X-Sessions-Remaining, queue holding
+// requests and admitting them in arrival order.
+
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+import { sharedModel, skipReason, startServer, post, get, words, readSSE, sleep } from './lib.mjs';
+
+const QWEN = 'rand-qwen2-qwen2vocab-e64-l2-F16.gguf';
+const skip = skipReason(QWEN);
+let srv, client;
+before(async () => {
+  if (skip) return;
+  srv = await startServer(sharedModel(QWEN), ['-c', '8192', '-np', '4', '-t', '2']);
+  client = new OpenAI({ baseURL: srv.url + '/v1', apiKey: 'unused', maxRetries: 0 });
+});
+after(async () => {
+  if (srv) assert.equal(await srv.stop(), 0);
+});
+
+const base = 'You are agent number one. ' + words(80, 3);
+
+// A long streamed session on the pool; resolves once it has decoded `warm`
+// tokens, and gives a function that ends it.
+async function longSession(pool, session, warm = 12) {
+  const ac = new AbortController();
+  const resp = await fetch(srv.url + '/completion', { method: 'POST', signal: ac.signal,
+    headers: { 'content-type': 'application/json', 'x-session-id': session },
+    body: JSON.stringify({ prompt: base + ' ' + session, pool_id: pool, n_predict: 100000, ignore_eos: true,
+                           stream: true, temperature: 0 }) });
+  assert.equal(resp.status, 200, await (resp.status === 200 ? '' : resp.text()));
+  let n = 0, warmed;
+  const ready = new Promise((r) => { warmed = r; });
+  const done = readSSE(resp, () => { if (++n === warm) warmed(); }).catch(() => {});
+  await ready;
+  return { stop: async () => { ac.abort(); await done; } };
+}
+
+async function setPolicy(pool, p) {
+  const r = await post(srv.url + `/polykv/pools/${pool}/admission`, p);
+  assert.equal(r.status, 200, r.text);
+  return r.json;
+}
+
+test('admission: routes, capacity, reject / continuation / overcommit / warn / queue', { skip }, async () => {
+  // The server scope and the routes' errors.
+  let r = await get(srv.url + '/polykv/admission');
+  assert.equal(r.json.set, false);
+  r = await post(srv.url + '/polykv/admission', { target_tps_per_session: 3, color: 'red' });
+  assert.equal(r.status, 400);
+  r = await post(srv.url + '/polykv/admission', { mode: 'strict' });
+  assert.equal(r.status, 400);
+  assert.equal((await get(srv.url + '/polykv/pools/777/capacity')).status, 404);
+  const props = await get(srv.url + '/props');
+  assert.equal(props.json.polykv.admission.mode, 'advisory');
+
+  r = await post(srv.url + '/polykv/pools', { prompt: base });
+  assert.equal(r.status, 201, r.text);
+  const pool = r.json.pool_id;
+  let cap = (await get(srv.url + `/polykv/pools/${pool}/capacity`)).json;
+  assert.equal(cap.can_admit, true);
+  assert.equal(cap.reason, 'guaranteed minimum');
+  cap = (await get(srv.url + `/polykv/pools/${pool}/capacity?expected_tokens=100000`)).json;
+  assert.equal(cap.reason, 'context headroom exhausted');
+  assert.equal(cap.can_admit, false);
+
+  // Enforced reject with an unreachable floor and no settling: the first
+  // session is the guaranteed one, a second NEW one is refused.
+  const pol = await setPolicy(pool, { target_tps_per_session: 1e5, mode: 'enforced', on_saturation: 'reject',
+                                      settle_tokens: 0, settle_max_ms: 0 });
+  assert.equal(pol.mode, 'enforced');
+  assert.equal((await get(srv.url + `/polykv/pools/${pool}/admission`)).json.target_tps_per_session, 1e5);
+  const s1 = await longSession(pool, 'agent-1');
+  cap = (await get(srv.url + `/polykv/pools/${pool}/capacity`)).json;
+  assert.equal(cap.reason, 'projected mean tps below floor', JSON.stringify(cap));
+  assert.ok(cap.n_active >= 1 && cap.projected_mean_tps_model > 0);
+  await assert.rejects(
+    client.completions.create({ model: 'x', prompt: base + ' newcomer', max_tokens: 4, pool_id: pool }),
+    (err) => {
+      assert.ok(err instanceof OpenAI.RateLimitError, String(err));
+      assert.ok(Number(err.headers.get('retry-after')) >= 1);
+      return true;
+    });
+  const raw = await post(srv.url + '/completion', { prompt: base + ' newcomer', n_predict: 4, pool_id: pool });
+  assert.equal(raw.status, 429);
+  assert.equal(raw.json.capacity.reason, 'projected mean tps below floor');
+  // An overcommit is admitted, and a continuation (a known session) too.
+  r = await post(srv.url + '/completion', { prompt: base + ' over', n_predict: 4, pool_id: pool, overcommit: true,
+                                            session_id: 'agent-2' });
+  assert.equal(r.status, 200, r.text);
+  r = await post(srv.url + '/completion', { prompt: base + ' over and more', n_predict: 4, pool_id: pool,
+                                            session_id: 'agent-2' });
+  assert.equal(r.status, 200, r.text);
+
+  // Warn: admitted over the "no", saying how many more fit.
+  await setPolicy(pool, { on_saturation: 'warn' });
+  r = await post(srv.url + '/completion', { prompt: base + ' warned', n_predict: 4, pool_id: pool });
+  assert.equal(r.status, 200, r.text);
+  assert.equal(r.headers.get('x-sessions-remaining'), '0');
+
+  // Queue: two new sessions held while agent-1 decodes, admitted in arrival
+  // order once it stops.
+  await setPolicy(pool, { on_saturation: 'queue', queue_max_ms: 20000 });
+  const held = ['q-a', 'q-b'].map((sid) => post(srv.url + '/completion', { prompt: base + ' ' + sid, n_predict: 4,
+                                                                             pool_id: pool, session_id: sid }));
+  await sleep(300);
+  const slots = (await get(srv.url + '/slots')).json;
+  assert.ok(!slots.some((s) => s.session_id === 'q-a' || s.session_id === 'q-b'), 'held, not in a slot');
+  await s1.stop();
+  const got = await Promise.all(held);
+  for (const g of got) assert.equal(g.status, 200, g.text);
+  const after = (await get(srv.url + '/slots')).json;
+  const task = Object.fromEntries(after.filter((s) => s.session_id).map((s) => [s.session_id, s.id_task]));
+  const events = (await get(srv.url + '/polykv/cache')).json.events.filter((e) => e.kind === 'placement');
+  const ia = events.findIndex((e) => e.id_task === task['q-a']), ib = events.findIndex((e) => e.id_task === task['q-b']);
+  assert.ok(ia >= 0 && ib > ia, `placed in arrival order (${ia}, ${ib})`);
+
+  const m = await get(srv.url + '/metrics');
+  assert.equal(m.status, 501);      // --metrics is off here; the series are checked in pools.test.mjs
+  const tps = (await get(srv.url + '/polykv/tps')).json;
+  assert.ok('n_warming' in tps && Array.isArray(tps.pools));
+});
