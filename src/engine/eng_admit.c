@@ -41,7 +41,7 @@ static void snap(eng *e, int32_t pool_id, const eng_scope *sc, int32_t expected,
     kv_excl_counts(e->kv, excl);
     for (int32_t i = 0; i < e->p.n_slots; i++) {
         const slot *s = &e->slots[i];
-        bool running = s->state != ENG_SLOT_IDLE;
+        bool running = s->state != ENG_SLOT_IDLE && s->task;   /* (a slot being started has no task yet) */
         bool in = s->pool_id == pool_id;
         busy += running;
         if (!running) reclaim += excl[s->id];
@@ -133,7 +133,11 @@ bool eng_admit_gate(eng *e, eng_task *t, int32_t p_share, bool *failed)
         t->adm_held = true;        /* counted once */
         return true;
     }
-    int32_t expected = t->req.n_predict >= 0 ? t->req.n_prompt - p_share + t->req.n_predict : -1;
+    /* What it will add: its suffix and generation, never more than its
+     * context can take (past that it stops, truncated). */
+    int32_t room = e->n_ctx_slot - (pool > 0 ? eng_pool_prefix_len(e, pool) : 0);
+    int64_t want = (int64_t)t->req.n_prompt - p_share + MAX(t->req.n_predict, 0);
+    int32_t expected = (int32_t)MIN(want, (int64_t)room);
     adm_answer a;
     decide(e, pool, sc, expected, known, &a);
     adm_action act = adm_gate(&sc->policy, &a, known, false, pk_time_ms() - t->t_submit_ms);

@@ -101,8 +101,9 @@ test('admission: routes, capacity, reject / continuation / overcommit / warn / q
   assert.equal(r.status, 200, r.text);
   assert.equal(r.headers.get('x-sessions-remaining'), '0');
 
-  // Queue: two new sessions held while agent-1 decodes, admitted in arrival
-  // order once it stops.
+  // Queue: two new sessions held while agent-1 decodes (and after: its idle
+  // pool's recent mean still says no), admitted in arrival order once the
+  // floor comes down.
   await setPolicy(pool, { on_saturation: 'queue', queue_max_ms: 20000 });
   const held = ['q-a', 'q-b'].map((sid) => post(srv.url + '/completion', { prompt: base + ' ' + sid, n_predict: 4,
                                                                              pool_id: pool, session_id: sid }));
@@ -110,6 +111,9 @@ test('admission: routes, capacity, reject / continuation / overcommit / warn / q
   const slots = (await get(srv.url + '/slots')).json;
   assert.ok(!slots.some((s) => s.session_id === 'q-a' || s.session_id === 'q-b'), 'held, not in a slot');
   await s1.stop();
+  await sleep(300);
+  assert.ok(!(await get(srv.url + '/slots')).json.some((s) => s.session_id === 'q-a'), 'still held when idle');
+  await setPolicy(pool, { target_tps_per_session: 1 });
   const got = await Promise.all(held);
   for (const g of got) assert.equal(g.status, 200, g.text);
   const after = (await get(srv.url + '/slots')).json;
