@@ -314,12 +314,54 @@ static void test_policy(void)
     CHECK_EQ_INT(adm_decide(&bad, &a), PK_EINVAL);
 }
 
+/* docs/admission.md's worked example: every number there is printed here. */
+static void test_worked_example(void)
+{
+    world w;
+    world_init(&w, 6);
+    w.p.target_tps = 20;
+    w.p.mode = ADM_ENFORCED;
+    decoding(&w, 0, 30, 200);
+    decoding(&w, 1, 28, 120);
+    decoding(&w, 2, 26, 60);
+    decoding(&w, 3, 35, 2);                        /* warming */
+    w.s[4] = (adm_session){ .in_scope = true, .live = true, .ctx_used = 900, .ctx_total = 2048, .kv_owned = 400 };
+    w.snap.kv_free_cells = 3000;
+    w.snap.kv_used = 5192;
+    w.st = (adm_settle){ .has_drop = true, .drop_ewma = 6.5, .has_settled = true, .mean_settled = 28,
+                         .t_settled_ms = w.snap.now_ms - 8000 };
+    adm_answer a = decide(&w);
+    CHECK_NEAR(a.mean_active_tps, 28, 1e-12);
+    CHECK_NEAR(a.projected_model, 21, 1e-12);
+    CHECK_NEAR(a.projected_measured, 21.5, 1e-12);
+    CHECK_STR(a.reason, "ok");
+    CHECK_EQ_INT(a.headroom_sessions, 12);         /* 3000 / (1200 / 5) */
+    adm_settle keep = w.st;
+    w.st.drop_ewma = 9;                            /* a costlier machine: 28 - 9 < 20 */
+    adm_answer b = decide(&w);
+    CHECK_STR(b.reason, "projected mean tps below floor");
+    w.st = keep;
+    w.st.active = true;
+    w.st.t_admit_ms = w.snap.now_ms - 1200;
+    adm_answer c = decide(&w);
+    CHECK_STR(c.reason, "measurement settling");
+    if (getenv("POLYKV_ADM_VERBOSE")) {
+        printf("worked example: M %.2f over n %d (n_warming %d), model %.2f, measured %.2f -> %s; "
+               "headroom %d sessions, kv %.1f%%, pressure %.3f, retry %.0f s\n",
+               a.mean_active_tps, a.n_active, a.n_warming, a.projected_model, a.projected_measured, a.reason,
+               a.headroom_sessions, a.kv_headroom_pct, a.compaction_pressure, a.retry_after_s);
+        printf("  drop 9: measured %.2f -> %s; settling 1.2 s in: %s, %.0f ms left, Retry-After %.0f s\n",
+               b.projected_measured, b.reason, c.reason, c.settle_remaining_ms, c.retry_after_s);
+    }
+}
+
 int main(void)
 {
     test_policy();
     test_arms();
     test_settle();
     test_ramp();
+    test_worked_example();
     test_property(200000);
     return test_finish();
 }
