@@ -67,7 +67,9 @@ pk_status adm_sat_parse(const char *s, adm_sat *out);
 typedef struct adm_session {
     bool decoding;                  /* generating now */
     bool in_scope;                  /* attached to the scope asked about */
-    bool live;                      /* in scope and busy, or idle with its history */
+    bool live;                      /* in scope and busy, or between turns: idle with its
+                                       history for less than ADM_IDLE_MS (an agent waiting
+                                       on a tool); older histories are finished work */
     double tps_ewma;                /* 0 when unknown */
     int32_t n_decoded;              /* tokens its current task decoded */
     int32_t tokens_left;            /* of its current task, -1 when unknown */

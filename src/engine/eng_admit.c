@@ -46,8 +46,9 @@ static void snap(eng *e, int32_t pool_id, const eng_scope *sc, int32_t expected,
         busy += running;
         if (!running) reclaim += excl[s->id];
         const eng_completion *rq = running ? &s->task->req : NULL;
+        bool recent = s->n_cache > 0 && (eng_now_s() - s->last_use_s) * 1000.0 < ADM_IDLE_MS;
         ss[i] = (adm_session){ .decoding = s->state == ENG_SLOT_DECODE, .in_scope = in,
-                               .live = in && (running || s->n_cache > 0),
+                               .live = in && (running || recent),
                                .tps_ewma = s->ewma_ms > 0 ? 1000.0 / s->ewma_ms : 0,
                                .n_decoded = running ? s->n_gen : 0,
                                .tokens_left = rq && rq->n_predict >= 0 ? rq->n_predict - s->n_gen : -1,
