@@ -236,6 +236,15 @@ static bool has_work(const eng *e)
     return false;
 }
 
+/* A control message is about to change what was published: readers ask
+ * the engine until the next step publishes again (read-your-writes). */
+static void unpublish(eng *e)
+{
+    pthread_mutex_lock(&e->pub_mu);
+    e->pub->valid = false;
+    pthread_mutex_unlock(&e->pub_mu);
+}
+
 /* Takes the mailbox and answers it, one switch over the message kinds
  * (control before new work); returns false when the engine must stop. */
 static bool take_mailbox(eng *e)
@@ -269,11 +278,13 @@ static bool take_mailbox(eng *e)
             break;
         }
         case ENG_MSG_POOL:
+            unpublish(e);
             eng_pool_msg(e, container_of(m, eng_call, msg));
             break;
         case ENG_MSG_ADMISSION:
         case ENG_MSG_CAPACITY: {
             eng_call *c = container_of(m, eng_call, msg);
+            if (m->kind == ENG_MSG_ADMISSION) unpublish(e);
             if (m->kind == ENG_MSG_ADMISSION) eng_admission_msg(e, c);
             else eng_capacity_msg(e, c);
             eng_call_done(e, c);
@@ -281,6 +292,7 @@ static bool take_mailbox(eng *e)
         }
         case ENG_MSG_ERASE: {
             eng_call *c = container_of(m, eng_call, msg);
+            unpublish(e);
             eng_erase_msg(e, c);
             eng_call_done(e, c);
             break;
@@ -451,6 +463,26 @@ static void sample_and_emit(eng *e, int32_t n)
     e->n_busy_slots_sum += (uint64_t)busy;
 }
 
+/* Readers that asked in the last 2 s get what they read refreshed after
+ * every step, so they never wait for a batch to end. */
+#define PUB_WANT_MS 2000.0
+#define PUB_FRESH_MS 250.0
+
+static void publish(eng *e)
+{
+    if (!e->pub || pk_time_ms() - atomic_load(&e->pub_want_ms) > PUB_WANT_MS) return;
+    static __thread eng_stats st;          /* filled outside the lock */
+    answer_stats(e, &st);
+    eng_adm_inputs(e, &e->adm_in);
+    pthread_mutex_lock(&e->pub_mu);
+    e->pub->stats = st;
+    e->pub->in = e->adm_in;
+    e->pub->n_scope = eng_adm_scopes(e, e->pub->scope, ENG_MAX_POOLS + 1);
+    e->pub->t_ms = pk_time_ms();
+    e->pub->valid = true;
+    pthread_mutex_unlock(&e->pub_mu);
+}
+
 static void *engine_main(void *arg)
 {
     eng *e = arg;
@@ -460,6 +492,7 @@ static void *engine_main(void *arg)
         int32_t n_dec, n = build_batch(e, &n_dec);
         if (n > 0 && decode(e, n, n_dec) == PK_OK) sample_and_emit(e, n);
         eng_admit_step(e);
+        publish(e);
         if (e->check) eng_check(e);
     }
     return NULL;
@@ -526,10 +559,50 @@ static void answer_stats(eng *e, eng_stats *o)
     eng_admit_stats(e, 0, &o->adm);
 }
 
+/* The published copy when it is fresh, so a reader never waits for a
+ * batch; false: ask the engine (which then publishes for the next ones). */
+static bool from_pub_stats(eng *e, eng_stats *out)
+{
+    atomic_store(&e->pub_want_ms, pk_time_ms());
+    pthread_mutex_lock(&e->pub_mu);
+    bool ok = e->pub->valid && pk_time_ms() - e->pub->t_ms < PUB_FRESH_MS;
+    if (ok) *out = e->pub->stats;
+    pthread_mutex_unlock(&e->pub_mu);
+    return ok;
+}
+
 pk_status eng_get_stats(eng *e, eng_stats *out)
 {
     eng_call c = { .msg.kind = ENG_MSG_STATS, .stats = out };
     return call(e, &c);
+}
+
+pk_status eng_get_stats_recent(eng *e, eng_stats *out)
+{
+    return from_pub_stats(e, out) ? PK_OK : eng_get_stats(e, out);
+}
+
+static bool from_pub_capacity(eng *e, int32_t pool_id, int32_t expected, const char *session, eng_capacity_reply *out)
+{
+    atomic_store(&e->pub_want_ms, pk_time_ms());
+    pthread_mutex_lock(&e->pub_mu);
+    eng_pub *p = e->pub;
+    bool ok = p->valid && pk_time_ms() - p->t_ms < PUB_FRESH_MS;
+    const eng_pub_scope *ps = NULL;
+    for (int32_t i = 0; ok && i < p->n_scope && !ps; i++)
+        if (p->scope[i].pool_id == pool_id) ps = &p->scope[i];
+    if (ok && ps) {
+        eng_scope sc = ps->sc;
+        if (!sc.policy.set) sc.policy = e->p.admission;
+        adm_session ss[ENG_MAX_SLOTS];
+        adm_snapshot s;
+        eng_adm_snapshot(&p->in, pool_id, ps->prefix_len, &sc, expected, eng_adm_known(&p->in, session), ss, &s);
+        s.now_ms = pk_time_ms();         /* settle windows run on the reader's clock too */
+        out->status = adm_decide(&s, &out->a);
+        out->policy = sc.policy;
+    }
+    pthread_mutex_unlock(&e->pub_mu);
+    return ok && ps;   /* a pool the copy does not know yet: ask the engine */
 }
 
 pk_status eng_erase(eng *e, int32_t slot_id, int32_t *n_erased)
@@ -552,6 +625,7 @@ pk_status eng_capacity(eng *e, int32_t pool_id, int32_t expected_tokens, const c
                        eng_capacity_reply *out)
 {
     memset(out, 0, sizeof *out);
+    if (from_pub_capacity(e, pool_id, expected_tokens, session, out)) return out->status;
     eng_call c = { .msg.kind = ENG_MSG_CAPACITY, .pool_id = pool_id, .expected_tokens = expected_tokens,
                    .session = session, .cap_out = out };
     pk_status st = call(e, &c);
@@ -636,11 +710,15 @@ pk_status eng_new(const model *m, const eng_params *p, eng **out)
 #endif
     const char *chk = getenv("POLYKV_CHECK");
     if (chk && *chk) e->check = strcmp(chk, "0") != 0;
+    if (!(e->pub = calloc(1, sizeof *e->pub))) goto fail;
+    atomic_init(&e->pub_want_ms, -1e12);
     pthread_mutex_init(&e->mu, NULL);
+    pthread_mutex_init(&e->pub_mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     pthread_cond_init(&e->reply_cv, NULL);
     if (pthread_create(&e->thread, NULL, engine_main, e)) {
         pthread_mutex_destroy(&e->mu);
+        pthread_mutex_destroy(&e->pub_mu);
         pthread_cond_destroy(&e->cv);
         pthread_cond_destroy(&e->reply_cv);
         goto fail;
@@ -648,6 +726,7 @@ pk_status eng_new(const model *m, const eng_params *p, eng **out)
     *out = e;
     return PK_OK;
 fail:
+    free(e->pub);
     eng_pool_free(e);
     eng_place_free(e);
     if (e->slots)
@@ -709,7 +788,9 @@ void eng_free(eng *e)
     free(e->b_want); free(e->logits);
     model_ctx_free(e->ctx);
     pthread_mutex_destroy(&e->mu);
+    pthread_mutex_destroy(&e->pub_mu);
     pthread_cond_destroy(&e->cv);
     pthread_cond_destroy(&e->reply_cv);
+    free(e->pub);
     free(e);
 }

@@ -295,6 +295,10 @@ typedef struct eng_stats {
 /* A snapshot, filled by the engine thread between batches.  PK_ECANCELLED
  * when the engine is stopping. */
 pk_status eng_get_stats(eng *e, eng_stats *out);
+/* The same, at most one step old (published after every step while read):
+ * never waits for a batch.  For readers that poll (the tps stream, the
+ * page); everything that must see its own writes uses eng_get_stats. */
+pk_status eng_get_stats_recent(eng *e, eng_stats *out);
 
 /* Drops the cached history of slot `slot` (llama-server's slot erase):
  * PK_ECONFLICT while a task runs in it; slot -1 drops every idle slot's,

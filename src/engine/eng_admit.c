@@ -33,36 +33,84 @@ bool eng_session_known(const eng *e, const char *session)
     return false;
 }
 
-/* The snapshot of pool_id's scope (sessions: one per slot). */
-static void snap(eng *e, int32_t pool_id, const eng_scope *sc, int32_t expected, bool known, adm_session *ss,
-                 adm_snapshot *o)
+/* What every capacity answer is computed from, for all scopes at once:
+ * filled by the engine (now, or after each step into e->pub, so that
+ * readers answer without waiting for a step). */
+void eng_adm_inputs(eng *e, eng_adm_in *in)
 {
-    int32_t excl[KV_MAX_SEQ], busy = 0, reclaim = 0;
+    int32_t excl[KV_MAX_SEQ], reclaim = 0;
     kv_excl_counts(e->kv, excl);
+    double now_s = eng_now_s();
+    in->n_slots = e->p.n_slots;
+    in->n_busy = 0;
+    in->n_known = 0;
     for (int32_t i = 0; i < e->p.n_slots; i++) {
         const slot *s = &e->slots[i];
         bool running = s->state != ENG_SLOT_IDLE && s->task;   /* (a slot being started has no task yet) */
-        bool in = s->pool_id == pool_id;
-        busy += running;
+        in->n_busy += running;
         if (!running) reclaim += excl[s->id];
         const eng_completion *rq = running ? &s->task->req : NULL;
-        bool recent = s->n_cache > 0 && (eng_now_s() - s->last_use_s) * 1000.0 < ADM_IDLE_MS;
-        ss[i] = (adm_session){ .decoding = s->state == ENG_SLOT_DECODE, .in_scope = in,
-                               .live = in && (running || recent),
-                               .tps_ewma = s->ewma_ms > 0 ? 1000.0 / s->ewma_ms : 0,
-                               .n_decoded = running ? s->n_gen : 0,
-                               .tokens_left = rq && rq->n_predict >= 0 ? rq->n_predict - s->n_gen : -1,
-                               .ctx_used = s->n_cache, .ctx_total = e->n_ctx_slot,
-                               .kv_owned = kv_seq_owned(e->kv, s->id), .task_id = running ? s->task->id : 0 };
+        in->slot[i] = (eng_adm_slot){
+            .pool_id = s->pool_id, .running = running, .decoding = s->state == ENG_SLOT_DECODE,
+            .recent = s->n_cache > 0 && (now_s - s->last_use_s) * 1000.0 < ADM_IDLE_MS,
+            .tps_ewma = s->ewma_ms > 0 ? 1000.0 / s->ewma_ms : 0, .n_decoded = running ? s->n_gen : 0,
+            .tokens_left = rq && rq->n_predict >= 0 ? rq->n_predict - s->n_gen : -1, .ctx_used = s->n_cache,
+            .kv_owned = kv_seq_owned(e->kv, s->id), .task_id = running ? s->task->id : 0 };
+        if ((running || s->n_cache > 0) && s->session[0])
+            memcpy(in->known[in->n_known++], s->session, ENG_SESSION_CAP);
     }
-    for (int32_t i = 0; i < e->n_parked_max; i++)
-        if (e->parked[i].used) reclaim += excl[e->parked[i].seq];
-    *o = (adm_snapshot){ .policy = &sc->policy, .sessions = ss, .n_sessions = e->p.n_slots, .settle = &sc->settle,
-                         .now_ms = pk_time_ms(), .n_slots = e->p.n_slots, .n_busy_slots = busy,
-                         .kv_free_cells = e->p.n_ctx - kv_used(e->kv) + reclaim, .kv_used = kv_used(e->kv),
-                         .kv_total = e->p.n_ctx, .ctx_slot = e->n_ctx_slot,
-                         .prefix_len = pool_id > 0 ? eng_pool_prefix_len(e, pool_id) : 0,
-                         .expected_tokens = expected, .known_session = known };
+    for (int32_t i = 0; i < e->n_parked_max; i++) {
+        const parked *p = &e->parked[i];
+        if (!p->used) continue;
+        reclaim += excl[p->seq];
+        if (p->session[0] && in->n_known < ENG_ADM_KNOWN) memcpy(in->known[in->n_known++], p->session, ENG_SESSION_CAP);
+    }
+    in->kv_free_cells = e->p.n_ctx - kv_used(e->kv) + reclaim;
+    in->kv_used = kv_used(e->kv);
+    in->kv_total = e->p.n_ctx;
+    in->ctx_slot = e->n_ctx_slot;
+    in->now_ms = pk_time_ms();
+}
+
+bool eng_adm_known(const eng_adm_in *in, const char *session)
+{
+    if (!session || !session[0]) return false;
+    for (int32_t i = 0; i < in->n_known; i++)
+        if (!strcmp(in->known[i], session)) return true;
+    return false;
+}
+
+void eng_adm_snapshot(const eng_adm_in *in, int32_t pool_id, int32_t prefix_len, const eng_scope *sc,
+                      int32_t expected, bool known, adm_session *ss, adm_snapshot *o)
+{
+    for (int32_t i = 0; i < in->n_slots; i++) {
+        const eng_adm_slot *x = &in->slot[i];
+        bool in_scope = x->pool_id == pool_id;
+        ss[i] = (adm_session){ .decoding = x->decoding, .in_scope = in_scope,
+                               .live = in_scope && (x->running || x->recent), .tps_ewma = x->tps_ewma,
+                               .n_decoded = x->n_decoded, .tokens_left = x->tokens_left, .ctx_used = x->ctx_used,
+                               .ctx_total = in->ctx_slot, .kv_owned = x->kv_owned, .task_id = x->task_id };
+    }
+    *o = (adm_snapshot){ .policy = &sc->policy, .sessions = ss, .n_sessions = in->n_slots, .settle = &sc->settle,
+                         .now_ms = in->now_ms, .n_slots = in->n_slots, .n_busy_slots = in->n_busy,
+                         .kv_free_cells = in->kv_free_cells, .kv_used = in->kv_used, .kv_total = in->kv_total,
+                         .ctx_slot = in->ctx_slot, .prefix_len = prefix_len, .expected_tokens = expected,
+                         .known_session = known };
+}
+
+int32_t eng_adm_scopes(eng *e, eng_pub_scope *out, int32_t cap)
+{
+    out[0] = (eng_pub_scope){ .pool_id = 0, .prefix_len = 0, .sc = e->adm };
+    return 1 + eng_pool_scopes(e, out + 1, cap - 1);
+}
+
+/* The snapshot of pool_id's scope, from the engine's state now. */
+static void snap(eng *e, int32_t pool_id, const eng_scope *sc, int32_t expected, bool known, adm_session *ss,
+                 adm_snapshot *o)
+{
+    eng_adm_inputs(e, &e->adm_in);
+    eng_adm_snapshot(&e->adm_in, pool_id, pool_id > 0 ? eng_pool_prefix_len(e, pool_id) : 0, sc, expected, known,
+                     ss, o);
 }
 
 static void decide(eng *e, int32_t pool_id, const eng_scope *sc, int32_t expected, bool known, adm_answer *a)

@@ -51,6 +51,42 @@ typedef struct eng_scope {
     uint64_t decisions[ENG_ADM_N];
 } eng_scope;
 
+/* One slot as admission sees it, and every input of a capacity answer. */
+typedef struct eng_adm_slot {
+    int32_t pool_id;
+    bool running, decoding, recent;
+    double tps_ewma;
+    int32_t n_decoded, tokens_left, ctx_used, kv_owned;
+    uint64_t task_id;
+} eng_adm_slot;
+
+#define ENG_ADM_KNOWN (ENG_MAX_SLOTS + 96)
+typedef struct eng_adm_in {
+    eng_adm_slot slot[ENG_MAX_SLOTS];
+    int32_t n_slots, n_busy;
+    int32_t kv_free_cells, kv_used, kv_total, ctx_slot;
+    double now_ms;
+    char known[ENG_ADM_KNOWN][ENG_SESSION_CAP];   /* session ids with a context here */
+    int32_t n_known;
+} eng_adm_in;
+
+/* A scope as published for readers. */
+typedef struct eng_pub_scope {
+    int32_t pool_id, prefix_len;
+    eng_scope sc;
+} eng_pub_scope;
+
+/* What the engine publishes after a step when someone reads it (capacity,
+ * stats), so those answers never wait for a batch: under pub_mu. */
+typedef struct eng_pub {
+    bool valid;
+    double t_ms;                /* when it was filled */
+    eng_stats stats;
+    eng_adm_in in;
+    eng_pub_scope scope[ENG_MAX_POOLS + 1];   /* [0]: the server's */
+    int32_t n_scope;
+} eng_pub;
+
 /* ---- sequence ids (eng_seq.c) ---- */
 
 typedef enum eng_seq_kind { ENG_SEQ_FREE = 0, ENG_SEQ_SLOT, ENG_SEQ_POOL, ENG_SEQ_PARKED } eng_seq_kind;
@@ -136,6 +172,10 @@ struct eng {
     eng_seqs seqs;              /* eng_seq.c */
     struct eng_pools *pools;    /* eng_pool.c */
     eng_scope adm;              /* eng_admit.c: the server scope */
+    eng_adm_in adm_in;          /* scratch for snapshots (engine thread) */
+    pthread_mutex_t pub_mu;     /* guards *pub */
+    eng_pub *pub;
+    _Atomic double pub_want_ms; /* a reader asked at this time: publish while recent */
     parked *parked;             /* [n_parked_max], each under a parking id */
     int32_t n_parked_max;
     spilled *spill;             /* [n_spill_max] the RAM tier (eng_spill.c) */
@@ -243,10 +283,18 @@ bool eng_pool_check(const eng *e);
 /* The admission scope of pool_id (0: the server's), NULL when no such pool. */
 eng_scope *eng_pool_scope(eng *e, int32_t pool_id);
 int32_t eng_pool_prefix_len(eng *e, int32_t pool_id);
+/* Copies every pool's scope into out[cap]; returns the count. */
+int32_t eng_pool_scopes(eng *e, eng_pub_scope *out, int32_t cap);
 /* Calls fn for every pool's admission scope. */
 void eng_pool_each_scope(eng *e, void (*fn)(eng *e, int32_t pool_id, eng_scope *sc));
 
 /* eng_admit.c */
+void eng_adm_inputs(eng *e, eng_adm_in *in);
+bool eng_adm_known(const eng_adm_in *in, const char *session);
+void eng_adm_snapshot(const eng_adm_in *in, int32_t pool_id, int32_t prefix_len, const eng_scope *sc,
+                      int32_t expected, bool known, adm_session *ss, adm_snapshot *o);
+/* Fills the published scopes (server + every pool). */
+int32_t eng_adm_scopes(eng *e, eng_pub_scope *out, int32_t cap);
 void eng_admission_msg(eng *e, eng_call *c);
 void eng_capacity_msg(eng *e, eng_call *c);
 /* The gate of a waiting task (its pool is ready, p_share known): true to

@@ -554,6 +554,17 @@ void eng_pool_each_scope(eng *e, void (*fn)(eng *e, int32_t pool_id, eng_scope *
     }
 }
 
+int32_t eng_pool_scopes(eng *e, eng_pub_scope *out, int32_t cap)
+{
+    pool_tree *t = e->pools->tree;
+    int32_t n = 0;
+    for (int32_t i = 0; i < pool_count(t) && n < cap; i++) {
+        const pool_node *p = pool_at(t, i);
+        out[n++] = (eng_pub_scope){ .pool_id = p->id, .prefix_len = p->prefix_len, .sc = mech(e, p)->adm };
+    }
+    return n;
+}
+
 int32_t eng_pool_prefix_len(eng *e, int32_t pool_id)
 {
     const pool_node *p = pool_get(e->pools->tree, pool_id);

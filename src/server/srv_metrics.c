@@ -311,8 +311,8 @@ static ssize_t tps_read(void *cls, uint64_t pos, char *buf, size_t max)
         }
         t->next_ms += t->interval_ms;
         if (t->next_ms < pk_time_ms()) t->next_ms = pk_time_ms() + t->interval_ms;
-        eng_stats st;
-        if (eng_get_stats(srv_engine(t->s), &st) != PK_OK) return MHD_CONTENT_READER_END_OF_STREAM;
+        static __thread eng_stats st;
+        if (eng_get_stats_recent(srv_engine(t->s), &st) != PK_OK) return MHD_CONTENT_READER_END_OF_STREAM;
         json_t *j = srv_tps_json(&st);
         char *s = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
         json_decref(j);
@@ -355,7 +355,7 @@ enum MHD_Result srv_h_tps(srv_req *r, json_t *body)
         t->next_ms = pk_time_ms();
         return srv_reply_sse(r, tps_read, t, tps_free);
     }
-    eng_stats st;
-    if (!stats(r, &st)) return srv_reply_errorf(r, 503, "the engine is stopping");
+    static __thread eng_stats st;
+    if (eng_get_stats_recent(srv_engine(r->s), &st) != PK_OK) return srv_reply_errorf(r, 503, "the engine is stopping");
     return srv_reply_json(r, 200, srv_tps_json(&st));
 }
