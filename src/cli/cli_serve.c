@@ -26,6 +26,8 @@ static void usage(void)
         "  -np, --parallel N       slots: requests decoded together (default 4)\n"
         "  -t, --threads N         compute threads (default: all CPUs)\n"
         "  -b, --batch-size N      tokens per engine step (default 512)\n"
+        "  --batch-decoding N      prompt tokens a step may add while sessions decode (default 128;\n"
+        "                          0 = the batch size): shorter steps keep decode speed steady\n"
         "  --kv-type f16|f32       KV cache type (default f16)\n"
         "  --mmap                  map the model file instead of reading it into huge pages\n"
         "                          (starts without a copy; pages shared with other processes)\n"
@@ -140,6 +142,7 @@ static bool parse(int argc, char **argv, serve_opts *o)
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (!cli_int(a, v, 1, 1024, &x)) return false; o->ep.n_threads = (int32_t)x; }
         else if (!strcmp(a, "-cram") || !strcmp(a, "--cache-ram")) { if (!cli_int(a, v, 0, 1 << 24, &x)) return false; o->ep.cache_ram_mib = (int32_t)x; }
         else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) { if (!cli_int(a, v, 1, 1 << 20, &x)) return false; o->ep.n_batch = (int32_t)x; }
+        else if (!strcmp(a, "--batch-decoding")) { if (!cli_int(a, v, 0, 1 << 20, &x)) return false; o->ep.n_batch_decoding = (int32_t)x; }
         else if (!strcmp(a, "--pools")) { if (!cli_int(a, v, 0, ENG_MAX_POOLS, &x)) return false; o->ep.n_pools = (int32_t)x; }
         else if (!strcmp(a, "--pool-grace-ms")) { if (!cli_int(a, v, 0, 1 << 30, &x)) return false; o->ep.pool_grace_ms = (int32_t)x; }
         else if (!strncmp(a, "--admission-", 12)) { if (!admission_flag(&o->ep.admission, a + 12, v)) return false; }

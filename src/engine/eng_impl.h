@@ -254,9 +254,10 @@ void eng_pool_free(eng *e);                         /* fails what still waits */
 void eng_pool_msg(eng *e, eng_call *c);
 /* True while a pool is materializing (the loop must not sleep). */
 bool eng_pool_busy(const eng *e);
-/* Adds materialization chunks to the batch after the slots' tokens;
- * returns the new count.  After the decode: eng_pool_decoded(e, ok). */
-int32_t eng_pool_batch(eng *e, int32_t n);
+/* Adds materialization chunks to the batch after the slots' tokens, up to
+ * lim tokens in all; returns the new count.  After the decode:
+ * eng_pool_decoded(e, ok). */
+int32_t eng_pool_batch(eng *e, int32_t n, int32_t lim);
 void eng_pool_decoded(eng *e, pk_status st);
 /* A waiting task that names a pool: 1 = place it now, with *p_share the
  * tokens to take from the pool; 0 = wait (materializing, or a flush was

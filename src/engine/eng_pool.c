@@ -262,10 +262,10 @@ static void mat_fail(eng *e, const pool_node *p, pk_status st, const char *msg)
     pool_set_residency(e->pools->tree, p->id, POOL_EVICTED);
 }
 
-int32_t eng_pool_batch(eng *e, int32_t n)
+int32_t eng_pool_batch(eng *e, int32_t n, int32_t lim)
 {
     pool_tree *t = e->pools->tree;
-    for (int32_t i = 0; i < pool_count(t) && n < e->p.n_batch; i++) {
+    for (int32_t i = 0; i < pool_count(t) && n < lim; i++) {
         const pool_node *p = pool_at(t, i);
         pmech *pm = mech(e, p);
         pm->mat_n = 0;
@@ -278,7 +278,7 @@ int32_t eng_pool_batch(eng *e, int32_t n)
             p = pool_get(t, id);
             if (p->residency != POOL_MATERIALIZING) continue;
         }
-        int32_t k = MIN(p->prefix_len - pm->mat_pos, e->p.n_batch - n);
+        int32_t k = MIN(p->prefix_len - pm->mat_pos, lim - n);
         /* Room first, for this pool alone: a pool too big for the cache
          * fails by itself and never takes the running sessions with it. */
         if (!eng_make_room(e, n + k)) {
