@@ -129,50 +129,44 @@ static void add_waiter(pmech *pm, eng_call *c)
 
 /* ---- materializing ---------------------------------------------------- */
 
+/* Source i of the cache's token runs: slots, then parked histories, then
+ * resident pools other than `self`.  false when i holds nothing. */
+static bool source_at(eng *e, int32_t i, int32_t self, kv_seq *seq, const int32_t **tok, int32_t *n)
+{
+    if (i < e->p.n_slots) {
+        *seq = i;
+        *tok = e->slots[i].cache;
+        *n = e->slots[i].n_cache;
+        return *n > 0;
+    }
+    i -= e->p.n_slots;
+    if (i < e->n_parked_max) {
+        const parked *pk = &e->parked[i];
+        *seq = pk->seq;
+        *tok = pk->tokens;
+        *n = pk->n_tokens;
+        return pk->used;
+    }
+    const pool_node *q = pool_at(e->pools->tree, i - e->n_parked_max);
+    *seq = q->seq;
+    *tok = q->tokens;
+    *n = q->prefix_len;
+    return q->id != self && q->residency == POOL_RESIDENT;
+}
+
 /* The longest run of p's tokens from D on that some history or other pool
- * already holds (hint first: a from_session source): the sequence, and its
- * cells [D, *end) to join; -1 when none goes past D. */
+ * already holds (the hint, a from_session source, wins ties): the
+ * sequence, and its cells [D, *end) to join; -1 when none goes past D. */
 static kv_seq best_source(eng *e, const pool_node *p, kv_seq hint, int32_t *end)
 {
-    kv_seq best = -1;
-    int32_t best_n = p->branch_pos, L = p->prefix_len;
+    kv_seq best = -1, seq;
+    int32_t best_n = p->branch_pos, L = p->prefix_len, n;
     const int32_t *tok;
-    int32_t n;
-    for (int32_t i = -1; i < e->p.n_slots + e->n_parked_max + pool_count(e->pools->tree); i++) {
-        kv_seq seq;
-        if (i < 0) {
-            if (hint < 0) continue;
-            seq = hint;
-            if (hint < e->p.n_slots) {
-                tok = e->slots[hint].cache;
-                n = e->slots[hint].n_cache;
-            } else {
-                const parked *pk = NULL;
-                for (int32_t k = 0; k < e->n_parked_max && !pk; k++)
-                    if (e->parked[k].used && e->parked[k].seq == hint) pk = &e->parked[k];
-                if (!pk) continue;
-                tok = pk->tokens;
-                n = pk->n_tokens;
-            }
-        } else if (i < e->p.n_slots) {
-            seq = i;
-            tok = e->slots[i].cache;
-            n = e->slots[i].n_cache;
-        } else if (i < e->p.n_slots + e->n_parked_max) {
-            const parked *pk = &e->parked[i - e->p.n_slots];
-            if (!pk->used) continue;
-            seq = pk->seq;
-            tok = pk->tokens;
-            n = pk->n_tokens;
-        } else {
-            const pool_node *q = pool_at(e->pools->tree, i - e->p.n_slots - e->n_parked_max);
-            if (q->id == p->id || q->residency != POOL_RESIDENT) continue;
-            seq = q->seq;
-            tok = q->tokens;
-            n = q->prefix_len;
-        }
+    int32_t n_src = e->p.n_slots + e->n_parked_max + pool_count(e->pools->tree);
+    for (int32_t i = 0; i < n_src; i++) {
+        if (!source_at(e, i, p->id, &seq, &tok, &n)) continue;
         int32_t k = pol_common_prefix(tok, MIN(n, L), p->tokens, L);
-        if (k > best_n) {
+        if (k > best_n || (k == best_n && k > p->branch_pos && seq == hint)) {
             best_n = k;
             best = seq;
         }
