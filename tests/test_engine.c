@@ -8,6 +8,8 @@
  */
 #include "ref.h"
 
+#include <time.h>
+
 #include "../src/engine/eng.h"
 
 /* Greedy tokens straight from the model, as the reference for the engine. */
@@ -176,6 +178,40 @@ int main(void)
     c = greedy_req(pr[0], np[0], 4);
     c.id_slot = 9;
     CHECK(eng_submit(e, &c, &t) == PK_EINVAL);
+    c = greedy_req(pr[0], np[0], 4);
+    c.sp.repeat_penalty = 0;                     /* what the sampler refuses */
+    CHECK(eng_submit(e, &c, &t) == PK_EINVAL);
+
+    /* A channel that cannot grow (as out of memory) still ends with its
+     * ERROR, and the engine lets the task go. */
+    c = greedy_req(pr[0], np[0], 60);
+    c.ignore_eos = true;
+    c.test_event_cap = 8;
+    CHECK(eng_submit(e, &c, &t) == PK_OK);
+    int n_tok = 0;
+    pk_status last = PK_OK;
+    while ((st = eng_task_next(t, &ev, 20000)) == PK_OK) {
+        if (ev.kind == ENG_EV_TOKEN) n_tok++;
+        if (ev.kind == ENG_EV_ERROR) last = ev.status;
+        bool end = ev.kind != ENG_EV_TOKEN;
+        eng_event_clear(&ev);
+        if (end) break;
+        if (n_tok == 1) {                        /* stop reading: the channel fills */
+            struct timespec pause = { 0, 300 * 1000000L };
+            nanosleep(&pause, NULL);
+        }
+    }
+    CHECK_EQ_INT(st, PK_OK);                     /* not a timeout */
+    CHECK_EQ_INT(last, PK_ENOMEM);
+    CHECK(n_tok >= 1 && n_tok < 60);
+    eng_task_release(t);
+    for (int i = 0; i < 100; i++) {              /* the engine frees the slot at its next step */
+        CHECK(eng_get_stats(e, &s) == PK_OK);
+        if (s.n_running == 0) break;
+        struct timespec pause = { 0, 10 * 1000000L };
+        nanosleep(&pause, NULL);
+    }
+    CHECK_EQ_INT(s.n_running, 0);
 
     eng_free(e);
     model_free(m);

@@ -161,7 +161,9 @@ static void on_token(eng *e, slot *s, int32_t id, float lp, const smp_logprob *t
     char piece[256];
     int32_t n = tok_piece(e->vocab, id, piece, sizeof piece, false);
     if (n < 0 || !text_append(s, piece, (size_t)n)) {
-        finish(e, s, ENG_STOP_LIMIT, NULL);
+        /* Out of memory is an error, never a "length" stop. */
+        eng_task_fail(t, PK_ENOMEM, "out of memory for the generated text");
+        slot_release(e, s);
         return;
     }
     smp_accept(s->smp, id);
@@ -653,7 +655,7 @@ pk_status eng_pool_op(eng *e, const eng_pool_req *rq, eng_pool_reply *out)
 pk_status eng_submit(eng *e, const eng_completion *c, eng_task **out)
 {
     *out = NULL;
-    if (!c->prompt || c->n_prompt < 1 || c->n_prompt >= e->n_ctx_slot ||
+    if (!c->prompt || c->n_prompt < 1 || c->n_prompt >= e->n_ctx_slot || !smp_params_valid(&c->sp) ||
         c->id_slot >= e->p.n_slots || c->id_slot < -1 || c->n_probs < 0 || c->n_probs > ENG_MAX_PROBS)
         return PK_EINVAL;
     for (int32_t i = 0; i < c->n_prompt; i++)

@@ -118,6 +118,8 @@ typedef struct eng_completion {
     int32_t n_keep;             /* context shift: tokens kept at the start (-1: the prompt) */
     int32_t n_discard;          /* context shift: tokens dropped after them, 0: half the rest */
     bool overcommit;            /* skip an enforced admission gate (counted) */
+    int32_t test_event_cap;     /* tests of the out-of-memory path: the event channel cannot
+                                   grow past this many events (0: no limit) */
 } eng_completion;
 
 typedef enum eng_ev_kind { ENG_EV_TOKEN = 1, ENG_EV_DONE, ENG_EV_ERROR, ENG_EV_PLACED } eng_ev_kind;
@@ -171,7 +173,10 @@ typedef struct eng_event {
  * read events with eng_task_next and drop it with eng_task_release. */
 pk_status eng_submit(eng *e, const eng_completion *c, eng_task **out);
 
-/* Waits up to timeout_ms (< 0: forever) for the task's next event.
+/* Every task's channel ends with DONE or ERROR, also out of memory: when
+ * it cannot grow, the task ends with an ERROR (PK_ENOMEM) in the entry
+ * kept for it, and the engine stops the task.
+ * Waits up to timeout_ms (< 0: forever) for the task's next event.
  * PK_OK with *ev filled (clear it with eng_event_clear), PK_EFULL on timeout,
  * PK_ENOTFOUND after the last event (DONE or ERROR) was read. */
 pk_status eng_task_next(eng_task *t, eng_event *ev, int timeout_ms);

@@ -17,6 +17,8 @@ eng_task *eng_task_new(uint64_t id, const eng_completion *c)
     t->req = *c;
     t->prompt = malloc((size_t)c->n_prompt * sizeof *t->prompt);
     t->q_cap = 64;
+    t->q_max = c->test_event_cap;
+    if (t->q_max > 0 && t->q_max < t->q_cap) t->q_cap = MAX(t->q_max, 2);
     t->q = calloc((size_t)t->q_cap, sizeof *t->q);
     if (!t->prompt || !t->q) goto fail;
     memcpy(t->prompt, c->prompt, (size_t)c->n_prompt * sizeof *t->prompt);
@@ -59,6 +61,27 @@ void eng_task_unref(eng_task *t)
     free(t);
 }
 
+/* Grows the ring to twice its size; false when that is impossible (out of
+ * memory, or past the test cap). */
+static bool grow(eng_task *t)
+{
+    int32_t cap = t->q_cap * 2;
+    if (t->q_max > 0 && cap > t->q_max) cap = t->q_max;
+    if (cap <= t->q_cap) return false;
+    eng_event *nq = calloc((size_t)cap, sizeof *nq);
+    if (!nq) return false;
+    for (int32_t i = 0; i < t->q_n; i++) nq[i] = t->q[(t->q_head + i) % t->q_cap];
+    free(t->q);
+    t->q = nq;
+    t->q_head = 0;
+    t->q_cap = cap;
+    return true;
+}
+
+/* The ring keeps its last free entry for the final event: a TOKEN never
+ * takes it, so DONE or ERROR always has room, even out of memory.  When a
+ * TOKEN finds only that entry and the ring cannot grow, the task ends with
+ * an ERROR there (its reader sees why) and is cancelled. */
 void eng_task_push(eng_task *t, eng_event *ev)
 {
     pthread_mutex_lock(&t->mu);
@@ -67,22 +90,18 @@ void eng_task_push(eng_task *t, eng_event *ev)
         eng_event_clear(ev);
         return;
     }
-    if (t->q_n == t->q_cap) {
-        eng_event *nq = calloc((size_t)t->q_cap * 2, sizeof *nq);
-        if (!nq) {                        /* keep the channel consistent: drop the text */
-            pthread_mutex_unlock(&t->mu);
-            eng_event_clear(ev);
-            return;
-        }
-        for (int32_t i = 0; i < t->q_n; i++) nq[i] = t->q[(t->q_head + i) % t->q_cap];
-        free(t->q);
-        t->q = nq;
-        t->q_head = 0;
-        t->q_cap *= 2;
+    bool final = ev->kind == ENG_EV_DONE || ev->kind == ENG_EV_ERROR;
+    if (!final && t->q_n + 1 >= t->q_cap && !grow(t)) {
+        eng_event_clear(ev);
+        *ev = (eng_event){ .kind = ENG_EV_ERROR, .status = PK_ENOMEM };
+        snprintf(ev->message, sizeof ev->message, "out of memory: the task's event channel cannot grow");
+        atomic_store(&t->cancelled, true);
+        final = true;
     }
+    ASSERT(t->q_n < t->q_cap);
     t->q[(t->q_head + t->q_n) % t->q_cap] = *ev;
     t->q_n++;
-    if (ev->kind == ENG_EV_DONE || ev->kind == ENG_EV_ERROR) t->finished = true;
+    if (final) t->finished = true;
     memset(ev, 0, sizeof *ev);
     pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->mu);

@@ -40,6 +40,7 @@ struct eng_task {
     pthread_cond_t cv;
     eng_event *q;                /* ring of q_cap events */
     int32_t q_head, q_n, q_cap;
+    int32_t q_max;               /* tests: the ring never grows past this, 0 = no limit */
     bool finished;               /* the last event was queued */
     bool drained;                /* ... and read */
 

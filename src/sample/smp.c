@@ -126,6 +126,9 @@ smp_params smp_default_params(void)
     };
 }
 
+static bool params_ok(const smp_params *p);
+bool smp_params_valid(const smp_params *p) { return p && params_ok(p); }
+
 static bool params_ok(const smp_params *p)
 {
     return !isnan(p->temp) && !isnan(p->top_p) && !isnan(p->min_p) &&

@@ -38,6 +38,10 @@ smp_params smp_default_params(void);
 
 typedef struct smp_ctx smp_ctx;
 
+/* The rule smp_new checks its parameters with (finite penalties, a
+ * repeat penalty > 0, ...): callers validate with it, so the two agree. */
+bool smp_params_valid(const smp_params *p);
+
 /* n_vocab > 0; history_max bounds the tokens remembered for penalties.
  * PK_EINVAL for n_vocab <= 0, history_max < 0, penalty_last_n < -1, a NaN
  * parameter or a repeat_penalty that is not a positive finite number;

@@ -144,6 +144,8 @@ bool srv_parse_gen(const json_t *b, srv_api api, int32_t n_slots, eng_completion
     if (!get_float(b, "presence_penalty", -2, 2, &sp->presence_penalty, e)) return false;
     if (!get_float(b, "frequency_penalty", -2, 2, &sp->frequency_penalty, e)) return false;
     if (!get_float(b, "repeat_penalty", 0, 1e9, &sp->repeat_penalty, e)) return false;
+    if (!(sp->repeat_penalty > 0))        /* also what underflows to 0 as a float */
+        return srv_fail(e, 400, "repeat_penalty", "'repeat_penalty' must be > 0 (1 = off)");
     if (!get_i32(b, "repeat_last_n", -1, lim, &sp->penalty_last_n, e)) return false;
     long long seed = -1;
     if (!get_int(b, "seed", -1, INT64_MAX, &seed, e)) return false;
