@@ -655,6 +655,8 @@ pk_status eng_pool_op(eng *e, const eng_pool_req *rq, eng_pool_reply *out)
 pk_status eng_submit(eng *e, const eng_completion *c, eng_task **out)
 {
     *out = NULL;
+    for (int i = 0; i < ENG_MAX_STOP && c->stop[i]; i++)
+        if (strlen(c->stop[i]) >= ENG_STOP_CAP) return PK_EINVAL;
     if (!c->prompt || c->n_prompt < 1 || c->n_prompt >= e->n_ctx_slot || !smp_params_valid(&c->sp) ||
         c->id_slot >= e->p.n_slots || c->id_slot < -1 || c->n_probs < 0 || c->n_probs > ENG_MAX_PROBS)
         return PK_EINVAL;

@@ -63,6 +63,7 @@
 
 #define ENG_MAX_PROBS 20        /* top log-probs per token */
 #define ENG_MAX_STOP 8          /* stop strings per request */
+#define ENG_STOP_CAP 256        /* bytes of a stop string, NUL included */
 #define ENG_SESSION_CAP 64      /* bytes of a session id, NUL included */
 #define ENG_MAX_POOLS 128       /* --pools at most */
 
@@ -147,7 +148,7 @@ typedef struct eng_event {
      * for): slot, n_prompt, n_cached, pool_id and pool_shared, before any
      * token. */
     eng_stop stop;
-    char stop_word[64];
+    char stop_word[ENG_STOP_CAP];
     int32_t slot;
     int32_t n_prompt, n_cached, n_gen;
     int32_t pool_id, pool_shared;   /* the pool attached to and the tokens shared with it */

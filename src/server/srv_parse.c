@@ -69,6 +69,8 @@ static bool parse_stop(const json_t *b, eng_completion *c, srv_err *e)
     const json_t *v = field(b, "stop");
     if (!v) return true;
     if (json_is_string(v)) {
+        if (json_string_length(v) >= ENG_STOP_CAP)
+            return srv_fail(e, 400, "stop", "a stop string holds at most %d bytes", ENG_STOP_CAP - 1);
         if (json_string_length(v)) c->stop[0] = json_string_value(v);
         return true;
     }
@@ -79,6 +81,8 @@ static bool parse_stop(const json_t *b, eng_completion *c, srv_err *e)
     for (size_t i = 0; i < json_array_size(v); i++) {
         const json_t *s = json_array_get(v, i);
         if (!json_is_string(s)) return srv_fail(e, 400, "stop", "'stop[%zu]' must be a string", i);
+        if (json_string_length(s) >= ENG_STOP_CAP)
+            return srv_fail(e, 400, "stop", "'stop[%zu]' is longer than %d bytes", i, ENG_STOP_CAP - 1);
         if (json_string_length(s)) c->stop[n++] = json_string_value(s);
     }
     return true;
@@ -181,7 +185,14 @@ bool srv_parse_gen(const json_t *b, srv_api api, int32_t n_slots, eng_completion
 
     const json_t *name = field(b, "model");
     if (name && !json_is_string(name)) return srv_fail(e, 400, "model", "'model' must be a string");
-    if (name) snprintf(o->model, sizeof o->model, "%s", json_string_value(name));
+    if (name) {
+        /* Echoed back: cut at a character boundary, never inside one. */
+        size_t len = MIN(json_string_length(name), sizeof o->model - 1);
+        const char *m = json_string_value(name);
+        while (len > 0 && len < json_string_length(name) && ((unsigned char)m[len] & 0xC0) == 0x80) len--;
+        memcpy(o->model, m, len);
+        o->model[len] = 0;
+    }
 
     const json_t *rf = field(b, "response_format");
     if (rf) {

@@ -1,0 +1,68 @@
+// hostile.test.mjs - inputs a hostile or careless client sends, each with
+// the answer it must get (docs/security.md): never a 500, never a broken
+// stream, always a JSON error naming the field.
+
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { sharedModel, skipReason, startServer, post, readSSE } from './lib.mjs';
+
+const MODEL = 'stories260K.gguf';
+const skip = skipReason(MODEL);
+let srv;
+before(async () => {
+  if (skip) return;
+  srv = await startServer(sharedModel(MODEL), ['-c', '1024', '-np', '2', '-t', '1']);
+});
+after(async () => {
+  if (srv) assert.equal(await srv.stop(), 0);
+});
+
+async function stream(path, body) {
+  const r = await fetch(srv.url + path, { method: 'POST', headers: { 'content-type': 'application/json' },
+                                          body: JSON.stringify({ ...body, stream: true }) });
+  const events = [];
+  if (r.status === 200) await readSSE(r, (d) => { events.push(d); });
+  return { status: r.status, events };
+}
+
+test('a model name cut inside a UTF-8 character is echoed whole characters, on every route', { skip }, async () => {
+  const model = 'é'.repeat(300);            /* 600 bytes: past the 255 kept */
+  const routes = [['/completion', { prompt: 'Once', n_predict: 3 }],
+                  ['/v1/completions', { prompt: 'Once', max_tokens: 3 }],
+                  ['/v1/chat/completions', { messages: [{ role: 'user', content: 'Once' }], max_tokens: 3 }]];
+  for (const [path, body] of routes) {
+    const r = await post(srv.url + path, { ...body, model });
+    assert.equal(r.status, 200, `${path}: ${r.text}`);
+    assert.ok(r.json.model.length > 0 && model.startsWith(r.json.model), `${path}: ${r.json.model}`);
+    const s = await stream(path, { ...body, model });
+    assert.equal(s.status, 200, path);
+    assert.ok(s.events.length >= 2, `${path}: a stream with events`);
+    const last = s.events.filter((e) => e !== '[DONE]').map((e) => JSON.parse(e)).pop();
+    assert.ok(!last.error, JSON.stringify(last));
+  }
+});
+
+test('values the sampler or the engine would refuse later are 400s now', { skip }, async () => {
+  for (const rp of [0, 1e-46]) {
+    const r = await post(srv.url + '/completion', { prompt: 'Once', n_predict: 3, repeat_penalty: rp });
+    assert.equal(r.status, 400, `repeat_penalty ${rp}: ${r.text}`);
+    assert.equal(r.json.error.param, 'repeat_penalty');
+    const s = await stream('/completion', { prompt: 'Once', n_predict: 3, repeat_penalty: rp });
+    assert.equal(s.status, 400);
+  }
+  const long = 'a'.repeat(63) + 'é'.repeat(100);
+  const r = await post(srv.url + '/completion', { prompt: 'Once', n_predict: 3, stop: [long] });
+  assert.equal(r.status, 400, r.text);
+  assert.match(r.json.error.message, /longer than 255 bytes/);
+  const ok = await post(srv.url + '/completion', { prompt: 'Once', n_predict: 3, stop: ['a'.repeat(63) + 'é' + 'b'] });
+  assert.equal(ok.status, 200, ok.text);
+  /* Pools: ids that do not exist, bad bodies. */
+  assert.equal((await post(srv.url + '/completion', { prompt: 'Once', n_predict: 2, pool_id: 99 })).status, 404);
+  assert.equal((await post(srv.url + '/completion', { prompt: 'Once', n_predict: 2, pool_id: -3 })).status, 400);
+  assert.equal((await post(srv.url + '/completion', { prompt: 'Once', n_predict: 2, pool_id: 'x' })).status, 400);
+  assert.equal((await post(srv.url + '/polykv/pools', { tokens: [1, 1e9] })).status, 400);
+  assert.equal((await post(srv.url + '/polykv/pools', { tokens: 'abc' })).status, 400);
+  assert.equal((await post(srv.url + '/polykv/pools/1/fork', { prompt: 'x', branch_pos: -1 })).status, 400);
+  assert.equal((await post(srv.url + '/polykv/pools', '{"prompt": ')).status, 400);
+  assert.equal((await post(srv.url + '/completion', { prompt: 'Once', session_id: 'x'.repeat(64) })).status, 400);
+});
