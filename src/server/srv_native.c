@@ -130,6 +130,13 @@ enum MHD_Result srv_h_tokenize(srv_req *r, json_t *body)
                                     parse_special, &ids, &n);
         if (st != PK_OK) return srv_reply_errorf(r, 500, "tokenization failed: %s", pk_status_str(st));
     } else if (content && !json_is_null(content)) {
+        /* Only empty strings: no tokens, as for "" (a prompt would refuse it). */
+        bool all_empty = json_is_array(content) && json_array_size(content) > 0;
+        for (size_t i = 0; all_empty && i < json_array_size(content); i++) {
+            const json_t *x = json_array_get(content, i);
+            all_empty = json_is_string(x) && json_string_length(x) == 0;
+        }
+        if (all_empty) return srv_reply_json(r, 200, json_pack("{s:[]}", "tokens"));
         if (!json_is_array(content) || !json_array_size(content) ||
             !srv_tokenize_prompt(s->voc, content, "content", add_special, &ids, &n, &e)) {
             if (!json_is_array(content) || !json_array_size(content))

@@ -282,8 +282,10 @@ static bool one_prompt(const tok_vocab *v, const json_t *p, const char *field_na
             }
             if (!ids_put(out, ids, n)) ok = srv_fail(e, 500, NULL, "out of memory");
             free(ids);
-        } else if (json_is_integer(x)) {
-            json_int_t id = json_integer_value(x);
+        } else if (json_is_integer(x) || (json_is_real(x) && json_real_value(x) == floor(json_real_value(x)) &&
+                                           fabs(json_real_value(x)) < 9e15)) {
+            /* One rule for integers everywhere (get_int's): 2.0 is 2. */
+            json_int_t id = json_is_integer(x) ? json_integer_value(x) : (json_int_t)json_real_value(x);
             if (id < 0 || id >= n_vocab)
                 ok = srv_fail(e, 400, field_name, "'%s' holds the token id %lld, outside the vocabulary [0, %d)",
                               field_name, (long long)id, n_vocab);
