@@ -42,6 +42,8 @@ static void usage(void)
         "  -to, --timeout S        idle connection timeout in seconds (default 600)\n"
         "  --max-body BYTES        largest request body (default 8388608)\n"
         "  --max-connections N     concurrent connections (default 256)\n"
+        "  --header-timeout S      close a connection that sends no request for S seconds (default 10)\n"
+        "  --max-per-ip N          connections from one address (default 0: no cap)\n"
         "  -v, --log-requests      one log line per request\n"
         "  --context-shift         a full context drops half its tokens after n_keep and goes on\n"
         "                          (sessions whose cells are shared, e.g. on a pool, stop instead)\n"
@@ -153,6 +155,8 @@ static bool parse(int argc, char **argv, serve_opts *o)
         else if (!strcmp(a, "--chat-template")) o->sp.chat_template = v;
         else if (!strcmp(a, "-to") || !strcmp(a, "--timeout")) { if (!cli_int(a, v, 0, 1 << 24, &x)) return false; o->sp.timeout_s = (int)x; }
         else if (!strcmp(a, "--max-body")) { if (!cli_int(a, v, 1, 1L << 34, &x)) return false; o->sp.max_body_bytes = (size_t)x; }
+        else if (!strcmp(a, "--header-timeout")) { if (!cli_int(a, v, 1, 1 << 24, &x)) return false; o->sp.header_timeout_s = (int)x; }
+        else if (!strcmp(a, "--max-per-ip")) { if (!cli_int(a, v, 0, 1 << 16, &x)) return false; o->sp.max_per_ip = (int)x; }
         else if (!strcmp(a, "--max-connections")) { if (!cli_int(a, v, 1, 1 << 16, &x)) return false; o->sp.max_connections = (int)x; }
         else if (!strcmp(a, "--kv-type")) {
             if (!strcmp(v, "f16")) o->ep.kv_type = TQ_F16;

@@ -65,6 +65,7 @@ srv_params srv_default_params(void)
         .port = 8080,
         .endpoint_slots = true,
         .timeout_s = 600,
+        .header_timeout_s = 10,
         .max_body_bytes = 8u << 20,
         .max_connections = 256,
     };
@@ -344,6 +345,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->t0_ms = pk_time_ms();
         r->sessions_remaining = -1;
         *con_cls = r;
+        /* The request's headers came: from here it may idle as long as a
+         * request may take (the daemon's own timeout is the short one for
+         * sockets that never send a request). */
+        if (s->p.timeout_s != s->p.header_timeout_s)
+            MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->p.timeout_s);
         enum MHD_Result ret;
         if (early_reply(r, &ret)) return ret;
         return MHD_YES;
@@ -413,8 +419,8 @@ static bool resolve(const char *host, int port, struct sockaddr_storage *addr, c
 pk_status srv_new(const srv_params *p, srv **out, char *err, size_t err_len)
 {
     *out = NULL;
-    if (!p->host || p->port < 0 || p->port > 65535 || p->timeout_s < 0 || p->max_connections < 1 ||
-        p->max_body_bytes < 1) {
+    if (!p->host || p->port < 0 || p->port > 65535 || p->timeout_s < 0 || p->header_timeout_s < 0 ||
+        p->max_per_ip < 0 || p->max_connections < 1 || p->max_body_bytes < 1) {
         snprintf(err, err_len, "invalid server parameters");
         return PK_EINVAL;
     }
@@ -445,8 +451,9 @@ pk_status srv_new(const srv_params *p, srv **out, char *err, size_t err_len)
                             MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)p->timeout_s,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)MIN(p->header_timeout_s, p->timeout_s),
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)p->max_connections,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)p->max_per_ip,
                             MHD_OPTION_END);
     if (!s->d) {
         snprintf(err, err_len, "cannot listen on %s:%d (address in use, or not an address of this machine)",

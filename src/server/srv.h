@@ -56,7 +56,10 @@ typedef struct srv_params {
     bool endpoint_slots;        /* GET /slots, on by default */
     const char *chat_template;  /* tmpl_from_name name overriding the model's, or NULL */
     const char *model_alias;    /* the model's name in responses; NULL: its file name */
-    int timeout_s;              /* idle connection timeout, 600 */
+    int timeout_s;              /* idle connection timeout once a request came, 600 */
+    int header_timeout_s;       /* a connection whose request has not come yet is closed
+                                   after this long idle (idle sockets cannot lock clients out), 10 */
+    int max_per_ip;             /* connections from one address, 0 = no cap; 0 by default */
     size_t max_body_bytes;      /* request bodies above this get 413; 8 MiB */
     int max_connections;        /* concurrent connections (each a thread), 256 */
     bool log_requests;          /* one line per request on stderr */

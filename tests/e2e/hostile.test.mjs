@@ -4,7 +4,8 @@
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { sharedModel, skipReason, startServer, post, readSSE } from './lib.mjs';
+import net from 'node:net';
+import { sharedModel, skipReason, startServer, post, readSSE, sleep } from './lib.mjs';
 
 const MODEL = 'stories260K.gguf';
 const skip = skipReason(MODEL);
@@ -79,4 +80,40 @@ test('one rule for integers; /tokenize of empty text is empty either way', { ski
     assert.equal(r.status, 200, JSON.stringify(content));
     assert.deepEqual(r.json.tokens, []);
   }
+});
+
+/* GET /health on a connection of its own: true on a 200 within 1 s. */
+function rawHealth(port) {
+  return new Promise((resolve) => {
+    const s = net.connect(port, '127.0.0.1');
+    let buf = '';
+    const done = (v) => { s.destroy(); clearTimeout(timer); resolve(v); };
+    const timer = setTimeout(() => done(false), 1000);
+    s.on('connect', () => s.write('GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n'));
+    s.on('data', (d) => { buf += d; if (buf.includes('\r\n')) done(buf.startsWith('HTTP/1.1 200')); });
+    s.on('error', () => done(false));
+    s.on('close', () => done(false));
+  });
+}
+
+test('idle sockets that send nothing cannot lock clients out', { skip }, async () => {
+  const small = await startServer(sharedModel(MODEL), ['-c', '256', '-np', '1', '-t', '1', '--max-connections', '16',
+                                                       '--header-timeout', '1']);
+  const { port } = new URL(small.url);
+  const socks = [];
+  for (let i = 0; i < 20; i++) {                    /* every connection taken, a few refused */
+    const s = net.connect(Number(port), '127.0.0.1');
+    s.on('error', () => {});
+    socks.push(s);
+  }
+  await sleep(300);
+  const t0 = performance.now();
+  let ok = false;
+  while (!ok && performance.now() - t0 < 3000) {   /* the idle ones go after the header timeout (1 s) */
+    ok = await rawHealth(Number(port));              /* a new connection (fetch would reuse a pooled one) */
+    if (!ok) await sleep(100);
+  }
+  for (const s of socks) s.destroy();
+  assert.ok(ok, '/health answered while 16 idle sockets held every connection');
+  assert.equal(await small.stop(), 0);
 });
