@@ -59,7 +59,7 @@ def polykv_chat(base_url: str, max_tokens: int) -> Callable[[str, int | None], B
                                             max_tokens=max_tokens, temperature=0.0, wait_on_saturation=True)
 
 
-def build_graph(base_url: str, *, use_pools: bool = True, max_tokens: int = 32,
+def build_graph(base_url: str, *, use_pools: bool = True, max_tokens: int = 32, system: str = SYSTEM,
                 chat_factory: Callable[[str, int | None], BaseChatModel] | None = None,
                 compact_threshold: float = 0.8, max_waits: int = 50):
     client = PolyKVClient(base_url)
@@ -67,13 +67,14 @@ def build_graph(base_url: str, *, use_pools: bool = True, max_tokens: int = 32,
     supervisor = make_chat("supervisor", None)
 
     def setup(state: SupervisorState) -> dict[str, Any]:
-        head = [SystemMessage(SYSTEM), HumanMessage(f"Task: {state['task']}")]
+        head = [SystemMessage(system), HumanMessage(f"Task: {state['task']}")]
         out: dict[str, Any] = {"messages": head, "spawned": 0, "waits": 0, "session_id": "supervisor"}
         if use_pools:
-            root = client.create_pool(messages=[{"role": "system", "content": SYSTEM}])
-            task = client.fork_pool(root["pool_id"], messages=[{"role": "system", "content": SYSTEM},
+            root = client.create_pool(messages=[{"role": "system", "content": system}])
+            task = client.fork_pool(root["pool_id"], messages=[{"role": "system", "content": system},
                                                                {"role": "user", "content": f"Task: {state['task']}"}])
-            out.update(root_pool_id=root["pool_id"], pool_id=task["pool_id"])
+            out.update(root_pool_id=root["pool_id"], pool_id=task["pool_id"],
+                       usage=[{"who": "pools", "prefilled_tokens": root["prefilled_tokens"] + task["prefilled_tokens"]}])
         return out
 
     gate = CapacityGate(client, spawn_node="spawn", wait_node="wait", exhausted_node="compact",
@@ -95,7 +96,7 @@ def build_graph(base_url: str, *, use_pools: bool = True, max_tokens: int = 32,
 
     def researcher(job: dict[str, Any]) -> dict[str, Any]:
         model = make_chat(f"researcher-{job['i']}", job["pool_id"])
-        msg = model.invoke([SystemMessage(SYSTEM), HumanMessage(f"Task: {job['task']}"),
+        msg = model.invoke([SystemMessage(system), HumanMessage(f"Task: {job['task']}"),
                             HumanMessage(f"Your angle is number {job['i'] + 1}. Report.")])
         return {"findings": [f"researcher {job['i'] + 1}: {msg.content}"],
                 "usage": [_usage(msg, f"researcher-{job['i']}")]}
@@ -117,8 +118,9 @@ def build_graph(base_url: str, *, use_pools: bool = True, max_tokens: int = 32,
         msg = supervisor.invoke(msgs, **kw)
         usage = [_usage(msg, "supervisor")]
         if compactor.last is not None:
-            usage.append({"who": "compaction", "pool_id": compactor.last.pool_id,
-                          "released": compactor.last.released})
+            last = compactor.last
+            usage.append({"who": "compaction", "pool_id": last.pool_id, "released": last.released,
+                          "prefilled_tokens": last.prefilled_tokens, **(last.summary_usage or {})})
         return {"report": msg.content, "messages": [msg], "usage": usage}
 
     g = StateGraph(SupervisorState)

@@ -51,6 +51,18 @@ from .errors import PoolSaturatedError
 
 CHAT_PATH = "/v1/chat/completions"
 
+# One connection pool per (url, key, timeout), shared by every instance (a
+# sub-agent per instance is the usual shape; an httpx client costs ~10 ms to
+# make).  Instances given a transport (tests) get their own.
+_SHARED: dict[tuple, Any] = {}
+
+
+def _shared(kind: type, base_url: str, key: str | None, timeout: float):
+    k = (kind, base_url, key, timeout)
+    if k not in _SHARED:
+        _SHARED[k] = kind(base_url, api_key=key, timeout=httpx.Timeout(timeout, connect=10))
+    return _SHARED[k]
+
 
 def new_session_id() -> str:
     return "lg-" + uuid.uuid4().hex[:16]
@@ -165,14 +177,18 @@ class ChatPolyKV(BaseChatModel):
     def client(self) -> PolyKVClient:
         if self._client is None:
             key = self.api_key.get_secret_value() if self.api_key else None
-            self._client = PolyKVClient(self.base_url, api_key=key, timeout=httpx.Timeout(self.timeout, connect=10),
-                                        transport=self.transport)
+            if self.transport is None:
+                self._client = _shared(PolyKVClient, self.base_url, key, self.timeout)
+            else:
+                self._client = PolyKVClient(self.base_url, api_key=key, transport=self.transport,
+                                            timeout=httpx.Timeout(self.timeout, connect=10))
         return self._client
 
     @property
     def async_client(self) -> AsyncPolyKVClient:
         if self._aclient is None:
             key = self.api_key.get_secret_value() if self.api_key else None
+            # an async client belongs to one event loop: never shared
             self._aclient = AsyncPolyKVClient(self.base_url, api_key=key,
                                               timeout=httpx.Timeout(self.timeout, connect=10),
                                               transport=self.async_transport)

@@ -53,6 +53,8 @@ class CompactionResult:
     prefix_len: int
     released: bool = False
     release_error: str | None = None
+    prefilled_tokens: int = 0           # what the fork computed (the rest it shared)
+    summary_usage: dict[str, Any] | None = None
     calls: list[str] = field(default_factory=list)   # the protocol's steps, in order
 
     def state_update(self) -> dict[str, Any]:
@@ -104,7 +106,9 @@ def compact_by_refork(client: PolyKVClient, model: BaseChatModel, messages: Sequ
         raise PolyKVError(500, f"pool {forked['pool_id']} is not the fork just made: {mine}", tree)
     calls.append("migrate")
     res = CompactionResult(pool_id=forked["pool_id"], old_pool_id=old_pool_id, messages=new_messages,
-                           summary=summary, prefix_len=forked["prefix_len"], calls=calls)
+                           summary=summary, prefix_len=forked["prefix_len"], calls=calls,
+                           prefilled_tokens=forked.get("prefilled_tokens", 0),
+                           summary_usage=dict(answer.usage_metadata) if getattr(answer, "usage_metadata", None) else None)
     # 4. release the old branch (never the ancestor itself)
     if old_pool_id is not None and old_pool_id != root_pool_id:
         try:

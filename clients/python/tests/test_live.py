@@ -234,6 +234,8 @@ def test_example_graph_runs_to_the_end(url):
     out = app.invoke({"task": "shared prefixes", "k": 3}, {"recursion_limit": 100})
     assert len(out["findings"]) == 3 and out["report"]
     researchers = [u for u in out["usage"] if u["who"].startswith("researcher")]
+    comp = [u for u in out["usage"] if u["who"] == "compaction"][0]
+    assert comp["released"] and comp["output_tokens"] > 0 and comp["prefilled_tokens"] > 0
     assert len(researchers) == 3 and all(u["output_tokens"] == 16 for u in researchers)
     root = out["root_pool_id"]
     task_len = [p for p in all_pools(c).values() if p["pool_id"] == root][0]["prefix_len"]
