@@ -52,8 +52,9 @@ from .errors import PoolSaturatedError
 CHAT_PATH = "/v1/chat/completions"
 
 # One connection pool per (url, key, timeout), shared by every instance (a
-# sub-agent per instance is the usual shape; an httpx client costs ~10 ms to
-# make).  Instances given a transport (tests) get their own.
+# sub-agent per instance is the usual shape, and each would otherwise make
+# its own httpx client and connections).  Instances given a transport
+# (tests) get their own.
 _SHARED: dict[tuple, Any] = {}
 
 
