@@ -22,8 +22,11 @@ result is kept (``released`` False, ``release_error`` set) and the old
 pool, unpinned, is left to eviction by pressure.
 
 ``compact_by_refork`` is the protocol as a function; ``CompactionNode``
-is the LangGraph pre-model hook that runs it when ``compaction_pressure``
-or the session's own context use crosses ``threshold``.
+is the LangGraph pre-model hook (``create_react_agent(...,
+pre_model_hook=node)``, or a node of your own graph) that runs it when
+``compaction_pressure`` or the session's own context use crosses
+``threshold``; it also moves the ``pool_id`` of the chat models it
+follows, since a prebuilt agent passes its model only the messages.
 """
 
 from __future__ import annotations
@@ -144,8 +147,12 @@ class CompactionNode:
 
     def __init__(self, model: BaseChatModel, client: PolyKVClient, *, threshold: float = 0.8,
                  keep_last: int = 4, tools: list[dict[str, Any]] | None = None,
-                 session_id: str | None = None) -> None:
+                 session_id: str | None = None, follow: Sequence[Any] | None = None) -> None:
         self.model = model
+        # The chat models whose pool_id moves with the session (the agent's
+        # model in a prebuilt agent, which sees only messages): by default
+        # the summarizing model itself when it has a pool_id.
+        self.follow = list(follow) if follow is not None else ([model] if hasattr(model, "pool_id") else [])
         self.client = client
         self.threshold = threshold
         self.keep_last = keep_last
@@ -165,4 +172,6 @@ class CompactionNode:
         self.last = compact_by_refork(self.client, self.model, state["messages"],
                                       root_pool_id=state["root_pool_id"], old_pool_id=state.get("pool_id"),
                                       session_id=session, tools=self.tools, keep_last=self.keep_last)
+        for m in self.follow:
+            m.pool_id = self.last.pool_id
         return self.last.state_update()

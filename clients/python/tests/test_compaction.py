@@ -109,3 +109,29 @@ def test_node_compacts_on_pressure_or_own_context(pressure, ctx_used):
     assert up["pool_id"] == 12 and node.last.released
     assert fake.paths()[1:] == ["POST /v1/chat/completions", "POST /polykv/pools/1/fork", "GET /polykv/pools/12",
                                 "POST /polykv/pools/7/unpin", "DELETE /polykv/pools/7"]
+
+
+@pytest.mark.filterwarnings("ignore:create_react_agent has been moved")
+def test_as_pre_model_hook_of_a_prebuilt_agent():
+    """create_react_agent(pre_model_hook=CompactionNode): the history is
+    replaced before the model call, and the agent's model moves to the new pool."""
+    from langgraph.prebuilt import create_react_agent
+    from langgraph.prebuilt.chat_agent_executor import AgentState
+
+    class State(AgentState, total=False):
+        pool_id: int | None
+        root_pool_id: int | None
+        compaction_pressure: float | None
+
+    tree = {"pools": [{"pool_id": 7, "sessions": []}]}
+    fake, client, _ = setup({("GET", "/polykv/pools/7"): tree})
+    model = ChatPolyKV(base_url="http://polykv", transport=fake.transport(), session_id="agent-3", pool_id=7)
+    hook = CompactionNode(model, client, threshold=0.5, keep_last=2)
+    agent = create_react_agent(model, [], pre_model_hook=hook, state_schema=State)
+    out = agent.invoke({"messages": HIST[:-1], "pool_id": 7, "root_pool_id": 1, "compaction_pressure": 0.9})
+    assert out["pool_id"] == 12 and model.pool_id == 12
+    chats = [c for c in fake.calls if c[1] == "/v1/chat/completions"]
+    assert len(chats) == 2 and chats[0][3]["pool_id"] == 7          # the summary, on the old pool
+    sent = chats[1][3]                                               # the agent's turn, on the new one
+    assert sent["pool_id"] == 12 and "Summary of the earlier conversation" in sent["messages"][1]["content"]
+    assert len(sent["messages"]) == 1 + 2 + 2                        # system, summary + ack, tail
