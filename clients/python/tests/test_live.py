@@ -245,3 +245,25 @@ def test_example_graph_runs_to_the_end(url):
     assert out["pool_id"] in after and not any(p["orphaned_pin"] for p in after.values())
     c.release_pool(root, recursive=True)
     assert root not in set(all_pools(c)) - before
+
+
+def test_async_client_live(url):
+    from polykv_langgraph import AsyncPolyKVClient
+
+    async def go():
+        async with AsyncPolyKVClient(url) as c:
+            toks = await c.tokenize("An async root prefix. " * 5)
+            root = await c.create_pool(tokens=toks)
+            kid = await c.fork_pool(root["pool_id"], tokens=toks + [11, 12, 13])
+            cap = await c.capacity(kid["pool_id"], expected_tokens=32)
+            sub = await c.pool_status(root["pool_id"])
+            with pytest.raises(PoolConflictError):
+                await c.release_pool(root["pool_id"])
+            rel = await c.release_pool(root["pool_id"], recursive=True)
+            return root, kid, cap, sub, rel
+
+    root, kid, cap, sub, rel = asyncio.run(go())
+    assert kid["parent"] == root["pool_id"] and kid["branch_pos"] == root["prefix_len"]
+    assert kid["prefix_len"] == root["prefix_len"] + 3 and kid["prefilled_tokens"] == 3
+    assert cap["pool_id"] == kid["pool_id"] and cap["can_admit"]
+    assert len(sub["pools"]) == 2 and rel["released"] == 2
