@@ -24,7 +24,7 @@ BENCH_SRC := $(sort $(wildcard bench/*.c))
 BENCHES  := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
 # Debian packages the build and tests need; `make deps` installs the missing.
-DEB_PKGS := gcc make clang libjansson-dev libmicrohttpd-dev libxxhash-dev nodejs npm
+DEB_PKGS := gcc make clang libjansson-dev libmicrohttpd-dev libxxhash-dev nodejs npm python3 python3-venv
 
 .PHONY: all deps run test test-asan bench fuzz clean
 all: $(BUILD)/polykv
@@ -60,8 +60,17 @@ deps:
 run: deps all
 	@sh scripts/run.sh $(BUILD)/polykv "$(MODEL)"
 
-test: deps all $(TESTS)
+test: deps all $(TESTS) $(BUILD)/venv/.installed
 	@sh tests/run.sh $(BUILD)
+
+# The Python package's tests (clients/python): a venv under build/ with the
+# pinned test requirements, then the package itself (reinstalled when it changes).
+PY_DIR := clients/python
+$(BUILD)/venv/.installed: $(PY_DIR)/requirements-test.txt $(PY_DIR)/pyproject.toml $(wildcard $(PY_DIR)/polykv_langgraph/*.py)
+	python3 -m venv $(BUILD)/venv
+	$(BUILD)/venv/bin/pip install -q --disable-pip-version-check -r $(PY_DIR)/requirements-test.txt
+	$(BUILD)/venv/bin/pip install -q --disable-pip-version-check --no-deps --force-reinstall ./$(PY_DIR)
+	@touch $@
 
 test-asan: deps
 	$(MAKE) BUILD=build-asan OPT="-O1 -g -DPK_DEBUG -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all tests-only

@@ -6,8 +6,10 @@
 # each part: those K parts are added to the skipped count and their reasons
 # shown.  Then the end-to-end tests (tests/e2e:
 # node --test against BUILD/polykv serve, which they start on free loopback
-# ports), each node test counted like a program.  Ends with
-# "N passed, M failed, K skipped".
+# ports), each node test counted like a program.  Then the Python package's
+# tests (clients/python, pytest in BUILD/venv, which make test sets up), each
+# pytest test counted like a program; pytest's "no tests collected" (exit 5)
+# is a failure.  Ends with "N passed, M failed, K skipped".
 build=${1:-build}
 timeout_s=${TEST_TIMEOUT:-600}
 # The engine asserts its invariants after every step (eng_check.c).
@@ -66,6 +68,32 @@ else
         echo "FAIL e2e (exit $rc, ${secs}s): $n_fail of $((n_pass + n_fail)) node tests failed"
         echo "$out" | grep -E '^not ok|^ *(error|expected|actual):|^# Subtest' | grep -B1 -A3 '^not ok' | head -n 60 | sed 's/^/    /'
         echo "$out" | tail -n 40 | sed 's/^/    /'
+    fi
+fi
+
+# The Python package: offline tests always, live ones against BUILD/polykv
+# when $shared/models is there (they skip with the reason otherwise).
+py="$build/venv/bin/python"
+if [ ! -x "$py" ]; then
+    skip=$((skip + 1)); echo "SKIP python: no venv in $build (make test sets it up)"
+else
+    start=$(date +%s)
+    out=$(POLYKV_BIN="$build/polykv" POLYKV_SHARED="$shared" \
+          timeout "$timeout_s" "$py" -m pytest -q -rs -p no:cacheprovider clients/python/tests 2>&1); rc=$?
+    secs=$(( $(date +%s) - start ))
+    last=$(echo "$out" | grep -E '^[=]* *[0-9]+ (passed|failed|skipped|error)|no tests ran' | tail -n 1)
+    count() { echo "$last" | sed -n "s/.*[^0-9]\([0-9][0-9]*\) $1.*/\1/p;s/^\([0-9][0-9]*\) $1.*/\1/p" | head -n 1; }
+    n_pass=$(count passed); n_fail=$(count failed); n_err=$(count error); n_skip=$(count skipped)
+    n_pass=${n_pass:-0}; n_fail=$(( ${n_fail:-0} + ${n_err:-0} )); n_skip=${n_skip:-0}
+    [ "$rc" -ne 0 ] && [ "$n_fail" -eq 0 ] && n_fail=1      # 5: nothing collected; or a crash
+    pass=$((pass + n_pass)); fail=$((fail + n_fail)); skip=$((skip + n_skip))
+    echo "$out" | grep '^SKIPPED' | sed 's/^/    /'
+    if [ "$n_fail" -eq 0 ]; then
+        echo "PASS python (${secs}s): $n_pass pytest tests passed, $n_skip skipped"
+    else
+        failed="$failed python"
+        echo "FAIL python (exit $rc, ${secs}s): $n_fail pytest tests failed"
+        echo "$out" | tail -n 60 | sed 's/^/    /'
     fi
 fi
 
