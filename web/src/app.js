@@ -38,8 +38,9 @@ function authHeaders(extra = {}) {
 }
 
 function needKey(on) {
-  $('key-needed').hidden = !on;
-  if (on && document.activeElement !== $('key')) $('key').focus();
+  const banner = $('key-needed');
+  if (on && banner.hidden) $('key').focus();     // once, not on every refused poll
+  banner.hidden = !on;
 }
 
 async function api(path, opts = {}) {
@@ -76,7 +77,7 @@ $('theme').addEventListener('click', () => {
   try { localStorage.setItem('polykv.theme', t); } catch {}
   makeChart();
   renderDecisionLegend();
-  for (const s of sessions.values()) drawSpark(s);
+  for (const s of sessions.values()) if (s.visible) drawSpark(s); else s.stale = true;
 });
 const css = (name) => getComputedStyle(document.documentElement).getPropertyValue(name).trim();
 
@@ -223,6 +224,30 @@ function sessionKey(x) {
   return x.session_id ? 's:' + x.session_id : 'slot:' + x.slot;
 }
 
+// DOM writes only when the value changed: no style or layout work for
+// rows that stay the same.
+function setText(el, v) {
+  v = String(v);
+  if (el.textContent !== v) el.textContent = v;
+}
+function setHtml(el, html) {
+  if (el.dataset.html !== html) {
+    el.innerHTML = html;
+    el.dataset.html = html;
+  }
+}
+
+// Sparklines are drawn only while their row is in view (the table scrolls:
+// with 64 sessions most rows are hidden); a row coming into view catches up.
+const sparkSeen = new IntersectionObserver((entries) => {
+  for (const en of entries) {
+    const e = sessions.get(en.target.dataset.key);
+    if (!e) continue;
+    e.visible = en.isIntersecting;
+    if (e.visible && e.stale) drawSpark(e);
+  }
+}, { root: $('sess-body').closest('.scroll') });
+
 function newSessionRow(key) {
   const row = document.createElement('tr');
   row.dataset.key = key;
@@ -240,7 +265,8 @@ function newSessionRow(key) {
   canvas.height = 28 * devicePixelRatio;
   canvas.setAttribute('role', 'img');
   cells.spark.appendChild(canvas);
-  return { key, row, cells, canvas, hist: [], done_ms: 0 };
+  sparkSeen.observe(row);
+  return { key, row, cells, canvas, hist: [], done_ms: 0, visible: false, stale: true };
 }
 
 function updateSessions(s, t) {
@@ -262,17 +288,18 @@ function updateSessions(s, t) {
     e.hist.push([t, x.tps_ewma, x.warming]);
     while (e.hist.length && e.hist[0][0] < t - SPARK_S) e.hist.shift();
     const c = e.cells;
-    e.row.className = '';
-    e.row.dataset.state = x.state;
-    c.slot.textContent = x.slot;
-    c.session.textContent = x.session_id || '–';
-    c.pool.textContent = x.pool_id == null ? '–' : '#' + x.pool_id;
-    c.state.innerHTML = `<span class="badge ${x.state}">${x.state}</span>` +
+    if (e.row.className) e.row.className = '';
+    if (e.row.dataset.state !== x.state) e.row.dataset.state = x.state;
+    setText(c.slot, x.slot);
+    setText(c.session, x.session_id || '–');
+    setText(c.pool, x.pool_id == null ? '–' : '#' + x.pool_id);
+    setHtml(c.state, `<span class="badge ${x.state}">${x.state}</span>` +
       (x.warming ? ' <span class="badge warm">warming</span>' : '') +
-      (e.settling ? ' <span class="badge settling">settling</span>' : '');
-    c.ctx.textContent = `${x.ctx_used} / ${x.ctx_total}`;
-    c.tps.textContent = fmt(x.tps_ewma);
-    drawSpark(e);
+      (e.settling ? ' <span class="badge settling">settling</span>' : ''));
+    setText(c.ctx, `${x.ctx_used} / ${x.ctx_total}`);
+    setText(c.tps, fmt(x.tps_ewma));
+    if (e.visible) drawSpark(e);
+    else e.stale = true;
   }
   for (const [key, e] of sessions) {
     if (seen.has(key)) continue;
@@ -282,6 +309,7 @@ function updateSessions(s, t) {
       e.row.dataset.state = 'done';
       e.cells.state.innerHTML = '<span class="badge">done</span>';
     } else if (now - e.done_ms > DONE_KEEP_MS) {
+      sparkSeen.unobserve(e.row);
       e.row.remove();
       sessions.delete(key);
     }
@@ -297,6 +325,7 @@ function updateSessions(s, t) {
 /* A session's tok/s over the last minutes: the line, warming stretches in
  * the warning colour, the floor dashed, settling as a tinted background. */
 function drawSpark(e) {
+  e.stale = false;
   const cv = e.canvas, ctx = cv.getContext('2d'), w = cv.width, h = cv.height, dpr = devicePixelRatio;
   ctx.clearRect(0, 0, w, h);
   const hist = e.hist;
@@ -457,15 +486,15 @@ function renderKv(poolsJson, cache, slots) {
   bar.dataset.used = used;
   bar.dataset.total = total;
   bar.dataset.owned = sum;
-  bar.innerHTML = segs.map((s) => `<div class="${s.cls}" data-cells="${s.cells}" style="width:${total ? (100 * s.cells) / total : 0}%" ` +
-    `title="${esc(s.name)}: ${s.cells} cells, ${mib(s.bytes)}"></div>`).join('');
-  $('kv-legend').innerHTML = segs.map((s) => `<li><i class="kvbar-${s.cls}" style="background:var(--seg-${s.cls === 'parked' ? 'park' : s.cls})"></i>` +
-    `${esc(s.name)}: ${s.cells} cells, ${mib(s.bytes)}</li>`).join('');
-  $('kv-summary').textContent = `${used} of ${total} cells used (${mib(used * cellBytes)} of ${mib(total * cellBytes)}); ` +
-    `owners hold ${sum} cells`;
-  $('kv-ram').textContent = `RAM tier: ${cache.spilled} histor${cache.spilled === 1 ? 'y' : 'ies'}, ${cache.spilled_tokens} tokens, ` +
+  setHtml(bar, segs.map((s) => `<div class="${s.cls}" data-cells="${s.cells}" style="width:${total ? (100 * s.cells) / total : 0}%" ` +
+    `title="${esc(s.name)}: ${s.cells} cells, ${mib(s.bytes)}"></div>`).join(''));
+  setHtml($('kv-legend'), segs.map((s) => `<li><i class="kvbar-${s.cls}" style="background:var(--seg-${s.cls === 'parked' ? 'park' : s.cls})"></i>` +
+    `${esc(s.name)}: ${s.cells} cells, ${mib(s.bytes)}</li>`).join(''));
+  setText($('kv-summary'), `${used} of ${total} cells used (${mib(used * cellBytes)} of ${mib(total * cellBytes)}); ` +
+    `owners hold ${sum} cells`);
+  setText($('kv-ram'), `RAM tier: ${cache.spilled} histor${cache.spilled === 1 ? 'y' : 'ies'}, ${cache.spilled_tokens} tokens, ` +
     `${fmt(cache.spilled_mib)} MiB · reused ${cache.tokens_reused} of ${cache.tokens_reused + cache.tokens_read} prompt tokens, ` +
-    `restored ${cache.tokens_restored}`;
+    `restored ${cache.tokens_restored}`);
 }
 
 /* ---- events ---- */
@@ -551,8 +580,8 @@ async function poll() {
         addEvents(cache.events);
         await refreshDetail();
         needKey(false);
-      } catch (e) {
-        if (!(e instanceof AuthError)) setLive(false, 'reconnecting');
+      } catch {
+        // shown by the stream's state (live / reconnecting); the next turn retries
       }
     }
     await sleep(Math.max(POLL_MS - (performance.now() - t0), 50));
