@@ -80,6 +80,15 @@ test('page: loads from the binary, small, live, no console error', { skip }, asy
   assert.equal((await get(srv.url + '/assets/none.js')).json.error.code, 404);
   await sleep(1200);      // a few SSE events and polls
   assert.deepEqual(consoleErrors, []);
+  // no layout shift when the data came in
+  const cls = await page.evaluate(() => new Promise((resolve) => {
+    let sum = 0;
+    new PerformanceObserver((l) => { for (const e of l.getEntries()) if (!e.hadRecentInput) sum += e.value; })
+      .observe({ type: 'layout-shift', buffered: true });
+    setTimeout(() => resolve(sum), 100);
+  }));
+  console.log(`# page: cumulative layout shift ${cls.toFixed(4)}`);
+  assert.ok(cls < 0.001, `cumulative layout shift ${cls}`);
   await shot('page');
 });
 
@@ -213,6 +222,15 @@ test('page: the chat box streams a reply, attached to a pool', { skip }, async (
   assert.ok(reply.text.length > 0 && reply.chunks >= 2 && updates >= 3, JSON.stringify({ reply, updates }));
   assert.match(await page.textContent('#chat-status'), new RegExp(`pool #${pool}`));
   await shot('chat', page.locator('#chat'));
+  // sessions, pools, events and the chat came and went: still no shift
+  const cls = await page.evaluate(() => new Promise((resolve) => {
+    let sum = 0;
+    new PerformanceObserver((l) => { for (const e of l.getEntries()) if (!e.hadRecentInput) sum += e.value; })
+      .observe({ type: 'layout-shift', buffered: true });
+    setTimeout(() => resolve(sum), 100);
+  }));
+  console.log(`# page: cumulative layout shift after every view updated ${cls.toFixed(4)}`);
+  assert.ok(cls < 0.01, `cumulative layout shift ${cls}`);
   await page.click('#theme');
   assert.equal(await page.evaluate(() => document.documentElement.dataset.theme), 'dark');
   await shot('page-dark');

@@ -210,7 +210,7 @@ function onTps(s) {
   while (tp.t.length && tp.t[0] < t - CHART_S) for (const k in tp) tp[k].shift();
   $('tp-agg').textContent = fmt(s.aggregate_tps);
   $('tp-mean').textContent = fmt(s.mean_active_tps);
-  $('tp-floor').textContent = floorServer == null ? 'none (server scope)' : `${fmt(floorServer)} tok/s`;
+  $('tp-floor').textContent = floorServer == null ? 'none' : `${fmt(floorServer)} tok/s`;
   $('tp-run').textContent = s.n_running;
   $('tp-wait').textContent = s.n_waiting;
   $('tp-warm').textContent = s.n_warming;
@@ -695,7 +695,7 @@ $('chat-clear').addEventListener('click', () => {
 /* ---- start ---- */
 
 fetch('/v1/models').then((r) => r.json()).then((j) => {
-  $('model').textContent = (j.data && j.data[0] && j.data[0].id) || '';
+  $('model').textContent = $('model').title = (j.data && j.data[0] && j.data[0].id) || '';
 }).catch(() => {});
 makeChart();
 renderDecisionLegend();
