@@ -24,7 +24,7 @@ BENCH_SRC := $(sort $(wildcard bench/*.c))
 BENCHES  := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
 # Debian packages the build and tests need; `make deps` installs the missing.
-DEB_PKGS := gcc make clang libjansson-dev libmicrohttpd-dev libxxhash-dev nodejs npm python3 python3-venv
+DEB_PKGS := gcc make clang libjansson-dev libmicrohttpd-dev libxxhash-dev nodejs npm python3 python3-venv chromium
 
 .PHONY: all deps run test test-asan bench fuzz clean
 all: $(BUILD)/polykv
@@ -39,7 +39,20 @@ $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/libpolykv.a: $(LIB_OBJ)
+# The monitor page (docs/monitor.md): web/build.mjs bundles web/src with
+# esbuild (from web/package-lock.json) into a C source the binary serves.
+WEB_SRC  := $(sort $(wildcard web/src/*)) web/build.mjs
+PAGE_OBJ := $(BUILD)/obj/gen/page_assets.o
+web/node_modules/.ci-stamp: web/package.json web/package-lock.json
+	cd web && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+$(BUILD)/gen/page_assets.c: $(WEB_SRC) web/node_modules/.ci-stamp
+	node web/build.mjs $(BUILD)/gen
+$(PAGE_OBJ): $(BUILD)/gen/page_assets.c src/server/srv_page.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Isrc/server -c $< -o $@
+
+$(BUILD)/libpolykv.a: $(LIB_OBJ) $(PAGE_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 $(BUILD)/polykv: $(CLI_OBJ) $(BUILD)/libpolykv.a

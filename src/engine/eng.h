@@ -221,6 +221,7 @@ typedef enum eng_cache_kind {
     ENG_CACHE_ADMIT,            /* its prompt admitted: tokens reused from a source, tokens to read */
     ENG_CACHE_PARK,             /* a history kept under a reserve sequence id */
     ENG_CACHE_DROP,             /* a history dropped (with its value) */
+    ENG_CACHE_ADMISSION,        /* an admission decision of an enforced scope (decision, pool_id, reason) */
 } eng_cache_kind;
 
 typedef struct eng_cache_event {
@@ -232,6 +233,7 @@ typedef struct eng_cache_event {
     int32_t n_tokens;           /* history length (park/drop) */
     int32_t n_reused, n_read;   /* admit */
     double value;               /* park/drop: the history's value */
+    int32_t decision, pool_id;  /* admission: an eng_adm_decision, the scope (0 the server's) */
     char reason[POL_REASON_CAP];
 } eng_cache_event;
 

@@ -168,6 +168,16 @@ static void refuse(eng_task *t, const adm_answer *a)
     eng_task_push(t, &ev);
 }
 
+/* An admission decision into the cache events (/polykv/cache), so that an
+ * operator sees why a request was held or refused. */
+static void log_decision(eng *e, const eng_task *t, int32_t pool, eng_adm_decision d, const char *reason)
+{
+    eng_cache_event ev = { .kind = ENG_CACHE_ADMISSION, .task_id = t->id, .slot = -1, .seq = -1,
+                           .decision = (int32_t)d, .pool_id = pool };
+    snprintf(ev.reason, sizeof ev.reason, "%s", reason);
+    eng_cache_event_add(e, &ev);
+}
+
 bool eng_admit_gate(eng *e, eng_task *t, int32_t p_share, bool *failed)
 {
     *failed = false;
@@ -178,7 +188,10 @@ bool eng_admit_gate(eng *e, eng_task *t, int32_t p_share, bool *failed)
     t->adm_new = !known;
     if (known || sc->policy.mode != ADM_ENFORCED) return true;
     if (t->req.overcommit) {
-        if (!t->adm_held) sc->decisions[ENG_ADM_OVERCOMMIT]++;
+        if (!t->adm_held) {
+            sc->decisions[ENG_ADM_OVERCOMMIT]++;
+            log_decision(e, t, pool, ENG_ADM_OVERCOMMIT, "overcommit");
+        }
         t->adm_held = true;        /* counted once */
         return true;
     }
@@ -194,17 +207,24 @@ bool eng_admit_gate(eng *e, eng_task *t, int32_t p_share, bool *failed)
     switch (act) {
     case ADM_ADMIT:
         sc->decisions[ENG_ADM_ADMIT]++;
+        log_decision(e, t, pool, ENG_ADM_ADMIT, a.reason);
         return true;
     case ADM_ADMIT_WARN:
         sc->decisions[ENG_ADM_WARN]++;
+        log_decision(e, t, pool, ENG_ADM_WARN, a.reason);
         t->adm_warned = true;
         return true;
     case ADM_HOLD:
-        if (!t->adm_held) sc->decisions[a.arm == 6 ? ENG_ADM_HOLD : ENG_ADM_QUEUE]++;
+        if (!t->adm_held) {
+            eng_adm_decision d = a.arm == 6 ? ENG_ADM_HOLD : ENG_ADM_QUEUE;
+            sc->decisions[d]++;
+            log_decision(e, t, pool, d, a.reason);
+        }
         t->adm_held = true;
         return false;
     case ADM_REFUSE:
         sc->decisions[ENG_ADM_REJECT]++;
+        log_decision(e, t, pool, ENG_ADM_REJECT, a.reason);
         refuse(t, &a);
         *failed = true;
         return false;

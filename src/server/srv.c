@@ -56,6 +56,8 @@ static const srv_route routes[] = {
     { "/polykv/capacity",     "GET",  srv_h_capacity,        false, false },
     { "/polykv/pools/",       "*",    srv_h_pool,            false, true },
     { "/slots/",              "*",    srv_h_slot_action,     false, true },
+    { "/",                    "GET",  srv_h_page,            true, false },
+    { "/assets/",             "GET",  srv_h_page,            true, true },
 };
 
 srv_params srv_default_params(void)

@@ -230,6 +230,7 @@ enum MHD_Result srv_h_tokenize(srv_req *r, json_t *body);
 enum MHD_Result srv_h_detokenize(srv_req *r, json_t *body);
 enum MHD_Result srv_h_apply_template(srv_req *r, json_t *body);
 enum MHD_Result srv_h_health(srv_req *r, json_t *body);
+enum MHD_Result srv_h_page(srv_req *r, json_t *body);          /* srv_page.c: / and /assets/ */
 enum MHD_Result srv_h_props(srv_req *r, json_t *body);
 enum MHD_Result srv_h_slots(srv_req *r, json_t *body);
 enum MHD_Result srv_h_metrics(srv_req *r, json_t *body);

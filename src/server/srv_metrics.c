@@ -238,11 +238,13 @@ static const char *cache_kind(eng_cache_kind k)
     case ENG_CACHE_ADMIT: return "admission";
     case ENG_CACHE_PARK: return "park";
     case ENG_CACHE_DROP: return "drop";
+    case ENG_CACHE_ADMISSION: return "admission_decision";
     }
     return "?";
 }
 
-/* The last cache events (placement, admission, park, drop) and the
+/* The last cache events (placement, admission, park, drop, admission
+ * decisions of enforced scopes) and the
  * counters of prompt tokens reused vs read, oldest event first. */
 enum MHD_Result srv_h_cache(srv_req *r, json_t *body)
 {
@@ -261,6 +263,9 @@ enum MHD_Result srv_h_cache(srv_req *r, json_t *body)
             json_object_set_new(o, "seq", json_integer(c->seq));
             json_object_set_new(o, "tokens", json_integer(c->n_tokens));
             json_object_set_new(o, "value", json_real(c->value));
+        } else if (c->kind == ENG_CACHE_ADMISSION) {
+            json_object_set_new(o, "decision", json_string(eng_adm_decision_name((eng_adm_decision)c->decision)));
+            json_object_set_new(o, "pool_id", c->pool_id > 0 ? json_integer(c->pool_id) : json_null());
         }
         json_array_append_new(ev, o);
     }

@@ -87,6 +87,11 @@ test('admission: routes, capacity, reject / continuation / overcommit / warn / q
   const raw = await post(srv.url + '/completion', { prompt: base + ' newcomer', n_predict: 4, pool_id: pool });
   assert.equal(raw.status, 429);
   assert.equal(raw.json.capacity.reason, 'projected mean tps below floor');
+  // The refusals are cache events too (what the monitor page logs).
+  const refused = (await get(srv.url + '/polykv/cache')).json.events
+    .filter((e) => e.kind === 'admission_decision' && e.decision === 'reject');
+  assert.ok(refused.length >= 2 && refused.every((e) => e.pool_id === pool &&
+            e.reason === 'projected mean tps below floor'), JSON.stringify(refused));
   // An overcommit is admitted, and a continuation (a known session) too.
   r = await post(srv.url + '/completion', { prompt: base + ' over', n_predict: 4, pool_id: pool, overcommit: true,
                                             session_id: 'agent-2' });
