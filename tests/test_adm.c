@@ -36,7 +36,7 @@ static void world_init(world *w, int n_slots)
 /* Session i decoding at tps in the scope. */
 static void decoding(world *w, int i, double tps, int n_decoded)
 {
-    w->s[i] = (adm_session){ .decoding = true, .in_scope = true, .live = true, .tps_ewma = tps,
+    w->s[i] = (adm_session){ .running = true, .decoding = true, .in_scope = true, .live = true, .tps_ewma = tps,
                              .n_decoded = n_decoded, .tokens_left = 64, .ctx_used = 700, .ctx_total = 2048,
                              .kv_owned = 200, .task_id = 100 + (uint64_t)i };
     int busy = 0;
@@ -100,7 +100,7 @@ static void test_arms(void)
     w.p.target_tps = 20;
     for (int i = 0; i < 3; i++) {
         decoding(&w, i, 25, 60);
-        w.s[i].decoding = false;
+        w.s[i].decoding = w.s[i].running = false;
     }
     w.snap.n_busy_slots = 0;
     w.st = (adm_settle){ .has_settled = true, .mean_settled = 25, .t_settled_ms = w.snap.now_ms - 5000 };
@@ -185,16 +185,20 @@ static const char *oracle(const adm_snapshot *s, bool *can)
 {
     const adm_policy *p = s->policy;
     double sum = 0, owned = 0, now = s->now_ms;
-    int n = 0, live = 0, decoding_scope = 0;
+    int n = 0, live = 0, decoding_scope = 0, paused = 0;
     for (int i = 0; i < s->n_sessions; i++) {
         const adm_session *x = &s->sessions[i];
         if (x->decoding && x->n_decoded >= 4 && x->tps_ewma > 0) { sum += x->tps_ewma; n++; }
-        if (x->live) { live++; owned += x->kv_owned; }
+        if (x->live) { live++; owned += x->kv_owned; paused += !x->running; }
         decoding_scope += x->in_scope && x->decoding;
     }
     double M = n ? sum / n : 0;
     int nn = n;
     bool idle = false;
+    if (n > 0 && paused > 0) {              /* the manual: paused sessions share the mean too */
+        M = M * n / (n + paused);
+        nn = n + paused;
+    }
     if (n == 0 && live > 0 && !decoding_scope && s->settle->has_settled && now - s->settle->t_settled_ms < 30000) {
         idle = true;
         M = s->settle->mean_settled;
@@ -236,8 +240,9 @@ static void test_property(int n_cases)
         for (int i = 0; i < n_slots; i++) {
             adm_session *x = &w.s[i];
             x->decoding = rnd(2);
+            x->running = x->decoding || rnd(3) == 0;
             x->in_scope = rnd(2);
-            x->live = x->in_scope && (x->decoding || rnd(2));
+            x->live = x->in_scope && (x->running || rnd(2));
             x->tps_ewma = rnd(5) ? rndu() * 60 : 0;
             x->n_decoded = (int)rnd(10);
             x->tokens_left = (int)rnd(100) - 1;
@@ -325,7 +330,7 @@ static void test_worked_example(void)
     decoding(&w, 1, 28, 120);
     decoding(&w, 2, 26, 60);
     decoding(&w, 3, 35, 2);                        /* warming */
-    w.s[4] = (adm_session){ .in_scope = true, .live = true, .ctx_used = 900, .ctx_total = 2048, .kv_owned = 400 };
+    w.s[4] = (adm_session){ .in_scope = true, .live = false, .ctx_used = 900, .ctx_total = 2048, .kv_owned = 400 };
     w.snap.kv_free_cells = 3000;
     w.snap.kv_used = 5192;
     w.st = (adm_settle){ .has_drop = true, .drop_ewma = 6.5, .has_settled = true, .mean_settled = 28,
@@ -335,7 +340,7 @@ static void test_worked_example(void)
     CHECK_NEAR(a.projected_model, 21, 1e-12);
     CHECK_NEAR(a.projected_measured, 21.5, 1e-12);
     CHECK_STR(a.reason, "ok");
-    CHECK_EQ_INT(a.headroom_sessions, 12);         /* 3000 / (1200 / 5) */
+    CHECK_EQ_INT(a.headroom_sessions, 15);         /* 3000 / (800 / 4) */
     adm_settle keep = w.st;
     w.st.drop_ewma = 9;                            /* a costlier machine: 28 - 9 < 20 */
     adm_answer b = decide(&w);
@@ -345,6 +350,13 @@ static void test_worked_example(void)
     w.st.t_admit_ms = w.snap.now_ms - 1200;
     adm_answer c = decide(&w);
     CHECK_STR(c.reason, "measurement settling");
+    w.st = keep;
+    w.s[4].live = true;                            /* the fifth is between turns: it comes back */
+    adm_answer d = decide(&w);
+    CHECK_EQ_INT(d.n_paused, 1);
+    CHECK_NEAR(d.projected_model, 28.0 * 3 / 4 * 4 / 5, 1e-12);
+    CHECK_NEAR(d.projected_measured, 28.0 * 3 / 4 - 6.5, 1e-12);
+    CHECK_STR(d.reason, "projected mean tps below floor");
     if (getenv("POLYKV_ADM_VERBOSE")) {
         printf("worked example: M %.2f over n %d (n_warming %d), model %.2f, measured %.2f -> %s; "
                "headroom %d sessions, kv %.1f%%, pressure %.3f, retry %.0f s\n",
@@ -352,6 +364,8 @@ static void test_worked_example(void)
                a.headroom_sessions, a.kv_headroom_pct, a.compaction_pressure, a.retry_after_s);
         printf("  drop 9: measured %.2f -> %s; settling 1.2 s in: %s, %.0f ms left, Retry-After %.0f s\n",
                b.projected_measured, b.reason, c.reason, c.settle_remaining_ms, c.retry_after_s);
+        printf("  a fifth between turns: model %.2f, measured %.2f -> %s\n", d.projected_model,
+               d.projected_measured, d.reason);
     }
 }
 

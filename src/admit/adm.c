@@ -83,6 +83,12 @@ static void projections(const adm_snapshot *s, adm_answer *a, int32_t n_live)
     double M = a->mean_active_tps;
     int32_t n = a->n_active;
     a->idle_estimate = false;
+    /* Sessions between turns come back: the mean they will share is the
+     * one measured, spread over them too (speed goes as 1/n). */
+    if (n > 0 && a->n_paused > 0) {
+        M = M * n / (n + a->n_paused);
+        n += a->n_paused;
+    }
     if (n == 0 && n_live > 0 && st->has_settled && s->now_ms - st->t_settled_ms < ADM_IDLE_MS) {
         bool decoding_in_scope = false;
         for (int32_t i = 0; i < s->n_sessions; i++)
@@ -124,6 +130,7 @@ pk_status adm_decide(const adm_snapshot *s, adm_answer *out)
         a.n_warming += x->decoding && !warm(x);
         if (!x->live) continue;
         n_live++;
+        a.n_paused += !x->running;         /* live and not running: between turns */
         owned += x->kv_owned;
         if (x->ctx_total > 0 && (double)x->ctx_used * max_ctx_pct_den > (double)max_ctx_pct_num * x->ctx_total) {
             max_ctx_pct_num = x->ctx_used;

@@ -65,6 +65,7 @@ pk_status adm_sat_parse(const char *s, adm_sat *out);
 
 /* One slot's session. */
 typedef struct adm_session {
+    bool running;                   /* a task runs in its slot (prefilling or decoding) */
     bool decoding;                  /* generating now */
     bool in_scope;                  /* attached to the scope asked about */
     bool live;                      /* in scope and busy, or between turns: idle with its
@@ -116,6 +117,7 @@ typedef struct adm_answer {
     bool idle_estimate;
     double drop_per_admit_ewma;     /* 0 before the first sample */
     int32_t n_active, n_warming, n_pool_sessions;
+    int32_t n_paused;               /* live sessions between turns (idle, history recent) */
     int32_t headroom_sessions;
     double kv_headroom_pct;
     int32_t kv_free_cells;

@@ -86,7 +86,7 @@ void eng_adm_snapshot(const eng_adm_in *in, int32_t pool_id, int32_t prefix_len,
     for (int32_t i = 0; i < in->n_slots; i++) {
         const eng_adm_slot *x = &in->slot[i];
         bool in_scope = x->pool_id == pool_id;
-        ss[i] = (adm_session){ .decoding = x->decoding, .in_scope = in_scope,
+        ss[i] = (adm_session){ .running = x->running, .decoding = x->decoding, .in_scope = in_scope,
                                .live = in_scope && (x->running || x->recent), .tps_ewma = x->tps_ewma,
                                .n_decoded = x->n_decoded, .tokens_left = x->tokens_left, .ctx_used = x->ctx_used,
                                .ctx_total = in->ctx_slot, .kv_owned = x->kv_owned, .task_id = x->task_id };

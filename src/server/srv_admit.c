@@ -44,6 +44,7 @@ json_t *srv_capacity_json(const adm_answer *a)
                           "known_session", a->known_session, "ctx_headroom_tokens", a->ctx_headroom_tokens,
                           "compaction_pressure", a->compaction_pressure);
     if (o) json_object_set_new(o, "retry_after_s", json_real(a->retry_after_s));
+    if (o) json_object_set_new(o, "n_paused", json_integer(a->n_paused));
     return o;
 }
 
