@@ -4,8 +4,11 @@
  * backtracking matcher on random grammars, JSON Schema conversion checked
  * by hand-written instances, and mask speed on a 150k-token vocabulary. */
 #include "../src/grammar/gram.h"
+#include "../src/gguf/gguf.h"
+#include "../src/tokenizer/tok.h"
 #include "test.h"
 
+#include <jansson.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -59,6 +62,10 @@ static void test_constructs(void)
     check_sets("root ::= \"a\"{2,}", SET("aa", "aaaaaaa"), SET("a", ""));
     check_sets("root ::= \"a\"{0,2} \"b\"", SET("b", "ab", "aab"), SET("aaab"));
     check_sets("root ::= [^a-z\\n]+", SET("ABC", "1-2", "\xc3\xa9"), SET("a", "Ab", "\n", ""));
+    /* overlong forms and surrogates are not characters: an overlong '"'
+     * must not end a string */
+    check_sets("root ::= [^a]*", SET("\xf0\x9f\x98\x80", "\xed\x9f\xbf"),
+               SET("\xe0\x80\xa2", "\xc0\xa2", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xf0\x80\x80\xa2", "\xc3"));
     check_sets("root ::= [a-zA-Z_] [a-zA-Z0-9_]*", SET("_x1", "Q"), SET("1a", "a-b"));
     check_sets("root ::= . . .", SET("abc", "\xe2\x82\xac\xc3\xa9z"), SET("ab", "abcd"));
     check_sets("root ::= \"\\x41\\u00e9\\t\\\"\\\\\"", SET("A\xc3\xa9\t\"\\"), SET("A\xc3\xa9\t\"", "a"));
@@ -601,6 +608,106 @@ static void test_speed(void)
     free(eog);
 }
 
+/* ---- a real vocabulary: random walks through the mask ---- */
+
+/* Samples uniformly among allowed tokens until the grammar is done; every
+ * sampled token must be accepted, and the text must be a sentence for a
+ * fresh matcher (what the engine relies on). */
+static void test_real_vocab(void)
+{
+    const char *dir = test_shared_dir();
+    if (!dir) { SKIP_PART("real vocabulary: ../shared/models absent"); return; }
+    const char *names[] = { "rand-qwen2-qwen2vocab-e64-l2-F16.gguf", "stories260K.gguf",
+                            "rand-llama-llama3vocab-e256-l2-Q8_0.gguf" };
+    for (size_t mi = 0; mi < ARRAY_LEN(names); mi++) {
+        char path[512], err[200];
+        snprintf(path, sizeof path, "%s/models/%s", dir, names[mi]);
+        gguf_ctx *gg = NULL;
+        tok_vocab *tv = NULL;
+        if (gguf_open(path, &gg, err, sizeof err) || tok_load_gguf(gg, &tv, err, sizeof err)) {
+            SKIP_PART("real vocabulary: %.60s: %.100s", names[mi], err);
+            tok_free(tv);
+            gguf_close(gg);
+            continue;
+        }
+        int32_t nv = tok_n_vocab(tv);
+        int64_t *off = malloc((size_t)(nv + 1) * sizeof *off);
+        bool *eog = calloc((size_t)nv, sizeof *eog);
+        char *bytes = malloc((size_t)nv * 256);
+        int64_t o = 0;
+        for (int32_t i = 0; i < nv; i++) {
+            off[i] = o;
+            eog[i] = tok_is_eog(tv, i);
+            int32_t n = tok_piece(tv, i, bytes + o, 256, false);
+            if (n > 0 && !eog[i]) o += n;
+        }
+        off[nv] = o;
+        gram_vocab *v = NULL;
+        CHECK_EQ_INT(gram_vocab_new(nv, bytes, off, eog, &v), PK_OK);
+        gram_grammar *g = schema("{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":12},"
+                                 "\"n\":{\"type\":\"integer\"},\"t\":{\"type\":\"array\",\"items\":{\"enum\":[\"x\",\"y\"]}}},"
+                                 "\"required\":[\"name\",\"n\"]}");
+        int n_done = 0;
+        double mask_us = 0;
+        int n_masks = 0;
+        for (int run = 0; run < 30 && g && v; run++) {
+            gram_matcher *m;
+            CHECK_EQ_INT(gram_matcher_new(g, v, &m), PK_OK);
+            char text[8192];
+            size_t tl = 0;
+            for (int step = 0; step < 400; step++) {
+                int64_t t0 = pk_time_us();
+                const uint64_t *mask = gram_matcher_mask(m);
+                mask_us += (double)(pk_time_us() - t0);
+                n_masks++;
+                CHECK(mask != NULL);
+                if (!mask) break;
+                int32_t allowed[4096], na = 0, seen = 0;
+                for (int32_t i = 0; i < nv; i++)
+                    if (mask[i / 64] >> (i % 64) & 1) {
+                        seen++;
+                        if (na < 4096) allowed[na++] = i;
+                        else if (rnd((uint32_t)seen) < 4096) allowed[rnd(4096)] = i;
+                    }
+                CHECK(na > 0);
+                if (!na) break;
+                int32_t t = allowed[rnd((uint32_t)na)];
+                if (eog[t]) { CHECK(gram_matcher_can_end(m)); break; }
+                pk_status st = gram_matcher_accept(m, t);
+                if (st) fprintf(stderr, "  %s: token %d refused after the mask allowed it\n", names[mi], t);
+                CHECK_EQ_INT(st, PK_OK);
+                int64_t n = off[t + 1] - off[t];
+                if (tl + (size_t)n < sizeof text) { memcpy(text + tl, bytes + off[t], (size_t)n); tl += (size_t)n; }
+                if (gram_matcher_done(m)) break;
+            }
+            if (gram_matcher_can_end(m)) {
+                n_done++;
+                bool ok = gram_accepts(g, text, tl);
+                if (!ok) fprintf(stderr, "  %s: finished text not accepted: %.*s\n", names[mi], (int)tl, text);
+                CHECK(ok);
+                /* and an independent parser agrees that it is JSON (UTF-8 checked) */
+                json_error_t je;
+                json_t *doc = json_loadb(text, tl, 0, &je);
+                if (!doc) fprintf(stderr, "  %s: jansson: %s in %.*s\n", names[mi], je.text, (int)tl, text);
+                CHECK(doc != NULL && json_is_string(json_object_get(doc, "name")) &&
+                      json_is_integer(json_object_get(doc, "n")));
+                json_decref(doc);
+            }
+            gram_matcher_free(m);
+        }
+        printf("real vocab %s (%d tokens): %d/30 walks complete, mask %.0f us mean over %d steps\n", names[mi], nv,
+               n_done, n_masks ? mask_us / n_masks : 0, n_masks);
+        CHECK(n_done > 0);
+        gram_free(g);
+        gram_vocab_free(v);
+        free(off);
+        free(eog);
+        free(bytes);
+        tok_free(tv);
+        gguf_close(gg);
+    }
+}
+
 int main(void)
 {
     test_constructs();
@@ -609,5 +716,6 @@ int main(void)
     test_property();
     test_schema();
     test_speed();
+    test_real_vocab();
     return test_finish();
 }

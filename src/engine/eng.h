@@ -116,6 +116,8 @@ typedef struct eng_completion {
     int32_t n_keep;             /* context shift: tokens kept at the start (-1: the prompt) */
     int32_t n_discard;          /* context shift: tokens dropped after them, 0: half the rest */
     bool overcommit;            /* skip an enforced admission gate (counted) */
+    struct gram_grammar *grammar; /* constrains sampling (NULL: none); eng_submit takes its own
+                                     reference; the output ends (ENG_STOP_EOS) when it is complete */
 } eng_completion;
 
 typedef enum eng_ev_kind { ENG_EV_TOKEN = 1, ENG_EV_DONE, ENG_EV_ERROR, ENG_EV_PLACED } eng_ev_kind;

@@ -95,6 +95,14 @@ int32_t gram_n_rules(const gram_grammar *g);
  * PK_ENOMEM. */
 pk_status gram_schema_to_gbnf(const char *schema, size_t len, char **out, gram_error *err);
 
+/* The same schema as rules to embed in a larger grammar: "<prefix>root"
+ * and rules named <prefix>sN..., without the shared JSON rules (ws, value,
+ * string, number, integer, ..., f-date, ...) that they use: append
+ * gram_json_rules() once.  prefix: letters, digits, '-' (may be "").
+ * Errors as gram_schema_to_gbnf. */
+pk_status gram_schema_rules(const char *schema, size_t len, const char *prefix, char **out, gram_error *err);
+const char *gram_json_rules(void);               /* static text */
+
 /* The grammar for "any JSON object" (response_format json_object): static. */
 const char *gram_json_object_gbnf(void);
 

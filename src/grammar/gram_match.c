@@ -35,7 +35,7 @@ typedef struct gnode { int32_t pos, parent; } gnode;
 
 typedef struct gstate {
     int32_t set;
-    uint32_t partial;          /* (remaining bytes << 24) | code point bits so far */
+    uint32_t partial;          /* (length << 28) | (remaining bytes << 24) | code point bits so far */
     int32_t *next;             /* [256] lazily: T_UNKNOWN, T_DEAD or a state */
     int32_t mask;              /* its slot, -1 none */
 } gstate;
@@ -255,20 +255,26 @@ static int32_t intern_state(gram_matcher *m, int32_t set, uint32_t partial)
 static int32_t step_slow(gram_matcher *m, int32_t s, uint8_t b)
 {
     uint32_t partial = m->st[s].partial;
-    uint32_t rem = partial >> 24, v = partial & 0xFFFFFF;
+    uint32_t len = partial >> 28, rem = (partial >> 24) & 3, v = partial & 0xFFFFFF;
     bool complete = false;
     if (rem == 0) {
-        if (b < 0x80) { v = b; complete = true; }
-        else if (b >= 0xC2 && b <= 0xDF) { v = b & 0x1F; rem = 1; }
-        else if (b >= 0xE0 && b <= 0xEF) { v = b & 0x0F; rem = 2; }
-        else if (b >= 0xF0 && b <= 0xF4) { v = b & 0x07; rem = 3; }
+        if (b < 0x80) { v = b; complete = true; len = 1; }
+        else if (b >= 0xC2 && b <= 0xDF) { v = b & 0x1F; rem = 1; len = 2; }
+        else if (b >= 0xE0 && b <= 0xEF) { v = b & 0x0F; rem = 2; len = 3; }
+        else if (b >= 0xF0 && b <= 0xF4) { v = b & 0x07; rem = 3; len = 4; }
         else return T_DEAD;
     } else {
         if ((b & 0xC0) != 0x80) return T_DEAD;
         v = (v << 6) | (b & 0x3F);
         if (--rem == 0) complete = true;
     }
+    /* The code points this prefix can still become, without overlong
+     * forms (an overlong '"' would slip past a string's end) or surrogates. */
+    static const uint32_t least[5] = { 0, 0, 0x80, 0x800, 0x10000 };
     uint32_t lo = v << (6 * rem), hi = lo | ((1u << (6 * rem)) - 1);
+    if (lo < least[len]) lo = least[len];
+    if (hi > 0x10FFFF) hi = 0x10FFFF;
+    if (lo > hi || (lo >= 0xD800 && hi <= 0xDFFF)) return T_DEAD;
     int32_t set = m->st[s].set;
     const int32_t *mem = m->pool + m->set_off[set];
     int32_t n = (int32_t)(m->set_off[set + 1] - m->set_off[set]);
@@ -287,7 +293,7 @@ static int32_t step_slow(gram_matcher *m, int32_t s, uint8_t b)
     }
     int32_t ns = intern_set(m);
     if (ns < 0) return T_DEAD;
-    return intern_state(m, ns, complete ? 0 : (rem << 24) | v);
+    return intern_state(m, ns, complete ? 0 : (len << 28) | (rem << 24) | v);
 }
 
 static inline int32_t step(gram_matcher *m, int32_t s, uint8_t b)

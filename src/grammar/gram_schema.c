@@ -28,41 +28,30 @@
 #define MAX_DEPTH 64
 #define INT_CAP 999999999999999LL    /* 15 digits: what "no bound" becomes */
 
-static const char JSON_RULES[] =
-    "ws ::= [ \\t\\n]{0,20}\n"
-    "value ::= object | array | string | number | boolean | null\n"
-    "object ::= \"{\" ws ( string ws \":\" ws value ws ( \",\" ws string ws \":\" ws value ws )* )? \"}\"\n"
-    "array ::= \"[\" ws ( value ws ( \",\" ws value ws )* )? \"]\"\n"
-    "string ::= \"\\\"\" char* \"\\\"\"\n"
-    "char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" [\"\\\\/bfnrt]\n"
-    "number ::= integer ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?\n"
-    "integer ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,15} )\n"
-    "boolean ::= \"true\" | \"false\"\n"
-    "null ::= \"null\"\n";
+#define JSON_RULES \
+    "ws ::= [ \\t\\n]{0,20}\n" \
+    "value ::= object | array | string | number | boolean | null\n" \
+    "object ::= \"{\" ws ( string ws \":\" ws value ws ( \",\" ws string ws \":\" ws value ws )* )? \"}\"\n" \
+    "array ::= \"[\" ws ( value ws ( \",\" ws value ws )* )? \"]\"\n" \
+    "string ::= \"\\\"\" char* \"\\\"\"\n" \
+    "char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" [\"\\\\/bfnrt]\n" \
+    "number ::= integer ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?\n" \
+    "integer ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,15} )\n" \
+    "boolean ::= \"true\" | \"false\"\n" \
+    "null ::= \"null\"\n"
 
-static const char FORMAT_RULES[] =
-    "f-date ::= [0-9]{4} \"-\" ( ( \"0\" [13578] | \"1\" [02] ) \"-\" f-d31 | ( \"0\" [469] | \"11\" ) \"-\" f-d30"
-    " | \"02-\" f-d28 )\n"
-    "f-d28 ::= \"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8]\n"
-    "f-d30 ::= f-d28 | \"29\" | \"30\"\n"
-    "f-d31 ::= f-d30 | \"31\"\n"
-    "f-time ::= ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" [0-5] [0-9] ( \".\" [0-9]{1,6} )?"
-    " ( \"Z\" | [+-] ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )\n"
-    "f-date-time ::= f-date \"T\" f-time\n"
-    "f-uuid ::= [0-9a-f]{8} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{12}\n";
+#define FORMAT_RULES \
+    "f-date ::= [0-9]{4} \"-\" ( ( \"0\" [13578] | \"1\" [02] ) \"-\" f-d31 | ( \"0\" [469] | \"11\" ) \"-\" f-d30" \
+    " | \"02-\" f-d28 )\n" \
+    "f-d28 ::= \"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8]\n" \
+    "f-d30 ::= f-d28 | \"29\" | \"30\"\n" \
+    "f-d31 ::= f-d30 | \"31\"\n" \
+    "f-time ::= ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" [0-5] [0-9] ( \".\" [0-9]{1,6} )?" \
+    " ( \"Z\" | [+-] ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )\n" \
+    "f-date-time ::= f-date \"T\" f-time\n" \
+    "f-uuid ::= [0-9a-f]{8} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{12}\n"
 
-static const char JSON_OBJECT_GBNF[] =
-    "root ::= object\n"
-    "ws ::= [ \\t\\n]{0,20}\n"
-    "value ::= object | array | string | number | boolean | null\n"
-    "object ::= \"{\" ws ( string ws \":\" ws value ws ( \",\" ws string ws \":\" ws value ws )* )? \"}\"\n"
-    "array ::= \"[\" ws ( value ws ( \",\" ws value ws )* )? \"]\"\n"
-    "string ::= \"\\\"\" char* \"\\\"\"\n"
-    "char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" [\"\\\\/bfnrt]\n"
-    "number ::= integer ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?\n"
-    "integer ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,15} )\n"
-    "boolean ::= \"true\" | \"false\"\n"
-    "null ::= \"null\"\n";
+static const char JSON_OBJECT_GBNF[] = "root ::= object\n" JSON_RULES;
 
 const char *gram_json_object_gbnf(void) { return JSON_OBJECT_GBNF; }
 
@@ -759,7 +748,32 @@ out:
     return c->st ? -1 : self;
 }
 
-pk_status gram_schema_to_gbnf(const char *schema, size_t len, char **out, gram_error *err)
+/* Copies rules text to b with `pfx` before every schema rule name (sN...),
+ * leaving literals, classes and the shared rules' names alone. */
+static void put_prefixed(pk_buf *b, const char *t, size_t n, const char *pfx)
+{
+    for (size_t i = 0; i < n;) {
+        char ch = t[i];
+        if (ch == '"' || ch == '[') {
+            char close = ch == '"' ? '"' : ']';
+            size_t k = i + 1;
+            while (k < n && t[k] != close) k += t[k] == '\\' ? 2 : 1;
+            k = MIN(k + 1, n);
+            pk_buf_put(b, t + i, k - i);
+            i = k;
+            continue;
+        }
+        bool word_start = i == 0 || !(t[i - 1] == '-' || t[i - 1] == '_' || (t[i - 1] >= 'a' && t[i - 1] <= 'z') ||
+                                      (t[i - 1] >= 'A' && t[i - 1] <= 'Z') || (t[i - 1] >= '0' && t[i - 1] <= '9'));
+        if (word_start && ch == 's' && i + 1 < n && t[i + 1] >= '0' && t[i + 1] <= '9') pk_buf_puts(b, pfx);
+        pk_buf_put(b, &ch, 1);
+        i++;
+    }
+}
+
+const char *gram_json_rules(void) { return JSON_RULES FORMAT_RULES; }
+
+pk_status gram_schema_rules(const char *schema, size_t len, const char *prefix, char **out, gram_error *err)
 {
     *out = NULL;
     if (err) { memset(err, 0, sizeof *err); err->pos = -1; }
@@ -778,10 +792,8 @@ pk_status gram_schema_to_gbnf(const char *schema, size_t len, char **out, gram_e
     int32_t r = gen(&c, root);
     pk_buf b = {0};
     if (!c.st) {
-        pk_buf_printf(&b, "root ::= s%d\n", r);
-        pk_buf_puts(&b, JSON_RULES);
-        pk_buf_puts(&b, FORMAT_RULES);
-        pk_buf_put(&b, c.out.p, c.out.n);
+        pk_buf_printf(&b, "%sroot ::= %ss%d\n", prefix, prefix, r);
+        put_prefixed(&b, c.out.p ? c.out.p : "", c.out.n, prefix);
         if (b.oom || c.out.oom) c.st = PK_ENOMEM;
     }
     pk_buf_free(&c.out);
@@ -791,6 +803,20 @@ pk_status gram_schema_to_gbnf(const char *schema, size_t len, char **out, gram_e
         if (c.st == PK_ENOMEM && err) snprintf(err->msg, sizeof err->msg, "out of memory");
         return c.st;
     }
+    *out = b.p;
+    return PK_OK;
+}
+
+pk_status gram_schema_to_gbnf(const char *schema, size_t len, char **out, gram_error *err)
+{
+    char *rules;
+    pk_status st = gram_schema_rules(schema, len, "", &rules, err);
+    if (st) { *out = NULL; return st; }
+    pk_buf b = {0};
+    pk_buf_puts(&b, rules);
+    pk_buf_puts(&b, gram_json_rules());
+    free(rules);
+    if (b.oom) { pk_buf_free(&b); *out = NULL; return PK_ENOMEM; }
     *out = b.p;
     return PK_OK;
 }
