@@ -18,6 +18,7 @@
 #define MAX_NODES (1 << 22)
 #define MAX_STATES (1 << 15)
 #define MASK_SLOTS 64
+#define MAX_EXPAND_DEPTH 20000
 #define T_UNKNOWN (-2)
 #define T_DEAD (-1)
 
@@ -64,6 +65,9 @@ struct gram_matcher {
     int32_t mask_clock, words;
     int32_t *depth_st;         /* [max_len + 1] */
     bool oom;
+    int32_t depth;             /* expand's recursion */
+    uint32_t *seen;            /* [cap_nodes] epoch a stack was last closed in */
+    uint32_t epoch;
     gram_stats stats;
 };
 
@@ -142,6 +146,10 @@ static int32_t intern_node(gram_matcher *m, int32_t pos, int32_t parent)
         gnode *nn = cap <= MAX_NODES ? realloc(m->nodes, (size_t)cap * sizeof *nn) : NULL;
         if (!nn) { m->oom = true; return -1; }
         m->nodes = nn;
+        uint32_t *ns = realloc(m->seen, (size_t)cap * sizeof *ns);
+        if (!ns) { m->oom = true; return -1; }
+        memset(ns + m->cap_nodes, 0, (size_t)(cap - m->cap_nodes) * sizeof *ns);
+        m->seen = ns;
         m->cap_nodes = cap;
     }
     m->nodes[m->n_nodes] = n;
@@ -162,11 +170,29 @@ static void tmp_push(gram_matcher *m, int32_t id)
     m->tmp[m->n_tmp++] = id;
 }
 
+static void expand_one(gram_matcher *m, int32_t id);
+
 /* Closes stack id into m->tmp: calls are entered, ENDs return, until each
  * top is a character class (or the stack is empty: -1, may end). */
 static void expand(gram_matcher *m, int32_t id)
 {
     if (m->oom) return;
+    /* Chains of calls and returns nest the C stack: a grammar that needs
+     * more than this is refused as too costly (PK_ENOMEM), not a crash. */
+    if (m->depth > MAX_EXPAND_DEPTH) { m->oom = true; return; }
+    /* A stack closed once in this closure adds nothing the second time;
+     * without this, nullable repetitions branch exponentially. */
+    if (id >= 0) {
+        if (m->seen[id] == m->epoch) return;
+        m->seen[id] = m->epoch;
+    }
+    m->depth++;
+    expand_one(m, id);
+    m->depth--;
+}
+
+static void expand_one(gram_matcher *m, int32_t id)
+{
     if (id < 0) { tmp_push(m, -1); return; }
     gnode n = m->nodes[id];
     const gram_grammar *g = m->g;
@@ -279,6 +305,7 @@ static int32_t step_slow(gram_matcher *m, int32_t s, uint8_t b)
     const int32_t *mem = m->pool + m->set_off[set];
     int32_t n = (int32_t)(m->set_off[set + 1] - m->set_off[set]);
     m->n_tmp = 0;
+    m->epoch++;
     for (int32_t i = 0; i < n && !m->oom; i++) {
         int32_t id = mem[i];
         if (id < 0) continue;
@@ -330,6 +357,7 @@ pk_status gram_matcher_new(gram_grammar *g, const gram_vocab *v, gram_matcher **
     m->g = gram_ref(g);
     m->voc = v;
     for (int i = 0; i < MASK_SLOTS; i++) m->mask_owner[i] = -1;
+    m->epoch = 1;
     for (int32_t a = g->rule_alt[g->root]; a < g->rule_alt[g->root + 1]; a++)
         expand(m, intern_node(m, g->alt[a], -1));
     int32_t set = intern_set(m);
@@ -355,6 +383,7 @@ void gram_matcher_free(gram_matcher *m)
     free(m->st);
     free(m->st_ht.v);
     free(m->nodes);
+    free(m->seen);
     free(m->node_ht.v);
     free(m->pool);
     free(m->set_off);

@@ -202,9 +202,9 @@ static int cmp_pair(const void *a, const void *b)
 static int32_t end_cset(parser *p, int32_t from, bool neg)
 {
     if (p->failed) return -1;
-    uint32_t *r = (uint32_t *)p->ranges.v + from;
     int32_t np = (p->ranges.n - from) / 2;
-    qsort(r, (size_t)np, 2 * sizeof *r, cmp_pair);
+    uint32_t *r = np ? (uint32_t *)p->ranges.v + from : NULL;    /* [] matches nothing */
+    if (np) qsort(r, (size_t)np, 2 * sizeof *r, cmp_pair);
     int32_t w = 0;
     for (int32_t i = 0; i < np; i++) {
         if (w > 0 && r[2 * i] <= r[2 * (w - 1) + 1] + 1) {
@@ -254,9 +254,22 @@ static int32_t helper(parser *p, const int32_t *items, int32_t n, const int32_t 
     return r;
 }
 
+/* Digits at p->i as a count (capped past MAX_REPEAT so the bound check
+ * fires), or -1 when there are none.  The text is not NUL-terminated. */
+static long read_count(parser *p)
+{
+    long v = -1;
+    while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') {
+        v = (v < 0 ? 0 : v) * 10 + (p->s[p->i++] - '0');
+        if (v > MAX_REPEAT) v = MAX_REPEAT + 1;
+    }
+    return v;
+}
+
 /* Applies a postfix operator to the item run body->v[from ..). */
 static void parse_postfix(parser *p, ivec *body, int32_t from)
 {
+    if (p->failed || body->n == from) return;
     skip_space(p);
     if (p->i >= p->n) return;
     char c = p->s[p->i];
@@ -268,22 +281,16 @@ static void parse_postfix(parser *p, ivec *body, int32_t from)
     else if (c == '+') { lo = 1; hi = -1; }
     else if (c == '?') { lo = 0; hi = 1; }
     else {
-        char *end;
         skip_space(p);
-        lo = strtol(p->s + p->i, &end, 10);
-        if (end == p->s + p->i || p->i >= p->n) { fail_at(p, at, "expected a number after '{'"); return; }
-        p->i = (size_t)(end - p->s);
+        lo = read_count(p);
+        if (lo < 0) { fail_at(p, at, "expected a number after '{'"); return; }
         skip_space(p);
         hi = lo;
         if (p->i < p->n && p->s[p->i] == ',') {
             p->i++;
             skip_space(p);
-            hi = -1;
-            if (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') {
-                hi = strtol(p->s + p->i, &end, 10);
-                p->i = (size_t)(end - p->s);
-                skip_space(p);
-            }
+            hi = read_count(p);                 /* -1 when absent: unbounded */
+            skip_space(p);
         }
         if (p->i >= p->n || p->s[p->i] != '}') { fail_at(p, at, "expected '}' to end the repetition"); return; }
         p->i++;
@@ -444,7 +451,7 @@ static void parse_rules(parser *p)
 
 /* ---- checks ---- */
 
-static bool item_nullable(const parser *p, const bool *nullable, int32_t item)
+static bool item_nullable(const bool *nullable, int32_t item)
 {
     return item < GRAM_END && nullable[GRAM_REF_RULE(item)];
 }
@@ -467,7 +474,7 @@ static int32_t left_cycle(const parser *p, const bool *nullable, int8_t *color, 
                 if (c >= 0) return c;
             }
         }
-        if (!item_nullable(p, nullable, it)) at_start = false;
+        if (!item_nullable(nullable, it)) at_start = false;
     }
     color[r] = 2;
     return -1;
@@ -496,7 +503,7 @@ static void check(parser *p, int32_t root, const char *root_name)
                 if (b->v[k] == GRAM_END) {
                     if (all) { nullable[r] = changed = true; break; }
                     all = true;
-                } else if (!item_nullable(p, nullable, b->v[k])) all = false;
+                } else if (!item_nullable(nullable, b->v[k])) all = false;
             }
         }
     }
