@@ -209,7 +209,25 @@ static void test_masks(void)
     gram_stats s1 = gram_matcher_stats(m);
     CHECK_EQ_INT(s1.n_mask_built - s0.n_mask_built, 1);
     CHECK_EQ_INT(s1.n_mask_cached - s0.n_mask_cached, 1);
+    /* reset: back at the start, warm (the first mask is a cache hit) */
+    CHECK(gram_matcher_reset(m));
+    CHECK(!gram_matcher_can_end(m));
+    gram_matcher_mask(m);
+    CHECK_EQ_INT(gram_matcher_accept_bytes(m, "{", 1), PK_OK);
+    CHECK(gram_matcher_reset(m));
+    gram_stats s2 = gram_matcher_stats(m);
+    gram_matcher_mask(m);
+    CHECK_EQ_INT(gram_matcher_stats(m).n_mask_built, s2.n_mask_built);
+    CHECK_EQ_INT(gram_matcher_accept_bytes(m, "{\"a\":1}", 7), PK_OK);
+    CHECK(gram_matcher_done(m));
     gram_matcher_free(m);
+    /* equal: same code from the same text, not from another */
+    gram_grammar *g2 = compile("root ::= \"{\" \" \"? \"\\\"\" [a-c\xc3\xa9\xe2\x82\xac]* \"\\\":\" [0-9]+ \"}\"");
+    gram_grammar *g3 = compile("root ::= \"{\" \" \"? \"\\\"\" [a-d]* \"\\\":\" [0-9]+ \"}\"");
+    CHECK(gram_equal(g, g2));
+    CHECK(!gram_equal(g, g3));
+    gram_free(g2);
+    gram_free(g3);
     gram_free(g);
     gram_vocab_free(v);
 }

@@ -89,6 +89,35 @@ static void slot_release(eng *e, slot *s)
     eng_history_done(e, s);
 }
 
+/* Keeps a finished task's matcher for the next task on an equal grammar
+ * (agents repeat their schemas: the next one starts with its masks built). */
+static void park_matcher(eng *e, gram_matcher *m)
+{
+    if (!m) return;
+    if (!gram_matcher_reset(m)) { gram_matcher_free(m); return; }
+    int32_t cap = (int32_t)ARRAY_LEN(e->gram_idle);
+    if (e->n_gram_idle == cap) {
+        gram_matcher_free(e->gram_idle[0]);
+        memmove(e->gram_idle, e->gram_idle + 1, (size_t)(cap - 1) * sizeof *e->gram_idle);
+        e->n_gram_idle--;
+    }
+    e->gram_idle[e->n_gram_idle++] = m;
+}
+
+/* A parked matcher for g (newest first), or a new one; NULL out of memory. */
+static gram_matcher *take_matcher(eng *e, gram_grammar *g)
+{
+    for (int32_t i = e->n_gram_idle - 1; i >= 0; i--) {
+        gram_matcher *m = e->gram_idle[i];
+        if (!gram_equal(gram_matcher_grammar(m), g)) continue;
+        memmove(e->gram_idle + i, e->gram_idle + i + 1, (size_t)(e->n_gram_idle - i - 1) * sizeof *e->gram_idle);
+        e->n_gram_idle--;
+        return m;
+    }
+    gram_matcher *m = NULL;
+    return gram_matcher_new(g, e->gvocab, &m) == PK_OK ? m : NULL;
+}
+
 static void finish(eng *e, slot *s, eng_stop why, const char *word)
 {
     double now = pk_time_ms();
@@ -98,7 +127,7 @@ static void finish(eng *e, slot *s, eng_stop why, const char *word)
                      .prompt_ms = s->t_prompt_ms - s->t_start_ms,
                      .gen_ms = s->n_gen > 0 ? now - s->t_prompt_ms : 0 };
     if (word) snprintf(ev.stop_word, sizeof ev.stop_word, "%s", word);
-    gram_matcher_free(s->gm);
+    park_matcher(e, s->gm);
     s->gm = NULL;
     e->n_predicted_tokens += (uint64_t)s->n_gen;
     e->predicted_ms_total += ev.gen_ms;
@@ -231,7 +260,7 @@ bool eng_slot_start(eng *e, slot *s, eng_task *t)
 {
     smp_ctx *smp;
     gram_matcher *gm = NULL;
-    if (t->req.grammar && (!gram_ready(e) || gram_matcher_new(t->req.grammar, e->gvocab, &gm))) {
+    if (t->req.grammar && (!gram_ready(e) || !(gm = take_matcher(e, t->req.grammar)))) {
         eng_task_fail(t, PK_ENOMEM, "out of memory for the grammar");
         eng_task_unref(t);
         s->state = ENG_SLOT_IDLE;
@@ -514,8 +543,13 @@ static void sample_and_emit(eng *e, int32_t n)
                 finish(e, s, mask ? ENG_STOP_EOS : ENG_STOP_LIMIT, NULL);
                 continue;
             }
-            for (int32_t v = 0; v < e->n_vocab; v++)
-                e->gram_logits[v] = mask[v >> 6] >> (v & 63) & 1 ? row[v] : -INFINITY;
+            for (int32_t v0 = 0; v0 < e->n_vocab; v0 += 64) {   /* by words: most are all-0 or all-1 */
+                uint64_t w = mask[v0 >> 6];
+                int32_t nw = MIN(64, e->n_vocab - v0);
+                float *o = e->gram_logits + v0;
+                if (w == ~0ULL) memcpy(o, row + v0, (size_t)nw * sizeof *o);
+                else for (int32_t k = 0; k < nw; k++) o[k] = w >> k & 1 ? row[v0 + k] : -INFINITY;
+            }
             row = e->gram_logits;
         }
         int32_t id = smp_sample(s->smp, row, nt > 0 ? top : NULL, nt, &lp);
@@ -844,6 +878,7 @@ void eng_free(eng *e)
         free(s->cache);
         free(s->text);
     }
+    for (int32_t i = 0; i < e->n_gram_idle; i++) gram_matcher_free(e->gram_idle[i]);
     gram_vocab_free(e->gvocab);
     free(e->gram_logits);
     eng_pool_free(e);

@@ -69,6 +69,10 @@ pk_status gram_parse(const char *src, size_t len, const char *root, gram_grammar
 gram_grammar *gram_ref(gram_grammar *g);
 void gram_free(gram_grammar *g);
 
+/* Whether two grammars compiled to the same code (same language, same
+ * matcher tables): a finished request's matcher can serve the next. */
+bool gram_equal(const gram_grammar *a, const gram_grammar *b);
+
 /* Rules after compilation (including helpers), for tests and logs. */
 int32_t gram_n_rules(const gram_grammar *g);
 
@@ -128,6 +132,12 @@ typedef struct gram_matcher gram_matcher;
  * (the caller keeps v alive).  PK_ENOMEM.  One owner thread at a time. */
 pk_status gram_matcher_new(gram_grammar *g, const gram_vocab *v, gram_matcher **out);
 void gram_matcher_free(gram_matcher *m);         /* NULL is a no-op */
+/* Back to the grammar's start, keeping every state, transition and mask
+ * built so far (a later request on an equal grammar starts warm).  False
+ * when the matcher ran out of memory and cannot be reused (free it). */
+bool gram_matcher_reset(gram_matcher *m);
+/* The grammar it runs (its reference). */
+const gram_grammar *gram_matcher_grammar(const gram_matcher *m);
 
 /* The tokens allowed now: a bitset of n_vocab bits (bit i of word i/64),
  * owned by the matcher, valid until the next call on it.  NULL on memory

@@ -479,6 +479,14 @@ pk_status gram_matcher_accept(gram_matcher *m, int32_t token)
 
 bool gram_matcher_can_end(const gram_matcher *m) { return state_can_end(m, m->cur); }
 
+bool gram_matcher_reset(gram_matcher *m)
+{
+    m->cur = 0;                /* the start state was interned first */
+    return !m->oom;
+}
+
+const gram_grammar *gram_matcher_grammar(const gram_matcher *m) { return m->g; }
+
 bool gram_matcher_done(const gram_matcher *m)
 {
     const gstate *st = &m->st[m->cur];

@@ -608,3 +608,27 @@ void gram_free(gram_grammar *g)
 }
 
 int32_t gram_n_rules(const gram_grammar *g) { return g ? g->n_rules : 0; }
+
+static bool csets_equal(const gram_grammar *a, const gram_grammar *b)
+{
+    for (int32_t c = 0; c < a->n_csets; c++)         /* by field: the struct has padding */
+        if (a->csets[c].off != b->csets[c].off || a->csets[c].n != b->csets[c].n || a->csets[c].neg != b->csets[c].neg)
+            return false;
+    return true;
+}
+
+bool gram_equal(const gram_grammar *a, const gram_grammar *b)
+{
+    if (a == b) return true;
+    if (!a || !b || a->n_code != b->n_code || a->n_rules != b->n_rules || a->root != b->root ||
+        a->n_csets != b->n_csets)
+        return false;
+    int32_t n_alt = a->rule_alt[a->n_rules], n_ranges = 0;
+    if (n_alt != b->rule_alt[b->n_rules]) return false;
+    for (int32_t c = 0; c < a->n_csets; c++) n_ranges = MAX(n_ranges, a->csets[c].off + 2 * a->csets[c].n);
+    return !memcmp(a->code, b->code, (size_t)a->n_code * sizeof *a->code) &&
+           !memcmp(a->alt, b->alt, (size_t)n_alt * sizeof *a->alt) &&
+           !memcmp(a->rule_alt, b->rule_alt, (size_t)(a->n_rules + 1) * sizeof *a->rule_alt) &&
+           csets_equal(a, b) &&
+           !memcmp(a->ranges, b->ranges, (size_t)n_ranges * sizeof *a->ranges);
+}
