@@ -138,8 +138,8 @@ bool srv_compile_schema(const json_t *schema, const char *param, gram_grammar **
     pk_status st = gram_schema_to_gbnf(text, strlen(text), &gbnf, &ge);
     free(text);
     if (st == PK_ENOMEM) return srv_fail(e, 500, NULL, "out of memory");
-    if (st) return srv_fail(e, 400, param, "%s: %s", st == PK_EUNSUPPORTED ? "unsupported JSON Schema" :
-                            "invalid JSON Schema", ge.msg);
+    if (st) return srv_fail(e, 400, param, "%s in '%s': %s", st == PK_EUNSUPPORTED ? "unsupported JSON Schema" :
+                            "invalid JSON Schema", param, ge.msg);
     bool ok = srv_compile_gbnf(gbnf, strlen(gbnf), param, out, e);
     free(gbnf);
     return ok;
