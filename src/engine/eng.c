@@ -228,8 +228,6 @@ static void on_token(eng *e, slot *s, int32_t id, float lp, const smp_logprob *t
 
 /* ---- starting a task ---- */
 
-/* Starts task t in slot s, whose cache the placement has already cut to
- * the tokens it reuses. */
 /* The vocabulary's bytes for grammar masks, once (about 50 ms for 150k
  * tokens), and the masked row.  False on memory exhaustion. */
 static bool gram_ready(eng *e)
@@ -256,6 +254,8 @@ out:
     return e->gvocab != NULL;
 }
 
+/* Starts task t in slot s, whose cache the placement has already cut to
+ * the tokens it reuses. */
 bool eng_slot_start(eng *e, slot *s, eng_task *t)
 {
     smp_ctx *smp;
