@@ -4,7 +4,8 @@
 // temperature 1 with every sampler in the mix; every answer must parse and
 // validate under ajv (an independent validator, with ajv-formats).  Then
 // GBNF on /completion, response_format and tool_choice through the openai
-// package, and the 400s for bad grammars and unsupported keywords.
+// package, the 400s for bad grammars and unsupported keywords, and
+// LangChain.js's withStructuredOutput.
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -250,5 +251,23 @@ test('a constrained request on a pool is constrained the same', { skip }, async 
     assert.equal(res.status, 200, JSON.stringify(body));
     assert.ok(ajv.validate(schema, JSON.parse(body.content)), body.content);
     assert.equal(body.stop_type, 'eos');
+  }
+});
+
+test("LangChain's withStructuredOutput (json_schema and a forced tool call) returns parsed objects", { skip }, async () => {
+  const { ChatOpenAI } = await import('@langchain/openai');
+  const schema = {
+    title: 'Route',
+    type: 'object',
+    properties: { next: { type: 'string', enum: ['researcher', 'coder', 'FINISH'] }, confidence: { type: 'integer', minimum: 0, maximum: 10 } },
+    required: ['next', 'confidence'],
+    additionalProperties: false,
+  };
+  const llm = new ChatOpenAI({ model: 'x', apiKey: 'unused', temperature: 1, maxTokens: 300, maxRetries: 0,
+    configuration: { baseURL: qwen.url + '/v1' } });
+  for (const method of ['jsonSchema', 'functionCalling']) {
+    const structured = llm.withStructuredOutput(schema, { method, name: 'route' });
+    const out = await structured.invoke('Who acts next?');
+    assert.ok(ajv.validate(schema, out), `${method}: ${JSON.stringify(out)}`);
   }
 });
