@@ -37,7 +37,7 @@ for t in "$build"/tests/test_*; do
 done
 
 # End to end: needs node, ../shared (the models) and the npm packages of
-# tests/e2e, installed from its lock file when missing.
+# tests/e2e, installed from its lock file when missing or older than it.
 shared=${POLYKV_SHARED:-../shared}
 if [ ! -d "$shared/models" ]; then
     skip=$((skip + 1)); echo "SKIP e2e: $shared/models absent"
@@ -45,7 +45,8 @@ elif ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
     skip=$((skip + 1)); echo "SKIP e2e: node or npm not installed"
 elif [ ! -x "$build/polykv" ]; then
     fail=$((fail + 1)); failed="$failed e2e"; echo "FAIL e2e: $build/polykv not built"
-elif [ ! -d tests/e2e/node_modules ] && ! (cd tests/e2e && npm ci --no-audit --no-fund >/dev/null 2>&1); then
+elif { [ ! -d tests/e2e/node_modules ] || [ tests/e2e/package-lock.json -nt tests/e2e/node_modules/.package-lock.json ]; } &&
+     ! (cd tests/e2e && npm ci --no-audit --no-fund >/dev/null 2>&1); then
     fail=$((fail + 1)); failed="$failed e2e"; echo "FAIL e2e: npm ci in tests/e2e failed"
 else
     start=$(date +%s)
