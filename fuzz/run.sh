@@ -1,6 +1,7 @@
 #!/bin/sh
 # fuzz/run.sh [SECONDS] - fuzzes the GGUF reader, then the server's request
-# handling (JSON validation, chat rendering, tool-call parsing), with
+# handling (JSON validation, chat rendering, tool-call parsing), then the
+# grammar engine (GBNF, JSON Schema, masks: build-fuzz/fuzz_grammar), with
 # libFuzzer for SECONDS each (default 60).  Builds build-fuzz/fuzz_gguf and
 # build-fuzz/fuzz_server with clang's fuzzer, ASan and UBSan, seeds the GGUF
 # corpus with tiny files from the writer and the small real GGUFs in
@@ -37,4 +38,14 @@ $cc $flags -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefin
     fuzz/fuzz_server.c src/server/*.c src/tokenizer/tmpl_tools.c src/tokenizer/tmpl.c src/common/utf8.c \
     build/libpolykv.a -ljansson -lmicrohttpd -lm -pthread -o "$out/fuzz_server"
 "$out/fuzz_server" "$out/corpus_server" -max_total_time="$secs" -max_len=4096 -timeout=10 \
+    -artifact_prefix="$out/" -print_final_stats=1
+
+# The grammar engine: GBNF and JSON Schemas, then text and masks over them.
+mkdir -p "$out/corpus_grammar"
+printf '\000root ::= "a" [b-d]* ("x" | item){1,3}\nitem ::= [^a]\000abx' > "$out/corpus_grammar/gbnf.txt"
+printf '\001{"type":"object","properties":{"a":{"type":"integer","minimum":3,"maximum":70}},"required":["a"]}\000{"a":5}' \
+    > "$out/corpus_grammar/schema.txt"
+$cc $flags -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer \
+    fuzz/fuzz_grammar.c src/grammar/*.c src/common/pk.c src/common/buf.c -ljansson -lm -o "$out/fuzz_grammar"
+"$out/fuzz_grammar" "$out/corpus_grammar" -max_total_time="$secs" -max_len=4096 -timeout=10 \
     -artifact_prefix="$out/" -print_final_stats=1

@@ -16,6 +16,7 @@
  *     while bad requests arrive, and a client that disconnects mid-stream
  *     freeing its slot.
  */
+#include "../src/grammar/gram.h"
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -94,7 +95,15 @@ static void test_parse_gen(void)
         { "{\"model\": 3}", "model" },
         { "{\"top_logprobs\": 3}", "top_logprobs" },
         { "{\"logprobs\": true, \"top_logprobs\": 21}", "top_logprobs" },
-        { "{\"response_format\": {\"type\": \"json_object\"}}", "response_format" },
+        { "{\"response_format\": {\"type\": \"xml\"}}", "response_format" },
+        { "{\"response_format\": {\"type\": \"json_schema\", \"json_schema\": 3}}", "response_format" },
+        { "{\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"n\", "
+          "\"schema\": {\"type\": \"string\", \"format\": \"email\"}}}}", "response_format" },
+        { "{\"grammar\": \"root ::= foo\"}", "grammar" },
+        { "{\"grammar\": 5}", "grammar" },
+        { "{\"grammar\": \"root ::= \\\"a\\\"\", \"json_schema\": {}}", "grammar" },
+        { "{\"json_schema\": {\"type\": \"object\", \"minProperties\": 1}}", "json_schema" },
+        { "{\"json_schema\": \"{}\"}", "json_schema" },
         { "{\"echo\": true}", "echo" },
     };
     for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
@@ -106,6 +115,22 @@ static void test_parse_gen(void)
 
     /* n = 1 is fine; so is response_format text. */
     CHECK_EQ_INT(parse("{\"n\": 1, \"response_format\": {\"type\": \"text\"}}", SRV_API_OAI_CHAT, &c, &o, &e), 0);
+    CHECK(c.grammar == NULL);
+    /* Constraints compile into c.grammar, the caller's reference. */
+    static const char *const constrained[] = {
+        "{\"response_format\": {\"type\": \"json_object\"}}",
+        "{\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"r\", \"strict\": true, "
+        "\"schema\": {\"type\": \"object\", \"properties\": {\"next\": {\"enum\": [\"a\", \"b\"]}}}}}}",
+        "{\"json_schema\": {\"type\": \"integer\", \"minimum\": 3}}",
+        "{\"grammar\": \"root ::= [a-z]+\"}",
+    };
+    for (size_t i = 0; i < ARRAY_LEN(constrained); i++) {
+        CHECK_EQ_INT(parse(constrained[i], SRV_API_OAI_CHAT, &c, &o, &e), 0);
+        CHECK(c.grammar != NULL);
+        gram_free(c.grammar);
+    }
+    CHECK_EQ_INT(parse("{\"grammar\": \"\"}", SRV_API_NATIVE, &c, &o, &e), 0);   /* "" means none */
+    CHECK(c.grammar == NULL);
 
     /* Stop lists: empty strings skipped. */
     CHECK_EQ_INT(parse("{\"stop\": [\"a\", \"\", \"bc\"]}", SRV_API_NATIVE, &c, &o, &e), 0);

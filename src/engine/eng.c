@@ -23,7 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/buf.h"
 #include "../common/utf8.h"
+#include "../grammar/gram.h"
 #include "eng_impl.h"
 
 eng_params eng_default_params(void)
@@ -87,6 +89,35 @@ static void slot_release(eng *e, slot *s)
     eng_history_done(e, s);
 }
 
+/* Keeps a finished task's matcher for the next task on an equal grammar
+ * (agents repeat their schemas: the next one starts with its masks built). */
+static void park_matcher(eng *e, gram_matcher *m)
+{
+    if (!m) return;
+    if (!gram_matcher_reset(m)) { gram_matcher_free(m); return; }
+    int32_t cap = (int32_t)ARRAY_LEN(e->gram_idle);
+    if (e->n_gram_idle == cap) {
+        gram_matcher_free(e->gram_idle[0]);
+        memmove(e->gram_idle, e->gram_idle + 1, (size_t)(cap - 1) * sizeof *e->gram_idle);
+        e->n_gram_idle--;
+    }
+    e->gram_idle[e->n_gram_idle++] = m;
+}
+
+/* A parked matcher for g (newest first), or a new one; NULL out of memory. */
+static gram_matcher *take_matcher(eng *e, gram_grammar *g)
+{
+    for (int32_t i = e->n_gram_idle - 1; i >= 0; i--) {
+        gram_matcher *m = e->gram_idle[i];
+        if (!gram_equal(gram_matcher_grammar(m), g)) continue;
+        memmove(e->gram_idle + i, e->gram_idle + i + 1, (size_t)(e->n_gram_idle - i - 1) * sizeof *e->gram_idle);
+        e->n_gram_idle--;
+        return m;
+    }
+    gram_matcher *m = NULL;
+    return gram_matcher_new(g, e->gvocab, &m) == PK_OK ? m : NULL;
+}
+
 static void finish(eng *e, slot *s, eng_stop why, const char *word)
 {
     double now = pk_time_ms();
@@ -96,6 +127,8 @@ static void finish(eng *e, slot *s, eng_stop why, const char *word)
                      .prompt_ms = s->t_prompt_ms - s->t_start_ms,
                      .gen_ms = s->n_gen > 0 ? now - s->t_prompt_ms : 0 };
     if (word) snprintf(ev.stop_word, sizeof ev.stop_word, "%s", word);
+    park_matcher(e, s->gm);
+    s->gm = NULL;
     e->n_predicted_tokens += (uint64_t)s->n_gen;
     e->predicted_ms_total += ev.gen_ms;
     e->n_done++;
@@ -167,6 +200,13 @@ static void on_token(eng *e, slot *s, int32_t id, float lp, const smp_logprob *t
         return;
     }
     smp_accept(s->smp, id);
+    /* The mask allowed only this grammar's tokens, so accept cannot fail;
+     * a complete grammar ends the output as an end-of-generation would. */
+    if (s->gm && (gram_matcher_accept(s->gm, id) != PK_OK || gram_matcher_done(s->gm))) {
+        emit_token(s, id, lp, top, n_top, s->text_len);
+        finish(e, s, ENG_STOP_EOS, NULL);
+        return;
+    }
     const char *word = NULL;
     size_t partial = 0;
     long at = find_stop(t, s->text + s->text_sent, s->text_len - s->text_sent, &partial, &word);
@@ -190,17 +230,53 @@ static void on_token(eng *e, slot *s, int32_t id, float lp, const smp_logprob *t
 
 /* ---- starting a task ---- */
 
+/* The vocabulary's bytes for grammar masks, once (about 50 ms for 150k
+ * tokens), and the masked row.  False on memory exhaustion. */
+static bool gram_ready(eng *e)
+{
+    if (e->gvocab) return true;
+    int64_t *off = malloc((size_t)(e->n_vocab + 1) * sizeof *off);
+    bool *eog = calloc((size_t)e->n_vocab, sizeof *eog);
+    pk_buf b = {0};
+    if (!off || !eog) goto out;
+    for (int32_t i = 0; i < e->n_vocab; i++) {
+        char piece[256];
+        off[i] = (int64_t)b.n;
+        eog[i] = tok_is_eog(e->vocab, i);
+        int32_t n = tok_piece(e->vocab, i, piece, sizeof piece, false);
+        if (n > 0 && !eog[i]) pk_buf_put(&b, piece, (size_t)n);   /* longer pieces: never allowed */
+    }
+    off[e->n_vocab] = (int64_t)b.n;
+    if (!b.oom && !(e->gram_logits = malloc((size_t)e->n_vocab * sizeof *e->gram_logits))) b.oom = true;
+    if (!b.oom) gram_vocab_new(e->n_vocab, b.p ? b.p : "", off, eog, &e->gvocab);
+out:
+    free(off);
+    free(eog);
+    pk_buf_free(&b);
+    return e->gvocab != NULL;
+}
+
 /* Starts task t in slot s, whose cache the placement has already cut to
  * the tokens it reuses. */
 bool eng_slot_start(eng *e, slot *s, eng_task *t)
 {
     smp_ctx *smp;
+    gram_matcher *gm = NULL;
+    if (t->req.grammar && (!gram_ready(e) || !(gm = take_matcher(e, t->req.grammar)))) {
+        eng_task_fail(t, PK_ENOMEM, "out of memory for the grammar");
+        eng_task_unref(t);
+        s->state = ENG_SLOT_IDLE;
+        return false;
+    }
     if (smp_new(&t->req.sp, e->n_vocab, e->n_ctx_slot, &smp)) {
+        gram_matcher_free(gm);
         eng_task_fail(t, PK_ENOMEM, "out of memory for the sampler");
         eng_task_unref(t);
         s->state = ENG_SLOT_IDLE;
         return false;
     }
+    gram_matcher_free(s->gm);
+    s->gm = gm;
     smp_free(s->smp);
     s->smp = smp;
     s->n_prefilled = s->n_cache;
@@ -463,8 +539,27 @@ static void sample_and_emit(eng *e, int32_t n)
         smp_logprob top[ENG_MAX_PROBS];
         float lp = 0;
         int32_t nt = MIN(s->task->req.n_probs, ENG_MAX_PROBS);
-        int32_t id = smp_sample(s->smp, e->logits + (size_t)s->logits_row * e->n_vocab,
-                                nt > 0 ? top : NULL, nt, &lp);
+        const float *row = e->logits + (size_t)s->logits_row * e->n_vocab;
+        if (s->gm) {
+            /* The grammar's mask as -inf logits: every sampler after it
+             * (penalties, top-k/p, min-p, temperature) sees only allowed tokens. */
+            const uint64_t *mask = gram_matcher_mask(s->gm);
+            bool any = false;
+            for (int32_t w = 0; mask && w < (e->n_vocab + 63) / 64; w++) any |= mask[w] != 0;
+            if (!any) {                        /* out of memory, or nothing can follow */
+                finish(e, s, mask ? ENG_STOP_EOS : ENG_STOP_LIMIT, NULL);
+                continue;
+            }
+            for (int32_t v0 = 0; v0 < e->n_vocab; v0 += 64) {   /* by words: most are all-0 or all-1 */
+                uint64_t w = mask[v0 >> 6];
+                int32_t nw = MIN(64, e->n_vocab - v0);
+                float *o = e->gram_logits + v0;
+                if (w == ~0ULL) memcpy(o, row + v0, (size_t)nw * sizeof *o);
+                else for (int32_t k = 0; k < nw; k++) o[k] = w >> k & 1 ? row[v0 + k] : -INFINITY;
+            }
+            row = e->gram_logits;
+        }
+        int32_t id = smp_sample(s->smp, row, nt > 0 ? top : NULL, nt, &lp);
         on_token(e, s, id, lp, top, nt);
     }
     e->n_busy_slots_sum += (uint64_t)busy;
@@ -789,9 +884,13 @@ void eng_free(eng *e)
             eng_task_unref(s->task);
         }
         smp_free(s->smp);
+        gram_matcher_free(s->gm);
         free(s->cache);
         free(s->text);
     }
+    for (int32_t i = 0; i < e->n_gram_idle; i++) gram_matcher_free(e->gram_idle[i]);
+    gram_vocab_free(e->gvocab);
+    free(e->gram_logits);
     eng_pool_free(e);
     eng_place_free(e);
     free(e->slots); free(e->b_tok); free(e->b_pos); free(e->b_nseq); free(e->b_seq);

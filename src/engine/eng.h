@@ -121,6 +121,8 @@ typedef struct eng_completion {
     bool overcommit;            /* skip an enforced admission gate (counted) */
     int32_t test_event_cap;     /* tests of the out-of-memory path: the event channel cannot
                                    grow past this many events (0: no limit) */
+    struct gram_grammar *grammar; /* constrains sampling (NULL: none); eng_submit takes its own
+                                     reference; the output ends (ENG_STOP_EOS) when it is complete */
 } eng_completion;
 
 typedef enum eng_ev_kind { ENG_EV_TOKEN = 1, ENG_EV_DONE, ENG_EV_ERROR, ENG_EV_PLACED } eng_ev_kind;

@@ -1,5 +1,6 @@
 /* eng_task.c - completion tasks: creation, the event channel, references. */
 #include "eng_task.h"
+#include "../grammar/gram.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -15,6 +16,7 @@ eng_task *eng_task_new(uint64_t id, const eng_completion *c)
     t->adm_remaining = -1;
     t->id = id;
     t->req = *c;
+    t->req.grammar = NULL;       /* referenced below, once nothing can fail */
     t->prompt = malloc((size_t)c->n_prompt * sizeof *t->prompt);
     t->q_cap = 64;
     t->q_max = c->test_event_cap;
@@ -33,6 +35,7 @@ eng_task *eng_task_new(uint64_t id, const eng_completion *c)
     pthread_cond_init(&t->cv, NULL);
     atomic_init(&t->cancelled, false);
     atomic_init(&t->refs, 2);
+    t->req.grammar = gram_ref(c->grammar);
     return t;
 fail:
     free(t->prompt);
@@ -56,6 +59,7 @@ void eng_task_unref(eng_task *t)
     free(t->q);
     free(t->prompt);
     for (int i = 0; i < t->n_stop; i++) free(t->stop[i]);
+    gram_free(t->req.grammar);
     pthread_mutex_destroy(&t->mu);
     pthread_cond_destroy(&t->cv);
     free(t);

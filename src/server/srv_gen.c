@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "../common/utf8.h"
+#include "../grammar/gram.h"
 #include "srv_impl.h"
 
 #define GEN_BATCH_BYTES 8192   /* stop gathering waiting events past this much output */
@@ -279,6 +280,7 @@ enum MHD_Result srv_gen_run(srv_req *r, const eng_completion *c, const srv_gen_o
     g->o = *o;
     g->req = *c;
     g->req.prompt = NULL;
+    g->req.grammar = NULL;             /* the task holds its own reference */
     memset(g->req.stop, 0, sizeof g->req.stop);
     g->created = (int64_t)time(NULL);
     g->n_prompt = c->n_prompt;
@@ -349,6 +351,8 @@ enum MHD_Result srv_gen_run_ids(srv_req *r, eng_completion *c, const srv_gen_opt
     c->n_prompt = n;
     enum MHD_Result ret = srv_gen_run(r, c, o);
     free(ids);
+    gram_free(c->grammar);
+    c->grammar = NULL;
     return ret;
 }
 
@@ -359,8 +363,10 @@ enum MHD_Result srv_gen_prompt(srv_req *r, json_t *body, srv_api api)
     srv_gen_opts o;
     srv_err e;
     int32_t *ids, n;
-    if (!srv_parse_gen(body, api, eng_get_params(srv_engine(s))->n_slots, &c, &o, &e) ||
-        !srv_tokenize_prompt(s->voc, json_object_get(body, "prompt"), "prompt", true, &ids, &n, &e))
+    if (!srv_parse_gen(body, api, eng_get_params(srv_engine(s))->n_slots, &c, &o, &e)) return srv_reply_error(r, &e);
+    if (!srv_tokenize_prompt(s->voc, json_object_get(body, "prompt"), "prompt", true, &ids, &n, &e)) {
+        gram_free(c.grammar);
         return srv_reply_error(r, &e);
+    }
     return srv_gen_run_ids(r, &c, &o, ids, n);
 }

@@ -132,6 +132,21 @@ typedef struct srv_gen_opts {
  * 400 naming the field.  n_slots bounds id_slot. */
 bool srv_parse_gen(const json_t *body, srv_api api, int32_t n_slots, eng_completion *c, srv_gen_opts *o,
                    srv_err *e);
+/* (srv_parse_gen also reads grammar, json_schema and response_format into
+ * c->grammar, a reference the caller owns: gram_free it once submitted or
+ * refused.  It sets it only when everything else validated.) */
+
+/* GBNF text / a JSON Schema -> *out (the caller's reference); 400 naming
+ * param with the position or the unsupported keyword, 500 out of memory. */
+bool srv_compile_gbnf(const char *src, size_t len, const char *param, struct gram_grammar **out, srv_err *e);
+bool srv_compile_schema(const json_t *schema, const char *param, struct gram_grammar **out, srv_err *e);
+
+/* tool_choice "required" or {"type": "function", "function": {"name"}}
+ * on a chat with tools: *out constrains the answer to one call in format f
+ * whose arguments follow that tool's parameters schema (NULL, true, when
+ * tool_choice does not force a call).  400 naming the field for an unknown
+ * function or a schema we cannot constrain. */
+bool srv_tools_grammar(const json_t *body, srv_tool_fmt f, struct gram_grammar **out, srv_err *e);
 
 /* Tokens of a prompt given as a string, an array of token ids, or a mixed
  * array of strings and ids (strings tokenized, BOS only before a leading

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "../model/model.h"
+#include "../grammar/gram.h"
 #include "srv_impl.h"
 
 static const char FINGERPRINT[] = "polykv";
@@ -214,17 +215,34 @@ enum MHD_Result srv_h_oai_chat(srv_req *r, json_t *body)
     eng_completion c;
     srv_gen_opts o;
     srv_err e;
-    char *prompt;
+    char *prompt = NULL;
     size_t n_prompt;
-    if (!srv_parse_gen(body, SRV_API_OAI_CHAT, eng_get_params(srv_engine(s))->n_slots, &c, &o, &e) ||
-        !srv_render_chat(body, s->tmpl, s->tmpl_src, &prompt, &n_prompt, &o.tools, &e))
+    if (!srv_parse_gen(body, SRV_API_OAI_CHAT, eng_get_params(srv_engine(s))->n_slots, &c, &o, &e))
         return srv_reply_error(r, &e);
+    /* A forced tool call constrains the answer to the tool's schema. */
+    gram_grammar *tg = NULL;
+    if (!srv_render_chat(body, s->tmpl, s->tmpl_src, &prompt, &n_prompt, &o.tools, &e) ||
+        !srv_tools_grammar(body, o.tools, &tg, &e)) {
+        if (prompt) free(prompt);
+        gram_free(c.grammar);
+        return srv_reply_error(r, &e);
+    }
+    if (tg && c.grammar) {
+        free(prompt);
+        gram_free(tg);
+        gram_free(c.grammar);
+        srv_fail(&e, 400, "response_format", "a forced tool call (tool_choice) and a response format cannot both "
+                 "constrain the answer");
+        return srv_reply_error(r, &e);
+    }
+    if (tg) c.grammar = tg;
     int32_t *ids = NULL, n = 0;
     pk_status st = srv_tokenize(s->voc, prompt, n_prompt, true, true, &ids, &n);
     free(prompt);
-    if (st != PK_OK) return srv_reply_errorf(r, 500, "tokenization failed: %s", pk_status_str(st));
-    if (n == 0) {
+    if (st != PK_OK || n == 0) {
         free(ids);
+        gram_free(c.grammar);
+        if (st != PK_OK) return srv_reply_errorf(r, 500, "tokenization failed: %s", pk_status_str(st));
         return srv_reply_errorf(r, 400, "the chat prompt gives no tokens");
     }
     return srv_gen_run_ids(r, &c, &o, ids, n);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../grammar/gram.h"
 #include "../tokenizer/tmpl_tools.h"
 #include "srv_impl.h"
 
@@ -118,6 +119,84 @@ static bool parse_logprobs(const json_t *b, srv_api api, srv_gen_opts *o, srv_er
     return true;
 }
 
+/* ---- output constraints ---- */
+
+bool srv_compile_gbnf(const char *src, size_t len, const char *param, gram_grammar **out, srv_err *e)
+{
+    gram_error ge;
+    pk_status st = gram_parse(src, len, NULL, out, &ge);
+    if (st == PK_ENOMEM) return srv_fail(e, 500, NULL, "out of memory");
+    if (st) return srv_fail(e, 400, param, "invalid grammar at line %d, column %d (byte %lld): %s", ge.line, ge.col,
+                            (long long)ge.pos, ge.msg);
+    return true;
+}
+
+bool srv_compile_schema(const json_t *schema, const char *param, gram_grammar **out, srv_err *e)
+{
+    *out = NULL;
+    if (!json_is_object(schema) && !json_is_boolean(schema))
+        return srv_fail(e, 400, param, "'%s' must be a JSON Schema (an object)", param);
+    char *text = json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY), *gbnf = NULL;
+    if (!text) return srv_fail(e, 500, NULL, "out of memory");
+    gram_error ge;
+    pk_status st = gram_schema_to_gbnf(text, strlen(text), &gbnf, &ge);
+    free(text);
+    if (st == PK_ENOMEM) return srv_fail(e, 500, NULL, "out of memory");
+    if (st) return srv_fail(e, 400, param, "%s in '%s': %s", st == PK_EUNSUPPORTED ? "unsupported JSON Schema" :
+                            "invalid JSON Schema", param, ge.msg);
+    bool ok = srv_compile_gbnf(gbnf, strlen(gbnf), param, out, e);
+    free(gbnf);
+    return ok;
+}
+
+/* grammar (GBNF) and json_schema (llama.cpp), response_format (OpenAI:
+ * text, json_object, json_schema; llama.cpp's json_object with "schema"
+ * too).  At most one of them constrains; c->grammar is set on success. */
+static bool parse_constraint(const json_t *b, eng_completion *c, srv_err *e)
+{
+    const json_t *gr = field(b, "grammar"), *js = field(b, "json_schema"), *rf = field(b, "response_format");
+    const json_t *schema = NULL;
+    const char *param = NULL;
+    if (rf) {
+        const char *type = json_string_value(json_object_get(rf, "type"));
+        if (!json_is_object(rf) || !type)
+            return srv_fail(e, 400, "response_format", "'response_format' must be an object with a 'type'");
+        if (!strcmp(type, "json_schema")) {
+            const json_t *o = json_object_get(rf, "json_schema");
+            schema = json_is_object(o) ? json_object_get(o, "schema") : NULL;
+            if (!schema && json_is_object(o) && !json_object_get(o, "name"))
+                schema = o;                        /* the schema itself, as some clients send */
+            if (!json_is_object(o))
+                return srv_fail(e, 400, "response_format", "response_format json_schema needs a 'json_schema' object "
+                                "with a 'schema'");
+            if (!schema) schema = json_true();     /* a name alone: any JSON */
+            param = "response_format";
+        } else if (!strcmp(type, "json_object")) {
+            schema = field(rf, "schema");
+            param = "response_format";
+            if (!schema) {
+                if (gr || js) return srv_fail(e, 400, "response_format", "give one of grammar, json_schema and "
+                                              "response_format");
+                const char *g = gram_json_object_gbnf();
+                return srv_compile_gbnf(g, strlen(g), "response_format", &c->grammar, e);
+            }
+        } else if (strcmp(type, "text")) {
+            return srv_fail(e, 400, "response_format", "response_format '%s' is not supported (text, json_object, "
+                            "json_schema)", type);
+        }
+    }
+    if ((gr != NULL) + (js != NULL) + (schema != NULL) > 1)
+        return srv_fail(e, 400, gr ? "grammar" : "json_schema", "give one of grammar, json_schema and response_format");
+    if (js) { schema = js; param = "json_schema"; }
+    if (schema) return srv_compile_schema(schema, param, &c->grammar, e);
+    if (gr) {
+        if (!json_is_string(gr)) return srv_fail(e, 400, "grammar", "'grammar' must be a string (GBNF)");
+        if (!json_string_length(gr)) return true;  /* llama.cpp: "" means none */
+        return srv_compile_gbnf(json_string_value(gr), json_string_length(gr), "grammar", &c->grammar, e);
+    }
+    return true;
+}
+
 bool srv_parse_gen(const json_t *b, srv_api api, int32_t n_slots, eng_completion *c, srv_gen_opts *o, srv_err *e)
 {
     memset(c, 0, sizeof *c);
@@ -194,21 +273,14 @@ bool srv_parse_gen(const json_t *b, srv_api api, int32_t n_slots, eng_completion
         o->model[len] = 0;
     }
 
-    const json_t *rf = field(b, "response_format");
-    if (rf) {
-        const char *type = json_string_value(json_object_get(rf, "type"));
-        if (!json_is_object(rf) || !type)
-            return srv_fail(e, 400, "response_format", "'response_format' must be an object with a 'type'");
-        if (strcmp(type, "text"))
-            return srv_fail(e, 400, "response_format", "response_format '%s' is not supported (only 'text')", type);
-    }
     for (const char *const *k = (const char *const[]){ "echo", "best_of", "suffix", NULL }; *k; k++) {
         const json_t *v = field(b, *k);
         if (v && !(json_is_false(v) || (json_is_integer(v) && json_integer_value(v) == 1) ||
                    (json_is_string(v) && !json_string_length(v))))
             return srv_fail(e, 400, *k, "'%s' is not supported", *k);
     }
-    return true;
+    /* Last, so nothing above can fail with a grammar to free. */
+    return parse_constraint(b, c, e);
 }
 
 /* ---- prompts ---- */
@@ -536,5 +608,87 @@ bool srv_render_chat(const json_t *body, tmpl_kind k, const char *tmpl_src, char
         ok = render_plain(k, tmpl_src, msgs, add_gen, prompt, n_prompt, e);
     }
     json_decref(msgs);
+    return ok;
+}
+
+/* ---- forcing a call: a grammar for tool_choice ---- */
+
+/* The text the model must write for a call of `name` in format f:
+ *   QWEN    <tool_call>\n{"name": "N", "arguments": ARGS}\n</tool_call>
+ *   LLAMA3  {"name": "N", "parameters": ARGS}
+ * where ARGS follows the tool's parameters schema (rules t<i>-...). */
+static void put_call_rule(pk_buf *b, srv_tool_fmt f, int i, const char *name)
+{
+    json_t *js = json_string(name);
+    char *q = js ? json_dumps(js, JSON_ENCODE_ANY) : NULL;   /* "N" with JSON escapes */
+    json_decref(js);
+    pk_buf_printf(b, "call%d ::= ", i);
+    pk_buf_puts(b, f == SRV_TOOL_QWEN ? "\"<tool_call>\\n\" " : "");
+    /* the literal {"name": "N", "arguments": as GBNF, escaping " and \ */
+    pk_buf_puts(b, "\"{\\\"name\\\": ");
+    for (const char *p = q ? q : "\"\""; *p; p++) {
+        if (*p == '"' || *p == '\\') pk_buf_printf(b, "\\%c", *p);
+        else pk_buf_put(b, p, 1);
+    }
+    pk_buf_printf(b, ", \\\"%s\\\": \" t%d-root \"}\"", f == SRV_TOOL_QWEN ? "arguments" : "parameters", i);
+    pk_buf_puts(b, f == SRV_TOOL_QWEN ? " \"\\n</tool_call>\"\n" : "\n");
+    free(q);
+}
+
+bool srv_tools_grammar(const json_t *body, srv_tool_fmt f, struct gram_grammar **out, srv_err *e)
+{
+    *out = NULL;
+    const json_t *tc = json_object_get(body, "tool_choice"), *tools = json_object_get(body, "tools");
+    const char *only = NULL;
+    if (json_is_object(tc)) {
+        only = json_string_value(json_object_get(json_object_get(tc, "function"), "name"));
+        if (!only) return srv_fail(e, 400, "tool_choice", "tool_choice must name a function: "
+                                   "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+    } else if (!json_is_string(tc) || strcmp(json_string_value(tc), "required")) {
+        return true;
+    }
+    if (f == SRV_TOOL_NONE || !json_array_size(tools))
+        return srv_fail(e, 400, "tool_choice", "tool_choice forces a call but the request has no tools");
+    pk_buf b = {0}, rules = {0};
+    int n = 0;
+    bool ok = true;
+    pk_buf_puts(&b, "root ::= ");
+    for (size_t i = 0; i < json_array_size(tools) && ok; i++) {
+        const json_t *fn = json_object_get(json_array_get(tools, i), "function");
+        const char *name = json_string_value(json_object_get(fn, "name"));
+        if (!name || (only && strcmp(name, only))) continue;
+        const json_t *params = json_object_get(fn, "parameters");
+        json_t *any = NULL;
+        if (!params || (json_is_object(params) && !json_object_size(params)))
+            params = any = json_pack("{s:s}", "type", "object");
+        char *text = json_dumps(params, JSON_COMPACT | JSON_ENCODE_ANY), *r = NULL;
+        json_decref(any);
+        char pfx[24];
+        snprintf(pfx, sizeof pfx, "t%zu-", i);
+        gram_error ge;
+        pk_status st = text ? gram_schema_rules(text, strlen(text), pfx, &r, &ge) : PK_ENOMEM;
+        free(text);
+        if (st) {
+            ok = st == PK_ENOMEM ? srv_fail(e, 500, NULL, "out of memory")
+                                 : srv_fail(e, 400, "tools", "tools[%zu] (%s): its parameters cannot constrain the "
+                                            "call: %s", i, name, ge.msg);
+            break;
+        }
+        pk_buf_printf(&b, "%scall%zu", n ? " | " : "", i);
+        put_call_rule(&rules, f, (int)i, name);
+        pk_buf_puts(&rules, r);
+        free(r);
+        n++;
+    }
+    if (ok && !n) ok = srv_fail(e, 400, "tool_choice", "tool_choice names '%s', which is not among the tools", only);
+    if (ok) {
+        pk_buf_puts(&b, "\n");
+        pk_buf_put(&b, rules.p ? rules.p : "", rules.n);
+        pk_buf_puts(&b, gram_json_rules());
+        ok = b.oom || rules.oom ? srv_fail(e, 500, NULL, "out of memory")
+                                : srv_compile_gbnf(b.p, b.n, "tools", out, e);
+    }
+    pk_buf_free(&b);
+    pk_buf_free(&rules);
     return ok;
 }
