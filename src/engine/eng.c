@@ -30,7 +30,7 @@
 
 eng_params eng_default_params(void)
 {
-    return (eng_params){ .n_slots = 4, .n_ctx = 8192, .n_batch = 512, .n_batch_decoding = 128, .n_threads = 1,
+    return (eng_params){ .n_slots = 4, .n_ctx = 8192, .n_batch = 512, .n_batch_decoding = 0, .n_threads = 1,
                          .kv_type = TQ_F16, .tps_window_tokens = 128, .tps_window_ms = 2000,
                          .policy = pol_params_default(), .cache_ram_mib = 8192, .n_pools = 16,
                          .pool_grace_ms = 30000, .admission = adm_policy_default() };
@@ -433,10 +433,11 @@ void eng_batch_add(eng *e, int32_t *n, int32_t tok, kv_pos pos, kv_seq seq, bool
 /* The batch of one step: the next token of every decoding slot first (so
  * running sessions never wait on a long prompt for more than one chunk),
  * then materialization chunks of pools, then prompt chunks of slots, up to
- * n_batch tokens, or n_batch_decoding prompt tokens while sessions decode:
- * every session waits for its step, and a 512-token chunk made the steps
- * of 8 decoding sessions on the 0.5B benchmark model ~1 s long (their
- * speed fell under half the floor at every new turn, bench/spawn.mjs).
+ * n_batch tokens, or --batch-decoding prompt tokens while sessions
+ * decode: every session waits for its step, and a 512-token chunk makes a
+ * step of the 0.5B benchmark model about 1 s long.  Off by default: the
+ * spawn-ramp runs with 128 and without (docs/benchmarks.md) did not show
+ * a gain larger than the machine's run-to-run noise.
  * Returns the count; *n_dec the decode tokens. */
 static int32_t build_batch(eng *e, int32_t *n_dec)
 {

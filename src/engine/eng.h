@@ -72,7 +72,7 @@ typedef struct eng_params {
     int32_t n_ctx;              /* KV cells in all, default 8192 */
     int32_t n_batch;            /* tokens per engine step, default 512 */
     int32_t n_batch_decoding;   /* --batch-decoding: prompt tokens a step may add while sessions
-                                   decode (their next token waits for the step), 128; 0 = n_batch */
+                                   decode (their next token waits for the step); 0 (default) = n_batch */
     int32_t n_threads;
     tq_type kv_type;            /* TQ_F16 */
     int32_t tps_window_tokens;  /* 128 */
