@@ -664,11 +664,18 @@ static void answer_stats(eng *e, eng_stats *o)
 
 /* The published copy when it is fresh, so a reader never waits for a
  * batch; false: ask the engine (which then publishes for the next ones). */
-static bool from_pub_stats(eng *e, eng_stats *out)
+/* Says a reader wants the copy and takes its lock; true when it is fresh.
+ * The caller unlocks pub_mu. */
+static bool pub_lock(eng *e)
 {
     atomic_store(&e->pub_want_ms, pk_time_ms());
     pthread_mutex_lock(&e->pub_mu);
-    bool ok = e->pub->valid && pk_time_ms() - e->pub->t_ms < PUB_FRESH_MS;
+    return e->pub->valid && pk_time_ms() - e->pub->t_ms < PUB_FRESH_MS;
+}
+
+static bool from_pub_stats(eng *e, eng_stats *out)
+{
+    bool ok = pub_lock(e);
     if (ok) *out = e->pub->stats;
     pthread_mutex_unlock(&e->pub_mu);
     return ok;
@@ -687,10 +694,8 @@ pk_status eng_get_stats_recent(eng *e, eng_stats *out)
 
 static bool from_pub_capacity(eng *e, int32_t pool_id, int32_t expected, const char *session, eng_capacity_reply *out)
 {
-    atomic_store(&e->pub_want_ms, pk_time_ms());
-    pthread_mutex_lock(&e->pub_mu);
+    bool ok = pub_lock(e);
     eng_pub *p = e->pub;
-    bool ok = p->valid && pk_time_ms() - p->t_ms < PUB_FRESH_MS;
     const eng_pub_scope *ps = NULL;
     for (int32_t i = 0; ok && i < p->n_scope && !ps; i++)
         if (p->scope[i].pool_id == pool_id) ps = &p->scope[i];

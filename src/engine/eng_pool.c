@@ -175,6 +175,15 @@ static kv_seq best_source(eng *e, const pool_node *p, kv_seq hint, int32_t *end)
     return best;
 }
 
+/* Every cell of p exists: it is resident, and what waited on it is answered. */
+static void resident(eng *e, const pool_node *p)
+{
+    pmech *pm = mech(e, p);
+    pool_set_residency(e->pools->tree, p->id, POOL_RESIDENT);
+    pm->was_resident = true;
+    reply_all(e, pm, PK_OK, "");
+}
+
 /* p's parent is resident (or p is a root): join [0, D) from it, then what
  * is already cached; the batch computes the rest.  Resident at once when
  * nothing is left. */
@@ -197,11 +206,7 @@ static void mat_start(eng *e, const pool_node *p, kv_seq hint)
         pm->mat_pos = k;
     }
     pm->n_prefilled = L - pm->mat_pos;
-    if (pm->mat_pos == L) {
-        pool_set_residency(e->pools->tree, p->id, POOL_RESIDENT);
-        pm->was_resident = true;
-        reply_all(e, pm, PK_OK, "");
-    }
+    if (pm->mat_pos == L) resident(e, p);
 }
 
 /* Starts (re-)materializing p: now when its parent is resident, else once
@@ -305,11 +310,7 @@ void eng_pool_decoded(eng *e, pk_status st)
         }
         pm->mat_pos += pm->mat_n;
         pm->mat_n = 0;
-        if (pm->mat_pos == p->prefix_len) {
-            pool_set_residency(t, p->id, POOL_RESIDENT);
-            pm->was_resident = true;
-            reply_all(e, pm, PK_OK, "");
-        }
+        if (pm->mat_pos == p->prefix_len) resident(e, p);
     }
 }
 

@@ -269,6 +269,8 @@ json_t *srv_pools_json(const eng_stats *st, int32_t root);
 /* Prometheus text of a stats snapshot (llamacpp:, polykv:, vllm: series).
  * Returns a malloc'ed NUL-terminated string, NULL when out of memory. */
 char *srv_metrics_text(const eng_stats *st, const char *model_name);
+/* "idle", "prefill" or "decode", as /slots, /polykv/tps and /polykv/pools say it. */
+const char *srv_slot_state(eng_slot_state s);
 /* The /polykv/tps snapshot object. */
 json_t *srv_tps_json(const eng_stats *st);
 

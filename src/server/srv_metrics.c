@@ -140,7 +140,7 @@ char *srv_metrics_text(const eng_stats *st, const char *model_name)
     return b.p;
 }
 
-static const char *slot_state(eng_slot_state s)
+const char *srv_slot_state(eng_slot_state s)
 {
     return s == ENG_SLOT_PREFILL ? "prefill" : s == ENG_SLOT_DECODE ? "decode" : "idle";
 }
@@ -152,7 +152,7 @@ json_t *srv_tps_json(const eng_stats *st)
         const eng_slot_info *si = &st->slots[i];
         if (si->state == ENG_SLOT_IDLE) continue;
         json_array_append_new(sessions, json_pack("{s:i, s:s, s:f, s:i, s:i, s:i, s:i, s:s?, s:o, s:b}", "slot",
-                                                  si->id, "state", slot_state(si->state), "tps_ewma", si->tps_ewma,
+                                                  si->id, "state", srv_slot_state(si->state), "tps_ewma", si->tps_ewma,
                                                   "n_decoded", si->n_decoded, "ctx_used", si->n_past, "ctx_total",
                                                   si->n_ctx, "ctx_headroom_tokens", si->n_ctx - si->n_past,
                                                   "session_id", si->session_id[0] ? si->session_id : NULL,
@@ -208,7 +208,7 @@ enum MHD_Result srv_h_slots(srv_req *r, json_t *body)
         json_array_append_new(a, json_pack(
             "{s:i, s:I, s:i, s:b, s:s, s:i, s:i, s:i, s:i, s:i, s:f, s:[{s:i}], s:o}",
             "id", si->id, "id_task", (json_int_t)si->task_id, "n_ctx", si->n_ctx,
-            "is_processing", si->state != ENG_SLOT_IDLE, "state", slot_state(si->state), "n_past", si->n_past,
+            "is_processing", si->state != ENG_SLOT_IDLE, "state", srv_slot_state(si->state), "n_past", si->n_past,
             "n_prompt_tokens", si->n_prompt, "n_prompt_tokens_cache", si->n_cached, "n_cached", si->n_cached,
             "n_decoded", si->n_decoded, "tps_ewma", si->tps_ewma, "next_token", "n_decoded", si->n_decoded,
             "history", hist));

@@ -119,17 +119,12 @@ static enum MHD_Result make_pool(srv_req *r, json_t *body, int32_t parent)
 
 /* ---- the tree as JSON ------------------------------------------------- */
 
-static const char *slot_state(eng_slot_state st)
-{
-    return st == ENG_SLOT_PREFILL ? "prefill" : st == ENG_SLOT_DECODE ? "decode" : "idle";
-}
-
 static json_t *session_json(const eng_stats *st, const eng_slot_info *si)
 {
     double bytes = (double)st->kv_cell_bytes;
     return json_pack("{s:s?, s:i, s:s, s:i, s:i, s:f, s:f, s:f, s:i, s:i, s:i}",
                      "session_id", si->session_id[0] ? si->session_id : NULL, "slot", si->id,
-                     "state", slot_state(si->state), "shared_tokens", si->pool_shared,
+                     "state", srv_slot_state(si->state), "shared_tokens", si->pool_shared,
                      "suffix_n_tokens", si->n_past - si->pool_shared,
                      "marginal_kv_bytes", si->kv_owned * bytes, "tps_ewma", si->tps_ewma, "ttft_ms", si->ttft_ms,
                      "ctx_used", si->n_past, "ctx_total", si->n_ctx, "ctx_headroom_tokens", si->n_ctx - si->n_past);
