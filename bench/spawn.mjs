@@ -17,8 +17,9 @@
 // between them (a tool call), continuing its own session (session_id).
 // /polykv/tps is sampled every 100 ms: time with the mean under the floor,
 // deep time (under half of it), work done (tokens), and for every admit the
-// projected mean (the capacity answer just before) against the realized one
-// (the mean 3 s after).
+// projected mean (the capacity answer just before; for enforced, the one
+// the server's gate compared, from its admission events) against the
+// realized one (the mean 3 s after).
 import { parseArgs } from 'node:util';
 
 const { values: a } = parseArgs({ options: {
@@ -80,10 +81,23 @@ async function knee(pool, maxN) {
 async function strategy(name, pool, floor) {
   const samples = [], admits = [];
   let stop = false, tokens = 0, finished = 0;
+  const t0 = performance.now(), t0wall = performance.timeOrigin + t0;
+  /* Enforced admits happen in the server: its admission events carry the
+   * time and the projection the gate compared (the event ring is short,
+   * so it is read as it goes). */
+  const seen = new Set();
   const sampler = (async () => {
     while (!stop) {
       const t = (await req('GET', '/polykv/tps')).json;
       samples.push({ t: performance.now(), mean: t.mean_active_tps, n: t.sessions.filter((s) => s.state === 'decode').length });
+      if (name === 'enforced') {
+        for (const e of (await req('GET', '/polykv/cache')).json.events) {
+          const key = `${e.ts}/${e.id_task}/${e.kind}/${e.decision}`;
+          if (e.kind !== 'admission_decision' || e.decision !== 'admit' || e.pool_id !== pool || seen.has(key)) continue;
+          seen.add(key);
+          if (e.ts >= t0wall) admits.push({ t: e.ts - performance.timeOrigin, projected: e.projected_tps });
+        }
+      }
       await sleep(100);
     }
   })();
@@ -97,7 +111,6 @@ async function strategy(name, pool, floor) {
     }
     finished++;
   }
-  const t0 = performance.now();
   const agents = [];
   for (let k = 0; k < N; k++) {
     if (name === 'advisory') {
@@ -109,7 +122,7 @@ async function strategy(name, pool, floor) {
         }
         await sleep(c.settling ? Math.max(100, c.settle_remaining_ms) : 250);
       }
-    } else {
+    } else if (name === 'naive') {
       const c = (await req('GET', `/polykv/pools/${pool}/capacity`)).json;
       admits.push({ t: performance.now(), projected: c.projected_mean_tps_if_admitted });
     }

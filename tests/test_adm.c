@@ -65,15 +65,18 @@ static void test_arms(void)
     CHECK_NEAR(a.projected_model, 40.0 * 2 / 3, 1e-9);
     CHECK(isnan(a.projected_measured));
     decoding(&w, 2, 12, 50);                       /* M = 30.67, model 23: still ok */
-    decoding(&w, 3, 30, 2);                        /* warming: not counted */
+    decoding(&w, 3, 30, 2);                        /* warming: not in the mean, but load */
     a = decide(&w);
     CHECK_EQ_INT(a.n_active, 3);
     CHECK_EQ_INT(a.n_warming, 1);
+    CHECK_EQ_INT(a.n_starting, 1);
     CHECK_NEAR(a.mean_active_tps, 92.0 / 3, 1e-9);
-    w.st = (adm_settle){ .has_drop = true, .drop_ewma = 25 };
-    a = decide(&w);                                /* measured: 30.67 - 25 < 10 */
+    CHECK_NEAR(a.projected_model, 92.0 / 3 * 3 / 4 * 4 / 5, 1e-9);   /* 18.4: still ok */
+    CHECK_STR(a.reason, "ok");
+    w.st = (adm_settle){ .has_drop = true, .drop_ewma = 15 };
+    a = decide(&w);                                /* measured: 23 - 15 < 10 */
     CHECK_STR(a.reason, "projected mean tps below floor");
-    CHECK_NEAR(a.projected, 92.0 / 3 - 25, 1e-9);
+    CHECK_NEAR(a.projected, 92.0 / 3 * 3 / 4 - 15, 1e-9);
     w.st = (adm_settle){ .active = true, .t_admit_ms = w.snap.now_ms - 1000 };
     a = decide(&w);
     CHECK_STR(a.reason, "measurement settling");
@@ -110,6 +113,18 @@ static void test_arms(void)
     w.st.t_settled_ms = w.snap.now_ms - 40000;     /* long idle: capacity */
     a = decide(&w);
     CHECK(!a.idle_estimate && a.can_admit);
+    /* Nobody warm but one starting a turn (prefill, or its first tokens):
+     * "nobody measured" must not read as free either. */
+    w.st.t_settled_ms = w.snap.now_ms - 5000;
+    decoding(&w, 0, 25, 2);
+    w.snap.n_busy_slots = 1;
+    a = decide(&w);
+    CHECK(a.idle_estimate && a.n_active == 0 && a.n_starting == 1 && a.n_paused == 2);
+    CHECK_STR(a.reason, "projected mean tps below floor (idle estimate)");
+    w.s[0].decoding = false;                       /* still prefilling */
+    a = decide(&w);
+    CHECK(a.idle_estimate && a.n_starting == 1);
+    CHECK_NEAR(a.projected_model, 25.0 * 3 / 4, 1e-12);
 }
 
 /* The run the design must not repeat: F = 15, a spawn whenever capacity
@@ -185,24 +200,24 @@ static const char *oracle(const adm_snapshot *s, bool *can)
 {
     const adm_policy *p = s->policy;
     double sum = 0, owned = 0, now = s->now_ms;
-    int n = 0, live = 0, decoding_scope = 0, paused = 0;
+    int n = 0, live = 0, paused = 0, starting = 0;
     for (int i = 0; i < s->n_sessions; i++) {
         const adm_session *x = &s->sessions[i];
-        if (x->decoding && x->n_decoded >= 4 && x->tps_ewma > 0) { sum += x->tps_ewma; n++; }
+        bool warm = x->decoding && x->n_decoded >= 4 && x->tps_ewma > 0;
+        if (warm) { sum += x->tps_ewma; n++; }
         if (x->live) { live++; owned += x->kv_owned; paused += !x->running; }
-        decoding_scope += x->in_scope && x->decoding;
+        starting += x->running && !warm;
     }
     double M = n ? sum / n : 0;
-    int nn = n;
+    int nn = n + paused + starting;          /* the manual: they all share the mean */
     bool idle = false;
-    if (n > 0 && paused > 0) {              /* the manual: paused sessions share the mean too */
-        M = M * n / (n + paused);
-        nn = n + paused;
-    }
-    if (n == 0 && live > 0 && !decoding_scope && s->settle->has_settled && now - s->settle->t_settled_ms < 30000) {
+    if (n > 0) {
+        M = M * n / nn;
+    } else if (nn > 0 && s->settle->has_settled && now - s->settle->t_settled_ms < 30000) {
         idle = true;
         M = s->settle->mean_settled;
-        nn = live;
+    } else {
+        nn = 0;
     }
     double proj = nn == 0 ? NAN : s->settle->has_drop ? fmax(0, M - s->settle->drop_ewma) : M * nn / (nn + 1);
     int head = s->ctx_slot - s->prefix_len;
@@ -324,7 +339,7 @@ static void test_worked_example(void)
 {
     world w;
     world_init(&w, 6);
-    w.p.target_tps = 20;
+    w.p.target_tps = 15;
     w.p.mode = ADM_ENFORCED;
     decoding(&w, 0, 30, 200);
     decoding(&w, 1, 28, 120);
@@ -333,16 +348,17 @@ static void test_worked_example(void)
     w.s[4] = (adm_session){ .in_scope = true, .live = false, .ctx_used = 900, .ctx_total = 2048, .kv_owned = 400 };
     w.snap.kv_free_cells = 3000;
     w.snap.kv_used = 5192;
-    w.st = (adm_settle){ .has_drop = true, .drop_ewma = 6.5, .has_settled = true, .mean_settled = 28,
+    w.st = (adm_settle){ .has_drop = true, .drop_ewma = 4.5, .has_settled = true, .mean_settled = 28,
                          .t_settled_ms = w.snap.now_ms - 8000 };
     adm_answer a = decide(&w);
     CHECK_NEAR(a.mean_active_tps, 28, 1e-12);
-    CHECK_NEAR(a.projected_model, 21, 1e-12);
-    CHECK_NEAR(a.projected_measured, 21.5, 1e-12);
+    CHECK_EQ_INT(a.n_starting, 1);
+    CHECK_NEAR(a.projected_model, 16.8, 1e-12);     /* M' = 28 x 3/4 = 21 over 4: 21 x 4/5 */
+    CHECK_NEAR(a.projected_measured, 16.5, 1e-12);  /* 21 - 4.5 */
     CHECK_STR(a.reason, "ok");
     CHECK_EQ_INT(a.headroom_sessions, 15);         /* 3000 / (800 / 4) */
     adm_settle keep = w.st;
-    w.st.drop_ewma = 9;                            /* a costlier machine: 28 - 9 < 20 */
+    w.st.drop_ewma = 9;                            /* a costlier machine: 21 - 9 < 15 */
     adm_answer b = decide(&w);
     CHECK_STR(b.reason, "projected mean tps below floor");
     w.st = keep;
@@ -354,8 +370,8 @@ static void test_worked_example(void)
     w.s[4].live = true;                            /* the fifth is between turns: it comes back */
     adm_answer d = decide(&w);
     CHECK_EQ_INT(d.n_paused, 1);
-    CHECK_NEAR(d.projected_model, 28.0 * 3 / 4 * 4 / 5, 1e-12);
-    CHECK_NEAR(d.projected_measured, 28.0 * 3 / 4 - 6.5, 1e-12);
+    CHECK_NEAR(d.projected_model, 28.0 * 3 / 5 * 5 / 6, 1e-12);
+    CHECK_NEAR(d.projected_measured, 28.0 * 3 / 5 - 4.5, 1e-12);
     CHECK_STR(d.reason, "projected mean tps below floor");
     if (getenv("POLYKV_ADM_VERBOSE")) {
         printf("worked example: M %.2f over n %d (n_warming %d), model %.2f, measured %.2f -> %s; "

@@ -77,27 +77,35 @@ static bool snapshot_ok(const adm_snapshot *s)
            s->ctx_slot >= 1 && s->prefix_len >= 0;
 }
 
-static void projections(const adm_snapshot *s, adm_answer *a, int32_t n_live)
+/* Sessions that will share the compute but have no speed to count yet:
+ * running and not warm (prefilling a turn, or its first tokens), on the
+ * whole server like the mean. */
+static int32_t starting(const adm_snapshot *s)
+{
+    int32_t k = 0;
+    for (int32_t i = 0; i < s->n_sessions; i++)
+        k += s->sessions[i].running && !warm(&s->sessions[i]);
+    return k;
+}
+
+static void projections(const adm_snapshot *s, adm_answer *a)
 {
     const adm_settle *st = s->settle;
     double M = a->mean_active_tps;
     int32_t n = a->n_active;
+    /* Sessions between turns come back and starting ones are about to
+     * decode: the mean they will share is the one measured, spread over
+     * them too (speed goes as 1/n).  Leaving them out is how a gate that
+     * checks at every step finds a moment that looks free. */
+    int32_t n_all = n + a->n_paused + a->n_starting;
     a->idle_estimate = false;
-    /* Sessions between turns come back: the mean they will share is the
-     * one measured, spread over them too (speed goes as 1/n). */
-    if (n > 0 && a->n_paused > 0) {
-        M = M * n / (n + a->n_paused);
-        n += a->n_paused;
-    }
-    if (n == 0 && n_live > 0 && st->has_settled && s->now_ms - st->t_settled_ms < ADM_IDLE_MS) {
-        bool decoding_in_scope = false;
-        for (int32_t i = 0; i < s->n_sessions; i++)
-            decoding_in_scope |= s->sessions[i].in_scope && s->sessions[i].decoding;
-        if (!decoding_in_scope) {
-            a->idle_estimate = true;
-            M = st->mean_settled;
-            n = n_live;
-        }
+    if (n > 0) {
+        M = M * n / n_all;
+        n = n_all;
+    } else if (n_all > 0 && st->has_settled && s->now_ms - st->t_settled_ms < ADM_IDLE_MS) {
+        a->idle_estimate = true;     /* nobody measured now: the last settled mean stands in */
+        M = st->mean_settled;
+        n = n_all;
     }
     a->projected_model = n > 0 ? M * n / (n + 1) : NAN;
     a->projected_measured = n > 0 && st->has_drop ? fmax(0, M - st->drop_ewma) : NAN;
@@ -140,7 +148,8 @@ pk_status adm_decide(const adm_snapshot *s, adm_answer *out)
     a.n_pool_sessions = n_live;
     a.known_session = s->known_session;
     a.drop_per_admit_ewma = st->has_drop ? st->drop_ewma : 0;
-    projections(s, &a, n_live);
+    a.n_starting = starting(s);
+    projections(s, &a);
 
     a.ctx_headroom_tokens = MAX(s->ctx_slot - s->prefix_len, 0);
     a.kv_free_cells = s->kv_free_cells;

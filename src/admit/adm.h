@@ -18,7 +18,8 @@
  *
  *   Speeds are over the sessions decoding on the whole server (one
  *   machine's compute); a session is warm after ADM_WARM_TOKENS decoded
- *   tokens, and only warm ones count in the mean and the projection.
+ *   tokens: only warm ones count in the mean; sessions between turns and
+ *   starting ones (running, not warm) count as load in the projection.
  *
  * INVARIANTS (tests/test_adm.c, 100,000+ random snapshots)
  *   - the context arm always holds: expected_tokens over the headroom is
@@ -118,6 +119,7 @@ typedef struct adm_answer {
     double drop_per_admit_ewma;     /* 0 before the first sample */
     int32_t n_active, n_warming, n_pool_sessions;
     int32_t n_paused;               /* live sessions between turns (idle, history recent) */
+    int32_t n_starting;             /* running, not warm yet (prefilling or warming), server-wide */
     int32_t headroom_sessions;
     double kv_headroom_pct;
     int32_t kv_free_cells;

@@ -234,7 +234,7 @@ typedef struct eng_cache_event {
     int32_t seq;                /* the history's sequence id (park/drop), the source's (admit) */
     int32_t n_tokens;           /* history length (park/drop) */
     int32_t n_reused, n_read;   /* admit */
-    double value;               /* park/drop: the history's value */
+    double value;               /* park/drop: the history's value; admission: the projection (NAN: none) */
     int32_t decision, pool_id;  /* admission: an eng_adm_decision, the scope (0 the server's) */
     char reason[POL_REASON_CAP];
 } eng_cache_event;

@@ -170,10 +170,11 @@ static void refuse(eng_task *t, const adm_answer *a)
 
 /* An admission decision into the cache events (/polykv/cache), so that an
  * operator sees why a request was held or refused. */
-static void log_decision(eng *e, const eng_task *t, int32_t pool, eng_adm_decision d, const char *reason)
+static void log_decision(eng *e, const eng_task *t, int32_t pool, eng_adm_decision d, const adm_answer *a)
 {
     eng_cache_event ev = { .kind = ENG_CACHE_ADMISSION, .task_id = t->id, .slot = -1, .seq = -1,
-                           .decision = (int32_t)d, .pool_id = pool };
+                           .decision = (int32_t)d, .pool_id = pool, .value = a ? a->projected : NAN };
+    const char *reason = a ? a->reason : "overcommit";
     snprintf(ev.reason, sizeof ev.reason, "%s", reason);
     eng_cache_event_add(e, &ev);
 }
@@ -190,7 +191,7 @@ bool eng_admit_gate(eng *e, eng_task *t, int32_t p_share, bool *failed)
     if (t->req.overcommit) {
         if (!t->adm_held) {
             sc->decisions[ENG_ADM_OVERCOMMIT]++;
-            log_decision(e, t, pool, ENG_ADM_OVERCOMMIT, "overcommit");
+            log_decision(e, t, pool, ENG_ADM_OVERCOMMIT, NULL);
         }
         t->adm_held = true;        /* counted once */
         return true;
@@ -207,24 +208,24 @@ bool eng_admit_gate(eng *e, eng_task *t, int32_t p_share, bool *failed)
     switch (act) {
     case ADM_ADMIT:
         sc->decisions[ENG_ADM_ADMIT]++;
-        log_decision(e, t, pool, ENG_ADM_ADMIT, a.reason);
+        log_decision(e, t, pool, ENG_ADM_ADMIT, &a);
         return true;
     case ADM_ADMIT_WARN:
         sc->decisions[ENG_ADM_WARN]++;
-        log_decision(e, t, pool, ENG_ADM_WARN, a.reason);
+        log_decision(e, t, pool, ENG_ADM_WARN, &a);
         t->adm_warned = true;
         return true;
     case ADM_HOLD:
         if (!t->adm_held) {
             eng_adm_decision d = a.arm == 6 ? ENG_ADM_HOLD : ENG_ADM_QUEUE;
             sc->decisions[d]++;
-            log_decision(e, t, pool, d, a.reason);
+            log_decision(e, t, pool, d, &a);
         }
         t->adm_held = true;
         return false;
     case ADM_REFUSE:
         sc->decisions[ENG_ADM_REJECT]++;
-        log_decision(e, t, pool, ENG_ADM_REJECT, a.reason);
+        log_decision(e, t, pool, ENG_ADM_REJECT, &a);
         refuse(t, &a);
         *failed = true;
         return false;

@@ -45,6 +45,7 @@ json_t *srv_capacity_json(const adm_answer *a)
                           "compaction_pressure", a->compaction_pressure);
     if (o) json_object_set_new(o, "retry_after_s", json_real(a->retry_after_s));
     if (o) json_object_set_new(o, "n_paused", json_integer(a->n_paused));
+    if (o) json_object_set_new(o, "n_starting", json_integer(a->n_starting));
     return o;
 }
 

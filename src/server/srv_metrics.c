@@ -13,6 +13,7 @@
  *               Inference Extension / llm-d endpoint picker reads.
  */
 #include <poll.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -266,6 +267,7 @@ enum MHD_Result srv_h_cache(srv_req *r, json_t *body)
         } else if (c->kind == ENG_CACHE_ADMISSION) {
             json_object_set_new(o, "decision", json_string(eng_adm_decision_name((eng_adm_decision)c->decision)));
             json_object_set_new(o, "pool_id", c->pool_id > 0 ? json_integer(c->pool_id) : json_null());
+            json_object_set_new(o, "projected_tps", isfinite(c->value) ? json_real(c->value) : json_null());
         }
         json_array_append_new(ev, o);
     }
