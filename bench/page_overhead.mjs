@@ -18,7 +18,20 @@
 // alternate.  Reported: the median tok/s of each condition, their ratio,
 // and the median over adjacent windows of open / closed (each closed->open
 // and open->closed step once: slow drift of a shared machine cancels).
+//
+// --pid PID (of the server, started with --metrics) also accounts the page's
+// cost directly, which other load on the machine does not blur: per window,
+// the CPU of the server's threads other than the engine and compute ones
+// (the HTTP threads: the process total from /proc/PID/stat, which keeps the
+// time of exited connection threads, minus the threads named pk-engine and
+// pk-compute), and the engine thread's time answering control messages and
+// publishing (polykv:engine_control_seconds_total), during which no batch
+// runs.  The page's cost bound is (open - closed) of
+//   control ms/s / 1000 + HTTP CPU ms/s / (1000 x --cores)
+// i.e. the share of the decode pipeline the engine spent on it plus the
+// share of the compute cores the HTTP threads took.
 import { parseArgs } from 'node:util';
+import { readFileSync, readdirSync } from 'node:fs';
 
 const { values: a } = parseArgs({ options: {
   url: { type: 'string', default: 'http://127.0.0.1:8080' },
@@ -28,12 +41,33 @@ const { values: a } = parseArgs({ options: {
   'warmup-s': { type: 'string', default: '15' },
   chromium: { type: 'string', default: '/usr/bin/chromium' },
   mode: { type: 'string', default: 'browser' },
+  pid: { type: 'string' },
+  cores: { type: 'string', default: '2' },
   json: { type: 'boolean', default: false },
 } });
 const url = a.url, nSess = Number(a.sessions), windowMs = Number(a['window-s']) * 1000;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const median = (xs) => { const s = [...xs].sort((x, y) => x - y); const m = s.length >> 1; return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2; };
 const { chromium } = await import(new URL('../tests/e2e/node_modules/playwright-core/index.mjs', import.meta.url));
+
+/* CPU ms (USER_HZ 100) of a /proc stat line: utime + stime. */
+const ticks = (path) => { const f = readFileSync(path, 'utf8'); const x = f.slice(f.lastIndexOf(')') + 2).split(' '); return (Number(x[11]) + Number(x[12])) * 10; };
+async function cost() {
+  if (!a.pid) return null;
+  let total = ticks(`/proc/${a.pid}/stat`), engine = 0;
+  for (const tid of readdirSync(`/proc/${a.pid}/task`)) {
+    try {
+      const comm = readFileSync(`/proc/${a.pid}/task/${tid}/comm`, 'utf8').trim();
+      if (comm === 'pk-engine' || comm === 'pk-compute') {
+        const t = ticks(`/proc/${a.pid}/task/${tid}/stat`);
+        total -= t;
+        if (comm === 'pk-engine') engine += t;
+      }
+    } catch {}
+  }
+  const m = (await (await fetch(url + '/metrics')).text()).match(/^polykv:engine_control_seconds_total (\S+)$/m);
+  return { http_ms: total, control_ms: m ? Number(m[1]) * 1000 : NaN, t: performance.now() };
+}
 
 let tokens = 0, stop = false;
 async function session(k) {
@@ -78,7 +112,7 @@ function pageRequests() {
 const browser = a.mode === 'browser' ? await chromium.launch({ executablePath: a.chromium, headless: true, args: ['--no-sandbox'] }) : null;
 const page = browser ? await browser.newPage({ viewport: { width: 1280, height: 1000 } }) : null;
 let client = null;
-const res = { closed: [], open: [] }, ratios = [];
+const res = { closed: [], open: [] }, ratios = [], acct = { closed: [], open: [] };
 let prev = null;
 for (let w = 0; w < Number(a.windows); w++) {
   const open = w % 2 === 1;
@@ -93,10 +127,15 @@ for (let w = 0; w < Number(a.windows); w++) {
     client.abort();
   }
   await sleep(500);   /* its first polls and renders, or its connections closing */
-  const t0 = performance.now(), n0 = tokens;
+  const c0 = await cost(), t0 = performance.now(), n0 = tokens;
   await sleep(windowMs);
   const tps = ((tokens - n0) * 1000) / (performance.now() - t0);
+  const c1 = await cost();
   res[open ? 'open' : 'closed'].push(tps);
+  if (c0) {
+    const dt = (c1.t - c0.t) / 1000;
+    acct[open ? 'open' : 'closed'].push({ http: (c1.http_ms - c0.http_ms) / dt, control: (c1.control_ms - c0.control_ms) / dt });
+  }
   // each window against the one before: open/closed and closed/open pairs
   if (prev != null) ratios.push(open ? tps / prev : prev / tps);
   prev = tps;
@@ -109,7 +148,17 @@ const out = { mode: a.mode, sessions: nSess, window_s: windowMs / 1000, closed_t
               closed_median: median(res.closed), open_median: median(res.open), pair_ratio_median: median(ratios),
               n_pairs: ratios.length };
 out.ratio = out.open_median / out.closed_median;
+if (a.pid) {
+  const m = (c, k) => median(acct[c].map((x) => x[k]));
+  out.http_ms_per_s = { closed: m('closed', 'http'), open: m('open', 'http') };
+  out.control_ms_per_s = { closed: m('closed', 'control'), open: m('open', 'control') };
+  out.page_cost_bound = (out.control_ms_per_s.open - out.control_ms_per_s.closed) / 1000 +
+                        (out.http_ms_per_s.open - out.http_ms_per_s.closed) / (1000 * Number(a.cores));
+}
 console.log(a.json ? JSON.stringify(out) :
   `median closed ${out.closed_median.toFixed(1)} tok/s, open ${out.open_median.toFixed(1)} tok/s, ` +
-  `open/closed ${out.ratio.toFixed(4)}; median of ${ratios.length} adjacent-window ratios open/closed ${out.pair_ratio_median.toFixed(4)}`);
+  `open/closed ${out.ratio.toFixed(4)}; median of ${ratios.length} adjacent-window ratios open/closed ${out.pair_ratio_median.toFixed(4)}` +
+  (a.pid ? `\nHTTP threads ${out.http_ms_per_s.closed.toFixed(1)} -> ${out.http_ms_per_s.open.toFixed(1)} ms CPU/s, ` +
+           `engine control ${out.control_ms_per_s.closed.toFixed(2)} -> ${out.control_ms_per_s.open.toFixed(2)} ms/s: ` +
+           `the page costs at most ${(100 * out.page_cost_bound).toFixed(3)} % of decode` : ''));
 process.exit(0);

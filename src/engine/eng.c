@@ -340,6 +340,7 @@ static bool take_mailbox(eng *e)
     for (eng_msg *next; m; m = next) {
         next = m->next;
         m->next = NULL;
+        double t0 = m->kind == ENG_MSG_TASK ? 0 : pk_time_ms();
         switch (m->kind) {
         case ENG_MSG_TASK: {
             eng_task *t = container_of(m, eng_task, msg);
@@ -376,6 +377,7 @@ static bool take_mailbox(eng *e)
             break;
         }
         }
+        if (t0 > 0) e->control_ms += pk_time_ms() - t0;
     }
     return true;
 }
@@ -573,7 +575,8 @@ static void sample_and_emit(eng *e, int32_t n)
 
 static void publish(eng *e)
 {
-    if (!e->pub || pk_time_ms() - atomic_load(&e->pub_want_ms) > PUB_WANT_MS) return;
+    double t0 = pk_time_ms();
+    if (!e->pub || t0 - atomic_load(&e->pub_want_ms) > PUB_WANT_MS) return;
     static __thread eng_stats st;          /* filled outside the lock */
     answer_stats(e, &st);
     eng_adm_inputs(e, &e->adm_in);
@@ -584,11 +587,13 @@ static void publish(eng *e)
     e->pub->t_ms = pk_time_ms();
     e->pub->valid = true;
     pthread_mutex_unlock(&e->pub_mu);
+    e->control_ms += pk_time_ms() - t0;
 }
 
 static void *engine_main(void *arg)
 {
     eng *e = arg;
+    pthread_setname_np(pthread_self(), "pk-engine");     /* per-thread CPU in /proc, profilers */
     while (take_mailbox(e)) {
         drop_cancelled(e);
         eng_place_waiting(e);
@@ -651,6 +656,7 @@ static void answer_stats(eng *e, eng_stats *o)
     o->n_predicted_tokens = e->n_predicted_tokens;
     o->n_decode_calls = e->n_decode_calls;
     o->n_busy_slots_sum = e->n_busy_slots_sum;
+    o->control_ms_total = e->control_ms;
     o->n_requests_done = e->n_done;
     o->prompt_ms_total = e->prompt_ms_total;
     o->predicted_ms_total = e->predicted_ms_total;

@@ -284,6 +284,8 @@ typedef struct eng_stats {
     uint64_t n_prompt_tokens, n_predicted_tokens, n_decode_calls, n_busy_slots_sum;
     uint64_t n_requests_done;
     double prompt_ms_total, predicted_ms_total;
+    double control_ms_total;             /* the engine thread answering control messages and
+                                            publishing snapshots: time no batch runs */
     /* Cache: histories parked now, prompt tokens reused vs read since start,
      * and the last ENG_CACHE_EVENTS events, oldest first. */
     int32_t n_parked, parked_tokens;

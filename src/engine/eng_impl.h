@@ -202,6 +202,7 @@ struct eng {
     int32_t agg_head;
     double prompt_tps;          /* EWMA of prefill tokens/s */
     uint64_t n_prompt_tokens, n_predicted_tokens, n_decode_calls, n_busy_slots_sum, n_done;
+    double control_ms;                     /* see eng_stats.control_ms_total */
     uint64_t n_tokens_reused, n_tokens_read, n_tokens_restored;
     double prompt_ms_total, predicted_ms_total;
     eng_cache_event events[ENG_CACHE_EVENTS];

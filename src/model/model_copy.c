@@ -123,6 +123,7 @@ static void *copier(void *arg)
 {
     model *m = arg;
     copy_job j = { m, true };
+    pthread_setname_np(pthread_self(), "pk-copy");
     model_each_weight(m, copy_weight, &j);
     atomic_store_explicit(&m->copy_state, j.ok ? COPY_READY : COPY_FAILED, memory_order_release);
     return NULL;

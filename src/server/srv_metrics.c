@@ -113,6 +113,9 @@ char *srv_metrics_text(const eng_stats *st, const char *model_name)
     metric(&b, "polykv:parked_tokens", "gauge", "Tokens of the parked histories.", "", st->parked_tokens);
     metric(&b, "polykv:seq_ids_used", "gauge", "KV sequence ids held by slots, pools and parked histories.", "",
            st->seq_ids_used);
+    metric(&b, "polykv:engine_control_seconds_total", "counter",
+           "Engine thread time spent answering control messages and publishing snapshots (no batch runs meanwhile).",
+           "", st->control_ms_total / 1000.0);
     pool_series(&b, st);
     admission_series(&b, st);
 

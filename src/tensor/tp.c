@@ -141,6 +141,7 @@ static void *worker_main(void *p)
     free(p);
     tp_pool *tp = wa.tp;
     unsigned seen = 0;
+    pthread_setname_np(pthread_self(), "pk-compute");
     for (;;) {
         seen = wait_change(&tp->gen, seen, TP_JOB_SPIN_US);
         if (atomic_load_explicit(&tp->stop, memory_order_acquire)) break;
