@@ -103,7 +103,8 @@ static double cpu_s(void)
 static int bench_gemm(tp_pool *pools[2], double secs)
 {
     static const int toks[] = { 4, 8, 16, 32, 48, 64, 512 };
-    static const int types[] = { TQ_Q8_0, TQ_Q8_0X16, TQ_Q4_0, TQ_Q4_0X16, TQ_Q4_1, TQ_Q5_0, TQ_Q5_1, TQ_Q4_K, TQ_Q5_K, TQ_Q6_K };
+    static const int types[] = { TQ_Q8_0, TQ_Q8_0X16, TQ_Q4_0, TQ_Q4_0X16, TQ_Q4_1, TQ_Q5_0, TQ_Q5_1, TQ_Q4_K, TQ_Q5_K, TQ_Q6_K,
+                                 TQ_Q2_K, TQ_Q3_K, TQ_IQ4_NL, TQ_IQ4_XS };
     const int T = 512;
     printf("\nmatmul %d x %d, GOP/s by tokens per call (1 thread, per CPU second | 2 threads, wall)\n",
            G_ROWS, G_COLS);

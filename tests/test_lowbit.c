@@ -260,7 +260,7 @@ static void test_dots_simd(const tk_ops *ref, const tk_ops *simd)
         if (n_exact != n_cases)
             fprintf(stderr, "%s %s: %d of %d dots not bit-equal\n", simd->isa, tq_get(wt)->name, n_cases - n_exact,
                     n_cases);
-        CHECK(ref->vec_dot[wt] != simd->vec_dot[wt]);   /* a kernel of its own, not the fallback */
+        CHECK(ref->vec_dot[wt] != simd->vec_dot[wt]);   /* a SIMD kernel, not the scalar fallback */
         CHECK_EQ_INT(n_exact, n_cases);
         CHECK_EQ_INT(n_budget, n_cases);
     }

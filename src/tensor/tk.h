@@ -4,8 +4,7 @@
  * DESIGN: one table of function pointers per instruction set (scalar,
  * AVX2, AVX-512), each filled by files compiled with their own -m flags
  * (tk_scalar.c; tk_legacy_avx2.c + tk_kquant_avx2.c + tk_iquant_avx2.c;
- * tk_legacy_avx512.c + tk_kquant_avx512.c + tk_iquant_avx512.c; see
- * tk_impl.h).  tk_ops_get() picks the best table
+ * tk_legacy_avx512.c + tk_kquant_avx512.c; see tk_impl.h).  tk_ops_get() picks the best table
  * the CPU supports once, from cpuid and xgetbv; POLYKV_ISA=scalar|avx2|avx512
  * in the environment forces a lower one (an unknown or unsupported name is
  * ignored).  A NULL entry in a SIMD table falls back to the level below

@@ -13,6 +13,11 @@
  * lane m holding values 4m..4m+3 of each half: the scalar reference's lanes
  * (tq_iquant.c), followed by its float steps in its order, so the results
  * equal tq_dot_iq4_* bit for bit.
+ *
+ * The avx512 table uses these too: versions with two groups per 512-bit
+ * register (vpabsb and a masked negate in place of vpsignb) ran at 0.98x
+ * (IQ4_NL) and 0.33x (IQ4_XS) of these on the Zen 4 of docs/benchmarks.md,
+ * 1 thread, interleaved medians.
  */
 #include "tk_impl.h"
 

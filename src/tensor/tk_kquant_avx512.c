@@ -1,7 +1,9 @@
 /*
- * tk_kquant_avx512.c - AVX-512 kernels for the K-quants: Q2_K, Q3_K, Q4_K,
- * Q5_K and Q6_K dot products against Q8_K activations, and the Q8_K
- * quantizer.
+ * tk_kquant_avx512.c - AVX-512 kernels for the K-quants: Q2_K, Q4_K, Q5_K
+ * and Q6_K dot products against Q8_K activations, and the Q8_K quantizer.
+ * (Q3_K runs its AVX2 kernel here: a version of this file's shape, two runs
+ * per register with the level signs moved onto the activations under a
+ * mask, ran at 0.73x of it on the Zen 4 of docs/benchmarks.md.)
  * Compiled with -mavx512f/bw/vl/dq/vnni; tk.c calls tk_fill_avx512_kquant()
  * only on CPUs that have them.
  *
@@ -22,7 +24,7 @@
  *                             (q8 loaded to match, 256 bits per half)
  *   Q6_K ql[0..63], nibbles:  low = runs 0 | 1   high = runs 2 | 3
  *                             (q8 loaded as it is, 512 bits)
- *   Q2_K, Q3_K qs[32h..32h+31], bit pairs 0-1 | 2-3 = runs 4h | 4h+1,
+ *   Q2_K qs[32h..32h+31], bit pairs 0-1 | 2-3 = runs 4h | 4h+1,
  *                             4-5 | 6-7 = runs 4h+2 | 4h+3 (q8 as it is)
  *
  * The short inner loops carry "#pragma GCC unroll": their shift counts and
@@ -253,7 +255,7 @@ static inline __m512i scale_quad(int j)
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
-/* Runs 2j and 2j + 1 of a Q2_K / Q3_K block as bit pairs of the 32 qs
+/* Runs 2j and 2j + 1 of a Q2_K block as bit pairs of the 32 qs
  * bytes of their half: shifts 4(j % 2) and 4(j % 2) + 2. */
 static inline __m512i two_runs_2bit(const uint8_t *qs, int j)
 {
@@ -287,50 +289,6 @@ static float dot_q2_K(int64_t n, const void *vw, const void *va)
             __m512i p1 = _mm512_maddubs_epi16(two_runs_2bit(b->qs, j + 1), _mm512_loadu_si512(a->qs + 64 * j + 64));
             acc0 = _mm512_dpwssd_epi32(acc0, p0, _mm512_permutexvar_epi16(scale_quad(j), sc));
             acc1 = _mm512_dpwssd_epi32(acc1, p1, _mm512_permutexvar_epi16(scale_quad(j + 1), sc));
-        }
-        __m256i lanes = fold_halves(_mm512_add_epi32(acc0, acc1));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
-    }
-    return sum8(acc);
-}
-
-/* The 16 six-bit Q3_K scales minus 32, as int8 (layout in tq_kquant.c). */
-static inline __m128i q3_scales(const uint8_t *packed)
-{
-    uint32_t w[3];
-    memcpy(w, packed, 12);
-    const uint32_t lo4 = 0x0f0f0f0f, hi2 = 0x03030303;
-    __m128i s = _mm_set_epi32((int)(((w[1] >> 4) & lo4) | (((w[2] >> 6) & hi2) << 4)),
-                              (int)(((w[0] >> 4) & lo4) | (((w[2] >> 4) & hi2) << 4)),
-                              (int)((w[1] & lo4) | (((w[2] >> 2) & hi2) << 4)),
-                              (int)((w[0] & lo4) | ((w[2] & hi2) << 4)));
-    return _mm_sub_epi8(s, _mm_set1_epi8(32));
-}
-
-/* Q3_K: levels of runs 2j, 2j + 1 (hmask bits 2j, 2j + 1), the sign moved
- * onto the activations under a mask (no vpsignb in AVX-512). */
-static float dot_q3_K(int64_t n, const void *vw, const void *va)
-{
-    const tq_block_q3_K *b = vw;
-    const tq_block_q8_K *a = va;
-    const __m512i one = _mm512_set1_epi8(1), four = _mm512_set1_epi8(4);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / TQ_QK_K; i++, b++, a++) {
-        float d = a->d * _cvtsh_ss(b->d);
-        __m512i sc = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(q3_scales(b->scales)));
-        __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)b->hmask));
-        __m512i acc0 = _mm512_setzero_si512(), acc1 = _mm512_setzero_si512();
-        #pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) {
-            const __m512i hshift = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * j)),
-                                                      _mm256_set1_epi16((short)(2 * j + 1)), 1);
-            __m512i hi = _mm512_and_si512(_mm512_srlv_epi16(hm, hshift), one);
-            __m512i lv = _mm512_sub_epi8(_mm512_or_si512(two_runs_2bit(b->qs, j), _mm512_slli_epi16(hi, 2)), four);
-            __m512i q8 = _mm512_loadu_si512(a->qs + 64 * j);
-            q8 = _mm512_mask_sub_epi8(q8, _mm512_movepi8_mask(lv), _mm512_setzero_si512(), q8);
-            __m512i p = _mm512_maddubs_epi16(_mm512_abs_epi8(lv), q8);
-            if (j % 2) acc1 = _mm512_dpwssd_epi32(acc1, p, _mm512_permutexvar_epi16(scale_quad(j), sc));
-            else acc0 = _mm512_dpwssd_epi32(acc0, p, _mm512_permutexvar_epi16(scale_quad(j), sc));
         }
         __m256i lanes = fold_halves(_mm512_add_epi32(acc0, acc1));
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
@@ -389,7 +347,6 @@ static void quantize_q8_K(const float *x, void *vy, int64_t n)
 void tk_fill_avx512_kquant(tk_ops *o)
 {
     o->vec_dot[TQ_Q2_K] = dot_q2_K;
-    o->vec_dot[TQ_Q3_K] = dot_q3_K;
     o->vec_dot[TQ_Q4_K] = dot_q4_K;
     o->vec_dot[TQ_Q5_K] = dot_q5_K;
     o->vec_dot[TQ_Q6_K] = dot_q6_K;
