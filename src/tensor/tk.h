@@ -105,8 +105,9 @@ const tk_ops *tk_ops_named(const char *isa);
  *   - the tiled layouts of Q4_0 / Q8_0 (tq.h, tk_runs_tiled): the tiled
  *     kernel up to TK_TILED_MAX_TOKENS (tk_impl.h), then the GEMM; the
  *     same operations per output again, so the same bits as plain rows.
- *   - K-quants: vec_dot below 32 tokens, the GEMM from 32; the GEMM does
- *     the reference's float operations, so it equals vec_dot to the bit.
+ *   - Q4_K, Q5_K, Q6_K: vec_dot below 32 tokens, the GEMM from 32; the
+ *     GEMM does the reference's float operations, so it equals vec_dot to
+ *     the bit.  (Q2_K, Q3_K, IQ4_NL, IQ4_XS have no GEMM: the case below.)
  *   - anything else, or a table without these kernels: one vec_dot of the
  *     chosen table per output.
  * Either way results do not depend on the thread count.
