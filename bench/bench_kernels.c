@@ -19,7 +19,10 @@
  * A second table times tk_matmul on several tokens at once (the GEMM path
  * of prefill and batched decode) in GOP/s.
  *
- * Usage: bench_kernels [seconds per measurement, default 0.25] [gemm|gemv|all]
+ * A third mode ("ratios") times the vec_dot of the 256-value and non-linear
+ * formats interleaved, so their ratios to Q4_K hold on a busy machine.
+ *
+ * Usage: bench_kernels [seconds per measurement, default 0.25] [gemm|gemv|ratios|all]
  */
 #include "../src/tensor/tk.h"
 
@@ -103,7 +106,8 @@ static double cpu_s(void)
 static int bench_gemm(tp_pool *pools[2], double secs)
 {
     static const int toks[] = { 4, 8, 16, 32, 48, 64, 512 };
-    static const int types[] = { TQ_Q8_0, TQ_Q8_0X16, TQ_Q4_0, TQ_Q4_0X16, TQ_Q4_1, TQ_Q5_0, TQ_Q5_1, TQ_Q4_K, TQ_Q5_K, TQ_Q6_K };
+    static const int types[] = { TQ_Q8_0, TQ_Q8_0X16, TQ_Q4_0, TQ_Q4_0X16, TQ_Q4_1, TQ_Q5_0, TQ_Q5_1, TQ_Q4_K, TQ_Q5_K, TQ_Q6_K,
+                                 TQ_Q2_K, TQ_Q3_K, TQ_IQ4_NL, TQ_IQ4_XS };
     const int T = 512;
     printf("\nmatmul %d x %d, GOP/s by tokens per call (1 thread, per CPU second | 2 threads, wall)\n",
            G_ROWS, G_COLS);
@@ -171,6 +175,85 @@ static int bench_gemm(tp_pool *pools[2], double secs)
     return 0;
 }
 
+static int cmp_double(const void *pa, const void *pb)
+{
+    double x = *(const double *)pa, y = *(const double *)pb;
+    return x < y ? -1 : x > y;
+}
+
+/* ---- interleaved ratios ---------------------------------------------------------- */
+
+/*
+ * The 256-value and non-linear formats' vec_dot (the table tk_ops_get
+ * chose) on one N_ROWS x N_COLS matrix each, 1 thread, in CPU seconds of
+ * the thread (cpu_s), interleaved: every round times each type once for
+ * secs / ROUNDS, so load from other processes falls on all of them alike.
+ * Prints each type's median GB/s of weights and the median over rounds of
+ * its ratio to Q4_K in the same round.  Validated first against the scalar
+ * reference, bit for bit (tk_kquant_*.c and tk_iquant_*.c keep its order).
+ */
+static int bench_ratios(double secs)
+{
+    enum { ROUNDS = 15 };
+    static const int types[] = { TQ_Q4_K, TQ_Q2_K, TQ_Q3_K, TQ_Q5_K, TQ_Q6_K, TQ_IQ4_NL, TQ_IQ4_XS };
+    enum { NT = sizeof types / sizeof types[0] };
+    const tk_ops *ops = tk_ops_get(), *ref = tk_ops_named("scalar");
+    char *w[NT];
+    void *a[NT];
+    float *wf = malloc((size_t)N_COLS * sizeof *wf), *x = malloc((size_t)N_COLS * sizeof *x);
+    static double gbs[NT][ROUNDS], ratio[NT][ROUNDS];
+    if (!wf || !x) return 1;
+    for (int i = 0; i < N_COLS; i++) x[i] = rnd();
+    for (int t = 0; t < NT; t++) {
+        const tq_traits *tr = tq_get(types[t]);
+        size_t wrow = tq_row_size(types[t], N_COLS);
+        w[t] = malloc(wrow * N_ROWS);
+        a[t] = malloc(N_COLS * sizeof(float));
+        if (!w[t] || !a[t]) return 1;
+        for (int r = 0; r < N_ROWS; r++) {
+            for (int i = 0; i < N_COLS; i++) wf[i] = rnd();
+            tq_quantize_row(types[t], wf, w[t] + r * wrow, N_COLS);
+        }
+        ops->quantize[tr->vec_dot_type](x, a[t], N_COLS);
+        for (int r = 0; r < N_ROWS; r += 97) {
+            float want = ref->vec_dot[types[t]](N_COLS, w[t] + r * wrow, a[t]);
+            float got = ops->vec_dot[types[t]](N_COLS, w[t] + r * wrow, a[t]);
+            if (memcmp(&want, &got, sizeof got) != 0) {
+                fprintf(stderr, "bench_kernels: %s %s row %d: %.9g vs reference %.9g\n", ops->isa, tr->name, r,
+                        got, want);
+                return 1;
+            }
+        }
+    }
+    volatile float sink = 0;
+    for (int k = 0; k < ROUNDS; k++) {
+        for (int t = 0; t < NT; t++) {
+            size_t wrow = tq_row_size(types[t], N_COLS);
+            int64_t passes = 0;
+            double t0 = cpu_s(), el;
+            do {
+                for (int r = 0; r < N_ROWS; r++) sink += ops->vec_dot[types[t]](N_COLS, w[t] + r * wrow, a[t]);
+                passes++;
+                el = cpu_s() - t0;
+            } while (el < secs / ROUNDS);
+            gbs[t][k] = (double)wrow * N_ROWS * (double)passes / el / 1e9;
+        }
+        for (int t = 0; t < NT; t++) ratio[t][k] = gbs[t][k] / gbs[0][k];
+    }
+    printf("\nvec_dot (%s table), %d x %d matrix in cache, 1 thread, %d interleaved rounds: median GB/s of "
+           "weights, median ratio to q4_K\n", ops->isa, N_ROWS, N_COLS, ROUNDS);
+    for (int t = 0; t < NT; t++) {
+        qsort(gbs[t], ROUNDS, sizeof(double), cmp_double);
+        qsort(ratio[t], ROUNDS, sizeof(double), cmp_double);
+        printf("%-7s %6.2f GB/s  %5.2f x q4_K\n", tq_get(types[t])->name, gbs[t][ROUNDS / 2], ratio[t][ROUNDS / 2]);
+        free(w[t]);
+        free(a[t]);
+    }
+    free(wf);
+    free(x);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     double secs = argc > 1 ? atof(argv[1]) : 0.25;
@@ -180,6 +263,12 @@ int main(int argc, char **argv)
     if (tp_new(1, &pools[0]) != PK_OK || tp_new(2, &pools[1]) != PK_OK) {
         fprintf(stderr, "bench_kernels: cannot start threads\n");
         return 1;
+    }
+    if (strcmp(what, "ratios") == 0) {
+        int rc = bench_ratios(20 * secs);
+        tp_free(pools[0]);
+        tp_free(pools[1]);
+        return rc;
     }
     if (strcmp(what, "gemv") != 0 && bench_gemm(pools, secs)) return 1;
     if (strcmp(what, "gemm") == 0) {

@@ -78,7 +78,7 @@ int main(void)
     /* gen-model for every type: the file loads and runs; run --json is
      * well-formed and greedy equals decoding through the library. */
     static const char *types[] = { "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1",
-                                   "q4_k", "q5_k", "q6_k" };
+                                   "q4_k", "q5_k", "q6_k", "q2_k", "q3_k", "iq4_nl", "iq4_xs" };
     char model_path[256];
     snprintf(vocab, sizeof vocab, "%s/models/rand-qwen2-qwen2vocab-e64-l2-F16.gguf", shared);
     for (size_t i = 0; i < ARRAY_LEN(types); i++) {

@@ -73,7 +73,8 @@ static void test_traits(void)
     CHECK_EQ_INT(tq_get(TQ_Q4_1)->vec_dot_type, TQ_Q8_0);
     CHECK_EQ_INT(tq_get(TQ_Q5_K)->vec_dot_type, TQ_Q8_K);
     CHECK_EQ_INT(tq_get(TQ_F16)->vec_dot_type, TQ_F16);
-    CHECK(!tq_get(TQ_Q2_K)->supported);
+    CHECK(!tq_get(TQ_Q8_1)->supported);     /* known, never produced */
+    CHECK(tq_get(TQ_Q2_K)->supported);
     CHECK(tq_get(TQ_Q6_K)->supported);
     CHECK_EQ_INT(tq_row_size(TQ_Q8_0, 4864), 4864 / 32 * 34);
     CHECK_EQ_INT(tq_row_size(TQ_Q8_0, 33), 0);

@@ -37,7 +37,8 @@ static const gen_type gen_types[] = {
     { "q8_0", TQ_Q8_0, false, 7 }, { "q4_0", TQ_Q4_0, false, 2 }, { "q4_1", TQ_Q4_1, false, 3 },
     { "q5_0", TQ_Q5_0, false, 8 }, { "q5_1", TQ_Q5_1, false, 9 }, { "q4_k", TQ_Q4_K, true, 15 },
     { "q4_k_m", TQ_Q4_K, true, 15 }, { "q4_k_s", TQ_Q4_K, false, 14 }, { "q5_k", TQ_Q5_K, false, 16 },
-    { "q6_k", TQ_Q6_K, false, 18 },
+    { "q6_k", TQ_Q6_K, false, 18 }, { "q2_k", TQ_Q2_K, false, 10 }, { "q3_k", TQ_Q3_K, false, 11 },
+    { "iq4_nl", TQ_IQ4_NL, false, 25 }, { "iq4_xs", TQ_IQ4_XS, false, 30 },
 };
 
 /* splitmix64: a fresh stream per tensor from (seed, tensor index). */
@@ -65,6 +66,9 @@ static tq_type fit_type(tq_type t, long n_cols)
 {
     if (n_cols % tq_get(t)->blck_size == 0) return t;
     switch (t) {
+    case TQ_Q2_K:
+    case TQ_Q3_K: t = TQ_Q4_0; break;
+    case TQ_IQ4_XS: t = TQ_IQ4_NL; break;
     case TQ_Q4_K: t = TQ_Q5_0; break;
     case TQ_Q5_K: t = TQ_Q5_1; break;
     case TQ_Q6_K: t = TQ_Q8_0; break;
@@ -137,7 +141,8 @@ static void usage(void)
         "usage: polykv gen-model --arch llama|qwen2|qwen3 [--vocab VOCAB.gguf] --type T --seed S -o OUT.gguf\n"
         "  shape: --n-embd 256 --n-layer 2 --n-head 4 --n-head-kv 2 --n-ff 512 [--head-dim D]\n"
         "         [--ctx 4096] [--rope-base B] [--eps E] [--untied]\n"
-        "  types: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k (= q4_k_m mix) q4_k_s q5_k q6_k\n");
+        "  types: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k (= q4_k_m mix) q4_k_s q5_k q6_k\n"
+        "         q2_k q3_k (= q3_k_s) iq4_nl iq4_xs\n");
 }
 
 int cli_gen_model(int argc, char **argv)

@@ -112,6 +112,7 @@ static void build_tables(void)
         tables[ISA_AVX2].isa = isa_names[ISA_AVX2];
         tk_fill_avx2_legacy(&tables[ISA_AVX2]);
         tk_fill_avx2_kquant(&tables[ISA_AVX2]);
+        tk_fill_avx2_iquant(&tables[ISA_AVX2]);
         inherit(&tables[ISA_AVX2], &tables[ISA_SCALAR]);
         isa_ok[ISA_AVX2] = true;
     }

@@ -3,8 +3,8 @@
  *
  * DESIGN: one table of function pointers per instruction set (scalar,
  * AVX2, AVX-512), each filled by files compiled with their own -m flags
- * (tk_scalar.c; tk_legacy_avx2.c + tk_kquant_avx2.c; tk_legacy_avx512.c +
- * tk_kquant_avx512.c; see tk_impl.h).  tk_ops_get() picks the best table
+ * (tk_scalar.c; tk_legacy_avx2.c + tk_kquant_avx2.c + tk_iquant_avx2.c;
+ * tk_legacy_avx512.c + tk_kquant_avx512.c; see tk_impl.h).  tk_ops_get() picks the best table
  * the CPU supports once, from cpuid and xgetbv; POLYKV_ISA=scalar|avx2|avx512
  * in the environment forces a lower one (an unknown or unsupported name is
  * ignored).  A NULL entry in a SIMD table falls back to the level below
@@ -105,8 +105,9 @@ const tk_ops *tk_ops_named(const char *isa);
  *   - the tiled layouts of Q4_0 / Q8_0 (tq.h, tk_runs_tiled): the tiled
  *     kernel up to TK_TILED_MAX_TOKENS (tk_impl.h), then the GEMM; the
  *     same operations per output again, so the same bits as plain rows.
- *   - K-quants: vec_dot below 32 tokens, the GEMM from 32; the GEMM does
- *     the reference's float operations, so it equals vec_dot to the bit.
+ *   - Q4_K, Q5_K, Q6_K: vec_dot below 32 tokens, the GEMM from 32; the
+ *     GEMM does the reference's float operations, so it equals vec_dot to
+ *     the bit.  (Q2_K, Q3_K, IQ4_NL, IQ4_XS have no GEMM: the case below.)
  *   - anything else, or a table without these kernels: one vec_dot of the
  *     chosen table per output.
  * Either way results do not depend on the thread count.

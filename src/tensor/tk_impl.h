@@ -16,8 +16,9 @@
 void tk_fill_scalar(tk_ops *o);          /* every supported type (tk_scalar.c) */
 void tk_fill_avx2_legacy(tk_ops *o);     /* F32/F16/BF16, 32-value formats, Q8_0/F16/BF16 quantizers */
 void tk_fill_avx512_legacy(tk_ops *o);
-void tk_fill_avx2_kquant(tk_ops *o);     /* Q4_K/Q5_K/Q6_K dots, Q8_K quantizer */
+void tk_fill_avx2_kquant(tk_ops *o);     /* Q2_K..Q6_K dots, Q8_K quantizer */
 void tk_fill_avx512_kquant(tk_ops *o);
+void tk_fill_avx2_iquant(tk_ops *o);     /* IQ4_NL, IQ4_XS dots (tk_iquant_avx2.c; the avx512 table uses them) */
 void tk_fill_avx512_attn(tk_ops *o);     /* attend (tk_attn_avx512.c) */
 void tk_fill_avx512_elem(tk_ops *o);     /* rms_norm, swiglu (tk_elem_avx512.c) */
 void tk_attend_ref(const tk_attn *a, void *scratch);   /* tk_scalar.c */

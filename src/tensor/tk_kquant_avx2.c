@@ -1,12 +1,13 @@
 /*
- * tk_kquant_avx2.c - AVX2 kernels for the K-quants: Q4_K, Q5_K and Q6_K dot
- * products against Q8_K activations, and the Q8_K activation quantizer.
+ * tk_kquant_avx2.c - AVX2 kernels for the K-quants: Q2_K, Q3_K, Q4_K, Q5_K
+ * and Q6_K dot products against Q8_K activations, and the Q8_K activation quantizer.
  * Compiled with -mavx2 -mfma -mf16c; tk.c calls tk_fill_avx2_kquant() only
  * on CPUs that have them.
  *
  * DESIGN: one super-block (256 values) per iteration.  The integer products
  * are formed with vpmaddubsw (unsigned level x signed activation, pairs
- * summed to int16; no saturation: |15*127*2|, |31*127*2|, |63*127*2| all fit)
+ * summed to int16; no saturation: |15*127*2|, |31*127*2|, |63*127*2| all fit;
+ * Q3_K's signed levels go in as |level| with the activation signed to match)
  * and vpmaddwd against the sub-block scale (pairs summed to int32), which
  * leaves int32 lane m holding values 4m..4m+3 of every 32-value run.  Those
  * lanes are exactly the scalar reference's (tq_kquant.c), and so is the
@@ -217,6 +218,91 @@ static float dot_q6_K(int64_t n, const void *vw, const void *va)
     return sum8(acc);
 }
 
+/*
+ * Q2_K: the mins first (lane m of the bsum pairs times -dmin * d_a), then
+ * the levels, whose 2 bits of runs 4h..4h+3 are bit pairs 0-1 .. 6-7 of
+ * qs[32h .. 32h + 32); each run's two 16-value scales as q6_scale_pair's.
+ */
+static float dot_q2_K(int64_t n, const void *vw, const void *va)
+{
+    const tq_block_q2_K *b = vw;
+    const tq_block_q8_K *a = va;
+    const __m256i m3 = _mm256_set1_epi8(3);
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / TQ_QK_K; i++, b++, a++) {
+        float d = a->d * half_to_float(b->d);
+        float dmin = -a->d * half_to_float(b->dmin);
+        __m128i packed = _mm_loadu_si128((const __m128i *)b->scales);
+        __m128i sc8 = _mm_and_si128(packed, m4);
+        __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), m4));
+        __m256i mins = _mm256_madd_epi16(mn16, _mm256_loadu_si256((const __m256i *)a->bsums));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(mins), acc);
+
+        __m256i sumi = _mm256_setzero_si256();
+        #pragma GCC unroll 2
+        for (int half = 0; half < 2; half++) {
+            __m256i bits = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * half));
+            #pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                __m256i lv = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * k), m3);
+                sumi = _mm256_add_epi32(sumi, run_dot(lv, a->qs + 128 * half + 32 * k,
+                                                      q6_scale_pair(sc8, 4 * half + k)));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return sum8(acc);
+}
+
+/* The 16 six-bit Q3_K scales minus 32, as int8 (layout in tq_kquant.c). */
+static inline __m128i q3_scales(const uint8_t *packed)
+{
+    uint32_t w[3];
+    memcpy(w, packed, 12);
+    const uint32_t lo4 = 0x0f0f0f0f, hi2 = 0x03030303;
+    __m128i s = _mm_set_epi32((int)(((w[1] >> 4) & lo4) | (((w[2] >> 6) & hi2) << 4)),
+                              (int)(((w[0] >> 4) & lo4) | (((w[2] >> 4) & hi2) << 4)),
+                              (int)((w[1] & lo4) | (((w[2] >> 2) & hi2) << 4)),
+                              (int)((w[0] & lo4) | ((w[2] & hi2) << 4)));
+    return _mm_sub_epi8(s, _mm_set1_epi8(32));
+}
+
+/*
+ * Q3_K: levels -4..3 (the Q2_K bits, plus 4 where hmask bit 4h + k is set,
+ * minus 4) are signed, so vpmaddubsw gets |level| and the activations with
+ * the level's sign (|4 * 127 * 2| fits int16); the lanes are exact, then
+ * one fused multiply-add per block as for Q6_K.
+ */
+static float dot_q3_K(int64_t n, const void *vw, const void *va)
+{
+    const tq_block_q3_K *b = vw;
+    const tq_block_q8_K *a = va;
+    const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1), four = _mm256_set1_epi8(4);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / TQ_QK_K; i++, b++, a++) {
+        float d = a->d * half_to_float(b->d);
+        __m128i sc8 = q3_scales(b->scales);
+        __m256i hm = _mm256_loadu_si256((const __m256i *)b->hmask);
+        __m256i sumi = _mm256_setzero_si256();
+        #pragma GCC unroll 2
+        for (int half = 0; half < 2; half++) {
+            __m256i bits = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * half));
+            #pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                __m256i lo = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * k), m3);
+                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * half + k), one);
+                __m256i lv = _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 2)), four);
+                __m256i q8 = _mm256_loadu_si256((const __m256i *)(a->qs + 128 * half + 32 * k));
+                __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(lv, lv), _mm256_sign_epi8(q8, lv));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(q6_scale_pair(sc8, 4 * half + k), p));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return sum8(acc);
+}
+
 /* round_nearest() of tq_kquant.c on 8 floats, clamped above at 127: the
  * same bits for every input, NaN and infinities included (they arise when
  * the block's peak is so small that -127 / peak overflows), where vcvtps2dq
@@ -290,6 +376,8 @@ static void quantize_q8_K(const float *x, void *vy, int64_t n)
 
 void tk_fill_avx2_kquant(tk_ops *o)
 {
+    o->vec_dot[TQ_Q2_K] = dot_q2_K;
+    o->vec_dot[TQ_Q3_K] = dot_q3_K;
     o->vec_dot[TQ_Q4_K] = dot_q4_K;
     o->vec_dot[TQ_Q5_K] = dot_q5_K;
     o->vec_dot[TQ_Q6_K] = dot_q6_K;

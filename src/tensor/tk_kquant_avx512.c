@@ -1,6 +1,9 @@
 /*
- * tk_kquant_avx512.c - AVX-512 kernels for the K-quants: Q4_K, Q5_K and
- * Q6_K dot products against Q8_K activations, and the Q8_K quantizer.
+ * tk_kquant_avx512.c - AVX-512 kernels for the K-quants: Q2_K, Q4_K, Q5_K
+ * and Q6_K dot products against Q8_K activations, and the Q8_K quantizer.
+ * (Q3_K runs its AVX2 kernel here: a version of this file's shape, two runs
+ * per register with the level signs moved onto the activations under a
+ * mask, ran at 0.73x of it on the Zen 4 of docs/benchmarks.md.)
  * Compiled with -mavx512f/bw/vl/dq/vnni; tk.c calls tk_fill_avx512_kquant()
  * only on CPUs that have them.
  *
@@ -21,6 +24,8 @@
  *                             (q8 loaded to match, 256 bits per half)
  *   Q6_K ql[0..63], nibbles:  low = runs 0 | 1   high = runs 2 | 3
  *                             (q8 loaded as it is, 512 bits)
+ *   Q2_K qs[32h..32h+31], bit pairs 0-1 | 2-3 = runs 4h | 4h+1,
+ *                             4-5 | 6-7 = runs 4h+2 | 4h+3 (q8 as it is)
  *
  * The short inner loops carry "#pragma GCC unroll": their shift counts and
  * shuffle patterns are only immediates once unrolled, which -O2 alone does
@@ -239,6 +244,58 @@ static float dot_q6_K(int64_t n, const void *vw, const void *va)
     return sum8(acc);
 }
 
+/* vpermw indexes taking 16-value scales 4j..4j+3 each over 8 words (16
+ * values): the scales of runs 2j (low 256 bits) and 2j + 1 (high). */
+static inline __m512i scale_quad(int j)
+{
+    __m256i lo = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)(4 * j))),
+                                         _mm_set1_epi16((short)(4 * j + 1)), 1);
+    __m256i hi = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)(4 * j + 2))),
+                                         _mm_set1_epi16((short)(4 * j + 3)), 1);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+/* Runs 2j and 2j + 1 of a Q2_K block as bit pairs of the 32 qs
+ * bytes of their half: shifts 4(j % 2) and 4(j % 2) + 2. */
+static inline __m512i two_runs_2bit(const uint8_t *qs, int j)
+{
+    const __m512i shift = _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * (j % 2))),
+                                             _mm256_set1_epi16((short)(4 * (j % 2) + 2)), 1);
+    __m512i bits = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * (j / 2))));
+    return _mm512_and_si512(_mm512_srlv_epi16(bits, shift), _mm512_set1_epi8(3));
+}
+
+/* Q2_K: the AVX2 kernel's integer lanes and float steps (see there), two
+ * 32-value runs per register. */
+static float dot_q2_K(int64_t n, const void *vw, const void *va)
+{
+    const tq_block_q2_K *b = vw;
+    const tq_block_q8_K *a = va;
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / TQ_QK_K; i++, b++, a++) {
+        float d = a->d * _cvtsh_ss(b->d);
+        float dmin = -a->d * _cvtsh_ss(b->dmin);
+        __m128i packed = _mm_loadu_si128((const __m128i *)b->scales);
+        __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), m4));
+        __m256i mins = _mm256_madd_epi16(mn16, _mm256_loadu_si256((const __m256i *)a->bsums));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(mins), acc);
+
+        __m512i sc = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(packed, m4)));
+        __m512i acc0 = _mm512_setzero_si512(), acc1 = _mm512_setzero_si512();
+        #pragma GCC unroll 2
+        for (int j = 0; j < 4; j += 2) {
+            __m512i p0 = _mm512_maddubs_epi16(two_runs_2bit(b->qs, j), _mm512_loadu_si512(a->qs + 64 * j));
+            __m512i p1 = _mm512_maddubs_epi16(two_runs_2bit(b->qs, j + 1), _mm512_loadu_si512(a->qs + 64 * j + 64));
+            acc0 = _mm512_dpwssd_epi32(acc0, p0, _mm512_permutexvar_epi16(scale_quad(j), sc));
+            acc1 = _mm512_dpwssd_epi32(acc1, p1, _mm512_permutexvar_epi16(scale_quad(j + 1), sc));
+        }
+        __m256i lanes = fold_halves(_mm512_add_epi32(acc0, acc1));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
+    }
+    return sum8(acc);
+}
+
 /* round_nearest() of tq_kquant.c on 16 floats, clamped above at 127: the
  * same bits for every input (see the AVX2 version). */
 static inline __m512i round_clamp(__m512 v)
@@ -289,6 +346,7 @@ static void quantize_q8_K(const float *x, void *vy, int64_t n)
 
 void tk_fill_avx512_kquant(tk_ops *o)
 {
+    o->vec_dot[TQ_Q2_K] = dot_q2_K;
     o->vec_dot[TQ_Q4_K] = dot_q4_K;
     o->vec_dot[TQ_Q5_K] = dot_q5_K;
     o->vec_dot[TQ_Q6_K] = dot_q6_K;

@@ -38,9 +38,13 @@ void tk_fill_scalar(tk_ops *o)
     o->vec_dot[TQ_Q5_0] = tq_dot_q5_0;
     o->vec_dot[TQ_Q5_1] = tq_dot_q5_1;
     o->vec_dot[TQ_Q8_0] = tq_dot_q8_0;
+    o->vec_dot[TQ_Q2_K] = tq_dot_q2_K;
+    o->vec_dot[TQ_Q3_K] = tq_dot_q3_K;
     o->vec_dot[TQ_Q4_K] = tq_dot_q4_K;
     o->vec_dot[TQ_Q5_K] = tq_dot_q5_K;
     o->vec_dot[TQ_Q6_K] = tq_dot_q6_K;
+    o->vec_dot[TQ_IQ4_NL] = tq_dot_iq4_nl;
+    o->vec_dot[TQ_IQ4_XS] = tq_dot_iq4_xs;
 
     o->quantize[TQ_F32]  = tq_quant_f32;
     o->quantize[TQ_F16]  = tq_quant_f16;

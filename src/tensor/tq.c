@@ -3,8 +3,8 @@
  * that route tq.h's reference entry points to the per-type routines of
  * tq_impl.h.
  *
- * The table is indexed by GGUF type id.  Ids we know but cannot run (Q8_1,
- * Q2_K, Q3_K) keep their real sizes so a file holding them can still be
+ * The table is indexed by GGUF type id.  Ids we know but cannot run (Q8_1)
+ * keep their real sizes so a file holding them can still be
  * walked and reported, with supported = false.
  *
  * Half conversion rounds to nearest even and treats inf, NaN and subnormals
@@ -27,13 +27,14 @@ static const tq_traits traits[TQ_COUNT] = {
     [TQ_Q8_0] = { "q8_0", TQ_QK8_0,  sizeof(tq_block_q8_0), TQ_Q8_0, true },
     /* Q8_1: 32 int8 with f16 d and f16 d*sum; known, never produced here. */
     [TQ_Q8_1] = { "q8_1", 32,        36,                    TQ_Q8_1, false },
-    /* Q2_K / Q3_K: sizes from their GGUF layouts; not implemented. */
-    [TQ_Q2_K] = { "q2_K", TQ_QK_K,   84,                    TQ_Q8_K, false },
-    [TQ_Q3_K] = { "q3_K", TQ_QK_K,   110,                   TQ_Q8_K, false },
+    [TQ_Q2_K] = { "q2_K", TQ_QK_K,   sizeof(tq_block_q2_K), TQ_Q8_K, true },
+    [TQ_Q3_K] = { "q3_K", TQ_QK_K,   sizeof(tq_block_q3_K), TQ_Q8_K, true },
     [TQ_Q4_K] = { "q4_K", TQ_QK_K,   sizeof(tq_block_q4_K), TQ_Q8_K, true },
     [TQ_Q5_K] = { "q5_K", TQ_QK_K,   sizeof(tq_block_q5_K), TQ_Q8_K, true },
     [TQ_Q6_K] = { "q6_K", TQ_QK_K,   sizeof(tq_block_q6_K), TQ_Q8_K, true },
     [TQ_Q8_K] = { "q8_K", TQ_QK_K,   sizeof(tq_block_q8_K), TQ_Q8_K, true },
+    [TQ_IQ4_NL] = { "iq4_nl", TQ_QK4_NL, sizeof(tq_block_iq4_nl), TQ_Q8_0, true },
+    [TQ_IQ4_XS] = { "iq4_xs", TQ_QK_K,   sizeof(tq_block_iq4_xs), TQ_Q8_K, true },
     [TQ_Q4_0X16] = { "q4_0x16", TQ_QK4_0, sizeof(tq_block_q4_0), TQ_Q8_0, true, TQ_TILE_ROWS, TQ_Q4_0 },
     [TQ_Q8_0X16] = { "q8_0x16", TQ_QK8_0, sizeof(tq_block_q8_0), TQ_Q8_0, true, TQ_TILE_ROWS, TQ_Q8_0 },
 };
@@ -44,10 +45,14 @@ _Static_assert(sizeof(tq_block_q4_1) == 20, "q4_1 layout");
 _Static_assert(sizeof(tq_block_q5_0) == 22, "q5_0 layout");
 _Static_assert(sizeof(tq_block_q5_1) == 24, "q5_1 layout");
 _Static_assert(sizeof(tq_block_q8_0) == 34, "q8_0 layout");
+_Static_assert(sizeof(tq_block_q2_K) == 84, "q2_K layout");
+_Static_assert(sizeof(tq_block_q3_K) == 110, "q3_K layout");
 _Static_assert(sizeof(tq_block_q4_K) == 144, "q4_K layout");
 _Static_assert(sizeof(tq_block_q5_K) == 176, "q5_K layout");
 _Static_assert(sizeof(tq_block_q6_K) == 210, "q6_K layout");
 _Static_assert(sizeof(tq_block_q8_K) == 292, "q8_K layout");
+_Static_assert(sizeof(tq_block_iq4_nl) == 18, "iq4_nl layout");
+_Static_assert(sizeof(tq_block_iq4_xs) == 136, "iq4_xs layout");
 
 const tq_traits *tq_get(int type)
 {
@@ -143,10 +148,14 @@ void tq_dequantize_row(tq_type type, const void *x, float *y, int64_t n)
     case TQ_Q5_0: tq_dequant_q5_0(x, y, n); break;
     case TQ_Q5_1: tq_dequant_q5_1(x, y, n); break;
     case TQ_Q8_0: tq_dequant_q8_0(x, y, n); break;
+    case TQ_Q2_K: tq_dequant_q2_K(x, y, n); break;
+    case TQ_Q3_K: tq_dequant_q3_K(x, y, n); break;
     case TQ_Q4_K: tq_dequant_q4_K(x, y, n); break;
     case TQ_Q5_K: tq_dequant_q5_K(x, y, n); break;
     case TQ_Q6_K: tq_dequant_q6_K(x, y, n); break;
     case TQ_Q8_K: tq_dequant_q8_K(x, y, n); break;
+    case TQ_IQ4_NL: tq_dequant_iq4_nl(x, y, n); break;
+    case TQ_IQ4_XS: tq_dequant_iq4_xs(x, y, n); break;
     default: ASSERT(!"tq_dequantize_row: unsupported type");
     }
 }
@@ -162,10 +171,14 @@ void tq_quantize_row(tq_type type, const float *x, void *y, int64_t n)
     case TQ_Q5_0: tq_quant_q5_0(x, y, n); break;
     case TQ_Q5_1: tq_quant_q5_1(x, y, n); break;
     case TQ_Q8_0: tq_quant_q8_0(x, y, n); break;
+    case TQ_Q2_K: tq_quant_q2_K(x, y, n); break;
+    case TQ_Q3_K: tq_quant_q3_K(x, y, n); break;
     case TQ_Q4_K: tq_quant_q4_K(x, y, n); break;
     case TQ_Q5_K: tq_quant_q5_K(x, y, n); break;
     case TQ_Q6_K: tq_quant_q6_K(x, y, n); break;
     case TQ_Q8_K: tq_quant_q8_K(x, y, n); break;
+    case TQ_IQ4_NL: tq_quant_iq4_nl(x, y, n); break;
+    case TQ_IQ4_XS: tq_quant_iq4_xs(x, y, n); break;
     default: ASSERT(!"tq_quantize_row: unsupported type");
     }
 }
@@ -181,9 +194,13 @@ float tq_vec_dot_ref(tq_type wtype, int64_t n, const void *w, const void *a)
     case TQ_Q5_0: return tq_dot_q5_0(n, w, a);
     case TQ_Q5_1: return tq_dot_q5_1(n, w, a);
     case TQ_Q8_0: return tq_dot_q8_0(n, w, a);
+    case TQ_Q2_K: return tq_dot_q2_K(n, w, a);
+    case TQ_Q3_K: return tq_dot_q3_K(n, w, a);
     case TQ_Q4_K: return tq_dot_q4_K(n, w, a);
     case TQ_Q5_K: return tq_dot_q5_K(n, w, a);
     case TQ_Q6_K: return tq_dot_q6_K(n, w, a);
+    case TQ_IQ4_NL: return tq_dot_iq4_nl(n, w, a);
+    case TQ_IQ4_XS: return tq_dot_iq4_xs(n, w, a);
     default: ASSERT(!"tq_vec_dot_ref: unsupported weight type");
     }
     return 0.0f;

@@ -9,9 +9,9 @@
  * The scalar functions here are the algorithmic reference: the SIMD kernels
  * (tk.h) are tested against them.  A weight type W is multiplied against
  * activations converted to tq_get(W)->vec_dot_type (F16 for F16, Q8_0 for
- * Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 — Q8_1 is not used —, Q8_K for the K-quants, F32
- * for F32, BF16 for BF16), which is what the reference engine does, so
- * results agree with it to rounding.
+ * Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL — Q8_1 is not used —, Q8_K for the K-quants
+ * and IQ4_XS, F32 for F32, BF16 for BF16), which is what the reference engine
+ * does, so results agree with it to rounding.
  */
 #ifndef TQ_H
 #define TQ_H
@@ -33,6 +33,8 @@ typedef enum tq_type {
     TQ_Q5_K = 13,
     TQ_Q6_K = 14,
     TQ_Q8_K = 15,
+    TQ_IQ4_NL = 20,
+    TQ_IQ4_XS = 23,
     TQ_BF16 = 30,
     /* tiled layouts (below): made at load time, never read from a file */
     TQ_Q4_0X16 = 40,
@@ -48,6 +50,7 @@ typedef uint16_t tq_bf16;  /* bfloat16, bit pattern */
 #define TQ_QK5_0 32
 #define TQ_QK5_1 32
 #define TQ_QK8_0 32
+#define TQ_QK4_NL 32
 #define TQ_QK_K 256
 #define TQ_K_SCALE_SIZE 12
 
@@ -56,6 +59,17 @@ typedef struct { tq_f16 d, m; uint8_t qs[TQ_QK4_1 / 2]; } tq_block_q4_1;        
 typedef struct { tq_f16 d; uint8_t qh[4]; uint8_t qs[TQ_QK5_0 / 2]; } tq_block_q5_0; /* 22 B */
 typedef struct { tq_f16 d, m; uint8_t qh[4]; uint8_t qs[TQ_QK5_1 / 2]; } tq_block_q5_1; /* 24 B */
 typedef struct { tq_f16 d; int8_t qs[TQ_QK8_0]; } tq_block_q8_0;                  /* 34 B */
+typedef struct {                                                              /* 84 B */
+    uint8_t scales[TQ_QK_K / 16];     /* 16 x (4-bit scale | 4-bit min << 4) */
+    uint8_t qs[TQ_QK_K / 4];          /* 2-bit levels */
+    tq_f16 d, dmin;
+} tq_block_q2_K;
+typedef struct {                                                              /* 110 B */
+    uint8_t hmask[TQ_QK_K / 8];       /* third bit of each level */
+    uint8_t qs[TQ_QK_K / 4];          /* low 2 bits */
+    uint8_t scales[TQ_K_SCALE_SIZE];  /* 16 x 6-bit scale (+32), packed */
+    tq_f16 d;
+} tq_block_q3_K;
 typedef struct {                                                              /* 144 B */
     tq_f16 d, dmin;
     uint8_t scales[TQ_K_SCALE_SIZE];  /* 8 x (6-bit scale, 6-bit min), packed */
@@ -73,11 +87,22 @@ typedef struct {                                                              /*
     int8_t scales[TQ_QK_K / 16];
     tq_f16 d;
 } tq_block_q6_K;
+/* The non-linear 4-bit formats: a level is an index into tq_iq4nl_values. */
+typedef struct { tq_f16 d; uint8_t qs[TQ_QK4_NL / 2]; } tq_block_iq4_nl;          /* 18 B */
+typedef struct {                                                              /* 136 B */
+    tq_f16 d;
+    uint16_t scales_h;                /* top 2 bits of the 8 scales (+32) */
+    uint8_t scales_l[TQ_QK_K / 64];   /* low 4 bits, two per byte */
+    uint8_t qs[TQ_QK_K / 2];
+} tq_block_iq4_xs;
 typedef struct {                                                              /* 292 B */
     float d;
     int8_t qs[TQ_QK_K];
     int16_t bsums[TQ_QK_K / 16];      /* sum of each group of 16 qs */
 } tq_block_q8_K;
+
+/* The 16 values an IQ4_NL / IQ4_XS level stands for (GGUF's table). */
+extern const int8_t tq_iq4nl_values[16];
 
 typedef struct tq_traits {
     const char *name;       /* "q4_K", as GGUF tools print it */

@@ -1,8 +1,17 @@
 /*
- * tq_kquant.c - scalar reference for the 256-value "K" formats: Q4_K, Q5_K,
- * Q6_K (weights) and Q8_K (activations).
+ * tq_kquant.c - scalar reference for the 256-value "K" formats: Q2_K, Q3_K,
+ * Q4_K, Q5_K, Q6_K (weights) and Q8_K (activations).
  *
  * LAYOUTS (one super-block = 256 values, see tq.h for the structs)
+ *
+ *   Q2_K: 16 sub-blocks of 16 values, value = d*sc[j]*q - dmin*mn[j], q
+ *   2-bit, sc and mn 4-bit (scales[j] = sc | mn << 4).  Each half of 128
+ *   values has 32 qs bytes; its value 32k + l has bits 2k, 2k+1 of qs[l].
+ *
+ *   Q3_K: 16 sub-blocks of 16 values, value = d*(sc[j] - 32)*(q - 4), q
+ *   3-bit: its low 2 bits placed as Q2_K's, its top bit (value v) bit v/32
+ *   of hmask[v % 32].  The 6-bit sc[j]: low 4 bits in nibble j/8 of
+ *   scales[j % 8], top 2 bits in bits 2(j/4) of scales[8 + j % 4].
  *
  *   Q4_K / Q5_K: 8 sub-blocks of 32 values, value = d*sc[j]*q - dmin*mn[j],
  *   q unsigned (4 or 5 bits), sc/mn unsigned 6-bit, packed in 12 bytes:
@@ -39,6 +48,13 @@
  * The dot products reproduce, bit for bit, what the reference engine
  * computes on x86 CPUs with AVX2 by default (not its portable C fallback):
  *
+ *   Q2_K, Q3_K: its row-by-row kernels, 8 int32 lanes as for Q5_K below
+ *     (each 32-value run has two 16-value scales: lanes 0-3 take the first,
+ *     4-7 the second), one fused multiply-add per lane per block (Q2_K's
+ *     mins, as 8 lanes of bsum pairs, one before it).  The reference
+ *     repacks Q2_K matrices 8 rows at a time on AVX-512 CPUs, and rounds
+ *     differently in the last bits there.
+ *
  *   Q5_K, Q6_K: its row-by-row kernels.  A super-block's integer products
  *     are gathered into 8 int32 "lanes" (lane m holds values 4m..4m+3 of
  *     every 32-value run, which is how 256-bit multiply-add instructions
@@ -60,18 +76,6 @@
 
 #include <math.h>
 #include <string.h>
-
-/* Rounds to the nearest integer, ties to even, for |v| < 2^22: adding
- * 1.5 * 2^23 leaves the rounded value in the low mantissa bits.  Out of that
- * range the result is meaningless but deterministic, the same as the
- * reference engine's, which the quantizers rely on for identical bytes. */
-static inline int round_nearest(float v)
-{
-    float biased = v + 12582912.0f;
-    int32_t bits;
-    memcpy(&bits, &biased, sizeof bits);
-    return (bits & 0x007fffff) - 0x00400000;
-}
 
 /* Scale and min j (0..7) of a Q4_K/Q5_K super-block's 12 packed bytes. */
 static inline void unpack_scale_min(const uint8_t *s, int j, uint8_t *sc, uint8_t *mn)
@@ -102,12 +106,12 @@ static void pack_scale_min(uint8_t *s, int j, uint8_t sc, uint8_t mn)
 /*
  * Fits x[0..n) ~ scale * L - min with L in 0..nmax, scale >= 0, min >= 0
  * (the returned *neg_min is the positive offset subtracted), minimising the
- * weighted squared error.  Starts from the min/max grid and tries nstep + 1
+ * weighted squared error (mad: the weighted absolute error).  Starts from the min/max grid and tries nstep + 1
  * stretched grids (nmax + rmin + rdelta*is levels over the range), solving
  * the 2x2 least-squares system for each.  L gets the best levels.
  */
 static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint8_t *L,
-                           float *neg_min, float rmin, float rdelta, int nstep)
+                           float *neg_min, float rmin, float rdelta, int nstep, bool mad)
 {
     uint8_t trial[32];
     float lo = x[0], hi = x[0];
@@ -128,16 +132,16 @@ static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint
     float scale = 1 / inv;
     float best_err = 0;
     for (int i = 0; i < n; i++) {
-        int l = round_nearest(inv * (x[i] - lo));
+        int l = tq_round_nearest(inv * (x[i] - lo));
         L[i] = (uint8_t)MAX(0, MIN(nmax, l));
         float diff = scale * L[i] + lo - x[i];
-        best_err += w[i] * (diff * diff);
+        best_err += w[i] * (mad ? fabsf(diff) : diff * diff);
     }
     for (int is = 0; is <= nstep; is++) {
         inv = (rmin + rdelta * is + nmax) / (hi - lo);
         float sum_l = 0, sum_l2 = 0, sum_xl = 0;
         for (int i = 0; i < n; i++) {
-            int l = round_nearest(inv * (x[i] - lo));
+            int l = tq_round_nearest(inv * (x[i] - lo));
             l = MAX(0, MIN(nmax, l));
             trial[i] = (uint8_t)l;
             sum_l += w[i] * l;
@@ -155,7 +159,7 @@ static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint
         float err = 0;
         for (int i = 0; i < n; i++) {
             float diff = t_scale * trial[i] + t_min - x[i];
-            err += w[i] * (diff * diff);
+            err += w[i] * (mad ? fabsf(diff) : diff * diff);
         }
         if (err < best_err) {
             memcpy(L, trial, (size_t)n);
@@ -189,7 +193,7 @@ static float fit_scale_signed(int n, int nmax, const float *x, int8_t *L)
     float inv = -nmax / peak;
     float sum_lx = 0, sum_l2 = 0;
     for (int i = 0; i < n; i++) {
-        int l = round_nearest(inv * x[i]);
+        int l = tq_round_nearest(inv * x[i]);
         l = MAX(-nmax, MIN(nmax - 1, l));
         L[i] = (int8_t)(l + nmax);
         float w = x[i] * x[i];
@@ -203,7 +207,7 @@ static float fit_scale_signed(int n, int nmax, const float *x, int8_t *L)
         inv = -(nmax + 0.1f * is) / peak;
         sum_lx = sum_l2 = 0;
         for (int i = 0; i < n; i++) {
-            int l = round_nearest(inv * x[i]);
+            int l = tq_round_nearest(inv * x[i]);
             l = MAX(-nmax, MIN(nmax - 1, l));
             float w = x[i] * x[i];
             sum_lx += w * x[i] * l;
@@ -212,7 +216,7 @@ static float fit_scale_signed(int n, int nmax, const float *x, int8_t *L)
         /* sum_lx^2 / sum_l2 is the error reduction of this grid's best scale */
         if (sum_l2 > 0 && sum_lx * sum_lx > best * sum_l2) {
             for (int i = 0; i < n; i++) {
-                int l = round_nearest(inv * x[i]);
+                int l = tq_round_nearest(inv * x[i]);
                 L[i] = (int8_t)(nmax + MAX(-nmax, MIN(nmax - 1, l)));
             }
             scale = sum_lx / sum_l2;
@@ -241,7 +245,7 @@ static void quant_scale_min_block(const float *x, int nmax, float rmin, int nste
         for (int l = 0; l < 32; l++) sum_x2 += xj[l] * xj[l];
         float rms = sqrtf(sum_x2 / 32);
         for (int l = 0; l < 32; l++) w[l] = rms + fabsf(xj[l]);
-        scales[j] = fit_scale_min(32, nmax, xj, w, L + 32 * j, &mins[j], rmin, 0.1f, nstep);
+        scales[j] = fit_scale_min(32, nmax, xj, w, L + 32 * j, &mins[j], rmin, 0.1f, nstep, false);
         if (scales[j] > max_scale) max_scale = scales[j];
         if (mins[j] > max_min) max_min = mins[j];
     }
@@ -250,8 +254,8 @@ static void quant_scale_min_block(const float *x, int nmax, float rmin, int nste
     for (int j = 0; j < 8; j++) {
         /* through uint8_t first: a negative fit wraps and then clamps to 63,
          * as the reference does */
-        uint8_t ls = (uint8_t)round_nearest(inv_scale * scales[j]);
-        uint8_t lm = (uint8_t)round_nearest(inv_min * mins[j]);
+        uint8_t ls = (uint8_t)tq_round_nearest(inv_scale * scales[j]);
+        uint8_t lm = (uint8_t)tq_round_nearest(inv_min * mins[j]);
         pack_scale_min(packed, j, MIN(63, ls), MIN(63, lm));
     }
     *d_out = tq_f32_to_f16(max_scale / 63.f);
@@ -265,9 +269,210 @@ static void quant_scale_min_block(const float *x, int nmax, float rmin, int nste
         if (!d) continue;
         float dm = dmin_all * mn;
         for (int l = 0; l < 32; l++) {
-            int q = round_nearest((x[32 * j + l] + dm) / d);
+            int q = tq_round_nearest((x[32 * j + l] + dm) / d);
             L[32 * j + l] = (uint8_t)MAX(0, MIN(nmax, q));
         }
+    }
+}
+
+/* ---- Q2_K -------------------------------------------------------------- */
+
+/* Level (0..3) of value v of a Q2_K block: in each half of 128 values,
+ * value 32k + l is bits 2k, 2k+1 of qs[32 * half + l]. */
+static inline int q2_level(const tq_block_q2_K *b, int v)
+{
+    return (b->qs[32 * (v / 128) + v % 32] >> (2 * ((v % 128) / 32))) & 3;
+}
+
+void tq_dequant_q2_K(const void *vx, float *y, int64_t n)
+{
+    const tq_block_q2_K *b = vx;
+    for (int64_t i = 0; i < n / TQ_QK_K; i++, b++) {
+        float d = tq_f16_to_f32(b->d), dmin = tq_f16_to_f32(b->dmin);
+        for (int j = 0; j < 16; j++) {
+            float dl = d * (b->scales[j] & 0xf), ml = dmin * (b->scales[j] >> 4);
+            for (int l = 0; l < 16; l++) *y++ = dl * q2_level(b, 16 * j + l) - ml;
+        }
+    }
+}
+
+/* Packs levels 0..3 (Q3_K: their low 2 bits) of 256 values into qs. */
+static void pack_2bit(const uint8_t *L, uint8_t *qs)
+{
+    for (int half = 0; half < 2; half++) {
+        const uint8_t *Lh = L + 128 * half;
+        for (int l = 0; l < 32; l++)
+            qs[32 * half + l] = (uint8_t)((Lh[l] & 3) | (Lh[l + 32] & 3) << 2 | (Lh[l + 64] & 3) << 4 |
+                                          (Lh[l + 96] & 3) << 6);
+    }
+}
+
+/*
+ * Each 16-value group is fitted as scale * L - min with the absolute error
+ * weighted by |x| (the reference's choice for 2 bits, where a squared error
+ * lets large values pull every level), then scales and mins are quantized
+ * to 4 bits against the largest of each and the values requantized with
+ * the stored ones.
+ */
+void tq_quant_q2_K(const float *x, void *vy, int64_t n)
+{
+    tq_block_q2_K *b = vy;
+    uint8_t L[TQ_QK_K];
+    float w[16], scales[16], mins[16];
+    for (int64_t i = 0; i < n / TQ_QK_K; i++, b++, x += TQ_QK_K) {
+        float max_scale = 0, max_min = 0;
+        for (int j = 0; j < 16; j++) {
+            for (int l = 0; l < 16; l++) w[l] = fabsf(x[16 * j + l]);
+            scales[j] = fit_scale_min(16, 3, x + 16 * j, w, L + 16 * j, &mins[j], -0.5f, 0.1f, 15, true);
+            if (scales[j] > max_scale) max_scale = scales[j];
+            if (mins[j] > max_min) max_min = mins[j];
+        }
+        memset(b->scales, 0, sizeof b->scales);
+        b->d = b->dmin = tq_f32_to_f16(0.0f);
+        if (max_scale > 0) {
+            float inv = 15.f / max_scale;
+            for (int j = 0; j < 16; j++) b->scales[j] = (uint8_t)tq_round_nearest(inv * scales[j]);
+            b->d = tq_f32_to_f16(max_scale / 15.f);
+        }
+        if (max_min > 0) {
+            float inv = 15.f / max_min;
+            for (int j = 0; j < 16; j++) b->scales[j] |= (uint8_t)(tq_round_nearest(inv * mins[j]) << 4);
+            b->dmin = tq_f32_to_f16(max_min / 15.f);
+        }
+        for (int j = 0; j < 16; j++) {
+            float d = tq_f16_to_f32(b->d) * (b->scales[j] & 0xf);
+            if (!d) continue;
+            float dm = tq_f16_to_f32(b->dmin) * (b->scales[j] >> 4);
+            for (int l = 0; l < 16; l++) {
+                int q = tq_round_nearest((x[16 * j + l] + dm) / d);
+                L[16 * j + l] = (uint8_t)MAX(0, MIN(3, q));
+            }
+        }
+        pack_2bit(L, b->qs);
+    }
+}
+
+/* ---- Q3_K -------------------------------------------------------------- */
+
+/* Scale j (0..15) of a Q3_K block, -32..31: its low 4 bits are nibble
+ * j / 8 of byte j % 8, its top 2 bits bits 2(j / 4) of byte 8 + j % 4. */
+static inline int q3_scale(const uint8_t *s, int j)
+{
+    int lo = (s[j % 8] >> (4 * (j / 8))) & 0xf, hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+    return (lo | hi << 4) - 32;
+}
+
+/* Level (-4..3) of value v: the Q2_K position's 2 bits, minus 4 unless bit
+ * v / 32 of hmask[v % 32] is set. */
+static inline int q3_level(const tq_block_q3_K *b, int v)
+{
+    int lo = (b->qs[32 * (v / 128) + v % 32] >> (2 * ((v % 128) / 32))) & 3;
+    return lo - ((b->hmask[v % 32] >> (v / 32)) & 1 ? 0 : 4);
+}
+
+void tq_dequant_q3_K(const void *vx, float *y, int64_t n)
+{
+    const tq_block_q3_K *b = vx;
+    for (int64_t i = 0; i < n / TQ_QK_K; i++, b++) {
+        float d = tq_f16_to_f32(b->d);
+        for (int j = 0; j < 16; j++) {
+            float dl = d * q3_scale(b->scales, j);
+            for (int l = 0; l < 16; l++) *y++ = dl * q3_level(b, 16 * j + l);
+        }
+    }
+}
+
+/*
+ * Fits x[0..n) ~ scale * (L - nmax), L - nmax in -nmax..nmax-1, weights x^2:
+ * from the grid that maps the value of largest magnitude to -nmax, up to 5
+ * sweeps move single levels to where they best fit the others while that
+ * lowers the error (sum_lx^2 / sum_l2 grows).  Returns the scale.
+ */
+static float fit_scale_q3(int n, int nmax, const float *x, int8_t *L)
+{
+    float peak = 0, apeak = 0;
+    for (int i = 0; i < n; i++) {
+        float ax = fabsf(x[i]);
+        if (ax > apeak) { apeak = ax; peak = x[i]; }
+    }
+    if (apeak < 1e-15f) {
+        memset(L, 0, (size_t)n);
+        return 0.0f;
+    }
+    float inv = -nmax / peak, sum_lx = 0, sum_l2 = 0;
+    for (int i = 0; i < n; i++) {
+        int l = MAX(-nmax, MIN(nmax - 1, tq_round_nearest(inv * x[i])));
+        L[i] = (int8_t)l;
+        float w = x[i] * x[i];
+        sum_lx += w * x[i] * l;
+        sum_l2 += w * l * l;
+    }
+    for (int sweep = 0; sweep < 5; sweep++) {
+        int changed = 0;
+        for (int i = 0; i < n; i++) {
+            float w = x[i] * x[i];
+            float slx = sum_lx - w * x[i] * L[i];
+            if (!(slx > 0)) continue;
+            float sl2 = sum_l2 - w * L[i] * L[i];
+            int l = MAX(-nmax, MIN(nmax - 1, tq_round_nearest(x[i] * sl2 / slx)));
+            if (l == L[i]) continue;
+            slx += w * x[i] * l;
+            sl2 += w * l * l;
+            if (sl2 > 0 && slx * slx * sum_l2 > sum_lx * sum_lx * sl2) {
+                L[i] = (int8_t)l;
+                sum_lx = slx;
+                sum_l2 = sl2;
+                changed++;
+            }
+        }
+        if (!changed) break;
+    }
+    for (int i = 0; i < n; i++) L[i] = (int8_t)(L[i] + nmax);
+    return sum_l2 > 0 ? sum_lx / sum_l2 : 0.0f;
+}
+
+/* Sixteen signed scales to 6 bits against the one of largest magnitude
+ * (which takes -32), then the values requantized with the stored scales. */
+void tq_quant_q3_K(const float *x, void *vy, int64_t n)
+{
+    tq_block_q3_K *b = vy;
+    int8_t L[TQ_QK_K];
+    float scales[16];
+    for (int64_t i = 0; i < n / TQ_QK_K; i++, b++, x += TQ_QK_K) {
+        float max_scale = 0, amax = 0;
+        for (int j = 0; j < 16; j++) {
+            scales[j] = fit_scale_q3(16, 4, x + 16 * j, L + 16 * j);
+            if (fabsf(scales[j]) > amax) {
+                amax = fabsf(scales[j]);
+                max_scale = scales[j];
+            }
+        }
+        memset(b->scales, 0, sizeof b->scales);
+        b->d = tq_f32_to_f16(0.0f);
+        if (max_scale) {
+            float inv = -32.f / max_scale;
+            for (int j = 0; j < 16; j++) {
+                int l = MAX(-32, MIN(31, (int8_t)tq_round_nearest(inv * scales[j]))) + 32;
+                b->scales[j % 8] |= (uint8_t)((l & 0xf) << (4 * (j / 8)));
+                b->scales[8 + j % 4] |= (uint8_t)((l >> 4) << (2 * (j / 4)));
+            }
+            b->d = tq_f32_to_f16(1 / inv);
+        }
+        for (int j = 0; j < 16; j++) {
+            float d = tq_f16_to_f32(b->d) * q3_scale(b->scales, j);
+            if (!d) continue;
+            for (int l = 0; l < 16; l++) {
+                int q = tq_round_nearest(x[16 * j + l] / d);
+                L[16 * j + l] = (int8_t)(MAX(-4, MIN(3, q)) + 4);
+            }
+        }
+        memset(b->hmask, 0, sizeof b->hmask);
+        uint8_t low[TQ_QK_K];
+        for (int v = 0; v < TQ_QK_K; v++) {
+            if (L[v] > 3) b->hmask[v % 32] |= (uint8_t)(1 << (v / 32));
+            low[v] = (uint8_t)(L[v] & 3);
+        }
+        pack_2bit(low, b->qs);
     }
 }
 
@@ -385,12 +590,12 @@ void tq_quant_q6_K(const float *x, void *vy, int64_t n)
          * without a positive twin */
         float inv = -128.f / max_scale;
         b->d = tq_f32_to_f16(1 / inv);
-        for (int j = 0; j < 16; j++) b->scales[j] = (int8_t)MIN(127, round_nearest(inv * scales[j]));
+        for (int j = 0; j < 16; j++) b->scales[j] = (int8_t)MIN(127, tq_round_nearest(inv * scales[j]));
         for (int j = 0; j < 16; j++) {
             float d = tq_f16_to_f32(b->d) * b->scales[j];
             if (!d) continue;
             for (int l = 0; l < 16; l++) {
-                int q = round_nearest(x[16 * j + l] / d);
+                int q = tq_round_nearest(x[16 * j + l] / d);
                 L[16 * j + l] = (int8_t)(MAX(-32, MIN(31, q)) + 32);
             }
         }
@@ -436,7 +641,7 @@ void tq_quant_q8_K(const float *x, void *vy, int64_t n)
             continue;
         }
         float inv = -127.f / peak;
-        for (int l = 0; l < TQ_QK_K; l++) b->qs[l] = (int8_t)MIN(127, round_nearest(inv * x[l]));
+        for (int l = 0; l < TQ_QK_K; l++) b->qs[l] = (int8_t)MIN(127, tq_round_nearest(inv * x[l]));
         for (int g = 0; g < TQ_QK_K / 16; g++) {
             int sum = 0;
             for (int l = 0; l < 16; l++) sum += b->qs[16 * g + l];
@@ -448,31 +653,13 @@ void tq_quant_q8_K(const float *x, void *vy, int64_t n)
 
 /* ---- dot products ------------------------------------------------------ */
 
-/* The 8 float lanes of the x86 kernels summed in their order. */
-static float sum_lanes(const float acc[8])
-{
-    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
-}
-
-/* lane[m] += sc * (q . a) over values 4m..4m+3 of one 32-value run, with
- * sc = sc_lo for lanes 0-3 and sc_hi for lanes 4-7. */
-static void run_lanes(int32_t lane[8], int32_t sc_lo, int32_t sc_hi, const uint8_t *q,
-                      const int8_t *a)
-{
-    for (int m = 0; m < 8; m++) {
-        int32_t s = 0;
-        for (int t = 0; t < 4; t++) s += q[4 * m + t] * a[4 * m + t];
-        lane[m] += (m < 4 ? sc_lo : sc_hi) * s;
-    }
-}
-
 /* The levels (0..15) of a Q4_K block's qs, in value order. */
-static void q4_levels(const uint8_t *qs, uint8_t q[TQ_QK_K])
+static void q4_levels(const uint8_t *qs, int8_t q[TQ_QK_K])
 {
     for (int k = 0; k < 4; k++) {
         for (int l = 0; l < 32; l++) {
-            q[64 * k + l] = qs[32 * k + l] & 0xf;
-            q[64 * k + 32 + l] = qs[32 * k + l] >> 4;
+            q[64 * k + l] = (int8_t)(qs[32 * k + l] & 0xf);
+            q[64 * k + 32 + l] = (int8_t)(qs[32 * k + l] >> 4);
         }
     }
 }
@@ -482,13 +669,13 @@ static void q4_levels(const uint8_t *qs, uint8_t q[TQ_QK_K])
  * above, and the mins' 4 lanes, min_lane[k] = the sum over sub-blocks 2k and
  * 2k+1 of mn[j] * (bsum[2j] + bsum[2j+1]).
  */
-static void scale_min_lanes(const uint8_t q[TQ_QK_K], const uint8_t *packed,
+static void scale_min_lanes(const int8_t q[TQ_QK_K], const uint8_t *packed,
                             const tq_block_q8_K *a, int32_t lane[8], int32_t min_lane[4])
 {
     uint8_t sc[8], mn[8];
     for (int j = 0; j < 8; j++) unpack_scale_min(packed, j, &sc[j], &mn[j]);
     memset(lane, 0, 8 * sizeof *lane);
-    for (int j = 0; j < 8; j++) run_lanes(lane, sc[j], sc[j], q + 32 * j, a->qs + 32 * j);
+    for (int j = 0; j < 8; j++) tq_run_lanes(lane, sc[j], sc[j], q + 32 * j, a->qs + 32 * j);
     for (int k = 0; k < 4; k++)
         min_lane[k] = mn[2 * k] * (a->bsums[4 * k] + a->bsums[4 * k + 1]) +
                       mn[2 * k + 1] * (a->bsums[4 * k + 2] + a->bsums[4 * k + 3]);
@@ -500,7 +687,7 @@ float tq_dot_q4_K(int64_t n, const void *vw, const void *va)
     const tq_block_q4_K *b = vw;
     const tq_block_q8_K *a = va;
     float acc = 0, acc_min = 0;
-    uint8_t q[TQ_QK_K];
+    int8_t q[TQ_QK_K];
     for (int64_t i = 0; i < n / TQ_QK_K; i++, b++, a++) {
         int32_t lane[8], min_lane[4];
         q4_levels(b->qs, q);
@@ -520,11 +707,11 @@ float tq_dot_q5_K(int64_t n, const void *vw, const void *va)
     const tq_block_q5_K *b = vw;
     const tq_block_q8_K *a = va;
     float acc[8] = {0}, sum_min = 0;
-    uint8_t q[TQ_QK_K];
+    int8_t q[TQ_QK_K];
     for (int64_t i = 0; i < n / TQ_QK_K; i++, b++, a++) {
         int32_t lane[8], min_lane[4];
         q4_levels(b->qs, q);
-        for (int v = 0; v < TQ_QK_K; v++) q[v] |= (uint8_t)(((b->qh[v % 32] >> (v / 32)) & 1) << 4);
+        for (int v = 0; v < TQ_QK_K; v++) q[v] |= (int8_t)(((b->qh[v % 32] >> (v / 32)) & 1) << 4);
         scale_min_lanes(q, b->scales, a, lane, min_lane);
         float d = a->d * tq_f16_to_f32(b->d);
         float dmin = -a->d * tq_f16_to_f32(b->dmin);
@@ -532,7 +719,7 @@ float tq_dot_q5_K(int64_t n, const void *vw, const void *va)
         int32_t total = min_lane[0] + min_lane[1] + min_lane[2] + min_lane[3];
         sum_min = fmaf(dmin, (float)total, sum_min);
     }
-    return sum_lanes(acc) + sum_min;
+    return tq_sum_lanes(acc) + sum_min;
 }
 
 /*
@@ -544,12 +731,12 @@ float tq_dot_q6_K(int64_t n, const void *vw, const void *va)
     const tq_block_q6_K *b = vw;
     const tq_block_q8_K *a = va;
     float acc[8] = {0};
-    uint8_t q[TQ_QK_K];
+    int8_t q[TQ_QK_K];
     for (int64_t i = 0; i < n / TQ_QK_K; i++, b++, a++) {
-        for (int v = 0; v < TQ_QK_K; v++) q[v] = (uint8_t)q6_level(b, v);
+        for (int v = 0; v < TQ_QK_K; v++) q[v] = (int8_t)q6_level(b, v);
         int32_t lane[8] = {0};
         for (int g = 0; g < 8; g++)
-            run_lanes(lane, b->scales[2 * g], b->scales[2 * g + 1], q + 32 * g, a->qs + 32 * g);
+            tq_run_lanes(lane, b->scales[2 * g], b->scales[2 * g + 1], q + 32 * g, a->qs + 32 * g);
         float d = a->d * tq_f16_to_f32(b->d);
         for (int m = 0; m < 8; m++) {
             int32_t offset = 32 * (b->scales[2 * m] * a->bsums[2 * m] +
@@ -557,7 +744,53 @@ float tq_dot_q6_K(int64_t n, const void *vw, const void *va)
             acc[m] = fmaf(d, (float)(lane[m] - offset), acc[m]);
         }
     }
-    return sum_lanes(acc);
+    return tq_sum_lanes(acc);
+}
+
+/*
+ * Q2_K: 8 float lanes; each block first adds its mins (lane m: mn[2m] *
+ * bsum[2m] + mn[2m+1] * bsum[2m+1], times -dmin * d_a), then its scaled
+ * levels (times d * d_a), two fused multiply-adds per lane per block.
+ */
+float tq_dot_q2_K(int64_t n, const void *vw, const void *va)
+{
+    const tq_block_q2_K *b = vw;
+    const tq_block_q8_K *a = va;
+    float acc[8] = {0};
+    int8_t q[TQ_QK_K];
+    for (int64_t i = 0; i < n / TQ_QK_K; i++, b++, a++) {
+        float d = a->d * tq_f16_to_f32(b->d);
+        float dmin = -a->d * tq_f16_to_f32(b->dmin);
+        for (int m = 0; m < 8; m++) {
+            int32_t mins = (b->scales[2 * m] >> 4) * a->bsums[2 * m] + (b->scales[2 * m + 1] >> 4) * a->bsums[2 * m + 1];
+            acc[m] = fmaf(dmin, (float)mins, acc[m]);
+        }
+        for (int v = 0; v < TQ_QK_K; v++) q[v] = (int8_t)q2_level(b, v);
+        int32_t lane[8] = {0};
+        for (int g = 0; g < 8; g++)
+            tq_run_lanes(lane, b->scales[2 * g] & 0xf, b->scales[2 * g + 1] & 0xf, q + 32 * g, a->qs + 32 * g);
+        for (int m = 0; m < 8; m++) acc[m] = fmaf(d, (float)lane[m], acc[m]);
+    }
+    return tq_sum_lanes(acc);
+}
+
+/* Q3_K: signed levels and scales, 8 float lanes like Q6_K's. */
+float tq_dot_q3_K(int64_t n, const void *vw, const void *va)
+{
+    const tq_block_q3_K *b = vw;
+    const tq_block_q8_K *a = va;
+    float acc[8] = {0};
+    int8_t q[TQ_QK_K];
+    for (int64_t i = 0; i < n / TQ_QK_K; i++, b++, a++) {
+        float d = a->d * tq_f16_to_f32(b->d);
+        for (int v = 0; v < TQ_QK_K; v++) q[v] = (int8_t)q3_level(b, v);
+        int32_t lane[8] = {0};
+        for (int g = 0; g < 8; g++)
+            tq_run_lanes(lane, q3_scale(b->scales, 2 * g), q3_scale(b->scales, 2 * g + 1), q + 32 * g,
+                         a->qs + 32 * g);
+        for (int m = 0; m < 8; m++) acc[m] = fmaf(d, (float)lane[m], acc[m]);
+    }
+    return tq_sum_lanes(acc);
 }
 
 /* Q8_K is only an activation type; a Q8_K . Q8_K dot is given for
