@@ -236,6 +236,11 @@ enum MHD_Result srv_h_oai_chat(srv_req *r, json_t *body)
         return srv_reply_error(r, &e);
     }
     if (tg) c.grammar = tg;
+    if (!srv_gen_text_fits(s, n_prompt, &e)) {
+        free(prompt);
+        gram_free(c.grammar);
+        return srv_reply_error(r, &e);
+    }
     int32_t *ids = NULL, n = 0;
     pk_status st = srv_tokenize(s->voc, prompt, n_prompt, true, true, &ids, &n);
     free(prompt);
