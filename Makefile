@@ -26,7 +26,7 @@ BENCHES  := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 # Debian packages the build and tests need; `make deps` installs the missing.
 DEB_PKGS := gcc make clang libjansson-dev libmicrohttpd-dev libxxhash-dev nodejs npm python3 python3-venv chromium
 
-.PHONY: all deps run test test-asan bench fuzz clean
+.PHONY: all deps run test test-asan test-tsan bench fuzz clean
 all: $(BUILD)/polykv
 
 $(BUILD)/obj/%_avx2.o: %_avx2.c
@@ -89,6 +89,14 @@ test-asan: deps
 	$(MAKE) BUILD=build-asan OPT="-O1 -g -DPK_DEBUG -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all tests-only
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 sh tests/run.sh build-asan
 
+# ThreadSanitizer over the same suite (C tests, e2e against the TSan
+# binary, the Python package's live tests).  Reports abort the process
+# (halt_on_error), so a race fails the test it happens in.
+test-tsan: deps
+	$(MAKE) BUILD=build-tsan OPT="-O1 -g -DPK_DEBUG -fsanitize=thread -fno-omit-frame-pointer" all tests-only build-tsan/venv/.installed
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp" \
+	  TEST_TIMEOUT=1800 sh tests/run.sh build-tsan
+
 tests-only: $(TESTS)
 
 bench: deps all $(BENCHES)
@@ -98,7 +106,7 @@ fuzz: deps
 	@sh fuzz/run.sh $(FUZZ_SECONDS)
 
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf build build-asan build-tsan build-fault build-fuzz
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_SRC:%.c=$(BUILD)/obj/%.d) $(BENCH_SRC:%.c=$(BUILD)/obj/%.d)
 .SECONDARY:
