@@ -383,15 +383,34 @@ static enum MHD_Result dispatch(srv_req *r)
     return ret;
 }
 
+/* The request context of a request whose own could not be allocated. */
+static srv_req oom_req;
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                   const char *version, const char *upload_data, size_t *upload_data_size,
                                   void **con_cls)
 {
     srv *s = cls;
     srv_req *r = *con_cls;
+    if (r == &oom_req) {             /* answered already; the body is dropped */
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
     if (!r) {
         r = calloc(1, sizeof *r);
-        if (!r) return MHD_NO;
+        if (!r) {
+            /* A static reply needs none of our memory (MHD's own pool holds it). */
+            static const char oom[] = "{\"error\":{\"code\":503,\"message\":\"out of memory, try again\","
+                                      "\"type\":\"unavailable_error\"}}";
+            struct MHD_Response *resp = MHD_create_response_from_buffer(sizeof oom - 1, (void *)oom,
+                                                                        MHD_RESPMEM_PERSISTENT);
+            if (!resp) return MHD_NO;
+            MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+            enum MHD_Result ret = MHD_queue_response(conn, 503, resp);
+            MHD_destroy_response(resp);
+            *con_cls = &oom_req;
+            return ret;
+        }
         r->s = s;
         r->conn = conn;
         r->url = url;
@@ -419,7 +438,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 {
     srv *s = cls;
     srv_req *r = *con_cls;
-    if (!r) return;
+    if (!r || r == &oom_req) return;
     if (s->p.log_requests)
         fprintf(stderr, "srv: %s %s %u %.1f ms%s\n", r->method, r->url, r->status, pk_time_ms() - r->t0_ms,
                 code == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)");

@@ -111,10 +111,19 @@ static void gen_take(srv_gen *g, const eng_event *ev)
 
 /* ---- output buffer ---- */
 
+/* Out of memory for the stream's output: it ends, with gen_read's static
+ * error event after what was already whole. */
+static void out_failed(srv_gen *g)
+{
+    g->out_oom = true;
+    g->finished = true;
+}
+
 void srv_gen_out(srv_gen *g, const char *s, size_t n)
 {
+    if (g->out_oom) return;
     if (pk_grow((void **)&g->out, &g->cap_out, g->n_out + n + 1, 1)) {
-        g->finished = true;
+        out_failed(g);
         return;
     }
     memcpy(g->out + g->n_out, s, n);
@@ -125,12 +134,15 @@ void srv_gen_sse(srv_gen *g, json_t *j)
 {
     char *s = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(j);
-    if (!s) {
-        g->finished = true;
+    size_t n = s ? strlen(s) : 0;
+    /* Room for the whole event first, so none goes out half written. */
+    if (!s || pk_grow((void **)&g->out, &g->cap_out, g->n_out + n + 9, 1)) {
+        free(s);
+        out_failed(g);
         return;
     }
     srv_gen_out(g, "data: ", 6);
-    srv_gen_out(g, s, strlen(s));
+    srv_gen_out(g, s, n);
     srv_gen_out(g, "\n\n", 2);
     free(s);
 }
@@ -235,11 +247,20 @@ static double keepalive_ms(const srv *s)
     return MAX(MIN(t, SRV_KEEPALIVE_MS), SRV_POLL_MS);
 }
 
+static const char oom_event[] =
+    "data: {\"error\":{\"code\":500,\"message\":\"out of memory\",\"type\":\"server_error\"}}\n\n";
+
 static ssize_t gen_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     srv_gen *g = cls;
     (void)pos;
     while (g->out_pos == g->n_out) {
+        if (g->finished && g->out_oom && !g->oom_sent && max >= sizeof oom_event - 1) {
+            /* Needs no memory: a stream never ends without its last event. */
+            g->oom_sent = true;
+            memcpy(buf, oom_event, sizeof oom_event - 1);
+            return (ssize_t)(sizeof oom_event - 1);
+        }
         if (g->finished) return MHD_CONTENT_READER_END_OF_STREAM;
         g->n_out = g->out_pos = 0;
         eng_event ev;

@@ -208,6 +208,7 @@ typedef struct srv_gen {
     size_t n_out, cap_out, out_pos;
     size_t n_sent;                 /* chat: content bytes already sent */
     bool sent_role, finished;
+    bool out_oom, oom_sent;        /* the output could not grow: a static error event ends it */
     double t_last_check;           /* last client liveness check (ms) */
     bool headers_sent;             /* the response is queued: no more interim probes */
     int probe;                     /* srv_conn_alive's SRV_PROBE_* before the headers */

@@ -170,6 +170,7 @@ void srv_oai_stream_end(srv_gen *g)
     }
     srv_tool_msg tm = {0};
     if (srv_tools_parse(g->o.tools, g->text ? g->text : "", g->n_text, &tm) != PK_OK) {
+        g->out_oom = true;           /* its only failure: gen_read sends the error event */
         g->finished = true;
         return;
     }
