@@ -166,7 +166,9 @@ test('a prompt far past the context is refused before tokenizing', { skip }, asy
   try {
     for (const [path, body] of [['/completion', { prompt: big, n_predict: 1 }],
                                 ['/v1/completions', { prompt: [big], max_tokens: 1 }],
-                                ['/v1/chat/completions', { messages: [{ role: 'user', content: big }], max_tokens: 1 }]]) {
+                                ['/v1/chat/completions', { messages: [{ role: 'user', content: big }], max_tokens: 1 }],
+                                ['/polykv/pools', { prompt: big }],
+                                ['/polykv/pools', { messages: [{ role: 'user', content: big }] }]]) {
       const r = await post(s2.url + path, body);
       assert.equal(r.status, 400, `${path}: ${r.text.slice(0, 200)}`);
       assert.equal(r.json.error.type, 'exceed_context_size_error');
