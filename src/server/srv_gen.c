@@ -247,6 +247,15 @@ static double keepalive_ms(const srv *s)
     return MAX(MIN(t, SRV_KEEPALIVE_MS), SRV_POLL_MS);
 }
 
+/* How long a stream waits for its placement before its headers go
+ * without it: half the idle timeout, so the reply still makes it in time,
+ * and no shorter, so a refusal (404, 429) keeps its own status but under
+ * a queue that long. */
+static double placement_wait_ms(const srv *s)
+{
+    return s->p.timeout_s > 0 ? MAX(1e3 * s->p.timeout_s / 2, SRV_POLL_MS) : 1e18;
+}
+
 static const char oom_event[] =
     "data: {\"error\":{\"code\":500,\"message\":\"out of memory\",\"type\":\"server_error\"}}\n\n";
 
@@ -366,11 +375,11 @@ enum MHD_Result srv_gen_run(srv_req *r, const eng_completion *c, const srv_gen_o
     }
     /* Headers go once the request is placed, so a stream carries what was
      * shared too, and a request that cannot be placed gets its own status.
-     * A stream waits for that only a keep-alive period: queued longer, its
-     * headers go without the placement (refusals come at once, so a 429
-     * keeps its status) and pings hold the connection open. */
+     * A stream waits for that at most half the idle timeout: queued
+     * longer, its headers go without the placement and pings hold the
+     * connection open. */
     eng_event ev;
-    st = o->stream ? gen_wait(g, &ev, keepalive_ms(s)) : gen_next(g, &ev);
+    st = o->stream ? gen_wait(g, &ev, placement_wait_ms(s)) : gen_next(g, &ev);
     if (st == PK_ECANCELLED) {
         gen_free(g);
         return MHD_NO;
