@@ -16,7 +16,7 @@ AVX512_FLAGS := $(AVX2_FLAGS) -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx51
 BUILD ?= build
 LIB_SRC  := $(sort $(filter-out src/cli/%,$(wildcard src/*/*.c)))
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
-TEST_SRC := $(sort $(wildcard tests/test_*.c))
+TEST_SRC := $(sort $(filter-out tests/test_fault.c,$(wildcard tests/test_*.c)))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
@@ -26,7 +26,7 @@ BENCHES  := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 # Debian packages the build and tests need; `make deps` installs the missing.
 DEB_PKGS := gcc make clang libjansson-dev libmicrohttpd-dev libxxhash-dev nodejs npm python3 python3-venv chromium
 
-.PHONY: all deps run test test-asan bench fuzz clean
+.PHONY: all deps run test test-asan test-tsan test-fault bench fuzz clean
 all: $(BUILD)/polykv
 
 $(BUILD)/obj/%_avx2.o: %_avx2.c
@@ -89,6 +89,27 @@ test-asan: deps
 	$(MAKE) BUILD=build-asan OPT="-O1 -g -DPK_DEBUG -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all tests-only
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 sh tests/run.sh build-asan
 
+# ThreadSanitizer over the same suite (C tests, e2e against the TSan
+# binary, the Python package's live tests).  Reports abort the process
+# (halt_on_error), so a race fails the test it happens in.
+test-tsan: deps
+	$(MAKE) BUILD=build-tsan OPT="-O1 -g -DPK_DEBUG -fsanitize=thread -fno-omit-frame-pointer" all tests-only build-tsan/venv/.installed
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp" \
+	  TEST_TIMEOUT=1800 sh tests/run.sh build-tsan
+
+# Fault injection (tests/test_fault.c): the N-th allocation fails, N = 1 ..
+# all, over scripted workloads; the linker's --wrap sends the project's
+# allocations through tests/fault.c.  Under ASan + LSan, so a failure path
+# that leaks fails too.
+FAULT_WRAP := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup,--wrap=aligned_alloc,--wrap=posix_memalign \
+              -Wl,--wrap=json_loadb,--wrap=json_loads
+$(BUILD)/tests/test_fault: $(BUILD)/obj/tests/test_fault.o $(BUILD)/obj/tests/fault.o $(BUILD)/libpolykv.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(FAULT_WRAP) -o $@ $^ $(LDLIBS)
+test-fault: deps
+	$(MAKE) BUILD=build-fault OPT="-O1 -g -DPK_DEBUG -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" build-fault/tests/test_fault
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 POLYKV_CHECK=1 build-fault/tests/test_fault
+
 tests-only: $(TESTS)
 
 bench: deps all $(BENCHES)
@@ -98,7 +119,7 @@ fuzz: deps
 	@sh fuzz/run.sh $(FUZZ_SECONDS)
 
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf build build-asan build-tsan build-fault build-fuzz
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_SRC:%.c=$(BUILD)/obj/%.d) $(BENCH_SRC:%.c=$(BUILD)/obj/%.d)
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_SRC:%.c=$(BUILD)/obj/%.d) $(BUILD)/obj/tests/test_fault.d $(BUILD)/obj/tests/fault.d $(BENCH_SRC:%.c=$(BUILD)/obj/%.d)
 .SECONDARY:

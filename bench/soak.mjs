@@ -161,6 +161,7 @@ async function oneRequest() {
         while ((i = buf.indexOf('\n\n')) >= 0) {
           const block = buf.slice(0, i);
           buf = buf.slice(i + 2);
+          if (block.startsWith(':')) continue;                     /* a keep-alive comment */
           if (!block.startsWith('data: ')) return fail(`${req.kind}: not an SSE event: ${block.slice(0, 80)}`);
           const data = block.slice(6);
           if (data === '[DONE]') events.push(data);

@@ -61,7 +61,7 @@ else
     if [ -z "$n_pass" ]; then n_pass=0; n_fail=1; n_skip=0; fi
     [ "$rc" -ne 0 ] && [ "${n_fail:-0}" -eq 0 ] && n_fail=1
     pass=$((pass + n_pass)); fail=$((fail + n_fail)); skip=$((skip + ${n_skip:-0}))
-    echo "$out" | sed -n 's/^# \\\{0,1\}# \(tps\|soak\):/    \1:/p'
+    echo "$out" | sed -n 's/^# \\\{0,1\}# \(tps\|soak\|load\|race\|http\):/    \1:/p'
     if [ "$n_fail" -eq 0 ]; then
         echo "PASS e2e (${secs}s): $n_pass node tests passed, ${n_skip:-0} skipped"
     else

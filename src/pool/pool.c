@@ -260,7 +260,9 @@ bool pool_tree_check(const pool_tree *t)
         } else if (ok) {
             ok = p->branch_pos == 0;
         }
-        if (ok && (h = realloc(h, (size_t)(p->prefix_len + 1) * sizeof *h))) {
+        uint64_t *grown = ok ? realloc(h, (size_t)(p->prefix_len + 1) * sizeof *h) : NULL;
+        if (grown) {                 /* out of memory: the hashes go unchecked, nothing leaks */
+            h = grown;
             pool_hash_chain(p->tokens, p->prefix_len, h);
             ok = !memcmp(h, p->hash, (size_t)(p->prefix_len + 1) * sizeof *h);
         }

@@ -6,7 +6,8 @@
  * A request goes through the access handler three ways (MHD's protocol):
  *   first call   headers only: route, auth, loading and size checks, each
  *                answered at once when it fails (the body is then skipped);
- *   upload calls body chunks appended (or dropped past the limit);
+ *   upload calls body chunks appended; past the limit (a chunked body) a
+ *                413 is written and the connection closed at once;
  *   final call   body complete: JSON parsed, the route's handler runs and
  *                queues the reply (it may block: this is the connection's
  *                own thread).
@@ -183,6 +184,14 @@ enum MHD_Result srv_reply_errorf(srv_req *r, unsigned status, const char *fmt, .
 enum MHD_Result srv_reply_sse(srv_req *r, MHD_ContentReaderCallback reader, void *cls,
                               MHD_ContentReaderFreeCallback free_cb)
 {
+    if (!strcmp(r->method, "HEAD")) {
+        /* MHD 0.9.75 sends a chunked response's last chunk even to HEAD: an
+         * empty body of known length has none. */
+        free_cb(cls);
+        struct MHD_Response *empty = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+        if (empty) MHD_add_response_header(empty, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        return queue(r, 200, empty, "text/event-stream");
+    }
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, reader, cls, free_cb);
     if (!resp) {
         free_cb(cls);
@@ -192,16 +201,21 @@ enum MHD_Result srv_reply_sse(srv_req *r, MHD_ContentReaderCallback reader, void
     return queue(r, 200, resp, "text/event-stream");
 }
 
-bool srv_conn_alive(struct MHD_Connection *conn)
+bool srv_conn_alive(struct MHD_Connection *conn, int *probe)
 {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (!ci) return false;
     struct pollfd p = { .fd = ci->connect_fd, .events = POLLIN | POLLRDHUP };
     if (poll(&p, 1, 0) <= 0) return true;
-    if (p.revents & (POLLERR | POLLHUP | POLLRDHUP | POLLNVAL)) return false;
-    /* Readable: a pipelined request, or the end of the stream. */
+    if (p.revents & (POLLERR | POLLHUP | POLLNVAL)) return false;
+    /* Readable: a pipelined request, or the end of the peer's stream. */
     char c;
-    return recv(ci->connect_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) != 0;
+    if (recv(ci->connect_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) != 0) return true;
+    if (!probe || *probe == SRV_PROBE_SENT) return true;
+    if (*probe == SRV_PROBE_NONE) return false;
+    static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    *probe = SRV_PROBE_SENT;
+    return send(ci->connect_fd, cont, sizeof cont - 1, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)(sizeof cont - 1);
 }
 
 const char *srv_query(srv_req *r, const char *key)
@@ -289,6 +303,13 @@ static bool early_reply(srv_req *r, enum MHD_Result *ret)
         *ret = srv_reply_errorf(r, 503, "Loading model");
         return true;
     }
+    /* MHD 0.9.75 knows only chunked and waits for the body of any other
+     * coding until the timeout. */
+    const char *te = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    if (te && strcasecmp(te, "chunked")) {
+        *ret = srv_reply_errorf(r, 501, "Transfer-Encoding '%.64s' is not supported (only chunked)", te);
+        return true;
+    }
     const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl && strtoull(cl, NULL, 10) > r->s->p.max_body_bytes) {
         *ret = srv_reply_errorf(r, 413, "the request body (%s bytes) is over the limit of %zu bytes", cl,
@@ -298,22 +319,67 @@ static bool early_reply(srv_req *r, enum MHD_Result *ret)
     return false;
 }
 
-static void body_append(srv_req *r, const char *data, size_t n)
+/* A body of unknown length (chunked) that outgrew the limit: MHD 0.9.75
+ * takes no response until the body ended, so the 413 is written here on
+ * the connection's own thread (nothing else writes on it yet), the sending
+ * side shut, and the caller returns MHD_NO, which closes the connection
+ * without reading the rest. */
+static void refuse_body(srv_req *r)
 {
-    if (r->too_big) return;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return;
+    srv_err e = { .status = 413 };
+    snprintf(e.msg, sizeof e.msg, "the request body is over the limit of %zu bytes", r->s->p.max_body_bytes);
+    json_t *j = srv_error_json(&e);
+    char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    char head[256];
+    int n = snprintf(head, sizeof head, "HTTP/1.1 413 Content Too Large\r\nConnection: close\r\n"
+                     "Content-Type: application/json; charset=utf-8\r\nContent-Length: %zu\r\n\r\n",
+                     body ? strlen(body) : 0);
+    if (send(ci->connect_fd, head, (size_t)n, MSG_NOSIGNAL) == n && body)
+        send(ci->connect_fd, body, strlen(body), MSG_NOSIGNAL);
+    free(body);
+    shutdown(ci->connect_fd, SHUT_WR);
+    /* A lingering close: closing with unread input sends a reset, which can
+     * reach the client before it read the 413 and discard it there.  So the
+     * input is read and dropped for a moment (1 s, 16 MiB at most) first;
+     * a client that reads the answer stops sending and closes sooner. */
+    char sink[4096];
+    double t_end = pk_time_ms() + 1000;
+    for (size_t n_drained = 0; n_drained < (16u << 20);) {
+        double left = t_end - pk_time_ms();
+        struct pollfd p = { .fd = ci->connect_fd, .events = POLLIN };
+        if (left <= 0 || poll(&p, 1, (int)left) <= 0) break;
+        ssize_t k = recv(ci->connect_fd, sink, sizeof sink, MSG_DONTWAIT);
+        if (k <= 0) break;
+        n_drained += (size_t)k;
+    }
+    r->replied = true;
+    r->status = 413;
+}
+
+/* False when the body went over the limit and the connection must close. */
+static bool body_append(srv_req *r, const char *data, size_t n)
+{
     if (r->body.n + n > r->s->p.max_body_bytes) {
-        r->too_big = true;
         pk_buf_free(&r->body);
-        return;
+        refuse_body(r);
+        return false;
     }
     pk_buf_put(&r->body, data, n);
-    if (r->body.oom) r->too_big = true;
+    if (r->body.oom) r->body_oom = true;
+    return true;
 }
 
 static enum MHD_Result dispatch(srv_req *r)
 {
-    if (r->too_big)
-        return srv_reply_errorf(r, 413, "the request body is over the limit of %zu bytes", r->s->p.max_body_bytes);
+    /* The request is whole: from here it may idle as long as a request may
+     * take (the daemon's own timeout, the short one, bounds sockets that
+     * send a request slowly or not at all). */
+    if (r->s->p.timeout_s != r->s->p.header_timeout_s)
+        MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)r->s->p.timeout_s);
+    if (r->body_oom) return srv_reply_errorf(r, 500, "out of memory for the request body");
     json_t *body = NULL;
     bool optional = !strcmp(r->route->method, "*");
     if (!strcmp(r->method, "POST") && (r->body.n || !optional)) {
@@ -331,33 +397,49 @@ static enum MHD_Result dispatch(srv_req *r)
     return ret;
 }
 
+/* The request context of a request whose own could not be allocated. */
+static srv_req oom_req;
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                   const char *version, const char *upload_data, size_t *upload_data_size,
                                   void **con_cls)
 {
     srv *s = cls;
     srv_req *r = *con_cls;
+    if (r == &oom_req) {             /* answered already; the body is dropped */
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
     if (!r) {
         r = calloc(1, sizeof *r);
-        if (!r) return MHD_NO;
+        if (!r) {
+            /* A static reply needs none of our memory (MHD's own pool holds it). */
+            static const char oom[] = "{\"error\":{\"code\":503,\"message\":\"out of memory, try again\","
+                                      "\"type\":\"unavailable_error\"}}";
+            struct MHD_Response *resp = MHD_create_response_from_buffer(sizeof oom - 1, (void *)oom,
+                                                                        MHD_RESPMEM_PERSISTENT);
+            if (!resp) return MHD_NO;
+            MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+            enum MHD_Result ret = MHD_queue_response(conn, 503, resp);
+            MHD_destroy_response(resp);
+            *con_cls = &oom_req;
+            return ret;
+        }
         r->s = s;
         r->conn = conn;
         r->url = url;
         r->method = method;
         r->t0_ms = pk_time_ms();
         r->sessions_remaining = -1;
+        r->http11 = version && !strcmp(version, MHD_HTTP_VERSION_1_1);
         *con_cls = r;
-        /* The request's headers came: from here it may idle as long as a
-         * request may take (the daemon's own timeout is the short one for
-         * sockets that never send a request). */
-        if (s->p.timeout_s != s->p.header_timeout_s)
-            MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->p.timeout_s);
         enum MHD_Result ret;
         if (early_reply(r, &ret)) return ret;
         return MHD_YES;
     }
     if (*upload_data_size) {
-        body_append(r, upload_data, *upload_data_size);
+        if (r->replied) return MHD_NO;
+        if (!body_append(r, upload_data, *upload_data_size)) return MHD_NO;
         *upload_data_size = 0;
         return MHD_YES;
     }
@@ -370,7 +452,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 {
     srv *s = cls;
     srv_req *r = *con_cls;
-    if (!r) return;
+    if (!r || r == &oom_req) return;
     if (s->p.log_requests)
         fprintf(stderr, "srv: %s %s %u %.1f ms%s\n", r->method, r->url, r->status, pk_time_ms() - r->t0_ms,
                 code == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)");
@@ -507,6 +589,7 @@ pk_status srv_set_engine(srv *s, eng *e, const char *model_path, char *err, size
     s->voc = v;
     s->tmpl = k;
     s->tmpl_src = src;
+    s->max_token_bytes = tok_max_token_bytes(v);
     s->model_path = model_path ? strdup(model_path) : NULL;
     if (s->p.model_alias && *s->p.model_alias) snprintf(s->model_name, sizeof s->model_name, "%s", s->p.model_alias);
     else if (model_path) base_name(model_path, s->model_name, sizeof s->model_name);

@@ -35,22 +35,30 @@ static void gen_free(void *cls)
     free(g);
 }
 
-/* The next event, or PK_ECANCELLED (task cancelled) when the client left
- * or the server is stopping; PK_ENOTFOUND after the last event. */
-static pk_status gen_next(srv_gen *g, eng_event *ev)
+/* gen_next's wait, PK_EFULL when no event came within wait_ms. */
+static pk_status gen_wait(srv_gen *g, eng_event *ev, double wait_ms)
 {
+    double t_end = pk_time_ms() + wait_ms;
     for (;;) {
         double now = pk_time_ms();
         if (now - g->t_last_check >= SRV_POLL_MS) {
             g->t_last_check = now;
-            if (atomic_load(&g->s->stopping) || !srv_conn_alive(g->conn)) {
+            if (atomic_load(&g->s->stopping) || !srv_conn_alive(g->conn, g->headers_sent ? NULL : &g->probe)) {
                 eng_task_cancel(g->task);
                 return PK_ECANCELLED;
             }
         }
-        pk_status st = eng_task_next(g->task, ev, SRV_POLL_MS);
+        if (now >= t_end) return PK_EFULL;
+        pk_status st = eng_task_next(g->task, ev, (int)MIN(SRV_POLL_MS, t_end - now + 1));
         if (st != PK_EFULL) return st;
     }
+}
+
+/* The next event, or PK_ECANCELLED (task cancelled) when the client left
+ * or the server is stopping; PK_ENOTFOUND after the last event. */
+static pk_status gen_next(srv_gen *g, eng_event *ev)
+{
+    return gen_wait(g, ev, 1e18);
 }
 
 static void fail_oom(srv_gen *g)
@@ -103,10 +111,19 @@ static void gen_take(srv_gen *g, const eng_event *ev)
 
 /* ---- output buffer ---- */
 
+/* Out of memory for the stream's output: it ends, with gen_read's static
+ * error event after what was already whole. */
+static void out_failed(srv_gen *g)
+{
+    g->out_oom = true;
+    g->finished = true;
+}
+
 void srv_gen_out(srv_gen *g, const char *s, size_t n)
 {
+    if (g->out_oom) return;
     if (pk_grow((void **)&g->out, &g->cap_out, g->n_out + n + 1, 1)) {
-        g->finished = true;
+        out_failed(g);
         return;
     }
     memcpy(g->out + g->n_out, s, n);
@@ -117,12 +134,15 @@ void srv_gen_sse(srv_gen *g, json_t *j)
 {
     char *s = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(j);
-    if (!s) {
-        g->finished = true;
+    size_t n = s ? strlen(s) : 0;
+    /* Room for the whole event first, so none goes out half written. */
+    if (!s || pk_grow((void **)&g->out, &g->cap_out, g->n_out + n + 9, 1)) {
+        free(s);
+        out_failed(g);
         return;
     }
     srv_gen_out(g, "data: ", 6);
-    srv_gen_out(g, s, strlen(s));
+    srv_gen_out(g, s, n);
     srv_gen_out(g, "\n\n", 2);
     free(s);
 }
@@ -218,16 +238,50 @@ static void stream_event(srv_gen *g, const eng_event *ev)
     }
 }
 
+/* A stream's keep-alive period: well inside the connection's idle timeout
+ * (which closes a connection that sent nothing for that long, response or
+ * not), and often enough that a client behind a proxy sees the stream live. */
+static double keepalive_ms(const srv *s)
+{
+    double t = s->p.timeout_s > 0 ? 1e3 * s->p.timeout_s / 2 : 1e9;
+    return MAX(MIN(t, SRV_KEEPALIVE_MS), SRV_POLL_MS);
+}
+
+/* How long a stream waits for its placement before its headers go
+ * without it: half the idle timeout, so the reply still makes it in time,
+ * and no shorter, so a refusal (404, 429) keeps its own status but under
+ * a queue that long. */
+static double placement_wait_ms(const srv *s)
+{
+    return s->p.timeout_s > 0 ? MAX(1e3 * s->p.timeout_s / 2, SRV_POLL_MS) : 1e18;
+}
+
+static const char oom_event[] =
+    "data: {\"error\":{\"code\":500,\"message\":\"out of memory\",\"type\":\"server_error\"}}\n\n";
+
 static ssize_t gen_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     srv_gen *g = cls;
     (void)pos;
     while (g->out_pos == g->n_out) {
+        if (g->finished && g->out_oom && !g->oom_sent && max >= sizeof oom_event - 1) {
+            /* Needs no memory: a stream never ends without its last event. */
+            g->oom_sent = true;
+            memcpy(buf, oom_event, sizeof oom_event - 1);
+            return (ssize_t)(sizeof oom_event - 1);
+        }
         if (g->finished) return MHD_CONTENT_READER_END_OF_STREAM;
         g->n_out = g->out_pos = 0;
         eng_event ev;
-        pk_status st = gen_next(g, &ev);
+        pk_status st = gen_wait(g, &ev, keepalive_ms(g->s));
         if (st == PK_ECANCELLED) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (st == PK_EFULL) {
+            /* Queued or prefilling: an SSE comment keeps the connection
+             * inside its idle timeout (clients skip comments). */
+            static const char ping[] = ": keep-alive\n\n";
+            srv_gen_out(g, ping, sizeof ping - 1);
+            continue;
+        }
         for (;;) {
             if (st == PK_ENOTFOUND) {
                 /* The channel closed without DONE or ERROR: a broken engine. */
@@ -259,6 +313,32 @@ static enum MHD_Result submit_failed(srv_req *r, pk_status st)
     return srv_reply_errorf(r, 500, "cannot queue the request: %s", pk_status_str(st));
 }
 
+static bool over_context(srv_err *err, int32_t n_prompt, int32_t n_ctx, bool at_least)
+{
+    srv_fail(err, 400, NULL, "the request exceeds the available context size: the prompt has %s%d tokens, a "
+             "slot holds %d (try a shorter prompt or a larger -c)", at_least ? "at least " : "", n_prompt, n_ctx);
+    err->type = "exceed_context_size_error";
+    err->n_prompt = n_prompt;
+    err->n_ctx = n_ctx;
+    return false;
+}
+
+bool srv_gen_text_fits(srv *s, size_t n_bytes, srv_err *e)
+{
+    int32_t n_ctx = eng_n_ctx_slot(srv_engine(s));
+    if (!s->max_token_bytes || n_bytes / s->max_token_bytes < (size_t)n_ctx) return true;
+    size_t least = n_bytes / s->max_token_bytes;
+    return over_context(e, (int32_t)MIN(least, (size_t)INT32_MAX), n_ctx, true);
+}
+
+size_t srv_prompt_bytes(const json_t *prompt)
+{
+    if (json_is_string(prompt)) return json_string_length(prompt);
+    size_t n = 0;
+    for (size_t i = 0; i < json_array_size(prompt); i++) n += srv_prompt_bytes(json_array_get(prompt, i));
+    return n;
+}
+
 enum MHD_Result srv_gen_run(srv_req *r, const eng_completion *c, const srv_gen_opts *o)
 {
     srv *s = r->s;
@@ -266,17 +346,14 @@ enum MHD_Result srv_gen_run(srv_req *r, const eng_completion *c, const srv_gen_o
     int32_t n_ctx = eng_n_ctx_slot(e);
     if (c->n_prompt >= n_ctx) {
         srv_err err;
-        srv_fail(&err, 400, NULL, "the request exceeds the available context size: the prompt has %d tokens, a "
-                 "slot holds %d (try a shorter prompt or a larger -c)", c->n_prompt, n_ctx);
-        err.type = "exceed_context_size_error";
-        err.n_prompt = c->n_prompt;
-        err.n_ctx = n_ctx;
+        over_context(&err, c->n_prompt, n_ctx, false);
         return srv_reply_error(r, &err);
     }
     srv_gen *g = calloc(1, sizeof *g);
     if (!g) return srv_reply_errorf(r, 500, "out of memory");
     g->s = s;
     g->conn = r->conn;
+    g->probe = r->http11 ? SRV_PROBE_READY : SRV_PROBE_NONE;
     g->o = *o;
     g->req = *c;
     g->req.prompt = NULL;
@@ -297,12 +374,19 @@ enum MHD_Result srv_gen_run(srv_req *r, const eng_completion *c, const srv_gen_o
         return submit_failed(r, st);
     }
     /* Headers go once the request is placed, so a stream carries what was
-     * shared too, and a request that cannot be placed gets its own status. */
+     * shared too, and a request that cannot be placed gets its own status.
+     * A stream waits for that at most half the idle timeout: queued
+     * longer, its headers go without the placement and pings hold the
+     * connection open. */
     eng_event ev;
-    st = gen_next(g, &ev);
+    st = o->stream ? gen_wait(g, &ev, placement_wait_ms(s)) : gen_next(g, &ev);
     if (st == PK_ECANCELLED) {
         gen_free(g);
         return MHD_NO;
+    }
+    if (st == PK_EFULL) {
+        g->headers_sent = true;
+        return srv_reply_sse(r, gen_read, g, gen_free);
     }
     if (st != PK_OK || ev.kind != ENG_EV_PLACED) {
         if (st == PK_OK) gen_take(g, &ev);
@@ -322,7 +406,10 @@ enum MHD_Result srv_gen_run(srv_req *r, const eng_completion *c, const srv_gen_o
     r->placed_cached = ev.n_cached;
     r->sessions_remaining = ev.sessions_remaining;
     eng_event_clear(&ev);
-    if (o->stream) return srv_reply_sse(r, gen_read, g, gen_free);
+    if (o->stream) {
+        g->headers_sent = true;
+        return srv_reply_sse(r, gen_read, g, gen_free);
+    }
 
     while (!g->have_done && !g->failed) {
         st = gen_next(g, &ev);
@@ -364,7 +451,8 @@ enum MHD_Result srv_gen_prompt(srv_req *r, json_t *body, srv_api api)
     srv_err e;
     int32_t *ids, n;
     if (!srv_parse_gen(body, api, eng_get_params(srv_engine(s))->n_slots, &c, &o, &e)) return srv_reply_error(r, &e);
-    if (!srv_tokenize_prompt(s->voc, json_object_get(body, "prompt"), "prompt", true, &ids, &n, &e)) {
+    if (!srv_gen_text_fits(s, srv_prompt_bytes(json_object_get(body, "prompt")), &e) ||
+        !srv_tokenize_prompt(s->voc, json_object_get(body, "prompt"), "prompt", true, &ids, &n, &e)) {
         gram_free(c.grammar);
         return srv_reply_error(r, &e);
     }

@@ -25,6 +25,7 @@
 #include "srv_tools.h"
 
 #define SRV_POLL_MS 100            /* longest wait before re-checking client and shutdown */
+#define SRV_KEEPALIVE_MS 10000    /* most time a stream goes without a byte (an SSE comment) */
 #define SRV_MAX_NAME 256
 
 struct srv {
@@ -43,6 +44,7 @@ struct srv {
     const char *tmpl_src;          /* the model's template source when it is used, else NULL */
     char model_name[SRV_MAX_NAME];
     char *model_path;
+    size_t max_token_bytes;        /* tok_max_token_bytes: bounds a prompt before tokenizing; 0 none */
 };
 
 /* Returns the engine when the server is ready, NULL while loading. */
@@ -55,8 +57,9 @@ typedef struct srv_req {
     struct MHD_Connection *conn;
     const struct srv_route *route;
     const char *method, *url;
+    bool http11;                   /* HTTP/1.1: interim responses allowed */
     pk_buf body;                   /* request body, NUL-terminated */
-    bool too_big;                  /* body over the limit: being discarded */
+    bool body_oom;                 /* the body could not be kept (out of memory) */
     bool replied;
     unsigned status;               /* of the reply queued, for the log */
     double t0_ms;
@@ -104,8 +107,16 @@ enum MHD_Result srv_reply_text(srv_req *r, unsigned status, const char *content_
 enum MHD_Result srv_reply_sse(srv_req *r, MHD_ContentReaderCallback reader, void *cls,
                               MHD_ContentReaderFreeCallback free_cb);
 
-/* False when the peer of conn has closed or reset its connection. */
-bool srv_conn_alive(struct MHD_Connection *conn);
+/* False when the peer of conn has gone.  A peer that shut down only its
+ * sending side (end of stream) may still read: a half-close is not a
+ * disconnect.  The two look alike until something is written: once the
+ * response began (probe NULL) its own writes bring a closed peer's reset,
+ * seen at a later call.  Before that, *probe says what to do at an end of
+ * stream: SRV_PROBE_NONE (HTTP/1.0, no interim responses) takes it for a
+ * close; SRV_PROBE_READY writes an interim "100 Continue", which HTTP/1.1
+ * clients skip, and becomes SRV_PROBE_SENT (alive until a reset comes). */
+enum { SRV_PROBE_NONE = -1, SRV_PROBE_READY = 0, SRV_PROBE_SENT = 1 };
+bool srv_conn_alive(struct MHD_Connection *conn, int *probe);
 /* Value of a query-string argument, NULL when absent. */
 const char *srv_query(srv_req *r, const char *key);
 /* Fills buf with prefix + 24 random alphanumerics (OpenAI-style ids). */
@@ -197,7 +208,10 @@ typedef struct srv_gen {
     size_t n_out, cap_out, out_pos;
     size_t n_sent;                 /* chat: content bytes already sent */
     bool sent_role, finished;
+    bool out_oom, oom_sent;        /* the output could not grow: a static error event ends it */
     double t_last_check;           /* last client liveness check (ms) */
+    bool headers_sent;             /* the response is queued: no more interim probes */
+    int probe;                     /* srv_conn_alive's SRV_PROBE_* before the headers */
 } srv_gen;
 
 /* Submits c and answers the request: a JSON body when it completes, or an
@@ -208,6 +222,12 @@ enum MHD_Result srv_gen_run_ids(srv_req *r, eng_completion *c, const srv_gen_opt
 /* The completion endpoints (/completion, /v1/completions): the body parsed
  * for api, its "prompt" tokenized, then srv_gen_run. */
 enum MHD_Result srv_gen_prompt(srv_req *r, json_t *body, srv_api api);
+/* False (e: 400 exceed_context_size_error) when a prompt text of n_bytes
+ * certainly holds more tokens than a slot (tok_max_token_bytes), so an
+ * over-long prompt costs no tokenization.  srv_prompt_bytes: the bytes of
+ * the strings in a "prompt" value (a string or an array). */
+bool srv_gen_text_fits(srv *s, size_t n_bytes, srv_err *e);
+size_t srv_prompt_bytes(const json_t *prompt);
 
 /* Appends bytes to the stream output; "data: <j>\n\n" for an SSE event
  * (j consumed). */

@@ -314,7 +314,7 @@ static ssize_t tps_read(void *cls, uint64_t pos, char *buf, size_t max)
         t->n_out = t->pos = 0;
         /* Sleep until due, looking at the client and the server meanwhile. */
         for (;;) {
-            if (atomic_load(&t->s->stopping) || !srv_conn_alive(t->conn)) return MHD_CONTENT_READER_END_WITH_ERROR;
+            if (atomic_load(&t->s->stopping) || !srv_conn_alive(t->conn, NULL)) return MHD_CONTENT_READER_END_WITH_ERROR;
             double wait = t->next_ms - pk_time_ms();
             if (wait <= 0) break;
             poll(NULL, 0, (int)MIN(wait + 1, SRV_POLL_MS));

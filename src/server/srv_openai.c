@@ -170,6 +170,7 @@ void srv_oai_stream_end(srv_gen *g)
     }
     srv_tool_msg tm = {0};
     if (srv_tools_parse(g->o.tools, g->text ? g->text : "", g->n_text, &tm) != PK_OK) {
+        g->out_oom = true;           /* its only failure: gen_read sends the error event */
         g->finished = true;
         return;
     }
@@ -236,6 +237,11 @@ enum MHD_Result srv_h_oai_chat(srv_req *r, json_t *body)
         return srv_reply_error(r, &e);
     }
     if (tg) c.grammar = tg;
+    if (!srv_gen_text_fits(s, n_prompt, &e)) {
+        free(prompt);
+        gram_free(c.grammar);
+        return srv_reply_error(r, &e);
+    }
     int32_t *ids = NULL, n = 0;
     pk_status st = srv_tokenize(s->voc, prompt, n_prompt, true, true, &ids, &n);
     free(prompt);

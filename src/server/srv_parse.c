@@ -520,6 +520,9 @@ static bool check_tools(const json_t *tools, srv_err *e)
         if (!type || strcmp(type, "function") || !json_is_object(f) || !json_is_string(json_object_get(f, "name")))
             return srv_fail(e, 400, "tools", "tools[%zu] must be {\"type\": \"function\", \"function\": {\"name\": "
                             "string, ...}}", i);
+        const json_t *params = json_object_get(f, "parameters");
+        if (params && !json_is_object(params))
+            return srv_fail(e, 400, "tools", "tools[%zu].function.parameters must be a JSON Schema object", i);
     }
     return true;
 }

@@ -67,7 +67,10 @@ static bool body_prefix(srv *s, const json_t *b, int32_t **ids, int32_t *n, cons
             return srv_fail(e, 400, "tokens", "'tokens' must be a non-empty array of token ids");
         return srv_tokenize_prompt(s->voc, v, "tokens", false, ids, n, e);
     }
-    if ((v = json_object_get(b, "prompt"))) return srv_tokenize_prompt(s->voc, v, "prompt", true, ids, n, e);
+    /* A pool holds no more than a slot: text certainly past that is refused
+     * before it is tokenized (srv_gen_text_fits). */
+    if ((v = json_object_get(b, "prompt")))
+        return srv_gen_text_fits(s, srv_prompt_bytes(v), e) && srv_tokenize_prompt(s->voc, v, "prompt", true, ids, n, e);
     /* messages: rendered as a chat request would be, minus the generation prompt */
     json_t *copy = json_deep_copy(b);
     if (!copy) return srv_fail(e, 500, NULL, "out of memory");
@@ -78,6 +81,10 @@ static bool body_prefix(srv *s, const json_t *b, int32_t **ids, int32_t *n, cons
     bool ok = srv_render_chat(copy, s->tmpl, s->tmpl_src, &text, &len, &fmt, e);
     json_decref(copy);
     if (!ok) return false;
+    if (!srv_gen_text_fits(s, len, e)) {
+        free(text);
+        return false;
+    }
     pk_status st = srv_tokenize(s->voc, text, len, true, true, ids, n);
     free(text);
     if (st != PK_OK) return srv_fail(e, 500, NULL, "tokenization failed: %s", pk_status_str(st));

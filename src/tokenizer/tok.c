@@ -127,6 +127,20 @@ const char *tok_text(const tok_vocab *v, int32_t id, size_t *len)
     return s;
 }
 
+size_t tok_max_token_bytes(const tok_vocab *v)
+{
+    if (v->unk < 0)
+        for (int b = 0; b < 256; b++)
+            if (v->byte_tok[b] < 0) return 0;
+    size_t most = 1;
+    for (int32_t id = 0; id < v->n_vocab; id++) {
+        size_t n;
+        tok_text(v, id, &n);
+        most = MAX(most, n);
+    }
+    return most;
+}
+
 /* ---- step 1: special tokens ---- */
 
 typedef struct frag { uint32_t off, len; int32_t id; } frag;   /* id -1: plain text */

@@ -73,6 +73,13 @@ int32_t tok_find(const tok_vocab *v, const char *text, size_t len);
  * U+2581, BPE bytes in the byte-level alphabet), or NULL with *len = 0 for an
  * id out of range.  Points into the vocabulary. */
 const char *tok_text(const tok_vocab *v, int32_t id, size_t *len);
+/* The most input bytes one token of tok_encode's output can stand for (the
+ * longest stored token text: an SPM U+2581 is 3 bytes for 1 space, a BPE
+ * byte character 1-2 bytes for 1 byte), so a text of len bytes gives at
+ * least len / this tokens: a bound a server checks before tokenizing.  0
+ * when there is none: an SPM vocabulary with neither a byte token nor
+ * <unk> for some byte drops that byte.  O(n_vocab); call it once. */
+size_t tok_max_token_bytes(const tok_vocab *v);
 
 /* Text -> ids.  add_special adds BOS/EOS where the model says to;
  * parse_special turns special-token texts into their ids.  Writes at most
