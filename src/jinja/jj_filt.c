@@ -365,8 +365,9 @@ int jj_filter_index(const char *name)
 }
 
 /* environment.getattr with dotted paths ("function.name"), as jinja2's
- * make_attrgetter; integer parts index lists. */
-static jv get_path(jj_rt *rt, int line, jv v, jv path)
+ * make_attrgetter; integer parts index lists; an undefined step becomes
+ * dflt when there is one (UNDEF = none). */
+static jv get_path_d(jj_rt *rt, int line, jv v, jv path, jv dflt)
 {
     if (path.t == JV_INT) return jj_getitem(rt, line, v, path);
     if (path.t != JV_STR) ferr(rt, line, "attribute must be a string", NULL);
@@ -379,10 +380,13 @@ static jv get_path(jj_rt *rt, int line, jv v, jv path)
         bool num = k > 0;
         for (size_t i = 0; i < k; i++) num = num && isdigit((unsigned char)p[i]);
         v = num ? jj_getitem(rt, line, v, jv_int(atoll(key.s->p))) : jj_getitem(rt, line, v, key);
+        if (v.t == JV_UNDEF && dflt.t != JV_UNDEF) v = dflt;
         if (!dot) return v;
         p = dot + 1;
     }
 }
+
+static jv get_path(jj_rt *rt, int line, jv v, jv path) { return get_path_d(rt, line, v, path, jv_undef()); }
 
 static int cmp_ci(jj_rt *rt, int line, jv a, jv b, bool case_sensitive)
 {
@@ -649,8 +653,7 @@ jv jj_apply_filter(jj_rt *rt, int line, int filt, jv *args, const char **kw, int
             jv dflt = arg(args, kw, n, 0, "default", jv_undef());
             for (int i = 1; i < n; i++) if (kw[i] && !strcmp(kw[i], "default")) dflt = args[i];
             for (size_t i = 0; i < items.l->n; i++) {
-                jv x = get_path(rt, line, items.l->v[i], attr);
-                jv_push(a, &r, x.t == JV_UNDEF && dflt.t != JV_UNDEF ? dflt : x);
+                jv_push(a, &r, get_path_d(rt, line, items.l->v[i], attr, dflt));
             }
             return r;
         }

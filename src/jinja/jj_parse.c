@@ -236,6 +236,7 @@ typedef struct parser {
     tok *t;
     size_t i;
     int depth;
+    int in_if;          /* inside an if's branches: an unknown filter waits for run time */
 } parser;
 
 static tok *cur(parser *ps) { return &ps->t[ps->i]; }
@@ -442,6 +443,9 @@ static jj_node *parse_filter(parser *ps, jj_node *n)
     jj_node *f = mk(ps, N_FILTER);
     f->name = expect_ident(ps);
     f->filt = jj_filter_index(f->name);
+    /* jinja2 3 rejects an unknown filter at compile time unless it sits in an
+     * if's branch (a template may guard a filter another engine has) */
+    if (f->filt < 0 && !ps->in_if) jj_throw(ps->a->fail, PK_EFORMAT, f->line, "No filter named '%s'.", f->name);
     f->a = n;
     if (is_op(ps, "(")) parse_args(ps, f);
     return f;
@@ -637,9 +641,11 @@ static jj_node *parse_if(parser *ps)
     expect_block_end(ps);
     static const char *const ends[] = { "elif", "else", "endif", NULL };
     const char *w;
+    ps->in_if++;
     n->b = parse_body(ps, ends, &w);
     if (!strcmp(w, "elif")) {
         n->c = parse_if(ps);
+        ps->in_if--;
         return n;
     }
     if (!strcmp(w, "else")) {
@@ -647,6 +653,7 @@ static jj_node *parse_if(parser *ps)
         static const char *const end[] = { "endif", NULL };
         n->c = parse_body(ps, end, &w);
     }
+    ps->in_if--;
     expect_block_end(ps);
     return n;
 }
@@ -794,7 +801,11 @@ static jj_node *parse_body(parser *ps, const char *const *ends, const char **whi
     for (;;) {
         tok *t = cur(ps);
         if (t->t == T_EOF) {
-            if (ends) jj_throw(ps->a->fail, PK_EFORMAT, t->line, "Unexpected end of template: expected '%s'.", ends[0]);
+            if (ends) {
+                int k = 0;
+                while (ends[k + 1]) k++;
+                jj_throw(ps->a->fail, PK_EFORMAT, t->line, "Unexpected end of template: expected '%s'.", ends[k]);
+            }
             break;
         }
         if (t->t == T_TEXT) {
