@@ -208,15 +208,15 @@ static jv do_slice(jj_rt *rt, int line, jv obj, jv a, jv b, jv c)
         r.l->tuple = obj.l->tuple;
         return r;
     }
-    pk_buf s = { 0 };
+    pk_buf *s = jj_buf(rt->a);
     for (int64_t i = i0; step > 0 ? i < i1 : i > i1; i += step) {
-        if (ascii) { pk_buf_put(&s, obj.s->p + i, 1); continue; }
+        if (ascii) { pk_buf_put(s, obj.s->p + i, 1); continue; }
         size_t b0 = jj_utf8_off(obj.s->p, obj.s->n, (size_t)i), b1 = jj_utf8_off(obj.s->p, obj.s->n, (size_t)i + 1);
-        pk_buf_put(&s, obj.s->p + b0, b1 - b0);
+        pk_buf_put(s, obj.s->p + b0, b1 - b0);
     }
-    jv r = jv_str(rt->a, s.p ? s.p : "", s.n);
-    bool oom = s.oom;
-    pk_buf_free(&s);
+    jv r = jv_str(rt->a, s->p ? s->p : "", s->n);
+    bool oom = s->oom;
+    pk_buf_free(s);
     if (oom) jj_throw(rt->fail, PK_ENOMEM, line, "out of memory");
     return r;
 }
@@ -274,13 +274,13 @@ static int exec_body(jj_rt *rt, frame *f, const jj_node *body);
 
 static jv render_to_str(jj_rt *rt, frame *f, const jj_node *body)
 {
-    pk_buf *saved = rt->out, b = { 0 };
-    rt->out = &b;
+    pk_buf *saved = rt->out, *b = jj_buf(rt->a);
+    rt->out = b;
     exec_body(rt, f, body);
     rt->out = saved;
-    if (b.oom) { pk_buf_free(&b); jj_throw(rt->fail, PK_ENOMEM, body->line, "out of memory"); }
-    jv r = jv_str(rt->a, b.p ? b.p : "", b.n);
-    pk_buf_free(&b);
+    if (b->oom) { pk_buf_free(b); jj_throw(rt->fail, PK_ENOMEM, body->line, "out of memory"); }
+    jv r = jv_str(rt->a, b->p ? b->p : "", b->n);
+    pk_buf_free(b);
     return r;
 }
 
@@ -557,11 +557,11 @@ static jv eval(jj_rt *rt, frame *f, const jj_node *n)
         if (jv_truthy(eval(rt, f, n->a))) return eval(rt, f, n->b);
         return n->c ? eval(rt, f, n->c) : jv_undef();
     case N_CONCAT: {
-        pk_buf b = { 0 };
-        for (int i = 0; i < n->n_kids; i++) jv_write_str(&b, eval(rt, f, n->kids[i]));
-        jv r = jv_str(rt->a, b.p ? b.p : "", b.n);
-        bool oom = b.oom;
-        pk_buf_free(&b);
+        pk_buf *b = jj_buf(rt->a);
+        for (int i = 0; i < n->n_kids; i++) jv_write_str(b, eval(rt, f, n->kids[i]));
+        jv r = jv_str(rt->a, b->p ? b->p : "", b->n);
+        bool oom = b->oom;
+        pk_buf_free(b);
         if (oom) jj_throw(rt->fail, PK_ENOMEM, n->line, "out of memory");
         return r;
     }

@@ -75,26 +75,26 @@ static jv str_case(jj_rt *rt, jv s, int mode)   /* 0 lower, 1 upper, 2 capitaliz
 static jv str_replace(jj_rt *rt, int line, jv s, jv old, jv new_, int64_t count)
 {
     if (old.t != JV_STR || new_.t != JV_STR) ferr(rt, line, "replace() arguments must be strings", NULL);
-    pk_buf b = { 0 };
+    pk_buf *b = jj_buf(jj_rt_arena(rt));
     const char *p = s.s->p, *end = p + s.s->n;
     int64_t done = 0;
     if (old.s->n == 0) {
         /* Python inserts the new text between every character and at both ends */
         for (size_t i = 0; i <= s.s->n; i++) {
-            if (count < 0 || done < count) { pk_buf_put(&b, new_.s->p, new_.s->n); done++; }
-            if (i < s.s->n) pk_buf_put(&b, p + i, 1);
+            if (count < 0 || done < count) { pk_buf_put(b, new_.s->p, new_.s->n); done++; }
+            if (i < s.s->n) pk_buf_put(b, p + i, 1);
         }
-        return buf_to_jv(rt, line, &b);
+        return buf_to_jv(rt, line, b);
     }
     while (p < end) {
         const char *hit = (count < 0 || done < count) ? memmem(p, (size_t)(end - p), old.s->p, old.s->n) : NULL;
-        if (!hit) { pk_buf_put(&b, p, (size_t)(end - p)); break; }
-        pk_buf_put(&b, p, (size_t)(hit - p));
-        pk_buf_put(&b, new_.s->p, new_.s->n);
+        if (!hit) { pk_buf_put(b, p, (size_t)(end - p)); break; }
+        pk_buf_put(b, p, (size_t)(hit - p));
+        pk_buf_put(b, new_.s->p, new_.s->n);
         p = hit + old.s->n;
         done++;
     }
-    return buf_to_jv(rt, line, &b);
+    return buf_to_jv(rt, line, b);
 }
 
 static jv str_split(jj_rt *rt, int line, jv s, jv sep, int64_t maxsplit, bool from_right)
@@ -187,15 +187,15 @@ static bool affix(jv s, jv x, bool end)
 /* "{} and {0} and {name}".format(...): fields without format specs. */
 static jv str_format(jj_rt *rt, int line, jv s, jv *args, const char **kw, int n)
 {
-    pk_buf b = { 0 };
+    pk_buf *b = jj_buf(jj_rt_arena(rt));
     int auto_i = 0;
     for (size_t i = 0; i < s.s->n; i++) {
         char c = s.s->p[i];
-        if ((c == '{' || c == '}') && i + 1 < s.s->n && s.s->p[i + 1] == c) { pk_buf_put(&b, &c, 1); i++; continue; }
-        if (c != '{') { pk_buf_put(&b, &c, 1); continue; }
+        if ((c == '{' || c == '}') && i + 1 < s.s->n && s.s->p[i + 1] == c) { pk_buf_put(b, &c, 1); i++; continue; }
+        if (c != '{') { pk_buf_put(b, &c, 1); continue; }
         size_t j = i + 1;
         while (j < s.s->n && s.s->p[j] != '}') j++;
-        if (j >= s.s->n) { pk_buf_free(&b); ferr(rt, line, "Single '{' encountered in format string", NULL); }
+        if (j >= s.s->n) { pk_buf_free(b); ferr(rt, line, "Single '{' encountered in format string", NULL); }
         const char *f = s.s->p + i + 1;
         size_t fn = j - i - 1;
         jv v = jv_undef();
@@ -206,11 +206,11 @@ static jv str_format(jj_rt *rt, int line, jv s, jv *args, const char **kw, int n
         } else {
             for (int k = 0; k < n; k++) if (kw[k] && strlen(kw[k]) == fn && !memcmp(kw[k], f, fn)) { v = args[k]; found = true; }
         }
-        if (!found) { pk_buf_free(&b); ferr(rt, line, "format(): missing argument", NULL); }
-        jv_write_str(&b, v);
+        if (!found) { pk_buf_free(b); ferr(rt, line, "format(): missing argument", NULL); }
+        jv_write_str(b, v);
         i = j;
     }
-    return buf_to_jv(rt, line, &b);
+    return buf_to_jv(rt, line, b);
 }
 
 static jv items_of(jj_rt *rt, jv d)
@@ -276,13 +276,13 @@ jv jj_call_method(jj_rt *rt, int line, jv self, const char *name, jv *args, cons
         if (!strcmp(name, "format")) return str_format(rt, line, self, args, kw, n);
         if (!strcmp(name, "join")) {
             jv items = jj_iter_list(rt, line, A(1, "iterable"));
-            pk_buf b = { 0 };
+            pk_buf *b = jj_buf(jj_rt_arena(rt));
             for (size_t i = 0; i < items.l->n; i++) {
-                if (items.l->v[i].t != JV_STR) { pk_buf_free(&b); ferr(rt, line, "sequence item: expected str instance", "join"); }
-                if (i) pk_buf_put(&b, self.s->p, self.s->n);
-                pk_buf_put(&b, items.l->v[i].s->p, items.l->v[i].s->n);
+                if (items.l->v[i].t != JV_STR) { pk_buf_free(b); ferr(rt, line, "sequence item: expected str instance", "join"); }
+                if (i) pk_buf_put(b, self.s->p, self.s->n);
+                pk_buf_put(b, items.l->v[i].s->p, items.l->v[i].s->n);
             }
-            return buf_to_jv(rt, line, &b);
+            return buf_to_jv(rt, line, b);
         }
         if (!strcmp(name, "isdigit") || !strcmp(name, "isalpha") || !strcmp(name, "isspace") ||
             !strcmp(name, "isalnum") || !strcmp(name, "islower") || !strcmp(name, "isupper")) {
@@ -432,26 +432,26 @@ static jv copy_list(jj_rt *rt, jv l)
 
 static jv do_indent(jj_rt *rt, int line, jv s, jv width, bool first, bool blank)
 {
-    pk_buf ind = { 0 }, b = { 0 };
-    if (width.t == JV_STR) pk_buf_put(&ind, width.s->p, width.s->n);
-    else for (int64_t i = 0; i < (width.t == JV_INT ? width.i : 4); i++) pk_buf_put(&ind, " ", 1);
-    pk_buf_put(&ind, "", 0);
+    pk_buf *ind = jj_buf(jj_rt_arena(rt)), *b = jj_buf(jj_rt_arena(rt));
+    if (width.t == JV_STR) pk_buf_put(ind, width.s->p, width.s->n);
+    else for (int64_t i = 0; i < (width.t == JV_INT ? width.i : 4); i++) pk_buf_put(ind, " ", 1);
+    pk_buf_put(ind, "", 0);
     const char *p = s.s->p, *e = p + s.s->n;
     bool first_line = true;
     /* s + "\n", then splitlines: every line, the trailing empty one dropped */
     while (p < e || first_line) {
         const char *nl = memchr(p, '\n', (size_t)(e - p));
         size_t k = nl ? (size_t)(nl - p) : (size_t)(e - p);
-        if (!first_line) pk_buf_put(&b, "\n", 1);
-        if ((first_line && first) || (!first_line && (k > 0 || blank))) pk_buf_put(&b, ind.p, ind.n);
-        pk_buf_put(&b, p, k);
+        if (!first_line) pk_buf_put(b, "\n", 1);
+        if ((first_line && first) || (!first_line && (k > 0 || blank))) pk_buf_put(b, ind->p, ind->n);
+        pk_buf_put(b, p, k);
         first_line = false;
         if (!nl) break;
         p = nl + 1;
         if (p >= e) break;
     }
-    pk_buf_free(&ind);
-    return buf_to_jv(rt, line, &b);
+    pk_buf_free(ind);
+    return buf_to_jv(rt, line, b);
 }
 
 static jv do_tojson(jj_rt *rt, int line, jv *args, const char **kw, int n)
@@ -474,12 +474,12 @@ static jv do_tojson(jj_rt *rt, int line, jv *args, const char **kw, int n)
         o.item_sep = sep.l->v[0].s->p;
         o.key_sep = sep.l->v[1].s->p;
     }
-    pk_buf b = { 0 };
-    if (!jv_write_json(&b, args[0], &o, 0)) {
-        pk_buf_free(&b);
+    pk_buf *b = jj_buf(jj_rt_arena(rt));
+    if (!jv_write_json(b, args[0], &o, 0)) {
+        pk_buf_free(b);
         jj_throw(jj_rt_fail(rt), PK_EINVAL, line, "Object of type %s is not JSON serializable", jv_type_name(args[0]));
     }
-    return buf_to_jv(rt, line, &b);
+    return buf_to_jv(rt, line, b);
 }
 
 static jv select_items(jj_rt *rt, int line, jv *args, const char **kw, int n, bool by_attr, bool keep)
@@ -582,13 +582,13 @@ jv jj_apply_filter(jj_rt *rt, int line, int filt, jv *args, const char **kw, int
     case F_JOIN: {
         jv items = jj_iter_list(rt, line, v);
         jv sep = arg(args, kw, n, 1, "d", jv_str(a, "", 0)), attr = arg(args, kw, n, 2, "attribute", none);
-        pk_buf b = { 0 };
+        pk_buf *b = jj_buf(jj_rt_arena(rt));
         for (size_t i = 0; i < items.l->n; i++) {
-            if (i) jv_write_str(&b, sep);
+            if (i) jv_write_str(b, sep);
             jv x = attr.t != JV_NONE ? get_path(rt, line, items.l->v[i], attr) : items.l->v[i];
-            jv_write_str(&b, x);
+            jv_write_str(b, x);
         }
-        return buf_to_jv(rt, line, &b);
+        return buf_to_jv(rt, line, b);
     }
     case F_FIRST: {
         jv items = jj_iter_list(rt, line, v);
@@ -603,9 +603,9 @@ jv jj_apply_filter(jj_rt *rt, int line, int filt, jv *args, const char **kw, int
     case F_REVERSE: {
         if (v.t == JV_STR) {
             jv chars = jj_iter_list(rt, line, v);
-            pk_buf b = { 0 };
-            for (size_t i = chars.l->n; i-- > 0;) pk_buf_put(&b, chars.l->v[i].s->p, chars.l->v[i].s->n);
-            return buf_to_jv(rt, line, &b);
+            pk_buf *b = jj_buf(jj_rt_arena(rt));
+            for (size_t i = chars.l->n; i-- > 0;) pk_buf_put(b, chars.l->v[i].s->p, chars.l->v[i].s->n);
+            return buf_to_jv(rt, line, b);
         }
         jv items = jj_iter_list(rt, line, v), r = jv_list(a, items.l->n);
         for (size_t i = items.l->n; i-- > 0;) jv_push(a, &r, items.l->v[i]);

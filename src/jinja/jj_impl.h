@@ -46,14 +46,19 @@ _Noreturn void jj_throw(jj_fail *f, pk_status st, int line, const char *fmt, ...
 /* ---- the arena -------------------------------------------------------- */
 
 typedef struct jj_chunk jj_chunk;
+typedef struct jj_tbuf jj_tbuf;
 typedef struct jj_arena {
     jj_chunk *head;
+    jj_tbuf *bufs;                 /* growing buffers handed out by jj_buf */
     size_t n_bytes, max_bytes;     /* allocated so far, the cap (0 = none) */
     jj_fail *fail;                 /* where an allocation failure goes */
 } jj_arena;
 
 void *jj_alloc(jj_arena *a, size_t n);          /* zeroed, 16-aligned */
 char *jj_strndup(jj_arena *a, const char *s, size_t n);
+/* A growing text buffer whose memory the arena frees if an error unwinds
+ * past it (pk_buf_free it when done; the struct itself is the arena's). */
+pk_buf *jj_buf(jj_arena *a);
 void jj_arena_free(jj_arena *a);
 
 /* ---- values ----------------------------------------------------------- */

@@ -335,12 +335,12 @@ static jj_node *parse_primary(parser *ps)
         return n;
     }
     if (t->t == T_STRING) {
-        pk_buf b = { 0 };
-        while (cur(ps)->t == T_STRING) { pk_buf_put(&b, cur(ps)->s, cur(ps)->n); ps->i++; }
+        pk_buf *b = jj_buf(ps->a);
+        while (cur(ps)->t == T_STRING) { pk_buf_put(b, cur(ps)->s, cur(ps)->n); ps->i++; }
         n = mk(ps, N_LIT);
-        n->lit = jv_str(ps->a, b.p ? b.p : "", b.n);
-        bool oom = b.oom;
-        pk_buf_free(&b);
+        n->lit = jv_str(ps->a, b->p ? b->p : "", b->n);
+        bool oom = b->oom;
+        pk_buf_free(b);
         if (oom) jj_throw(ps->a->fail, PK_ENOMEM, t->line, "out of memory");
         return n;
     }

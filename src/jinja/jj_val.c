@@ -58,8 +58,20 @@ char *jj_strndup(jj_arena *a, const char *s, size_t n)
     return p;
 }
 
+struct jj_tbuf { pk_buf b; jj_tbuf *next; };
+
+pk_buf *jj_buf(jj_arena *a)
+{
+    jj_tbuf *t = jj_alloc(a, sizeof *t);
+    t->next = a->bufs;
+    a->bufs = t;
+    return &t->b;
+}
+
 void jj_arena_free(jj_arena *a)
 {
+    for (jj_tbuf *t = a->bufs; t; t = t->next) pk_buf_free(&t->b);
+    a->bufs = NULL;
     for (jj_chunk *c = a->head, *next; c; c = next) {
         next = c->next;
         free(c);
@@ -319,11 +331,11 @@ void jv_write_str(pk_buf *b, jv v)
 jv jv_to_str(jj_arena *a, jv v)
 {
     if (v.t == JV_STR) return v;
-    pk_buf b = { 0 };
-    jv_write_str(&b, v);
-    if (b.oom) { pk_buf_free(&b); jj_throw(a->fail, PK_ENOMEM, 0, "out of memory"); }
-    jv r = jv_str(a, b.p ? b.p : "", b.n);
-    pk_buf_free(&b);
+    pk_buf *b = jj_buf(a);
+    jv_write_str(b, v);
+    if (b->oom) { pk_buf_free(b); jj_throw(a->fail, PK_ENOMEM, 0, "out of memory"); }
+    jv r = jv_str(a, b->p ? b->p : "", b->n);
+    pk_buf_free(b);
     return r;
 }
 
@@ -331,21 +343,21 @@ jv jv_escape(jj_arena *a, jv v)
 {
     if (v.t == JV_STR && v.safe) return v;
     jv s = jv_to_str(a, v);
-    pk_buf b = { 0 };
+    pk_buf *b = jj_buf(a);
     for (size_t i = 0; i < s.s->n; i++) {
         char c = s.s->p[i];
         switch (c) {
-        case '&': pk_buf_puts(&b, "&amp;"); break;
-        case '<': pk_buf_puts(&b, "&lt;"); break;
-        case '>': pk_buf_puts(&b, "&gt;"); break;
-        case '"': pk_buf_puts(&b, "&#34;"); break;
-        case '\'': pk_buf_puts(&b, "&#39;"); break;
-        default: pk_buf_put(&b, &c, 1);
+        case '&': pk_buf_puts(b, "&amp;"); break;
+        case '<': pk_buf_puts(b, "&lt;"); break;
+        case '>': pk_buf_puts(b, "&gt;"); break;
+        case '"': pk_buf_puts(b, "&#34;"); break;
+        case '\'': pk_buf_puts(b, "&#39;"); break;
+        default: pk_buf_put(b, &c, 1);
         }
     }
-    if (b.oom) { pk_buf_free(&b); jj_throw(a->fail, PK_ENOMEM, 0, "out of memory"); }
-    jv r = jv_str(a, b.p ? b.p : "", b.n);
-    pk_buf_free(&b);
+    if (b->oom) { pk_buf_free(b); jj_throw(a->fail, PK_ENOMEM, 0, "out of memory"); }
+    jv r = jv_str(a, b->p ? b->p : "", b->n);
+    pk_buf_free(b);
     r.safe = true;
     return r;
 }
