@@ -2,7 +2,7 @@
 exactly as Hugging Face transformers' apply_chat_template sets it up, and by
 `polykv template`; the two outputs must be byte-identical, or both must raise.
 
-Usage: python oracle.py POLYKV_BIN TEMPLATE_DIR [--excluded FILE] [--table]
+Usage: python oracle.py POLYKV_BIN TEMPLATE_DIR [--excluded FILE]
 Exits 1 when a template outside the excluded list disagrees, or when fewer
 than MIN_AGREE templates agree on every conversation.
 """
