@@ -10,14 +10,24 @@
  * and eos_token from the vocabulary, documents null, and the members of the
  * request's chat_template_kwargs (enable_thinking, ...).
  *
- * A template that never reads `tools` (many older ones) cannot show a
- * request's tools or tool turns; such a request gets the built-in tool
- * layout of its family instead (tmpl_tools.c), as llama-server falls back to
- * a generic tool prompt.
+ * A template of one of the four built-in families (ChatML, Llama 3, ...)
+ * that never reads `tools` cannot show a request's tools or tool turns; such
+ * a request gets the family's built-in tool layout (tmpl_tools.c).  Any
+ * other template renders as it is, tools or not, as llama-server does.
+ *
+ * Like llama-server, and unlike transformers, the variables also hold
+ * date_string (today, "01 Dec 2026"), which Llama 3.x templates print, and
+ * enable_thinking is true unless chat_template_kwargs says otherwise (a
+ * DeepSeek-R1 template closes its <think> block when it is not).  And a
+ * template that prints tool-call arguments only right when they are JSON
+ * objects (`arguments | tojson`: Llama 3.1, DeepSeek, gpt-oss) gets the
+ * arguments OpenAI clients send as strings parsed into objects; a probe at
+ * start finds out which templates those are, as llama.cpp's does.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "srv_impl.h"
 
@@ -40,6 +50,57 @@ static char *token_text(const tok_vocab *v, int32_t id)
     size_t n = 0;
     const char *t = id >= 0 ? tok_text(v, id, &n) : NULL;
     return t ? strndup(t, n) : strdup("");
+}
+
+/* The probe's text of one tool call, its arguments a string or an object. */
+static char *probe_render(const jj_tmpl *t, bool as_object)
+{
+    json_t *ctx = json_pack("{s:[{s:s,s:s},{s:s,s:s,s:[{s:s,s:s,s:{s:s,s:o}}]},{s:s,s:s,s:s,s:s}],"
+                            "s:[{s:s,s:{s:s,s:s,s:{s:s,s:{s:{s:s}}}}}],s:b,s:s,s:s}",
+        "messages", "role", "user", "content", "x",
+        "role", "assistant", "content", "", "tool_calls", "id", "call00001", "type", "function", "function",
+        "name", "probe_fn", "arguments",
+        as_object ? json_pack("{s:s}", "probe_arg", "v1") : json_string("{\"probe_arg\": \"v1\"}"),
+        "role", "tool", "tool_call_id", "call00001", "name", "probe_fn", "content", "ok",
+        "tools", "type", "function", "function", "name", "probe_fn", "description", "A probe.",
+        "parameters", "type", "object", "properties", "probe_arg", "type", "string",
+        "add_generation_prompt", 0, "bos_token", "", "eos_token", "");
+    char *out = NULL, err[64];
+    size_t n;
+    if (!ctx || jj_render(t, ctx, NULL, &out, &n, err, sizeof err)) out = NULL;
+    json_decref(ctx);
+    return out;
+}
+
+static bool wants_object_arguments(const jj_tmpl *t)
+{
+    char *as_str = probe_render(t, false), *as_obj = probe_render(t, true);
+    bool r = as_obj && strstr(as_obj, "\"probe_arg\": \"v1\"") &&
+             (!as_str || !strstr(as_str, "{\"probe_arg\": \"v1\"}") || strstr(as_str, "\"{\\\"probe_arg"));
+    free(as_str);
+    free(as_obj);
+    return r;
+}
+
+/* messages with every string `arguments` that parses as a JSON object made
+ * that object (a new reference), or NULL when none needed it. */
+static json_t *object_arguments(const json_t *msgs)
+{
+    json_t *copy = NULL;
+    for (size_t i = 0; i < json_array_size(msgs); i++) {
+        const json_t *calls = json_object_get(json_array_get(msgs, i), "tool_calls");
+        for (size_t j = 0; j < json_array_size(calls); j++) {
+            const json_t *f = json_object_get(json_array_get(calls, j), "function");
+            json_t *args = json_is_string(json_object_get(f, "arguments"))
+                           ? json_loads(json_string_value(json_object_get(f, "arguments")), 0, NULL) : NULL;
+            if (!json_is_object(args)) { json_decref(args); continue; }
+            if (!copy && !(copy = json_deep_copy(msgs))) { json_decref(args); return NULL; }
+            json_t *cf = json_object_get(json_array_get(json_object_get(json_array_get(copy, i), "tool_calls"), j),
+                                         "function");
+            json_object_set_new(cf, "arguments", args);
+        }
+    }
+    return copy;
 }
 
 pk_status srv_chat_init(srv *s, const tok_vocab *v, tmpl_kind *k, const char **src, char *err, size_t err_len)
@@ -73,8 +134,9 @@ pk_status srv_chat_init(srv *s, const tok_vocab *v, tmpl_kind *k, const char **s
     s->jj.bos = token_text(v, tok_bos(v));
     s->jj.eos = token_text(v, tok_eos(v));
     if (!s->jj.bos || !s->jj.eos) return pk_errf(err, err_len, PK_ENOMEM, "out of memory");
-    s->jj.knows_tools = strstr(text, "tools") != NULL;
+    s->jj.object_arguments = wants_object_arguments(s->jj.t);
     *k = tmpl_detect(text);
+    s->jj.knows_tools = strstr(text, "tools") != NULL || *k == TMPL_UNKNOWN;
     if (*k == TMPL_UNKNOWN) *k = TMPL_CHATML;
     *src = text;
     return PK_OK;
@@ -87,6 +149,16 @@ void srv_chat_free(srv *s)
     free(s->jj.bos);
     free(s->jj.eos);
     memset(&s->jj, 0, sizeof s->jj);
+}
+
+static json_t *today(void)
+{
+    time_t now = time(NULL);
+    struct tm tm;
+    char d[32];
+    localtime_r(&now, &tm);
+    strftime(d, sizeof d, "%d %b %Y", &tm);
+    return json_string(d);
 }
 
 static bool has_tool_turns(const json_t *msgs)
@@ -142,12 +214,16 @@ bool srv_chat_prompt(const srv *s, const json_t *body, char **prompt, size_t *n_
     json_t *ctx = json_object();
     const json_t *kw = json_object_get(body, "chat_template_kwargs");
     if (ctx && json_is_object(kw)) json_object_update(ctx, (json_t *)kw);
-    if (!ctx || json_object_set(ctx, "messages", json_object_get(body, "messages")) ||
+    if (ctx && !json_object_get(ctx, "enable_thinking")) json_object_set_new(ctx, "enable_thinking", json_true());
+    json_t *msgs = s->jj.object_arguments ? object_arguments(json_object_get(body, "messages")) : NULL;
+    if (!msgs) msgs = json_incref(json_object_get(body, "messages"));
+    if (!ctx || json_object_set_new(ctx, "messages", msgs) ||
         json_object_set_new(ctx, "tools", tools ? json_incref((json_t *)tools) : json_null()) ||
         json_object_set_new(ctx, "documents", json_null()) ||
         json_object_set_new(ctx, "add_generation_prompt", json_boolean(add_gen)) ||
         json_object_set_new(ctx, "bos_token", json_string(s->jj.bos)) ||
-        json_object_set_new(ctx, "eos_token", json_string(s->jj.eos))) {
+        json_object_set_new(ctx, "eos_token", json_string(s->jj.eos)) ||
+        json_object_set_new(ctx, "date_string", today())) {
         json_decref(ctx);
         return srv_fail(e, 500, NULL, "out of memory");
     }
