@@ -484,6 +484,7 @@ static jv do_tojson(jj_rt *rt, int line, jv *args, const char **kw, int n)
 
 static jv select_items(jj_rt *rt, int line, jv *args, const char **kw, int n, bool by_attr, bool keep)
 {
+    (void)kw;            /* select's arguments are positional in jinja2 */
     jj_arena *a = jj_rt_arena(rt);
     jv r = jv_list(a, 4);
     r.l->gen = true;
