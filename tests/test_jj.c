@@ -241,6 +241,24 @@ static void test_bounds(void)
     for (int i = 0; i < 1000; i++) deep[k++] = ')';
     k += (size_t)snprintf(deep + k, sizeof deep - k, " }}");
     CHECK_EQ_INT(render(deep, NULL, NULL, &out, err, sizeof err), PK_EFORMAT);
+    /* a long operator chain is as deep a tree: refused while rendering */
+    size_t n_chain = 200000;
+    char *chain = malloc(n_chain * 2 + 16);
+    k = (size_t)sprintf(chain, "{{ 1");
+    for (size_t i = 0; i < n_chain; i++) { chain[k++] = '+'; chain[k++] = '1'; }
+    strcpy(chain + k, " }}");
+    CHECK_EQ_INT(render(chain, NULL, NULL, &out, err, sizeof err), PK_EFULL);
+    memcpy(chain, "{{ 1", 4);
+    for (size_t i = 0; i < 500; i++) { chain[4 + 2 * i] = '+'; chain[5 + 2 * i] = '1'; }
+    strcpy(chain + 4 + 1000, " }}");
+    CHECK_EQ_INT(render(chain, NULL, NULL, &out, err, sizeof err), PK_OK);
+    CHECK_STR(out, "501");
+    free(out);
+    free(chain);
+    /* a value nested 10000 deep prints and compares without recursing off the stack */
+    CHECK_EQ_INT(render("{% set ns = namespace(l=[]) %}{% for i in range(10000) %}{% set ns.l = [ns.l] %}{% endfor %}"
+                        "{{ (ns.l | string)[:6] }}{{ ns.l == ns.l }}{{ ns.l | tojson }}", NULL, NULL, &out, err,
+                        sizeof err), PK_EINVAL);
 }
 
 /* Every prefix of a real-looking template compiles or fails cleanly (ASan). */

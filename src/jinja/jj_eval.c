@@ -39,7 +39,8 @@ struct jj_rt {
     pk_buf *out;
     jj_limits lim;
     int64_t n_iters;
-    int depth;
+    int depth;                     /* macro calls nested */
+    int eval_depth;                /* expression nodes nested: `a + b + ...` chains nest too */
     frame *globals;
 };
 
@@ -258,10 +259,14 @@ int jj_compare(jj_rt *rt, int line, jv a, jv b)
         return c ? (c > 0) - (c < 0) : (a.s->n > b.s->n) - (a.s->n < b.s->n);
     }
     if (a.t == JV_LIST && b.t == JV_LIST) {
+        if (++rt->eval_depth > 2000) jj_throw(rt->fail, PK_EFULL, line, "comparing lists nested too deeply");
         for (size_t i = 0; i < a.l->n && i < b.l->n; i++) {
             if (jv_eq(a.l->v[i], b.l->v[i])) continue;
-            return jj_compare(rt, line, a.l->v[i], b.l->v[i]);
+            int c = jj_compare(rt, line, a.l->v[i], b.l->v[i]);
+            rt->eval_depth--;
+            return c;
         }
+        rt->eval_depth--;
         return (a.l->n > b.l->n) - (a.l->n < b.l->n);
     }
     rt_err(rt, line, "'<' not supported between instances of '%s' and '%s'", jv_type_name(a), jv_type_name(b));
@@ -491,7 +496,20 @@ static jv eval_filter(jj_rt *rt, frame *f, const jj_node *n, jv input)
     return jj_apply_filter(rt, n->line, n->filt, args, kw, na);
 }
 
+static jv eval_node(jj_rt *rt, frame *f, const jj_node *n);
+
+/* The parser bounds nesting of brackets, but a chain of 100k operators or
+ * filters is a tree as deep; this keeps its walk off the end of the stack. */
 static jv eval(jj_rt *rt, frame *f, const jj_node *n)
+{
+    if (++rt->eval_depth > 2000)
+        jj_throw(rt->fail, PK_EFULL, n->line, "expression nested deeper than 2000 operations");
+    jv v = eval_node(rt, f, n);
+    rt->eval_depth--;
+    return v;
+}
+
+static jv eval_node(jj_rt *rt, frame *f, const jj_node *n)
 {
     switch (n->kind) {
     case N_LIT: return n->lit;

@@ -180,8 +180,17 @@ double jv_num(jv v)
     return v.t == JV_FLOAT ? v.f : v.t == JV_INT ? (double)v.i : v.t == JV_BOOL ? v.b : 0;
 }
 
-bool jv_eq(jv a, jv b)
+/* Values a template builds may nest as deep as its loops run (`set x =
+ * [x]`); past this depth repr() writes "..." and == says unequal instead of
+ * recursing off the stack (Python would raise RecursionError). */
+enum { MAX_NEST = 500 };
+
+static bool eq_at(jv a, jv b, int depth);
+bool jv_eq(jv a, jv b) { return eq_at(a, b, 0); }
+
+static bool eq_at(jv a, jv b, int depth)
 {
+    if (depth > MAX_NEST) return false;
     if (jv_is_num(a) && jv_is_num(b)) {
         if (a.t != JV_FLOAT && b.t != JV_FLOAT)
             return (a.t == JV_INT ? a.i : a.b) == (b.t == JV_INT ? b.i : b.b);
@@ -195,13 +204,13 @@ bool jv_eq(jv a, jv b)
         if (a.l->gen || b.l->gen) return a.l == b.l;
         if (a.l->n != b.l->n) return false;
         for (size_t i = 0; i < a.l->n; i++)
-            if (!jv_eq(a.l->v[i], b.l->v[i])) return false;
+            if (!eq_at(a.l->v[i], b.l->v[i], depth + 1)) return false;
         return true;
     case JV_DICT:
         if (a.d->n != b.d->n) return false;
         for (size_t i = 0; i < a.d->n; i++) {
             jv *o = jv_dget(b.d, a.d->k[i]);
-            if (!o || !jv_eq(a.d->v[i], *o)) return false;
+            if (!o || !eq_at(a.d->v[i], *o, depth + 1)) return false;
         }
         return true;
     case JV_NS: return a.d == b.d;
@@ -279,15 +288,19 @@ static void write_str_repr(pk_buf *b, const jstr *s)
     pk_buf_put(b, &q, 1);
 }
 
-void jv_write_repr(pk_buf *b, jv v)
+static void repr_at(pk_buf *b, jv v, int depth);
+void jv_write_repr(pk_buf *b, jv v) { repr_at(b, v, 0); }
+
+static void repr_at(pk_buf *b, jv v, int depth)
 {
+    if (depth > MAX_NEST && (v.t == JV_LIST || v.t == JV_DICT)) { pk_buf_puts(b, "..."); return; }
     switch (v.t) {
     case JV_STR: write_str_repr(b, v.s); return;
     case JV_LIST:
         pk_buf_put(b, v.l->tuple ? "(" : "[", 1);
         for (size_t i = 0; i < v.l->n; i++) {
             if (i) pk_buf_puts(b, ", ");
-            jv_write_repr(b, v.l->v[i]);
+            repr_at(b, v.l->v[i], depth + 1);
         }
         if (v.l->tuple && v.l->n == 1) pk_buf_put(b, ",", 1);
         pk_buf_put(b, v.l->tuple ? ")" : "]", 1);
@@ -296,9 +309,9 @@ void jv_write_repr(pk_buf *b, jv v)
         pk_buf_put(b, "{", 1);
         for (size_t i = 0; i < v.d->n; i++) {
             if (i) pk_buf_puts(b, ", ");
-            jv_write_repr(b, v.d->k[i]);
+            repr_at(b, v.d->k[i], depth + 1);
             pk_buf_puts(b, ": ");
-            jv_write_repr(b, v.d->v[i]);
+            repr_at(b, v.d->v[i], depth + 1);
         }
         pk_buf_put(b, "}", 1);
         return;
