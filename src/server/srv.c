@@ -67,6 +67,7 @@ srv_params srv_default_params(void)
         .host = "127.0.0.1",
         .port = 8080,
         .endpoint_slots = true,
+        .jinja = true,
         .timeout_s = 600,
         .header_timeout_s = 10,
         .max_body_bytes = 8u << 20,
@@ -515,6 +516,7 @@ pk_status srv_new(const srv_params *p, srv **out, char *err, size_t err_len)
     s->p.host = s->host = dup_or_null(p->host, &oom);
     s->p.api_key = s->api_key = dup_or_null(p->api_key, &oom);
     s->p.chat_template = s->chat_template = dup_or_null(p->chat_template, &oom);
+    s->p.chat_template_file = s->chat_template_file = dup_or_null(p->chat_template_file, &oom);
     s->p.model_alias = s->alias = dup_or_null(p->model_alias, &oom);
     s->t_start = (int64_t)time(NULL);
     atomic_init(&s->stopping, false);
@@ -574,7 +576,11 @@ pk_status srv_set_engine(srv *s, eng *e, const char *model_path, char *err, size
                      s->p.chat_template);
             return PK_EINVAL;
         }
-    } else {
+    } else if (s->p.jinja || s->p.chat_template_file) {
+        pk_status st = srv_chat_init(s, v, &k, &src, err, err_len);
+        if (st) return st;
+    }
+    if (k == TMPL_UNKNOWN && !(s->p.chat_template && *s->p.chat_template)) {
         src = tok_chat_template(v);
         k = tmpl_detect(src);
         if (k == TMPL_UNKNOWN) {
@@ -606,6 +612,8 @@ void srv_free(srv *s)
     free(s->host);
     free(s->api_key);
     free(s->chat_template);
+    free(s->chat_template_file);
+    srv_chat_free(s);
     free(s->alias);
     free(s->model_path);
     free(s);

@@ -55,6 +55,8 @@ typedef struct srv_params {
     bool endpoint_metrics;      /* GET /metrics (--metrics), off by default */
     bool endpoint_slots;        /* GET /slots, on by default */
     const char *chat_template;  /* tmpl_from_name name overriding the model's, or NULL */
+    bool jinja;                 /* render Jinja templates (src/jinja); on by default */
+    const char *chat_template_file; /* a Jinja template file used instead of the model's, or NULL */
     const char *model_alias;    /* the model's name in responses; NULL: its file name */
     int timeout_s;              /* idle connection timeout once a request came, 600 */
     int header_timeout_s;       /* a connection whose request has not come yet is closed

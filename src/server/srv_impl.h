@@ -20,6 +20,7 @@
 
 #include "../common/buf.h"
 #include "../engine/eng.h"
+#include "../jinja/jj.h"
 #include "../tokenizer/tok.h"
 #include "srv.h"
 #include "srv_tools.h"
@@ -28,9 +29,19 @@
 #define SRV_KEEPALIVE_MS 10000    /* most time a stream goes without a byte (an SSE comment) */
 #define SRV_MAX_NAME 256
 
+/* The Jinja chat template (srv_chat.c), compiled once at start; t NULL:
+ * the built-in layouts of tmpl.c render the prompts. */
+typedef struct srv_jinja {
+    jj_tmpl *t;
+    char *file_src;                /* --chat-template-file's text, or NULL */
+    char *bos, *eos;               /* the vocabulary's bos / eos text, "" when none */
+    bool knows_tools;              /* the template reads `tools` (else tmpl_tools.c lays them out) */
+    bool object_arguments;         /* it prints tool-call arguments only when they are objects */
+} srv_jinja;
+
 struct srv {
     srv_params p;                  /* strings point at the owned copies below */
-    char *host, *api_key, *chat_template, *alias;
+    char *host, *api_key, *chat_template, *chat_template_file, *alias;
     struct MHD_Daemon *d;
     int port;
     int64_t t_start;               /* unix seconds */
@@ -42,6 +53,7 @@ struct srv {
     const tok_vocab *voc;
     tmpl_kind tmpl;
     const char *tmpl_src;          /* the model's template source when it is used, else NULL */
+    srv_jinja jj;                  /* the Jinja template (srv_chat.c), set once with tmpl */
     char model_name[SRV_MAX_NAME];
     char *model_path;
     size_t max_token_bytes;        /* tok_max_token_bytes: bounds a prompt before tokenizing; 0 none */
@@ -177,6 +189,22 @@ pk_status srv_tokenize(const tok_vocab *v, const char *text, size_t len, bool ad
  * express. */
 bool srv_render_chat(const json_t *body, tmpl_kind k, const char *tmpl_src, char **prompt, size_t *n_prompt,
                      srv_tool_fmt *tools, srv_err *e);
+
+/* ---- the chat template (srv_chat.c) ---- */
+
+/* At start (srv_set_engine): reads --chat-template-file or the model's
+ * template and compiles it with the Jinja engine; *k becomes the family the
+ * text looks like (it picks the tool-call format to parse answers with) and
+ * *src the text.  A file that cannot be read or compiled is an error
+ * (PK_EIO / PK_EFORMAT, message in err); the model's own template that does
+ * not compile is reported on stderr and leaves the built-in layouts. */
+pk_status srv_chat_init(srv *s, const tok_vocab *v, tmpl_kind *k, const char **src, char *err, size_t err_len);
+void srv_chat_free(srv *s);
+/* srv_render_chat's contract, with the server's template: Jinja when it
+ * compiled (chat_template_kwargs go into its variables; a template error is
+ * a 400 with its message), else the built-in layouts.  Any request thread. */
+bool srv_chat_prompt(const srv *s, const json_t *body, char **prompt, size_t *n_prompt, srv_tool_fmt *tools,
+                     srv_err *e);
 
 /* ---- running a task (srv_gen.c) ---- */
 

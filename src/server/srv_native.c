@@ -195,7 +195,7 @@ enum MHD_Result srv_h_apply_template(srv_req *r, json_t *body)
     char *prompt;
     size_t n;
     srv_tool_fmt fmt;
-    if (!srv_render_chat(body, s->tmpl, s->tmpl_src, &prompt, &n, &fmt, &e)) return srv_reply_error(r, &e);
+    if (!srv_chat_prompt(s, body, &prompt, &n, &fmt, &e)) return srv_reply_error(r, &e);
     json_t *j = json_pack("{s:o}", "prompt", srv_json_text(prompt, n));
     free(prompt);
     return srv_reply_json(r, 200, j);
@@ -216,7 +216,6 @@ enum MHD_Result srv_h_props(srv_req *r, json_t *body)
     const eng_params *ep = eng_get_params(e);
     eng_completion c = { .sp = smp_default_params(), .n_predict = -1, .cache_prompt = true };
     srv_gen_opts o = {0};
-    const char *src = tok_chat_template(s->voc);
     json_t *props = json_pack("{s:{s:o, s:i}, s:i, s:s, s:s, s:s, s:s, s:s, s:o, s:o, s:s, s:{s:b, s:b, s:b}, "
                               "s:b, s:b, s:b, s:b}",
         "default_generation_settings", "params", settings_json(&c, &o), "n_ctx", eng_n_ctx_slot(e),
@@ -224,7 +223,7 @@ enum MHD_Result srv_h_props(srv_req *r, json_t *body)
         "model_alias", s->model_name,
         "model_path", s->model_path ? s->model_path : "",
         "model_desc", model_desc(s->m),
-        "chat_template", src && s->tmpl_src ? src : "",
+        "chat_template", s->tmpl_src ? s->tmpl_src : "",
         "chat_template_name", tmpl_name(s->tmpl),
         "bos_token", special_text(s->voc, tok_bos(s->voc)),
         "eos_token", special_text(s->voc, tok_eos(s->voc)),

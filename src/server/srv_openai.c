@@ -222,7 +222,7 @@ enum MHD_Result srv_h_oai_chat(srv_req *r, json_t *body)
         return srv_reply_error(r, &e);
     /* A forced tool call constrains the answer to the tool's schema. */
     gram_grammar *tg = NULL;
-    if (!srv_render_chat(body, s->tmpl, s->tmpl_src, &prompt, &n_prompt, &o.tools, &e) ||
+    if (!srv_chat_prompt(s, body, &prompt, &n_prompt, &o.tools, &e) ||
         !srv_tools_grammar(body, o.tools, &tg, &e)) {
         if (prompt) free(prompt);
         gram_free(c.grammar);
