@@ -42,7 +42,8 @@ static unsigned parse(const char *body, srv_api api, eng_completion *c, srv_gen_
     json_decref(b);
     b = J(body);
     memset(e, 0, sizeof *e);
-    bool ok = srv_parse_gen(b, api, 4, c, o, e);
+    srv_gen_defaults d = { .n_slots = 4, .sp = smp_default_params(), .n_predict = -1 };
+    bool ok = srv_parse_gen(b, api, &d, c, o, e);
     return ok ? 0 : e->status;
 }
 

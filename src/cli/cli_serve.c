@@ -61,6 +61,7 @@ static void usage(void)
         const pol_param_info *pi = pol_param_at(i);
         fprintf(stderr, "  --slot-%-18s %s\n", pi->name, pi->help);
     }
+    cli_serve_llama_usage();
 }
 
 typedef struct serve_opts {
@@ -129,6 +130,11 @@ static bool parse(int argc, char **argv, serve_opts *o)
         if (!strcmp(a, "--mmap") || !strcmp(a, "--no-mmap")) { o->mmap = !strcmp(a, "--mmap"); continue; }
         if (!strcmp(a, "--context-shift") || !strcmp(a, "--no-context-shift")) {
             o->ep.ctx_shift = !strcmp(a, "--context-shift");
+            continue;
+        }
+        int llama = cli_serve_llama_flag(argc, argv, &i, &o->sp);
+        if (llama) {
+            if (llama < 0) return false;
             continue;
         }
         if (!(v = cli_arg(argc, argv, &i))) return false;

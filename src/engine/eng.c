@@ -560,6 +560,12 @@ static void sample_and_emit(eng *e, int32_t n)
             }
             row = e->gram_logits;
         }
+        if (s->task->req.n_bias > 0) {
+            if (row != e->gram_logits) memcpy(e->gram_logits, row, (size_t)e->n_vocab * sizeof *row);
+            row = e->gram_logits;
+            for (int32_t k = 0; k < s->task->req.n_bias; k++)
+                e->gram_logits[s->task->req.bias[k].token] += s->task->req.bias[k].bias;
+        }
         int32_t id = smp_sample(s->smp, row, nt > 0 ? top : NULL, nt, &lp);
         on_token(e, s, id, lp, top, nt);
     }
@@ -763,6 +769,9 @@ pk_status eng_submit(eng *e, const eng_completion *c, eng_task **out)
         return PK_EINVAL;
     for (int32_t i = 0; i < c->n_prompt; i++)
         if (c->prompt[i] < 0 || c->prompt[i] >= e->n_vocab) return PK_EINVAL;
+    if (c->n_bias < 0 || (c->n_bias > 0 && !c->bias)) return PK_EINVAL;
+    for (int32_t i = 0; i < c->n_bias; i++)
+        if (c->bias[i].token < 0 || c->bias[i].token >= e->n_vocab || isnan(c->bias[i].bias)) return PK_EINVAL;
     pthread_mutex_lock(&e->mu);
     uint64_t id = ++e->next_id;
     pthread_mutex_unlock(&e->mu);

@@ -101,6 +101,9 @@ const eng_params *eng_get_params(const eng *e);
 int32_t eng_n_ctx_slot(const eng *e);          /* positions one request may use */
 const model *eng_model(const eng *e);
 
+/* A bias added to one token's logit before sampling (-INFINITY bans it). */
+typedef struct eng_bias { int32_t token; float bias; } eng_bias;
+
 typedef struct eng_completion {
     const int32_t *prompt;      /* copied by eng_submit */
     int32_t n_prompt;           /* >= 1 */
@@ -123,6 +126,9 @@ typedef struct eng_completion {
                                    grow past this many events (0: no limit) */
     struct gram_grammar *grammar; /* constrains sampling (NULL: none); eng_submit takes its own
                                      reference; the output ends (ENG_STOP_EOS) when it is complete */
+    const eng_bias *bias;       /* [n_bias] logit biases (copied by eng_submit); a token listed
+                                   twice gets both; ids must be in the vocabulary */
+    int32_t n_bias;
 } eng_completion;
 
 typedef enum eng_ev_kind { ENG_EV_TOKEN = 1, ENG_EV_DONE, ENG_EV_ERROR, ENG_EV_PLACED } eng_ev_kind;

@@ -46,7 +46,7 @@ static const srv_route routes[] = {
     { "/tokenize",            "POST", srv_h_tokenize,        false, false },
     { "/detokenize",          "POST", srv_h_detokenize,      false, false },
     { "/apply-template",      "POST", srv_h_apply_template,  false, false },
-    { "/props",               "GET",  srv_h_props,           false, false },
+    { "/props",               "*",    srv_h_props,           false, false },
     { "/slots",               "GET",  srv_h_slots,           false, false },
     { "/metrics",             "GET",  srv_h_metrics,         false, false },
     { "/polykv/tps",          "GET",  srv_h_tps,             false, false },
@@ -70,6 +70,11 @@ srv_params srv_default_params(void)
         .header_timeout_s = 10,
         .max_body_bytes = 8u << 20,
         .max_connections = 256,
+        .sampling = smp_default_params(),
+        .n_predict = -1,
+        .cors_origins = "localhost",
+        .cors_credentials = true,
+        .reasoning_budget = -1,
     };
 }
 
@@ -121,6 +126,7 @@ static enum MHD_Result queue(srv_req *r, unsigned status, struct MHD_Response *r
 {
     if (!resp) return MHD_NO;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    srv_cors_add(r, resp, !strcmp(r->method, "OPTIONS"));
     if (r->placed) {
         char v[16];
         if (r->placed_pool > 0) {
@@ -267,6 +273,10 @@ static const srv_route *find_route(const char *url, bool *path_known)
 /* The checks that need no body; true when a reply was queued. */
 static bool early_reply(srv_req *r, enum MHD_Result *ret)
 {
+    if (!strcmp(r->method, "OPTIONS")) {     /* a CORS preflight, on any path (srv_cors.c) */
+        *ret = srv_reply_text(r, 200, "text/plain", "", 0);
+        return true;
+    }
     bool known;
     const srv_route *rt = find_route(r->url, &known);
     if (!rt) {
@@ -434,6 +444,7 @@ pk_status srv_new(const srv_params *p, srv **out, char *err, size_t err_len)
     s->p.api_key = s->api_key = dup_or_null(p->api_key, &oom);
     s->p.chat_template = s->chat_template = dup_or_null(p->chat_template, &oom);
     s->p.model_alias = s->alias = dup_or_null(p->model_alias, &oom);
+    s->p.cors_origins = s->cors_origins = dup_or_null(p->cors_origins ? p->cors_origins : "localhost", &oom);
     s->t_start = (int64_t)time(NULL);
     atomic_init(&s->stopping, false);
     atomic_init(&s->e, NULL);
@@ -524,8 +535,21 @@ void srv_free(srv *s)
     free(s->api_key);
     free(s->chat_template);
     free(s->alias);
+    free(s->cors_origins);
     free(s->model_path);
     free(s);
+}
+
+srv_gen_defaults srv_gen_defaults_of(srv *s)
+{
+    return (srv_gen_defaults){
+        .n_slots = eng_get_params(srv_engine(s))->n_slots,
+        .sp = s->p.sampling,
+        .n_predict = s->p.n_predict,
+        .reasoning = s->p.reasoning_format,
+        .verbose = s->p.verbose,
+        .voc = s->voc,
+    };
 }
 
 /* ---- /health ---- */

@@ -48,6 +48,18 @@
 #include "../common/pk.h"
 #include "../engine/eng.h"
 
+/* How thinking (<think>...</think>) in a chat answer is returned
+ * (--reasoning-format, the request's reasoning_format; llama-server's names). */
+typedef enum srv_reasoning {
+    SRV_REASON_AUTO = 0,        /* "auto": as deepseek (what llama-server's auto picks for <think>) */
+    SRV_REASON_NONE,            /* "none": left in content */
+    SRV_REASON_DEEPSEEK,        /* "deepseek": moved to reasoning_content */
+    SRV_REASON_DEEPSEEK_LEGACY, /* "deepseek-legacy": reasoning_content, and kept in content too */
+} srv_reasoning;
+
+/* The name's format; false for an unknown name. */
+bool srv_reasoning_parse(const char *name, srv_reasoning *out);
+
 typedef struct srv_params {
     const char *host;           /* address to bind, "127.0.0.1" */
     int port;                   /* 8080; 0 picks a free one (see srv_port) */
@@ -63,6 +75,17 @@ typedef struct srv_params {
     size_t max_body_bytes;      /* request bodies above this get 413; 8 MiB */
     int max_connections;        /* concurrent connections (each a thread), 256 */
     bool log_requests;          /* one line per request on stderr */
+    /* llama-server's request defaults (--temp, --top-k, ..., -n): what a
+     * request that does not set a field gets. */
+    smp_params sampling;        /* smp_default_params() unless set */
+    int32_t n_predict;          /* -1: until the context is full */
+    bool verbose;               /* --verbose: "__verbose" debug fields in responses */
+    bool endpoint_props_write;  /* --props: POST /props allowed */
+    const char *cors_origins;   /* "localhost" (the default: reflect localhost origins), "*", or a
+                                   comma-separated list of allowed origins */
+    bool cors_credentials;      /* Access-Control-Allow-Credentials: true (default) */
+    srv_reasoning reasoning_format;   /* the default of requests, auto */
+    int32_t reasoning_budget;   /* -1: unlimited; 0: thinking off (the chat is prompted past it) */
 } srv_params;
 
 srv_params srv_default_params(void);

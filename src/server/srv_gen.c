@@ -351,8 +351,7 @@ enum MHD_Result srv_gen_run_ids(srv_req *r, eng_completion *c, const srv_gen_opt
     c->n_prompt = n;
     enum MHD_Result ret = srv_gen_run(r, c, o);
     free(ids);
-    gram_free(c->grammar);
-    c->grammar = NULL;
+    srv_gen_req_free(c);
     return ret;
 }
 
@@ -363,9 +362,10 @@ enum MHD_Result srv_gen_prompt(srv_req *r, json_t *body, srv_api api)
     srv_gen_opts o;
     srv_err e;
     int32_t *ids, n;
-    if (!srv_parse_gen(body, api, eng_get_params(srv_engine(s))->n_slots, &c, &o, &e)) return srv_reply_error(r, &e);
+    srv_gen_defaults dflt = srv_gen_defaults_of(s);
+    if (!srv_parse_gen(body, api, &dflt, &c, &o, &e)) return srv_reply_error(r, &e);
     if (!srv_tokenize_prompt(s->voc, json_object_get(body, "prompt"), "prompt", true, &ids, &n, &e)) {
-        gram_free(c.grammar);
+        srv_gen_req_free(&c);
         return srv_reply_error(r, &e);
     }
     return srv_gen_run_ids(r, &c, &o, ids, n);

@@ -22,6 +22,7 @@
 #include "../engine/eng.h"
 #include "../tokenizer/tok.h"
 #include "srv.h"
+#include "srv_reason.h"
 #include "srv_tools.h"
 
 #define SRV_POLL_MS 100            /* longest wait before re-checking client and shutdown */
@@ -29,7 +30,7 @@
 
 struct srv {
     srv_params p;                  /* strings point at the owned copies below */
-    char *host, *api_key, *chat_template, *alias;
+    char *host, *api_key, *chat_template, *alias, *cors_origins;
     struct MHD_Daemon *d;
     int port;
     int64_t t_start;               /* unix seconds */
@@ -111,6 +112,15 @@ const char *srv_query(srv_req *r, const char *key);
 /* Fills buf with prefix + 24 random alphanumerics (OpenAI-style ids). */
 void srv_random_id(char *buf, size_t cap, const char *prefix);
 
+/* ---- CORS (srv_cors.c) ---- */
+
+/* Whether a browser page from origin may read answers under policy
+ * (srv_params.cors_origins).  Pure; NULL or "" origin: false. */
+bool srv_cors_allowed(const char *policy, const char *origin);
+/* Adds the CORS headers r's Origin earns to resp; a preflight also gets
+ * the allowed methods, headers and credentials. */
+void srv_cors_add(srv_req *r, struct MHD_Response *resp, bool preflight);
+
 /* ---- request validation (srv_parse.c) ---- */
 
 /* What a completion request asks of its response (besides the task). */
@@ -122,16 +132,44 @@ typedef struct srv_gen_opts {
     int32_t top_logprobs;          /* alternatives per token shown, 0..ENG_MAX_PROBS */
     bool return_tokens;            /* native "tokens" */
     srv_tool_fmt tools;            /* chat: parse tool calls out of the text */
+    srv_reasoning reasoning;       /* chat: where <think>...</think> goes */
+    bool think_open;               /* chat: the prompt opened <think> (set by the chat handler) */
+    bool verbose;                  /* "__verbose" in responses (--verbose) */
+    bool post_sampling_probs;      /* probabilities after the samplers, as "prob" (native) */
+    bool timings_per_token;        /* "timings" in every streamed chunk */
+    const json_t *response_fields; /* native, not streamed: the fields kept (borrowed from the
+                                      request body, which outlives the reply), NULL: all */
     char model[SRV_MAX_NAME];      /* echoed "model" */
 } srv_gen_opts;
+
+/* What a request gets for the fields it leaves out (the server's flags). */
+typedef struct srv_gen_defaults {
+    int32_t n_slots;               /* bounds id_slot */
+    smp_params sp;
+    int32_t n_predict;
+    srv_reasoning reasoning;
+    bool verbose;
+    const tok_vocab *voc;          /* tokenizes logit_bias strings; NULL: they are refused */
+} srv_gen_defaults;
+
+/* The defaults of s's flags (s ready). */
+srv_gen_defaults srv_gen_defaults_of(srv *s);
 
 /* Reads the generation fields every completion endpoint shares (sampling,
  * max_tokens / n_predict, stop, seed, logprobs, stream, cache_prompt,
  * id_slot, n) from a JSON object into c (prompt left unset; stop strings
- * point into body) and o.  Wrong types and out-of-range values fail with a
- * 400 naming the field.  n_slots bounds id_slot. */
-bool srv_parse_gen(const json_t *body, srv_api api, int32_t n_slots, eng_completion *c, srv_gen_opts *o,
+ * point into body) and o, starting from d.  Wrong types and out-of-range
+ * values fail with a 400 naming the field. */
+bool srv_parse_gen(const json_t *body, srv_api api, const srv_gen_defaults *d, eng_completion *c, srv_gen_opts *o,
                    srv_err *e);
+/* srv_fields.c: the llama.cpp fields srv_parse_gen hands on (reasoning_format,
+ * chat_template_kwargs, post_sampling_probs, response_fields,
+ * timings_per_token, return_progress ...), and the refusal of the fields
+ * polykv does not support. */
+bool srv_parse_llama_fields(const json_t *body, srv_api api, const tok_vocab *voc, eng_completion *c,
+                            srv_gen_opts *o, srv_err *e);
+/* Frees what srv_parse_gen allocated in c (grammar, logit biases). */
+void srv_gen_req_free(eng_completion *c);
 /* (srv_parse_gen also reads grammar, json_schema and response_format into
  * c->grammar, a reference the caller owns: gram_free it once submitted or
  * refused.  It sets it only when everything else validated.) */
@@ -195,7 +233,8 @@ typedef struct srv_gen {
     /* Streaming. */
     char *out;
     size_t n_out, cap_out, out_pos;
-    size_t n_sent;                 /* chat: content bytes already sent */
+    size_t n_sent;                 /* chat: content bytes already sent (from the content's start) */
+    size_t n_sent_reason;          /* chat: reasoning bytes already sent */
     bool sent_role, finished;
     double t_last_check;           /* last client liveness check (ms) */
 } srv_gen;

@@ -209,12 +209,35 @@ static json_t *special_text(const tok_vocab *v, int32_t id)
     return srv_json_text(buf, n > 0 ? (size_t)n : 0);
 }
 
+/* POST /props (--props): llama-server's route for changing global
+ * properties.  None of polykv's can change while it runs, so a body that
+ * names one is a 400 naming it; an empty one succeeds. */
+static enum MHD_Result post_props(srv_req *r, json_t *body)
+{
+    if (!r->s->p.endpoint_props_write) {
+        srv_err e;
+        srv_fail(&e, 501, NULL, "This server does not support changing global properties. Start it with `--props`");
+        return srv_reply_error(r, &e);
+    }
+    const char *key;
+    json_t *v;
+    json_object_foreach(body, key, v) {
+        srv_err e;
+        srv_fail(&e, 400, key, "property '%.60s' cannot be changed while the server runs", key);
+        return srv_reply_error(r, &e);
+    }
+    return srv_reply_json(r, 200, json_pack("{s:b}", "success", 1));
+}
+
 enum MHD_Result srv_h_props(srv_req *r, json_t *body)
 {
     srv *s = r->s;
+    if (!strcmp(r->method, "POST")) return post_props(r, body);
+    if (strcmp(r->method, "GET") && strcmp(r->method, "HEAD"))
+        return srv_reply_errorf(r, 405, "%s /props: method not allowed (GET, or POST with --props)", r->method);
     eng *e = srv_engine(s);
     const eng_params *ep = eng_get_params(e);
-    eng_completion c = { .sp = smp_default_params(), .n_predict = -1, .cache_prompt = true };
+    eng_completion c = { .sp = s->p.sampling, .n_predict = s->p.n_predict, .cache_prompt = true };
     srv_gen_opts o = {0};
     const char *src = tok_chat_template(s->voc);
     json_t *props = json_pack("{s:{s:o, s:i}, s:i, s:s, s:s, s:s, s:s, s:s, s:o, s:o, s:s, s:{s:b, s:b, s:b}, "
@@ -232,7 +255,7 @@ enum MHD_Result srv_h_props(srv_req *r, json_t *body)
         "modalities", "vision", 0, "audio", 0, "video", 0,
         "endpoint_slots", s->p.endpoint_slots,
         "endpoint_metrics", s->p.endpoint_metrics,
-        "endpoint_props", 0,
+        "endpoint_props", s->p.endpoint_props_write,
         "is_sleeping", 0);
     json_object_set_new(props, "polykv", json_pack("{s:i, s:i, s:i, s:b}", "max_pools", ep->n_pools,
                                                    "pool_grace_ms", ep->pool_grace_ms, "n_ctx_total", ep->n_ctx,

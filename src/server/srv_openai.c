@@ -87,11 +87,15 @@ json_t *srv_oai_response(srv_gen *g)
                            "index", 0, "logprobs", lp, "finish_reason", finish_reason(g, false));
         res = envelope(g, "text_completion", json_pack("[o]", choice));
     } else {
+        const char *text = g->text ? g->text : "";
+        srv_reason_split rs = srv_reason_split_text(g->o.reasoning, text, g->n_text, g->o.think_open, true);
         srv_tool_msg tm;
-        if (srv_tools_parse(g->o.tools, g->text ? g->text : "", g->n_text, &tm) != PK_OK) return NULL;
+        if (srv_tools_parse(g->o.tools, text + rs.content_off, rs.content_len, &tm) != PK_OK) return NULL;
         json_t *msg = json_pack("{s:s}", "role", "assistant");
         json_object_set_new(msg, "content", tm.n_calls && !tm.content_len ? json_null()
                                                                           : srv_json_text(tm.content, tm.content_len));
+        if (rs.reason_len)
+            json_object_set_new(msg, "reasoning_content", srv_json_text(text + rs.reason_off, rs.reason_len));
         if (tm.n_calls) json_object_set_new(msg, "tool_calls", tool_calls_json(&tm, false));
         json_t *lp = g->probs ? json_pack("{s:O}", "content", g->probs) : json_null();
         choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "message", msg, "logprobs", lp, "finish_reason",
@@ -102,6 +106,7 @@ json_t *srv_oai_response(srv_gen *g)
     if (res) {
         json_object_set_new(res, "usage", usage_json(g));
         json_object_set_new(res, "timings", srv_gen_timings(&g->done));
+        if (g->o.verbose) json_object_set_new(res, "__verbose", srv_native_response(g));
     }
     return res;
 }
@@ -132,10 +137,17 @@ void srv_oai_stream_token(srv_gen *g, const eng_event *ev)
         g->sent_role = true;
         chat_chunk(g, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL, NULL);
     }
-    size_t safe = srv_tools_content_prefix(g->o.tools, g->text, g->n_text);
+    srv_reason_split rs = srv_reason_split_text(g->o.reasoning, g->text, g->n_text, g->o.think_open, false);
     json_t *delta = json_object();
+    if (rs.reason_len > g->n_sent_reason) {
+        json_object_set_new(delta, "reasoning_content", srv_json_text(g->text + rs.reason_off + g->n_sent_reason,
+                                                                      rs.reason_len - g->n_sent_reason));
+        g->n_sent_reason = rs.reason_len;
+    }
+    const char *content = g->text + rs.content_off;
+    size_t safe = srv_tools_content_prefix(g->o.tools, content, rs.content_len);
     if (safe > g->n_sent) {
-        json_object_set_new(delta, "content", srv_json_text(g->text + g->n_sent, safe - g->n_sent));
+        json_object_set_new(delta, "content", srv_json_text(content + g->n_sent, safe - g->n_sent));
         g->n_sent = safe;
     }
     if (!json_object_size(delta) && !entry) {
@@ -168,14 +180,20 @@ void srv_oai_stream_end(srv_gen *g)
         g->sent_role = true;
         chat_chunk(g, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL, NULL);
     }
+    const char *text = g->text ? g->text : "";
+    srv_reason_split rs = srv_reason_split_text(g->o.reasoning, text, g->n_text, g->o.think_open, true);
+    if (rs.reason_len > g->n_sent_reason)
+        chat_chunk(g, json_pack("{s:o}", "reasoning_content", srv_json_text(text + rs.reason_off + g->n_sent_reason,
+                                                                            rs.reason_len - g->n_sent_reason)),
+                   NULL, NULL);
     srv_tool_msg tm = {0};
-    if (srv_tools_parse(g->o.tools, g->text ? g->text : "", g->n_text, &tm) != PK_OK) {
+    if (srv_tools_parse(g->o.tools, text + rs.content_off, rs.content_len, &tm) != PK_OK) {
         g->finished = true;
         return;
     }
     /* What was held back: the content not sent yet (the sent part is a
      * prefix of the final content, see srv_tools_content_prefix). */
-    if (tm.content_len > g->n_sent && !memcmp(tm.content, g->text, g->n_sent))
+    if (tm.content_len > g->n_sent && !memcmp(tm.content, text + rs.content_off, g->n_sent))
         chat_chunk(g, json_pack("{s:o}", "content", srv_json_text(tm.content + g->n_sent, tm.content_len - g->n_sent)),
                    NULL, NULL);
     if (tm.n_calls) chat_chunk(g, json_pack("{s:o}", "tool_calls", tool_calls_json(&tm, true)), NULL, NULL);
@@ -217,31 +235,33 @@ enum MHD_Result srv_h_oai_chat(srv_req *r, json_t *body)
     srv_err e;
     char *prompt = NULL;
     size_t n_prompt;
-    if (!srv_parse_gen(body, SRV_API_OAI_CHAT, eng_get_params(srv_engine(s))->n_slots, &c, &o, &e))
+    srv_gen_defaults dflt = srv_gen_defaults_of(s);
+    if (!srv_parse_gen(body, SRV_API_OAI_CHAT, &dflt, &c, &o, &e))
         return srv_reply_error(r, &e);
     /* A forced tool call constrains the answer to the tool's schema. */
     gram_grammar *tg = NULL;
     if (!srv_render_chat(body, s->tmpl, s->tmpl_src, &prompt, &n_prompt, &o.tools, &e) ||
         !srv_tools_grammar(body, o.tools, &tg, &e)) {
         if (prompt) free(prompt);
-        gram_free(c.grammar);
+        srv_gen_req_free(&c);
         return srv_reply_error(r, &e);
     }
     if (tg && c.grammar) {
         free(prompt);
         gram_free(tg);
-        gram_free(c.grammar);
+        srv_gen_req_free(&c);
         srv_fail(&e, 400, "response_format", "a forced tool call (tool_choice) and a response format cannot both "
                  "constrain the answer");
         return srv_reply_error(r, &e);
     }
     if (tg) c.grammar = tg;
+    o.think_open = srv_reason_prompt_opens(prompt, n_prompt);
     int32_t *ids = NULL, n = 0;
     pk_status st = srv_tokenize(s->voc, prompt, n_prompt, true, true, &ids, &n);
     free(prompt);
     if (st != PK_OK || n == 0) {
         free(ids);
-        gram_free(c.grammar);
+        srv_gen_req_free(&c);
         if (st != PK_OK) return srv_reply_errorf(r, 500, "tokenization failed: %s", pk_status_str(st));
         return srv_reply_errorf(r, 400, "the chat prompt gives no tokens");
     }
