@@ -561,10 +561,10 @@ static void sample_and_emit(eng *e, int32_t n)
             row = e->gram_logits;
         }
         if (s->task->req.n_bias > 0) {
-            if (row != e->gram_logits) memcpy(e->gram_logits, row, (size_t)e->n_vocab * sizeof *row);
-            row = e->gram_logits;
+            memcpy(e->bias_logits, row, (size_t)e->n_vocab * sizeof *row);
             for (int32_t k = 0; k < s->task->req.n_bias; k++)
-                e->gram_logits[s->task->req.bias[k].token] += s->task->req.bias[k].bias;
+                e->bias_logits[s->task->req.bias[k].token] += s->task->req.bias[k].bias;
+            row = e->bias_logits;
         }
         int32_t id = smp_sample(s->smp, row, nt > 0 ? top : NULL, nt, &lp);
         on_token(e, s, id, lp, top, nt);
@@ -626,6 +626,8 @@ static void answer_stats(eng *e, eng_stats *o)
         si->n_cached = s->n_cached;
         si->n_prompt = s->n_prompt;
         si->n_decoded = s->n_gen;
+        si->n_remain = s->state != ENG_SLOT_IDLE && s->task && s->task->req.n_predict >= 0
+                     ? MAX(s->task->req.n_predict - s->n_gen, 0) : -1;
         si->tps_ewma = s->ewma_ms > 0 ? 1000.0 / s->ewma_ms : 0;
         si->task_id = s->task_id;
         snprintf(si->session_id, sizeof si->session_id, "%s", s->session);
@@ -817,7 +819,10 @@ pk_status eng_new(const model *m, const eng_params *p, eng **out)
     e->b_seq = calloc((size_t)p->n_batch, sizeof *e->b_seq);
     e->b_want = malloc((size_t)p->n_batch * sizeof *e->b_want);
     e->logits = malloc((size_t)p->n_slots * e->n_vocab * sizeof(float));
-    if (!e->slots || !e->b_tok || !e->b_pos || !e->b_nseq || !e->b_seq || !e->b_want || !e->logits) goto fail;
+    e->bias_logits = malloc((size_t)e->n_vocab * sizeof *e->bias_logits);
+    if (!e->slots || !e->b_tok || !e->b_pos || !e->b_nseq || !e->b_seq || !e->b_want || !e->logits ||
+        !e->bias_logits)
+        goto fail;
     for (int32_t i = 0; i < p->n_slots; i++) {
         e->slots[i].id = i;
         e->slots[i].last_source_seq = -1;
@@ -906,6 +911,7 @@ void eng_free(eng *e)
     for (int32_t i = 0; i < e->n_gram_idle; i++) gram_matcher_free(e->gram_idle[i]);
     gram_vocab_free(e->gvocab);
     free(e->gram_logits);
+    free(e->bias_logits);
     eng_pool_free(e);
     eng_place_free(e);
     free(e->slots); free(e->b_tok); free(e->b_pos); free(e->b_nseq); free(e->b_seq);

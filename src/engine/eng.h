@@ -222,6 +222,8 @@ typedef struct eng_slot_info {
     int32_t kv_owned;                 /* cells charged to the slot (its own suffix) */
     double ttft_ms;                   /* of the current/last task, 0 unknown */
     bool warming;                     /* decoding, fewer than ADM_WARM_TOKENS tokens yet */
+    int32_t n_remain;                 /* tokens the running task may still generate, -1: no
+                                         limit or idle (llama.cpp's next_token.n_remain) */
 } eng_slot_info;
 
 typedef enum eng_cache_kind {

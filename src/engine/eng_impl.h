@@ -194,6 +194,7 @@ struct eng {
     float *logits;              /* [n_slots][n_vocab] */
     struct gram_vocab *gvocab;  /* token bytes for grammar masks, built at the first constrained task */
     float *gram_logits;         /* [n_vocab] a row with the grammar's mask applied */
+    float *bias_logits;         /* [n_vocab] a row with a request's logit biases added */
     struct gram_matcher *gram_idle[8];  /* finished tasks' matchers, oldest first: a task on an
                                            equal grammar takes one, warm (states, masks) */
     int32_t n_gram_idle;

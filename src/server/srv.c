@@ -145,6 +145,7 @@ static enum MHD_Result queue(srv_req *r, unsigned status, struct MHD_Response *r
         snprintf(n, sizeof n, "%d", r->retry_after_s);
         MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, n);
     }
+    if (r->hdr_name[0]) MHD_add_response_header(resp, r->hdr_name, r->hdr_value);
     enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
     MHD_destroy_response(resp);
     r->replied = true;

@@ -163,6 +163,25 @@ static bool parse_logit_bias(const json_t *body, const tok_vocab *voc, eng_compl
     return true;
 }
 
+/* ignore_eos as llama-server does it: every end-of-generation token gets
+ * a -inf bias (so it is never sampled, rather than sampled and passed
+ * over), and generation_settings.logit_bias shows them. */
+static bool ban_eog(const tok_vocab *voc, eng_completion *c, srv_err *e)
+{
+    if (!voc) return true;
+    bias_buf b = { (eng_bias *)c->bias, c->n_bias, c->n_bias };
+    for (int32_t id = 0; id < tok_n_vocab(voc); id++)
+        if (tok_is_eog(voc, id) && !bias_put(&b, id, -INFINITY)) {
+            free(b.p);
+            c->bias = NULL;
+            c->n_bias = 0;
+            return srv_fail(e, 500, NULL, "out of memory");
+        }
+    c->bias = b.p;
+    c->n_bias = b.n;
+    return true;
+}
+
 void srv_gen_req_free(eng_completion *c)
 {
     gram_free(c->grammar);
@@ -206,5 +225,6 @@ bool srv_parse_llama_fields(const json_t *b, srv_api api, const tok_vocab *voc, 
         !get_bool(b, "timings_per_token", &o->timings_per_token, e))
         return false;
     if (o->stream) o->response_fields = NULL;     /* llama-server filters whole answers only */
-    return parse_logit_bias(b, voc, c, e);
+    if (!parse_logit_bias(b, voc, c, e)) return false;
+    return !c->ignore_eos || ban_eog(voc, c, e);
 }

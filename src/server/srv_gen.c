@@ -29,6 +29,8 @@ static void gen_free(void *cls)
     if (!g) return;
     if (g->task) eng_task_release(g->task);
     free(g->text);
+    free(g->bias);
+    free(g->prompt);
     free(g->tokens);
     free(g->out);
     json_decref(g->probs);
@@ -186,6 +188,10 @@ static double ms3(double ms) { return round(ms * 1e3) / 1e3; }
 json_t *srv_gen_timings(const eng_event *d)
 {
     int32_t prompt_n = d->n_prompt - d->n_cached;
+    /* The first token comes from the prompt's last batch: the decode rate
+     * is over the n_gen - 1 steps after it (llama-server's definition). */
+    int32_t steps = d->n_gen - 1;
+    double gen_ms = ms3(d->gen_ms);
     return json_pack("{s:i, s:i, s:f, s:f, s:f, s:i, s:f, s:f, s:f}",
                      "cache_n", d->n_cached,
                      "prompt_n", prompt_n,
@@ -194,8 +200,8 @@ json_t *srv_gen_timings(const eng_event *d)
                      "prompt_per_second", d->prompt_ms > 0 ? ms3(1e3 * prompt_n / d->prompt_ms) : 0.0,
                      "predicted_n", d->n_gen,
                      "predicted_ms", ms3(d->gen_ms),
-                     "predicted_per_token_ms", d->n_gen > 0 ? ms3(d->gen_ms / d->n_gen) : 0.0,
-                     "predicted_per_second", d->gen_ms > 0 ? ms3(1e3 * d->n_gen / d->gen_ms) : 0.0);
+                     "predicted_per_token_ms", steps > 0 ? gen_ms / steps : 0.0,
+                     "predicted_per_second", steps > 0 && gen_ms > 0 ? 1e3 * steps / gen_ms : 0.0);
 }
 
 /* ---- streaming ---- */
@@ -281,6 +287,14 @@ enum MHD_Result srv_gen_run(srv_req *r, const eng_completion *c, const srv_gen_o
     g->req = *c;
     g->req.prompt = NULL;
     g->req.grammar = NULL;             /* the task holds its own reference */
+    g->req.bias = NULL;
+    if (c->n_bias > 0 && (g->bias = malloc((size_t)c->n_bias * sizeof *g->bias))) {
+        memcpy(g->bias, c->bias, (size_t)c->n_bias * sizeof *g->bias);
+        g->req.bias = g->bias;
+    }
+    if (!g->req.bias) g->req.n_bias = 0;
+    if ((o->api == SRV_API_NATIVE || o->verbose) && (g->prompt = malloc((size_t)c->n_prompt * sizeof *g->prompt)))
+        memcpy(g->prompt, c->prompt, (size_t)c->n_prompt * sizeof *g->prompt);
     memset(g->req.stop, 0, sizeof g->req.stop);
     g->created = (int64_t)time(NULL);
     g->n_prompt = c->n_prompt;

@@ -65,6 +65,7 @@ typedef struct srv_req {
     int32_t placed_pool, placed_cached;   /* x-pool-id (0: none), x-cached-prefix-tokens */
     int32_t sessions_remaining;    /* X-Sessions-Remaining, -1 none */
     int32_t retry_after_s;         /* Retry-After, 0 none */
+    char hdr_name[32], hdr_value[32];   /* one more header a handler adds ("" none) */
 } srv_req;
 
 typedef enum srv_api { SRV_API_NATIVE = 1, SRV_API_OAI_CMPL, SRV_API_OAI_CHAT } srv_api;
@@ -214,7 +215,11 @@ typedef struct srv_gen {
     struct MHD_Connection *conn;
     eng_task *task;
     srv_gen_opts o;
-    eng_completion req;            /* the request's parameters (prompt and stop unset) */
+    eng_completion req;            /* the request's parameters (prompt and stop unset; bias is
+                                      the copy below) */
+    eng_bias *bias;                /* [req.n_bias], owned */
+    int32_t *prompt;               /* [n_prompt] for the "prompt" text of native answers and
+                                      __verbose, owned; NULL when neither is asked */
     char id[48];
     int64_t created;               /* unix seconds */
     int32_t n_prompt;

@@ -184,6 +184,9 @@ enum MHD_Result srv_h_metrics(srv_req *r, json_t *body)
     if (!stats(r, &st)) return srv_reply_errorf(r, 503, "the engine is stopping");
     char *text = srv_metrics_text(&st, r->s->model_name);
     if (!text) return srv_reply_errorf(r, 500, "out of memory");
+    /* llama-server's header: scrapers compute uptimes and rates from it. */
+    snprintf(r->hdr_name, sizeof r->hdr_name, "Process-Start-Time-Unix");
+    snprintf(r->hdr_value, sizeof r->hdr_value, "%lld", (long long)r->s->t_start);
     enum MHD_Result ret = srv_reply_text(r, 200, "text/plain; version=0.0.4", text, strlen(text));
     free(text);
     return ret;
@@ -210,9 +213,13 @@ enum MHD_Result srv_h_slots(srv_req *r, json_t *body)
             "id", si->id, "id_task", (json_int_t)si->task_id, "n_ctx", si->n_ctx,
             "is_processing", si->state != ENG_SLOT_IDLE, "state", srv_slot_state(si->state), "n_past", si->n_past,
             "n_prompt_tokens", si->n_prompt, "n_prompt_tokens_cache", si->n_cached, "n_cached", si->n_cached,
-            "n_decoded", si->n_decoded, "tps_ewma", si->tps_ewma, "next_token", "n_decoded", si->n_decoded,
+            "n_decoded", si->n_decoded, "tps_ewma", si->tps_ewma, "next_token", "n_decoded",
+            si->state != ENG_SLOT_IDLE ? si->n_decoded : 0,
             "history", hist));
         json_t *slot = json_array_get(a, json_array_size(a) - 1);
+        json_t *next = json_array_get(json_object_get(slot, "next_token"), 0);
+        json_object_set_new(next, "n_remain", json_integer(si->n_remain));
+        json_object_set_new(next, "has_next_token", json_boolean(si->state != ENG_SLOT_IDLE));
         json_object_set_new(slot, "pool_id", si->pool_id > 0 ? json_integer(si->pool_id) : json_null());
         json_object_set_new(slot, "session_id", si->session_id[0] ? json_string(si->session_id) : json_null());
         json_object_set_new(slot, "pool_shared_tokens", json_integer(si->pool_shared));

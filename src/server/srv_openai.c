@@ -17,7 +17,8 @@
 #include "../grammar/gram.h"
 #include "srv_impl.h"
 
-static const char FINGERPRINT[] = "polykv";
+/* llama-server's shape, "b<build>-<commit>", which its clients and tests check. */
+static const char FINGERPRINT[] = "b0-polykv";
 
 static const char *finish_reason(const srv_gen *g, bool tool_calls)
 {
@@ -135,7 +136,7 @@ void srv_oai_stream_token(srv_gen *g, const eng_event *ev)
     }
     if (!g->sent_role) {
         g->sent_role = true;
-        chat_chunk(g, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL, NULL);
+        chat_chunk(g, json_pack("{s:s, s:n}", "role", "assistant", "content"), NULL, NULL);
     }
     srv_reason_split rs = srv_reason_split_text(g->o.reasoning, g->text, g->n_text, g->o.think_open, false);
     json_t *delta = json_object();
@@ -178,7 +179,7 @@ void srv_oai_stream_end(srv_gen *g)
     }
     if (!g->sent_role) {
         g->sent_role = true;
-        chat_chunk(g, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL, NULL);
+        chat_chunk(g, json_pack("{s:s, s:n}", "role", "assistant", "content"), NULL, NULL);
     }
     const char *text = g->text ? g->text : "";
     srv_reason_split rs = srv_reason_split_text(g->o.reasoning, text, g->n_text, g->o.think_open, true);
