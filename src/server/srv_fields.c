@@ -26,7 +26,6 @@ static const struct { const char *key; double neutral; const char *why; } UNSUPP
     { "top_n_sigma", -1, "top-n-sigma sampling is not supported" },
     { "n_indent", 0, "n_indent is not supported" },
     { "t_max_predict_ms", 0, "t_max_predict_ms is not supported" },
-    { "n_cmpl", 1, "only one completion per prompt is supported" },
 };
 
 static const json_t *field(const json_t *o, const char *key)
@@ -205,7 +204,7 @@ static bool parse_reasoning(const json_t *b, srv_api api, srv_gen_opts *o, srv_e
     return true;
 }
 
-static bool parse_response_fields(const json_t *b, srv_gen_opts *o, srv_err *e)
+static bool parse_response_fields(const json_t *b, srv_api api, srv_gen_opts *o, srv_err *e)
 {
     const json_t *rf = field(b, "response_fields");
     if (!rf) return true;
@@ -213,6 +212,8 @@ static bool parse_response_fields(const json_t *b, srv_gen_opts *o, srv_err *e)
     for (size_t i = 0; i < json_array_size(rf); i++)
         if (!json_is_string(json_array_get(rf, i)))
             return srv_fail(e, 400, "response_fields", "'response_fields[%zu]' must be a string", i);
+    if (api != SRV_API_NATIVE)
+        return srv_fail(e, 400, "response_fields", "'response_fields' is supported on /completion");
     o->response_fields = json_array_size(rf) ? rf : NULL;
     return true;
 }
@@ -220,11 +221,14 @@ static bool parse_response_fields(const json_t *b, srv_gen_opts *o, srv_err *e)
 bool srv_parse_llama_fields(const json_t *b, srv_api api, const tok_vocab *voc, eng_completion *c, srv_gen_opts *o,
                             srv_err *e)
 {
-    if (!refuse_unsupported(b, e) || !parse_reasoning(b, api, o, e) || !parse_response_fields(b, o, e) ||
+    if (!refuse_unsupported(b, e) || !parse_reasoning(b, api, o, e) || !parse_response_fields(b, api, o, e) ||
         !get_bool(b, "post_sampling_probs", &o->post_sampling_probs, e) ||
         !get_bool(b, "timings_per_token", &o->timings_per_token, e))
         return false;
     if (o->stream) o->response_fields = NULL;     /* llama-server filters whole answers only */
+    if (o->post_sampling_probs && api != SRV_API_NATIVE)
+        return srv_fail(e, 400, "post_sampling_probs", "'post_sampling_probs' is supported on /completion");
+    c->sp.post_probs = o->post_sampling_probs;
     if (!parse_logit_bias(b, voc, c, e)) return false;
     return !c->ignore_eos || ban_eog(voc, c, e);
 }

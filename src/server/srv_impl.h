@@ -27,6 +27,7 @@
 
 #define SRV_POLL_MS 100            /* longest wait before re-checking client and shutdown */
 #define SRV_MAX_NAME 256
+#define SRV_MAX_CHOICES 16         /* completions one request may ask for (n, or several prompts) */
 
 struct srv {
     srv_params p;                  /* strings point at the owned copies below */
@@ -132,6 +133,7 @@ typedef struct srv_gen_opts {
     bool logprobs;                 /* per-token log-probs in the response */
     int32_t top_logprobs;          /* alternatives per token shown, 0..ENG_MAX_PROBS */
     bool return_tokens;            /* native "tokens" */
+    int32_t n_choices;             /* n / n_cmpl: completions of the one prompt, 1.. */
     srv_tool_fmt tools;            /* chat: parse tool calls out of the text */
     srv_reasoning reasoning;       /* chat: where <think>...</think> goes */
     bool think_open;               /* chat: the prompt opened <think> (set by the chat handler) */
@@ -242,11 +244,22 @@ typedef struct srv_gen {
     size_t n_sent_reason;          /* chat: reasoning bytes already sent */
     bool sent_role, finished;
     double t_last_check;           /* last client liveness check (ms) */
+    /* timings_per_token: the HTTP thread's clock (placed, first token). */
+    double t_placed_ms, t_first_ms;
+    int32_t n_cached;              /* prompt tokens reused, from the PLACED event */
 } srv_gen;
 
 /* Submits c and answers the request: a JSON body when it completes, or an
  * SSE stream.  Takes nothing from the caller (c is copied by eng_submit). */
 enum MHD_Result srv_gen_run(srv_req *r, const eng_completion *c, const srv_gen_opts *o);
+/* Several completions answered together (n > 1, or several prompts):
+ * cs[0..k) submitted at once, one answer combining them; not streamed. */
+enum MHD_Result srv_gen_run_multi(srv_req *r, const eng_completion *cs, int k, const srv_gen_opts *o);
+/* Prompts of a completion request: a string, ids, a mixed array (one
+ * prompt), {"prompt_string": ...}, or an array of those (several, at most
+ * SRV_MAX_CHOICES).  ids[i] malloc'ed (free each and the arrays). */
+bool srv_tokenize_prompts(const tok_vocab *v, const json_t *prompt, bool add_special, int32_t ***ids,
+                          int32_t **n, int *k, srv_err *e);
 /* srv_gen_run with ids[0..n) as c's prompt; frees ids. */
 enum MHD_Result srv_gen_run_ids(srv_req *r, eng_completion *c, const srv_gen_opts *o, int32_t *ids, int32_t n);
 /* The completion endpoints (/completion, /v1/completions): the body parsed
@@ -267,6 +280,11 @@ json_t *srv_gen_piece(const srv_gen *g, int32_t id, json_t **bytes);
 json_t *srv_json_text(const char *s, size_t n);
 /* The llama.cpp "timings" object of a finished task. */
 json_t *srv_gen_timings(const eng_event *done);
+/* The same while it streams (timings_per_token), from what the HTTP thread
+ * saw: prompt time from placement to the first token, decode time since. */
+json_t *srv_gen_timings_now(const srv_gen *g);
+/* The prompt's text (special tokens rendered), "" when g kept no prompt. */
+json_t *srv_gen_prompt_text(const srv_gen *g);
 
 /* ---- formats (srv_openai.c, srv_native.c) ---- */
 

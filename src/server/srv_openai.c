@@ -116,10 +116,13 @@ json_t *srv_oai_response(srv_gen *g)
 
 static void chat_chunk(srv_gen *g, json_t *delta, json_t *logprobs, const char *finish)
 {
+    bool role = json_object_get(delta, "role") != NULL;
     json_t *choice = json_pack("{s:i, s:o, s:o, s:o}", "index", 0, "delta", delta, "logprobs",
                                logprobs ? logprobs : json_null(), "finish_reason",
                                finish ? json_string(finish) : json_null());
-    srv_gen_sse(g, envelope(g, "chat.completion.chunk", json_pack("[o]", choice)));
+    json_t *j = envelope(g, "chat.completion.chunk", json_pack("[o]", choice));
+    if (j && g->o.timings_per_token && !role) json_object_set_new(j, "timings", srv_gen_timings_now(g));
+    srv_gen_sse(g, j);
 }
 
 void srv_oai_stream_token(srv_gen *g, const eng_event *ev)
@@ -131,7 +134,9 @@ void srv_oai_stream_token(srv_gen *g, const eng_event *ev)
         json_t *lp = entry ? legacy_logprobs(json_pack("[o]", entry), &offset) : json_null();
         json_t *choice = json_pack("{s:o, s:i, s:o, s:n}", "text", srv_json_text(ev->text ? ev->text : "",
                                    ev->text_len), "index", 0, "logprobs", lp, "finish_reason");
-        srv_gen_sse(g, envelope(g, "text_completion", json_pack("[o]", choice)));
+        json_t *j = envelope(g, "text_completion", json_pack("[o]", choice));
+        if (j && g->o.timings_per_token) json_object_set_new(j, "timings", srv_gen_timings_now(g));
+        srv_gen_sse(g, j);
         return;
     }
     if (!g->sent_role) {
@@ -162,6 +167,7 @@ static void usage_chunk(srv_gen *g, const char *object)
 {
     json_t *j = envelope(g, object, json_array());
     if (j) json_object_set_new(j, "usage", usage_json(g));
+    if (j && g->o.timings_per_token) json_object_set_new(j, "timings", srv_gen_timings(&g->done));
     srv_gen_sse(g, j);
 }
 
@@ -266,5 +272,15 @@ enum MHD_Result srv_h_oai_chat(srv_req *r, json_t *body)
         if (st != PK_OK) return srv_reply_errorf(r, 500, "tokenization failed: %s", pk_status_str(st));
         return srv_reply_errorf(r, 400, "the chat prompt gives no tokens");
     }
-    return srv_gen_run_ids(r, &c, &o, ids, n);
+    if (o.n_choices == 1) return srv_gen_run_ids(r, &c, &o, ids, n);
+    eng_completion cs[SRV_MAX_CHOICES];
+    for (int i = 0; i < o.n_choices; i++) {
+        cs[i] = c;
+        cs[i].prompt = ids;
+        cs[i].n_prompt = n;
+    }
+    enum MHD_Result ret = srv_gen_run_multi(r, cs, o.n_choices, &o);
+    free(ids);
+    srv_gen_req_free(&c);
+    return ret;
 }

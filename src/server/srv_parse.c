@@ -212,9 +212,12 @@ bool srv_parse_gen(const json_t *b, srv_api api, const srv_gen_defaults *d, eng_
     o->api = api;
 
     if (!get_bool(b, "stream", &o->stream, e)) return false;
-    int32_t n = 1;
-    if (!get_i32(b, "n", -1000000, 1000000, &n, e)) return false;
-    if (n != 1) return srv_fail(e, 400, "n", "only n = 1 is supported");
+    /* n (OpenAI) or n_cmpl (llama.cpp): that many completions of the prompt. */
+    o->n_choices = 1;
+    if (!get_i32(b, "n", 1, SRV_MAX_CHOICES, &o->n_choices, e)) return false;
+    if (!get_i32(b, "n_cmpl", 1, SRV_MAX_CHOICES, &o->n_choices, e)) return false;
+    if (o->n_choices > 1 && o->stream)
+        return srv_fail(e, 400, "n", "several completions (n > 1) are not streamed; set stream to false");
 
     /* max_tokens (OpenAI), max_completion_tokens (newer OpenAI), n_predict
      * (llama.cpp, wins when given).  -1: until the context is full. */
