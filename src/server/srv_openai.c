@@ -97,6 +97,8 @@ json_t *srv_oai_response(srv_gen *g)
                                                                           : srv_json_text(tm.content, tm.content_len));
         if (rs.reason_len)
             json_object_set_new(msg, "reasoning_content", srv_json_text(text + rs.reason_off, rs.reason_len));
+        else if (tm.reasoning_len && g->o.reasoning != SRV_REASON_NONE)
+            json_object_set_new(msg, "reasoning_content", srv_json_text(tm.reasoning, tm.reasoning_len));
         if (tm.n_calls) json_object_set_new(msg, "tool_calls", tool_calls_json(&tm, false));
         json_t *lp = g->probs ? json_pack("{s:O}", "content", g->probs) : json_null();
         choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "message", msg, "logprobs", lp, "finish_reason",
@@ -198,6 +200,9 @@ void srv_oai_stream_end(srv_gen *g)
         g->finished = true;
         return;
     }
+    if (tm.reasoning_len && g->o.reasoning != SRV_REASON_NONE)       /* harmony's analysis channel */
+        chat_chunk(g, json_pack("{s:o}", "reasoning_content", srv_json_text(tm.reasoning, tm.reasoning_len)),
+                   NULL, NULL);
     /* What was held back: the content not sent yet (the sent part is a
      * prefix of the final content, see srv_tools_content_prefix). */
     if (tm.content_len > g->n_sent && !memcmp(tm.content, text + rs.content_off, g->n_sent))
@@ -262,6 +267,9 @@ enum MHD_Result srv_h_oai_chat(srv_req *r, json_t *body)
         return srv_reply_error(r, &e);
     }
     if (tg) c.grammar = tg;
+    /* The template's own markers say how its model writes calls (the
+     * rendering's family is the fallback). */
+    if (o.tools && !tg) o.tools = srv_tools_detect(tok_chat_template(s->voc), o.tools);
     o.think_open = srv_reason_prompt_opens(prompt, n_prompt);
     int32_t *ids = NULL, n = 0;
     pk_status st = srv_tokenize(s->voc, prompt, n_prompt, true, true, &ids, &n);
