@@ -88,7 +88,24 @@ static void test_parse_gen(void)
         { "{\"stop\": 5}", "stop" },
         { "{\"stop\": [\"a\", 5]}", "stop" },
         { "{\"stop\": [\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\"]}", "stop" },
-        { "{\"n\": 2}", "n" },
+        { "{\"n\": 17}", "n" },
+        { "{\"n\": 0}", "n" },
+        { "{\"n\": 2, \"stream\": true}", "n" },
+        { "{\"logit_bias\": 5}", "logit_bias" },
+        { "{\"logit_bias\": [[1]]}", "logit_bias" },
+        { "{\"logit_bias\": [[1, true]]}", "logit_bias" },
+        { "{\"logit_bias\": {\"1\": \"x\"}}", "logit_bias" },
+        { "{\"logit_bias\": [[-1, 1]]}", "logit_bias" },
+        { "{\"logit_bias\": [[\"text\", 1]]}", "logit_bias" },   /* texts need a vocabulary */
+        { "{\"mirostat\": 2}", "mirostat" },
+        { "{\"typical_p\": 0.5}", "typical_p" },
+        { "{\"dry_multiplier\": 0.8}", "dry_multiplier" },
+        { "{\"lora\": [{\"id\": 0, \"scale\": 1}]}", "lora" },
+        { "{\"reasoning_format\": \"nothink\"}", "reasoning_format" },
+        { "{\"chat_template_kwargs\": []}", "chat_template_kwargs" },
+        { "{\"response_fields\": [\"content\"]}", "response_fields" },     /* /completion only */
+        { "{\"post_sampling_probs\": true}", "post_sampling_probs" },      /* /completion only */
+        { "{\"return_progress\": 1}", "return_progress" },
         { "{\"seed\": \"x\"}", "seed" },
         { "{\"id_slot\": 4}", "id_slot" },
         { "{\"cache_prompt\": \"yes\"}", "cache_prompt" },
@@ -117,6 +134,30 @@ static void test_parse_gen(void)
     /* n = 1 is fine; so is response_format text. */
     CHECK_EQ_INT(parse("{\"n\": 1, \"response_format\": {\"type\": \"text\"}}", SRV_API_OAI_CHAT, &c, &o, &e), 0);
     CHECK(c.grammar == NULL);
+    CHECK_EQ_INT(o.n_choices, 1);
+    CHECK_EQ_INT(parse("{\"n\": 3}", SRV_API_OAI_CHAT, &c, &o, &e), 0);
+    CHECK_EQ_INT(o.n_choices, 3);
+    CHECK_EQ_INT(parse("{\"n_cmpl\": 2}", SRV_API_NATIVE, &c, &o, &e), 0);
+    CHECK_EQ_INT(o.n_choices, 2);
+    /* Neutral values of unsupported samplers pass; the llama.cpp fields land. */
+    CHECK_EQ_INT(parse("{\"mirostat\": 0, \"typical_p\": 1, \"reasoning_format\": \"none\", "
+                       "\"chat_template_kwargs\": {\"enable_thinking\": false}, \"verbose\": true, "
+                       "\"timings_per_token\": true, \"return_progress\": true}", SRV_API_OAI_CHAT, &c, &o, &e), 0);
+    CHECK_EQ_INT(o.reasoning, SRV_REASON_NONE);
+    CHECK(o.verbose && o.timings_per_token && o.return_progress);
+    /* logit_bias, both forms: ids with a bias or false (a ban). */
+    CHECK_EQ_INT(parse("{\"logit_bias\": [[5, -2.5], [7, false]]}", SRV_API_NATIVE, &c, &o, &e), 0);
+    CHECK_EQ_INT(c.n_bias, 2);
+    CHECK(c.n_bias == 2 && c.bias[0].token == 5 && c.bias[0].bias == -2.5f && c.bias[1].token == 7 &&
+          isinf(c.bias[1].bias) && c.bias[1].bias < 0);
+    srv_gen_req_free(&c);
+    CHECK(c.bias == NULL && c.n_bias == 0);
+    CHECK_EQ_INT(parse("{\"logit_bias\": {\"9\": 100}}", SRV_API_OAI_CHAT, &c, &o, &e), 0);
+    CHECK(c.n_bias == 1 && c.bias[0].token == 9 && c.bias[0].bias == 100.0f);
+    srv_gen_req_free(&c);
+    CHECK_EQ_INT(parse("{\"post_sampling_probs\": true, \"n_probs\": 3, \"response_fields\": [\"content\"]}",
+                       SRV_API_NATIVE, &c, &o, &e), 0);
+    CHECK(o.post_sampling_probs && c.sp.post_probs && o.response_fields != NULL);
     /* Constraints compile into c.grammar, the caller's reference. */
     static const char *const constrained[] = {
         "{\"response_format\": {\"type\": \"json_object\"}}",
@@ -612,7 +653,7 @@ static void test_live(const char *model_path)
         for (int i = 0; i < 5; i++) {
             http(port, "POST", "/completion", auth, "{\"prompt\": [1, 99999999]}", r);
             CHECK_EQ_INT(r->status, 400);
-            http(port, "POST", "/v1/completions", auth, "{\"prompt\": \"x\", \"n\": 3}", r);
+            http(port, "POST", "/v1/completions", auth, "{\"prompt\": \"x\", \"n\": 30}", r);
             CHECK_EQ_INT(r->status, 400);
         }
         static char raw[1 << 20];

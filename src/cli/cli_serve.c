@@ -109,6 +109,22 @@ static bool admission_flag(adm_policy *p, const char *name, const char *v)
     return true;
 }
 
+/* The options below that take a value: anything else is unknown, and is
+ * named as such rather than as missing its value. */
+static bool takes_value(const char *a)
+{
+    static const char *const names[] = {
+        "-m", "--model", "-c", "--ctx-size", "-np", "--parallel", "-t", "--threads", "-cram", "--cache-ram",
+        "-b", "--batch-size", "--batch-decoding", "--pools", "--pool-grace-ms", "--host", "--port", "--api-key",
+        "-a", "--alias", "--chat-template", "-to", "--timeout", "--max-body", "--header-timeout", "--max-per-ip",
+        "--max-connections", "--kv-type",
+    };
+    if (!strncmp(a, "--slot-", 7) || !strncmp(a, "--admission-", 12)) return true;
+    for (size_t k = 0; k < ARRAY_LEN(names); k++)
+        if (!strcmp(a, names[k])) return true;
+    return false;
+}
+
 static bool parse(int argc, char **argv, serve_opts *o)
 {
     o->ep = eng_default_params();
@@ -136,6 +152,10 @@ static bool parse(int argc, char **argv, serve_opts *o)
         if (llama) {
             if (llama < 0) return false;
             continue;
+        }
+        if (!takes_value(a)) {
+            fprintf(stderr, "polykv serve: unknown option %s (polykv serve --help lists them all)\n", a);
+            return false;
         }
         if (!(v = cli_arg(argc, argv, &i))) return false;
         if (!strncmp(a, "--slot-", 7)) {

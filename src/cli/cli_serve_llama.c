@@ -32,9 +32,11 @@ void cli_serve_llama_usage(void)
         "  -cb, --cont-batching    accepted: batching is always continuous\n"
         "  --offline               accepted: polykv never downloads\n"
         "  --no-jinja              accepted: the built-in template families (--jinja: see its branch)\n"
+        "  -kvu, --kv-unified      accepted: one KV cache shared by all slots is how polykv works\n"
         "  -ub, --ubatch-size N    accepted when N >= --batch-size's chunk (polykv picks its own)\n"
         "refused with the reason: --hf-repo/-hf, --hf-file/-hff, --model-url/-mu (no downloads: pass\n"
-        "  -m FILE), --embedding(s), --reranking, --lora, -ngl/--n-gpu-layers, --model-draft\n");
+        "  -m FILE), --embedding(s), --reranking, --lora, -ngl/--n-gpu-layers, --model-draft,\n"
+        "  --spec-type, --mmproj(-url), --slot-save-path, --sleep-idle-seconds, --no-kv-unified\n");
 }
 
 static int fail(const char *a, const char *why)
@@ -123,6 +125,12 @@ int cli_serve_llama_flag(int argc, char **argv, int *i, srv_params *sp)
         { "--model-draft", "speculative decoding is not supported" },
         { "-md", "speculative decoding is not supported" },
         { "--jinja", "the Jinja template engine is not in this build (use --no-jinja or --chat-template)" },
+        { "--no-kv-unified", "polykv's KV cache is always one pool of cells shared by every slot" },
+        { "--slot-save-path", "saving and restoring slots to files is not supported" },
+        { "--sleep-idle-seconds", "sleeping (unloading the model when idle) is not supported" },
+        { "--mmproj", "multimodal projectors are not supported" },
+        { "--mmproj-url", "multimodal projectors are not supported" },
+        { "--spec-type", "speculative decoding is not supported" },
     };
     for (size_t k = 0; k < ARRAY_LEN(refused); k++)
         if (!strcmp(a, refused[k][0])) return fail(a, refused[k][1]);
@@ -130,7 +138,8 @@ int cli_serve_llama_flag(int argc, char **argv, int *i, srv_params *sp)
     if (!strcmp(a, "--props")) { sp->endpoint_props_write = true; return 1; }
     if (!strcmp(a, "--cors-credentials")) { sp->cors_credentials = true; return 1; }
     if (!strcmp(a, "--no-cors-credentials")) { sp->cors_credentials = false; return 1; }
-    if (!strcmp(a, "-cb") || !strcmp(a, "--cont-batching") || !strcmp(a, "--offline") || !strcmp(a, "--no-jinja"))
+    if (!strcmp(a, "-cb") || !strcmp(a, "--cont-batching") || !strcmp(a, "--offline") || !strcmp(a, "--no-jinja") ||
+        !strcmp(a, "-kvu") || !strcmp(a, "--kv-unified"))
         return 1;
     if (!strcmp(a, "-nocb") || !strcmp(a, "--no-cont-batching"))
         return fail(a, "batching is always continuous in polykv");

@@ -479,6 +479,8 @@ static pk_status decode(eng *e, int32_t n, int32_t n_dec)
     double now = pk_time_ms();
     e->step++;
     e->n_decode_calls++;
+    for (int32_t i = 0; st == PK_OK && i < e->p.n_slots; i++)
+        e->n_tokens_max = MAX(e->n_tokens_max, e->slots[i].n_cache);
     eng_pool_decoded(e, st);
     if (st != PK_OK) {
         for (int32_t i = 0; i < e->p.n_slots; i++) {
@@ -517,6 +519,16 @@ static void sample_and_emit(eng *e, int32_t n)
         s->cache[e->b_pos[i]] = e->b_tok[i];
         s->n_cache = e->b_pos[i] + 1;
         if (s->state == ENG_SLOT_PREFILL) s->n_prefilled = s->n_cache;
+    }
+    for (int32_t i = 0; i < e->p.n_slots; i++) {
+        slot *s = &e->slots[i];
+        if (s->state != ENG_SLOT_PREFILL || !s->task->req.report_progress || s->n_prefilled <= s->n_progress)
+            continue;
+        s->n_progress = s->n_prefilled;
+        eng_event pe = { .kind = ENG_EV_PROGRESS, .slot = s->id, .n_prompt = s->task->req.n_prompt,
+                         .n_cached = s->n_cached, .n_processed = MIN(s->n_prefilled, s->task->req.n_prompt),
+                         .prompt_ms = now - s->t_start_ms };
+        eng_task_push(s->task, &pe);
     }
     int32_t busy = 0;
     for (int32_t i = 0; i < e->p.n_slots; i++) {
@@ -658,6 +670,7 @@ static void answer_stats(eng *e, eng_stats *o)
     o->n_prompt_tokens = e->n_prompt_tokens;
     o->n_predicted_tokens = e->n_predicted_tokens;
     o->n_decode_calls = e->n_decode_calls;
+    o->n_tokens_max = e->n_tokens_max;
     o->n_busy_slots_sum = e->n_busy_slots_sum;
     o->n_requests_done = e->n_done;
     o->prompt_ms_total = e->prompt_ms_total;

@@ -119,6 +119,7 @@ typedef struct eng_completion {
     int32_t shared_prefix_n;    /* (must not exceed the common prefix: else an ERROR) */
     char session_id[ENG_SESSION_CAP]; /* "" when none */
     bool report_placed;         /* queue an ENG_EV_PLACED event once placed */
+    bool report_progress;       /* queue ENG_EV_PROGRESS events while the prompt is read */
     int32_t n_keep;             /* context shift: tokens kept at the start (-1: the prompt) */
     int32_t n_discard;          /* context shift: tokens dropped after them, 0: half the rest */
     bool overcommit;            /* skip an enforced admission gate (counted) */
@@ -131,7 +132,7 @@ typedef struct eng_completion {
     int32_t n_bias;
 } eng_completion;
 
-typedef enum eng_ev_kind { ENG_EV_TOKEN = 1, ENG_EV_DONE, ENG_EV_ERROR, ENG_EV_PLACED } eng_ev_kind;
+typedef enum eng_ev_kind { ENG_EV_TOKEN = 1, ENG_EV_DONE, ENG_EV_ERROR, ENG_EV_PLACED, ENG_EV_PROGRESS } eng_ev_kind;
 
 typedef enum eng_stop {
     ENG_STOP_NONE = 0,
@@ -154,7 +155,11 @@ typedef struct eng_event {
     smp_logprob top[ENG_MAX_PROBS];
     /* DONE: why it stopped and what it cost.  PLACED (only when asked
      * for): slot, n_prompt, n_cached, pool_id and pool_shared, before any
-     * token. */
+     * token.  PROGRESS (only when asked for): n_prompt, n_cached, the
+     * prompt tokens in the cache (n_processed) and prompt_ms since the
+     * prompt's reading began; one when placed (n_processed = n_cached,
+     * prompt_ms 0), then one after every step that read some of it. */
+    int32_t n_processed;
     eng_stop stop;
     char stop_word[ENG_STOP_CAP];
     int32_t slot;
@@ -291,6 +296,7 @@ typedef struct eng_stats {
     /* Monotonic counters since start. */
     uint64_t n_prompt_tokens, n_predicted_tokens, n_decode_calls, n_busy_slots_sum;
     uint64_t n_requests_done;
+    int32_t n_tokens_max;                /* the most positions one slot has held after a step */
     double prompt_ms_total, predicted_ms_total;
     /* Cache: histories parked now, prompt tokens reused vs read since start,
      * and the last ENG_CACHE_EVENTS events, oldest first. */

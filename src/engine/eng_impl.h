@@ -109,6 +109,7 @@ typedef struct slot {
     double last_use_s;          /* end of the history's last actual use */
     int32_t marker_pos;         /* pol_last_marker of the history (idle slots) */
     int32_t n_prefilled;        /* prompt tokens in the cache for this task */
+    int32_t n_progress;         /* n_prefilled last reported (report_progress) */
     int32_t next_token;         /* sampled, not yet decoded */
     smp_ctx *smp;
     struct gram_matcher *gm;    /* the task's grammar state, NULL unconstrained */
@@ -203,6 +204,7 @@ struct eng {
     int32_t agg_head;
     double prompt_tps;          /* EWMA of prefill tokens/s */
     uint64_t n_prompt_tokens, n_predicted_tokens, n_decode_calls, n_busy_slots_sum, n_done;
+    int32_t n_tokens_max;       /* largest slot n_cache seen after a decode */
     uint64_t n_tokens_reused, n_tokens_read, n_tokens_restored;
     double prompt_ms_total, predicted_ms_total;
     eng_cache_event events[ENG_CACHE_EVENTS];

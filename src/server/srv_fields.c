@@ -58,9 +58,6 @@ static bool refuse_unsupported(const json_t *b, srv_err *e)
         if (v && !(json_is_array(v) && !json_array_size(v)))
             return srv_fail(e, 400, lists[i], "'%s' is not supported", lists[i]);
     }
-    bool progress = false;
-    if (!get_bool(b, "return_progress", &progress, e)) return false;
-    if (progress) return srv_fail(e, 400, "return_progress", "'return_progress' is not supported");
     return true;
 }
 
@@ -223,7 +220,8 @@ bool srv_parse_llama_fields(const json_t *b, srv_api api, const tok_vocab *voc, 
 {
     if (!refuse_unsupported(b, e) || !parse_reasoning(b, api, o, e) || !parse_response_fields(b, api, o, e) ||
         !get_bool(b, "post_sampling_probs", &o->post_sampling_probs, e) ||
-        !get_bool(b, "timings_per_token", &o->timings_per_token, e))
+        !get_bool(b, "timings_per_token", &o->timings_per_token, e) || !get_bool(b, "verbose", &o->verbose, e) ||
+        !get_bool(b, "return_progress", &o->return_progress, e))
         return false;
     if (o->stream) o->response_fields = NULL;     /* llama-server filters whole answers only */
     if (o->post_sampling_probs && api != SRV_API_NATIVE)

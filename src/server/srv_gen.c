@@ -100,6 +100,7 @@ static void gen_take(srv_gen *g, const eng_event *ev)
         break;
     }
     case ENG_EV_PLACED:                 /* read by srv_gen_run before the reply */
+    case ENG_EV_PROGRESS:               /* streamed only (stream_event) */
         break;
     }
 }
@@ -252,6 +253,31 @@ json_t *srv_gen_prompt_text(const srv_gen *g)
 
 /* ---- streaming ---- */
 
+/* return_progress: a chunk with llama-server's prompt_progress object
+ * (and, with timings_per_token, the prompt's timings so far). */
+static json_t *progress_chunk(const srv_gen *g, const eng_event *ev)
+{
+    json_t *j = g->o.api == SRV_API_NATIVE
+              ? json_pack("{s:i, s:s, s:[], s:b, s:i, s:i, s:i}", "index", 0, "content", "", "tokens", "stop", 0,
+                          "id_slot", ev->slot, "tokens_predicted", 0, "tokens_evaluated", ev->n_prompt)
+              : json_pack("{s:s, s:s, s:I, s:s, s:[]}", "id", g->id, "object", g->o.api == SRV_API_OAI_CHAT
+                          ? "chat.completion.chunk" : "text_completion", "created", (json_int_t)g->created,
+                          "model", g->o.model, "choices");
+    if (!j) return NULL;
+    json_object_set_new(j, "prompt_progress", json_pack("{s:i, s:i, s:i, s:f}", "total", ev->n_prompt, "cache",
+                                                        ev->n_cached, "processed", ev->n_processed, "time_ms",
+                                                        ms3(ev->prompt_ms)));
+    if (g->o.timings_per_token) {
+        int32_t prompt_n = ev->n_processed - ev->n_cached;
+        json_object_set_new(j, "timings", json_pack("{s:i, s:i, s:f, s:f, s:f, s:i, s:f, s:f, s:f}",
+            "cache_n", ev->n_cached, "prompt_n", prompt_n, "prompt_ms", ms3(ev->prompt_ms),
+            "prompt_per_token_ms", prompt_n > 0 ? ms3(ev->prompt_ms / prompt_n) : 0.0,
+            "prompt_per_second", ev->prompt_ms > 0 ? ms3(1e3 * prompt_n / ev->prompt_ms) : 0.0,
+            "predicted_n", 0, "predicted_ms", 0.0, "predicted_per_token_ms", 0.0, "predicted_per_second", 0.0));
+    }
+    return j;
+}
+
 static void stream_event(srv_gen *g, const eng_event *ev)
 {
     gen_take(g, ev);
@@ -260,7 +286,9 @@ static void stream_event(srv_gen *g, const eng_event *ev)
         g->finished = true;
         return;
     }
-    if (ev->kind == ENG_EV_TOKEN) {
+    if (ev->kind == ENG_EV_PROGRESS) {
+        if (g->o.return_progress) srv_gen_sse(g, progress_chunk(g, ev));
+    } else if (ev->kind == ENG_EV_TOKEN) {
         if (g->o.api == SRV_API_NATIVE) srv_native_stream_token(g, ev);
         else srv_oai_stream_token(g, ev);
     } else if (ev->kind == ENG_EV_DONE) {
@@ -354,6 +382,7 @@ static srv_gen *gen_submit(srv_req *r, const eng_completion *c, const srv_gen_op
     if (o->logprobs && !o->stream) g->probs = json_array();
     eng_completion sub = *c;
     sub.report_placed = true;
+    sub.report_progress = o->return_progress && o->stream;
     const char *sid = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "x-session-id");
     if (!sub.session_id[0] && sid) snprintf(sub.session_id, sizeof sub.session_id, "%s", sid);
     pk_status st = eng_submit(e, &sub, &g->task);

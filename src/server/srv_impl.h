@@ -140,6 +140,7 @@ typedef struct srv_gen_opts {
     bool verbose;                  /* "__verbose" in responses (--verbose) */
     bool post_sampling_probs;      /* probabilities after the samplers, as "prob" (native) */
     bool timings_per_token;        /* "timings" in every streamed chunk */
+    bool return_progress;          /* streamed: prompt_progress chunks while the prompt is read */
     const json_t *response_fields; /* native, not streamed: the fields kept (borrowed from the
                                       request body, which outlives the reply), NULL: all */
     char model[SRV_MAX_NAME];      /* echoed "model" */

@@ -86,6 +86,12 @@ char *srv_metrics_text(const eng_stats *st, const char *model_name)
     metric(&b, "llamacpp:tokens_predicted_seconds_total", "counter", "Predict process time.", "", predicted_s);
     metric(&b, "llamacpp:n_decode_total", "counter", "Total number of model_decode calls.", "",
            (double)st->n_decode_calls);
+    metric(&b, "llamacpp:n_tokens_max", "counter", "Largest observed n_tokens.", "", st->n_tokens_max);
+    /* polykv has no speculative decoding: no draft was ever made. */
+    metric(&b, "llamacpp:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens generated.", "", 0);
+    metric(&b, "llamacpp:spec_decode_num_accepted_tokens_total", "counter", "Number of draft tokens accepted.", "",
+           0);
+    metric(&b, "llamacpp:spec_decode_num_drafts_total", "counter", "Number of drafts generated.", "", 0);
     metric(&b, "llamacpp:n_busy_slots_per_decode", "gauge", "Average number of busy slots per decode call.", "",
            ratio((double)st->n_busy_slots_sum, (double)st->n_decode_calls));
     metric(&b, "llamacpp:prompt_tokens_seconds", "gauge", "Average prompt throughput in tokens/s.", "",

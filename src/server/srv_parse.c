@@ -225,8 +225,6 @@ bool srv_parse_gen(const json_t *b, srv_api api, const srv_gen_defaults *d, eng_
     if (!get_i32(b, "max_tokens", -1, lim, &c->n_predict, e)) return false;
     if (!get_i32(b, "max_completion_tokens", -1, lim, &c->n_predict, e)) return false;
     if (!get_i32(b, "n_predict", -1, lim, &c->n_predict, e)) return false;
-    /* The server's -n is also each request's ceiling, as in llama-server. */
-    if (d->n_predict >= 0 && (c->n_predict < 0 || c->n_predict > d->n_predict)) c->n_predict = d->n_predict;
 
     smp_params *sp = &c->sp;
     if (!get_float(b, "temperature", -1e9, 1e9, &sp->temp, e)) return false;
