@@ -32,11 +32,12 @@ void cli_serve_llama_usage(void)
         "  -cb, --cont-batching    accepted: batching is always continuous\n"
         "  --offline               accepted: polykv never downloads\n"
         "  --no-jinja              accepted: the built-in template families (--jinja: see its branch)\n"
-        "  -kvu, --kv-unified      accepted: one KV cache shared by all slots is how polykv works\n"
+        "  --no-ui                 no monitor page at / (404)\n"
+        "  --tags A,B              tags /v1/models lists for the model (--alias takes a list too)\n"
         "  -ub, --ubatch-size N    accepted when N >= --batch-size's chunk (polykv picks its own)\n"
         "refused with the reason: --hf-repo/-hf, --hf-file/-hff, --model-url/-mu (no downloads: pass\n"
         "  -m FILE), --embedding(s), --reranking, --lora, -ngl/--n-gpu-layers, --model-draft,\n"
-        "  --spec-type, --mmproj(-url), --slot-save-path, --sleep-idle-seconds, --no-kv-unified\n");
+        "  --spec-type, --mmproj(-url), --slot-save-path, --sleep-idle-seconds, --kv-unified\n");
 }
 
 static int fail(const char *a, const char *why)
@@ -95,6 +96,8 @@ static int valued(const char *a, const char *v, srv_params *sp)
         if (!cli_int(a, v, -1, 1 << 24, &x)) return -1;
         if (x > 0) return fail(a, "a budget of N > 0 thinking tokens is not supported (-1 unlimited, 0 off)");
         sp->reasoning_budget = (int32_t)x;
+    } else if (!strcmp(a, "--tags")) {
+        sp->model_tags = v;
     } else if (!strcmp(a, "-ub") || !strcmp(a, "--ubatch-size")) {
         if (!cli_int(a, v, 1, 1 << 20, &x)) return -1;
     } else {
@@ -125,7 +128,8 @@ int cli_serve_llama_flag(int argc, char **argv, int *i, srv_params *sp)
         { "--model-draft", "speculative decoding is not supported" },
         { "-md", "speculative decoding is not supported" },
         { "--jinja", "the Jinja template engine is not in this build (use --no-jinja or --chat-template)" },
-        { "--no-kv-unified", "polykv's KV cache is always one pool of cells shared by every slot" },
+        { "--kv-unified", "a slot holds -c / -np positions in polykv (the cells are shared, a slot's share is not)" },
+        { "-kvu", "a slot holds -c / -np positions in polykv (the cells are shared, a slot's share is not)" },
         { "--slot-save-path", "saving and restoring slots to files is not supported" },
         { "--sleep-idle-seconds", "sleeping (unloading the model when idle) is not supported" },
         { "--mmproj", "multimodal projectors are not supported" },
@@ -138,15 +142,15 @@ int cli_serve_llama_flag(int argc, char **argv, int *i, srv_params *sp)
     if (!strcmp(a, "--props")) { sp->endpoint_props_write = true; return 1; }
     if (!strcmp(a, "--cors-credentials")) { sp->cors_credentials = true; return 1; }
     if (!strcmp(a, "--no-cors-credentials")) { sp->cors_credentials = false; return 1; }
-    if (!strcmp(a, "-cb") || !strcmp(a, "--cont-batching") || !strcmp(a, "--offline") || !strcmp(a, "--no-jinja") ||
-        !strcmp(a, "-kvu") || !strcmp(a, "--kv-unified"))
+    if (!strcmp(a, "--no-ui") || !strcmp(a, "--no-webui")) { sp->no_ui = true; return 1; }
+    if (!strcmp(a, "-cb") || !strcmp(a, "--cont-batching") || !strcmp(a, "--offline") || !strcmp(a, "--no-jinja"))
         return 1;
     if (!strcmp(a, "-nocb") || !strcmp(a, "--no-cont-batching"))
         return fail(a, "batching is always continuous in polykv");
     static const char *const with_value[] = {
         "-s", "--seed", "--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--repeat-last-n",
         "--presence-penalty", "--frequency-penalty", "-n", "--n-predict", "--predict", "--cors-origins",
-        "--reasoning-format", "--reasoning-budget", "-ub", "--ubatch-size",
+        "--reasoning-format", "--reasoning-budget", "-ub", "--ubatch-size", "--tags",
     };
     for (size_t k = 0; k < ARRAY_LEN(with_value); k++) {
         if (strcmp(a, with_value[k])) continue;

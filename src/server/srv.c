@@ -41,6 +41,8 @@ static const srv_route routes[] = {
     { "/v1/completions",      "POST", srv_h_oai_completions, false, false },
     { "/v1/chat/completions", "POST", srv_h_oai_chat,        false, false },
     { "/chat/completions",    "POST", srv_h_oai_chat,        false, false },
+    { "/v1/chat/completions/input_tokens", "POST", srv_h_oai_input_tokens, false, false },
+    { "/chat/completions/input_tokens",    "POST", srv_h_oai_input_tokens, false, false },
     { "/completion",          "POST", srv_h_completion,      false, false },
     { "/completions",         "POST", srv_h_completion,      false, false },
     { "/tokenize",            "POST", srv_h_tokenize,        false, false },
@@ -446,6 +448,7 @@ pk_status srv_new(const srv_params *p, srv **out, char *err, size_t err_len)
     s->p.chat_template = s->chat_template = dup_or_null(p->chat_template, &oom);
     s->p.model_alias = s->alias = dup_or_null(p->model_alias, &oom);
     s->p.cors_origins = s->cors_origins = dup_or_null(p->cors_origins ? p->cors_origins : "localhost", &oom);
+    s->p.model_tags = s->tags = dup_or_null(p->model_tags, &oom);
     s->t_start = (int64_t)time(NULL);
     atomic_init(&s->stopping, false);
     atomic_init(&s->e, NULL);
@@ -482,6 +485,19 @@ pk_status srv_new(const srv_params *p, srv **out, char *err, size_t err_len)
 }
 
 int srv_port(const srv *s) { return s->port; }
+
+/* The first, in byte order, of a comma-separated list of names. */
+static void first_alias(const char *list, char *out, size_t cap)
+{
+    out[0] = 0;
+    for (const char *p = list; *p;) {
+        size_t n = strcspn(p, ",");
+        char name[SRV_MAX_NAME];
+        snprintf(name, sizeof name, "%.*s", (int)n, p);
+        if (n && (!out[0] || strcmp(name, out) < 0)) snprintf(out, cap, "%s", name);
+        p += n + (p[n] == ',');
+    }
+}
 
 static void base_name(const char *path, char *out, size_t cap)
 {
@@ -520,7 +536,7 @@ pk_status srv_set_engine(srv *s, eng *e, const char *model_path, char *err, size
     s->tmpl = k;
     s->tmpl_src = src;
     s->model_path = model_path ? strdup(model_path) : NULL;
-    if (s->p.model_alias && *s->p.model_alias) snprintf(s->model_name, sizeof s->model_name, "%s", s->p.model_alias);
+    if (s->p.model_alias && *s->p.model_alias) first_alias(s->p.model_alias, s->model_name, sizeof s->model_name);
     else if (model_path) base_name(model_path, s->model_name, sizeof s->model_name);
     else snprintf(s->model_name, sizeof s->model_name, "%s", model_desc(m));
     atomic_store_explicit(&s->e, e, memory_order_release);
@@ -537,6 +553,7 @@ void srv_free(srv *s)
     free(s->chat_template);
     free(s->alias);
     free(s->cors_origins);
+    free(s->tags);
     free(s->model_path);
     free(s);
 }

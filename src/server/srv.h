@@ -67,7 +67,9 @@ typedef struct srv_params {
     bool endpoint_metrics;      /* GET /metrics (--metrics), off by default */
     bool endpoint_slots;        /* GET /slots, on by default */
     const char *chat_template;  /* tmpl_from_name name overriding the model's, or NULL */
-    const char *model_alias;    /* the model's name in responses; NULL: its file name */
+    const char *model_alias;    /* the model's name in responses; NULL: its file name.  A
+                                   comma-separated list gives several (llama-server's --alias):
+                                   the first in byte order is the id, /v1/models lists all */
     int timeout_s;              /* idle connection timeout once a request came, 600 */
     int header_timeout_s;       /* a connection whose request has not come yet is closed
                                    after this long idle (idle sockets cannot lock clients out), 10 */
@@ -85,6 +87,8 @@ typedef struct srv_params {
                                    comma-separated list of allowed origins */
     bool cors_credentials;      /* Access-Control-Allow-Credentials: true (default) */
     srv_reasoning reasoning_format;   /* the default of requests, auto */
+    bool no_ui;                 /* --no-ui: no monitor page at / (404) */
+    const char *model_tags;     /* --tags: comma-separated, listed by /v1/models; NULL none */
     int32_t reasoning_budget;   /* -1: unlimited; 0: thinking off (the chat is prompted past it) */
 } srv_params;
 

@@ -195,6 +195,9 @@ static bool parse_reasoning(const json_t *b, srv_api api, srv_gen_opts *o, srv_e
     if (rf && (!json_is_string(rf) || !srv_reasoning_parse(json_string_value(rf), &o->reasoning)))
         return srv_fail(e, 400, "reasoning_format", "'reasoning_format' must be auto, none, deepseek or "
                         "deepseek-legacy");
+    bool cont = false;
+    if (!get_bool(b, "continue_final_message", &cont, e)) return false;
+    if (cont) return srv_fail(e, 400, "continue_final_message", "'continue_final_message' is not supported");
     const json_t *kw = field(b, "chat_template_kwargs");
     if (kw && !json_is_object(kw))
         return srv_fail(e, 400, "chat_template_kwargs", "'chat_template_kwargs' must be an object");

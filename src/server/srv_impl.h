@@ -31,7 +31,7 @@
 
 struct srv {
     srv_params p;                  /* strings point at the owned copies below */
-    char *host, *api_key, *chat_template, *alias, *cors_origins;
+    char *host, *api_key, *chat_template, *alias, *cors_origins, *tags;
     struct MHD_Daemon *d;
     int port;
     int64_t t_start;               /* unix seconds */
@@ -303,6 +303,7 @@ typedef enum MHD_Result (*srv_handler)(srv_req *r, json_t *body);
 enum MHD_Result srv_h_oai_models(srv_req *r, json_t *body);
 enum MHD_Result srv_h_oai_completions(srv_req *r, json_t *body);
 enum MHD_Result srv_h_oai_chat(srv_req *r, json_t *body);
+enum MHD_Result srv_h_oai_input_tokens(srv_req *r, json_t *body);   /* {"input_tokens": n} of a chat */
 enum MHD_Result srv_h_completion(srv_req *r, json_t *body);
 enum MHD_Result srv_h_tokenize(srv_req *r, json_t *body);
 enum MHD_Result srv_h_detokenize(srv_req *r, json_t *body);

@@ -221,6 +221,18 @@ void srv_oai_stream_end(srv_gen *g)
 
 /* ---- handlers ---- */
 
+/* A comma-separated list as a JSON array of its non-empty names. */
+static json_t *name_list(const char *list)
+{
+    json_t *a = json_array();
+    for (const char *p = list; a && *p;) {
+        size_t n = strcspn(p, ",");
+        if (n) json_array_append_new(a, json_stringn(p, n));
+        p += n + (p[n] == ',');
+    }
+    return a;
+}
+
 enum MHD_Result srv_h_oai_models(srv_req *r, json_t *body)
 {
     srv *s = r->s;
@@ -231,6 +243,8 @@ enum MHD_Result srv_h_oai_models(srv_req *r, json_t *body)
                              "n_embd", hp->n_embd, "desc", model_desc(s->m));
     json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:o}", "id", s->model_name, "object", "model", "created",
                           (json_int_t)s->t_start, "owned_by", "polykv", "meta", meta);
+    json_object_set_new(m, "aliases", name_list(s->p.model_alias ? s->p.model_alias : s->model_name));
+    json_object_set_new(m, "tags", name_list(s->p.model_tags ? s->p.model_tags : ""));
     return srv_reply_json(r, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", m));
 }
 
@@ -291,4 +305,22 @@ enum MHD_Result srv_h_oai_chat(srv_req *r, json_t *body)
     free(ids);
     srv_gen_req_free(&c);
     return ret;
+}
+
+/* llama-server's token count of a chat request: its prompt as the chat
+ * route would render and tokenize it, nothing generated. */
+enum MHD_Result srv_h_oai_input_tokens(srv_req *r, json_t *body)
+{
+    srv *s = r->s;
+    srv_err e;
+    char *prompt = NULL;
+    size_t n_prompt;
+    srv_tool_fmt fmt;
+    if (!srv_render_chat(body, s->tmpl, s->tmpl_src, &prompt, &n_prompt, &fmt, &e)) return srv_reply_error(r, &e);
+    int32_t *ids = NULL, n = 0;
+    pk_status st = srv_tokenize(s->voc, prompt, n_prompt, true, true, &ids, &n);
+    free(prompt);
+    free(ids);
+    if (st != PK_OK) return srv_reply_errorf(r, 500, "tokenization failed: %s", pk_status_str(st));
+    return srv_reply_json(r, 200, json_pack("{s:i}", "input_tokens", n));
 }
