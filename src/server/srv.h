@@ -89,7 +89,8 @@ typedef struct srv_params {
     srv_reasoning reasoning_format;   /* the default of requests, auto */
     bool no_ui;                 /* --no-ui: no monitor page at / (404) */
     const char *model_tags;     /* --tags: comma-separated, listed by /v1/models; NULL none */
-    int32_t reasoning_budget;   /* -1: unlimited; 0: thinking off (the chat is prompted past it) */
+    int32_t reasoning_budget;   /* -1: unlimited; 0: no thinking (an opened <think> closed in the
+                                   prompt, a one-token "<think>" banned) */
 } srv_params;
 
 srv_params srv_default_params(void);

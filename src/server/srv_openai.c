@@ -10,6 +10,7 @@
  * one delta (clients accumulate deltas, so this is valid), then the
  * finish_reason "tool_calls".
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -253,6 +254,37 @@ enum MHD_Result srv_h_oai_completions(srv_req *r, json_t *body)
     return srv_gen_prompt(r, body, SRV_API_OAI_CMPL);
 }
 
+/* --reasoning-budget 0: no thinking.  A prompt that opened <think> gets
+ * it closed at once (what the templates write for enable_thinking false),
+ * and when "<think>" is one token of the vocabulary it is banned, so a
+ * model that opens it itself cannot.  False when out of memory. */
+static bool think_off(srv *s, char **prompt, size_t *n_prompt, eng_completion *c, srv_gen_opts *o)
+{
+    static const char close_tag[] = "\n</think>\n\n";
+    if (o->think_open) {
+        char *p = realloc(*prompt, *n_prompt + sizeof close_tag);
+        if (!p) return false;
+        memcpy(p + *n_prompt, close_tag, sizeof close_tag);
+        *prompt = p;
+        *n_prompt += sizeof close_tag - 1;
+        o->think_open = false;
+    }
+    int32_t *ids = NULL, n = 0;
+    if (srv_tokenize(s->voc, "<think>", 7, false, true, &ids, &n) != PK_OK) return false;
+    bool ok = true;
+    if (n == 1) {
+        eng_bias *b = realloc((void *)c->bias, ((size_t)c->n_bias + 1) * sizeof *b);
+        if (b) {
+            b[c->n_bias++] = (eng_bias){ ids[0], -INFINITY };
+            c->bias = b;
+        } else {
+            ok = false;
+        }
+    }
+    free(ids);
+    return ok;
+}
+
 enum MHD_Result srv_h_oai_chat(srv_req *r, json_t *body)
 {
     srv *s = r->s;
@@ -285,6 +317,11 @@ enum MHD_Result srv_h_oai_chat(srv_req *r, json_t *body)
      * rendering's family is the fallback). */
     if (o.tools && !tg) o.tools = srv_tools_detect(tok_chat_template(s->voc), o.tools);
     o.think_open = srv_reason_prompt_opens(prompt, n_prompt);
+    if (s->p.reasoning_budget == 0 && !think_off(s, &prompt, &n_prompt, &c, &o)) {
+        free(prompt);
+        srv_gen_req_free(&c);
+        return srv_reply_errorf(r, 500, "out of memory");
+    }
     int32_t *ids = NULL, n = 0;
     pk_status st = srv_tokenize(s->voc, prompt, n_prompt, true, true, &ids, &n);
     free(prompt);
