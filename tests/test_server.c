@@ -472,6 +472,59 @@ static void test_tool_answers(void)
     free(g.out);
 }
 
+/* Thinking in a chat answer, through the real chunk writers: the pieces
+ * cut both tags, the prompt opened <think> or not, a tool call after the
+ * thinking; what the stream pieces together equals the whole answer. */
+static void reasoning_case(bool think_open, srv_tool_fmt tools, const char *const *pieces, size_t n_pieces,
+                           const char *want_reason, const char *want_content, int want_calls)
+{
+    srv s = {0};
+    snprintf(s.model_name, sizeof s.model_name, "m");
+    srv_gen g = { .s = &s, .o = { .api = SRV_API_OAI_CHAT, .stream = true, .tools = tools, .model = "m",
+                                  .think_open = think_open } };
+    for (size_t i = 0; i < n_pieces; i++) feed(&g, pieces[i]);
+    g.done = (eng_event){ .kind = ENG_EV_DONE, .stop = ENG_STOP_EOS };
+    srv_oai_stream_end(&g);
+    json_t *ev = events(&g);
+    char reason[256] = "", content[256] = "";
+    size_t n_calls = 0;
+    for (size_t i = 0; i < json_array_size(ev); i++) {
+        const json_t *d = json_object_get(json_array_get(json_object_get(json_array_get(ev, i), "choices"), 0), "delta");
+        const char *r = json_string_value(json_object_get(d, "reasoning_content"));
+        const char *c = json_string_value(json_object_get(d, "content"));
+        if (r) strncat(reason, r, sizeof reason - strlen(reason) - 1);
+        if (c) strncat(content, c, sizeof content - strlen(content) - 1);
+        n_calls += json_array_size(json_object_get(d, "tool_calls"));
+    }
+    CHECK_STR(reason, want_reason);
+    CHECK_STR(content, want_content);
+    CHECK_EQ_INT(n_calls, want_calls);
+    json_decref(ev);
+    g.o.stream = false;
+    json_t *r = srv_oai_response(&g), *msg = json_object_get(json_array_get(json_object_get(r, "choices"), 0), "message");
+    const char *whole_r = json_string_value(json_object_get(msg, "reasoning_content"));
+    const char *whole_c = json_string_value(json_object_get(msg, "content"));
+    CHECK_STR(whole_r ? whole_r : "", want_reason);
+    CHECK_STR(whole_c ? whole_c : "", want_content);
+    CHECK_EQ_INT(json_array_size(json_object_get(msg, "tool_calls")), want_calls);
+    json_decref(r);
+    free(g.text);
+    free(g.out);
+}
+
+static void test_reasoning_answers(void)
+{
+    static const char *const qwen3[] = { "<th", "ink>\nThe user", " greets.</thi", "nk>\n", "\nHello", "!" };
+    reasoning_case(false, SRV_TOOL_NONE, qwen3, ARRAY_LEN(qwen3), "\nThe user greets.", "Hello!", 0);
+    static const char *const r1[] = { "2+2", " is 4.", "\n</", "think>", "\n\nFour." };
+    reasoning_case(true, SRV_TOOL_NONE, r1, ARRAY_LEN(r1), "2+2 is 4.\n", "Four.", 0);
+    static const char *const call[] = { "<think>Need the weather.</think>\n\n", "<tool_call>\n{\"name\": \"w\", ",
+                                        "\"arguments\": {}}\n</tool_call>" };
+    reasoning_case(false, SRV_TOOL_QWEN, call, ARRAY_LEN(call), "Need the weather.", "", 1);
+    static const char *const plain[] = { "No ", "thinking <think> here." };
+    reasoning_case(false, SRV_TOOL_NONE, plain, ARRAY_LEN(plain), "", "No thinking <think> here.", 0);
+}
+
 /* ---- the live server ---- */
 
 typedef struct resp { int status; char body[1 << 16]; } resp;
@@ -720,6 +773,7 @@ int main(void)
     test_errors();
     test_chat();
     test_tool_answers();
+    test_reasoning_answers();
     const char *shared = test_shared_dir();
     if (!shared) {
         SKIP_PART("../shared absent: prompt tests (they need a vocabulary) not run");
