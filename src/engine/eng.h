@@ -132,7 +132,9 @@ typedef struct eng_completion {
     int32_t n_bias;
 } eng_completion;
 
-typedef enum eng_ev_kind { ENG_EV_TOKEN = 1, ENG_EV_DONE, ENG_EV_ERROR, ENG_EV_PLACED, ENG_EV_PROGRESS } eng_ev_kind;
+typedef enum eng_ev_kind {
+    ENG_EV_TOKEN = 1, ENG_EV_DONE, ENG_EV_ERROR, ENG_EV_PLACED, ENG_EV_PROGRESS
+} eng_ev_kind;
 
 typedef enum eng_stop {
     ENG_STOP_NONE = 0,
