@@ -290,6 +290,9 @@ bool eng_slot_start(eng *e, slot *s, eng_task *t)
     s->task_id = t->id;
     s->state = ENG_SLOT_PREFILL;
     s->t_start_ms = pk_time_ms();
+    s->has_params = true;
+    s->last_sp = t->req.sp;
+    s->last_n_predict = t->req.n_predict;
     for (int32_t i = 0; i < t->req.n_prompt; i++) smp_accept(smp, t->prompt[i]);
     return true;
 }
@@ -640,6 +643,9 @@ static void answer_stats(eng *e, eng_stats *o)
         si->n_decoded = s->n_gen;
         si->n_remain = s->state != ENG_SLOT_IDLE && s->task && s->task->req.n_predict >= 0
                      ? MAX(s->task->req.n_predict - s->n_gen, 0) : -1;
+        si->has_params = s->has_params;
+        si->sp = s->last_sp;
+        si->n_predict = s->last_n_predict;
         si->tps_ewma = s->ewma_ms > 0 ? 1000.0 / s->ewma_ms : 0;
         si->task_id = s->task_id;
         snprintf(si->session_id, sizeof si->session_id, "%s", s->session);

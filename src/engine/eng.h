@@ -231,6 +231,9 @@ typedef struct eng_slot_info {
     bool warming;                     /* decoding, fewer than ADM_WARM_TOKENS tokens yet */
     int32_t n_remain;                 /* tokens the running task may still generate, -1: no
                                          limit or idle (llama.cpp's next_token.n_remain) */
+    bool has_params;                  /* a task ran here: its sampling and n_predict below */
+    smp_params sp;
+    int32_t n_predict;
 } eng_slot_info;
 
 typedef enum eng_cache_kind {

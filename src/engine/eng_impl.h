@@ -110,6 +110,9 @@ typedef struct slot {
     int32_t marker_pos;         /* pol_last_marker of the history (idle slots) */
     int32_t n_prefilled;        /* prompt tokens in the cache for this task */
     int32_t n_progress;         /* n_prefilled last reported (report_progress) */
+    bool has_params;            /* the current/last task's parameters, for /slots */
+    smp_params last_sp;
+    int32_t last_n_predict;
     int32_t next_token;         /* sampled, not yet decoded */
     smp_ctx *smp;
     struct gram_matcher *gm;    /* the task's grammar state, NULL unconstrained */

@@ -226,6 +226,13 @@ enum MHD_Result srv_h_slots(srv_req *r, json_t *body)
         json_t *next = json_array_get(json_object_get(slot, "next_token"), 0);
         json_object_set_new(next, "n_remain", json_integer(si->n_remain));
         json_object_set_new(next, "has_next_token", json_boolean(si->state != ENG_SLOT_IDLE));
+        if (si->has_params)   /* the current or last task's, as llama-server shows them */
+            json_object_set_new(slot, "params", json_pack("{s:i, s:I, s:f, s:i, s:f, s:f, s:f, s:i, s:f, s:f}",
+                "n_predict", si->n_predict, "seed", (json_int_t)si->sp.seed, "temperature", (double)si->sp.temp,
+                "top_k", si->sp.top_k, "top_p", (double)si->sp.top_p, "min_p", (double)si->sp.min_p,
+                "repeat_penalty", (double)si->sp.repeat_penalty, "repeat_last_n", si->sp.penalty_last_n,
+                "presence_penalty", (double)si->sp.presence_penalty,
+                "frequency_penalty", (double)si->sp.frequency_penalty));
         json_object_set_new(slot, "pool_id", si->pool_id > 0 ? json_integer(si->pool_id) : json_null());
         json_object_set_new(slot, "session_id", si->session_id[0] ? json_string(si->session_id) : json_null());
         json_object_set_new(slot, "pool_shared_tokens", json_integer(si->pool_shared));

@@ -153,6 +153,9 @@ test('post_sampling_probs, response_fields, __verbose, /slots, /metrics', { skip
   assert.match(v.json.__verbose.prompt, /Book/);
   const slots = await get(s.url + '/slots');
   for (const slot of slots.json) assert.equal(slot.next_token[0].n_remain, -1);
+  const ran = slots.json.filter((x) => x.params);
+  assert.ok(ran.length >= 1);                       // the last task's parameters, as llama-server shows
+  assert.ok(ran.every((x) => typeof x.params.temperature === 'number' && 'n_predict' in x.params));
   const m = await fetch(s.url + '/metrics');
   assert.match(m.headers.get('process-start-time-unix'), /^\d+$/);
   assert.match(await m.text(), /llamacpp:n_tokens_max \d+/);
