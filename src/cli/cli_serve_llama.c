@@ -28,6 +28,7 @@ void cli_serve_llama_usage(void)
         "  --cors-credentials / --no-cors-credentials   (default on)\n"
         "  --reasoning-format F    auto | none | deepseek | deepseek-legacy (default auto): where\n"
         "                          <think>...</think> goes in chat answers\n"
+        "  -rea, --reasoning auto|off   off: no thinking, as --reasoning-budget 0 (on: see --jinja)\n"
         "  --reasoning-budget N    -1 unlimited (default); 0 no thinking (an opened <think> is closed in\n"
         "                          the prompt, a <think> token banned); N > 0 is not supported\n"
         "  -cb, --cont-batching    accepted: batching is always continuous\n"
@@ -35,7 +36,7 @@ void cli_serve_llama_usage(void)
         "  --no-jinja              accepted: the built-in template families (--jinja: see its branch)\n"
         "  --no-ui                 no monitor page at / (404)\n"
         "  --tags A,B              tags /v1/models lists for the model (--alias takes a list too)\n"
-        "  -ub, --ubatch-size N    accepted when N >= --batch-size's chunk (polykv picks its own)\n"
+        "  -ub, --ubatch-size N    accepted: polykv picks its own micro-batch (min of -b and 512)\n"
         "refused with the reason: --hf-repo/-hf, --hf-file/-hff, --model-url/-mu (no downloads: pass\n"
         "  -m FILE), --embedding(s), --reranking, --lora, -ngl/--n-gpu-layers, --model-draft,\n"
         "  --spec-type, --mmproj(-url), --slot-save-path, --sleep-idle-seconds, --kv-unified\n");
@@ -97,6 +98,12 @@ static int valued(const char *a, const char *v, srv_params *sp)
         if (!cli_int(a, v, -1, 1 << 24, &x)) return -1;
         if (x > 0) return fail(a, "a budget of N > 0 thinking tokens is not supported (-1 unlimited, 0 off)");
         sp->reasoning_budget = (int32_t)x;
+    } else if (!strcmp(a, "-rea") || !strcmp(a, "--reasoning")) {
+        /* llama-server's on/off/auto: off is no thinking (as --reasoning-budget 0); on needs the
+         * template's enable_thinking, which the built-in families do not have. */
+        if (!strcmp(v, "off")) sp->reasoning_budget = 0;
+        else if (!strcmp(v, "on")) return fail(a, "'on' needs a template with enable_thinking (--jinja)");
+        else if (strcmp(v, "auto")) return fail(a, "must be on, off or auto");
     } else if (!strcmp(a, "--tags")) {
         sp->model_tags = v;
     } else if (!strcmp(a, "-ub") || !strcmp(a, "--ubatch-size")) {
@@ -151,7 +158,7 @@ int cli_serve_llama_flag(int argc, char **argv, int *i, srv_params *sp)
     static const char *const with_value[] = {
         "-s", "--seed", "--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--repeat-last-n",
         "--presence-penalty", "--frequency-penalty", "-n", "--n-predict", "--predict", "--cors-origins",
-        "--reasoning-format", "--reasoning-budget", "-ub", "--ubatch-size", "--tags",
+        "--reasoning-format", "--reasoning-budget", "-ub", "--ubatch-size", "--tags", "-rea", "--reasoning",
     };
     for (size_t k = 0; k < ARRAY_LEN(with_value); k++) {
         if (strcmp(a, with_value[k])) continue;
