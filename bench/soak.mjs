@@ -187,7 +187,7 @@ async function oneRequest() {
 const badRequests = [
   ['/completion', '{"prompt": "x",'],
   ['/v1/chat/completions', JSON.stringify({ messages: 'hi' })],
-  ['/v1/completions', JSON.stringify({ prompt: 'x', n: 4 })],
+  ['/v1/completions', JSON.stringify({ prompt: 'x', n: 40 })],
   ['/completion', JSON.stringify({ prompt: [1, 2, 1e9] })],
   ['/completion', JSON.stringify({ prompt: 'x', temperature: 'warm' })],
 ];

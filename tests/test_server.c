@@ -42,7 +42,8 @@ static unsigned parse(const char *body, srv_api api, eng_completion *c, srv_gen_
     json_decref(b);
     b = J(body);
     memset(e, 0, sizeof *e);
-    bool ok = srv_parse_gen(b, api, 4, c, o, e);
+    srv_gen_defaults d = { .n_slots = 4, .sp = smp_default_params(), .n_predict = -1 };
+    bool ok = srv_parse_gen(b, api, &d, c, o, e);
     return ok ? 0 : e->status;
 }
 
@@ -87,7 +88,24 @@ static void test_parse_gen(void)
         { "{\"stop\": 5}", "stop" },
         { "{\"stop\": [\"a\", 5]}", "stop" },
         { "{\"stop\": [\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\"]}", "stop" },
-        { "{\"n\": 2}", "n" },
+        { "{\"n\": 17}", "n" },
+        { "{\"n\": 0}", "n" },
+        { "{\"n\": 2, \"stream\": true}", "n" },
+        { "{\"logit_bias\": 5}", "logit_bias" },
+        { "{\"logit_bias\": [[1]]}", "logit_bias" },
+        { "{\"logit_bias\": [[1, true]]}", "logit_bias" },
+        { "{\"logit_bias\": {\"1\": \"x\"}}", "logit_bias" },
+        { "{\"logit_bias\": [[-1, 1]]}", "logit_bias" },
+        { "{\"logit_bias\": [[\"text\", 1]]}", "logit_bias" },   /* texts need a vocabulary */
+        { "{\"mirostat\": 2}", "mirostat" },
+        { "{\"typical_p\": 0.5}", "typical_p" },
+        { "{\"dry_multiplier\": 0.8}", "dry_multiplier" },
+        { "{\"lora\": [{\"id\": 0, \"scale\": 1}]}", "lora" },
+        { "{\"reasoning_format\": \"nothink\"}", "reasoning_format" },
+        { "{\"chat_template_kwargs\": []}", "chat_template_kwargs" },
+        { "{\"response_fields\": [\"content\"]}", "response_fields" },     /* /completion only */
+        { "{\"post_sampling_probs\": true}", "post_sampling_probs" },      /* /completion only */
+        { "{\"return_progress\": 1}", "return_progress" },
         { "{\"seed\": \"x\"}", "seed" },
         { "{\"id_slot\": 4}", "id_slot" },
         { "{\"cache_prompt\": \"yes\"}", "cache_prompt" },
@@ -116,6 +134,30 @@ static void test_parse_gen(void)
     /* n = 1 is fine; so is response_format text. */
     CHECK_EQ_INT(parse("{\"n\": 1, \"response_format\": {\"type\": \"text\"}}", SRV_API_OAI_CHAT, &c, &o, &e), 0);
     CHECK(c.grammar == NULL);
+    CHECK_EQ_INT(o.n_choices, 1);
+    CHECK_EQ_INT(parse("{\"n\": 3}", SRV_API_OAI_CHAT, &c, &o, &e), 0);
+    CHECK_EQ_INT(o.n_choices, 3);
+    CHECK_EQ_INT(parse("{\"n_cmpl\": 2}", SRV_API_NATIVE, &c, &o, &e), 0);
+    CHECK_EQ_INT(o.n_choices, 2);
+    /* Neutral values of unsupported samplers pass; the llama.cpp fields land. */
+    CHECK_EQ_INT(parse("{\"mirostat\": 0, \"typical_p\": 1, \"reasoning_format\": \"none\", "
+                       "\"chat_template_kwargs\": {\"enable_thinking\": false}, \"verbose\": true, "
+                       "\"timings_per_token\": true, \"return_progress\": true}", SRV_API_OAI_CHAT, &c, &o, &e), 0);
+    CHECK_EQ_INT(o.reasoning, SRV_REASON_NONE);
+    CHECK(o.verbose && o.timings_per_token && o.return_progress);
+    /* logit_bias, both forms: ids with a bias or false (a ban). */
+    CHECK_EQ_INT(parse("{\"logit_bias\": [[5, -2.5], [7, false]]}", SRV_API_NATIVE, &c, &o, &e), 0);
+    CHECK_EQ_INT(c.n_bias, 2);
+    CHECK(c.n_bias == 2 && c.bias[0].token == 5 && c.bias[0].bias == -2.5f && c.bias[1].token == 7 &&
+          isinf(c.bias[1].bias) && c.bias[1].bias < 0);
+    srv_gen_req_free(&c);
+    CHECK(c.bias == NULL && c.n_bias == 0);
+    CHECK_EQ_INT(parse("{\"logit_bias\": {\"9\": 100}}", SRV_API_OAI_CHAT, &c, &o, &e), 0);
+    CHECK(c.n_bias == 1 && c.bias[0].token == 9 && c.bias[0].bias == 100.0f);
+    srv_gen_req_free(&c);
+    CHECK_EQ_INT(parse("{\"post_sampling_probs\": true, \"n_probs\": 3, \"response_fields\": [\"content\"]}",
+                       SRV_API_NATIVE, &c, &o, &e), 0);
+    CHECK(o.post_sampling_probs && c.sp.post_probs && o.response_fields != NULL);
     /* Constraints compile into c.grammar, the caller's reference. */
     static const char *const constrained[] = {
         "{\"response_format\": {\"type\": \"json_object\"}}",
@@ -430,6 +472,59 @@ static void test_tool_answers(void)
     free(g.out);
 }
 
+/* Thinking in a chat answer, through the real chunk writers: the pieces
+ * cut both tags, the prompt opened <think> or not, a tool call after the
+ * thinking; what the stream pieces together equals the whole answer. */
+static void reasoning_case(bool think_open, srv_tool_fmt tools, const char *const *pieces, size_t n_pieces,
+                           const char *want_reason, const char *want_content, int want_calls)
+{
+    srv s = {0};
+    snprintf(s.model_name, sizeof s.model_name, "m");
+    srv_gen g = { .s = &s, .o = { .api = SRV_API_OAI_CHAT, .stream = true, .tools = tools, .model = "m",
+                                  .think_open = think_open } };
+    for (size_t i = 0; i < n_pieces; i++) feed(&g, pieces[i]);
+    g.done = (eng_event){ .kind = ENG_EV_DONE, .stop = ENG_STOP_EOS };
+    srv_oai_stream_end(&g);
+    json_t *ev = events(&g);
+    char reason[256] = "", content[256] = "";
+    size_t n_calls = 0;
+    for (size_t i = 0; i < json_array_size(ev); i++) {
+        const json_t *d = json_object_get(json_array_get(json_object_get(json_array_get(ev, i), "choices"), 0), "delta");
+        const char *r = json_string_value(json_object_get(d, "reasoning_content"));
+        const char *c = json_string_value(json_object_get(d, "content"));
+        if (r) strncat(reason, r, sizeof reason - strlen(reason) - 1);
+        if (c) strncat(content, c, sizeof content - strlen(content) - 1);
+        n_calls += json_array_size(json_object_get(d, "tool_calls"));
+    }
+    CHECK_STR(reason, want_reason);
+    CHECK_STR(content, want_content);
+    CHECK_EQ_INT(n_calls, want_calls);
+    json_decref(ev);
+    g.o.stream = false;
+    json_t *r = srv_oai_response(&g), *msg = json_object_get(json_array_get(json_object_get(r, "choices"), 0), "message");
+    const char *whole_r = json_string_value(json_object_get(msg, "reasoning_content"));
+    const char *whole_c = json_string_value(json_object_get(msg, "content"));
+    CHECK_STR(whole_r ? whole_r : "", want_reason);
+    CHECK_STR(whole_c ? whole_c : "", want_content);
+    CHECK_EQ_INT(json_array_size(json_object_get(msg, "tool_calls")), want_calls);
+    json_decref(r);
+    free(g.text);
+    free(g.out);
+}
+
+static void test_reasoning_answers(void)
+{
+    static const char *const qwen3[] = { "<th", "ink>\nThe user", " greets.</thi", "nk>\n", "\nHello", "!" };
+    reasoning_case(false, SRV_TOOL_NONE, qwen3, ARRAY_LEN(qwen3), "\nThe user greets.", "Hello!", 0);
+    static const char *const r1[] = { "2+2", " is 4.", "\n</", "think>", "\n\nFour." };
+    reasoning_case(true, SRV_TOOL_NONE, r1, ARRAY_LEN(r1), "2+2 is 4.\n", "Four.", 0);
+    static const char *const call[] = { "<think>Need the weather.</think>\n\n", "<tool_call>\n{\"name\": \"w\", ",
+                                        "\"arguments\": {}}\n</tool_call>" };
+    reasoning_case(false, SRV_TOOL_QWEN, call, ARRAY_LEN(call), "Need the weather.", "", 1);
+    static const char *const plain[] = { "No ", "thinking <think> here." };
+    reasoning_case(false, SRV_TOOL_NONE, plain, ARRAY_LEN(plain), "", "No thinking <think> here.", 0);
+}
+
 /* ---- the live server ---- */
 
 typedef struct resp { int status; char body[1 << 16]; } resp;
@@ -611,7 +706,7 @@ static void test_live(const char *model_path)
         for (int i = 0; i < 5; i++) {
             http(port, "POST", "/completion", auth, "{\"prompt\": [1, 99999999]}", r);
             CHECK_EQ_INT(r->status, 400);
-            http(port, "POST", "/v1/completions", auth, "{\"prompt\": \"x\", \"n\": 3}", r);
+            http(port, "POST", "/v1/completions", auth, "{\"prompt\": \"x\", \"n\": 30}", r);
             CHECK_EQ_INT(r->status, 400);
         }
         static char raw[1 << 20];
@@ -678,6 +773,7 @@ int main(void)
     test_errors();
     test_chat();
     test_tool_answers();
+    test_reasoning_answers();
     const char *shared = test_shared_dir();
     if (!shared) {
         SKIP_PART("../shared absent: prompt tests (they need a vocabulary) not run");

@@ -561,8 +561,55 @@ static void test_large_vocab(void)
     free(l);
 }
 
+/* post_probs: the reported distribution is the one drawn from: top-k 3
+ * keeps three tokens whose probabilities (temperature applied) sum to 1,
+ * the chosen token is among them with its own, and greedy reports 1. */
+static void test_post_probs(void)
+{
+    float l[8] = { 1.0f, 3.0f, 2.0f, 0.5f, -1.0f, 2.5f, 0.0f, -2.0f };
+    smp_params p = smp_default_params();
+    p.top_k = 3;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    p.temp = 0.5f;
+    p.seed = 7;
+    p.post_probs = true;
+    smp_ctx *s;
+    CHECK_EQ_INT(smp_new(&p, 8, 16, &s), PK_OK);
+    for (int rep = 0; rep < 20; rep++) {
+        smp_logprob top[5];
+        float lp;
+        int32_t tok = smp_sample(s, l, top, 5, &lp);
+        CHECK(tok == 1 || tok == 5 || tok == 2);
+        CHECK_EQ_INT(top[0].id, 1);
+        CHECK_EQ_INT(top[1].id, 5);
+        CHECK_EQ_INT(top[2].id, 2);
+        CHECK_EQ_INT(top[3].id, -1);
+        /* softmax of {3, 2.5, 2} / 0.5 */
+        double z = exp(0.0) + exp(-1.0) + exp(-2.0);
+        CHECK_NEAR(exp(top[0].logprob), 1.0 / z, 1e-6);
+        CHECK_NEAR(exp(top[2].logprob), exp(-2.0) / z, 1e-6);
+        double sum = 0;
+        for (int i = 0; i < 3; i++) sum += exp(top[i].logprob);
+        CHECK_NEAR(sum, 1.0, 1e-6);
+        for (int i = 0; i < 3; i++)
+            if (top[i].id == tok) CHECK_NEAR(lp, top[i].logprob, 1e-6);
+    }
+    smp_free(s);
+    p.temp = 0;
+    CHECK_EQ_INT(smp_new(&p, 8, 16, &s), PK_OK);
+    smp_logprob top[2];
+    float lp;
+    CHECK_EQ_INT(smp_sample(s, l, top, 2, &lp), 1);
+    CHECK_NEAR(lp, 0.0, 0);
+    CHECK_EQ_INT(top[0].id, 1);
+    CHECK_EQ_INT(top[1].id, -1);
+    smp_free(s);
+}
+
 int main(void)
 {
+    test_post_probs();
     test_params();
     test_argmax();
     test_determinism();

@@ -14,6 +14,13 @@ int cli_gen_model(int argc, char **argv);
 int cli_serve(int argc, char **argv);
 int cli_template(int argc, char **argv);
 
+/* cli_serve_llama.c: the llama-server flags of `polykv serve`.  Reads
+ * argv[*i] (and its value, advancing *i) into sp: 1 taken, 0 not one of
+ * them, -1 refused or bad (the message printed). */
+struct srv_params;
+int cli_serve_llama_flag(int argc, char **argv, int *i, struct srv_params *sp);
+void cli_serve_llama_usage(void);
+
 /* Value of option argv[*i] (advancing *i), or NULL with a message on stderr
  * when it is missing. */
 const char *cli_arg(int argc, char **argv, int *i);

@@ -29,7 +29,7 @@ static void usage(void)
         "  --batch-decoding N      prompt tokens a step may add while sessions decode (default 0:\n"
         "                          the batch size); shorter steps make decoding sessions wait less\n"
         "  --kv-type f16|f32       KV cache type (default f16)\n"
-        "  --mmap                  map the model file instead of reading it into huge pages\n"
+        "  --mmap / --no-mmap      map the model file instead of reading it into huge pages\n"
         "                          (starts without a copy; pages shared with other processes)\n"
         "  -cram, --cache-ram MIB  RAM for histories spilled out of the KV cache (default 8192, 0 = none)\n"
         "  --host ADDR             address to listen on (default 127.0.0.1)\n"
@@ -49,7 +49,8 @@ static void usage(void)
         "  --header-timeout S      close a connection that sends no request for S seconds (default 10)\n"
         "  --max-per-ip N          connections from one address (default 0: no cap)\n"
         "  -v, --log-requests      one log line per request\n"
-        "  --context-shift         a full context drops half its tokens after n_keep and goes on\n"
+        "  --context-shift / --no-context-shift   a full context drops half its tokens after n_keep\n"
+        "                          and goes on (default off)\n"
         "                          (sessions whose cells are shared, e.g. on a pool, stop instead)\n"
         "  --pools N               sequence ids kept for pools (default 16, at most 128)\n"
         "  --admission-tps F       a server-wide admission policy (docs/admission.md): floor F tok/s\n"
@@ -65,6 +66,7 @@ static void usage(void)
         const pol_param_info *pi = pol_param_at(i);
         fprintf(stderr, "  --slot-%-18s %s\n", pi->name, pi->help);
     }
+    cli_serve_llama_usage();
 }
 
 typedef struct serve_opts {
@@ -112,6 +114,22 @@ static bool admission_flag(adm_policy *p, const char *name, const char *v)
     return true;
 }
 
+/* The options below that take a value: anything else is unknown, and is
+ * named as such rather than as missing its value. */
+static bool takes_value(const char *a)
+{
+    static const char *const names[] = {
+        "-m", "--model", "-c", "--ctx-size", "-np", "--parallel", "-t", "--threads", "-cram", "--cache-ram",
+        "-b", "--batch-size", "--batch-decoding", "--pools", "--pool-grace-ms", "--host", "--port", "--api-key",
+        "-a", "--alias", "--chat-template", "-to", "--timeout", "--max-body", "--header-timeout", "--max-per-ip",
+        "--max-connections", "--kv-type",
+    };
+    if (!strncmp(a, "--slot-", 7) || !strncmp(a, "--admission-", 12)) return true;
+    for (size_t k = 0; k < ARRAY_LEN(names); k++)
+        if (!strcmp(a, names[k])) return true;
+    return false;
+}
+
 static bool parse(int argc, char **argv, serve_opts *o)
 {
     o->ep = eng_default_params();
@@ -135,6 +153,15 @@ static bool parse(int argc, char **argv, serve_opts *o)
         if (!strcmp(a, "--context-shift") || !strcmp(a, "--no-context-shift")) {
             o->ep.ctx_shift = !strcmp(a, "--context-shift");
             continue;
+        }
+        int llama = cli_serve_llama_flag(argc, argv, &i, &o->sp);
+        if (llama) {
+            if (llama < 0) return false;
+            continue;
+        }
+        if (!takes_value(a)) {
+            fprintf(stderr, "polykv serve: unknown option %s (polykv serve --help lists them all)\n", a);
+            return false;
         }
         if (!(v = cli_arg(argc, argv, &i))) return false;
         if (!strncmp(a, "--slot-", 7)) {

@@ -290,6 +290,9 @@ bool eng_slot_start(eng *e, slot *s, eng_task *t)
     s->task_id = t->id;
     s->state = ENG_SLOT_PREFILL;
     s->t_start_ms = pk_time_ms();
+    s->has_params = true;
+    s->last_sp = t->req.sp;
+    s->last_n_predict = t->req.n_predict;
     for (int32_t i = 0; i < t->req.n_prompt; i++) smp_accept(smp, t->prompt[i]);
     return true;
 }
@@ -481,6 +484,8 @@ static pk_status decode(eng *e, int32_t n, int32_t n_dec)
     double now = pk_time_ms();
     e->step++;
     e->n_decode_calls++;
+    for (int32_t i = 0; st == PK_OK && i < e->p.n_slots; i++)
+        e->n_tokens_max = MAX(e->n_tokens_max, e->slots[i].n_cache);
     eng_pool_decoded(e, st);
     if (st != PK_OK) {
         for (int32_t i = 0; i < e->p.n_slots; i++) {
@@ -519,6 +524,16 @@ static void sample_and_emit(eng *e, int32_t n)
         s->cache[e->b_pos[i]] = e->b_tok[i];
         s->n_cache = e->b_pos[i] + 1;
         if (s->state == ENG_SLOT_PREFILL) s->n_prefilled = s->n_cache;
+    }
+    for (int32_t i = 0; i < e->p.n_slots; i++) {
+        slot *s = &e->slots[i];
+        if (s->state != ENG_SLOT_PREFILL || !s->task->req.report_progress || s->n_prefilled <= s->n_progress)
+            continue;
+        s->n_progress = s->n_prefilled;
+        eng_event pe = { .kind = ENG_EV_PROGRESS, .slot = s->id, .n_prompt = s->task->req.n_prompt,
+                         .n_cached = s->n_cached, .n_processed = MIN(s->n_prefilled, s->task->req.n_prompt),
+                         .prompt_ms = now - s->t_start_ms };
+        eng_task_push(s->task, &pe);
     }
     int32_t busy = 0;
     for (int32_t i = 0; i < e->p.n_slots; i++) {
@@ -561,6 +576,12 @@ static void sample_and_emit(eng *e, int32_t n)
                 else for (int32_t k = 0; k < nw; k++) o[k] = w >> k & 1 ? row[v0 + k] : -INFINITY;
             }
             row = e->gram_logits;
+        }
+        if (s->task->req.n_bias > 0) {
+            memcpy(e->bias_logits, row, (size_t)e->n_vocab * sizeof *row);
+            for (int32_t k = 0; k < s->task->req.n_bias; k++)
+                e->bias_logits[s->task->req.bias[k].token] += s->task->req.bias[k].bias;
+            row = e->bias_logits;
         }
         int32_t id = smp_sample(s->smp, row, nt > 0 ? top : NULL, nt, &lp);
         on_token(e, s, id, lp, top, nt);
@@ -625,6 +646,11 @@ static void answer_stats(eng *e, eng_stats *o)
         si->n_cached = s->n_cached;
         si->n_prompt = s->n_prompt;
         si->n_decoded = s->n_gen;
+        si->n_remain = s->state != ENG_SLOT_IDLE && s->task && s->task->req.n_predict >= 0
+                     ? MAX(s->task->req.n_predict - s->n_gen, 0) : -1;
+        si->has_params = s->has_params;
+        si->sp = s->last_sp;
+        si->n_predict = s->last_n_predict;
         si->tps_ewma = s->ewma_ms > 0 ? 1000.0 / s->ewma_ms : 0;
         si->task_id = s->task_id;
         snprintf(si->session_id, sizeof si->session_id, "%s", s->session);
@@ -655,6 +681,7 @@ static void answer_stats(eng *e, eng_stats *o)
     o->n_prompt_tokens = e->n_prompt_tokens;
     o->n_predicted_tokens = e->n_predicted_tokens;
     o->n_decode_calls = e->n_decode_calls;
+    o->n_tokens_max = e->n_tokens_max;
     o->n_busy_slots_sum = e->n_busy_slots_sum;
     o->control_ms_total = e->control_ms;
     o->n_requests_done = e->n_done;
@@ -769,6 +796,9 @@ pk_status eng_submit(eng *e, const eng_completion *c, eng_task **out)
         return PK_EINVAL;
     for (int32_t i = 0; i < c->n_prompt; i++)
         if (c->prompt[i] < 0 || c->prompt[i] >= e->n_vocab) return PK_EINVAL;
+    if (c->n_bias < 0 || (c->n_bias > 0 && !c->bias)) return PK_EINVAL;
+    for (int32_t i = 0; i < c->n_bias; i++)
+        if (c->bias[i].token < 0 || c->bias[i].token >= e->n_vocab || isnan(c->bias[i].bias)) return PK_EINVAL;
     pthread_mutex_lock(&e->mu);
     uint64_t id = ++e->next_id;
     pthread_mutex_unlock(&e->mu);
@@ -814,7 +844,10 @@ pk_status eng_new(const model *m, const eng_params *p, eng **out)
     e->b_seq = calloc((size_t)p->n_batch, sizeof *e->b_seq);
     e->b_want = malloc((size_t)p->n_batch * sizeof *e->b_want);
     e->logits = malloc((size_t)p->n_slots * e->n_vocab * sizeof(float));
-    if (!e->slots || !e->b_tok || !e->b_pos || !e->b_nseq || !e->b_seq || !e->b_want || !e->logits) goto fail;
+    e->bias_logits = malloc((size_t)e->n_vocab * sizeof *e->bias_logits);
+    if (!e->slots || !e->b_tok || !e->b_pos || !e->b_nseq || !e->b_seq || !e->b_want || !e->logits ||
+        !e->bias_logits)
+        goto fail;
     for (int32_t i = 0; i < p->n_slots; i++) {
         e->slots[i].id = i;
         e->slots[i].last_source_seq = -1;
@@ -903,6 +936,7 @@ void eng_free(eng *e)
     for (int32_t i = 0; i < e->n_gram_idle; i++) gram_matcher_free(e->gram_idle[i]);
     gram_vocab_free(e->gvocab);
     free(e->gram_logits);
+    free(e->bias_logits);
     eng_pool_free(e);
     eng_place_free(e);
     free(e->slots); free(e->b_tok); free(e->b_pos); free(e->b_nseq); free(e->b_seq);

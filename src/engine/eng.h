@@ -101,6 +101,9 @@ const eng_params *eng_get_params(const eng *e);
 int32_t eng_n_ctx_slot(const eng *e);          /* positions one request may use */
 const model *eng_model(const eng *e);
 
+/* A bias added to one token's logit before sampling (-INFINITY bans it). */
+typedef struct eng_bias { int32_t token; float bias; } eng_bias;
+
 typedef struct eng_completion {
     const int32_t *prompt;      /* copied by eng_submit */
     int32_t n_prompt;           /* >= 1 */
@@ -116,6 +119,7 @@ typedef struct eng_completion {
     int32_t shared_prefix_n;    /* (must not exceed the common prefix: else an ERROR) */
     char session_id[ENG_SESSION_CAP]; /* "" when none */
     bool report_placed;         /* queue an ENG_EV_PLACED event once placed */
+    bool report_progress;       /* queue ENG_EV_PROGRESS events while the prompt is read */
     int32_t n_keep;             /* context shift: tokens kept at the start (-1: the prompt) */
     int32_t n_discard;          /* context shift: tokens dropped after them, 0: half the rest */
     bool overcommit;            /* skip an enforced admission gate (counted) */
@@ -123,9 +127,14 @@ typedef struct eng_completion {
                                    grow past this many events (0: no limit) */
     struct gram_grammar *grammar; /* constrains sampling (NULL: none); eng_submit takes its own
                                      reference; the output ends (ENG_STOP_EOS) when it is complete */
+    const eng_bias *bias;       /* [n_bias] logit biases (copied by eng_submit); a token listed
+                                   twice gets both; ids must be in the vocabulary */
+    int32_t n_bias;
 } eng_completion;
 
-typedef enum eng_ev_kind { ENG_EV_TOKEN = 1, ENG_EV_DONE, ENG_EV_ERROR, ENG_EV_PLACED } eng_ev_kind;
+typedef enum eng_ev_kind {
+    ENG_EV_TOKEN = 1, ENG_EV_DONE, ENG_EV_ERROR, ENG_EV_PLACED, ENG_EV_PROGRESS
+} eng_ev_kind;
 
 typedef enum eng_stop {
     ENG_STOP_NONE = 0,
@@ -148,7 +157,11 @@ typedef struct eng_event {
     smp_logprob top[ENG_MAX_PROBS];
     /* DONE: why it stopped and what it cost.  PLACED (only when asked
      * for): slot, n_prompt, n_cached, pool_id and pool_shared, before any
-     * token. */
+     * token.  PROGRESS (only when asked for): n_prompt, n_cached, the
+     * prompt tokens in the cache (n_processed) and prompt_ms since the
+     * prompt's reading began; one when placed (n_processed = n_cached,
+     * prompt_ms 0), then one after every step that read some of it. */
+    int32_t n_processed;
     eng_stop stop;
     char stop_word[ENG_STOP_CAP];
     int32_t slot;
@@ -216,6 +229,11 @@ typedef struct eng_slot_info {
     int32_t kv_owned;                 /* cells charged to the slot (its own suffix) */
     double ttft_ms;                   /* of the current/last task, 0 unknown */
     bool warming;                     /* decoding, fewer than ADM_WARM_TOKENS tokens yet */
+    int32_t n_remain;                 /* tokens the running task may still generate, -1: no
+                                         limit or idle (llama.cpp's next_token.n_remain) */
+    bool has_params;                  /* a task ran here: its sampling and n_predict below */
+    smp_params sp;
+    int32_t n_predict;
 } eng_slot_info;
 
 typedef enum eng_cache_kind {
@@ -283,6 +301,7 @@ typedef struct eng_stats {
     /* Monotonic counters since start. */
     uint64_t n_prompt_tokens, n_predicted_tokens, n_decode_calls, n_busy_slots_sum;
     uint64_t n_requests_done;
+    int32_t n_tokens_max;                /* the most positions one slot has held after a step */
     double prompt_ms_total, predicted_ms_total;
     double control_ms_total;             /* the engine thread answering control messages and
                                             publishing snapshots: time no batch runs */

@@ -109,6 +109,10 @@ typedef struct slot {
     double last_use_s;          /* end of the history's last actual use */
     int32_t marker_pos;         /* pol_last_marker of the history (idle slots) */
     int32_t n_prefilled;        /* prompt tokens in the cache for this task */
+    int32_t n_progress;         /* n_prefilled last reported (report_progress) */
+    bool has_params;            /* the current/last task's parameters, for /slots */
+    smp_params last_sp;
+    int32_t last_n_predict;
     int32_t next_token;         /* sampled, not yet decoded */
     smp_ctx *smp;
     struct gram_matcher *gm;    /* the task's grammar state, NULL unconstrained */
@@ -194,6 +198,7 @@ struct eng {
     float *logits;              /* [n_slots][n_vocab] */
     struct gram_vocab *gvocab;  /* token bytes for grammar masks, built at the first constrained task */
     float *gram_logits;         /* [n_vocab] a row with the grammar's mask applied */
+    float *bias_logits;         /* [n_vocab] a row with a request's logit biases added */
     struct gram_matcher *gram_idle[8];  /* finished tasks' matchers, oldest first: a task on an
                                            equal grammar takes one, warm (states, masks) */
     int32_t n_gram_idle;
@@ -203,6 +208,7 @@ struct eng {
     double prompt_tps;          /* EWMA of prefill tokens/s */
     uint64_t n_prompt_tokens, n_predicted_tokens, n_decode_calls, n_busy_slots_sum, n_done;
     double control_ms;                     /* see eng_stats.control_ms_total */
+    int32_t n_tokens_max;       /* largest slot n_cache seen after a decode */
     uint64_t n_tokens_reused, n_tokens_read, n_tokens_restored;
     double prompt_ms_total, predicted_ms_total;
     eng_cache_event events[ENG_CACHE_EVENTS];

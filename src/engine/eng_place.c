@@ -280,6 +280,12 @@ static void admitted(eng *e, eng_task *t, slot *s, int32_t src_seq, const char *
                          .warned = t->adm_warned, .sessions_remaining = t->adm_remaining };
         eng_task_push(t, &pe);
     }
+    s->n_progress = s->n_cache;
+    if (t->req.report_progress) {
+        eng_event pe = { .kind = ENG_EV_PROGRESS, .slot = s->id, .n_prompt = t->req.n_prompt,
+                         .n_cached = s->n_cache, .n_processed = s->n_cache };
+        eng_task_push(t, &pe);
+    }
 }
 
 /* Applies decision d for task t (see pol_decision for the order); returns

@@ -22,9 +22,12 @@ eng_task *eng_task_new(uint64_t id, const eng_completion *c)
     t->q_max = c->test_event_cap;
     if (t->q_max > 0 && t->q_max < t->q_cap) t->q_cap = MAX(t->q_max, 2);
     t->q = calloc((size_t)t->q_cap, sizeof *t->q);
+    if (c->n_bias > 0 && !(t->bias = malloc((size_t)c->n_bias * sizeof *t->bias))) goto fail;
     if (!t->prompt || !t->q) goto fail;
     memcpy(t->prompt, c->prompt, (size_t)c->n_prompt * sizeof *t->prompt);
     t->req.prompt = t->prompt;
+    if (c->n_bias > 0) memcpy(t->bias, c->bias, (size_t)c->n_bias * sizeof *t->bias);
+    t->req.bias = t->bias;
     for (int i = 0; i < ENG_MAX_STOP && c->stop[i]; i++) {
         if (!c->stop[i][0]) continue;
         if (!(t->stop[t->n_stop] = strdup(c->stop[i]))) goto fail;
@@ -39,6 +42,7 @@ eng_task *eng_task_new(uint64_t id, const eng_completion *c)
     return t;
 fail:
     free(t->prompt);
+    free(t->bias);
     free(t->q);
     for (int i = 0; i < t->n_stop; i++) free(t->stop[i]);
     free(t);
@@ -58,6 +62,7 @@ void eng_task_unref(eng_task *t)
     for (int32_t i = 0; i < t->q_n; i++) eng_event_clear(&t->q[(t->q_head + i) % t->q_cap]);
     free(t->q);
     free(t->prompt);
+    free(t->bias);
     for (int i = 0; i < t->n_stop; i++) free(t->stop[i]);
     gram_free(t->req.grammar);
     pthread_mutex_destroy(&t->mu);

@@ -32,6 +32,7 @@ struct eng_task {
     uint64_t id;
     eng_completion req;          /* prompt and stop strings owned by the task */
     int32_t *prompt;
+    eng_bias *bias;              /* req.bias's copy */
     char *stop[ENG_MAX_STOP];
     int32_t n_stop;
     double t_submit_ms;

@@ -475,6 +475,38 @@ static void top_logprobs(const float *l, int32_t V, float mx, double lz, smp_log
     for (int i = k; i < n_top; i++) top[i] = (smp_logprob){ -1, -INFINITY };
 }
 
+/* The post-sampling report: c[0..n) hold the drawn distribution's weights
+ * (summing to sum); the n_top heaviest into top[] as log-probs, best first,
+ * and the chosen token's. */
+static void post_report(const smp_cand *c, int32_t n, double sum, int32_t tok, smp_logprob *top, int n_top,
+                        float *chosen_logprob)
+{
+    if (chosen_logprob) {
+        *chosen_logprob = -INFINITY;
+        for (int32_t i = 0; i < n; i++)
+            if (c[i].id == tok) *chosen_logprob = (float)log(c[i].logit / sum);
+    }
+    if (!top || n_top <= 0) return;
+    int k = n_top < n ? n_top : (int)n;
+    for (int i = 0; i < k; i++) top[i] = (smp_logprob){ c[i].id, c[i].logit };
+    for (int i = k / 2 - 1; i >= 0; i--) lp_sift_worst(top, k, i);
+    for (int32_t i = k; i < n; i++) {
+        smp_logprob x = { c[i].id, c[i].logit };
+        if (lp_better(x, top[0])) {
+            top[0] = x;
+            lp_sift_worst(top, k, 0);
+        }
+    }
+    for (int end = k - 1; end > 0; end--) {
+        smp_logprob t = top[0];
+        top[0] = top[end];
+        top[end] = t;
+        lp_sift_worst(top, end, 0);
+    }
+    for (int i = 0; i < k; i++) top[i].logprob = (float)log(top[i].logprob / sum);
+    for (int i = k; i < n_top; i++) top[i] = (smp_logprob){ -1, -INFINITY };
+}
+
 /* ---- sampling ---------------------------------------------------------- */
 
 int32_t smp_sample(smp_ctx *s, const float *logits, smp_logprob *top, int n_top,
@@ -499,6 +531,17 @@ int32_t smp_sample(smp_ctx *s, const float *logits, smp_logprob *top, int n_top,
         int32_t n_kept;
         filter_candidates(s, l, &kept, &n_kept, &mx);
         tok = isfinite(mx) ? draw(s, kept, n_kept, mx) : smp_argmax(l, V);
+        if (s->p.post_probs && isfinite(mx)) {
+            double sum = 0;
+            for (int32_t i = 0; i < n_kept; i++) sum += kept[i].logit;
+            post_report(kept, n_kept, sum, tok, top, n_top, chosen_logprob);
+            return tok;
+        }
+    }
+    if (s->p.post_probs) {                  /* greedy: all the mass on the chosen token */
+        smp_cand one = { tok, 1.0f };
+        post_report(&one, 1, 1.0, tok, top, n_top, chosen_logprob);
+        return tok;
     }
 
     bool want_top = top && n_top > 0;

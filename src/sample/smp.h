@@ -28,6 +28,10 @@ typedef struct smp_params {
     float frequency_penalty;  /* 0: off */
     int32_t penalty_last_n;   /* tokens looked back; 0 off, -1 all kept (up to n_ctx given at new) */
     uint64_t seed;
+    bool post_probs;          /* smp_sample's top / chosen_logprob describe the distribution
+                                 the token was drawn from (after penalties, top-k/p, min-p and
+                                 temperature; greedy: the chosen token, log 1), not the
+                                 log-softmax of the logits (llama.cpp's post_sampling_probs) */
 } smp_params;
 
 typedef struct smp_logprob { int32_t id; float logprob; } smp_logprob;

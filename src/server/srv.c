@@ -42,12 +42,14 @@ static const srv_route routes[] = {
     { "/v1/completions",      "POST", srv_h_oai_completions, false, false },
     { "/v1/chat/completions", "POST", srv_h_oai_chat,        false, false },
     { "/chat/completions",    "POST", srv_h_oai_chat,        false, false },
+    { "/v1/chat/completions/input_tokens", "POST", srv_h_oai_input_tokens, false, false },
+    { "/chat/completions/input_tokens",    "POST", srv_h_oai_input_tokens, false, false },
     { "/completion",          "POST", srv_h_completion,      false, false },
     { "/completions",         "POST", srv_h_completion,      false, false },
     { "/tokenize",            "POST", srv_h_tokenize,        false, false },
     { "/detokenize",          "POST", srv_h_detokenize,      false, false },
     { "/apply-template",      "POST", srv_h_apply_template,  false, false },
-    { "/props",               "GET",  srv_h_props,           false, false },
+    { "/props",               "*",    srv_h_props,           false, false },
     { "/slots",               "GET",  srv_h_slots,           false, false },
     { "/metrics",             "GET",  srv_h_metrics,         false, false },
     { "/polykv/tps",          "GET",  srv_h_tps,             false, false },
@@ -72,6 +74,11 @@ srv_params srv_default_params(void)
         .header_timeout_s = 10,
         .max_body_bytes = 8u << 20,
         .max_connections = 256,
+        .sampling = smp_default_params(),
+        .n_predict = -1,
+        .cors_origins = "localhost",
+        .cors_credentials = true,
+        .reasoning_budget = -1,
     };
 }
 
@@ -123,6 +130,7 @@ static enum MHD_Result queue(srv_req *r, unsigned status, struct MHD_Response *r
 {
     if (!resp) return MHD_NO;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    srv_cors_add(r, resp, !strcmp(r->method, "OPTIONS"));
     if (r->placed) {
         char v[16];
         if (r->placed_pool > 0) {
@@ -141,6 +149,7 @@ static enum MHD_Result queue(srv_req *r, unsigned status, struct MHD_Response *r
         snprintf(n, sizeof n, "%d", r->retry_after_s);
         MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, n);
     }
+    if (r->hdr_name[0]) MHD_add_response_header(resp, r->hdr_name, r->hdr_value);
     enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
     MHD_destroy_response(resp);
     r->replied = true;
@@ -282,6 +291,10 @@ static const srv_route *find_route(const char *url, bool *path_known)
 /* The checks that need no body; true when a reply was queued. */
 static bool early_reply(srv_req *r, enum MHD_Result *ret)
 {
+    if (!strcmp(r->method, "OPTIONS")) {     /* a CORS preflight, on any path (srv_cors.c) */
+        *ret = srv_reply_text(r, 200, "text/plain", "", 0);
+        return true;
+    }
     bool known;
     const srv_route *rt = find_route(r->url, &known);
     if (!rt) {
@@ -518,6 +531,8 @@ pk_status srv_new(const srv_params *p, srv **out, char *err, size_t err_len)
     s->p.chat_template = s->chat_template = dup_or_null(p->chat_template, &oom);
     s->p.chat_template_file = s->chat_template_file = dup_or_null(p->chat_template_file, &oom);
     s->p.model_alias = s->alias = dup_or_null(p->model_alias, &oom);
+    s->p.cors_origins = s->cors_origins = dup_or_null(p->cors_origins ? p->cors_origins : "localhost", &oom);
+    s->p.model_tags = s->tags = dup_or_null(p->model_tags, &oom);
     s->t_start = (int64_t)time(NULL);
     atomic_init(&s->stopping, false);
     atomic_init(&s->e, NULL);
@@ -554,6 +569,19 @@ pk_status srv_new(const srv_params *p, srv **out, char *err, size_t err_len)
 }
 
 int srv_port(const srv *s) { return s->port; }
+
+/* The first, in byte order, of a comma-separated list of names. */
+static void first_alias(const char *list, char *out, size_t cap)
+{
+    out[0] = 0;
+    for (const char *p = list; *p;) {
+        size_t n = strcspn(p, ",");
+        char name[SRV_MAX_NAME];
+        snprintf(name, sizeof name, "%.*s", (int)n, p);
+        if (n && (!out[0] || strcmp(name, out) < 0)) snprintf(out, cap, "%s", name);
+        p += n + (p[n] == ',');
+    }
+}
 
 static void base_name(const char *path, char *out, size_t cap)
 {
@@ -597,7 +625,7 @@ pk_status srv_set_engine(srv *s, eng *e, const char *model_path, char *err, size
     s->tmpl_src = src;
     s->max_token_bytes = tok_max_token_bytes(v);
     s->model_path = model_path ? strdup(model_path) : NULL;
-    if (s->p.model_alias && *s->p.model_alias) snprintf(s->model_name, sizeof s->model_name, "%s", s->p.model_alias);
+    if (s->p.model_alias && *s->p.model_alias) first_alias(s->p.model_alias, s->model_name, sizeof s->model_name);
     else if (model_path) base_name(model_path, s->model_name, sizeof s->model_name);
     else snprintf(s->model_name, sizeof s->model_name, "%s", model_desc(m));
     atomic_store_explicit(&s->e, e, memory_order_release);
@@ -615,8 +643,22 @@ void srv_free(srv *s)
     free(s->chat_template_file);
     srv_chat_free(s);
     free(s->alias);
+    free(s->cors_origins);
+    free(s->tags);
     free(s->model_path);
     free(s);
+}
+
+srv_gen_defaults srv_gen_defaults_of(srv *s)
+{
+    return (srv_gen_defaults){
+        .n_slots = eng_get_params(srv_engine(s))->n_slots,
+        .sp = s->p.sampling,
+        .n_predict = s->p.n_predict,
+        .reasoning = s->p.reasoning_format,
+        .verbose = s->p.verbose,
+        .voc = s->voc,
+    };
 }
 
 /* ---- /health ---- */

@@ -48,6 +48,18 @@
 #include "../common/pk.h"
 #include "../engine/eng.h"
 
+/* How thinking (<think>...</think>) in a chat answer is returned
+ * (--reasoning-format, the request's reasoning_format; llama-server's names). */
+typedef enum srv_reasoning {
+    SRV_REASON_AUTO = 0,        /* "auto": as deepseek (what llama-server's auto picks for <think>) */
+    SRV_REASON_NONE,            /* "none": left in content */
+    SRV_REASON_DEEPSEEK,        /* "deepseek": moved to reasoning_content */
+    SRV_REASON_DEEPSEEK_LEGACY, /* "deepseek-legacy": reasoning_content, and kept in content too */
+} srv_reasoning;
+
+/* The name's format; false for an unknown name. */
+bool srv_reasoning_parse(const char *name, srv_reasoning *out);
+
 typedef struct srv_params {
     const char *host;           /* address to bind, "127.0.0.1" */
     int port;                   /* 8080; 0 picks a free one (see srv_port) */
@@ -57,7 +69,9 @@ typedef struct srv_params {
     const char *chat_template;  /* tmpl_from_name name overriding the model's, or NULL */
     bool jinja;                 /* render Jinja templates (src/jinja); on by default */
     const char *chat_template_file; /* a Jinja template file used instead of the model's, or NULL */
-    const char *model_alias;    /* the model's name in responses; NULL: its file name */
+    const char *model_alias;    /* the model's name in responses; NULL: its file name.  A
+                                   comma-separated list gives several (llama-server's --alias):
+                                   the first in byte order is the id, /v1/models lists all */
     int timeout_s;              /* idle connection timeout once a request came, 600 */
     int header_timeout_s;       /* a connection whose request has not come yet is closed
                                    after this long idle (idle sockets cannot lock clients out), 10 */
@@ -65,6 +79,20 @@ typedef struct srv_params {
     size_t max_body_bytes;      /* request bodies above this get 413; 8 MiB */
     int max_connections;        /* concurrent connections (each a thread), 256 */
     bool log_requests;          /* one line per request on stderr */
+    /* llama-server's request defaults (--temp, --top-k, ..., -n): what a
+     * request that does not set a field gets. */
+    smp_params sampling;        /* smp_default_params() unless set */
+    int32_t n_predict;          /* -1: until the context is full */
+    bool verbose;               /* --verbose: "__verbose" debug fields in responses */
+    bool endpoint_props_write;  /* --props: POST /props allowed */
+    const char *cors_origins;   /* "localhost" (the default: reflect localhost origins), "*", or a
+                                   comma-separated list of allowed origins */
+    bool cors_credentials;      /* Access-Control-Allow-Credentials: true (default) */
+    srv_reasoning reasoning_format;   /* the default of requests, auto */
+    bool no_ui;                 /* --no-ui: no monitor page at / (404) */
+    const char *model_tags;     /* --tags: comma-separated, listed by /v1/models; NULL none */
+    int32_t reasoning_budget;   /* -1: unlimited; 0: no thinking (an opened <think> closed in the
+                                   prompt, a one-token "<think>" banned) */
 } srv_params;
 
 srv_params srv_default_params(void);

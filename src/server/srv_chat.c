@@ -214,7 +214,8 @@ bool srv_chat_prompt(const srv *s, const json_t *body, char **prompt, size_t *n_
     json_t *ctx = json_object();
     const json_t *kw = json_object_get(body, "chat_template_kwargs");
     if (ctx && json_is_object(kw)) json_object_update(ctx, (json_t *)kw);
-    if (ctx && !json_object_get(ctx, "enable_thinking")) json_object_set_new(ctx, "enable_thinking", json_true());
+    if (ctx && !json_object_get(ctx, "enable_thinking"))     /* --reasoning-budget 0: off, as llama-server */
+        json_object_set_new(ctx, "enable_thinking", json_boolean(s->p.reasoning_budget != 0));
     json_t *msgs = s->jj.object_arguments ? object_arguments(json_object_get(body, "messages")) : NULL;
     if (!msgs) msgs = json_incref(json_object_get(body, "messages"));
     if (!ctx || json_object_set_new(ctx, "messages", msgs) ||

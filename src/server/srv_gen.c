@@ -29,6 +29,8 @@ static void gen_free(void *cls)
     if (!g) return;
     if (g->task) eng_task_release(g->task);
     free(g->text);
+    free(g->bias);
+    free(g->prompt);
     free(g->tokens);
     free(g->out);
     json_decref(g->probs);
@@ -83,6 +85,7 @@ static void gen_take(srv_gen *g, const eng_event *ev)
         g->n_text += ev->text_len;
         g->text[g->n_text] = 0;
         g->tokens[g->n_tokens++] = ev->token;
+        if (g->n_tokens == 1) g->t_first_ms = pk_time_ms();
         if (g->probs) json_array_append_new(g->probs, srv_gen_prob_entry(g, ev));
         break;
     }
@@ -105,6 +108,7 @@ static void gen_take(srv_gen *g, const eng_event *ev)
         break;
     }
     case ENG_EV_PLACED:                 /* read by srv_gen_run before the reply */
+    case ENG_EV_PROGRESS:               /* streamed only (stream_event) */
         break;
     }
 }
@@ -187,17 +191,24 @@ static json_t *logprob_json(float lp)
 
 json_t *srv_gen_prob_entry(const srv_gen *g, const eng_event *ev)
 {
+    /* post_sampling_probs: probabilities of the distribution drawn from
+     * (smp_params.post_probs), under llama.cpp's names. */
+    bool post = g->o.post_sampling_probs;
+    const char *key = post ? "prob" : "logprob";
     json_t *bytes, *top = json_array();
     json_t *tok = srv_gen_piece(g, ev->token, &bytes);
     int n_top = MIN(ev->n_top, g->o.top_logprobs);
     for (int i = 0; i < n_top; i++) {
+        if (ev->top[i].id < 0) break;          /* fewer kept than asked for */
         json_t *b;
         json_t *t = srv_gen_piece(g, ev->top[i].id, &b);
         json_array_append_new(top, json_pack("{s:i, s:o, s:o, s:o}", "id", ev->top[i].id, "token", t, "bytes", b,
-                                             "logprob", logprob_json(ev->top[i].logprob)));
+                                             key, post ? json_real(exp(ev->top[i].logprob))
+                                                       : logprob_json(ev->top[i].logprob)));
     }
-    return json_pack("{s:i, s:o, s:o, s:o, s:o}", "id", ev->token, "token", tok, "bytes", bytes, "logprob",
-                     logprob_json(ev->logprob), "top_logprobs", top);
+    return json_pack("{s:i, s:o, s:o, s:o, s:o}", "id", ev->token, "token", tok, "bytes", bytes, key,
+                     post ? json_real(exp(ev->logprob)) : logprob_json(ev->logprob),
+                     post ? "top_probs" : "top_logprobs", top);
 }
 
 /* Milliseconds to the microsecond: the clock's resolution, not noise. */
@@ -206,6 +217,10 @@ static double ms3(double ms) { return round(ms * 1e3) / 1e3; }
 json_t *srv_gen_timings(const eng_event *d)
 {
     int32_t prompt_n = d->n_prompt - d->n_cached;
+    /* The first token comes from the prompt's last batch: the decode rate
+     * is over the n_gen - 1 steps after it (llama-server's definition). */
+    int32_t steps = d->n_gen - 1;
+    double gen_ms = ms3(d->gen_ms);
     return json_pack("{s:i, s:i, s:f, s:f, s:f, s:i, s:f, s:f, s:f}",
                      "cache_n", d->n_cached,
                      "prompt_n", prompt_n,
@@ -214,11 +229,74 @@ json_t *srv_gen_timings(const eng_event *d)
                      "prompt_per_second", d->prompt_ms > 0 ? ms3(1e3 * prompt_n / d->prompt_ms) : 0.0,
                      "predicted_n", d->n_gen,
                      "predicted_ms", ms3(d->gen_ms),
-                     "predicted_per_token_ms", d->n_gen > 0 ? ms3(d->gen_ms / d->n_gen) : 0.0,
-                     "predicted_per_second", d->gen_ms > 0 ? ms3(1e3 * d->n_gen / d->gen_ms) : 0.0);
+                     "predicted_per_token_ms", steps > 0 ? gen_ms / steps : 0.0,
+                     "predicted_per_second", steps > 0 && gen_ms > 0 ? 1e3 * steps / gen_ms : 0.0);
+}
+
+json_t *srv_gen_timings_now(const srv_gen *g)
+{
+    double now = pk_time_ms();
+    double prompt_ms = g->n_tokens ? g->t_first_ms - g->t_placed_ms : now - g->t_placed_ms;
+    double gen_ms = g->n_tokens ? now - g->t_first_ms : 0;
+    int32_t prompt_n = g->n_prompt - g->n_cached, steps = g->n_tokens - 1;
+    return json_pack("{s:i, s:i, s:f, s:f, s:f, s:i, s:f, s:f, s:f}",
+                     "cache_n", g->n_cached,
+                     "prompt_n", prompt_n,
+                     "prompt_ms", ms3(prompt_ms),
+                     "prompt_per_token_ms", prompt_n > 0 ? ms3(prompt_ms / prompt_n) : 0.0,
+                     "prompt_per_second", prompt_ms > 0 ? ms3(1e3 * prompt_n / prompt_ms) : 0.0,
+                     "predicted_n", g->n_tokens,
+                     "predicted_ms", ms3(gen_ms),
+                     "predicted_per_token_ms", steps > 0 ? ms3(gen_ms / steps) : 0.0,
+                     "predicted_per_second", steps > 0 && gen_ms > 0 ? ms3(1e3 * steps / gen_ms) : 0.0);
+}
+
+json_t *srv_gen_prompt_text(const srv_gen *g)
+{
+    pk_buf b = {0};
+    pk_buf_put(&b, "", 0);
+    for (int32_t i = 0; g->prompt && i < g->n_prompt; i++) {
+        char small[128];
+        int32_t n = tok_piece(g->s->voc, g->prompt[i], small, sizeof small, true);
+        if (n >= 0) {
+            pk_buf_put(&b, small, (size_t)n);
+            continue;
+        }
+        char *big = malloc((size_t)-n);
+        if (big && (n = tok_piece(g->s->voc, g->prompt[i], big, -n, true)) > 0) pk_buf_put(&b, big, (size_t)n);
+        free(big);
+    }
+    json_t *j = b.oom ? NULL : srv_json_text(b.p, b.n);
+    pk_buf_free(&b);
+    return j;
 }
 
 /* ---- streaming ---- */
+
+/* return_progress: a chunk with llama-server's prompt_progress object
+ * (and, with timings_per_token, the prompt's timings so far). */
+static json_t *progress_chunk(const srv_gen *g, const eng_event *ev)
+{
+    json_t *j = g->o.api == SRV_API_NATIVE
+              ? json_pack("{s:i, s:s, s:[], s:b, s:i, s:i, s:i}", "index", 0, "content", "", "tokens", "stop", 0,
+                          "id_slot", ev->slot, "tokens_predicted", 0, "tokens_evaluated", ev->n_prompt)
+              : json_pack("{s:s, s:s, s:I, s:s, s:[]}", "id", g->id, "object", g->o.api == SRV_API_OAI_CHAT
+                          ? "chat.completion.chunk" : "text_completion", "created", (json_int_t)g->created,
+                          "model", g->o.model, "choices");
+    if (!j) return NULL;
+    json_object_set_new(j, "prompt_progress", json_pack("{s:i, s:i, s:i, s:f}", "total", ev->n_prompt, "cache",
+                                                        ev->n_cached, "processed", ev->n_processed, "time_ms",
+                                                        ms3(ev->prompt_ms)));
+    if (g->o.timings_per_token) {
+        int32_t prompt_n = ev->n_processed - ev->n_cached;
+        json_object_set_new(j, "timings", json_pack("{s:i, s:i, s:f, s:f, s:f, s:i, s:f, s:f, s:f}",
+            "cache_n", ev->n_cached, "prompt_n", prompt_n, "prompt_ms", ms3(ev->prompt_ms),
+            "prompt_per_token_ms", prompt_n > 0 ? ms3(ev->prompt_ms / prompt_n) : 0.0,
+            "prompt_per_second", ev->prompt_ms > 0 ? ms3(1e3 * prompt_n / ev->prompt_ms) : 0.0,
+            "predicted_n", 0, "predicted_ms", 0.0, "predicted_per_token_ms", 0.0, "predicted_per_second", 0.0));
+    }
+    return j;
+}
 
 static void stream_event(srv_gen *g, const eng_event *ev)
 {
@@ -228,7 +306,9 @@ static void stream_event(srv_gen *g, const eng_event *ev)
         g->finished = true;
         return;
     }
-    if (ev->kind == ENG_EV_TOKEN) {
+    if (ev->kind == ENG_EV_PROGRESS) {
+        if (g->o.return_progress) srv_gen_sse(g, progress_chunk(g, ev));
+    } else if (ev->kind == ENG_EV_TOKEN) {
         if (g->o.api == SRV_API_NATIVE) srv_native_stream_token(g, ev);
         else srv_oai_stream_token(g, ev);
     } else if (ev->kind == ENG_EV_DONE) {
@@ -334,12 +414,20 @@ bool srv_gen_text_fits(srv *s, size_t n_bytes, srv_err *e)
 size_t srv_prompt_bytes(const json_t *prompt)
 {
     if (json_is_string(prompt)) return json_string_length(prompt);
+    /* An array with a number in it is one prompt (strings and ids mixed);
+     * one without is several prompts, each bounded on its own. */
+    bool one = false;
+    for (size_t i = 0; i < json_array_size(prompt); i++) one |= json_is_number(json_array_get(prompt, i));
     size_t n = 0;
-    for (size_t i = 0; i < json_array_size(prompt); i++) n += srv_prompt_bytes(json_array_get(prompt, i));
+    for (size_t i = 0; i < json_array_size(prompt); i++) {
+        size_t k = srv_prompt_bytes(json_array_get(prompt, i));
+        n = one ? n + k : MAX(n, k);
+    }
     return n;
 }
 
-enum MHD_Result srv_gen_run(srv_req *r, const eng_completion *c, const srv_gen_opts *o)
+/* Submits c: the new generation, or NULL with the reply queued in *ret. */
+static srv_gen *gen_submit(srv_req *r, const eng_completion *c, const srv_gen_opts *o, enum MHD_Result *ret)
 {
     srv *s = r->s;
     eng *e = srv_engine(s);
@@ -347,10 +435,14 @@ enum MHD_Result srv_gen_run(srv_req *r, const eng_completion *c, const srv_gen_o
     if (c->n_prompt >= n_ctx) {
         srv_err err;
         over_context(&err, c->n_prompt, n_ctx, false);
-        return srv_reply_error(r, &err);
+        *ret = srv_reply_error(r, &err);
+        return NULL;
     }
     srv_gen *g = calloc(1, sizeof *g);
-    if (!g) return srv_reply_errorf(r, 500, "out of memory");
+    if (!g) {
+        *ret = srv_reply_errorf(r, 500, "out of memory");
+        return NULL;
+    }
     g->s = s;
     g->conn = r->conn;
     g->probe = r->http11 ? SRV_PROBE_READY : SRV_PROBE_NONE;
@@ -358,6 +450,14 @@ enum MHD_Result srv_gen_run(srv_req *r, const eng_completion *c, const srv_gen_o
     g->req = *c;
     g->req.prompt = NULL;
     g->req.grammar = NULL;             /* the task holds its own reference */
+    g->req.bias = NULL;
+    if (c->n_bias > 0 && (g->bias = malloc((size_t)c->n_bias * sizeof *g->bias))) {
+        memcpy(g->bias, c->bias, (size_t)c->n_bias * sizeof *g->bias);
+        g->req.bias = g->bias;
+    }
+    if (!g->req.bias) g->req.n_bias = 0;
+    if ((o->api == SRV_API_NATIVE || o->verbose) && (g->prompt = malloc((size_t)c->n_prompt * sizeof *g->prompt)))
+        memcpy(g->prompt, c->prompt, (size_t)c->n_prompt * sizeof *g->prompt);
     memset(g->req.stop, 0, sizeof g->req.stop);
     g->created = (int64_t)time(NULL);
     g->n_prompt = c->n_prompt;
@@ -366,28 +466,35 @@ enum MHD_Result srv_gen_run(srv_req *r, const eng_completion *c, const srv_gen_o
     if (o->logprobs && !o->stream) g->probs = json_array();
     eng_completion sub = *c;
     sub.report_placed = true;
+    sub.report_progress = o->return_progress && o->stream;
     const char *sid = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "x-session-id");
     if (!sub.session_id[0] && sid) snprintf(sub.session_id, sizeof sub.session_id, "%s", sid);
     pk_status st = eng_submit(e, &sub, &g->task);
     if (st != PK_OK) {
         gen_free(g);
-        return submit_failed(r, st);
+        *ret = submit_failed(r, st);
+        return NULL;
     }
-    /* Headers go once the request is placed, so a stream carries what was
-     * shared too, and a request that cannot be placed gets its own status.
-     * A stream waits for that at most half the idle timeout: queued
-     * longer, its headers go without the placement and pings hold the
-     * connection open. */
+    return g;
+}
+
+/* Waits until g is placed (true, its placement in r's headers) or refused
+ * (false: g freed and the reply queued in *ret; MHD_NO when the client
+ * left).  Headers go once the request is placed, so a stream carries what
+ * was shared too, and a request that cannot be placed gets its own status.
+ * A stream waits for that at most half the idle timeout: queued longer,
+ * it is taken as placed (true, r->placed false): its headers go without
+ * the placement and pings hold the connection open. */
+static bool gen_placed(srv_req *r, srv_gen *g, enum MHD_Result *ret)
+{
     eng_event ev;
-    st = o->stream ? gen_wait(g, &ev, placement_wait_ms(s)) : gen_next(g, &ev);
+    pk_status st = g->o.stream ? gen_wait(g, &ev, placement_wait_ms(r->s)) : gen_next(g, &ev);
     if (st == PK_ECANCELLED) {
         gen_free(g);
-        return MHD_NO;
+        *ret = MHD_NO;
+        return false;
     }
-    if (st == PK_EFULL) {
-        g->headers_sent = true;
-        return srv_reply_sse(r, gen_read, g, gen_free);
-    }
+    if (st == PK_EFULL) return true;
     if (st != PK_OK || ev.kind != ENG_EV_PLACED) {
         if (st == PK_OK) gen_take(g, &ev);
         else srv_fail(&g->err, 500, NULL, "the task ended without a result");
@@ -397,26 +504,30 @@ enum MHD_Result srv_gen_run(srv_req *r, const eng_completion *c, const srv_gen_o
             r->retry_after_s = (int32_t)g->cap.retry_after_s;
             json_object_set_new(j, "capacity", srv_capacity_json(&g->cap));
         }
-        enum MHD_Result ret = srv_reply_json(r, g->err.status, j);
+        *ret = srv_reply_json(r, g->err.status, j);
         gen_free(g);
-        return ret;
+        return false;
     }
-    r->placed = true;
-    r->placed_pool = ev.pool_id;
-    r->placed_cached = ev.n_cached;
-    r->sessions_remaining = ev.sessions_remaining;
+    if (!r->placed) {
+        r->placed = true;
+        r->placed_pool = ev.pool_id;
+        r->placed_cached = ev.n_cached;
+        r->sessions_remaining = ev.sessions_remaining;
+    }
+    g->n_cached = ev.n_cached;
+    g->t_placed_ms = pk_time_ms();
     eng_event_clear(&ev);
-    if (o->stream) {
-        g->headers_sent = true;
-        return srv_reply_sse(r, gen_read, g, gen_free);
-    }
+    return true;
+}
 
+/* Reads g's events to its end; false when the client left or the server
+ * stops (the task cancelled). */
+static bool gen_collect(srv_gen *g)
+{
     while (!g->have_done && !g->failed) {
-        st = gen_next(g, &ev);
-        if (st == PK_ECANCELLED) {
-            gen_free(g);
-            return MHD_NO;
-        }
+        eng_event ev;
+        pk_status st = gen_next(g, &ev);
+        if (st == PK_ECANCELLED) return false;
         if (st == PK_ENOTFOUND) {
             g->failed = true;
             srv_fail(&g->err, 500, NULL, "the task ended without a result");
@@ -425,10 +536,95 @@ enum MHD_Result srv_gen_run(srv_req *r, const eng_completion *c, const srv_gen_o
         gen_take(g, &ev);
         eng_event_clear(&ev);
     }
+    return true;
+}
+
+static json_t *gen_response(srv_gen *g)
+{
+    return g->o.api == SRV_API_NATIVE ? srv_native_response(g) : srv_oai_response(g);
+}
+
+enum MHD_Result srv_gen_run(srv_req *r, const eng_completion *c, const srv_gen_opts *o)
+{
     enum MHD_Result ret;
-    if (g->failed) ret = srv_reply_error(r, &g->err);
-    else ret = srv_reply_json(r, 200, o->api == SRV_API_NATIVE ? srv_native_response(g) : srv_oai_response(g));
+    srv_gen *g = gen_submit(r, c, o, &ret);
+    if (!g || !gen_placed(r, g, &ret)) return ret;
+    if (o->stream) {
+        g->headers_sent = true;
+        return srv_reply_sse(r, gen_read, g, gen_free);
+    }
+    if (!gen_collect(g)) ret = MHD_NO;
+    else if (g->failed) ret = srv_reply_error(r, &g->err);
+    else ret = srv_reply_json(r, 200, gen_response(g));
     gen_free(g);
+    return ret;
+}
+
+/* The answers of several generations as one: native, an array of the
+ * answers (index i); OpenAI, one envelope whose choices are each one's
+ * (index i), usage summed over the completions. */
+static json_t *multi_response(srv_gen **gs, int k)
+{
+    if (gs[0]->o.api == SRV_API_NATIVE) {
+        json_t *a = json_array();
+        for (int i = 0; a && i < k; i++) {
+            json_t *one = gen_response(gs[i]);
+            if (json_object_get(one, "index")) json_object_set_new(one, "index", json_integer(i));
+            if (!one || json_array_append_new(a, one)) {
+                json_decref(a);
+                return NULL;
+            }
+        }
+        return a;
+    }
+    json_t *res = gen_response(gs[0]);
+    json_t *choices = json_object_get(res, "choices"), *usage = json_object_get(res, "usage");
+    int32_t n_gen = gs[0]->done.n_gen;
+    for (int i = 1; res && i < k; i++) {
+        json_t *one = gen_response(gs[i]);
+        json_t *ch = json_array_get(json_object_get(one, "choices"), 0);
+        if (!ch) {
+            json_decref(one);
+            json_decref(res);
+            return NULL;
+        }
+        json_object_set_new(ch, "index", json_integer(i));
+        json_array_append(choices, ch);
+        json_decref(one);
+        n_gen += gs[i]->done.n_gen;
+    }
+    if (usage) {
+        json_object_set_new(usage, "completion_tokens", json_integer(n_gen));
+        json_object_set_new(usage, "total_tokens", json_integer(n_gen + gs[0]->done.n_prompt));
+    }
+    return res;
+}
+
+enum MHD_Result srv_gen_run_multi(srv_req *r, const eng_completion *cs, int k, const srv_gen_opts *o)
+{
+    if (k == 1) return srv_gen_run(r, cs, o);
+    if (o->stream) return srv_reply_errorf(r, 400, "streaming gives one completion; send one prompt with n = 1");
+    srv_gen **gs = calloc((size_t)k, sizeof *gs);
+    if (!gs) return srv_reply_errorf(r, 500, "out of memory");
+    enum MHD_Result ret = MHD_YES;
+    int n = 0;
+    bool ok = true;
+    /* All submitted first, so they decode together in as many slots. */
+    for (; n < k && ok; n++) ok = (gs[n] = gen_submit(r, &cs[n], o, &ret)) != NULL;
+    if (!ok) n--;
+    for (int i = 0; ok && i < n; i++) {
+        ok = gen_placed(r, gs[i], &ret);
+        if (!ok) gs[i] = NULL;                     /* freed by gen_placed */
+    }
+    for (int i = 0; ok && i < n; i++) ok = gen_collect(gs[i]) || ((ret = MHD_NO), false);
+    for (int i = 0; ok && i < n; i++)
+        if (gs[i]->failed) {
+            ret = srv_reply_error(r, &gs[i]->err);
+            ok = false;
+        }
+    if (ok) ret = srv_reply_json(r, 200, multi_response(gs, k));
+    for (int i = 0; i < n; i++) gen_free(gs[i]);
+    free(gs);
     return ret;
 }
 
@@ -438,8 +634,7 @@ enum MHD_Result srv_gen_run_ids(srv_req *r, eng_completion *c, const srv_gen_opt
     c->n_prompt = n;
     enum MHD_Result ret = srv_gen_run(r, c, o);
     free(ids);
-    gram_free(c->grammar);
-    c->grammar = NULL;
+    srv_gen_req_free(c);
     return ret;
 }
 
@@ -449,12 +644,38 @@ enum MHD_Result srv_gen_prompt(srv_req *r, json_t *body, srv_api api)
     eng_completion c;
     srv_gen_opts o;
     srv_err e;
-    int32_t *ids, n;
-    if (!srv_parse_gen(body, api, eng_get_params(srv_engine(s))->n_slots, &c, &o, &e)) return srv_reply_error(r, &e);
+    int32_t **ids, *n;
+    int k;
+    srv_gen_defaults dflt = srv_gen_defaults_of(s);
+    if (!srv_parse_gen(body, api, &dflt, &c, &o, &e)) return srv_reply_error(r, &e);
     if (!srv_gen_text_fits(s, srv_prompt_bytes(json_object_get(body, "prompt")), &e) ||
-        !srv_tokenize_prompt(s->voc, json_object_get(body, "prompt"), "prompt", true, &ids, &n, &e)) {
-        gram_free(c.grammar);
+        !srv_tokenize_prompts(s->voc, json_object_get(body, "prompt"), true, &ids, &n, &k, &e)) {
+        srv_gen_req_free(&c);
         return srv_reply_error(r, &e);
     }
-    return srv_gen_run_ids(r, &c, &o, ids, n);
+    enum MHD_Result ret;
+    if (k * o.n_choices > SRV_MAX_CHOICES) {
+        ret = srv_reply_errorf(r, 400, "%d prompts x n = %d completions; at most %d per request", k, o.n_choices,
+                               SRV_MAX_CHOICES);
+    } else if (k == 1 && o.n_choices == 1) {
+        c.prompt = ids[0];
+        c.n_prompt = n[0];
+        ret = srv_gen_run(r, &c, &o);
+    } else {
+        /* One task per completion: the prompts in order, each n times. */
+        int total = k * o.n_choices;
+        eng_completion *cs = malloc((size_t)total * sizeof *cs);
+        for (int i = 0; cs && i < total; i++) {
+            cs[i] = c;
+            cs[i].prompt = ids[i / o.n_choices];
+            cs[i].n_prompt = n[i / o.n_choices];
+        }
+        ret = cs ? srv_gen_run_multi(r, cs, total, &o) : srv_reply_errorf(r, 500, "out of memory");
+        free(cs);
+    }
+    for (int i = 0; i < k; i++) free(ids[i]);
+    free(ids);
+    free(n);
+    srv_gen_req_free(&c);
+    return ret;
 }

@@ -23,11 +23,13 @@
 #include "../jinja/jj.h"
 #include "../tokenizer/tok.h"
 #include "srv.h"
+#include "srv_reason.h"
 #include "srv_tools.h"
 
 #define SRV_POLL_MS 100            /* longest wait before re-checking client and shutdown */
 #define SRV_KEEPALIVE_MS 10000    /* most time a stream goes without a byte (an SSE comment) */
 #define SRV_MAX_NAME 256
+#define SRV_MAX_CHOICES 16         /* completions one request may ask for (n, or several prompts) */
 
 /* The Jinja chat template (srv_chat.c), compiled once at start; t NULL:
  * the built-in layouts of tmpl.c render the prompts. */
@@ -41,7 +43,7 @@ typedef struct srv_jinja {
 
 struct srv {
     srv_params p;                  /* strings point at the owned copies below */
-    char *host, *api_key, *chat_template, *chat_template_file, *alias;
+    char *host, *api_key, *chat_template, *chat_template_file, *alias, *cors_origins, *tags;
     struct MHD_Daemon *d;
     int port;
     int64_t t_start;               /* unix seconds */
@@ -79,6 +81,7 @@ typedef struct srv_req {
     int32_t placed_pool, placed_cached;   /* x-pool-id (0: none), x-cached-prefix-tokens */
     int32_t sessions_remaining;    /* X-Sessions-Remaining, -1 none */
     int32_t retry_after_s;         /* Retry-After, 0 none */
+    char hdr_name[32], hdr_value[32];   /* one more header a handler adds ("" none) */
 } srv_req;
 
 typedef enum srv_api { SRV_API_NATIVE = 1, SRV_API_OAI_CMPL, SRV_API_OAI_CHAT } srv_api;
@@ -134,6 +137,15 @@ const char *srv_query(srv_req *r, const char *key);
 /* Fills buf with prefix + 24 random alphanumerics (OpenAI-style ids). */
 void srv_random_id(char *buf, size_t cap, const char *prefix);
 
+/* ---- CORS (srv_cors.c) ---- */
+
+/* Whether a browser page from origin may read answers under policy
+ * (srv_params.cors_origins).  Pure; NULL or "" origin: false. */
+bool srv_cors_allowed(const char *policy, const char *origin);
+/* Adds the CORS headers r's Origin earns to resp; a preflight also gets
+ * the allowed methods, headers and credentials. */
+void srv_cors_add(srv_req *r, struct MHD_Response *resp, bool preflight);
+
 /* ---- request validation (srv_parse.c) ---- */
 
 /* What a completion request asks of its response (besides the task). */
@@ -144,17 +156,47 @@ typedef struct srv_gen_opts {
     bool logprobs;                 /* per-token log-probs in the response */
     int32_t top_logprobs;          /* alternatives per token shown, 0..ENG_MAX_PROBS */
     bool return_tokens;            /* native "tokens" */
+    int32_t n_choices;             /* n / n_cmpl: completions of the one prompt, 1.. */
     srv_tool_fmt tools;            /* chat: parse tool calls out of the text */
+    srv_reasoning reasoning;       /* chat: where <think>...</think> goes */
+    bool think_open;               /* chat: the prompt opened <think> (set by the chat handler) */
+    bool verbose;                  /* "__verbose" in responses (--verbose) */
+    bool post_sampling_probs;      /* probabilities after the samplers, as "prob" (native) */
+    bool timings_per_token;        /* "timings" in every streamed chunk */
+    bool return_progress;          /* streamed: prompt_progress chunks while the prompt is read */
+    const json_t *response_fields; /* native, not streamed: the fields kept (borrowed from the
+                                      request body, which outlives the reply), NULL: all */
     char model[SRV_MAX_NAME];      /* echoed "model" */
 } srv_gen_opts;
+
+/* What a request gets for the fields it leaves out (the server's flags). */
+typedef struct srv_gen_defaults {
+    int32_t n_slots;               /* bounds id_slot */
+    smp_params sp;
+    int32_t n_predict;
+    srv_reasoning reasoning;
+    bool verbose;
+    const tok_vocab *voc;          /* tokenizes logit_bias strings; NULL: they are refused */
+} srv_gen_defaults;
+
+/* The defaults of s's flags (s ready). */
+srv_gen_defaults srv_gen_defaults_of(srv *s);
 
 /* Reads the generation fields every completion endpoint shares (sampling,
  * max_tokens / n_predict, stop, seed, logprobs, stream, cache_prompt,
  * id_slot, n) from a JSON object into c (prompt left unset; stop strings
- * point into body) and o.  Wrong types and out-of-range values fail with a
- * 400 naming the field.  n_slots bounds id_slot. */
-bool srv_parse_gen(const json_t *body, srv_api api, int32_t n_slots, eng_completion *c, srv_gen_opts *o,
+ * point into body) and o, starting from d.  Wrong types and out-of-range
+ * values fail with a 400 naming the field. */
+bool srv_parse_gen(const json_t *body, srv_api api, const srv_gen_defaults *d, eng_completion *c, srv_gen_opts *o,
                    srv_err *e);
+/* srv_fields.c: the llama.cpp fields srv_parse_gen hands on (reasoning_format,
+ * chat_template_kwargs, post_sampling_probs, response_fields,
+ * timings_per_token, return_progress ...), and the refusal of the fields
+ * polykv does not support. */
+bool srv_parse_llama_fields(const json_t *body, srv_api api, const tok_vocab *voc, eng_completion *c,
+                            srv_gen_opts *o, srv_err *e);
+/* Frees what srv_parse_gen allocated in c (grammar, logit biases). */
+void srv_gen_req_free(eng_completion *c);
 /* (srv_parse_gen also reads grammar, json_schema and response_format into
  * c->grammar, a reference the caller owns: gram_free it once submitted or
  * refused.  It sets it only when everything else validated.) */
@@ -215,7 +257,11 @@ typedef struct srv_gen {
     struct MHD_Connection *conn;
     eng_task *task;
     srv_gen_opts o;
-    eng_completion req;            /* the request's parameters (prompt and stop unset) */
+    eng_completion req;            /* the request's parameters (prompt and stop unset; bias is
+                                      the copy below) */
+    eng_bias *bias;                /* [req.n_bias], owned */
+    int32_t *prompt;               /* [n_prompt] for the "prompt" text of native answers and
+                                      __verbose, owned; NULL when neither is asked */
     char id[48];
     int64_t created;               /* unix seconds */
     int32_t n_prompt;
@@ -234,17 +280,29 @@ typedef struct srv_gen {
     /* Streaming. */
     char *out;
     size_t n_out, cap_out, out_pos;
-    size_t n_sent;                 /* chat: content bytes already sent */
+    size_t n_sent;                 /* chat: content bytes already sent (from the content's start) */
+    size_t n_sent_reason;          /* chat: reasoning bytes already sent */
     bool sent_role, finished;
     bool out_oom, oom_sent;        /* the output could not grow: a static error event ends it */
     double t_last_check;           /* last client liveness check (ms) */
     bool headers_sent;             /* the response is queued: no more interim probes */
     int probe;                     /* srv_conn_alive's SRV_PROBE_* before the headers */
+    /* timings_per_token: the HTTP thread's clock (placed, first token). */
+    double t_placed_ms, t_first_ms;
+    int32_t n_cached;              /* prompt tokens reused, from the PLACED event */
 } srv_gen;
 
 /* Submits c and answers the request: a JSON body when it completes, or an
  * SSE stream.  Takes nothing from the caller (c is copied by eng_submit). */
 enum MHD_Result srv_gen_run(srv_req *r, const eng_completion *c, const srv_gen_opts *o);
+/* Several completions answered together (n > 1, or several prompts):
+ * cs[0..k) submitted at once, one answer combining them; not streamed. */
+enum MHD_Result srv_gen_run_multi(srv_req *r, const eng_completion *cs, int k, const srv_gen_opts *o);
+/* Prompts of a completion request: a string, ids, a mixed array (one
+ * prompt), {"prompt_string": ...}, or an array of those (several, at most
+ * SRV_MAX_CHOICES).  ids[i] malloc'ed (free each and the arrays). */
+bool srv_tokenize_prompts(const tok_vocab *v, const json_t *prompt, bool add_special, int32_t ***ids,
+                          int32_t **n, int *k, srv_err *e);
 /* srv_gen_run with ids[0..n) as c's prompt; frees ids. */
 enum MHD_Result srv_gen_run_ids(srv_req *r, eng_completion *c, const srv_gen_opts *o, int32_t *ids, int32_t n);
 /* The completion endpoints (/completion, /v1/completions): the body parsed
@@ -253,7 +311,8 @@ enum MHD_Result srv_gen_prompt(srv_req *r, json_t *body, srv_api api);
 /* False (e: 400 exceed_context_size_error) when a prompt text of n_bytes
  * certainly holds more tokens than a slot (tok_max_token_bytes), so an
  * over-long prompt costs no tokenization.  srv_prompt_bytes: the bytes of
- * the strings in a "prompt" value (a string or an array). */
+ * the strings of the longest prompt in a "prompt" value (a string, one
+ * prompt mixing strings and ids, or an array of prompts). */
 bool srv_gen_text_fits(srv *s, size_t n_bytes, srv_err *e);
 size_t srv_prompt_bytes(const json_t *prompt);
 
@@ -271,6 +330,11 @@ json_t *srv_gen_piece(const srv_gen *g, int32_t id, json_t **bytes);
 json_t *srv_json_text(const char *s, size_t n);
 /* The llama.cpp "timings" object of a finished task. */
 json_t *srv_gen_timings(const eng_event *done);
+/* The same while it streams (timings_per_token), from what the HTTP thread
+ * saw: prompt time from placement to the first token, decode time since. */
+json_t *srv_gen_timings_now(const srv_gen *g);
+/* The prompt's text (special tokens rendered), "" when g kept no prompt. */
+json_t *srv_gen_prompt_text(const srv_gen *g);
 
 /* ---- formats (srv_openai.c, srv_native.c) ---- */
 
@@ -288,6 +352,7 @@ typedef enum MHD_Result (*srv_handler)(srv_req *r, json_t *body);
 enum MHD_Result srv_h_oai_models(srv_req *r, json_t *body);
 enum MHD_Result srv_h_oai_completions(srv_req *r, json_t *body);
 enum MHD_Result srv_h_oai_chat(srv_req *r, json_t *body);
+enum MHD_Result srv_h_oai_input_tokens(srv_req *r, json_t *body);   /* {"input_tokens": n} of a chat */
 enum MHD_Result srv_h_completion(srv_req *r, json_t *body);
 enum MHD_Result srv_h_tokenize(srv_req *r, json_t *body);
 enum MHD_Result srv_h_detokenize(srv_req *r, json_t *body);

@@ -87,6 +87,12 @@ char *srv_metrics_text(const eng_stats *st, const char *model_name)
     metric(&b, "llamacpp:tokens_predicted_seconds_total", "counter", "Predict process time.", "", predicted_s);
     metric(&b, "llamacpp:n_decode_total", "counter", "Total number of model_decode calls.", "",
            (double)st->n_decode_calls);
+    metric(&b, "llamacpp:n_tokens_max", "counter", "Largest observed n_tokens.", "", st->n_tokens_max);
+    /* polykv has no speculative decoding: no draft was ever made. */
+    metric(&b, "llamacpp:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens generated.", "", 0);
+    metric(&b, "llamacpp:spec_decode_num_accepted_tokens_total", "counter", "Number of draft tokens accepted.", "",
+           0);
+    metric(&b, "llamacpp:spec_decode_num_drafts_total", "counter", "Number of drafts generated.", "", 0);
     metric(&b, "llamacpp:n_busy_slots_per_decode", "gauge", "Average number of busy slots per decode call.", "",
            ratio((double)st->n_busy_slots_sum, (double)st->n_decode_calls));
     metric(&b, "llamacpp:prompt_tokens_seconds", "gauge", "Average prompt throughput in tokens/s.", "",
@@ -188,6 +194,9 @@ enum MHD_Result srv_h_metrics(srv_req *r, json_t *body)
     if (!stats(r, &st)) return srv_reply_errorf(r, 503, "the engine is stopping");
     char *text = srv_metrics_text(&st, r->s->model_name);
     if (!text) return srv_reply_errorf(r, 500, "out of memory");
+    /* llama-server's header: scrapers compute uptimes and rates from it. */
+    snprintf(r->hdr_name, sizeof r->hdr_name, "Process-Start-Time-Unix");
+    snprintf(r->hdr_value, sizeof r->hdr_value, "%lld", (long long)r->s->t_start);
     enum MHD_Result ret = srv_reply_text(r, 200, "text/plain; version=0.0.4", text, strlen(text));
     free(text);
     return ret;
@@ -214,9 +223,20 @@ enum MHD_Result srv_h_slots(srv_req *r, json_t *body)
             "id", si->id, "id_task", (json_int_t)si->task_id, "n_ctx", si->n_ctx,
             "is_processing", si->state != ENG_SLOT_IDLE, "state", srv_slot_state(si->state), "n_past", si->n_past,
             "n_prompt_tokens", si->n_prompt, "n_prompt_tokens_cache", si->n_cached, "n_cached", si->n_cached,
-            "n_decoded", si->n_decoded, "tps_ewma", si->tps_ewma, "next_token", "n_decoded", si->n_decoded,
+            "n_decoded", si->n_decoded, "tps_ewma", si->tps_ewma, "next_token", "n_decoded",
+            si->state != ENG_SLOT_IDLE ? si->n_decoded : 0,
             "history", hist));
         json_t *slot = json_array_get(a, json_array_size(a) - 1);
+        json_t *next = json_array_get(json_object_get(slot, "next_token"), 0);
+        json_object_set_new(next, "n_remain", json_integer(si->n_remain));
+        json_object_set_new(next, "has_next_token", json_boolean(si->state != ENG_SLOT_IDLE));
+        if (si->has_params)   /* the current or last task's, as llama-server shows them */
+            json_object_set_new(slot, "params", json_pack("{s:i, s:I, s:f, s:i, s:f, s:f, s:f, s:i, s:f, s:f}",
+                "n_predict", si->n_predict, "seed", (json_int_t)si->sp.seed, "temperature", (double)si->sp.temp,
+                "top_k", si->sp.top_k, "top_p", (double)si->sp.top_p, "min_p", (double)si->sp.min_p,
+                "repeat_penalty", (double)si->sp.repeat_penalty, "repeat_last_n", si->sp.penalty_last_n,
+                "presence_penalty", (double)si->sp.presence_penalty,
+                "frequency_penalty", (double)si->sp.frequency_penalty));
         json_object_set_new(slot, "pool_id", si->pool_id > 0 ? json_integer(si->pool_id) : json_null());
         json_object_set_new(slot, "session_id", si->session_id[0] ? json_string(si->session_id) : json_null());
         json_object_set_new(slot, "pool_shared_tokens", json_integer(si->pool_shared));

@@ -4,6 +4,7 @@
  * GET /props.  Field names and defaults follow llama-server so its clients
  * work unchanged.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,13 +28,60 @@ static const char *stop_type(eng_stop s)
 static json_t *settings_json(const eng_completion *c, const srv_gen_opts *o)
 {
     const smp_params *sp = &c->sp;
-    return json_pack("{s:i, s:I, s:f, s:i, s:f, s:f, s:f, s:i, s:f, s:f, s:i, s:b, s:b, s:b}",
+    json_t *bias = json_array();         /* llama.cpp's shape; null is a ban (-inf) */
+    for (int32_t i = 0; i < c->n_bias; i++)
+        json_array_append_new(bias, json_pack("{s:o, s:i}", "bias", isfinite(c->bias[i].bias)
+                                              ? json_real(c->bias[i].bias) : json_null(), "token", c->bias[i].token));
+    json_t *j = json_pack("{s:i, s:I, s:f, s:i, s:f, s:f, s:f, s:i, s:f, s:f, s:i, s:b, s:b, s:b}",
                      "n_predict", c->n_predict, "seed", (json_int_t)sp->seed, "temperature", (double)sp->temp,
                      "top_k", sp->top_k, "top_p", (double)sp->top_p, "min_p", (double)sp->min_p,
                      "repeat_penalty", (double)sp->repeat_penalty, "repeat_last_n", sp->penalty_last_n,
                      "presence_penalty", (double)sp->presence_penalty, "frequency_penalty",
                      (double)sp->frequency_penalty, "n_probs", c->n_probs ? o->top_logprobs : 0, "ignore_eos",
                      c->ignore_eos, "stream", o->stream, "cache_prompt", c->cache_prompt);
+    if (!j) {
+        json_decref(bias);
+        return NULL;
+    }
+    json_object_set_new(j, "logit_bias", bias);
+    json_object_set_new(j, "max_tokens", json_integer(c->n_predict));
+    json_object_set_new(j, "n_keep", json_integer(c->n_keep));
+    json_object_set_new(j, "n_discard", json_integer(c->n_discard));
+    json_object_set_new(j, "post_sampling_probs", json_boolean(o->post_sampling_probs));
+    json_object_set_new(j, "timings_per_token", json_boolean(o->timings_per_token));
+    static const char *const reasoning[] = { "auto", "none", "deepseek", "deepseek-legacy" };
+    json_object_set_new(j, "reasoning_format", json_string(reasoning[o->reasoning]));
+    return j;
+}
+
+/* The value at a "/"-separated path of o, NULL when absent. */
+static json_t *nested(json_t *o, const char *path)
+{
+    char key[128];
+    while (o && *path) {
+        size_t n = strcspn(path, "/");
+        if (n >= sizeof key) return NULL;
+        memcpy(key, path, n);
+        key[n] = 0;
+        o = json_object_get(o, key);
+        path += n + (path[n] == '/');
+    }
+    return o;
+}
+
+/* response_fields: only the fields named (paths into the answer, each
+ * kept under its path as the key; absent ones left out), llama-server's rule. */
+static json_t *keep_fields(json_t *res, const json_t *fields)
+{
+    if (!res || !fields) return res;
+    json_t *out = json_object();
+    for (size_t i = 0; out && i < json_array_size(fields); i++) {
+        const char *path = json_string_value(json_array_get(fields, i));
+        json_t *v = nested(res, path);
+        if (v) json_object_set(out, path, v);
+    }
+    json_decref(res);
+    return out;
 }
 
 static json_t *tokens_json(const int32_t *ids, int32_t n)
@@ -48,7 +96,7 @@ static json_t *final_json(srv_gen *g, bool streamed)
 {
     const eng_event *d = &g->done;
     bool with_tokens = g->o.return_tokens && !streamed;
-    json_t *res = json_pack("{s:i, s:o, s:o, s:i, s:b, s:s, s:i, s:i, s:o, s:s, s:b, s:b, s:s, s:s, s:i, s:o}",
+    json_t *res = json_pack("{s:i, s:o, s:o, s:i, s:b, s:s, s:i, s:i, s:o, s:o, s:b, s:b, s:s, s:s, s:i, s:o}",
         "index", 0,
         "content", streamed ? json_string("") : srv_json_text(g->text ? g->text : "", g->n_text),
         "tokens", with_tokens ? tokens_json(g->tokens, g->n_tokens) : json_array(),
@@ -58,7 +106,7 @@ static json_t *final_json(srv_gen *g, bool streamed)
         "tokens_predicted", d->n_gen,
         "tokens_evaluated", d->n_prompt,
         "generation_settings", settings_json(&g->req, &g->o),
-        "prompt", "",
+        "prompt", streamed ? json_string("") : srv_gen_prompt_text(g),
         "has_new_line", g->text && memchr(g->text, '\n', g->n_text) != NULL,
         "truncated", g->done.truncated,
         "stop_type", stop_type(d->stop),
@@ -69,7 +117,7 @@ static json_t *final_json(srv_gen *g, bool streamed)
     return res;
 }
 
-json_t *srv_native_response(srv_gen *g) { return final_json(g, false); }
+json_t *srv_native_response(srv_gen *g) { return keep_fields(final_json(g, false), g->o.response_fields); }
 
 void srv_native_stream_token(srv_gen *g, const eng_event *ev)
 {
@@ -78,6 +126,7 @@ void srv_native_stream_token(srv_gen *g, const eng_event *ev)
                           "id_slot", -1, "tokens_predicted", g->n_tokens, "tokens_evaluated", g->n_prompt);
     if (j && g->o.logprobs) json_object_set_new(j, "completion_probabilities", json_pack("[o]",
                                                 srv_gen_prob_entry(g, ev)));
+    if (j && g->o.timings_per_token) json_object_set_new(j, "timings", srv_gen_timings_now(g));
     srv_gen_sse(g, j);
 }
 
@@ -209,12 +258,35 @@ static json_t *special_text(const tok_vocab *v, int32_t id)
     return srv_json_text(buf, n > 0 ? (size_t)n : 0);
 }
 
+/* POST /props (--props): llama-server's route for changing global
+ * properties.  None of polykv's can change while it runs, so a body that
+ * names one is a 400 naming it; an empty one succeeds. */
+static enum MHD_Result post_props(srv_req *r, json_t *body)
+{
+    if (!r->s->p.endpoint_props_write) {
+        srv_err e;
+        srv_fail(&e, 501, NULL, "This server does not support changing global properties. Start it with `--props`");
+        return srv_reply_error(r, &e);
+    }
+    const char *key;
+    json_t *v;
+    json_object_foreach(body, key, v) {
+        srv_err e;
+        srv_fail(&e, 400, key, "property '%.60s' cannot be changed while the server runs", key);
+        return srv_reply_error(r, &e);
+    }
+    return srv_reply_json(r, 200, json_pack("{s:b}", "success", 1));
+}
+
 enum MHD_Result srv_h_props(srv_req *r, json_t *body)
 {
     srv *s = r->s;
+    if (!strcmp(r->method, "POST")) return post_props(r, body);
+    if (strcmp(r->method, "GET") && strcmp(r->method, "HEAD"))
+        return srv_reply_errorf(r, 405, "%s /props: method not allowed (GET, or POST with --props)", r->method);
     eng *e = srv_engine(s);
     const eng_params *ep = eng_get_params(e);
-    eng_completion c = { .sp = smp_default_params(), .n_predict = -1, .cache_prompt = true };
+    eng_completion c = { .sp = s->p.sampling, .n_predict = s->p.n_predict, .cache_prompt = true };
     srv_gen_opts o = {0};
     json_t *props = json_pack("{s:{s:o, s:i}, s:i, s:s, s:s, s:s, s:s, s:s, s:o, s:o, s:s, s:{s:b, s:b, s:b}, "
                               "s:b, s:b, s:b, s:b}",
@@ -231,7 +303,7 @@ enum MHD_Result srv_h_props(srv_req *r, json_t *body)
         "modalities", "vision", 0, "audio", 0, "video", 0,
         "endpoint_slots", s->p.endpoint_slots,
         "endpoint_metrics", s->p.endpoint_metrics,
-        "endpoint_props", 0,
+        "endpoint_props", s->p.endpoint_props_write,
         "is_sleeping", 0);
     json_object_set_new(props, "polykv", json_pack("{s:i, s:i, s:i, s:b}", "max_pools", ep->n_pools,
                                                    "pool_grace_ms", ep->pool_grace_ms, "n_ctx_total", ep->n_ctx,

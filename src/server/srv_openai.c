@@ -10,6 +10,7 @@
  * one delta (clients accumulate deltas, so this is valid), then the
  * finish_reason "tool_calls".
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,7 +18,8 @@
 #include "../grammar/gram.h"
 #include "srv_impl.h"
 
-static const char FINGERPRINT[] = "polykv";
+/* llama-server's shape, "b<build>-<commit>", which its clients and tests check. */
+static const char FINGERPRINT[] = "b0-polykv";
 
 static const char *finish_reason(const srv_gen *g, bool tool_calls)
 {
@@ -87,11 +89,17 @@ json_t *srv_oai_response(srv_gen *g)
                            "index", 0, "logprobs", lp, "finish_reason", finish_reason(g, false));
         res = envelope(g, "text_completion", json_pack("[o]", choice));
     } else {
+        const char *text = g->text ? g->text : "";
+        srv_reason_split rs = srv_reason_split_text(g->o.reasoning, text, g->n_text, g->o.think_open, true);
         srv_tool_msg tm;
-        if (srv_tools_parse(g->o.tools, g->text ? g->text : "", g->n_text, &tm) != PK_OK) return NULL;
+        if (srv_tools_parse(g->o.tools, text + rs.content_off, rs.content_len, &tm) != PK_OK) return NULL;
         json_t *msg = json_pack("{s:s}", "role", "assistant");
         json_object_set_new(msg, "content", tm.n_calls && !tm.content_len ? json_null()
                                                                           : srv_json_text(tm.content, tm.content_len));
+        if (rs.reason_len)
+            json_object_set_new(msg, "reasoning_content", srv_json_text(text + rs.reason_off, rs.reason_len));
+        else if (tm.reasoning_len && g->o.reasoning != SRV_REASON_NONE)
+            json_object_set_new(msg, "reasoning_content", srv_json_text(tm.reasoning, tm.reasoning_len));
         if (tm.n_calls) json_object_set_new(msg, "tool_calls", tool_calls_json(&tm, false));
         json_t *lp = g->probs ? json_pack("{s:O}", "content", g->probs) : json_null();
         choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "message", msg, "logprobs", lp, "finish_reason",
@@ -102,6 +110,7 @@ json_t *srv_oai_response(srv_gen *g)
     if (res) {
         json_object_set_new(res, "usage", usage_json(g));
         json_object_set_new(res, "timings", srv_gen_timings(&g->done));
+        if (g->o.verbose) json_object_set_new(res, "__verbose", srv_native_response(g));
     }
     return res;
 }
@@ -110,10 +119,13 @@ json_t *srv_oai_response(srv_gen *g)
 
 static void chat_chunk(srv_gen *g, json_t *delta, json_t *logprobs, const char *finish)
 {
+    bool role = json_object_get(delta, "role") != NULL;
     json_t *choice = json_pack("{s:i, s:o, s:o, s:o}", "index", 0, "delta", delta, "logprobs",
                                logprobs ? logprobs : json_null(), "finish_reason",
                                finish ? json_string(finish) : json_null());
-    srv_gen_sse(g, envelope(g, "chat.completion.chunk", json_pack("[o]", choice)));
+    json_t *j = envelope(g, "chat.completion.chunk", json_pack("[o]", choice));
+    if (j && g->o.timings_per_token && !role) json_object_set_new(j, "timings", srv_gen_timings_now(g));
+    srv_gen_sse(g, j);
 }
 
 void srv_oai_stream_token(srv_gen *g, const eng_event *ev)
@@ -125,17 +137,26 @@ void srv_oai_stream_token(srv_gen *g, const eng_event *ev)
         json_t *lp = entry ? legacy_logprobs(json_pack("[o]", entry), &offset) : json_null();
         json_t *choice = json_pack("{s:o, s:i, s:o, s:n}", "text", srv_json_text(ev->text ? ev->text : "",
                                    ev->text_len), "index", 0, "logprobs", lp, "finish_reason");
-        srv_gen_sse(g, envelope(g, "text_completion", json_pack("[o]", choice)));
+        json_t *j = envelope(g, "text_completion", json_pack("[o]", choice));
+        if (j && g->o.timings_per_token) json_object_set_new(j, "timings", srv_gen_timings_now(g));
+        srv_gen_sse(g, j);
         return;
     }
     if (!g->sent_role) {
         g->sent_role = true;
-        chat_chunk(g, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL, NULL);
+        chat_chunk(g, json_pack("{s:s, s:n}", "role", "assistant", "content"), NULL, NULL);
     }
-    size_t safe = srv_tools_content_prefix(g->o.tools, g->text, g->n_text);
+    srv_reason_split rs = srv_reason_split_text(g->o.reasoning, g->text, g->n_text, g->o.think_open, false);
     json_t *delta = json_object();
+    if (rs.reason_len > g->n_sent_reason) {
+        json_object_set_new(delta, "reasoning_content", srv_json_text(g->text + rs.reason_off + g->n_sent_reason,
+                                                                      rs.reason_len - g->n_sent_reason));
+        g->n_sent_reason = rs.reason_len;
+    }
+    const char *content = g->text + rs.content_off;
+    size_t safe = srv_tools_content_prefix(g->o.tools, content, rs.content_len);
     if (safe > g->n_sent) {
-        json_object_set_new(delta, "content", srv_json_text(g->text + g->n_sent, safe - g->n_sent));
+        json_object_set_new(delta, "content", srv_json_text(content + g->n_sent, safe - g->n_sent));
         g->n_sent = safe;
     }
     if (!json_object_size(delta) && !entry) {
@@ -149,6 +170,7 @@ static void usage_chunk(srv_gen *g, const char *object)
 {
     json_t *j = envelope(g, object, json_array());
     if (j) json_object_set_new(j, "usage", usage_json(g));
+    if (j && g->o.timings_per_token) json_object_set_new(j, "timings", srv_gen_timings(&g->done));
     srv_gen_sse(g, j);
 }
 
@@ -166,17 +188,26 @@ void srv_oai_stream_end(srv_gen *g)
     }
     if (!g->sent_role) {
         g->sent_role = true;
-        chat_chunk(g, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL, NULL);
+        chat_chunk(g, json_pack("{s:s, s:n}", "role", "assistant", "content"), NULL, NULL);
     }
+    const char *text = g->text ? g->text : "";
+    srv_reason_split rs = srv_reason_split_text(g->o.reasoning, text, g->n_text, g->o.think_open, true);
+    if (rs.reason_len > g->n_sent_reason)
+        chat_chunk(g, json_pack("{s:o}", "reasoning_content", srv_json_text(text + rs.reason_off + g->n_sent_reason,
+                                                                            rs.reason_len - g->n_sent_reason)),
+                   NULL, NULL);
     srv_tool_msg tm = {0};
-    if (srv_tools_parse(g->o.tools, g->text ? g->text : "", g->n_text, &tm) != PK_OK) {
+    if (srv_tools_parse(g->o.tools, text + rs.content_off, rs.content_len, &tm) != PK_OK) {
         g->out_oom = true;           /* its only failure: gen_read sends the error event */
         g->finished = true;
         return;
     }
+    if (tm.reasoning_len && g->o.reasoning != SRV_REASON_NONE)       /* harmony's analysis channel */
+        chat_chunk(g, json_pack("{s:o}", "reasoning_content", srv_json_text(tm.reasoning, tm.reasoning_len)),
+                   NULL, NULL);
     /* What was held back: the content not sent yet (the sent part is a
      * prefix of the final content, see srv_tools_content_prefix). */
-    if (tm.content_len > g->n_sent && !memcmp(tm.content, g->text, g->n_sent))
+    if (tm.content_len > g->n_sent && !memcmp(tm.content, text + rs.content_off, g->n_sent))
         chat_chunk(g, json_pack("{s:o}", "content", srv_json_text(tm.content + g->n_sent, tm.content_len - g->n_sent)),
                    NULL, NULL);
     if (tm.n_calls) chat_chunk(g, json_pack("{s:o}", "tool_calls", tool_calls_json(&tm, true)), NULL, NULL);
@@ -192,6 +223,18 @@ void srv_oai_stream_end(srv_gen *g)
 
 /* ---- handlers ---- */
 
+/* A comma-separated list as a JSON array of its non-empty names. */
+static json_t *name_list(const char *list)
+{
+    json_t *a = json_array();
+    for (const char *p = list; a && *p;) {
+        size_t n = strcspn(p, ",");
+        if (n) json_array_append_new(a, json_stringn(p, n));
+        p += n + (p[n] == ',');
+    }
+    return a;
+}
+
 enum MHD_Result srv_h_oai_models(srv_req *r, json_t *body)
 {
     srv *s = r->s;
@@ -202,12 +245,45 @@ enum MHD_Result srv_h_oai_models(srv_req *r, json_t *body)
                              "n_embd", hp->n_embd, "desc", model_desc(s->m));
     json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:o}", "id", s->model_name, "object", "model", "created",
                           (json_int_t)s->t_start, "owned_by", "polykv", "meta", meta);
+    json_object_set_new(m, "aliases", name_list(s->p.model_alias ? s->p.model_alias : s->model_name));
+    json_object_set_new(m, "tags", name_list(s->p.model_tags ? s->p.model_tags : ""));
     return srv_reply_json(r, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", m));
 }
 
 enum MHD_Result srv_h_oai_completions(srv_req *r, json_t *body)
 {
     return srv_gen_prompt(r, body, SRV_API_OAI_CMPL);
+}
+
+/* --reasoning-budget 0: no thinking.  A prompt that opened <think> gets
+ * it closed at once (what the templates write for enable_thinking false),
+ * and when "<think>" is one token of the vocabulary it is banned, so a
+ * model that opens it itself cannot.  False when out of memory. */
+static bool think_off(srv *s, char **prompt, size_t *n_prompt, eng_completion *c, srv_gen_opts *o)
+{
+    static const char close_tag[] = "\n</think>\n\n";
+    if (o->think_open) {
+        char *p = realloc(*prompt, *n_prompt + sizeof close_tag);
+        if (!p) return false;
+        memcpy(p + *n_prompt, close_tag, sizeof close_tag);
+        *prompt = p;
+        *n_prompt += sizeof close_tag - 1;
+        o->think_open = false;
+    }
+    int32_t *ids = NULL, n = 0;
+    if (srv_tokenize(s->voc, "<think>", 7, false, true, &ids, &n) != PK_OK) return false;
+    bool ok = true;
+    if (n == 1) {
+        eng_bias *b = realloc((void *)c->bias, ((size_t)c->n_bias + 1) * sizeof *b);
+        if (b) {
+            b[c->n_bias++] = (eng_bias){ ids[0], -INFINITY };
+            c->bias = b;
+        } else {
+            ok = false;
+        }
+    }
+    free(ids);
+    return ok;
 }
 
 enum MHD_Result srv_h_oai_chat(srv_req *r, json_t *body)
@@ -218,20 +294,21 @@ enum MHD_Result srv_h_oai_chat(srv_req *r, json_t *body)
     srv_err e;
     char *prompt = NULL;
     size_t n_prompt;
-    if (!srv_parse_gen(body, SRV_API_OAI_CHAT, eng_get_params(srv_engine(s))->n_slots, &c, &o, &e))
+    srv_gen_defaults dflt = srv_gen_defaults_of(s);
+    if (!srv_parse_gen(body, SRV_API_OAI_CHAT, &dflt, &c, &o, &e))
         return srv_reply_error(r, &e);
     /* A forced tool call constrains the answer to the tool's schema. */
     gram_grammar *tg = NULL;
     if (!srv_chat_prompt(s, body, &prompt, &n_prompt, &o.tools, &e) ||
         !srv_tools_grammar(body, o.tools, &tg, &e)) {
         if (prompt) free(prompt);
-        gram_free(c.grammar);
+        srv_gen_req_free(&c);
         return srv_reply_error(r, &e);
     }
     if (tg && c.grammar) {
         free(prompt);
         gram_free(tg);
-        gram_free(c.grammar);
+        srv_gen_req_free(&c);
         srv_fail(&e, 400, "response_format", "a forced tool call (tool_choice) and a response format cannot both "
                  "constrain the answer");
         return srv_reply_error(r, &e);
@@ -239,17 +316,54 @@ enum MHD_Result srv_h_oai_chat(srv_req *r, json_t *body)
     if (tg) c.grammar = tg;
     if (!srv_gen_text_fits(s, n_prompt, &e)) {
         free(prompt);
-        gram_free(c.grammar);
+        srv_gen_req_free(&c);
         return srv_reply_error(r, &e);
+    }
+    /* The template's own markers say how its model writes calls (the
+     * rendering's family is the fallback). */
+    if (o.tools && !tg) o.tools = srv_tools_detect(s->tmpl_src ? s->tmpl_src : tok_chat_template(s->voc), o.tools);
+    o.think_open = srv_reason_prompt_opens(prompt, n_prompt);
+    if (s->p.reasoning_budget == 0 && !think_off(s, &prompt, &n_prompt, &c, &o)) {
+        free(prompt);
+        srv_gen_req_free(&c);
+        return srv_reply_errorf(r, 500, "out of memory");
     }
     int32_t *ids = NULL, n = 0;
     pk_status st = srv_tokenize(s->voc, prompt, n_prompt, true, true, &ids, &n);
     free(prompt);
     if (st != PK_OK || n == 0) {
         free(ids);
-        gram_free(c.grammar);
+        srv_gen_req_free(&c);
         if (st != PK_OK) return srv_reply_errorf(r, 500, "tokenization failed: %s", pk_status_str(st));
         return srv_reply_errorf(r, 400, "the chat prompt gives no tokens");
     }
-    return srv_gen_run_ids(r, &c, &o, ids, n);
+    if (o.n_choices == 1) return srv_gen_run_ids(r, &c, &o, ids, n);
+    eng_completion cs[SRV_MAX_CHOICES];
+    for (int i = 0; i < o.n_choices; i++) {
+        cs[i] = c;
+        cs[i].prompt = ids;
+        cs[i].n_prompt = n;
+    }
+    enum MHD_Result ret = srv_gen_run_multi(r, cs, o.n_choices, &o);
+    free(ids);
+    srv_gen_req_free(&c);
+    return ret;
+}
+
+/* llama-server's token count of a chat request: its prompt as the chat
+ * route would render and tokenize it, nothing generated. */
+enum MHD_Result srv_h_oai_input_tokens(srv_req *r, json_t *body)
+{
+    srv *s = r->s;
+    srv_err e;
+    char *prompt = NULL;
+    size_t n_prompt;
+    srv_tool_fmt fmt;
+    if (!srv_render_chat(body, s->tmpl, s->tmpl_src, &prompt, &n_prompt, &fmt, &e)) return srv_reply_error(r, &e);
+    int32_t *ids = NULL, n = 0;
+    pk_status st = srv_tokenize(s->voc, prompt, n_prompt, true, true, &ids, &n);
+    free(prompt);
+    free(ids);
+    if (st != PK_OK) return srv_reply_errorf(r, 500, "tokenization failed: %s", pk_status_str(st));
+    return srv_reply_json(r, 200, json_pack("{s:i}", "input_tokens", n));
 }

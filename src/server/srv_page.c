@@ -18,6 +18,7 @@ static bool accepts_gzip(struct MHD_Connection *conn)
 
 enum MHD_Result srv_h_page(srv_req *r, json_t *body)
 {
+    if (r->s->p.no_ui) return srv_reply_errorf(r, 404, "File Not Found");
     const srv_asset *a = NULL;
     for (int i = 0; i < srv_page_n_assets && !a; i++)
         if (!strcmp(srv_page_assets[i].path, r->url)) a = &srv_page_assets[i];

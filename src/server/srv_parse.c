@@ -197,20 +197,27 @@ static bool parse_constraint(const json_t *b, eng_completion *c, srv_err *e)
     return true;
 }
 
-bool srv_parse_gen(const json_t *b, srv_api api, int32_t n_slots, eng_completion *c, srv_gen_opts *o, srv_err *e)
+bool srv_parse_gen(const json_t *b, srv_api api, const srv_gen_defaults *d, eng_completion *c, srv_gen_opts *o,
+                   srv_err *e)
 {
     memset(c, 0, sizeof *c);
     memset(o, 0, sizeof *o);
-    c->sp = smp_default_params();
-    c->n_predict = -1;
+    c->sp = d->sp;
+    c->n_predict = d->n_predict;
+    o->reasoning = d->reasoning;
+    o->verbose = d->verbose;
+    int32_t n_slots = d->n_slots;
     c->cache_prompt = true;
     c->id_slot = -1;
     o->api = api;
 
     if (!get_bool(b, "stream", &o->stream, e)) return false;
-    int32_t n = 1;
-    if (!get_i32(b, "n", -1000000, 1000000, &n, e)) return false;
-    if (n != 1) return srv_fail(e, 400, "n", "only n = 1 is supported");
+    /* n (OpenAI) or n_cmpl (llama.cpp): that many completions of the prompt. */
+    o->n_choices = 1;
+    if (!get_i32(b, "n", 1, SRV_MAX_CHOICES, &o->n_choices, e)) return false;
+    if (!get_i32(b, "n_cmpl", 1, SRV_MAX_CHOICES, &o->n_choices, e)) return false;
+    if (o->n_choices > 1 && o->stream)
+        return srv_fail(e, 400, "n", "several completions (n > 1) are not streamed; set stream to false");
 
     /* max_tokens (OpenAI), max_completion_tokens (newer OpenAI), n_predict
      * (llama.cpp, wins when given).  -1: until the context is full. */
@@ -279,8 +286,11 @@ bool srv_parse_gen(const json_t *b, srv_api api, int32_t n_slots, eng_completion
                    (json_is_string(v) && !json_string_length(v))))
             return srv_fail(e, 400, *k, "'%s' is not supported", *k);
     }
+    if (!srv_parse_llama_fields(b, api, d->voc, c, o, e)) return false;
     /* Last, so nothing above can fail with a grammar to free. */
-    return parse_constraint(b, c, e);
+    if (parse_constraint(b, c, e)) return true;
+    srv_gen_req_free(c);
+    return false;
 }
 
 /* ---- prompts ---- */

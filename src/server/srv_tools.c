@@ -15,6 +15,20 @@
 static const char QWEN_OPEN[] = "<tool_call>";
 static const char QWEN_CLOSE[] = "</tool_call>";
 static const char PY_TAG[] = "<|python_tag|>";
+static const char MI_CALLS[] = "[TOOL_CALLS]";
+static const char MI_ARGS[] = "[ARGS]";
+static const char MI_ID[] = "[CALL_ID]";
+static const char DS_CALLS[] = "<｜tool▁calls▁begin｜>";
+static const char DS_CALLS_END[] = "<｜tool▁calls▁end｜>";
+static const char DS_CALL[] = "<｜tool▁call▁begin｜>";
+static const char DS_CALL_END[] = "<｜tool▁call▁end｜>";
+static const char DS_SEP[] = "<｜tool▁sep｜>";
+/* What the two DeepSeek openings share: a stream holds back from here. */
+static const char DS_ANY[] = "<｜tool▁call";
+static const char H_CHANNEL[] = "<|channel|>";
+static const char H_MESSAGE[] = "<|message|>";
+static const char H_START[] = "<|start|>";
+#define LIT(s) (sizeof s - 1)
 
 static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
@@ -182,20 +196,202 @@ static void parse_llama3(const char *s, size_t n, srv_tool_msg *m, pk_buf *conte
     }
 }
 
+/* A call named name[0..n_name) with the JSON value at s[i..n) as its
+ * arguments; *used gets the value's bytes.  False (nothing added) when no
+ * JSON value starts there or out of memory (content->oom set). */
+static bool add_named_call(srv_tool_msg *m, pk_buf *content, const char *name, size_t n_name, const char *s, size_t i,
+                           size_t n, size_t *used)
+{
+    json_error_t err;
+    json_t *v = i < n ? json_loadb(s + i, n - i, JSON_DISABLE_EOF_CHECK | JSON_DECODE_ANY, &err) : NULL;
+    if (!v || !(json_is_object(v) || json_is_string(v)) || !n_name) {
+        json_decref(v);
+        return false;
+    }
+    *used = (size_t)err.position;
+    srv_tool_call c = { strndup(name, n_name), args_text(v, false) };
+    json_decref(v);
+    if (!c.name || !c.arguments || !add_call(m, c)) {
+        free(c.name);
+        free(c.arguments);
+        content->oom = true;
+        return false;
+    }
+    return true;
+}
+
+/* Mistral: [TOOL_CALLS] then a JSON array of calls, or name[ARGS]{...}
+ * (each call after its own marker). */
+static void parse_mistral(const char *s, size_t n, srv_tool_msg *m, pk_buf *content)
+{
+    size_t t = find(s, 0, n, MI_CALLS);
+    pk_buf_put(content, s, t);
+    size_t pos = t;
+    while (pos < n && starts(s, pos, n, MI_CALLS)) {
+        size_t q = skip_ws(s, pos + LIT(MI_CALLS), n);
+        if (q < n && s[q] == '[') {
+            json_error_t err;
+            json_t *a = json_loadb(s + q, n - q, JSON_DISABLE_EOF_CHECK, &err);
+            bool ok = json_is_array(a) && json_array_size(a) > 0;
+            for (size_t k = 0; ok && k < json_array_size(a); k++) {
+                json_t *o = json_array_get(a, k);
+                json_t *name = json_object_get(o, "name"), *args = json_object_get(o, "arguments");
+                ok = json_is_string(name) && json_string_length(name) && (!args || json_is_object(args) ||
+                                                                         json_is_string(args));
+            }
+            for (size_t k = 0; ok && k < json_array_size(a); k++) {
+                json_t *o = json_array_get(a, k), *args = json_object_get(o, "arguments");
+                srv_tool_call c = { strdup(json_string_value(json_object_get(o, "name"))),
+                                    args ? args_text(args, false) : strdup("{}") };
+                if (!c.name || !c.arguments || !add_call(m, c)) {
+                    free(c.name);
+                    free(c.arguments);
+                    content->oom = true;
+                    ok = false;
+                }
+            }
+            json_decref(a);
+            if (!ok) break;
+            pos = skip_ws(s, q + (size_t)err.position, n);
+            continue;
+        }
+        size_t a = find(s, q, n, MI_ARGS), id = find(s, q, n, MI_ID), used = 0;
+        size_t name_end = MIN(a, id);
+        while (name_end > q && is_ws(s[name_end - 1])) name_end--;
+        if (a == n || !add_named_call(m, content, s + q, name_end - q, s, skip_ws(s, a + LIT(MI_ARGS), n), n, &used))
+            break;
+        pos = skip_ws(s, skip_ws(s, a + LIT(MI_ARGS), n) + used, n);
+    }
+    pk_buf_put(content, s + pos, n - pos);     /* what did not parse stays as text */
+}
+
+/* DeepSeek R1 / V3.x calls between their full-width markers. */
+static void parse_deepseek(const char *s, size_t n, srv_tool_msg *m, pk_buf *content)
+{
+    size_t t = MIN(find(s, 0, n, DS_CALLS), find(s, 0, n, DS_CALL));
+    pk_buf_put(content, s, t);
+    size_t pos = t;
+    if (starts(s, pos, n, DS_CALLS)) pos += LIT(DS_CALLS);
+    for (;;) {
+        size_t q = skip_ws(s, pos, n);
+        if (!starts(s, q, n, DS_CALL)) break;
+        q += LIT(DS_CALL);
+        size_t sep = find(s, q, n, DS_SEP), used = 0;
+        if (sep == n) break;
+        size_t a = sep + LIT(DS_SEP);
+        const char *name = s + q;
+        size_t n_name = sep - q;
+        if (n_name == 8 && !memcmp(name, "function", 8)) {       /* R1: type, then the name on its line */
+            name = s + a;
+            size_t nl = a;
+            while (nl < n && s[nl] != '\n') nl++;
+            n_name = nl - a;
+            a = skip_ws(s, nl, n);
+            if (starts(s, a, n, "```json")) a += 7;
+            else if (starts(s, a, n, "```")) a += 3;
+        }
+        a = skip_ws(s, a, n);
+        if (!add_named_call(m, content, name, n_name, s, a, n, &used)) break;
+        size_t r = skip_ws(s, a + used, n);
+        if (starts(s, r, n, "```")) r = skip_ws(s, r + 3, n);
+        if (starts(s, r, n, DS_CALL_END)) r += LIT(DS_CALL_END);
+        pos = r;
+    }
+    size_t r = skip_ws(s, pos, n);
+    if (starts(s, r, n, DS_CALLS_END)) pos = r + LIT(DS_CALLS_END);
+    if (m->n_calls) pk_buf_put(content, s + pos, n - pos);
+    else pk_buf_put(content, s + t, n - t);
+}
+
+/* The end of a harmony message body starting at i. */
+static size_t harmony_body_end(const char *s, size_t i, size_t n)
+{
+    static const char *const ends[] = { "<|end|>", "<|call|>", "<|return|>", "<|start|>", "<|channel|>" };
+    size_t e = n;
+    for (size_t k = 0; k < ARRAY_LEN(ends); k++) e = MIN(e, find(s, i, n, ends[k]));
+    return e;
+}
+
+/* gpt-oss harmony messages: calls, reasoning (analysis), content. */
+static void parse_harmony(const char *s, size_t n, srv_tool_msg *m, pk_buf *content, pk_buf *reasoning)
+{
+    size_t pos = 0, c = find(s, 0, n, H_CHANNEL);
+    size_t st = find(s, 0, n, H_START);
+    pk_buf_put(content, s, MIN(c, st));          /* plain text before any message */
+    while ((c = find(s, pos, n, H_CHANNEL)) < n) {
+        /* The header: from the message's <|start|> (if any) to <|message|>. */
+        size_t h0 = pos, msg = find(s, c, n, H_MESSAGE);
+        size_t sp = find(s, pos, c, H_START);
+        if (sp < c) h0 = sp;
+        if (msg == n) break;                          /* a header cut off: nothing to show */
+        size_t b = msg + LIT(H_MESSAGE), e = harmony_body_end(s, b, n);
+        const char *fn = NULL;
+        for (size_t i = h0; i + 13 <= msg; i++)
+            if (!memcmp(s + i, "to=functions.", 13)) fn = s + i + 13;
+        size_t ch = c + LIT(H_CHANNEL);
+        if (fn) {
+            size_t k = 0;
+            while (fn + k < s + msg && !is_ws(fn[k]) && fn[k] != '<') k++;
+            size_t used = 0, a = skip_ws(s, b, e);
+            if (!add_named_call(m, content, fn, k, s, a, e, &used)) {
+                /* Arguments that are not JSON go through as the model wrote them. */
+                srv_tool_call call = { strndup(fn, k), strndup(s + b, e - b) };
+                if (!call.name || !call.arguments || !add_call(m, call)) {
+                    free(call.name);
+                    free(call.arguments);
+                    content->oom = true;
+                    return;
+                }
+            }
+        } else if (starts(s, ch, n, "analysis")) {
+            pk_buf_put(reasoning, s + b, e - b);
+        } else {
+            pk_buf_put(content, s + b, e - b);
+        }
+        pos = e;
+        static const char *const ends[] = { "<|end|>", "<|call|>", "<|return|>" };
+        for (size_t k = 0; k < ARRAY_LEN(ends); k++)
+            if (starts(s, pos, n, ends[k])) pos += strlen(ends[k]);
+    }
+}
+
+srv_tool_fmt srv_tools_detect(const char *src, srv_tool_fmt fallback)
+{
+    if (!src) return fallback;
+    if (strstr(src, H_CHANNEL) && strstr(src, "to=functions")) return SRV_TOOL_HARMONY;
+    if (strstr(src, DS_CALLS)) return SRV_TOOL_DEEPSEEK;
+    if (strstr(src, MI_CALLS)) return SRV_TOOL_MISTRAL;
+    if (strstr(src, QWEN_OPEN)) return SRV_TOOL_QWEN;
+    if (strstr(src, PY_TAG) || (strstr(src, "<|start_header_id|>") && strstr(src, "ipython"))) return SRV_TOOL_LLAMA3;
+    return fallback;
+}
+
 pk_status srv_tools_parse(srv_tool_fmt f, const char *text, size_t len, srv_tool_msg *out)
 {
     memset(out, 0, sizeof *out);
-    pk_buf content = {0};
+    pk_buf content = {0}, reasoning = {0};
     pk_buf_put(&content, "", 0);
     if (f == SRV_TOOL_QWEN) parse_qwen(text, len, out, &content);
     else if (f == SRV_TOOL_LLAMA3) parse_llama3(text, len, out, &content);
+    else if (f == SRV_TOOL_MISTRAL) parse_mistral(text, len, out, &content);
+    else if (f == SRV_TOOL_DEEPSEEK) parse_deepseek(text, len, out, &content);
+    else if (f == SRV_TOOL_HARMONY) parse_harmony(text, len, out, &content, &reasoning);
     else pk_buf_put(&content, text, len);
-    if (content.oom) {
+    if (content.oom || reasoning.oom) {
         free(content.p);
+        free(reasoning.p);
         srv_tool_msg_free(out);
         return PK_ENOMEM;
     }
-    if (out->n_calls == 0 && content.n != len) {
+    if (reasoning.n) {
+        out->reasoning = reasoning.p;
+        out->reasoning_len = reasoning.n;
+    } else {
+        free(reasoning.p);
+    }
+    if (f == SRV_TOOL_HARMONY) {
+        /* Harmony's content is the messages' bodies, never the raw text. */
+    } else if (out->n_calls == 0 && content.n != len) {
         /* Nothing parsed as a call: the text goes back verbatim. */
         content.n = 0;
         pk_buf_put(&content, text, len);
@@ -221,6 +417,7 @@ void srv_tool_msg_free(srv_tool_msg *m)
     }
     free(m->calls);
     free(m->content);
+    free(m->reasoning);
     memset(m, 0, sizeof *m);
 }
 
@@ -235,6 +432,12 @@ size_t srv_tools_content_prefix(srv_tool_fmt f, const char *text, size_t len)
         while (b < len && text[b] != '{') b++;
         k = MIN(b, find(text, 0, len, PY_TAG));
         if (k == len) k = len - partial_suffix(text, len, PY_TAG);
+    } else if (f == SRV_TOOL_MISTRAL || f == SRV_TOOL_DEEPSEEK) {
+        const char *tag = f == SRV_TOOL_MISTRAL ? MI_CALLS : DS_ANY;
+        k = find(text, 0, len, tag);
+        if (k == len) k = len - partial_suffix(text, len, tag);
+    } else if (f == SRV_TOOL_HARMONY) {
+        return 0;
     } else {
         return len;
     }

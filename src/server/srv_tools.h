@@ -16,6 +16,23 @@
  *             and an object "parameters" (or "arguments"), so an ordinary
  *             JSON answer stays content.
  *
+ *     MISTRAL (Mistral Nemo / Small 3.x, Ministral, Devstral)
+ *               [content][TOOL_CALLS][{"name": N, "arguments": {...}}, ...]
+ *               [content][TOOL_CALLS]N[ARGS]{...}[TOOL_CALLS]N2[ARGS]{...}
+ *             (the newer form may carry [CALL_ID]id before [ARGS]).
+ *     DEEPSEEK (R1 and its distills; V3.1 and later)
+ *               [content]<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>N
+ *               ```json\n{...}\n```<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>
+ *             or <｜tool▁call▁begin｜>N<｜tool▁sep｜>{...}<｜tool▁call▁end｜>.
+ *     HARMONY (gpt-oss): messages <|channel|>C[ to=functions.N][ <|constrain|>json]<|message|>BODY
+ *             ended by <|end|>, <|call|>, <|return|> or the next <|start|>:
+ *             a header naming functions.N is a call with BODY its arguments,
+ *             channel analysis is reasoning, final and plain commentary are
+ *             content.  Its content is not a prefix of the text, so a stream
+ *             sends it at the end.
+ *
+ *   srv_tools_detect picks the format from markers in a template's source.
+ *
  *   A call whose JSON is malformed is left in the content as text: the
  *   client sees what the model wrote rather than a call it did not make.
  *   Arguments come back as compact JSON text (what OpenAI's `arguments`
@@ -36,6 +53,9 @@ typedef enum srv_tool_fmt {
     SRV_TOOL_NONE = 0,          /* no tools in the request: everything is content */
     SRV_TOOL_QWEN,
     SRV_TOOL_LLAMA3,
+    SRV_TOOL_MISTRAL,
+    SRV_TOOL_DEEPSEEK,
+    SRV_TOOL_HARMONY,
 } srv_tool_fmt;
 
 typedef struct srv_tool_call {
@@ -48,6 +68,8 @@ typedef struct srv_tool_msg {
     size_t content_len;
     srv_tool_call *calls;       /* [n_calls], owned */
     int n_calls;
+    char *reasoning;            /* HARMONY: the analysis channel, NUL-terminated, owned; else NULL */
+    size_t reasoning_len;
 } srv_tool_msg;
 
 /* Splits text[0..len) into content and tool calls.  With calls found, the
@@ -56,6 +78,12 @@ typedef struct srv_tool_msg {
  * result with srv_tool_msg_free. */
 pk_status srv_tools_parse(srv_tool_fmt f, const char *text, size_t len, srv_tool_msg *out);
 void srv_tool_msg_free(srv_tool_msg *m);                /* fields reset; NULL is a no-op */
+
+/* The format a chat template asks tool calls in, from its markers
+ * ("<tool_call>", "[TOOL_CALLS]", "<｜tool▁calls▁begin｜>", "<|channel|>"
+ * with "to=functions", "<|python_tag|>" / Llama 3's headers); fallback when
+ * src is NULL or has none of them. */
+srv_tool_fmt srv_tools_detect(const char *src, srv_tool_fmt fallback);
 
 /* Bytes at the start of text[0..len) that cannot become part of a call
  * whatever comes next (streamable as content now). */

@@ -205,7 +205,10 @@ test('error statuses', { skip }, async () => {
   assert.equal((await post(c, { prompt: 'x', n_predict: 'ten' })).json.error.param, 'n_predict');
   assert.equal((await post(c, { prompt: 'x', temperature: [] })).json.error.param, 'temperature');
   assert.equal((await post(c, { prompt: [1, 2, 1e9] })).status, 400);
-  assert.equal((await post(c, { prompt: ['a', 'b'] })).status, 400);
+  const two = await post(c, { prompt: ['a', 'b'], n_predict: 1 });   // two prompts, two answers
+  assert.equal(two.status, 200);
+  assert.equal(two.json.length, 2);
+  assert.equal((await post(c, { prompt: Array(17).fill('a'), n_predict: 1 })).status, 400);
   assert.equal((await post(s.url + '/detokenize', { tokens: 'abc' })).status, 400);
   const long = await post(c, { prompt: Array(1500).fill(7) });
   assert.equal(long.status, 400);

@@ -198,8 +198,15 @@ test('tools: accepted, rendered through the template, history with calls and res
   assert.ok(['stop', 'length', 'tool_calls'].includes(finish));
 });
 
+test('n > 1: several choices through the client', { skip }, async () => {
+  const r = await chat.chat.completions.create({ model: 'x', messages, n: 2, max_tokens: 3 });
+  assert.equal(r.choices.length, 2);
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1]);
+  assert.ok(r.system_fingerprint.startsWith('b'));
+});
+
 test('errors come back as APIError with status and field', { skip }, async () => {
-  await assert.rejects(chat.chat.completions.create({ model: 'x', messages, n: 2 }), (e) => {
+  await assert.rejects(chat.chat.completions.create({ model: 'x', messages, n: 17 }), (e) => {
     assert.equal(e.status, 400);
     assert.equal(e.error?.param ?? e.param, 'n');
     return true;

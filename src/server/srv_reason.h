@@ -1,0 +1,51 @@
+/*
+ * srv_reason.h - thinking in a chat answer: where <think>...</think> ends
+ * and the answer begins, for the whole text and for a stream cut anywhere.
+ *
+ * DESIGN
+ *   One pure function over the text generated so far.  A model thinks when
+ *   its answer opens with "<think>" (after white space), or when the prompt
+ *   already opened it (Qwen3 / DeepSeek-R1 templates end the generation
+ *   prompt with "<think>\n": the answer starts inside).  The thinking runs
+ *   to the first "</think>"; the answer is what follows, its leading white
+ *   space dropped.  An answer that never closes its thinking (cut by the
+ *   token limit) is all thinking.  Text that does not open with <think> is
+ *   all answer: a "<think>" later in it is the model talking about tags.
+ *
+ *   Streaming: with `final` false, the split holds back what the next
+ *   bytes could still change: a partial "<think>" at the start, a partial
+ *   "</think>" at the end of the thinking, white space after "</think>".
+ *   So sending the parts' new bytes at every step and the rest at the end
+ *   gives exactly the whole-text split, wherever the tokens cut the tags
+ *   (tests/test_srv_reason.c cuts at every byte).
+ *
+ *   Formats (srv_reasoning, llama-server's names): none leaves everything
+ *   in the answer; auto and deepseek split; deepseek-legacy splits and also
+ *   keeps the whole text, tags included, as the answer.
+ *
+ * Threads: any; nothing is shared.
+ */
+#ifndef SRV_REASON_H
+#define SRV_REASON_H
+
+#include <stddef.h>
+
+#include "srv.h"
+
+typedef struct srv_reason_split {
+    size_t reason_off, reason_len;     /* the thinking, tags excluded */
+    size_t content_off, content_len;   /* the answer */
+    bool thinking;                     /* the text so far is inside an unclosed <think> */
+} srv_reason_split;
+
+/* Splits text[0..len) under format f.  started_inside: the prompt opened
+ * <think>.  final: nothing more will come (else only what cannot change
+ * is in the parts).  The parts are offsets into text. */
+srv_reason_split srv_reason_split_text(srv_reasoning f, const char *text, size_t len, bool started_inside,
+                                       bool final);
+
+/* Whether a rendered chat prompt leaves the answer inside <think> (it
+ * ends with "<think>" and optional white space). */
+bool srv_reason_prompt_opens(const char *prompt, size_t len);
+
+#endif

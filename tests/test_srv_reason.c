@@ -1,0 +1,134 @@
+/*
+ * test_srv_reason.c - splitting <think>...</think> from the answer
+ * (srv_reason): what DeepSeek-R1 and Qwen3 write, with the prompt opening
+ * <think> or not, unclosed thinking, the four formats; and streaming: the
+ * text cut into two pieces at every byte (so every tag is cut everywhere),
+ * the parts sent as they become safe, must add up to the whole-text split,
+ * and what was sent is never taken back.
+ */
+#include "../src/server/srv_reason.h"
+#include "test.h"
+
+typedef struct want { const char *reason, *content; } want;
+
+static void check_split(srv_reasoning f, const char *text, bool inside, want w)
+{
+    size_t n = strlen(text);
+    srv_reason_split r = srv_reason_split_text(f, text, n, inside, true);
+    char got_r[512], got_c[512];
+    snprintf(got_r, sizeof got_r, "%.*s", (int)r.reason_len, text + r.reason_off);
+    snprintf(got_c, sizeof got_c, "%.*s", (int)r.content_len, text + r.content_off);
+    CHECK_STR(got_r, w.reason);
+    CHECK_STR(got_c, w.content);
+}
+
+/* Sends the new bytes of each part of split p of text, as srv_openai does. */
+static void send_parts(const char *text, srv_reason_split p, char *r, size_t *n_r, char *c, size_t *n_c)
+{
+    if (p.reason_len > *n_r) {
+        memcpy(r + *n_r, text + p.reason_off + *n_r, p.reason_len - *n_r);
+        *n_r = p.reason_len;
+    }
+    if (p.content_len > *n_c) {
+        memcpy(c + *n_c, text + p.content_off + *n_c, p.content_len - *n_c);
+        *n_c = p.content_len;
+    }
+}
+
+/* Streams text cut in two at every byte (cut 0: one byte at a time),
+ * sending each part's new bytes at every step and the rest at the end:
+ * what the client pieces together is the whole-text split. */
+static void check_stream(srv_reasoning f, const char *text, bool inside)
+{
+    size_t n = strlen(text);
+    srv_reason_split whole = srv_reason_split_text(f, text, n, inside, true);
+    for (size_t cut = 0; cut <= n; cut++) {
+        char r[256], c[256];
+        size_t n_r = 0, n_c = 0;
+        for (size_t len = 1; len <= n; len++) {
+            if (cut && len != cut && len != n) continue;
+            send_parts(text, srv_reason_split_text(f, text, len, inside, false), r, &n_r, c, &n_c);
+        }
+        send_parts(text, whole, r, &n_r, c, &n_c);
+        bool ok = n_r == whole.reason_len && !memcmp(r, text + whole.reason_off, n_r) &&
+                  n_c == whole.content_len && !memcmp(c, text + whole.content_off, n_c);
+        if (!ok) fprintf(stderr, "stream of \"%s\" cut at %zu (format %d, inside %d) diverged\n", text, cut, (int)f,
+                         inside);
+        CHECK(ok);
+    }
+}
+
+static void test_whole(void)
+{
+    /* DeepSeek-R1-Distill: the template ends with "<think>\n". */
+    check_split(SRV_REASON_DEEPSEEK, "Okay, 2+2 is 4.\n</think>\n\nThe answer is 4.", true,
+                (want){ "Okay, 2+2 is 4.\n", "The answer is 4." });
+    /* Qwen3: the model opens the tag itself. */
+    check_split(SRV_REASON_AUTO, "<think>\nLet me think.\n</think>\n\nHello!", false,
+                (want){ "\nLet me think.\n", "Hello!" });
+    check_split(SRV_REASON_AUTO, "  <think>x</think>y", false, (want){ "x", "y" });
+    /* enable_thinking false: the template wrote an empty block; the answer is plain. */
+    check_split(SRV_REASON_AUTO, "Hello there.", false, (want){ "", "Hello there." });
+    /* A tag later in the text is content. */
+    check_split(SRV_REASON_AUTO, "Use <think> tags.</think> ok", false, (want){ "", "Use <think> tags.</think> ok" });
+    /* Cut by the token limit while thinking: all reasoning. */
+    check_split(SRV_REASON_DEEPSEEK, "<think>still going", false, (want){ "still going", "" });
+    check_split(SRV_REASON_DEEPSEEK, "still going </thi", true, (want){ "still going </thi", "" });
+    /* A lone "<thi" that never became a tag is the answer. */
+    check_split(SRV_REASON_AUTO, "<thi", false, (want){ "", "<thi" });
+    check_split(SRV_REASON_NONE, "<think>a</think>b", false, (want){ "", "<think>a</think>b" });
+    check_split(SRV_REASON_DEEPSEEK_LEGACY, "<think>a</think>b", false, (want){ "a", "<think>a</think>b" });
+    /* Only the first closing tag ends the thinking. */
+    check_split(SRV_REASON_DEEPSEEK, "a</think>b</think>c", true, (want){ "a", "b</think>c" });
+    CHECK(srv_reason_prompt_opens("<|Assistant|><think>\n", 21));
+    CHECK(!srv_reason_prompt_opens("<think>\n\n</think>\n\n", 19));
+    CHECK(!srv_reason_prompt_opens("", 0));
+    srv_reasoning f;
+    CHECK(srv_reasoning_parse("deepseek-legacy", &f) && f == SRV_REASON_DEEPSEEK_LEGACY);
+    CHECK(!srv_reasoning_parse("nothink", &f));
+}
+
+static void test_partial(void)
+{
+    /* Mid-stream the parts hold back what could still change. */
+    const char *t = "<think>ab</th";
+    srv_reason_split p = srv_reason_split_text(SRV_REASON_AUTO, t, strlen(t), false, false);
+    CHECK_EQ_INT(p.reason_len, 2);
+    CHECK_EQ_INT(p.content_len, 0);
+    CHECK(p.thinking);
+    p = srv_reason_split_text(SRV_REASON_AUTO, "<th", 3, false, false);
+    CHECK_EQ_INT(p.content_len, 0);
+    t = "<think>a</think>\n\n";
+    p = srv_reason_split_text(SRV_REASON_AUTO, t, strlen(t), false, false);
+    CHECK_EQ_INT(p.reason_len, 1);
+    CHECK_EQ_INT(p.content_len, 0);        /* white space after the tag waits */
+    CHECK(!p.thinking);
+    p = srv_reason_split_text(SRV_REASON_AUTO, "Hi", 2, false, false);
+    CHECK_EQ_INT(p.content_len, 2);
+}
+
+static void test_stream(void)
+{
+    static const char *const texts[] = {
+        "<think>\nLet me think.\n</think>\n\nHello!",
+        "Okay.\n</think>\n\nThe answer is 4.",
+        "Plain answer, no thinking.",
+        "<think>unclosed",
+        "<thi",
+        "a</think>b</think>c",
+        "\xe4\xbd\xa0\xe5\xa5\xbd</think>\xe5\x97\xa8",
+    };
+    for (size_t i = 0; i < ARRAY_LEN(texts); i++)
+        for (int f = SRV_REASON_AUTO; f <= SRV_REASON_DEEPSEEK_LEGACY; f++) {
+            check_stream((srv_reasoning)f, texts[i], false);
+            check_stream((srv_reasoning)f, texts[i], true);
+        }
+}
+
+int main(void)
+{
+    test_whole();
+    test_partial();
+    test_stream();
+    return test_finish();
+}
