@@ -29,7 +29,7 @@
 
 struct srv {
     srv_params p;                  /* strings point at the owned copies below */
-    char *host, *api_key, *chat_template, *alias;
+    char *host, *api_key, *chat_template, *alias, *save_dir;
     struct MHD_Daemon *d;
     int port;
     int64_t t_start;               /* unix seconds */
