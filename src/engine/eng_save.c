@@ -307,7 +307,7 @@ static int cmp_id(const void *a, const void *b)
 
 /* The ids of dir's "pool-N.pkv" files, ascending; stray "*.tmp" files (a
  * save the process did not live to finish) are reported and removed. */
-static int32_t list_dir(const char *dir, int32_t *ids, int32_t cap)
+static int32_t list_dir(const char *dir, int32_t *ids, int32_t cap, int32_t *next_id)
 {
     DIR *d = opendir(dir);
     if (!d) return -1;
@@ -318,6 +318,8 @@ static int32_t list_dir(const char *dir, int32_t *ids, int32_t cap)
         int id, used = 0;
         if (len > 4 && !strcmp(nm + len - 4, ".tmp") && !strncmp(nm, "pool-", 5)) {
             char path[4200];
+            /* Its id was answered to a client once: never given again. */
+            if (sscanf(nm, "pool-%d.pkv.tmp", &id) == 1 && id > 0) *next_id = MAX(*next_id, id + 1);
             snprintf(path, sizeof path, "%s/%s", dir, nm);
             fprintf(stderr, "eng: pool-dir: %s refused: an unfinished save (the server stopped during it); removed\n",
                     nm);
@@ -338,8 +340,8 @@ static void restore_pools(eng *e)
 {
     struct eng_persist *ps = e->persist;
     double t0 = pk_time_ms();
-    int32_t ids[ENG_MAX_POOLS];
-    int32_t n = list_dir(ps->dir, ids, ENG_MAX_POOLS);
+    int32_t ids[ENG_MAX_POOLS], next_id = 1;
+    int32_t n = list_dir(ps->dir, ids, ENG_MAX_POOLS, &next_id);
     if (n < 0) {
         fprintf(stderr, "eng: pool-dir: cannot read %s\n", ps->dir);
         return;
@@ -375,6 +377,7 @@ static void restore_pools(eng *e)
         ps->n_restored++;
         n_tokens += h.n_tokens;
     }
+    pool_set_next_id(eng_pool_tree(e), next_id);         /* past the unfinished saves (or refused) */
     ps->restore_ms = pk_time_ms() - t0;
     if (n > 0)
         fprintf(stderr, "eng: pool-dir: %d pool%s restored (%lld tokens) in %.1f ms, %d refused\n", ps->n_restored,
