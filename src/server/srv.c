@@ -131,6 +131,9 @@ static enum MHD_Result queue(srv_req *r, unsigned status, struct MHD_Response *r
 {
     if (!resp) return MHD_NO;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    /* Error bodies quote the client's URL and fields (JSON-escaped); a
+     * browser must never sniff one as HTML. */
+    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
     if (r->placed) {
         char v[16];
         if (r->placed_pool > 0) {

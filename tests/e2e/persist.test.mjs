@@ -225,6 +225,20 @@ test('--api-key: every route needs it; --public-probes opens /health and /metric
       assert.equal((await post(s.url + route, body)).status, 401, route);
       assert.equal((await post(p.url + route, body)).status, 401, route);
     }
+    // Error bodies quote the request only JSON-escaped, as valid UTF-8, never sniffed as HTML.
+    for (const url of ['/polykv/pools/1/%3Cscript%3Ealert(1)%3C%2Fscript%3E', '/polykv/pools/1/%ff%fe%0d%0aX-Evil:%201',
+      '/slots/%ff?action=save']) {
+      const r = await fetch(s.url + url, { method: 'POST', headers: { authorization: 'Bearer k3y' }, body: '{}' });
+      const raw = new Uint8Array(await r.arrayBuffer());
+      assert.ok(r.status >= 400 && r.status < 500, url);
+      assert.match(r.headers.get('content-type'), /^application\/json/);
+      assert.equal(r.headers.get('x-content-type-options'), 'nosniff');
+      assert.equal(r.headers.get('x-evil'), null);
+      const text = new TextDecoder('utf-8', { fatal: true }).decode(raw);   // throws on invalid UTF-8
+      assert.equal(typeof JSON.parse(text).error.message, 'string');
+      assert.ok(!/[\r\n]/.test(text), 'no raw line breaks');
+    }
+
     // The page itself loads; what it shows comes from the routes above.
     const page = await get(s.url + '/');
     assert.equal(page.status, 200);
