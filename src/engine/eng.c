@@ -26,6 +26,7 @@
 #include "../common/buf.h"
 #include "../common/utf8.h"
 #include "../grammar/gram.h"
+#include "../save/sav.h"
 #include "eng_impl.h"
 
 eng_params eng_default_params(void)
@@ -737,7 +738,8 @@ static pk_status slot_file(eng *e, int32_t slot_id, const char *dir, const char 
                    .file_save = save, .file_out = out };
     out->status = PK_EINVAL;
     if (slot_id < 0 || slot_id >= e->p.n_slots) snprintf(out->message, sizeof out->message, "Invalid slot ID");
-    else if (!dir || !name) snprintf(out->message, sizeof out->message, "no directory or file name");
+    else if (!dir || !name || !sav_name_ok(name, strlen(name)))
+        snprintf(out->message, sizeof out->message, "Invalid filename");
     else if (call(e, &c) != PK_OK) {
         out->status = PK_ECANCELLED;
         snprintf(out->message, sizeof out->message, "the engine is stopping");

@@ -333,11 +333,12 @@ typedef struct eng_file_reply {
 /* Writes slot `slot`'s history (tokens and K/V rows) to dir/name, or
  * replaces the slot's history with the one in that file (llama-server's
  * /slots/{id}?action=save|restore); the file is written crash-safely
- * (sav_write).  name must pass sav_name_ok (the caller checked).  Returns
+ * (sav_write).  name must pass sav_name_ok (else PK_EINVAL): it names a
+ * file in dir and nothing else.  Returns
  * out->status: PK_OK; PK_EINVAL (slot out of range, nothing to save, a bad
  * name); PK_ECONFLICT (a task runs in the slot); PK_ENOTFOUND (no such
  * file); PK_EFORMAT / PK_EUNSUPPORTED (a file that is damaged, or from
- * another model or KV type: refused, the slot left empty); PK_EFULL (no
+ * another model or KV type: refused, the slot's history kept); PK_EFULL (no
  * KV room); PK_EIO; PK_ECANCELLED.  Any thread. */
 pk_status eng_slot_save(eng *e, int32_t slot, const char *dir, const char *name, eng_file_reply *out);
 pk_status eng_slot_restore(eng *e, int32_t slot, const char *dir, const char *name, eng_file_reply *out);

@@ -115,13 +115,11 @@ void sav_encode(const sav_header *h, const int32_t *tokens, const uint8_t *rows,
     if (nr) memcpy(buf + SAV_HEADER_BYTES + nt, rows, nr);
 }
 
-pk_status sav_parse(const void *buf, size_t n, const sav_expect *want, sav_header *h, const int32_t **tokens,
-                    const uint8_t **rows, char *why, size_t cap)
+/* Every check of the header alone (b holds SAV_HEADER_BYTES): the reader
+ * runs them before it reads or allocates the payload. */
+static pk_status parse_header(const uint8_t *b, const sav_expect *want, sav_header *h, char *why, size_t cap)
 {
-    const uint8_t *b = buf;
     memset(h, 0, sizeof *h);
-    if (n < SAV_HEADER_BYTES)
-        return fail(PK_EFORMAT, why, cap, "truncated: %zu bytes, the header alone has %d", n, SAV_HEADER_BYTES);
     if (memcmp(b, magic, 8)) return fail(PK_EFORMAT, why, cap, "not a polykv state file (bad magic)");
     if (get64(b + 80) != XXH3_64bits(b, 80)) return fail(PK_EFORMAT, why, cap, "header checksum mismatch");
     if (get64(b + 88)) return fail(PK_EFORMAT, why, cap, "reserved header bytes are not zero");
@@ -153,6 +151,18 @@ pk_status sav_parse(const void *buf, size_t n, const sav_expect *want, sav_heade
                     h->pool_id, h->parent, h->branch_pos, h->row_first);
     if (h->payload_bytes != payload_bytes(h))
         return fail(PK_EFORMAT, why, cap, "payload size %llu does not match its counts", (unsigned long long)h->payload_bytes);
+    return PK_OK;
+}
+
+pk_status sav_parse(const void *buf, size_t n, const sav_expect *want, sav_header *h, const int32_t **tokens,
+                    const uint8_t **rows, char *why, size_t cap)
+{
+    const uint8_t *b = buf;
+    memset(h, 0, sizeof *h);
+    if (n < SAV_HEADER_BYTES)
+        return fail(PK_EFORMAT, why, cap, "truncated: %zu bytes, the header alone has %d", n, SAV_HEADER_BYTES);
+    pk_status st = parse_header(b, want, h, why, cap);
+    if (st != PK_OK) return st;
     if ((uint64_t)n != SAV_HEADER_BYTES + h->payload_bytes)
         return fail(PK_EFORMAT, why, cap, "%s: %zu bytes, the header says %llu", n < SAV_HEADER_BYTES + h->payload_bytes ?
                     "truncated" : "trailing bytes", n, (unsigned long long)(SAV_HEADER_BYTES + h->payload_bytes));
@@ -186,7 +196,12 @@ pk_status sav_read(const char *path, const sav_expect *want, uint8_t **buf, sav_
         return fail(PK_EFORMAT, why, cap, "truncated: %lld bytes, the header alone has %d", (long long)sb.st_size,
                     SAV_HEADER_BYTES);
     }
-    uint64_t says = SAV_HEADER_BYTES + get64(hb + 64);
+    pk_status st = parse_header(hb, want, h, why, cap);
+    if (st != PK_OK) {
+        close(fd);
+        return st;
+    }
+    uint64_t says = SAV_HEADER_BYTES + h->payload_bytes;
     if (says < SAV_HEADER_BYTES || (uint64_t)sb.st_size != says) {
         close(fd);
         return fail(PK_EFORMAT, why, cap, "%s: %lld bytes, the header says %llu", (uint64_t)sb.st_size < says ? "truncated" :
@@ -204,7 +219,7 @@ pk_status sav_read(const char *path, const sav_expect *want, uint8_t **buf, sav_
         got += (size_t)k;
     }
     close(fd);
-    pk_status st = sav_parse(b, got, want, h, tokens, rows, why, cap);
+    st = sav_parse(b, got, want, h, tokens, rows, why, cap);
     if (st != PK_OK) {
         free(b);
         return st;
