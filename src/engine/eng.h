@@ -343,9 +343,6 @@ typedef struct eng_file_reply {
 pk_status eng_slot_save(eng *e, int32_t slot, const char *dir, const char *name, eng_file_reply *out);
 pk_status eng_slot_restore(eng *e, int32_t slot, const char *dir, const char *name, eng_file_reply *out);
 
-/* Pools read back from pool_dir by eng_new, and those refused. */
-int32_t eng_pools_restored(const eng *e, int32_t *n_refused, double *ms);
-
 /* ---- admission (docs/admission.md) --------------------------------------- */
 
 /* The admission policy of pool_id (0: the server scope): with set != NULL

@@ -406,10 +406,3 @@ void eng_save_free(eng *e)
     free(e->persist);
     e->persist = NULL;
 }
-
-int32_t eng_pools_restored(const eng *e, int32_t *n_refused, double *ms)
-{
-    if (n_refused) *n_refused = e->persist->n_refused;
-    if (ms) *ms = e->persist->restore_ms;
-    return e->persist->n_restored;
-}
