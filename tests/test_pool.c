@@ -228,8 +228,28 @@ static void test_random(int n_runs, int n_steps)
            n_ops[0] + n_ops[1], n_ops[2], n_ops[3]);
 }
 
+/* A tree read back from files keeps its ids: the next id can be moved
+ * forward, never back (ids are never reused). */
+static void test_next_id(void)
+{
+    pool_tree *t;
+    CHECK_EQ_INT(pool_tree_new(4, &t), PK_OK);
+    int32_t tok[3] = { 1, 2, 3 }, id;
+    CHECK_EQ_INT(pool_set_next_id(t, 7), PK_OK);
+    CHECK_EQ_INT(pool_add(t, -1, tok, 3, -1, 0, 0, &id), PK_OK);
+    CHECK_EQ_INT(id, 7);
+    CHECK_EQ_INT(pool_set_next_id(t, 7), PK_EINVAL);
+    CHECK_EQ_INT(pool_set_next_id(t, 3), PK_EINVAL);
+    CHECK_EQ_INT(pool_set_next_id(t, 9), PK_OK);
+    CHECK_EQ_INT(pool_add(t, 7, tok, 3, 2, 1, 0, &id), PK_OK);
+    CHECK_EQ_INT(id, 9);
+    CHECK(pool_tree_check(t));
+    pool_tree_free(t);
+}
+
 int main(void)
 {
+    test_next_id();
     test_contract();
     test_match();
     test_random(300, 60);

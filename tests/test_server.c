@@ -686,7 +686,8 @@ static void test_live(const char *model_path)
     CHECK_EQ_INT(r->status, 400);
     CHECK(has(r, "exceed_context_size_error"));
 
-    /* API key: missing, wrong, right; /health stays open. */
+    /* API key: missing, wrong, right; every route needs it, /health and
+     * /slots included (--public-probes opens /health and /metrics, below). */
     http(port, "POST", "/completion", NULL, "{\"prompt\": \"Once\", \"n_predict\": 2}", r);
     CHECK_EQ_INT(r->status, 401);
     CHECK(has(r, "authentication_error"));
@@ -696,6 +697,22 @@ static void test_live(const char *model_path)
     CHECK_EQ_INT(r->status, 200);
     CHECK(has(r, "\"tokens_predicted\":2"));
     http(port, "GET", "/health", NULL, NULL, r);
+    CHECK_EQ_INT(r->status, 401);
+    http(port, "GET", "/health", auth, NULL, r);
+    CHECK_EQ_INT(r->status, 200);
+    static const char *keyed[] = { "/slots", "/props", "/v1/models", "/polykv/tps", "/polykv/pools",
+                                   "/polykv/cache", "/polykv/capacity" };
+    for (size_t i = 0; i < ARRAY_LEN(keyed); i++) {
+        http(port, "GET", keyed[i], NULL, NULL, r);
+        CHECK_EQ_INT(r->status, 401);
+        http(port, "GET", keyed[i], "X-Api-Key: sekre\r\n", NULL, r);
+        CHECK_EQ_INT(r->status, 401);
+    }
+    http(port, "POST", "/slots/0?action=erase", NULL, "", r);
+    CHECK_EQ_INT(r->status, 401);
+    http(port, "GET", "/", NULL, NULL, r);
+    CHECK_EQ_INT(r->status, 200);                  /* the page loads; its data calls need the key */
+    http(port, "GET", "/slots", "X-Api-Key: sekret\r\n", NULL, r);
     CHECK_EQ_INT(r->status, 200);
 
     /* A stream stays whole while bad requests come and go. */
@@ -758,6 +775,23 @@ static void test_live(const char *model_path)
     http(port, "GET", "/metrics", auth, NULL, r);
     CHECK_EQ_INT(r->status, 200);
     CHECK(has(r, "llamacpp:tokens_predicted_total") && has(r, "vllm:kv_cache_usage_perc{model_name="));
+    http(port, "GET", "/metrics", NULL, NULL, r);
+    CHECK_EQ_INT(r->status, 401);
+
+    /* --public-probes: /health and /metrics open, nothing else. */
+    srv_free(s);
+    sp.public_probes = true;
+    CHECK_EQ_INT(srv_new(&sp, &s, err, sizeof err), PK_OK);
+    port = srv_port(s);
+    CHECK_EQ_INT(srv_set_engine(s, e, model_path, err, sizeof err), PK_OK);
+    http(port, "GET", "/health", NULL, NULL, r);
+    CHECK_EQ_INT(r->status, 200);
+    http(port, "GET", "/metrics", NULL, NULL, r);
+    CHECK_EQ_INT(r->status, 200);
+    http(port, "GET", "/slots", NULL, NULL, r);
+    CHECK_EQ_INT(r->status, 401);
+    http(port, "POST", "/completion", NULL, "{\"prompt\": \"Once\", \"n_predict\": 1}", r);
+    CHECK_EQ_INT(r->status, 401);
 
     srv_free(s);
     eng_free(e);

@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "../engine/eng.h"
 #include "../model/model.h"
@@ -34,7 +36,11 @@ static void usage(void)
         "  -cram, --cache-ram MIB  RAM for histories spilled out of the KV cache (default 8192, 0 = none)\n"
         "  --host ADDR             address to listen on (default 127.0.0.1)\n"
         "  --port N                port (default 8080; 0 picks a free one)\n"
-        "  --api-key KEY           require Authorization: Bearer KEY\n"
+        "  --api-key KEY           require Authorization: Bearer KEY (or X-Api-Key) on every route\n"
+        "                          but the page's files at / and /assets/\n"
+        "  --public-probes         with --api-key: leave /health and /metrics open (probes, scrapers)\n"
+        "  --slot-save-path DIR    POST /slots/{id}?action=save|restore read and write files in DIR\n"
+        "  --pool-dir DIR          pinned pools are saved in DIR and restored at start (docs/pools.md)\n"
         "  -a, --alias NAME        the model's name in responses (default: file name)\n"
         "  --jinja / --no-jinja    render the chat template with the Jinja engine (default on;\n"
         "                          off: the built-in ChatML, Llama 3, Llama 2 and Mistral layouts)\n"
@@ -122,7 +128,7 @@ static bool takes_value(const char *a)
         "-m", "--model", "-c", "--ctx-size", "-np", "--parallel", "-t", "--threads", "-cram", "--cache-ram",
         "-b", "--batch-size", "--batch-decoding", "--pools", "--pool-grace-ms", "--host", "--port", "--api-key",
         "-a", "--alias", "--chat-template", "--chat-template-file", "-to", "--timeout", "--max-body", "--header-timeout", "--max-per-ip",
-        "--max-connections", "--kv-type",
+        "--max-connections", "--kv-type", "--pool-dir",
     };
     if (!strncmp(a, "--slot-", 7) || !strncmp(a, "--admission-", 12)) return true;
     for (size_t k = 0; k < ARRAY_LEN(names); k++)
@@ -154,6 +160,7 @@ static bool parse(int argc, char **argv, serve_opts *o)
             o->ep.ctx_shift = !strcmp(a, "--context-shift");
             continue;
         }
+        if (!strcmp(a, "--public-probes")) { o->sp.public_probes = true; continue; }
         int llama = cli_serve_llama_flag(argc, argv, &i, &o->sp);
         if (llama) {
             if (llama < 0) return false;
@@ -164,6 +171,16 @@ static bool parse(int argc, char **argv, serve_opts *o)
             return false;
         }
         if (!(v = cli_arg(argc, argv, &i))) return false;
+        if (!strcmp(a, "--slot-save-path") || !strcmp(a, "--pool-dir")) {
+            struct stat sb;
+            if (stat(v, &sb) || !S_ISDIR(sb.st_mode) || access(v, R_OK | W_OK | X_OK)) {
+                fprintf(stderr, "polykv serve: %s %s: not a directory this process can read and write\n", a, v);
+                return false;
+            }
+            if (a[2] == 's') o->sp.slot_save_path = v;
+            else o->ep.pool_dir = v;
+            continue;
+        }
         if (!strncmp(a, "--slot-", 7)) {
             pk_status ps = pol_params_set(&o->ep.policy, a, v);
             if (ps == PK_OK) continue;

@@ -39,7 +39,7 @@ void cli_serve_llama_usage(void)
         "  -ub, --ubatch-size N    accepted: polykv picks its own micro-batch (min of -b and 512)\n"
         "refused with the reason: --hf-repo/-hf, --hf-file/-hff, --model-url/-mu (no downloads: pass\n"
         "  -m FILE), --embedding(s), --reranking, --lora, -ngl/--n-gpu-layers, --model-draft,\n"
-        "  --spec-type, --mmproj(-url), --slot-save-path, --sleep-idle-seconds, --kv-unified\n");
+        "  --spec-type, --mmproj(-url), --sleep-idle-seconds, --kv-unified\n");
 }
 
 static int fail(const char *a, const char *why)
@@ -137,7 +137,6 @@ int cli_serve_llama_flag(int argc, char **argv, int *i, srv_params *sp)
         { "-md", "speculative decoding is not supported" },
         { "--kv-unified", "a slot holds -c / -np positions in polykv (the cells are shared, a slot's share is not)" },
         { "-kvu", "a slot holds -c / -np positions in polykv (the cells are shared, a slot's share is not)" },
-        { "--slot-save-path", "saving and restoring slots to files is not supported" },
         { "--sleep-idle-seconds", "sleeping (unloading the model when idle) is not supported" },
         { "--mmproj", "multimodal projectors are not supported" },
         { "--mmproj-url", "multimodal projectors are not supported" },

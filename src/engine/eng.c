@@ -26,6 +26,7 @@
 #include "../common/buf.h"
 #include "../common/utf8.h"
 #include "../grammar/gram.h"
+#include "../save/sav.h"
 #include "eng_impl.h"
 
 eng_params eng_default_params(void)
@@ -376,6 +377,13 @@ static bool take_mailbox(eng *e)
             eng_call *c = container_of(m, eng_call, msg);
             unpublish(e);
             eng_erase_msg(e, c);
+            eng_call_done(e, c);
+            break;
+        }
+        case ENG_MSG_SLOT_FILE: {
+            eng_call *c = container_of(m, eng_call, msg);
+            unpublish(e);
+            eng_slot_file_msg(e, c);
             eng_call_done(e, c);
             break;
         }
@@ -755,6 +763,33 @@ pk_status eng_erase(eng *e, int32_t slot_id, int32_t *n_erased)
     return st != PK_OK ? st : c.status;
 }
 
+static pk_status slot_file(eng *e, int32_t slot_id, const char *dir, const char *name, bool save,
+                           eng_file_reply *out)
+{
+    memset(out, 0, sizeof *out);
+    eng_call c = { .msg.kind = ENG_MSG_SLOT_FILE, .erase_slot = slot_id, .file_dir = dir, .file_name = name,
+                   .file_save = save, .file_out = out };
+    out->status = PK_EINVAL;
+    if (slot_id < 0 || slot_id >= e->p.n_slots) snprintf(out->message, sizeof out->message, "Invalid slot ID");
+    else if (!dir || !name || !sav_name_ok(name, strlen(name)))
+        snprintf(out->message, sizeof out->message, "Invalid filename");
+    else if (call(e, &c) != PK_OK) {
+        out->status = PK_ECANCELLED;
+        snprintf(out->message, sizeof out->message, "the engine is stopping");
+    }
+    return out->status;
+}
+
+pk_status eng_slot_save(eng *e, int32_t slot_id, const char *dir, const char *name, eng_file_reply *out)
+{
+    return slot_file(e, slot_id, dir, name, true, out);
+}
+
+pk_status eng_slot_restore(eng *e, int32_t slot_id, const char *dir, const char *name, eng_file_reply *out)
+{
+    return slot_file(e, slot_id, dir, name, false, out);
+}
+
 pk_status eng_admission(eng *e, int32_t pool_id, const adm_policy *set, adm_policy *out)
 {
     eng_call c = { .msg.kind = ENG_MSG_ADMISSION, .pool_id = pool_id, .adm_set = set, .adm_out = out };
@@ -853,7 +888,7 @@ pk_status eng_new(const model *m, const eng_params *p, eng **out)
         e->slots[i].last_source_seq = -1;
         if (!(e->slots[i].cache = malloc((size_t)e->n_ctx_slot * sizeof(int32_t)))) goto fail;
     }
-    if ((st = eng_place_init(e)) || (st = eng_pool_init(e))) goto fail;
+    if ((st = eng_place_init(e)) || (st = eng_pool_init(e)) || (st = eng_save_init(e))) goto fail;
     st = PK_ENOMEM;
 #ifdef PK_DEBUG
     e->check = true;
@@ -877,6 +912,7 @@ pk_status eng_new(const model *m, const eng_params *p, eng **out)
     return PK_OK;
 fail:
     free(e->pub);
+    eng_save_free(e);
     eng_pool_free(e);
     eng_place_free(e);
     if (e->slots)
@@ -914,6 +950,10 @@ void eng_free(eng *e)
             c->pool_out->status = PK_ECANCELLED;
             snprintf(c->pool_out->message, sizeof c->pool_out->message, "the engine is stopping");
         }
+        if (c->file_out) {
+            c->file_out->status = PK_ECANCELLED;
+            snprintf(c->file_out->message, sizeof c->file_out->message, "the engine is stopping");
+        }
         eng_call_done(e, c);
     }
     e->inbox_head = e->inbox_tail = NULL;
@@ -933,6 +973,9 @@ void eng_free(eng *e)
         free(s->cache);
         free(s->text);
     }
+    /* A clean shutdown: whatever pinned pool has no file yet gets one. */
+    eng_persist_sync(e);
+    eng_save_free(e);
     for (int32_t i = 0; i < e->n_gram_idle; i++) gram_matcher_free(e->gram_idle[i]);
     gram_vocab_free(e->gvocab);
     free(e->gram_logits);

@@ -83,6 +83,8 @@ typedef struct eng_params {
     int32_t pool_grace_ms;      /* --pool-grace-ms: kept after the last user leaves, 30000 */
     bool ctx_shift;             /* --context-shift: a full context drops half of its
                                    tokens after n_keep and goes on (cells of its own only) */
+    const char *pool_dir;       /* --pool-dir: pinned pools are saved here and restored at
+                                   start (eng_save.c); NULL: none.  Copied. */
     adm_policy admission;       /* server-wide, for sessions on no pool (--admission-*);
                                    also the defaults of a pool's policy */
 } eng_params;
@@ -338,6 +340,29 @@ pk_status eng_get_stats_recent(eng *e, eng_stats *out);
  * parked and RAM history.  *n_erased (may be NULL) gets the tokens they held.
  * PK_EINVAL for a slot out of range, PK_ECANCELLED when stopping. */
 pk_status eng_erase(eng *e, int32_t slot, int32_t *n_erased);
+
+/* ---- KV state on disk (eng_save.c, src/save/sav.h) ------------------- */
+
+typedef struct eng_file_reply {
+    pk_status status;
+    char message[200];          /* why, when status is not PK_OK */
+    int32_t n_tokens;           /* saved / restored */
+    uint64_t n_bytes;           /* of the file */
+    double ms;
+} eng_file_reply;
+
+/* Writes slot `slot`'s history (tokens and K/V rows) to dir/name, or
+ * replaces the slot's history with the one in that file (llama-server's
+ * /slots/{id}?action=save|restore); the file is written crash-safely
+ * (sav_write).  name must pass sav_name_ok (else PK_EINVAL): it names a
+ * file in dir and nothing else.  Returns
+ * out->status: PK_OK; PK_EINVAL (slot out of range, nothing to save, a bad
+ * name); PK_ECONFLICT (a task runs in the slot); PK_ENOTFOUND (no such
+ * file); PK_EFORMAT / PK_EUNSUPPORTED (a file that is damaged, or from
+ * another model or KV type: refused, the slot's history kept); PK_EFULL (no
+ * KV room); PK_EIO; PK_ECANCELLED.  Any thread. */
+pk_status eng_slot_save(eng *e, int32_t slot, const char *dir, const char *name, eng_file_reply *out);
+pk_status eng_slot_restore(eng *e, int32_t slot, const char *dir, const char *name, eng_file_reply *out);
 
 /* ---- admission (docs/admission.md) --------------------------------------- */
 

@@ -33,6 +33,9 @@ typedef struct eng_call {
     int32_t expected_tokens;    /* ENG_MSG_CAPACITY */
     const char *session;
     eng_capacity_reply *cap_out;
+    const char *file_dir, *file_name;  /* ENG_MSG_SLOT_FILE: slot erase_slot */
+    bool file_save;             /* save, else restore */
+    eng_file_reply *file_out;
     pk_status status;           /* ENG_MSG_ERASE's answer */
     int32_t n_erased;
     double t0_ms;
@@ -176,6 +179,7 @@ struct eng {
     slot *slots;
     eng_seqs seqs;              /* eng_seq.c */
     struct eng_pools *pools;    /* eng_pool.c */
+    struct eng_persist *persist; /* eng_save.c */
     eng_scope adm;              /* eng_admit.c: the server scope */
     eng_adm_in adm_in;          /* scratch for snapshots (engine thread) */
     pthread_mutex_t pub_mu;     /* guards *pub */
@@ -323,6 +327,32 @@ void eng_admit_step(eng *e);
 void eng_admit_order(eng *e);
 bool eng_session_known(const eng *e, const char *session);
 void eng_admit_stats(eng *e, int32_t pool_id, eng_adm_info *o);
+
+/* eng_save.c: KV state on disk */
+/* The model's fingerprint; with --pool-dir, the saved pools restored
+ * (before the engine thread starts). */
+pk_status eng_save_init(eng *e);
+void eng_save_free(eng *e);
+void eng_slot_file_msg(eng *e, eng_call *c);
+/* With --pool-dir: writes every explicitly pinned pool and its ancestors
+ * that has no file yet and is resident, and removes the files of pools no
+ * longer in that set.  Call after a pin, unpin, release or a pool becoming
+ * resident, before its answer (an answered pin is on disk). */
+void eng_persist_sync(eng *e);
+/* The K/V rows of seq's positions [p0, p1), [p1 - p0][n_layer][K | V]
+ * (malloc'ed), NULL when a position has no cell or out of memory. */
+uint8_t *eng_rows_get(eng *e, kv_seq seq, int32_t p0, int32_t p1);
+/* Copies rows for positions [p0, p1) into free cells joined to (and
+ * charged to) seq; the caller has made room.  false when cells are short. */
+bool eng_rows_put(eng *e, kv_seq seq, int32_t p0, int32_t p1, const uint8_t *rows);
+
+/* eng_pool.c, for eng_save.c */
+struct pool_tree *eng_pool_tree(eng *e);
+/* A pool read from a file: node `id` (above every id so far) under parent
+ * (-1 a root) sharing its [0, D), tokens[0, n), own rows for [D, n);
+ * resident at once.  PK_OK, else the reason in why (nothing kept). */
+pk_status eng_pool_adopt(eng *e, int32_t id, int32_t parent, int32_t D, const int32_t *tokens, int32_t n,
+                         bool pinned, const uint8_t *rows, char *why, size_t cap);
 
 /* eng_check.c: every invariant of the engine's state; ASSERTs. */
 void eng_check(eng *e);

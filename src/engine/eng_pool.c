@@ -181,6 +181,7 @@ static void resident(eng *e, const pool_node *p)
     pmech *pm = mech(e, p);
     pool_set_residency(e->pools->tree, p->id, POOL_RESIDENT);
     pm->was_resident = true;
+    eng_persist_sync(e);
     reply_all(e, pm, PK_OK, "");
 }
 
@@ -413,6 +414,7 @@ static void op_release(eng *e, eng_call *c, const pool_node *p)
         drop_pool(e, pool_get(t, ids[k]), PK_ENOTFOUND, msg);
     }
     c->pool_out->n_released = n;
+    eng_persist_sync(e);
     answer(e, c, PK_OK, NULL);
 }
 
@@ -436,6 +438,7 @@ void eng_pool_msg(eng *e, eng_call *c)
     case ENG_POOL_UNPIN:
         pool_set_pinned(t, p->id, rq->verb == ENG_POOL_PIN);
         pool_touch(t, p->id, eng_now_s());
+        eng_persist_sync(e);               /* an answered pin is on disk */
         answer(e, c, PK_OK, NULL);
         return;
     case ENG_POOL_EVICT:
@@ -469,6 +472,53 @@ void eng_pool_msg(eng *e, eng_call *c)
     default:
         answer(e, c, PK_EINVAL, "unknown pool operation");
     }
+}
+
+struct pool_tree *eng_pool_tree(eng *e) { return e->pools->tree; }
+
+pk_status eng_pool_adopt(eng *e, int32_t id, int32_t parent, int32_t D, const int32_t *tokens, int32_t n,
+                         bool pinned, const uint8_t *rows, char *why, size_t cap)
+{
+    pool_tree *t = e->pools->tree;
+    int32_t d, conflict, got;
+    if (n >= e->n_ctx_slot) {
+        snprintf(why, cap, "%d tokens; a slot holds %d", n, e->n_ctx_slot);
+        return PK_EINVAL;
+    }
+    pk_status st = pool_plan(t, parent, tokens, n, D, &d, &conflict);
+    if (st != PK_OK || d != D) {
+        snprintf(why, cap, st == PK_ENOTFOUND ? "its parent pool %d was not restored"
+                 : "its tokens do not extend parent pool %d's at branch_pos", parent);
+        return st != PK_OK ? st : PK_EFORMAT;
+    }
+    if ((st = pool_set_next_id(t, id)) != PK_OK) {
+        snprintf(why, cap, "pool id %d is already taken", id);
+        return st;
+    }
+    kv_seq seq = eng_seq_take(e, ENG_SEQ_POOL);
+    if (seq < 0) {
+        snprintf(why, cap, "all %d pool sequence ids are in use (--pools)", e->p.n_pools);
+        return PK_EFULL;
+    }
+    if ((st = pool_add(t, parent, tokens, n, D, seq, eng_now_s(), &got)) != PK_OK) {
+        eng_seq_give(e, seq);
+        snprintf(why, cap, "%s", st == PK_EFULL ? "the pool tree is full (--pools)" : pk_status_str(st));
+        return st;
+    }
+    ASSERT(got == id);
+    pmech *pm = &e->pools->m[seq];
+    *pm = (pmech){ .id = id, .mat_pos = n, .was_resident = true };
+    pm->adm.policy = e->p.admission;
+    pm->adm.policy.set = false;
+    if (parent >= 0) kv_seq_cp(e->kv, pool_get(t, parent)->seq, seq, 0, D);
+    if (!eng_make_room(e, n - D) || !eng_rows_put(e, seq, D, n, rows)) {
+        snprintf(why, cap, "the KV cache has no room for its %d cells", n - D);
+        drop_pool(e, pool_get(t, id), PK_EFULL, why);
+        return PK_EFULL;
+    }
+    pool_set_pinned(t, id, pinned);
+    pool_set_residency(t, id, POOL_RESIDENT);
+    return PK_OK;
 }
 
 /* ---- attaching -------------------------------------------------------- */

@@ -19,7 +19,8 @@
  * engine, answered in one switch (eng.c: take_mailbox).  A completion's
  * message is in its task. */
 typedef enum eng_msg_kind {
-    ENG_MSG_TASK = 1, ENG_MSG_STATS, ENG_MSG_POOL, ENG_MSG_ERASE, ENG_MSG_ADMISSION, ENG_MSG_CAPACITY
+    ENG_MSG_TASK = 1, ENG_MSG_STATS, ENG_MSG_POOL, ENG_MSG_ERASE, ENG_MSG_ADMISSION, ENG_MSG_CAPACITY,
+    ENG_MSG_SLOT_FILE
 } eng_msg_kind;
 
 typedef struct eng_msg {

@@ -153,6 +153,13 @@ pk_status pool_add(pool_tree *t, int32_t parent_id, const int32_t *tokens, int32
     return PK_OK;
 }
 
+pk_status pool_set_next_id(pool_tree *t, int32_t id)
+{
+    if (id < t->next_id) return PK_EINVAL;
+    t->next_id = id;
+    return PK_OK;
+}
+
 pk_status pool_remove(pool_tree *t, int32_t id)
 {
     int32_t i = index_of(t, id);

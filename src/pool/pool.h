@@ -103,6 +103,10 @@ pk_status pool_plan(const pool_tree *t, int32_t parent_id, const int32_t *tokens
 pk_status pool_add(pool_tree *t, int32_t parent_id, const int32_t *tokens, int32_t n, int32_t branch_pos,
                    int32_t seq, double now_s, int32_t *id_out);
 
+/* The next pool_add gives id (a tree restored from files keeps its ids).
+ * PK_EINVAL when id is below the next one already (ids are never reused). */
+pk_status pool_set_next_id(pool_tree *t, int32_t id);
+
 /* Removes leaf id.  PK_ENOTFOUND, PK_ECONFLICT while it has children. */
 pk_status pool_remove(pool_tree *t, int32_t id);
 

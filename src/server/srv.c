@@ -20,47 +20,57 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <pthread.h>
 #include <time.h>
+#include <xxhash.h>
 
 #include "../model/model.h"
 #include "srv_impl.h"
+
+/* Who may call a route when --api-key is set. */
+typedef enum srv_access {
+    SRV_KEY = 0,                 /* the key, always */
+    SRV_PROBE,                   /* the key, unless --public-probes */
+    SRV_OPEN,                    /* nobody needs it: the page's static files, whose data
+                                    calls then need the key */
+} srv_access;
 
 typedef struct srv_route {
     const char *path;
     const char *method;          /* "GET", "POST" (a JSON object body), or "*": GET, POST
                                     (the body optional) and DELETE, the handler decides */
     srv_handler fn;
-    bool is_public;              /* no API key needed */
+    srv_access access;
     bool prefix;                 /* path is a prefix: the handler parses the rest */
 } srv_route;
 
 static const srv_route routes[] = {
-    { "/health",              "GET",  srv_h_health,          true, false },
-    { "/v1/health",           "GET",  srv_h_health,          true, false },
-    { "/v1/models",           "GET",  srv_h_oai_models,      true, false },
-    { "/models",              "GET",  srv_h_oai_models,      true, false },
-    { "/v1/completions",      "POST", srv_h_oai_completions, false, false },
-    { "/v1/chat/completions", "POST", srv_h_oai_chat,        false, false },
-    { "/chat/completions",    "POST", srv_h_oai_chat,        false, false },
-    { "/v1/chat/completions/input_tokens", "POST", srv_h_oai_input_tokens, false, false },
-    { "/chat/completions/input_tokens",    "POST", srv_h_oai_input_tokens, false, false },
-    { "/completion",          "POST", srv_h_completion,      false, false },
-    { "/completions",         "POST", srv_h_completion,      false, false },
-    { "/tokenize",            "POST", srv_h_tokenize,        false, false },
-    { "/detokenize",          "POST", srv_h_detokenize,      false, false },
-    { "/apply-template",      "POST", srv_h_apply_template,  false, false },
-    { "/props",               "*",    srv_h_props,           false, false },
-    { "/slots",               "GET",  srv_h_slots,           false, false },
-    { "/metrics",             "GET",  srv_h_metrics,         false, false },
-    { "/polykv/tps",          "GET",  srv_h_tps,             false, false },
-    { "/polykv/cache",        "GET",  srv_h_cache,           false, false },
-    { "/polykv/pools",        "*",    srv_h_pools,           false, false },
-    { "/polykv/admission",    "*",    srv_h_admission,       false, false },
-    { "/polykv/capacity",     "GET",  srv_h_capacity,        false, false },
-    { "/polykv/pools/",       "*",    srv_h_pool,            false, true },
-    { "/slots/",              "*",    srv_h_slot_action,     false, true },
-    { "/",                    "GET",  srv_h_page,            true, false },
-    { "/assets/",             "GET",  srv_h_page,            true, true },
+    { "/health",              "GET",  srv_h_health,          SRV_PROBE, false },
+    { "/v1/health",           "GET",  srv_h_health,          SRV_PROBE, false },
+    { "/v1/models",           "GET",  srv_h_oai_models,      SRV_KEY, false },
+    { "/models",              "GET",  srv_h_oai_models,      SRV_KEY, false },
+    { "/v1/completions",      "POST", srv_h_oai_completions, SRV_KEY, false },
+    { "/v1/chat/completions", "POST", srv_h_oai_chat,        SRV_KEY, false },
+    { "/chat/completions",    "POST", srv_h_oai_chat,        SRV_KEY, false },
+    { "/v1/chat/completions/input_tokens", "POST", srv_h_oai_input_tokens, SRV_KEY, false },
+    { "/chat/completions/input_tokens",    "POST", srv_h_oai_input_tokens, SRV_KEY, false },
+    { "/completion",          "POST", srv_h_completion,      SRV_KEY, false },
+    { "/completions",         "POST", srv_h_completion,      SRV_KEY, false },
+    { "/tokenize",            "POST", srv_h_tokenize,        SRV_KEY, false },
+    { "/detokenize",          "POST", srv_h_detokenize,      SRV_KEY, false },
+    { "/apply-template",      "POST", srv_h_apply_template,  SRV_KEY, false },
+    { "/props",               "*",    srv_h_props,           SRV_KEY, false },
+    { "/slots",               "GET",  srv_h_slots,           SRV_KEY, false },
+    { "/metrics",             "GET",  srv_h_metrics,         SRV_PROBE, false },
+    { "/polykv/tps",          "GET",  srv_h_tps,             SRV_KEY, false },
+    { "/polykv/cache",        "GET",  srv_h_cache,           SRV_KEY, false },
+    { "/polykv/pools",        "*",    srv_h_pools,           SRV_KEY, false },
+    { "/polykv/admission",    "*",    srv_h_admission,       SRV_KEY, false },
+    { "/polykv/capacity",     "GET",  srv_h_capacity,        SRV_KEY, false },
+    { "/polykv/pools/",       "*",    srv_h_pool,            SRV_KEY, true },
+    { "/slots/",              "*",    srv_h_slot_action,     SRV_KEY, true },
+    { "/",                    "GET",  srv_h_page,            SRV_OPEN, false },
+    { "/assets/",             "GET",  srv_h_page,            SRV_OPEN, true },
 };
 
 srv_params srv_default_params(void)
@@ -131,6 +141,9 @@ static enum MHD_Result queue(srv_req *r, unsigned status, struct MHD_Response *r
     if (!resp) return MHD_NO;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
     srv_cors_add(r, resp, !strcmp(r->method, "OPTIONS"));
+    /* Error bodies quote the client's URL and fields (JSON-escaped); a
+     * browser must never sniff one as HTML. */
+    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
     if (r->placed) {
         char v[16];
         if (r->placed_pool > 0) {
@@ -250,11 +263,25 @@ void srv_random_id(char *buf, size_t cap, const char *prefix)
 
 /* ---- auth ---- */
 
-static bool same_secret(const char *a, const char *b)
+/* Compares a client's key with ours in time that depends on neither's
+ * content: both are hashed with a per-process random seed and the digests
+ * compared whole, so no prefix of the key can be found by timing (and the
+ * length of ours is not revealed by where a loop stops). */
+static uint64_t secret_seed;
+static pthread_once_t secret_once = PTHREAD_ONCE_INIT;
+
+static void pick_seed(void)
 {
-    size_t na = strlen(a), nb = strlen(b);
-    unsigned char diff = na != nb;
-    for (size_t i = 0; i < na; i++) diff |= (unsigned char)(a[i] ^ b[i % (nb ? nb : 1)]);
+    if (getrandom(&secret_seed, sizeof secret_seed, 0) != (ssize_t)sizeof secret_seed)
+        secret_seed = (uint64_t)pk_time_us() * 0x9e3779b97f4a7c15ull;
+}
+
+static bool same_secret(const char *given, const char *key)
+{
+    pthread_once(&secret_once, pick_seed);
+    XXH128_hash_t a = XXH3_128bits_withSeed(given, strlen(given), secret_seed);
+    XXH128_hash_t b = XXH3_128bits_withSeed(key, strlen(key), secret_seed);
+    volatile uint64_t diff = (a.low64 ^ b.low64) | (a.high64 ^ b.high64);
     return diff == 0;
 }
 
@@ -309,7 +336,8 @@ static bool early_reply(srv_req *r, enum MHD_Result *ret)
         return true;
     }
     r->route = rt;
-    if (!rt->is_public && !authorized(r)) {
+    bool open = rt->access == SRV_OPEN || (rt->access == SRV_PROBE && r->s->p.public_probes);
+    if (!open && !authorized(r)) {
         *ret = srv_reply_errorf(r, 401, "Invalid API Key");
         return true;
     }
@@ -528,6 +556,7 @@ pk_status srv_new(const srv_params *p, srv **out, char *err, size_t err_len)
     s->p = *p;
     s->p.host = s->host = dup_or_null(p->host, &oom);
     s->p.api_key = s->api_key = dup_or_null(p->api_key, &oom);
+    s->p.slot_save_path = s->save_dir = dup_or_null(p->slot_save_path, &oom);
     s->p.chat_template = s->chat_template = dup_or_null(p->chat_template, &oom);
     s->p.chat_template_file = s->chat_template_file = dup_or_null(p->chat_template_file, &oom);
     s->p.model_alias = s->alias = dup_or_null(p->model_alias, &oom);
@@ -639,6 +668,7 @@ void srv_free(srv *s)
     if (s->d) MHD_stop_daemon(s->d);
     free(s->host);
     free(s->api_key);
+    free(s->save_dir);
     free(s->chat_template);
     free(s->chat_template_file);
     srv_chat_free(s);

@@ -63,7 +63,11 @@ bool srv_reasoning_parse(const char *name, srv_reasoning *out);
 typedef struct srv_params {
     const char *host;           /* address to bind, "127.0.0.1" */
     int port;                   /* 8080; 0 picks a free one (see srv_port) */
-    const char *api_key;        /* NULL or "": no authentication */
+    const char *api_key;        /* NULL or "": no authentication; else required on every
+                                   route but the page's files (/, /assets/) */
+    bool public_probes;         /* with api_key: /health and /metrics need none */
+    const char *slot_save_path; /* --slot-save-path: the only directory slot save and
+                                   restore touch; NULL: they answer 501 */
     bool endpoint_metrics;      /* GET /metrics (--metrics), off by default */
     bool endpoint_slots;        /* GET /slots, on by default */
     const char *chat_template;  /* tmpl_from_name name overriding the model's, or NULL */

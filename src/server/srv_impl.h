@@ -43,7 +43,7 @@ typedef struct srv_jinja {
 
 struct srv {
     srv_params p;                  /* strings point at the owned copies below */
-    char *host, *api_key, *chat_template, *chat_template_file, *alias, *cors_origins, *tags;
+    char *host, *api_key, *chat_template, *chat_template_file, *alias, *cors_origins, *tags, *save_dir;
     struct MHD_Daemon *d;
     int port;
     int64_t t_start;               /* unix seconds */

@@ -7,6 +7,7 @@
  *   GET    /polykv/pools/{id}              one subtree
  *   DELETE /polykv/pools/{id}[?recursive=true]
  *   POST   /polykv/pools/{id}/fork | pin | unpin | evict | flush
+ *   POST   /slots/{id}?action=save | restore | erase   (llama-server's)
  *
  * A prefix is given by exactly one of tokens (ids), prompt (text, as
  * /completion tokenizes it), messages (+ tools: the chat template without
@@ -18,6 +19,7 @@
 #include <string.h>
 
 #include "../pool/pool.h"
+#include "../save/sav.h"
 #include "srv_impl.h"
 
 static unsigned pool_status(pk_status st)
@@ -245,7 +247,46 @@ enum MHD_Result srv_h_pool(srv_req *r, json_t *body)
     return srv_reply_json(r, 200, o);
 }
 
-/* POST /slots/{id}?action=erase (llama-server's): drop the slot's history. */
+static unsigned file_status(pk_status st)
+{
+    switch (st) {
+    case PK_OK: return 200;
+    case PK_EINVAL: case PK_EFORMAT: case PK_EUNSUPPORTED: return 400;
+    case PK_ENOTFOUND: return 404;
+    case PK_ECONFLICT: return 409;
+    case PK_EFULL: return 429;
+    case PK_ECANCELLED: return 503;
+    default: return 500;
+    }
+}
+
+/* save / restore: {"filename": NAME} inside --slot-save-path, nowhere else. */
+static enum MHD_Result slot_file(srv_req *r, json_t *body, int32_t id, bool save)
+{
+    srv *s = r->s;
+    if (!s->save_dir)
+        return srv_reply_errorf(r, 501, "This server does not support slots action. Start it with `--slot-save-path`");
+    const json_t *fn = body ? json_object_get(body, "filename") : NULL;
+    if (!json_is_string(fn)) return srv_reply_errorf(r, 400, "'filename' must be a string");
+    const char *name = json_string_value(fn);
+    if (!sav_name_ok(name, json_string_length(fn)) || strlen(name) != json_string_length(fn))
+        return srv_reply_errorf(r, 400, "Invalid filename: 1 to %d printable ASCII bytes, no '/' or '\\', "
+                                "not starting with '.'", SAV_NAME_MAX);
+    eng_file_reply rp;
+    pk_status st = save ? eng_slot_save(srv_engine(s), id, s->save_dir, name, &rp)
+                        : eng_slot_restore(srv_engine(s), id, s->save_dir, name, &rp);
+    if (st != PK_OK) {
+        srv_err e = { .status = file_status(st) };
+        snprintf(e.msg, sizeof e.msg, "%s", rp.message[0] ? rp.message : pk_status_str(st));
+        return srv_reply_error(r, &e);
+    }
+    return srv_reply_json(r, 200, json_pack("{s:i, s:s, s:i, s:I, s:{s:f}}", "id_slot", id, "filename", name,
+                                            save ? "n_saved" : "n_restored", rp.n_tokens,
+                                            save ? "n_written" : "n_read", (json_int_t)rp.n_bytes, "timings",
+                                            save ? "save_ms" : "restore_ms", rp.ms));
+}
+
+/* POST /slots/{id}?action=save|restore|erase (llama-server's). */
 enum MHD_Result srv_h_slot_action(srv_req *r, json_t *body)
 {
     const char *rest = r->url + strlen("/slots/");
@@ -254,10 +295,10 @@ enum MHD_Result srv_h_slot_action(srv_req *r, json_t *body)
     const char *action = srv_query(r, "action");
     eng *e = srv_engine(r->s);
     if (strcmp(r->method, "POST")) return srv_reply_errorf(r, 405, "%s %s: method not allowed (use POST)", r->method, r->url);
-    if (end == rest || *end || id < 0 || id >= eng_get_params(e)->n_slots)
-        return srv_reply_errorf(r, 400, "no slot '%s'", rest);
-    if (!action || strcmp(action, "erase"))
-        return srv_reply_errorf(r, 400, "action must be 'erase' (save and restore are not supported)");
+    if (end == rest || *end || id < 0 || id >= eng_get_params(e)->n_slots) return srv_reply_errorf(r, 400, "Invalid slot ID");
+    if (action && (!strcmp(action, "save") || !strcmp(action, "restore")))
+        return slot_file(r, body, (int32_t)id, !strcmp(action, "save"));
+    if (!action || strcmp(action, "erase")) return srv_reply_errorf(r, 400, "Invalid action (save, restore or erase)");
     int32_t n = 0;
     pk_status st = eng_erase(e, (int32_t)id, &n);
     if (st == PK_ECONFLICT) return srv_reply_errorf(r, 409, "slot %ld is busy", id);

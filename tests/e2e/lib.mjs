@@ -38,11 +38,15 @@ export function genModel(name, args) {
   return out;
 }
 
-// Starts `polykv serve -m model --port 0 ...args` and waits for /health.
-export async function startServer(model, args = []) {
+// Starts `polykv serve -m model --port 0 ...args` and waits for /health
+// (with the --api-key of args, when given).  opts.env: extra environment.
+export async function startServer(model, args = [], opts = {}) {
   const proc = spawn(BIN, ['serve', '-m', model, '--host', '127.0.0.1', '--port', '0', ...args], {
     stdio: ['ignore', 'ignore', 'pipe'],
+    env: { ...process.env, ...(opts.env || {}) },
   });
+  const k = args.indexOf('--api-key');
+  const probe = k >= 0 ? { authorization: 'Bearer ' + args[k + 1] } : {};
   let log = '';
   const url = await new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`server did not start:\n${log}`)), 30000);
@@ -57,7 +61,7 @@ export async function startServer(model, args = []) {
     proc.on('exit', (code) => reject(new Error(`server exited (${code}):\n${log}`)));
   });
   for (let i = 0; ; i++) {
-    const r = await fetch(url + '/health').catch(() => null);
+    const r = await fetch(url + '/health', { headers: probe }).catch(() => null);
     if (r && r.status === 200) break;
     if (proc.exitCode !== null || i > 3000) throw new Error(`server not healthy:\n${log}`);
     await sleep(10);
@@ -71,6 +75,13 @@ export async function startServer(model, args = []) {
       proc.kill('SIGTERM');
       const [code] = await once(proc, 'exit');
       return code;
+    },
+    // kill -9: no shutdown path runs.  Resolves to the signal's name.
+    async kill9() {
+      if (proc.exitCode !== null || proc.signalCode !== null) return proc.signalCode;
+      proc.kill('SIGKILL');
+      const [, signal] = await once(proc, 'exit');
+      return signal;
     },
   };
 }

@@ -694,7 +694,7 @@ $('chat-clear').addEventListener('click', () => {
 
 /* ---- start ---- */
 
-fetch('/v1/models').then((r) => r.json()).then((j) => {
+api('/v1/models').then((j) => {
   $('model').textContent = $('model').title = (j.data && j.data[0] && j.data[0].id) || '';
 }).catch(() => {});
 makeChart();

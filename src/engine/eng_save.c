@@ -1,0 +1,408 @@
+/*
+ * eng_save.c - KV state on disk: llama-server's slot save / restore, and
+ * the pinned pools of --pool-dir (docs/pools.md, "Surviving a restart").
+ * The file format and its checks are src/save (sav.h); this file moves
+ * rows between the cache and those files.
+ *
+ *   slot save     slot's cells, positions [0, n_cache) ──rows──▶ file
+ *   slot restore  file ──▶ free cells under the slot's sequence, its cache
+ *                 tokens set: the next prompt with that prefix reuses them
+ *   pool dir      the saved set = explicitly pinned pools + their ancestors;
+ *                 a pool's content never changes, so each is written once
+ *                 (when it is in the set and resident) and its file removed
+ *                 when it leaves the set.  At start the files are read in id
+ *                 order, which is tree order (a parent is older than its
+ *                 children): a refused file's children are refused too.
+ *
+ * File I/O runs on the engine thread: a save stalls the batch for as long
+ * as the write and its fsyncs take (the rows of a 100K-token pool are a
+ * few hundred MB on a large model).  Engine thread only, except
+ * eng_save_init / eng_save_free (owner, thread not running).
+ */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../pool/pool.h"
+#include "../save/sav.h"
+#include "eng_impl.h"
+
+struct eng_persist {
+    uint64_t fingerprint;
+    char *dir;                  /* --pool-dir, NULL none */
+    int delay_ms;               /* POLYKV_TEST_SAVE_DELAY_MS: the kill -9 test's window */
+    int32_t saved[ENG_MAX_POOLS];   /* ids with a complete file */
+    int32_t n_saved;
+    int32_t n_restored, n_refused;
+    double restore_ms;
+};
+
+/* ---- the model's fingerprint ------------------------------------------ */
+
+static uint64_t fingerprint(const model *m)
+{
+    const model_hparams *hp = model_get_hparams(m);
+    int32_t ints[] = { (int32_t)hp->arch, hp->n_vocab, hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv,
+                       hp->head_dim_k, hp->head_dim_v, hp->n_ff, hp->n_rot, (int32_t)hp->rope_type,
+                       hp->tied_output };
+    float fl[] = { hp->rope_freq_base, hp->rope_freq_scale, hp->rms_eps };
+    uint64_t fp = sav_fp_add(SAV_FP_SEED, ints, sizeof ints);
+    fp = sav_fp_add(fp, fl, sizeof fl);
+    const gguf_ctx *g = model_gguf(m);
+    for (int64_t i = 0; g && i < gguf_n_tensors(g); i++) {
+        const gguf_tensor *t = gguf_tensor_at(g, i);
+        int64_t shape[2 + GGUF_MAX_DIMS] = { t->type, t->n_dims };
+        memcpy(shape + 2, t->ne, sizeof t->ne);
+        fp = sav_fp_add(fp, t->name.p, t->name.n);
+        fp = sav_fp_add(fp, shape, sizeof shape);
+    }
+    return fp;
+}
+
+static sav_expect expect(const eng *e)
+{
+    const kv_params *kp = kv_get_params(e->kv);
+    return (sav_expect){ .fingerprint = e->persist->fingerprint, .kv_type = (uint32_t)kp->type,
+                         .n_layer = (uint32_t)kp->n_layer, .k_row_bytes = (uint32_t)kv_k_row_bytes(e->kv),
+                         .v_row_bytes = (uint32_t)kv_v_row_bytes(e->kv),
+                         .max_tokens = (uint32_t)e->n_ctx_slot - 1, .n_vocab = (uint32_t)e->n_vocab };
+}
+
+static sav_header header(const eng *e, sav_kind kind, int32_t n, int32_t row_first)
+{
+    sav_expect w = expect(e);
+    return (sav_header){ .version = SAV_VERSION, .kind = kind, .fingerprint = w.fingerprint, .kv_type = w.kv_type,
+                         .n_layer = w.n_layer, .k_row_bytes = w.k_row_bytes, .v_row_bytes = w.v_row_bytes,
+                         .n_tokens = (uint32_t)n, .row_first = (uint32_t)row_first, .parent = -1 };
+}
+
+/* ---- rows in and out of the cache ------------------------------------- */
+
+uint8_t *eng_rows_get(eng *e, kv_seq seq, int32_t p0, int32_t p1)
+{
+    int32_t n = p1 - p0;
+    int *cell_of = malloc((size_t)n * sizeof *cell_of);
+    size_t kb = kv_k_row_bytes(e->kv), vb = kv_v_row_bytes(e->kv), row = eng_spill_row_bytes(e);
+    uint8_t *rows = malloc((size_t)n * row);
+    if (!cell_of || !rows) goto fail;
+    for (int32_t k = 0; k < n; k++) cell_of[k] = -1;
+    for (int c = 0, end = kv_cells_end(e->kv); c < end; c++) {
+        kv_pos pos = kv_cell_pos(e->kv, c);
+        if (pos >= p0 && pos < p1 && kv_seqset_has(kv_cell_seqs(e->kv, c), seq)) cell_of[pos - p0] = c;
+    }
+    int n_layer = kv_get_params(e->kv)->n_layer;
+    for (int32_t k = 0; k < n; k++) {
+        if (cell_of[k] < 0) goto fail;
+        uint8_t *dst = rows + (size_t)k * row;
+        for (int il = 0; il < n_layer; il++, dst += kb + vb) {
+            memcpy(dst, kv_k_row(e->kv, il, cell_of[k]), kb);
+            memcpy(dst + kb, kv_v_row(e->kv, il, cell_of[k]), vb);
+        }
+    }
+    free(cell_of);
+    return rows;
+fail:
+    free(cell_of);
+    free(rows);
+    return NULL;
+}
+
+bool eng_rows_put(eng *e, kv_seq seq, int32_t p0, int32_t p1, const uint8_t *rows)
+{
+    int32_t n = p1 - p0;
+    int *cells = malloc((size_t)MAX(n, 1) * sizeof *cells);
+    if (!cells || kv_find_slot(e->kv, n, cells) != PK_OK) {
+        free(cells);
+        return false;
+    }
+    size_t kb = kv_k_row_bytes(e->kv), vb = kv_v_row_bytes(e->kv), row = eng_spill_row_bytes(e);
+    int n_layer = kv_get_params(e->kv)->n_layer;
+    for (int32_t k = 0; k < n; k++) {
+        const uint8_t *src = rows + (size_t)k * row;
+        for (int il = 0; il < n_layer; il++, src += kb + vb) {
+            memcpy(kv_k_row(e->kv, il, cells[k]), src, kb);
+            memcpy(kv_v_row(e->kv, il, cells[k]), src + kb, vb);
+        }
+        kv_cell_set(e->kv, cells[k], p0 + k, &seq, 1);
+    }
+    free(cells);
+    return true;
+}
+
+/* ---- slots ------------------------------------------------------------ */
+
+static void reply(eng_file_reply *o, pk_status st, const char *fmt, const char *arg)
+{
+    o->status = st;
+    snprintf(o->message, sizeof o->message, fmt, arg);
+}
+
+static void slot_save(eng *e, slot *s, eng_call *c)
+{
+    eng_file_reply *o = c->file_out;
+    if (s->n_cache < 1) {
+        snprintf(o->message, sizeof o->message, "slot %d holds no tokens to save", s->id);
+        o->status = PK_EINVAL;
+        return;
+    }
+    uint8_t *rows = eng_rows_get(e, s->id, 0, s->n_cache);
+    if (!rows) {
+        reply(o, PK_ENOMEM, "%s", "out of memory for the slot's rows");
+        return;
+    }
+    sav_header h = header(e, SAV_SLOT, s->n_cache, 0);
+    o->status = sav_write(c->file_dir, c->file_name, &h, s->cache, rows, 0, o->message, sizeof o->message);
+    free(rows);
+    if (o->status != PK_OK) return;
+    o->n_tokens = s->n_cache;
+    o->n_bytes = sav_file_bytes(&h);
+}
+
+static void slot_restore(eng *e, slot *s, eng_call *c)
+{
+    eng_file_reply *o = c->file_out;
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", c->file_dir, c->file_name) >= sizeof path) {
+        reply(o, PK_EINVAL, "%s", "path too long");
+        return;
+    }
+    sav_expect w = expect(e);
+    uint8_t *buf;
+    sav_header h;
+    const int32_t *tok;
+    const uint8_t *rows;
+    char why[160];
+    pk_status st = sav_read(path, &w, &buf, &h, &tok, &rows, why, sizeof why);
+    if (st == PK_OK && h.kind != SAV_SLOT) {
+        snprintf(why, sizeof why, "a pool file, not a slot save");
+        st = PK_EFORMAT;
+    }
+    if (st != PK_OK) {
+        free(buf);
+        fprintf(stderr, "eng: slot %d: restore of '%s' refused: %s\n", s->id, c->file_name, why);
+        reply(o, st, "Unable to restore slot: %s", why);
+        return;
+    }
+    /* Its old history goes first, as llama-server's restore replaces it. */
+    eng_call er = { .erase_slot = s->id };
+    eng_erase_msg(e, &er);
+    ASSERT(s->n_cache == 0 && kv_seq_cells(e->kv, s->id) == 0);
+    int32_t n = (int32_t)h.n_tokens;
+    if (!eng_make_room(e, n) || !eng_rows_put(e, s->id, 0, n, rows)) {
+        free(buf);
+        reply(o, PK_EFULL, "%s", "Unable to restore slot: no room in the KV cache");
+        return;
+    }
+    memcpy(s->cache, tok, (size_t)n * sizeof *tok);
+    s->n_cache = n;
+    s->session[0] = 0;
+    eng_history_done(e, s);
+    free(buf);
+    o->n_tokens = n;
+    o->n_bytes = sav_file_bytes(&h);
+}
+
+void eng_slot_file_msg(eng *e, eng_call *c)
+{
+    double t0 = pk_time_ms();
+    eng_file_reply *o = c->file_out;
+    slot *s = &e->slots[c->erase_slot];
+    o->status = PK_OK;
+    o->message[0] = 0;
+    if (s->state != ENG_SLOT_IDLE) {
+        snprintf(o->message, sizeof o->message, "slot %d is busy", s->id);
+        o->status = PK_ECONFLICT;
+    } else if (c->file_save) {
+        slot_save(e, s, c);
+    } else {
+        slot_restore(e, s, c);
+    }
+    o->ms = pk_time_ms() - t0;
+}
+
+/* ---- pools in --pool-dir ---------------------------------------------- */
+
+static void pool_file(int32_t id, char *out, size_t cap) { snprintf(out, cap, "pool-%d.pkv", id); }
+
+static int saved_index(const struct eng_persist *ps, int32_t id)
+{
+    for (int32_t i = 0; i < ps->n_saved; i++)
+        if (ps->saved[i] == id) return i;
+    return -1;
+}
+
+/* Marks the explicitly pinned pools and their ancestors: need[i] for
+ * pool_at(t, i). */
+static void wanted(const pool_tree *t, bool *need)
+{
+    int32_t n = pool_count(t);
+    for (int32_t i = 0; i < n; i++) need[i] = false;
+    for (int32_t i = 0; i < n; i++) {
+        if (!pool_at(t, i)->pinned) continue;
+        for (int32_t id = pool_at(t, i)->id, guard = 0; id > 0 && guard <= n; guard++) {
+            int32_t j = 0;
+            while (j < n && pool_at(t, j)->id != id) j++;
+            if (j == n) break;
+            need[j] = true;
+            id = pool_at(t, j)->parent;
+        }
+    }
+}
+
+static void save_pool(eng *e, const pool_node *p)
+{
+    struct eng_persist *ps = e->persist;
+    char name[64], why[200];
+    pool_file(p->id, name, sizeof name);
+    uint8_t *rows = eng_rows_get(e, p->seq, p->branch_pos, p->prefix_len);
+    if (!rows) {
+        fprintf(stderr, "eng: pool-dir: pool %d not saved: its rows cannot be read (out of memory)\n", p->id);
+        return;
+    }
+    sav_header h = header(e, SAV_POOL, p->prefix_len, p->branch_pos);
+    h.pool_id = p->id;
+    h.parent = p->parent;
+    h.branch_pos = p->branch_pos;
+    h.flags = p->pinned ? SAV_FLAG_PINNED : 0;
+    pk_status st = sav_write(ps->dir, name, &h, p->tokens, rows, ps->delay_ms, why, sizeof why);
+    free(rows);
+    if (st != PK_OK) {
+        fprintf(stderr, "eng: pool-dir: pool %d not saved: %s\n", p->id, why);
+        return;
+    }
+    ps->saved[ps->n_saved++] = p->id;
+}
+
+void eng_persist_sync(eng *e)
+{
+    struct eng_persist *ps = e->persist;
+    if (!ps || !ps->dir) return;
+    const pool_tree *t = eng_pool_tree(e);
+    bool need[ENG_MAX_POOLS];
+    wanted(t, need);
+    for (int32_t i = ps->n_saved - 1; i >= 0; i--) {
+        const pool_node *p = pool_get(t, ps->saved[i]);
+        int32_t j = 0;
+        while (p && pool_at(t, j) != p) j++;
+        if (p && need[j]) continue;
+        char name[64], path[4200];
+        pool_file(ps->saved[i], name, sizeof name);
+        snprintf(path, sizeof path, "%s/%s", ps->dir, name);
+        if (unlink(path)) perror("eng: pool-dir: unlink");
+        ps->saved[i] = ps->saved[--ps->n_saved];
+    }
+    for (int32_t i = 0; i < pool_count(t); i++) {
+        const pool_node *p = pool_at(t, i);
+        if (need[i] && p->residency == POOL_RESIDENT && saved_index(ps, p->id) < 0) save_pool(e, p);
+    }
+}
+
+static int cmp_id(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The ids of dir's "pool-N.pkv" files, ascending; stray "*.tmp" files (a
+ * save the process did not live to finish) are reported and removed. */
+static int32_t list_dir(const char *dir, int32_t *ids, int32_t cap, int32_t *next_id)
+{
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int32_t n = 0;
+    for (struct dirent *de; (de = readdir(d));) {
+        const char *nm = de->d_name;
+        size_t len = strlen(nm);
+        int id, used = 0;
+        if (len > 4 && !strcmp(nm + len - 4, ".tmp") && !strncmp(nm, "pool-", 5)) {
+            char path[4200];
+            /* Its id was answered to a client once: never given again. */
+            if (sscanf(nm, "pool-%d.pkv.tmp", &id) == 1 && id > 0) *next_id = MAX(*next_id, id + 1);
+            snprintf(path, sizeof path, "%s/%s", dir, nm);
+            fprintf(stderr, "eng: pool-dir: %s refused: an unfinished save (the server stopped during it); removed\n",
+                    nm);
+            unlink(path);
+            continue;
+        }
+        if (sscanf(nm, "pool-%d.pkv%n", &id, &used) == 1 && (size_t)used == len && id > 0) {
+            if (n < cap) ids[n++] = id;
+            else fprintf(stderr, "eng: pool-dir: %s skipped: more files than --pools %d\n", nm, cap);
+        }
+    }
+    closedir(d);
+    qsort(ids, (size_t)n, sizeof *ids, cmp_id);
+    return n;
+}
+
+static void restore_pools(eng *e)
+{
+    struct eng_persist *ps = e->persist;
+    double t0 = pk_time_ms();
+    int32_t ids[ENG_MAX_POOLS], next_id = 1;
+    int32_t n = list_dir(ps->dir, ids, ENG_MAX_POOLS, &next_id);
+    if (n < 0) {
+        fprintf(stderr, "eng: pool-dir: cannot read %s\n", ps->dir);
+        return;
+    }
+    sav_expect w = expect(e);
+    int64_t n_tokens = 0;
+    for (int32_t i = 0; i < n; i++) {
+        char name[64], path[4200], why[200];
+        pool_file(ids[i], name, sizeof name);
+        snprintf(path, sizeof path, "%s/%s", ps->dir, name);
+        uint8_t *buf;
+        sav_header h;
+        const int32_t *tok;
+        const uint8_t *rows;
+        pk_status st = sav_read(path, &w, &buf, &h, &tok, &rows, why, sizeof why);
+        if (st == PK_OK && (h.kind != SAV_POOL || h.pool_id != ids[i])) {
+            snprintf(why, sizeof why, "it holds %s %d, not pool %d", h.kind == SAV_POOL ? "pool" : "a slot",
+                     h.pool_id, ids[i]);
+            st = PK_EFORMAT;
+        }
+        if (st == PK_OK)
+            st = eng_pool_adopt(e, h.pool_id, h.parent, h.branch_pos, tok, (int32_t)h.n_tokens,
+                                (h.flags & SAV_FLAG_PINNED) != 0, rows, why, sizeof why);
+        free(buf);
+        if (st != PK_OK) {
+            /* Left in place for a person to look at; its id is never reused. */
+            fprintf(stderr, "eng: pool-dir: %s refused: %s\n", name, why);
+            pool_set_next_id(eng_pool_tree(e), ids[i] + 1);
+            ps->n_refused++;
+            continue;
+        }
+        ps->saved[ps->n_saved++] = h.pool_id;
+        ps->n_restored++;
+        n_tokens += h.n_tokens;
+    }
+    pool_set_next_id(eng_pool_tree(e), next_id);         /* past the unfinished saves (or refused) */
+    ps->restore_ms = pk_time_ms() - t0;
+    if (n > 0)
+        fprintf(stderr, "eng: pool-dir: %d pool%s restored (%lld tokens) in %.1f ms, %d refused\n", ps->n_restored,
+                ps->n_restored == 1 ? "" : "s", (long long)n_tokens, ps->restore_ms, ps->n_refused);
+}
+
+pk_status eng_save_init(eng *e)
+{
+    struct eng_persist *ps = calloc(1, sizeof *ps);
+    if (!ps) return PK_ENOMEM;
+    e->persist = ps;
+    ps->fingerprint = fingerprint(e->m);
+    const char *d = getenv("POLYKV_TEST_SAVE_DELAY_MS");
+    ps->delay_ms = d ? atoi(d) : 0;
+    if (!e->p.pool_dir || !*e->p.pool_dir) return PK_OK;
+    if (!(ps->dir = strdup(e->p.pool_dir))) return PK_ENOMEM;
+    e->p.pool_dir = ps->dir;
+    restore_pools(e);
+    return PK_OK;
+}
+
+void eng_save_free(eng *e)
+{
+    if (!e->persist) return;
+    free(e->persist->dir);
+    free(e->persist);
+    e->persist = NULL;
+}

@@ -1,0 +1,279 @@
+/*
+ * sav.c - the saved-KV file format (sav.h): encode, parse with every check,
+ * and the crash-safe write.
+ *
+ *   header bytes  [0, 8) magic   [8, 72) fields   [72, 80) payload_xxh3
+ *                 [80, 88) header_xxh3 of [0, 80)   [88, 96) zero
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "sav.h"
+
+static const char magic[8] = { 'P', 'K', 'V', 'S', 'T', 'A', 'T', 'E' };
+
+/* Writes the reason into why[cap] and returns st. */
+static pk_status fail(pk_status st, char *why, size_t cap, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static pk_status fail(pk_status st, char *why, size_t cap, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (cap) vsnprintf(why, cap, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+static void put32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
+static void put64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i)); }
+static uint32_t get32(const uint8_t *p)
+{
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
+    return v;
+}
+static uint64_t get64(const uint8_t *p) { return get32(p) | (uint64_t)get32(p + 4) << 32; }
+
+uint64_t sav_row_bytes(const sav_header *h)
+{
+    return (uint64_t)h->n_layer * ((uint64_t)h->k_row_bytes + h->v_row_bytes);
+}
+
+static uint64_t payload_bytes(const sav_header *h)
+{
+    if (h->row_first > h->n_tokens) return UINT64_MAX;
+    uint64_t row = sav_row_bytes(h), n = h->n_tokens - h->row_first;
+    /* Counts are 32-bit, so this cannot wrap; the cap keeps a hostile
+     * header from asking for an absurd read. */
+    return (uint64_t)h->n_tokens * 4 + n * row;
+}
+
+uint64_t sav_file_bytes(const sav_header *h)
+{
+    uint64_t p = payload_bytes(h);
+    return p == UINT64_MAX ? 0 : SAV_HEADER_BYTES + p;
+}
+
+bool sav_name_ok(const char *name, size_t len)
+{
+    if (!name || len == 0 || len > SAV_NAME_MAX || name[0] == '.') return false;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)name[i];
+        if (c < 0x20 || c > 0x7e || c == '/' || c == '\\') return false;
+    }
+    return true;
+}
+
+static void encode_header(const sav_header *h, uint64_t payload_xxh, uint8_t *b)
+{
+    memset(b, 0, SAV_HEADER_BYTES);
+    memcpy(b, magic, 8);
+    put32(b + 8, h->version);
+    put32(b + 12, h->kind);
+    put64(b + 16, h->fingerprint);
+    put32(b + 24, h->kv_type);
+    put32(b + 28, h->n_layer);
+    put32(b + 32, h->k_row_bytes);
+    put32(b + 36, h->v_row_bytes);
+    put32(b + 40, h->n_tokens);
+    put32(b + 44, h->row_first);
+    put32(b + 48, (uint32_t)h->pool_id);
+    put32(b + 52, (uint32_t)h->parent);
+    put32(b + 56, (uint32_t)h->branch_pos);
+    put32(b + 60, h->flags);
+    put64(b + 64, payload_bytes(h));
+    put64(b + 72, payload_xxh);
+    put64(b + 80, XXH3_64bits(b, 80));
+}
+
+/* The payload's checksum over the two parts as one stream. */
+static uint64_t payload_xxh(const sav_header *h, const int32_t *tokens, const uint8_t *rows)
+{
+    XXH3_state_t *st = XXH3_createState();
+    if (!st) return 0;
+    XXH3_64bits_reset(st);
+    /* tokens go in as little-endian int32 (x86-64: as they lie in memory) */
+    XXH3_64bits_update(st, tokens, (size_t)h->n_tokens * 4);
+    XXH3_64bits_update(st, rows, (size_t)(h->n_tokens - h->row_first) * sav_row_bytes(h));
+    uint64_t v = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    return v;
+}
+
+void sav_encode(const sav_header *h, const int32_t *tokens, const uint8_t *rows, uint8_t *buf)
+{
+    size_t nt = (size_t)h->n_tokens * 4, nr = (size_t)(h->n_tokens - h->row_first) * sav_row_bytes(h);
+    encode_header(h, payload_xxh(h, tokens, rows), buf);
+    memcpy(buf + SAV_HEADER_BYTES, tokens, nt);
+    if (nr) memcpy(buf + SAV_HEADER_BYTES + nt, rows, nr);
+}
+
+/* Every check of the header alone (b holds SAV_HEADER_BYTES): the reader
+ * runs them before it reads or allocates the payload. */
+static pk_status parse_header(const uint8_t *b, const sav_expect *want, sav_header *h, char *why, size_t cap)
+{
+    memset(h, 0, sizeof *h);
+    if (memcmp(b, magic, 8)) return fail(PK_EFORMAT, why, cap, "not a polykv state file (bad magic)");
+    if (get64(b + 80) != XXH3_64bits(b, 80)) return fail(PK_EFORMAT, why, cap, "header checksum mismatch");
+    if (get64(b + 88)) return fail(PK_EFORMAT, why, cap, "reserved header bytes are not zero");
+    *h = (sav_header){ .version = get32(b + 8), .kind = get32(b + 12), .fingerprint = get64(b + 16),
+                       .kv_type = get32(b + 24), .n_layer = get32(b + 28), .k_row_bytes = get32(b + 32),
+                       .v_row_bytes = get32(b + 36), .n_tokens = get32(b + 40), .row_first = get32(b + 44),
+                       .pool_id = (int32_t)get32(b + 48), .parent = (int32_t)get32(b + 52),
+                       .branch_pos = (int32_t)get32(b + 56), .flags = get32(b + 60),
+                       .payload_bytes = get64(b + 64) };
+    if (h->version != SAV_VERSION)
+        return fail(PK_EUNSUPPORTED, why, cap, "format version %u (this build reads %d)", h->version, SAV_VERSION);
+    if (h->kind != SAV_SLOT && h->kind != SAV_POOL) return fail(PK_EFORMAT, why, cap, "unknown kind %u", h->kind);
+    if (h->fingerprint != want->fingerprint)
+        return fail(PK_EUNSUPPORTED, why, cap, "saved by another model (fingerprint %016llx, this one %016llx)",
+                    (unsigned long long)h->fingerprint, (unsigned long long)want->fingerprint);
+    if (h->kv_type != want->kv_type)
+        return fail(PK_EUNSUPPORTED, why, cap, "KV type %u, the cache holds type %u", h->kv_type, want->kv_type);
+    if (h->n_layer != want->n_layer || h->k_row_bytes != want->k_row_bytes || h->v_row_bytes != want->v_row_bytes)
+        return fail(PK_EUNSUPPORTED, why, cap, "row layout %u layers x %u+%u bytes, the cache has %u x %u+%u", h->n_layer,
+                    h->k_row_bytes, h->v_row_bytes, want->n_layer, want->k_row_bytes, want->v_row_bytes);
+    if (h->n_tokens < 1 || h->n_tokens > want->max_tokens)
+        return fail(PK_EFORMAT, why, cap, "%u tokens (1 to %u fit)", h->n_tokens, want->max_tokens);
+    if (h->row_first >= h->n_tokens)
+        return fail(PK_EFORMAT, why, cap, "rows start at %u of %u tokens", h->row_first, h->n_tokens);
+    if (h->kind == SAV_SLOT ? h->row_first != 0 || h->pool_id != 0 || h->parent != -1
+                            : h->pool_id < 1 || (h->parent < 1 && h->parent != -1) ||
+                                  (uint32_t)h->branch_pos != h->row_first || (h->parent == -1) != (h->row_first == 0))
+        return fail(PK_EFORMAT, why, cap, "inconsistent tree fields (pool %d, parent %d, branch_pos %d, rows from %u)",
+                    h->pool_id, h->parent, h->branch_pos, h->row_first);
+    if (h->payload_bytes != payload_bytes(h))
+        return fail(PK_EFORMAT, why, cap, "payload size %llu does not match its counts", (unsigned long long)h->payload_bytes);
+    return PK_OK;
+}
+
+pk_status sav_parse(const void *buf, size_t n, const sav_expect *want, sav_header *h, const int32_t **tokens,
+                    const uint8_t **rows, char *why, size_t cap)
+{
+    const uint8_t *b = buf;
+    memset(h, 0, sizeof *h);
+    if (n < SAV_HEADER_BYTES)
+        return fail(PK_EFORMAT, why, cap, "truncated: %zu bytes, the header alone has %d", n, SAV_HEADER_BYTES);
+    pk_status st = parse_header(b, want, h, why, cap);
+    if (st != PK_OK) return st;
+    if ((uint64_t)n != SAV_HEADER_BYTES + h->payload_bytes)
+        return fail(PK_EFORMAT, why, cap, "%s: %zu bytes, the header says %llu", n < SAV_HEADER_BYTES + h->payload_bytes ?
+                    "truncated" : "trailing bytes", n, (unsigned long long)(SAV_HEADER_BYTES + h->payload_bytes));
+    const int32_t *tok = (const int32_t *)(b + SAV_HEADER_BYTES);
+    const uint8_t *rw = b + SAV_HEADER_BYTES + (size_t)h->n_tokens * 4;
+    if (get64(b + 72) != payload_xxh(h, tok, rw)) return fail(PK_EFORMAT, why, cap, "payload checksum mismatch");
+    for (uint32_t i = 0; i < h->n_tokens; i++)
+        if ((uint32_t)tok[i] >= want->n_vocab)
+            return fail(PK_EFORMAT, why, cap, "token %d at position %u is outside the vocabulary", tok[i], i);
+    *tokens = tok;
+    *rows = rw;
+    return PK_OK;
+}
+
+pk_status sav_read(const char *path, const sav_expect *want, uint8_t **buf, sav_header *h,
+                   const int32_t **tokens, const uint8_t **rows, char *why, size_t cap)
+{
+    *buf = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return fail(errno == ENOENT ? PK_ENOTFOUND : PK_EIO, why, cap, "cannot open: %s", strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return fail(PK_EIO, why, cap, "not a regular file");
+    }
+    /* The header first: a size that disagrees is refused before reading
+     * (or allocating) the rest. */
+    uint8_t hb[SAV_HEADER_BYTES];
+    if (sb.st_size < SAV_HEADER_BYTES || pread(fd, hb, sizeof hb, 0) != (ssize_t)sizeof hb) {
+        close(fd);
+        return fail(PK_EFORMAT, why, cap, "truncated: %lld bytes, the header alone has %d", (long long)sb.st_size,
+                    SAV_HEADER_BYTES);
+    }
+    pk_status st = parse_header(hb, want, h, why, cap);
+    if (st != PK_OK) {
+        close(fd);
+        return st;
+    }
+    uint64_t says = SAV_HEADER_BYTES + h->payload_bytes;
+    if (says < SAV_HEADER_BYTES || (uint64_t)sb.st_size != says) {
+        close(fd);
+        return fail(PK_EFORMAT, why, cap, "%s: %lld bytes, the header says %llu", (uint64_t)sb.st_size < says ? "truncated" :
+                    "trailing bytes", (long long)sb.st_size, (unsigned long long)says);
+    }
+    uint8_t *b = malloc((size_t)sb.st_size);
+    if (!b) {
+        close(fd);
+        return fail(PK_ENOMEM, why, cap, "out of memory for %lld bytes", (long long)sb.st_size);
+    }
+    size_t got = 0;
+    while (got < (size_t)sb.st_size) {
+        ssize_t k = pread(fd, b + got, (size_t)sb.st_size - got, (off_t)got);
+        if (k <= 0) break;
+        got += (size_t)k;
+    }
+    close(fd);
+    st = sav_parse(b, got, want, h, tokens, rows, why, cap);
+    if (st != PK_OK) {
+        free(b);
+        return st;
+    }
+    *buf = b;
+    return PK_OK;
+}
+
+static bool write_all(int fd, const void *p, size_t n)
+{
+    const uint8_t *c = p;
+    while (n) {
+        ssize_t k = write(fd, c, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return false;
+        c += k;
+        n -= (size_t)k;
+    }
+    return true;
+}
+
+pk_status sav_write(const char *dir, const char *name, const sav_header *h, const int32_t *tokens,
+                    const uint8_t *rows, int delay_ms, char *why, size_t cap)
+{
+    if (!sav_name_ok(name, strlen(name))) return fail(PK_EINVAL, why, cap, "invalid file name");
+    char path[4096], tmp[4096 + 8];
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, name) >= sizeof path)
+        return fail(PK_EINVAL, why, cap, "path too long");
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    uint8_t hb[SAV_HEADER_BYTES];
+    encode_header(h, payload_xxh(h, tokens, rows), hb);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) return fail(PK_EIO, why, cap, "cannot create %s: %s", tmp, strerror(errno));
+    size_t nr = (size_t)(h->n_tokens - h->row_first) * sav_row_bytes(h);
+    bool ok = write_all(fd, hb, sizeof hb) && write_all(fd, tokens, (size_t)h->n_tokens * 4) &&
+              (!nr || write_all(fd, rows, nr)) && fsync(fd) == 0;
+    int err = errno;
+    ok = close(fd) == 0 && ok;
+    if (ok && delay_ms > 0) {
+        struct timespec ts = { delay_ms / 1000, (long)(delay_ms % 1000) * 1000000L };
+        nanosleep(&ts, NULL);
+    }
+    if (!ok || rename(tmp, path)) {
+        if (ok) err = errno;
+        unlink(tmp);
+        return fail(PK_EIO, why, cap, "cannot write %s: %s", path, strerror(err));
+    }
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        /* The rename is durable only once the directory is. */
+        fsync(dfd);
+        close(dfd);
+    }
+    return PK_OK;
+}
+
+uint64_t sav_fp_add(uint64_t fp, const void *data, size_t n) { return XXH3_64bits_withSeed(data, n, fp); }

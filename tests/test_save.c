@@ -1,0 +1,209 @@
+/*
+ * test_save.c - the saved-KV file format (src/save) without a model: a file
+ * round-trips; every truncation and every single flipped byte is refused;
+ * another model, KV type, row layout or version is refused by name; the
+ * tree fields must agree; client file names that could leave the directory
+ * are refused; the crash-safe write leaves no temporary behind and reads
+ * back as written.
+ */
+#include <stdint.h>
+#include <sys/stat.h>
+
+#include "../src/save/sav.h"
+#include "test.h"
+
+static const sav_expect want = { .fingerprint = 0x1234567890abcdefull, .kv_type = 1, .n_layer = 3,
+                                 .k_row_bytes = 8, .v_row_bytes = 12, .max_tokens = 100, .n_vocab = 500 };
+
+static sav_header pool_header(uint32_t n, uint32_t d)
+{
+    return (sav_header){ .version = SAV_VERSION, .kind = SAV_POOL, .fingerprint = want.fingerprint,
+                         .kv_type = want.kv_type, .n_layer = want.n_layer, .k_row_bytes = want.k_row_bytes,
+                         .v_row_bytes = want.v_row_bytes, .n_tokens = n, .row_first = d, .pool_id = d ? 7 : 3,
+                         .parent = d ? 3 : -1, .branch_pos = (int32_t)d, .flags = SAV_FLAG_PINNED };
+}
+
+/* A file for h with tokens i * 7 % 500 and rows of byte pattern; malloc'ed. */
+static uint8_t *make(const sav_header *h, size_t *n)
+{
+    int32_t tok[100];
+    for (uint32_t i = 0; i < h->n_tokens; i++) tok[i] = (int32_t)(i * 7 % 500);
+    size_t nr = (size_t)(h->n_tokens - h->row_first) * sav_row_bytes(h);
+    uint8_t *rows = malloc(nr + 1);
+    for (size_t i = 0; i < nr; i++) rows[i] = (uint8_t)(i * 31 + 5);
+    *n = (size_t)sav_file_bytes(h);
+    uint8_t *buf = malloc(*n);
+    sav_encode(h, tok, rows, buf);
+    free(rows);
+    return buf;
+}
+
+static void test_roundtrip(void)
+{
+    sav_header h = pool_header(20, 5), got;
+    size_t n;
+    uint8_t *buf = make(&h, &n);
+    CHECK_EQ_INT(n, SAV_HEADER_BYTES + 20 * 4 + 15 * 3 * 20);
+    const int32_t *tok;
+    const uint8_t *rows;
+    char why[200];
+    CHECK_EQ_INT(sav_parse(buf, n, &want, &got, &tok, &rows, why, sizeof why), PK_OK);
+    CHECK_EQ_INT(got.n_tokens, 20);
+    CHECK_EQ_INT(got.row_first, 5);
+    CHECK_EQ_INT(got.pool_id, 7);
+    CHECK_EQ_INT(got.parent, 3);
+    CHECK_EQ_INT(got.flags, SAV_FLAG_PINNED);
+    CHECK_EQ_INT(tok[19], 19 * 7 % 500);
+    CHECK_EQ_INT(rows[0], 5);
+    CHECK_EQ_INT(rows[15 * 60 - 1], (uint8_t)((15 * 60 - 1) * 31 + 5));
+    free(buf);
+}
+
+/* Every prefix of a good file, and every byte of it flipped, is refused:
+ * the checksums cover the header and the payload whole. */
+static void test_damage(void)
+{
+    sav_header h = pool_header(9, 0), got;
+    size_t n;
+    uint8_t *buf = make(&h, &n);
+    const int32_t *tok;
+    const uint8_t *rows;
+    char why[200];
+    int refused = 0, truncated_named = 0;
+    for (size_t len = 0; len < n; len++) {
+        pk_status st = sav_parse(buf, len, &want, &got, &tok, &rows, why, sizeof why);
+        refused += st == PK_EFORMAT;
+        truncated_named += strstr(why, "truncated") != NULL;
+    }
+    CHECK_EQ_INT(refused, n);
+    CHECK_EQ_INT(truncated_named, n);
+    int flipped = 0;
+    for (size_t i = 0; i < n; i++) {
+        for (int bit = 0; bit < 8; bit += 7) {
+            buf[i] ^= (uint8_t)(1u << bit);
+            flipped += sav_parse(buf, n, &want, &got, &tok, &rows, why, sizeof why) != PK_OK;
+            buf[i] ^= (uint8_t)(1u << bit);
+        }
+    }
+    CHECK_EQ_INT(flipped, 2 * n);
+    CHECK_EQ_INT(sav_parse(buf, n, &want, &got, &tok, &rows, why, sizeof why), PK_OK);
+    /* One byte too many is refused as well. */
+    uint8_t *longer = malloc(n + 1);
+    memcpy(longer, buf, n);
+    longer[n] = 0;
+    CHECK_EQ_INT(sav_parse(longer, n + 1, &want, &got, &tok, &rows, why, sizeof why), PK_EFORMAT);
+    CHECK(strstr(why, "trailing") != NULL);
+    free(longer);
+    free(buf);
+}
+
+/* A well-formed file that is not for this model or cache: refused with a
+ * reason naming what differs. */
+static void test_foreign(void)
+{
+    struct { const char *field; const char *reason; pk_status st; } cases[] = {
+        { "fingerprint", "another model", PK_EUNSUPPORTED }, { "kv_type", "KV type", PK_EUNSUPPORTED },
+        { "n_layer", "row layout", PK_EUNSUPPORTED },       { "k_row_bytes", "row layout", PK_EUNSUPPORTED },
+        { "version", "format version", PK_EUNSUPPORTED },   { "tokens", "tokens (1 to", PK_EFORMAT },
+        { "vocab", "outside the vocabulary", PK_EFORMAT },  { "tree", "inconsistent tree", PK_EFORMAT },
+        { "slot_rows", "inconsistent tree", PK_EFORMAT },   { "kind", "unknown kind", PK_EFORMAT },
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        sav_header h = pool_header(10, 4);
+        const char *f = cases[c].field;
+        if (!strcmp(f, "fingerprint")) h.fingerprint ^= 1;
+        if (!strcmp(f, "kv_type")) h.kv_type = 0;
+        if (!strcmp(f, "n_layer")) h.n_layer = 4;
+        if (!strcmp(f, "k_row_bytes")) h.k_row_bytes = 16;
+        if (!strcmp(f, "version")) h.version = SAV_VERSION + 1;
+        if (!strcmp(f, "tokens")) h.n_tokens = h.row_first = 0;
+        if (!strcmp(f, "tree")) h.parent = -1;
+        if (!strcmp(f, "slot_rows")) h.kind = SAV_SLOT;
+        if (!strcmp(f, "kind")) h.kind = 9;
+        size_t n;
+        uint8_t *buf = make(&h, &n);
+        if (!strcmp(f, "vocab")) {
+            int32_t big = 500;
+            memcpy(buf + SAV_HEADER_BYTES + 4, &big, 4);
+            /* re-encoded, so only the token is wrong, not the checksum */
+            uint8_t *fixed = malloc(n);
+            sav_encode(&h, (const int32_t *)(buf + SAV_HEADER_BYTES), buf + SAV_HEADER_BYTES + 40, fixed);
+            free(buf);
+            buf = fixed;
+        }
+        sav_header got;
+        const int32_t *tok;
+        const uint8_t *rows;
+        char why[200] = "";
+        CHECK_EQ_INT(sav_parse(buf, n, &want, &got, &tok, &rows, why, sizeof why), cases[c].st);
+        if (!strstr(why, cases[c].reason)) fprintf(stderr, "case %s: reason '%s'\n", f, why);
+        CHECK(strstr(why, cases[c].reason) != NULL);
+        free(buf);
+    }
+}
+
+static void test_names(void)
+{
+    const char *bad[] = { "", ".", "..", "../x", "a/b", "/etc/passwd", ".hidden", "a\\b", "tab\there", "\x7f" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) CHECK(!sav_name_ok(bad[i], strlen(bad[i])));
+    CHECK(!sav_name_ok("a\0b", 3));                 /* a NUL inside: the length says more than strlen */
+    CHECK(!sav_name_ok("caf\xc3\xa9", 5));
+    char longn[SAV_NAME_MAX + 2];
+    memset(longn, 'a', sizeof longn);
+    CHECK(sav_name_ok(longn, SAV_NAME_MAX));
+    CHECK(!sav_name_ok(longn, SAV_NAME_MAX + 1));
+    CHECK(sav_name_ok("slot1.bin", 9));
+    CHECK(sav_name_ok("a..b", 4));
+}
+
+static void test_write_read(void)
+{
+    char dir[] = "/tmp/test_save_XXXXXX";
+    if (!mkdtemp(dir)) {
+        CHECK(!"mkdtemp");
+        return;
+    }
+    sav_header h = pool_header(30, 0);
+    h.kind = SAV_POOL;
+    int32_t tok[30];
+    for (int i = 0; i < 30; i++) tok[i] = i * 3;
+    size_t nr = 30 * (size_t)sav_row_bytes(&h);
+    uint8_t *rows = malloc(nr);
+    for (size_t i = 0; i < nr; i++) rows[i] = (uint8_t)i;
+    char why[200];
+    CHECK_EQ_INT(sav_write(dir, "pool-3.pkv", &h, tok, rows, 0, why, sizeof why), PK_OK);
+    CHECK_EQ_INT(sav_write(dir, "../escape", &h, tok, rows, 0, why, sizeof why), PK_EINVAL);
+    char path[256], tmp[300];
+    snprintf(path, sizeof path, "%s/pool-3.pkv", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    CHECK(access(tmp, F_OK) != 0);
+    struct stat sb;
+    CHECK(stat(path, &sb) == 0 && (sb.st_mode & 077) == 0);
+    uint8_t *buf;
+    sav_header got;
+    const int32_t *t;
+    const uint8_t *r;
+    CHECK_EQ_INT(sav_read(path, &want, &buf, &got, &t, &r, why, sizeof why), PK_OK);
+    CHECK(buf && !memcmp(t, tok, sizeof tok) && !memcmp(r, rows, nr));
+    free(buf);
+    /* Cut the file short: refused before the payload is read. */
+    CHECK(truncate(path, (off_t)sb.st_size - 1) == 0);
+    CHECK_EQ_INT(sav_read(path, &want, &buf, &got, &t, &r, why, sizeof why), PK_EFORMAT);
+    CHECK(buf == NULL && strstr(why, "truncated") != NULL);
+    snprintf(tmp, sizeof tmp, "%s/none", dir);
+    CHECK_EQ_INT(sav_read(tmp, &want, &buf, &got, &t, &r, why, sizeof why), PK_ENOTFOUND);
+    CHECK_EQ_INT(sav_read(dir, &want, &buf, &got, &t, &r, why, sizeof why), PK_EIO);
+    unlink(path);
+    rmdir(dir);
+    free(rows);
+}
+
+int main(void)
+{
+    test_roundtrip();
+    test_damage();
+    test_foreign();
+    test_names();
+    test_write_read();
+    return test_finish();
+}
