@@ -16,7 +16,8 @@
  * other template renders as it is, tools or not, as llama-server does.
  *
  * Like llama-server, and unlike transformers, the variables also hold
- * date_string (today, "01 Dec 2026"), which Llama 3.x templates print, and
+ * date_string (today, "01 Dec 2026"), which Llama 3.x templates print,
+ * datetime ("Dec 01 2026", firefunction's), and
  * enable_thinking is true unless chat_template_kwargs says otherwise (a
  * DeepSeek-R1 template closes its <think> block when it is not).  And a
  * template that prints tool-call arguments only right when they are JSON
@@ -151,13 +152,13 @@ void srv_chat_free(srv *s)
     memset(&s->jj, 0, sizeof s->jj);
 }
 
-static json_t *today(void)
+static json_t *today(const char *fmt)
 {
     time_t now = time(NULL);
     struct tm tm;
     char d[32];
     localtime_r(&now, &tm);
-    strftime(d, sizeof d, "%d %b %Y", &tm);
+    strftime(d, sizeof d, fmt, &tm);
     return json_string(d);
 }
 
@@ -224,7 +225,8 @@ bool srv_chat_prompt(const srv *s, const json_t *body, char **prompt, size_t *n_
         json_object_set_new(ctx, "add_generation_prompt", json_boolean(add_gen)) ||
         json_object_set_new(ctx, "bos_token", json_string(s->jj.bos)) ||
         json_object_set_new(ctx, "eos_token", json_string(s->jj.eos)) ||
-        json_object_set_new(ctx, "date_string", today())) {
+        json_object_set_new(ctx, "date_string", today("%d %b %Y")) ||
+        json_object_set_new(ctx, "datetime", today("%b %d %Y"))) {
         json_decref(ctx);
         return srv_fail(e, 500, NULL, "out of memory");
     }
