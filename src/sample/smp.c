@@ -451,15 +451,20 @@ static void lp_sift_worst(smp_logprob *h, int n, int i)
     h[i] = x;
 }
 
-/* The n_top best of l into top[], best first, as log-probs.  The caller's
- * array is the heap, so nothing is allocated. */
-static void top_logprobs(const float *l, int32_t V, float mx, double lz, smp_logprob *top, int n_top)
+static smp_logprob lp_entry(const float *l, const smp_cand *c, int32_t i)
 {
-    int k = n_top < V ? n_top : (int)V;
-    for (int i = 0; i < k; i++) top[i] = (smp_logprob){ i, l[i] };
+    return c ? (smp_logprob){ c[i].id, c[i].logit } : (smp_logprob){ i, l[i] };
+}
+
+/* The k best of n entries into top[0..k), best first: of l[0..n) (the ids
+ * are the indices) or, when c is given, of c[0..n).  The caller's array is
+ * the heap, so nothing is allocated. */
+static void lp_best(const float *l, const smp_cand *c, int32_t n, smp_logprob *top, int k)
+{
+    for (int i = 0; i < k; i++) top[i] = lp_entry(l, c, i);
     for (int i = k / 2 - 1; i >= 0; i--) lp_sift_worst(top, k, i);
-    for (int32_t i = k; i < V; i++) {
-        smp_logprob x = { i, l[i] };
+    for (int32_t i = k; i < n; i++) {
+        smp_logprob x = lp_entry(l, c, i);
         if (lp_better(x, top[0])) {
             top[0] = x;
             lp_sift_worst(top, k, 0);
@@ -471,6 +476,13 @@ static void top_logprobs(const float *l, int32_t V, float mx, double lz, smp_log
         top[end] = t;
         lp_sift_worst(top, end, 0);
     }
+}
+
+/* The n_top best of l into top[], best first, as log-probs. */
+static void top_logprobs(const float *l, int32_t V, float mx, double lz, smp_logprob *top, int n_top)
+{
+    int k = n_top < V ? n_top : (int)V;
+    lp_best(l, NULL, V, top, k);
     for (int i = 0; i < k; i++) top[i].logprob = (float)((double)top[i].logprob - mx - lz);
     for (int i = k; i < n_top; i++) top[i] = (smp_logprob){ -1, -INFINITY };
 }
@@ -488,21 +500,7 @@ static void post_report(const smp_cand *c, int32_t n, double sum, int32_t tok, s
     }
     if (!top || n_top <= 0) return;
     int k = n_top < n ? n_top : (int)n;
-    for (int i = 0; i < k; i++) top[i] = (smp_logprob){ c[i].id, c[i].logit };
-    for (int i = k / 2 - 1; i >= 0; i--) lp_sift_worst(top, k, i);
-    for (int32_t i = k; i < n; i++) {
-        smp_logprob x = { c[i].id, c[i].logit };
-        if (lp_better(x, top[0])) {
-            top[0] = x;
-            lp_sift_worst(top, k, 0);
-        }
-    }
-    for (int end = k - 1; end > 0; end--) {
-        smp_logprob t = top[0];
-        top[0] = top[end];
-        top[end] = t;
-        lp_sift_worst(top, end, 0);
-    }
+    lp_best(NULL, c, n, top, k);
     for (int i = 0; i < k; i++) top[i].logprob = (float)log(top[i].logprob / sum);
     for (int i = k; i < n_top; i++) top[i] = (smp_logprob){ -1, -INFINITY };
 }
