@@ -28,25 +28,10 @@ static const struct { const char *key; double neutral; const char *why; } UNSUPP
     { "t_max_predict_ms", 0, "t_max_predict_ms is not supported" },
 };
 
-static const json_t *field(const json_t *o, const char *key)
-{
-    const json_t *v = json_object_get(o, key);
-    return json_is_null(v) ? NULL : v;
-}
-
-static bool get_bool(const json_t *o, const char *key, bool *out, srv_err *e)
-{
-    const json_t *v = field(o, key);
-    if (!v) return true;
-    if (!json_is_boolean(v)) return srv_fail(e, 400, key, "'%s' must be a boolean", key);
-    *out = json_is_true(v);
-    return true;
-}
-
 static bool refuse_unsupported(const json_t *b, srv_err *e)
 {
     for (size_t i = 0; i < ARRAY_LEN(UNSUPPORTED_NUM); i++) {
-        const json_t *v = field(b, UNSUPPORTED_NUM[i].key);
+        const json_t *v = srv_field(b, UNSUPPORTED_NUM[i].key);
         if (!v) continue;
         if (!json_is_number(v) || json_number_value(v) != UNSUPPORTED_NUM[i].neutral)
             return srv_fail(e, 400, UNSUPPORTED_NUM[i].key, "'%s': %s", UNSUPPORTED_NUM[i].key,
@@ -54,7 +39,7 @@ static bool refuse_unsupported(const json_t *b, srv_err *e)
     }
     static const char *const lists[] = { "lora", "image_data", "multimodal_data", "dry_sequence_breakers" };
     for (size_t i = 0; i < ARRAY_LEN(lists); i++) {
-        const json_t *v = field(b, lists[i]);
+        const json_t *v = srv_field(b, lists[i]);
         if (v && !(json_is_array(v) && !json_array_size(v)))
             return srv_fail(e, 400, lists[i], "'%s' is not supported", lists[i]);
     }
@@ -116,7 +101,7 @@ static bool bias_target(const json_t *key, const char *key_text, const tok_vocab
 
 static bool parse_logit_bias(const json_t *body, const tok_vocab *voc, eng_completion *c, srv_err *e)
 {
-    const json_t *lb = field(body, "logit_bias");
+    const json_t *lb = srv_field(body, "logit_bias");
     if (!lb) return true;
     bias_buf b = {0};
     bool ok = true;
@@ -191,14 +176,14 @@ void srv_gen_req_free(eng_completion *c)
 
 static bool parse_reasoning(const json_t *b, srv_api api, srv_gen_opts *o, srv_err *e)
 {
-    const json_t *rf = field(b, "reasoning_format");
+    const json_t *rf = srv_field(b, "reasoning_format");
     if (rf && (!json_is_string(rf) || !srv_reasoning_parse(json_string_value(rf), &o->reasoning)))
         return srv_fail(e, 400, "reasoning_format", "'reasoning_format' must be auto, none, deepseek or "
                         "deepseek-legacy");
     bool cont = false;
-    if (!get_bool(b, "continue_final_message", &cont, e)) return false;
+    if (!srv_get_bool(b, "continue_final_message", &cont, e)) return false;
     if (cont) return srv_fail(e, 400, "continue_final_message", "'continue_final_message' is not supported");
-    const json_t *kw = field(b, "chat_template_kwargs");
+    const json_t *kw = srv_field(b, "chat_template_kwargs");
     if (kw && !json_is_object(kw))
         return srv_fail(e, 400, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
     return true;
@@ -206,7 +191,7 @@ static bool parse_reasoning(const json_t *b, srv_api api, srv_gen_opts *o, srv_e
 
 static bool parse_response_fields(const json_t *b, srv_api api, srv_gen_opts *o, srv_err *e)
 {
-    const json_t *rf = field(b, "response_fields");
+    const json_t *rf = srv_field(b, "response_fields");
     if (!rf) return true;
     if (!json_is_array(rf)) return srv_fail(e, 400, "response_fields", "'response_fields' must be an array of strings");
     for (size_t i = 0; i < json_array_size(rf); i++)
@@ -222,9 +207,9 @@ bool srv_parse_llama_fields(const json_t *b, srv_api api, const tok_vocab *voc, 
                             srv_err *e)
 {
     if (!refuse_unsupported(b, e) || !parse_reasoning(b, api, o, e) || !parse_response_fields(b, api, o, e) ||
-        !get_bool(b, "post_sampling_probs", &o->post_sampling_probs, e) ||
-        !get_bool(b, "timings_per_token", &o->timings_per_token, e) || !get_bool(b, "verbose", &o->verbose, e) ||
-        !get_bool(b, "return_progress", &o->return_progress, e))
+        !srv_get_bool(b, "post_sampling_probs", &o->post_sampling_probs, e) ||
+        !srv_get_bool(b, "timings_per_token", &o->timings_per_token, e) || !srv_get_bool(b, "verbose", &o->verbose, e) ||
+        !srv_get_bool(b, "return_progress", &o->return_progress, e))
         return false;
     if (o->stream) o->response_fields = NULL;     /* llama-server filters whole answers only */
     if (o->post_sampling_probs && api != SRV_API_NATIVE)

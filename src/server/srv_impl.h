@@ -182,6 +182,12 @@ typedef struct srv_gen_defaults {
 /* The defaults of s's flags (s ready). */
 srv_gen_defaults srv_gen_defaults_of(srv *s);
 
+/* Typed getters of request fields (srv_parse.c): a JSON null reads as
+ * absent; srv_get_bool is false (with e, a 400 naming key) only for a
+ * present value that is not a boolean, and leaves *out when absent. */
+const json_t *srv_field(const json_t *o, const char *key);
+bool srv_get_bool(const json_t *o, const char *key, bool *out, srv_err *e);
+
 /* Reads the generation fields every completion endpoint shares (sampling,
  * max_tokens / n_predict, stop, seed, logprobs, stream, cache_prompt,
  * id_slot, n) from a JSON object into c (prompt left unset; stop strings

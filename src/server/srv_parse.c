@@ -17,15 +17,15 @@
 
 /* ---- typed getters: false (with e set) only for a present, wrong value ---- */
 
-static const json_t *field(const json_t *o, const char *key)
+const json_t *srv_field(const json_t *o, const char *key)
 {
     const json_t *v = json_object_get(o, key);
     return json_is_null(v) ? NULL : v;
 }
 
-static bool get_bool(const json_t *o, const char *key, bool *out, srv_err *e)
+bool srv_get_bool(const json_t *o, const char *key, bool *out, srv_err *e)
 {
-    const json_t *v = field(o, key);
+    const json_t *v = srv_field(o, key);
     if (!v) return true;
     if (!json_is_boolean(v)) return srv_fail(e, 400, key, "'%s' must be a boolean", key);
     *out = json_is_true(v);
@@ -34,7 +34,7 @@ static bool get_bool(const json_t *o, const char *key, bool *out, srv_err *e)
 
 static bool get_int(const json_t *o, const char *key, long long lo, long long hi, long long *out, srv_err *e)
 {
-    const json_t *v = field(o, key);
+    const json_t *v = srv_field(o, key);
     if (!v) return true;
     long long x;
     if (json_is_integer(v)) x = json_integer_value(v);
@@ -56,7 +56,7 @@ static bool get_i32(const json_t *o, const char *key, long long lo, long long hi
 
 static bool get_float(const json_t *o, const char *key, double lo, double hi, float *out, srv_err *e)
 {
-    const json_t *v = field(o, key);
+    const json_t *v = srv_field(o, key);
     if (!v) return true;
     if (!json_is_number(v)) return srv_fail(e, 400, key, "'%s' must be a number", key);
     double x = json_number_value(v);
@@ -67,7 +67,7 @@ static bool get_float(const json_t *o, const char *key, double lo, double hi, fl
 
 static bool parse_stop(const json_t *b, eng_completion *c, srv_err *e)
 {
-    const json_t *v = field(b, "stop");
+    const json_t *v = srv_field(b, "stop");
     if (!v) return true;
     if (json_is_string(v)) {
         if (json_string_length(v) >= ENG_STOP_CAP)
@@ -94,14 +94,14 @@ static bool parse_logprobs(const json_t *b, srv_api api, srv_gen_opts *o, srv_er
     int32_t top = 0;
     switch (api) {
     case SRV_API_OAI_CHAT:
-        if (!get_bool(b, "logprobs", &o->logprobs, e)) return false;
+        if (!srv_get_bool(b, "logprobs", &o->logprobs, e)) return false;
         if (!get_i32(b, "top_logprobs", 0, ENG_MAX_PROBS, &top, e)) return false;
         if (top > 0 && !o->logprobs)
             return srv_fail(e, 400, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
         break;
     case SRV_API_OAI_CMPL: {
         /* The legacy API's logprobs is the number of alternatives. */
-        const json_t *v = field(b, "logprobs");
+        const json_t *v = srv_field(b, "logprobs");
         if (json_is_boolean(v)) {
             o->logprobs = json_is_true(v);
         } else if (v) {
@@ -154,7 +154,7 @@ bool srv_compile_schema(const json_t *schema, const char *param, gram_grammar **
  * too).  At most one of them constrains; c->grammar is set on success. */
 static bool parse_constraint(const json_t *b, eng_completion *c, srv_err *e)
 {
-    const json_t *gr = field(b, "grammar"), *js = field(b, "json_schema"), *rf = field(b, "response_format");
+    const json_t *gr = srv_field(b, "grammar"), *js = srv_field(b, "json_schema"), *rf = srv_field(b, "response_format");
     const json_t *schema = NULL;
     const char *param = NULL;
     if (rf) {
@@ -172,7 +172,7 @@ static bool parse_constraint(const json_t *b, eng_completion *c, srv_err *e)
             if (!schema) schema = json_true();     /* a name alone: any JSON */
             param = "response_format";
         } else if (!strcmp(type, "json_object")) {
-            schema = field(rf, "schema");
+            schema = srv_field(rf, "schema");
             param = "response_format";
             if (!schema) {
                 if (gr || js) return srv_fail(e, 400, "response_format", "give one of grammar, json_schema and "
@@ -211,7 +211,7 @@ bool srv_parse_gen(const json_t *b, srv_api api, const srv_gen_defaults *d, eng_
     c->id_slot = -1;
     o->api = api;
 
-    if (!get_bool(b, "stream", &o->stream, e)) return false;
+    if (!srv_get_bool(b, "stream", &o->stream, e)) return false;
     /* n (OpenAI) or n_cmpl (llama.cpp): that many completions of the prompt. */
     o->n_choices = 1;
     if (!get_i32(b, "n", 1, SRV_MAX_CHOICES, &o->n_choices, e)) return false;
@@ -242,19 +242,19 @@ bool srv_parse_gen(const json_t *b, srv_api api, const srv_gen_defaults *d, eng_
     if (seed >= 0) sp->seed = (uint64_t)seed;
 
     if (!parse_stop(b, c, e)) return false;
-    if (!get_bool(b, "ignore_eos", &c->ignore_eos, e)) return false;
-    if (!get_bool(b, "cache_prompt", &c->cache_prompt, e)) return false;
+    if (!srv_get_bool(b, "ignore_eos", &c->ignore_eos, e)) return false;
+    if (!srv_get_bool(b, "cache_prompt", &c->cache_prompt, e)) return false;
     if (!get_i32(b, "id_slot", -1, n_slots - 1, &c->id_slot, e)) return false;
     if (!get_i32(b, "n_keep", -1, INT32_MAX, &c->n_keep, e)) return false;
     if (!get_i32(b, "n_discard", 0, INT32_MAX, &c->n_discard, e)) return false;
     if (!get_i32(b, "pool_id", 1, INT32_MAX, &c->pool_id, e)) return false;
-    if (!get_bool(b, "overcommit", &c->overcommit, e)) return false;
-    const json_t *spn = field(b, "shared_prefix_n_tokens");
+    if (!srv_get_bool(b, "overcommit", &c->overcommit, e)) return false;
+    const json_t *spn = srv_field(b, "shared_prefix_n_tokens");
     if (spn && !c->pool_id)
         return srv_fail(e, 400, "shared_prefix_n_tokens", "'shared_prefix_n_tokens' needs a 'pool_id'");
     if (spn && !get_i32(b, "shared_prefix_n_tokens", 0, INT32_MAX, &c->shared_prefix_n, e)) return false;
     c->shared_prefix_set = spn != NULL;
-    const json_t *sid = field(b, "session_id");
+    const json_t *sid = srv_field(b, "session_id");
     if (sid && (!json_is_string(sid) || json_string_length(sid) >= ENG_SESSION_CAP))
         return srv_fail(e, 400, "session_id", "'session_id' must be a string of at most %d bytes",
                         ENG_SESSION_CAP - 1);
@@ -263,13 +263,13 @@ bool srv_parse_gen(const json_t *b, srv_api api, const srv_gen_defaults *d, eng_
     /* The engine computes log-probs only when asked for alternatives; one
      * alternative is the cheapest way to get the chosen token's. */
     c->n_probs = o->logprobs ? MAX(o->top_logprobs, 1) : 0;
-    if (!get_bool(b, "return_tokens", &o->return_tokens, e)) return false;
+    if (!srv_get_bool(b, "return_tokens", &o->return_tokens, e)) return false;
 
-    const json_t *so = field(b, "stream_options");
+    const json_t *so = srv_field(b, "stream_options");
     if (so && !json_is_object(so)) return srv_fail(e, 400, "stream_options", "'stream_options' must be an object");
-    if (so && !get_bool(so, "include_usage", &o->include_usage, e)) return false;
+    if (so && !srv_get_bool(so, "include_usage", &o->include_usage, e)) return false;
 
-    const json_t *name = field(b, "model");
+    const json_t *name = srv_field(b, "model");
     if (name && !json_is_string(name)) return srv_fail(e, 400, "model", "'model' must be a string");
     if (name) {
         /* Echoed back: cut at a character boundary, never inside one. */
@@ -281,7 +281,7 @@ bool srv_parse_gen(const json_t *b, srv_api api, const srv_gen_defaults *d, eng_
     }
 
     for (const char *const *k = (const char *const[]){ "echo", "best_of", "suffix", NULL }; *k; k++) {
-        const json_t *v = field(b, *k);
+        const json_t *v = srv_field(b, *k);
         if (v && !(json_is_false(v) || (json_is_integer(v) && json_integer_value(v) == 1) ||
                    (json_is_string(v) && !json_string_length(v))))
             return srv_fail(e, 400, *k, "'%s' is not supported", *k);
@@ -494,7 +494,7 @@ static bool normalize_messages(const json_t *msgs, json_t **out, bool *has_tool_
             json_decref(norm);
             return false;
         }
-        const json_t *calls = field(m, "tool_calls");
+        const json_t *calls = srv_field(m, "tool_calls");
         bool is_assistant = !strcmp(role, "assistant");
         if ((calls && (!is_assistant || !check_tool_calls(calls, i, e))) || (!content && !(is_assistant && calls))) {
             json_decref(content);
@@ -541,7 +541,7 @@ static bool check_tools(const json_t *tools, srv_err *e)
  * Sets *use to whether the tools go into the prompt. */
 static bool check_tool_choice(const json_t *b, bool *use, srv_err *e)
 {
-    const json_t *tc = field(b, "tool_choice");
+    const json_t *tc = srv_field(b, "tool_choice");
     *use = true;
     if (!tc) return true;
     if (json_is_string(tc)) {
@@ -602,8 +602,8 @@ bool srv_render_chat(const json_t *body, tmpl_kind k, const char *tmpl_src, char
     *n_prompt = 0;
     *tools_fmt = SRV_TOOL_NONE;
     bool add_gen = true, use_tools, has_tool_msgs;
-    if (!get_bool(body, "add_generation_prompt", &add_gen, e)) return false;
-    const json_t *tools = field(body, "tools");
+    if (!srv_get_bool(body, "add_generation_prompt", &add_gen, e)) return false;
+    const json_t *tools = srv_field(body, "tools");
     if (tools && !check_tools(tools, e)) return false;
     if (!check_tool_choice(body, &use_tools, e)) return false;
     use_tools = use_tools && tools && json_array_size(tools) > 0;
