@@ -24,9 +24,9 @@
 // Prints a markdown table of the results and one line "load: ok" or
 // "load: FAIL" with the reasons.
 
-import { spawn } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { parseArgs } from 'node:util';
+import { rssKiB, startServer } from './serve.mjs';
 
 const { values: a } = parseArgs({ options: {
   model: { type: 'string', default: '../shared/models/stories260K.gguf' },
@@ -51,29 +51,10 @@ if (!existsSync(a.model)) {
   console.log(`load: SKIP: ${a.model} not found`);
   process.exit(0);
 }
-const proc = spawn(a.bin, ['serve', '-m', a.model, '--host', '127.0.0.1', '--port', '0', '-np', String(nSlots),
-  '-c', String(1024 * nSlots), '-t', '1', '--metrics', '--pools', '16', '--max-connections', '512'],
-{ stdio: ['ignore', 'ignore', 'pipe'] });
-let log = '';
-const url = await new Promise((resolve, reject) => {
-  proc.stderr.on('data', (d) => {
-    log += d;
-    if (log.length > 1e6) log = log.slice(-5e5);
-    const m = log.match(/listening on (http:\/\/\S+)/);
-    if (m) resolve(m[1]);
-  });
-  proc.on('exit', (c) => reject(new Error(`server exited (${c}): ${log}`)));
-});
-proc.on('exit', (c, sig) => fail(`server exited during the load (${c ?? sig}); its log:\n${log.slice(-3000)}`));
-for (;;) {
-  const r = await fetch(url + '/health').catch(() => null);
-  if (r?.status === 200) break;
-  await sleep(20);
-}
-
-const rss = () => {
-  try { return Number(readFileSync(`/proc/${proc.pid}/status`, 'utf8').match(/VmRSS:\s+(\d+)/)[1]); } catch { return 0; }
-};
+const srv = await startServer(a.bin, ['-m', a.model, '--host', '127.0.0.1', '--port', '0', '-np', String(nSlots),
+  '-c', String(1024 * nSlots), '-t', '1', '--metrics', '--pools', '16', '--max-connections', '512'], 'load', fail);
+const { url, proc } = srv;
+const rss = () => rssKiB(proc.pid);
 const json = async (path, body, method = body === undefined ? 'GET' : 'POST') => {
   const r = await fetch(url + path, { method, headers: { 'content-type': 'application/json' },
     body: body === undefined ? undefined : JSON.stringify(body) });
@@ -281,11 +262,8 @@ if (memcheck && Math.abs(drift) > Number(a['mem-tolerance']))
 const n5xx = Object.entries(byStatus).filter(([s]) => Number(s) >= 500).reduce((n, [, v]) => n + v, 0);
 if (n5xx) fail(`${n5xx} responses with a 5xx status`);
 
-proc.removeAllListeners('exit');
-const exited = new Promise((r) => proc.on('exit', (c, sig) => r(c ?? sig)));
-proc.kill('SIGTERM');
-const code = await exited;
-if (code !== 0) fail(`server exit status ${code} at shutdown; its log:\n${log.slice(-3000)}`);
+const code = await srv.stop();
+if (code !== 0) fail(`server exit status ${code} at shutdown; its log:\n${srv.log().slice(-3000)}`);
 
 const ms = (x) => x.toFixed(1);
 const rows = [

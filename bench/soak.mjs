@@ -29,9 +29,9 @@
 //     --no-memcheck to leave it out, said so in the summary).
 // Prints one summary line; --json prints the numbers.
 
-import { spawn } from 'node:child_process';
-import { readFileSync, existsSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { parseArgs } from 'node:util';
+import { rssKiB, startServer } from './serve.mjs';
 
 const { values: a } = parseArgs({ options: {
   url: { type: 'string' },
@@ -55,38 +55,20 @@ const fail = (msg) => {
   if (errors.length < 20) errors.push(msg);
 };
 
-let url = a.url, pid = a.pid ? Number(a.pid) : 0, proc = null, log = '';
+let url = a.url, pid = a.pid ? Number(a.pid) : 0, proc = null, srv = null;
 if (!url) {
   if (!existsSync(a.model)) {
     console.log(`soak: SKIP: ${a.model} not found`);
     process.exit(0);
   }
-  proc = spawn(a.bin, ['serve', '-m', a.model, '--port', '0', '-np', a.slots, '-c', String(1024 * Number(a.slots)),
-    '-t', '1', '--metrics'], { stdio: ['ignore', 'ignore', 'pipe'] });
+  srv = await startServer(a.bin, ['-m', a.model, '--port', '0', '-np', a.slots, '-c', String(1024 * Number(a.slots)),
+    '-t', '1', '--metrics'], 'soak', fail);
+  url = srv.url;
+  proc = srv.proc;
   pid = proc.pid;
-  url = await new Promise((resolve, reject) => {
-    proc.stderr.on('data', (d) => {
-      log += d;
-      const m = log.match(/listening on (http:\/\/\S+)/);
-      if (m) resolve(m[1]);
-    });
-    proc.on('exit', (c) => reject(new Error(`server exited (${c}): ${log}`)));
-  });
-  proc.on('exit', (c, sig) => fail(`server exited during the soak (${c ?? sig}); its log:\n${log.slice(-3000)}`));
-  for (;;) {
-    const r = await fetch(url + '/health').catch(() => null);
-    if (r?.status === 200) break;
-    await sleep(20);
-  }
 }
 
-const rss = () => {
-  try {
-    return Number(readFileSync(`/proc/${pid}/status`, 'utf8').match(/VmRSS:\s+(\d+)/)[1]);
-  } catch {
-    return 0;
-  }
-};
+const rss = () => rssKiB(pid);
 
 const words = 'Once upon a time there was a little girl named Lily who liked to play in the park with her dog';
 const rand = (n) => Math.floor(Math.random() * n);
@@ -252,11 +234,8 @@ if (memcheck && rssWarm && rssEnd && Math.abs(growth) > Number(a['mem-tolerance'
   fail(`resident memory moved ${(100 * growth).toFixed(1)}% after warm-up (${rssWarm} -> ${rssEnd} KiB)`);
 
 if (proc && proc.exitCode === null && proc.signalCode === null) {
-  proc.removeAllListeners('exit');
-  const exited = new Promise((r) => proc.on('exit', (c, sig) => r(c ?? sig)));
-  proc.kill('SIGTERM');
-  const code = await exited;
-  if (code !== 0) fail(`server exit status ${code} at shutdown; its log:\n${log.slice(-3000)}`);
+  const code = await srv.stop();
+  if (code !== 0) fail(`server exit status ${code} at shutdown; its log:\n${srv.log().slice(-3000)}`);
 }
 
 const secs = (Date.now() - t0) / 1000;
