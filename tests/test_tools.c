@@ -10,6 +10,7 @@
 #include "../src/server/srv_tools.h"
 #include "../src/tokenizer/tmpl_tools.h"
 #include "test.h"
+#include "tool_check.h"
 
 /* Expected prompts: the models' own Jinja templates
  * (Qwen-Qwen2.5-7B-Instruct.jinja, meta-llama-Llama-3.1-8B-Instruct.jinja)
@@ -177,25 +178,6 @@ static const char want_l2[] =
     "\n"
     "\"{\\\"temp\\\": 24}\"<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n"
     "\n";
-
-
-static srv_tool_msg parse(srv_tool_fmt f, const char *text)
-{
-    srv_tool_msg m;
-    pk_status st = srv_tools_parse(f, text, strlen(text), &m);
-    CHECK_EQ_INT(st, PK_OK);
-    return m;
-}
-
-static void check_call(const srv_tool_msg *m, int i, const char *name, const char *args)
-{
-    if (i >= m->n_calls) {
-        CHECK(i < m->n_calls);
-        return;
-    }
-    CHECK_STR(m->calls[i].name, name);
-    CHECK_STR(m->calls[i].arguments, args);
-}
 
 static void test_qwen(void)
 {

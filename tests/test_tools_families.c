@@ -8,23 +8,7 @@
  */
 #include "../src/server/srv_tools.h"
 #include "test.h"
-
-static srv_tool_msg parse(srv_tool_fmt f, const char *s)
-{
-    srv_tool_msg m;
-    CHECK_EQ_INT(srv_tools_parse(f, s, strlen(s), &m), PK_OK);
-    return m;
-}
-
-static void check_call(const srv_tool_msg *m, int i, const char *name, const char *args)
-{
-    if (i >= m->n_calls) {
-        CHECK(i < m->n_calls);
-        return;
-    }
-    CHECK_STR(m->calls[i].name, name);
-    CHECK_STR(m->calls[i].arguments, args);
-}
+#include "tool_check.h"
 
 static void test_mistral(void)
 {
