@@ -23,25 +23,8 @@
 
 /* ---- deterministic inputs (integer PRNG, no libm: same bits everywhere) */
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-
-static uint32_t next_u32(void)
-{
-    rng ^= rng >> 12;
-    rng ^= rng << 25;
-    rng ^= rng >> 27;
-    return (uint32_t)((rng * 0x2545f4914f6cdd1dull) >> 32);
-}
-
-static float uniform(void)   /* [0, 1), exact multiples of 2^-24 */
-{
-    return (float)(next_u32() >> 8) * (1.0f / 16777216.0f);
-}
-
-static float gaussish(void)  /* Irwin-Hall(4), unit variance */
-{
-    return (uniform() + uniform() + uniform() + uniform() - 2.0f) * 1.7320508f;
-}
+#define TEST_RNG_SEED 0x9e3779b97f4a7c15ull
+#include "test_rng.h"
 
 /* Row r of the golden inputs: six shapes of data, every 7th row starting
  * with an all-zero super-block. */

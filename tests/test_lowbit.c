@@ -24,25 +24,8 @@
 #include <math.h>
 #include <stdint.h>
 
-static uint64_t rng = 0x853c49e6748fea9bull;
-
-static uint32_t next_u32(void)
-{
-    rng ^= rng >> 12;
-    rng ^= rng << 25;
-    rng ^= rng >> 27;
-    return (uint32_t)((rng * 0x2545f4914f6cdd1dull) >> 32);
-}
-
-static float uniform(void)   /* [0, 1) */
-{
-    return (float)(next_u32() >> 8) * (1.0f / 16777216.0f);
-}
-
-static float gaussish(void)  /* Irwin-Hall(4), unit variance */
-{
-    return (uniform() + uniform() + uniform() + uniform() - 2.0f) * 1.7320508f;
-}
+#define TEST_RNG_SEED 0x853c49e6748fea9bull
+#include "test_rng.h"
 
 static const tq_type types[] = { TQ_Q2_K, TQ_Q3_K, TQ_IQ4_NL, TQ_IQ4_XS };
 
