@@ -35,6 +35,8 @@ void cli_serve_llama_usage(void)
         "  -cb, --cont-batching    accepted: batching is always continuous\n"
         "  --offline               accepted: polykv never downloads\n"
         "  --no-ui                 no monitor page at / (404)\n"
+        "  --no-prefill-assistant  a chat's last assistant message is a finished turn (default: its\n"
+        "                          text starts the answer, which continues it); --prefill-assistant\n"
         "  --tags A,B              tags /v1/models lists for the model (--alias takes a list too)\n"
         "  -ub, --ubatch-size N    accepted: polykv picks its own micro-batch (min of -b and 512)\n"
         "refused with the reason: --hf-repo/-hf, --hf-file/-hff, --model-url/-mu (no downloads: pass\n"
@@ -149,6 +151,8 @@ int cli_serve_llama_flag(int argc, char **argv, int *i, srv_params *sp)
     if (!strcmp(a, "--cors-credentials")) { sp->cors_credentials = true; return 1; }
     if (!strcmp(a, "--no-cors-credentials")) { sp->cors_credentials = false; return 1; }
     if (!strcmp(a, "--no-ui") || !strcmp(a, "--no-webui")) { sp->no_ui = true; return 1; }
+    if (!strcmp(a, "--prefill-assistant")) { sp->no_prefill_assistant = false; return 1; }
+    if (!strcmp(a, "--no-prefill-assistant")) { sp->no_prefill_assistant = true; return 1; }
     if (!strcmp(a, "-cb") || !strcmp(a, "--cont-batching") || !strcmp(a, "--offline"))
         return 1;
     if (!strcmp(a, "-nocb") || !strcmp(a, "--no-cont-batching"))

@@ -97,6 +97,8 @@ typedef struct srv_params {
     const char *model_tags;     /* --tags: comma-separated, listed by /v1/models; NULL none */
     int32_t reasoning_budget;   /* -1: unlimited; 0: no thinking (an opened <think> closed in the
                                    prompt, a one-token "<think>" banned) */
+    bool no_prefill_assistant;  /* --no-prefill-assistant: a chat's last assistant message is a
+                                   finished turn, not the start of the answer */
 } srv_params;
 
 srv_params srv_default_params(void);

@@ -250,9 +250,16 @@ pk_status srv_chat_init(srv *s, const tok_vocab *v, tmpl_kind *k, const char **s
 void srv_chat_free(srv *s);
 /* srv_render_chat's contract, with the server's template: Jinja when it
  * compiled (chat_template_kwargs go into its variables; a template error is
- * a 400 with its message), else the built-in layouts.  Any request thread. */
+ * a 400 with its message), else the built-in layouts.  A last message from
+ * the assistant (without tool calls, unless --no-prefill-assistant), or
+ * any with continue_final_message, is continued: the messages before it
+ * are rendered up to the assistant's generation prompt and its text
+ * follows, open (a 400 for two trailing assistant messages, or
+ * continue_final_message with add_generation_prompt true, with a last
+ * message not the assistant's or with tool calls).  *think_open (NULL: not
+ * asked) says whether the answer starts inside <think>.  Any request thread. */
 bool srv_chat_prompt(const srv *s, const json_t *body, char **prompt, size_t *n_prompt, srv_tool_fmt *tools,
-                     srv_err *e);
+                     bool *think_open, srv_err *e);
 
 /* ---- running a task (srv_gen.c) ---- */
 

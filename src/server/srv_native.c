@@ -244,7 +244,7 @@ enum MHD_Result srv_h_apply_template(srv_req *r, json_t *body)
     char *prompt;
     size_t n;
     srv_tool_fmt fmt;
-    if (!srv_chat_prompt(s, body, &prompt, &n, &fmt, &e)) return srv_reply_error(r, &e);
+    if (!srv_chat_prompt(s, body, &prompt, &n, &fmt, NULL, &e)) return srv_reply_error(r, &e);
     json_t *j = json_pack("{s:o}", "prompt", srv_json_text(prompt, n));
     free(prompt);
     return srv_reply_json(r, 200, j);

@@ -299,7 +299,7 @@ enum MHD_Result srv_h_oai_chat(srv_req *r, json_t *body)
         return srv_reply_error(r, &e);
     /* A forced tool call constrains the answer to the tool's schema. */
     gram_grammar *tg = NULL;
-    if (!srv_chat_prompt(s, body, &prompt, &n_prompt, &o.tools, &e) ||
+    if (!srv_chat_prompt(s, body, &prompt, &n_prompt, &o.tools, &o.think_open, &e) ||
         !srv_tools_grammar(body, o.tools, &tg, &e)) {
         if (prompt) free(prompt);
         srv_gen_req_free(&c);
@@ -322,7 +322,6 @@ enum MHD_Result srv_h_oai_chat(srv_req *r, json_t *body)
     /* The template's own markers say how its model writes calls (the
      * rendering's family is the fallback). */
     if (o.tools && !tg) o.tools = srv_tools_detect(s->tmpl_src ? s->tmpl_src : tok_chat_template(s->voc), o.tools);
-    o.think_open = srv_reason_prompt_opens(prompt, n_prompt);
     if (s->p.reasoning_budget == 0 && !think_off(s, &prompt, &n_prompt, &c, &o)) {
         free(prompt);
         srv_gen_req_free(&c);
