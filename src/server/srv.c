@@ -52,6 +52,8 @@ static const srv_route routes[] = {
     { "/v1/completions",      "POST", srv_h_oai_completions, SRV_KEY, false },
     { "/v1/chat/completions", "POST", srv_h_oai_chat,        SRV_KEY, false },
     { "/chat/completions",    "POST", srv_h_oai_chat,        SRV_KEY, false },
+    { "/v1/responses",        "POST", srv_h_responses,       SRV_KEY, false },
+    { "/responses",           "POST", srv_h_responses,       SRV_KEY, false },
     { "/v1/chat/completions/input_tokens", "POST", srv_h_oai_input_tokens, SRV_KEY, false },
     { "/chat/completions/input_tokens",    "POST", srv_h_oai_input_tokens, SRV_KEY, false },
     { "/completion",          "POST", srv_h_completion,      SRV_KEY, false },

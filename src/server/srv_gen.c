@@ -275,9 +275,10 @@ json_t *srv_gen_prompt_text(const srv_gen *g)
 
 /* return_progress: a chunk with llama-server's prompt_progress object
  * (and, with timings_per_token, the prompt's timings so far). */
-static json_t *progress_chunk(const srv_gen *g, const eng_event *ev)
+static json_t *progress_chunk(srv_gen *g, const eng_event *ev)
 {
-    json_t *j = g->o.api == SRV_API_NATIVE
+    json_t *j = g->o.api == SRV_API_OAI_RESP ? srv_resp_progress_event(g)
+              : g->o.api == SRV_API_NATIVE
               ? json_pack("{s:i, s:s, s:[], s:b, s:i, s:i, s:i}", "index", 0, "content", "", "tokens", "stop", 0,
                           "id_slot", ev->slot, "tokens_predicted", 0, "tokens_evaluated", ev->n_prompt)
               : json_pack("{s:s, s:s, s:I, s:s, s:[]}", "id", g->id, "object", g->o.api == SRV_API_OAI_CHAT
@@ -302,17 +303,21 @@ static void stream_event(srv_gen *g, const eng_event *ev)
 {
     gen_take(g, ev);
     if (g->failed) {
-        srv_gen_sse(g, srv_error_json(&g->err));
+        if (g->o.api == SRV_API_OAI_RESP) srv_resp_sse(g, srv_resp_error_event(&g->err));
+        else srv_gen_sse(g, srv_error_json(&g->err));
         g->finished = true;
         return;
     }
     if (ev->kind == ENG_EV_PROGRESS) {
-        if (g->o.return_progress) srv_gen_sse(g, progress_chunk(g, ev));
+        if (g->o.return_progress && g->o.api == SRV_API_OAI_RESP) srv_resp_sse(g, progress_chunk(g, ev));
+        else if (g->o.return_progress) srv_gen_sse(g, progress_chunk(g, ev));
     } else if (ev->kind == ENG_EV_TOKEN) {
         if (g->o.api == SRV_API_NATIVE) srv_native_stream_token(g, ev);
+        else if (g->o.api == SRV_API_OAI_RESP) srv_resp_stream_token(g, ev);
         else srv_oai_stream_token(g, ev);
     } else if (ev->kind == ENG_EV_DONE) {
         if (g->o.api == SRV_API_NATIVE) srv_native_stream_end(g);
+        else if (g->o.api == SRV_API_OAI_RESP) srv_resp_stream_end(g);
         else srv_oai_stream_end(g);
         g->finished = true;
     }
@@ -462,7 +467,9 @@ static srv_gen *gen_submit(srv_req *r, const eng_completion *c, const srv_gen_op
     g->created = (int64_t)time(NULL);
     g->n_prompt = c->n_prompt;
     if (!g->o.model[0]) snprintf(g->o.model, sizeof g->o.model, "%s", s->model_name);
-    srv_random_id(g->id, sizeof g->id, o->api == SRV_API_OAI_CHAT ? "chatcmpl-" : "cmpl-");
+    srv_random_id(g->id, sizeof g->id, o->api == SRV_API_OAI_CHAT ? "chatcmpl-" : o->api == SRV_API_OAI_RESP ? "resp_"
+                                                                                                 : "cmpl-");
+    g->resp.rs_index = g->resp.msg_index = -1;
     if (o->logprobs && !o->stream) g->probs = json_array();
     eng_completion sub = *c;
     sub.report_placed = true;
@@ -541,7 +548,8 @@ static bool gen_collect(srv_gen *g)
 
 static json_t *gen_response(srv_gen *g)
 {
-    return g->o.api == SRV_API_NATIVE ? srv_native_response(g) : srv_oai_response(g);
+    return g->o.api == SRV_API_NATIVE ? srv_native_response(g)
+         : g->o.api == SRV_API_OAI_RESP ? srv_resp_response(g) : srv_oai_response(g);
 }
 
 enum MHD_Result srv_gen_run(srv_req *r, const eng_completion *c, const srv_gen_opts *o)

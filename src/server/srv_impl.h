@@ -84,7 +84,9 @@ typedef struct srv_req {
     char hdr_name[32], hdr_value[32];   /* one more header a handler adds ("" none) */
 } srv_req;
 
-typedef enum srv_api { SRV_API_NATIVE = 1, SRV_API_OAI_CMPL, SRV_API_OAI_CHAT } srv_api;
+/* The shape of an answer: llama.cpp's /completion, OpenAI's completions,
+ * chat completions, or Responses (a chat underneath, srv_responses.c). */
+typedef enum srv_api { SRV_API_NATIVE = 1, SRV_API_OAI_CMPL, SRV_API_OAI_CHAT, SRV_API_OAI_RESP } srv_api;
 
 /* A request failure: HTTP status, OpenAI error type, the field at fault. */
 typedef struct srv_err {
@@ -300,6 +302,13 @@ typedef struct srv_gen {
     double t_last_check;           /* last client liveness check (ms) */
     bool headers_sent;             /* the response is queued: no more interim probes */
     int probe;                     /* srv_conn_alive's SRV_PROBE_* before the headers */
+    struct {                       /* Responses streams (srv_responses.c) */
+        char msg_id[40], rs_id[40];    /* the message and reasoning items' ids */
+        int32_t seq;                   /* sequence_number of the next event */
+        int32_t n_items;               /* output items added so far */
+        int32_t rs_index, msg_index;   /* their output_index, -1 until added */
+        bool begun;                    /* response.created sent */
+    } resp;
     /* timings_per_token: the HTTP thread's clock (placed, first token). */
     double t_placed_ms, t_first_ms;
     int32_t n_cached;              /* prompt tokens reused, from the PLACED event */
@@ -349,7 +358,39 @@ json_t *srv_gen_timings_now(const srv_gen *g);
 /* The prompt's text (special tokens rendered), "" when g kept no prompt. */
 json_t *srv_gen_prompt_text(const srv_gen *g);
 
-/* ---- formats (srv_openai.c, srv_native.c) ---- */
+/* ---- formats (srv_openai.c, srv_native.c, srv_responses.c) ---- */
+
+/* A finished chat generation's answer: the content and tool calls parsed
+ * from it (tm, owned: srv_tool_msg_free), and its thinking (reason, into
+ * g's text or tm; NULL when none).  False when out of memory. */
+typedef struct srv_answer {
+    srv_tool_msg tm;
+    const char *reason;
+    size_t reason_len;
+    size_t content_off;            /* where the answer (after the thinking) starts in g's text */
+} srv_answer;
+bool srv_gen_answer(const srv_gen *g, srv_answer *a);
+
+/* A chat request answered in api's shape (OAI_CHAT or OAI_RESP): the
+ * messages rendered (srv_chat_prompt), tools detected, the task run. */
+enum MHD_Result srv_oai_chat_run(srv_req *r, const json_t *body, srv_api api);
+
+/* Responses (srv_responses.c).  srv_resp_to_chat: the chat request a
+ * Responses request is (a new reference), or NULL with e (400 for what
+ * has no chat equivalent, 500 out of memory). */
+json_t *srv_resp_to_chat(const json_t *body, srv_err *e);
+json_t *srv_resp_response(srv_gen *g);
+void srv_resp_stream_token(srv_gen *g, const eng_event *ev);
+void srv_resp_stream_end(srv_gen *g);
+/* The response.in_progress event carrying a prompt_progress (its fields
+ * set by the caller); sends response.created first when not yet sent. */
+json_t *srv_resp_progress_event(srv_gen *g);
+/* Writes j as one event of a Responses stream: "event: <type>" then the
+ * data, numbered (sequence_number).  Takes j. */
+void srv_resp_sse(srv_gen *g, json_t *j);
+/* The stream's "error" event for err (the OpenAI error object, with the
+ * Responses event's type, code, message and param); NULL out of memory. */
+json_t *srv_resp_error_event(const srv_err *err);
 
 json_t *srv_oai_response(srv_gen *g);
 void srv_oai_stream_token(srv_gen *g, const eng_event *ev);
@@ -366,6 +407,7 @@ enum MHD_Result srv_h_oai_models(srv_req *r, json_t *body);
 enum MHD_Result srv_h_oai_completions(srv_req *r, json_t *body);
 enum MHD_Result srv_h_oai_chat(srv_req *r, json_t *body);
 enum MHD_Result srv_h_oai_input_tokens(srv_req *r, json_t *body);   /* {"input_tokens": n} of a chat */
+enum MHD_Result srv_h_responses(srv_req *r, json_t *body);          /* srv_responses.c */
 enum MHD_Result srv_h_completion(srv_req *r, json_t *body);
 enum MHD_Result srv_h_tokenize(srv_req *r, json_t *body);
 enum MHD_Result srv_h_detokenize(srv_req *r, json_t *body);

@@ -79,6 +79,23 @@ static json_t *tool_calls_json(const srv_tool_msg *tm, bool with_index)
     return a;
 }
 
+bool srv_gen_answer(const srv_gen *g, srv_answer *a)
+{
+    const char *text = g->text ? g->text : "";
+    srv_reason_split rs = srv_reason_split_text(g->o.reasoning, text, g->n_text, g->o.think_open, true);
+    memset(a, 0, sizeof *a);
+    if (srv_tools_parse(g->o.tools, text + rs.content_off, rs.content_len, &a->tm) != PK_OK) return false;
+    a->content_off = rs.content_off;
+    if (rs.reason_len) {
+        a->reason = text + rs.reason_off;
+        a->reason_len = rs.reason_len;
+    } else if (a->tm.reasoning_len && g->o.reasoning != SRV_REASON_NONE) {    /* harmony's analysis channel */
+        a->reason = a->tm.reasoning;
+        a->reason_len = a->tm.reasoning_len;
+    }
+    return true;
+}
+
 json_t *srv_oai_response(srv_gen *g)
 {
     json_t *choice, *res;
@@ -89,23 +106,19 @@ json_t *srv_oai_response(srv_gen *g)
                            "index", 0, "logprobs", lp, "finish_reason", finish_reason(g, false));
         res = envelope(g, "text_completion", json_pack("[o]", choice));
     } else {
-        const char *text = g->text ? g->text : "";
-        srv_reason_split rs = srv_reason_split_text(g->o.reasoning, text, g->n_text, g->o.think_open, true);
-        srv_tool_msg tm;
-        if (srv_tools_parse(g->o.tools, text + rs.content_off, rs.content_len, &tm) != PK_OK) return NULL;
+        srv_answer a;
+        if (!srv_gen_answer(g, &a)) return NULL;
+        const srv_tool_msg tm = a.tm;
         json_t *msg = json_pack("{s:s}", "role", "assistant");
         json_object_set_new(msg, "content", tm.n_calls && !tm.content_len ? json_null()
                                                                           : srv_json_text(tm.content, tm.content_len));
-        if (rs.reason_len)
-            json_object_set_new(msg, "reasoning_content", srv_json_text(text + rs.reason_off, rs.reason_len));
-        else if (tm.reasoning_len && g->o.reasoning != SRV_REASON_NONE)
-            json_object_set_new(msg, "reasoning_content", srv_json_text(tm.reasoning, tm.reasoning_len));
+        if (a.reason_len) json_object_set_new(msg, "reasoning_content", srv_json_text(a.reason, a.reason_len));
         if (tm.n_calls) json_object_set_new(msg, "tool_calls", tool_calls_json(&tm, false));
         json_t *lp = g->probs ? json_pack("{s:O}", "content", g->probs) : json_null();
         choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "message", msg, "logprobs", lp, "finish_reason",
                            finish_reason(g, tm.n_calls > 0));
         res = envelope(g, "chat.completion", json_pack("[o]", choice));
-        srv_tool_msg_free(&tm);
+        srv_tool_msg_free(&a.tm);
     }
     if (res) {
         json_object_set_new(res, "usage", usage_json(g));
@@ -286,7 +299,7 @@ static bool think_off(srv *s, char **prompt, size_t *n_prompt, eng_completion *c
     return ok;
 }
 
-enum MHD_Result srv_h_oai_chat(srv_req *r, json_t *body)
+enum MHD_Result srv_oai_chat_run(srv_req *r, const json_t *body, srv_api api)
 {
     srv *s = r->s;
     eng_completion c;
@@ -297,6 +310,12 @@ enum MHD_Result srv_h_oai_chat(srv_req *r, json_t *body)
     srv_gen_defaults dflt = srv_gen_defaults_of(s);
     if (!srv_parse_gen(body, SRV_API_OAI_CHAT, &dflt, &c, &o, &e))
         return srv_reply_error(r, &e);
+    o.api = api;
+    if (api == SRV_API_OAI_RESP && o.n_choices > 1) {
+        srv_gen_req_free(&c);
+        srv_fail(&e, 400, "n", "a response has one answer: 'n' must be 1");
+        return srv_reply_error(r, &e);
+    }
     /* A forced tool call constrains the answer to the tool's schema. */
     gram_grammar *tg = NULL;
     if (!srv_chat_prompt(s, body, &prompt, &n_prompt, &o.tools, &o.think_open, &e) ||
@@ -347,6 +366,11 @@ enum MHD_Result srv_h_oai_chat(srv_req *r, json_t *body)
     free(ids);
     srv_gen_req_free(&c);
     return ret;
+}
+
+enum MHD_Result srv_h_oai_chat(srv_req *r, json_t *body)
+{
+    return srv_oai_chat_run(r, body, SRV_API_OAI_CHAT);
 }
 
 /* llama-server's token count of a chat request: its prompt as the chat
