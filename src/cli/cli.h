@@ -20,6 +20,12 @@ int cli_template(int argc, char **argv);
 struct srv_params;
 int cli_serve_llama_flag(int argc, char **argv, int *i, struct srv_params *sp);
 void cli_serve_llama_usage(void);
+/* Vertex AI's environment (llama-server's GCP compatibility): with
+ * AIP_MODE=PREDICTION, sp gets the predict route (AIP_PREDICT_ROUTE,
+ * /predict), a health route (AIP_HEALTH_ROUTE) and the port AIP_HTTP_PORT
+ * (8080), which wins over --port.  Returns 1 when set, 0 when AIP_MODE is
+ * not PREDICTION, -1 for a bad port (reported on stderr). */
+int cli_serve_gcp_env(struct srv_params *sp);
 
 /* Value of option argv[*i] (advancing *i), or NULL with a message on stderr
  * when it is missing. */

@@ -221,6 +221,7 @@ static bool parse(int argc, char **argv, serve_opts *o)
         usage();
         return false;
     }
+    if (cli_serve_gcp_env(&o->sp) < 0) return false;
     if (o->ep.ctx_shift)
         fprintf(stderr, "polykv: --context-shift applies to sessions whose cells are their own; a session on a "
                         "pool (or sharing another's cells) stops at its context's end instead (truncated)\n");

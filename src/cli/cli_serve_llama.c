@@ -8,6 +8,7 @@
  * the reason, never taken and ignored.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../server/srv.h"
@@ -168,4 +169,29 @@ int cli_serve_llama_flag(int argc, char **argv, int *i, srv_params *sp)
         return v ? valued(a, v, sp) : -1;
     }
     return 0;
+}
+
+/* A path from the environment with the leading '/' Vertex AI may leave out. */
+static const char *env_path(const char *name, const char *dflt, char *buf, size_t cap)
+{
+    const char *v = getenv(name);
+    if (!v || !*v) return dflt;
+    snprintf(buf, cap, "%s%s", v[0] == '/' ? "" : "/", v);
+    return buf;
+}
+
+int cli_serve_gcp_env(srv_params *sp)
+{
+    static char predict[256], health[256];
+    const char *mode = getenv("AIP_MODE");
+    if (!mode || strcmp(mode, "PREDICTION")) return 0;
+    sp->gcp_predict_route = env_path("AIP_PREDICT_ROUTE", "/predict", predict, sizeof predict);
+    sp->gcp_health_route = env_path("AIP_HEALTH_ROUTE", NULL, health, sizeof health);
+    const char *port = getenv("AIP_HTTP_PORT");
+    long x;
+    if (!port || !*port) port = "8080";
+    if (!cli_int("AIP_HTTP_PORT", port, 0, 65535, &x)) return -1;
+    if (x != sp->port) fprintf(stderr, "polykv: AIP_MODE=PREDICTION: port %ld (AIP_HTTP_PORT), not %d\n", x, sp->port);
+    sp->port = (int)x;
+    return 1;
 }

@@ -172,14 +172,29 @@ static enum MHD_Result queue(srv_req *r, unsigned status, struct MHD_Response *r
     return ret;
 }
 
+/* A captured reply (srv_req.capture) keeps the body for the caller. */
+static enum MHD_Result capture(srv_req *r, unsigned status, json_t *body)
+{
+    json_decref(r->captured);
+    r->captured = body;
+    r->status = status;
+    r->replied = true;
+    return MHD_YES;
+}
+
 enum MHD_Result srv_reply_text(srv_req *r, unsigned status, const char *content_type, const char *text, size_t len)
 {
+    if (r->capture) {
+        json_t *j = json_loadb(text, len, JSON_DECODE_ANY, NULL);
+        return capture(r, status, j ? j : srv_json_text(text, len));
+    }
     struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_MUST_COPY);
     return queue(r, status, resp, content_type);
 }
 
 enum MHD_Result srv_reply_json(srv_req *r, unsigned status, json_t *j)
 {
+    if (r->capture && j) return capture(r, status, j);
     char *s = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(j);
     if (!s) {
@@ -209,6 +224,10 @@ enum MHD_Result srv_reply_errorf(srv_req *r, unsigned status, const char *fmt, .
 enum MHD_Result srv_reply_sse(srv_req *r, MHD_ContentReaderCallback reader, void *cls,
                               MHD_ContentReaderFreeCallback free_cb)
 {
+    if (r->capture) {
+        free_cb(cls);
+        return srv_reply_errorf(r, 400, "this route answers with one JSON body, not a stream");
+    }
     if (!strcmp(r->method, "HEAD")) {
         /* MHD 0.9.75 sends a chunked response's last chunk even to HEAD: an
          * empty body of known length has none. */
@@ -303,9 +322,34 @@ static bool authorized(srv_req *r)
 
 /* ---- the access handler ---- */
 
-static const srv_route *find_route(const char *url, bool *path_known)
+/* Vertex AI's routes (srv_predict.c), at the paths its environment names. */
+static const srv_route gcp_predict = { NULL, "POST", srv_h_predict, SRV_KEY, false };
+static const srv_route gcp_health = { NULL, "GET", srv_h_health, SRV_PROBE, false };
+
+bool srv_route_by_format(const char *format, srv_handler *fn, const char **path)
+{
+    for (size_t i = 0; i < ARRAY_LEN(routes); i++) {
+        const srv_route *rt = &routes[i];
+        if (rt->prefix || strcmp(rt->method, "POST")) continue;
+        char alias[64];
+        srv_gcp_format_of(rt->path, alias, sizeof alias);
+        if (!strcmp(format, alias) || !strcmp(format, rt->path)) {
+            *fn = rt->fn;
+            *path = rt->path;
+            return true;
+        }
+    }
+    return false;
+}
+
+static const srv_route *find_route(const srv *s, const char *url, bool *path_known)
 {
     *path_known = false;
+    const char *pr = s->p.gcp_predict_route, *hr = s->p.gcp_health_route;
+    if ((pr && !strcmp(url, pr)) || (hr && !strcmp(url, hr))) {
+        *path_known = true;
+        return pr && !strcmp(url, pr) ? &gcp_predict : &gcp_health;
+    }
     for (size_t i = 0; i < ARRAY_LEN(routes); i++) {
         const srv_route *rt = &routes[i];
         size_t n = strlen(rt->path);
@@ -325,7 +369,7 @@ static bool early_reply(srv_req *r, enum MHD_Result *ret)
         return true;
     }
     bool known;
-    const srv_route *rt = find_route(r->url, &known);
+    const srv_route *rt = find_route(r->s, r->url, &known);
     if (!rt) {
         *ret = srv_reply_errorf(r, 404, "File Not Found");
         return true;
@@ -501,6 +545,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         fprintf(stderr, "srv: %s %s %u %.1f ms%s\n", r->method, r->url, r->status, pk_time_ms() - r->t0_ms,
                 code == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)");
     pk_buf_free(&r->body);
+    json_decref(r->captured);
     free(r);
     *con_cls = NULL;
 }
@@ -552,6 +597,13 @@ pk_status srv_new(const srv_params *p, srv **out, char *err, size_t err_len)
         snprintf(err, err_len, "invalid server parameters");
         return PK_EINVAL;
     }
+    const char *pr = p->gcp_predict_route;
+    bool taken = false;
+    for (size_t i = 0; pr && i < ARRAY_LEN(routes); i++) taken |= !strcmp(pr, routes[i].path);
+    if (pr && (pr[0] != '/' || taken)) {
+        snprintf(err, err_len, "the predict route %s (AIP_PREDICT_ROUTE) must be a path polykv does not serve", pr);
+        return PK_EINVAL;
+    }
     srv *s = calloc(1, sizeof *s);
     if (!s) return PK_ENOMEM;
     bool oom = false;
@@ -564,6 +616,8 @@ pk_status srv_new(const srv_params *p, srv **out, char *err, size_t err_len)
     s->p.model_alias = s->alias = dup_or_null(p->model_alias, &oom);
     s->p.cors_origins = s->cors_origins = dup_or_null(p->cors_origins ? p->cors_origins : "localhost", &oom);
     s->p.model_tags = s->tags = dup_or_null(p->model_tags, &oom);
+    s->p.gcp_predict_route = s->gcp_predict = dup_or_null(p->gcp_predict_route, &oom);
+    s->p.gcp_health_route = s->gcp_health = dup_or_null(p->gcp_health_route, &oom);
     s->t_start = (int64_t)time(NULL);
     atomic_init(&s->stopping, false);
     atomic_init(&s->e, NULL);
@@ -677,6 +731,8 @@ void srv_free(srv *s)
     free(s->alias);
     free(s->cors_origins);
     free(s->tags);
+    free(s->gcp_predict);
+    free(s->gcp_health);
     free(s->model_path);
     free(s);
 }

@@ -97,6 +97,9 @@ typedef struct srv_params {
     const char *model_tags;     /* --tags: comma-separated, listed by /v1/models; NULL none */
     int32_t reasoning_budget;   /* -1: unlimited; 0: no thinking (an opened <think> closed in the
                                    prompt, a one-token "<think>" banned) */
+    const char *gcp_predict_route; /* Vertex AI (AIP_MODE=PREDICTION): POST path of the predict
+                                   route (llama-server's /predict), NULL: none */
+    const char *gcp_health_route;  /* and a GET path answering as /health, NULL: none */
     bool no_prefill_assistant;  /* --no-prefill-assistant: a chat's last assistant message is a
                                    finished turn, not the start of the answer */
 } srv_params;

@@ -44,6 +44,7 @@ typedef struct srv_jinja {
 struct srv {
     srv_params p;                  /* strings point at the owned copies below */
     char *host, *api_key, *chat_template, *chat_template_file, *alias, *cors_origins, *tags, *save_dir;
+    char *gcp_predict, *gcp_health;
     struct MHD_Daemon *d;
     int port;
     int64_t t_start;               /* unix seconds */
@@ -82,6 +83,10 @@ typedef struct srv_req {
     int32_t sessions_remaining;    /* X-Sessions-Remaining, -1 none */
     int32_t retry_after_s;         /* Retry-After, 0 none */
     char hdr_name[32], hdr_value[32];   /* one more header a handler adds ("" none) */
+    /* A request a handler answers for another (srv_predict.c): the reply's
+     * JSON body is kept in captured (owned) instead of being sent. */
+    bool capture;
+    json_t *captured;
 } srv_req;
 
 /* The shape of an answer: llama.cpp's /completion, OpenAI's completions,
@@ -136,6 +141,13 @@ enum { SRV_PROBE_NONE = -1, SRV_PROBE_READY = 0, SRV_PROBE_SENT = 1 };
 bool srv_conn_alive(struct MHD_Connection *conn, int *probe);
 /* Value of a query-string argument, NULL when absent. */
 const char *srv_query(srv_req *r, const char *key);
+/* The handler and path of the POST route a Vertex AI @requestFormat names:
+ * its camelCase alias (srv_gcp_format_of) or its path; false for none. */
+bool srv_route_by_format(const char *format, enum MHD_Result (**fn)(srv_req *, json_t *), const char **path);
+/* The @requestFormat alias of a route's path: "/v1" dropped, then
+ * camelCase at '/', '-' and '_' ("/v1/chat/completions" -> "chatCompletions",
+ * "/apply-template" -> "applyTemplate").  Pure. */
+void srv_gcp_format_of(const char *path, char *out, size_t cap);
 /* Fills buf with prefix + 24 random alphanumerics (OpenAI-style ids). */
 void srv_random_id(char *buf, size_t cap, const char *prefix);
 
@@ -408,6 +420,7 @@ enum MHD_Result srv_h_oai_completions(srv_req *r, json_t *body);
 enum MHD_Result srv_h_oai_chat(srv_req *r, json_t *body);
 enum MHD_Result srv_h_oai_input_tokens(srv_req *r, json_t *body);   /* {"input_tokens": n} of a chat */
 enum MHD_Result srv_h_responses(srv_req *r, json_t *body);          /* srv_responses.c */
+enum MHD_Result srv_h_predict(srv_req *r, json_t *body);            /* srv_predict.c */
 enum MHD_Result srv_h_completion(srv_req *r, json_t *body);
 enum MHD_Result srv_h_tokenize(srv_req *r, json_t *body);
 enum MHD_Result srv_h_detokenize(srv_req *r, json_t *body);
