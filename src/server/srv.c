@@ -54,6 +54,8 @@ static const srv_route routes[] = {
     { "/chat/completions",    "POST", srv_h_oai_chat,        SRV_KEY, false },
     { "/v1/responses",        "POST", srv_h_responses,       SRV_KEY, false },
     { "/responses",           "POST", srv_h_responses,       SRV_KEY, false },
+    { "/v1/responses/input_tokens", "POST", srv_h_responses_input_tokens, SRV_KEY, false },
+    { "/responses/input_tokens",    "POST", srv_h_responses_input_tokens, SRV_KEY, false },
     { "/v1/chat/completions/input_tokens", "POST", srv_h_oai_input_tokens, SRV_KEY, false },
     { "/chat/completions/input_tokens",    "POST", srv_h_oai_input_tokens, SRV_KEY, false },
     { "/completion",          "POST", srv_h_completion,      SRV_KEY, false },

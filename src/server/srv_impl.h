@@ -420,6 +420,7 @@ enum MHD_Result srv_h_oai_completions(srv_req *r, json_t *body);
 enum MHD_Result srv_h_oai_chat(srv_req *r, json_t *body);
 enum MHD_Result srv_h_oai_input_tokens(srv_req *r, json_t *body);   /* {"input_tokens": n} of a chat */
 enum MHD_Result srv_h_responses(srv_req *r, json_t *body);          /* srv_responses.c */
+enum MHD_Result srv_h_responses_input_tokens(srv_req *r, json_t *body);
 enum MHD_Result srv_h_predict(srv_req *r, json_t *body);            /* srv_predict.c */
 enum MHD_Result srv_h_completion(srv_req *r, json_t *body);
 enum MHD_Result srv_h_tokenize(srv_req *r, json_t *body);

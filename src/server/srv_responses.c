@@ -13,7 +13,8 @@
  * under `function`, max_output_tokens is max_tokens, text.format is
  * response_format; every other field is the chat's (temperature, top_p,
  * stream, timings_per_token ...).  Nothing is stored, so
- * previous_response_id is refused.
+ * previous_response_id is refused.  /v1/responses/input_tokens counts the
+ * prompt such a request renders.
  *
  * Answer: `output` holds a reasoning item (the thinking), a message with
  * one output_text part, then one function_call item per call.  A stream:
@@ -291,6 +292,27 @@ enum MHD_Result srv_h_responses(srv_req *r, json_t *body)
     enum MHD_Result ret = srv_oai_chat_run(r, chat, SRV_API_OAI_RESP);
     json_decref(chat);
     return ret;
+}
+
+/* The prompt tokens the request would have: rendered as /v1/responses
+ * renders it, nothing generated (OpenAI's /v1/responses/input_tokens). */
+enum MHD_Result srv_h_responses_input_tokens(srv_req *r, json_t *body)
+{
+    srv_err e;
+    json_t *chat = srv_resp_to_chat(body, &e);
+    if (!chat) return srv_reply_error(r, &e);
+    char *prompt = NULL;
+    size_t n_prompt;
+    srv_tool_fmt fmt;
+    bool ok = srv_chat_prompt(r->s, chat, &prompt, &n_prompt, &fmt, NULL, &e);
+    json_decref(chat);
+    if (!ok) return srv_reply_error(r, &e);
+    int32_t *ids = NULL, n = 0;
+    pk_status st = srv_tokenize(r->s->voc, prompt, n_prompt, true, true, &ids, &n);
+    free(prompt);
+    free(ids);
+    if (st != PK_OK) return srv_reply_errorf(r, 500, "tokenization failed: %s", pk_status_str(st));
+    return srv_reply_json(r, 200, json_pack("{s:s, s:i}", "object", "response.input_tokens", "input_tokens", n));
 }
 
 /* ---- the answer's pieces ---- */

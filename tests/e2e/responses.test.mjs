@@ -72,6 +72,12 @@ test('responses: a message item with output_text, usage, the same text as the ch
     max_output_tokens: 8 });
   assert.equal(same.json.output[0].content[0].text, msg.content[0].text);
   assert.equal(same.json.usage.input_tokens, j.usage.input_tokens);
+  // the count without the answer
+  const count = await post(s.url + '/v1/responses/input_tokens', { input });
+  assert.equal(count.status, 200);
+  assert.equal(count.json.object, 'response.input_tokens');
+  assert.equal(count.json.input_tokens, j.usage.input_tokens);
+  assert.equal((await post(s.url + '/v1/responses/input_tokens', { input: 4 })).status, 400);
 });
 
 test('responses: the streamed event sequence adds up to the answer', { skip }, async () => {
