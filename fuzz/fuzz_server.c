@@ -43,6 +43,7 @@ static const struct { const char *method, *path; } routes[] = {
     { "POST", "/polykv/admission" }, { "GET", "/polykv/admission" },  { "GET", "/polykv/capacity?expected_tokens=9" },
     { "POST", "/slots/0?action=save" }, { "POST", "/slots/0?action=restore" }, { "POST", "/slots/0?action=erase" },
     { "GET", "/polykv/tps" },       { "GET", "/" },                   { "POST", "/completions" },
+    { "POST", "/v1/responses" },    { "POST", "/v1/responses/input_tokens" }, { "POST", "/predict" },
 };
 
 static int port;                 /* 0: no model, the server part is left out */
@@ -72,6 +73,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     sp.max_body_bytes = 1 << 16;
     mkdir("build-fuzz/slots", 0700);
     sp.slot_save_path = "build-fuzz/slots";
+    sp.gcp_predict_route = "/predict";
     if (eng_new(m, &ep, &e) != PK_OK || srv_new(&sp, &s, err, sizeof err) != PK_OK ||
         srv_set_engine(s, e, path, err, sizeof err) != PK_OK) {
         fprintf(stderr, "fuzz_server: cannot start the server: %s\n", err);
@@ -164,7 +166,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     eng_completion c;
     srv_gen_opts o;
     srv_err e;
-    for (srv_api api = SRV_API_NATIVE; api <= SRV_API_OAI_CHAT; api++) srv_parse_gen(body, api, 4, &c, &o, &e);
+    srv_gen_defaults d = { .n_slots = 4, .sp = smp_default_params(), .n_predict = -1 };
+    for (srv_api api = SRV_API_NATIVE; api <= SRV_API_OAI_CHAT; api++)
+        if (srv_parse_gen(body, api, &d, &c, &o, &e)) srv_gen_req_free(&c);
     for (tmpl_kind k = TMPL_CHATML; k <= TMPL_LLAMA3; k++) {
         char *prompt = NULL;
         size_t n = 0;
@@ -176,6 +180,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         }
     }
+    json_t *chat = srv_resp_to_chat(body, &e);
+    if (!chat && (e.status < 400 || e.status > 500)) abort();
+    json_decref(chat);
     json_decref(body);
     return 0;
 }

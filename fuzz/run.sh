@@ -59,6 +59,9 @@ if want fuzz_server; then
     printf '\025{"target_tps_per_session":5,"mode":"enforced"}' > "$out/corpus_server/r21"
     printf '\032{"filename":"a.bin"}' > "$out/corpus_server/r26"
     printf '\033{"filename":"a.bin"}' > "$out/corpus_server/r27"
+    printf '\040{"input":[{"role":"user","content":"hi"},{"type":"function_call","call_id":"c","name":"f","arguments":"{}"}],"max_output_tokens":3,"stream":true}' > "$out/corpus_server/r32"
+    printf '\041{"instructions":"x","input":"hi"}' > "$out/corpus_server/r33"
+    printf '\042{"instances":[{"@requestFormat":"chatCompletions","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"Once"}],"max_tokens":2}]}' > "$out/corpus_server/r34"
     $cc $flags $san fuzz/fuzz_server.c src/server/*.c src/tokenizer/tmpl_tools.c src/tokenizer/tmpl.c \
         src/common/utf8.c build/libpolykv.a -ljansson -lmicrohttpd -lxxhash -lm -pthread -o "$out/fuzz_server"
     fuzz fuzz_server corpus_server 4096
