@@ -2,10 +2,13 @@
 // predict route (AIP_MODE=PREDICTION) and the assistant prefill, against the
 // real server on stories260K, greedy: output items and usage, the streamed
 // event sequence, a function call round trip, a prefill that continues the
-// given text (and a pool made of the same messages that the chat reuses).
+// given text (and a pool made of the same messages that the chat reuses);
+// and OpenAI's own JS client, whose stream helper rebuilds the response
+// from the events (so they must name items and parts consistently).
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import OpenAI from 'openai';
 import { sharedModel, skipReason, startServer, post, get, readSSE } from './lib.mjs';
 
 const STORIES = 'stories260K.gguf';
@@ -140,6 +143,27 @@ test('responses: a forced function call, then its output, round trip', { skip },
   const chat = await asChat('sunny, 21 C');
   assert.equal(back.json.usage.input_tokens, chat.json.usage.prompt_tokens);
   assert.notEqual((await asChat('rain')).json.usage.prompt_tokens, chat.json.usage.prompt_tokens);
+});
+
+test('responses: the openai client\'s create, and its stream helper rebuilding the response', { skip }, async () => {
+  const client = new OpenAI({ baseURL: s.url + '/v1', apiKey: 'unused', maxRetries: 0 });
+  const r = await client.responses.create({ model: 'm', input: 'Tell me a story', max_output_tokens: 8 });
+  assert.ok(r.output_text.length > 0);
+  assert.equal(r.usage.output_tokens, 8);
+  const st = client.responses.stream({ model: 'm', input: 'Tell me a story', max_output_tokens: 8 });
+  let deltas = '';
+  for await (const ev of st) if (ev.type === 'response.output_text.delta') deltas += ev.delta;
+  const fin = await st.finalResponse();
+  assert.equal(fin.output_text, r.output_text);
+  assert.equal(deltas, r.output_text);
+  const calls = client.responses.stream({ model: 'm', input: 'Weather in Paris?', tools: WEATHER,
+    tool_choice: 'required', max_output_tokens: 200 });
+  for await (const ev of calls) void ev;
+  const out = (await calls.finalResponse()).output;
+  assert.equal(out.length, 1);
+  assert.equal(out[0].type, 'function_call');
+  assert.equal(out[0].name, 'get_weather');
+  assert.equal(JSON.parse(out[0].arguments).city, 'Paris');
 });
 
 test('responses: bad input is a 400 naming the field', { skip }, async () => {
