@@ -269,32 +269,39 @@ static const char *role_of(const json_t *msgs, size_t i)
     return json_string_value(json_object_get(json_array_get(msgs, i), "role"));
 }
 
+/* What continuing m means by itself: its reasoning when that is all it
+ * holds, else its content. */
+static cont_mode natural_mode(const json_t *m)
+{
+    const json_t *c = json_object_get(m, "content");
+    bool only_reasoning = json_string_length(json_object_get(m, "reasoning_content")) && !json_string_length(c) &&
+                          !json_array_size(c);
+    return only_reasoning ? CONT_REASONING : CONT_CONTENT;
+}
+
 /* Whether body's last message is continued rather than closed, and how:
- * continue_final_message asks for it (true / "content" /
+ * continue_final_message asks for it (true, "content" or
  * "reasoning_content"); otherwise a last message from the assistant is
  * continued unless --no-prefill-assistant, or it carries tool calls (a
  * finished turn).  False with e on a contradiction. */
 static bool cont_mode_of(const srv *s, const json_t *body, cont_mode *mode, srv_err *e)
 {
     *mode = CONT_NONE;
-    const json_t *cfm = srv_field(body, "continue_final_message");
-    bool add_gen_set = false, add_gen = true;
-    const json_t *agp = srv_field(body, "add_generation_prompt");
-    if (agp && !srv_get_bool(body, "add_generation_prompt", &add_gen, e)) return false;
-    add_gen_set = agp != NULL;
-    if (cfm && json_is_string(cfm) && !strcmp(json_string_value(cfm), "reasoning_content")) *mode = CONT_REASONING;
-    else if (cfm && (json_is_true(cfm) || (json_is_string(cfm) && !strcmp(json_string_value(cfm), "content"))))
-        *mode = CONT_CONTENT;
-    else if (cfm && !json_is_false(cfm))
-        return srv_fail(e, 400, "continue_final_message", "'continue_final_message' must be a boolean, "
-                        "\"content\" or \"reasoning_content\"");
     const json_t *msgs = json_object_get(body, "messages");
     size_t n = json_array_size(msgs);
-    const char *last = n ? role_of(msgs, n - 1) : NULL;
-    bool assistant = last && !strcmp(last, "assistant");
-    bool calls = json_array_size(json_object_get(json_array_get(msgs, n - 1), "tool_calls")) > 0;
-    if (*mode) {
-        if (add_gen_set && add_gen)
+    const json_t *last = n ? json_array_get(msgs, n - 1) : NULL;
+    const char *role = last ? role_of(msgs, n - 1) : NULL;
+    bool assistant = role && !strcmp(role, "assistant");
+    bool calls = json_array_size(json_object_get(last, "tool_calls")) > 0;
+    const json_t *cfm = srv_field(body, "continue_final_message");
+    const char *cfm_s = json_string_value(cfm);
+    if (cfm && !json_is_boolean(cfm) && !(cfm_s && (!strcmp(cfm_s, "content") || !strcmp(cfm_s, "reasoning_content"))))
+        return srv_fail(e, 400, "continue_final_message", "'continue_final_message' must be a boolean, "
+                        "\"content\" or \"reasoning_content\"");
+    if (cfm && !json_is_false(cfm)) {
+        bool add_gen = false;
+        if (!srv_get_bool(body, "add_generation_prompt", &add_gen, e)) return false;
+        if (add_gen)
             return srv_fail(e, 400, "continue_final_message", "'add_generation_prompt' and "
                             "'continue_final_message' cannot both be true");
         if (!assistant)
@@ -303,20 +310,16 @@ static bool cont_mode_of(const srv *s, const json_t *body, cont_mode *mode, srv_
         if (calls)
             return srv_fail(e, 400, "continue_final_message", "an assistant message with tool calls cannot be "
                             "continued");
+        *mode = !cfm_s ? natural_mode(last) : !strcmp(cfm_s, "content") ? CONT_CONTENT : CONT_REASONING;
     } else {
         if (!assistant || calls || s->p.no_prefill_assistant) return true;
         const char *before = n >= 2 ? role_of(msgs, n - 2) : NULL;
         if (before && !strcmp(before, "assistant"))
             return srv_fail(e, 400, "messages", "the messages end with two assistant messages: the last one "
                             "would be continued (prefilled) after a finished one");
-        const json_t *m = json_array_get(msgs, n - 1);
-        bool only_reasoning = json_string_length(json_object_get(m, "reasoning_content")) &&
-                              !json_string_length(json_object_get(m, "content")) &&
-                              !json_array_size(json_object_get(m, "content"));
-        *mode = only_reasoning ? CONT_REASONING : CONT_CONTENT;
+        *mode = natural_mode(last);
     }
-    if (n < 2)
-        return srv_fail(e, 400, "messages", "a continued assistant message needs a message before it");
+    if (n < 2) return srv_fail(e, 400, "messages", "a continued assistant message needs a message before it");
     return true;
 }
 
