@@ -374,7 +374,8 @@ enum MHD_Result srv_h_oai_chat(srv_req *r, json_t *body)
 }
 
 /* llama-server's token count of a chat request: its prompt as the chat
- * route would render and tokenize it, nothing generated. */
+ * route renders (srv_chat_prompt: the Jinja template, a prefill) and
+ * tokenizes it, nothing generated. */
 enum MHD_Result srv_h_oai_input_tokens(srv_req *r, json_t *body)
 {
     srv *s = r->s;
@@ -382,7 +383,7 @@ enum MHD_Result srv_h_oai_input_tokens(srv_req *r, json_t *body)
     char *prompt = NULL;
     size_t n_prompt;
     srv_tool_fmt fmt;
-    if (!srv_render_chat(body, s->tmpl, s->tmpl_src, &prompt, &n_prompt, &fmt, &e)) return srv_reply_error(r, &e);
+    if (!srv_chat_prompt(s, body, &prompt, &n_prompt, &fmt, NULL, &e)) return srv_reply_error(r, &e);
     int32_t *ids = NULL, n = 0;
     pk_status st = srv_tokenize(s->voc, prompt, n_prompt, true, true, &ids, &n);
     free(prompt);

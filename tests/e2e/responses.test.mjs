@@ -196,6 +196,8 @@ test('prefill: a last assistant message is continued, not closed', { skip }, asy
   const plain = await post(s.url + '/completion', { prompt: prefilled, n_predict: 8 });
   assert.equal(chat.json.choices[0].message.content, plain.json.content);
   assert.equal(chat.json.usage.prompt_tokens, plain.json.tokens_evaluated);
+  const counted = await post(s.url + '/v1/chat/completions/input_tokens', { messages: msgs });
+  assert.equal(counted.json.input_tokens, chat.json.usage.prompt_tokens);
   // vLLM's explicit form gives the same prompt; text parts join with a blank line.
   const explicit = await post(s.url + '/apply-template', { messages: msgs, add_generation_prompt: false,
     continue_final_message: true });
