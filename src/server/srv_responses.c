@@ -130,6 +130,7 @@ static bool input_item(const json_t *item, size_t i, json_t *msgs, json_t **turn
             json_object_set_new(m, "tool_calls", json_array());
         json_t *call = ok ? json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", call_id, "type", "function", "function",
                                       "name", name, "arguments", args) : NULL;
+        if (ok && !m) json_decref(call);
         if (ok && (!m || !call || json_array_append_new(json_object_get(m, "tool_calls"), call)))
             ok = srv_fail(e, 500, NULL, "out of memory");
     } else if (type && !strcmp(type, "function_call_output")) {
@@ -152,6 +153,8 @@ static bool input_item(const json_t *item, size_t i, json_t *msgs, json_t **turn
         json_t *m = ok ? assistant_turn(msgs, turn) : NULL;
         if (ok && (!m || !append_text(m, "reasoning_content", b.p ? b.p : "", b.n)))
             ok = srv_fail(e, 500, NULL, "out of memory");
+    } else if (type && !strcmp(type, "message")) {
+        ok = srv_fail(e, 400, "input", "input[%zu]: a message needs a string 'role'", i);
     } else {
         ok = srv_fail(e, 400, "input", "input[%zu]: items of type '%s' are not supported (messages, function_call, "
                       "function_call_output, reasoning)", i, type ? type : "(none)");
