@@ -97,6 +97,9 @@ typedef struct srv_params {
     const char *model_tags;     /* --tags: comma-separated, listed by /v1/models; NULL none */
     int32_t reasoning_budget;   /* -1: unlimited; 0: no thinking (an opened <think> closed in the
                                    prompt, a one-token "<think>" banned) */
+    struct rt *router;          /* router mode (src/router, srv_router.c): the server serves no model
+                                   itself, lists the router's and proxies to their children; NULL
+                                   for a one-model server */
 } srv_params;
 
 srv_params srv_default_params(void);
@@ -110,6 +113,8 @@ pk_status srv_new(const srv_params *p, srv **out, char *err, size_t err_len);
 
 /* The port bound (the one picked when params.port was 0). */
 int srv_port(const srv *s);
+
+/* Router mode: the server is ready once srv_new returned (no engine). */
 
 /* Starts serving requests on e (which must outlive the server or be freed
  * after srv_free).  model_path is shown by /props and names the model when
