@@ -1,0 +1,185 @@
+/*
+ * test_router.c - src/router without a model: the loopback HTTP client
+ * (rt_http.c) over a socketpair fed by a writer thread, byte by byte and in
+ * chunks (Content-Length, chunked, up to the close, an interim 100, and
+ * malformed answers), and the registry (rt.c): --models-dir's listing, a
+ * child that exits at once (FAILED, its exit status), and the refusals of
+ * load / unload / acquire.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "../src/router/rt.h"
+#include "test.h"
+
+typedef struct feed {
+    int fd;
+    const char *text;
+    size_t step;                 /* bytes per write (0: all at once) */
+} feed;
+
+static void *writer(void *arg)
+{
+    feed *f = arg;
+    size_t n = strlen(f->text);
+    for (size_t at = 0; at < n;) {
+        size_t k = f->step ? MIN(f->step, n - at) : n - at;
+        if (write(f->fd, f->text + at, k) != (ssize_t)k) break;
+        at += k;
+        if (f->step) nanosleep(&(struct timespec){ .tv_nsec = 200000 }, NULL);
+    }
+    close(f->fd);
+    return NULL;
+}
+
+/* Reads the answer text through the client: its status and body (at most
+ * cap - 1 bytes, NUL-terminated); the body read's last result in *last. */
+static int answer(const char *text, size_t step, char *body, size_t cap, ssize_t *last, rt_resp *head)
+{
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) return -2;
+    feed f = { .fd = sv[1], .text = text, .step = step };
+    pthread_t t;
+    pthread_create(&t, NULL, writer, &f);
+    rt_conn *c;
+    int status = -1;
+    size_t n = 0;
+    *last = -2;
+    if (rt_http_wrap(sv[0], 2000, &c) == PK_OK) {
+        if (rt_http_head(c, head) == PK_OK) {
+            status = head->status;
+            char buf[7];         /* small reads: the decoder must keep its place */
+            while ((*last = rt_http_body(c, buf, sizeof buf)) > 0) {
+                size_t k = MIN((size_t)*last, cap - 1 - n);
+                memcpy(body + n, buf, k);
+                n += k;
+            }
+        }
+        rt_http_close(c);
+    }
+    body[n] = 0;
+    pthread_join(t, NULL);
+    return status;
+}
+
+static void test_http(void)
+{
+    static const char *const chunked =
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\nx-pool-id: 3\r\n\r\n"
+        "e\r\ndata: {\"a\":1}\n\r\n19;ext=1\r\ndata: {\"b\":\"two words\"}\n\n\r\n0\r\nX-Trailer: t\r\n\r\n";
+    char body[256];
+    ssize_t last;
+    rt_resp h;
+    for (size_t step = 0; step < 4; step++) {
+        CHECK_EQ_INT(answer(chunked, step, body, sizeof body, &last, &h), 200);
+        CHECK_STR(body, "data: {\"a\":1}\ndata: {\"b\":\"two words\"}\n\n");
+        CHECK_EQ_INT(last, 0);
+        CHECK_STR(rt_http_header(&h, "content-type"), "text/event-stream");
+        CHECK_STR(rt_http_header(&h, "X-Pool-Id"), "3");
+        CHECK_EQ_INT(h.content_length, -1);
+    }
+    CHECK_EQ_INT(answer("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 400 Bad Request\r\nContent-Length: 5\r\n\r\nhello",
+                        1, body, sizeof body, &last, &h), 400);
+    CHECK_STR(body, "hello");
+    CHECK_EQ_INT(h.content_length, 5);
+    CHECK_EQ_INT(last, 0);
+    CHECK_EQ_INT(answer("HTTP/1.0 200 OK\r\n\r\nuntil the close", 0, body, sizeof body, &last, &h), 200);
+    CHECK_STR(body, "until the close");
+    CHECK_EQ_INT(last, 0);
+    /* A body cut short, a bad chunk size, a missing CRLF after a chunk, a
+     * bad status line: errors, never a silent end. */
+    CHECK_EQ_INT(answer("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort", 0, body, sizeof body, &last, &h), 200);
+    CHECK_EQ_INT(last, -1);
+    CHECK_EQ_INT(answer("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n", 0, body,
+                        sizeof body, &last, &h), 200);
+    CHECK_EQ_INT(last, -1);
+    CHECK_EQ_INT(answer("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcX\r\n0\r\n\r\n", 0, body,
+                        sizeof body, &last, &h), 200);
+    CHECK_EQ_INT(last, -1);
+    CHECK_EQ_INT(answer("SMTP ready\r\n\r\n", 0, body, sizeof body, &last, &h), -1);
+    CHECK_EQ_INT(answer("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", 0, body, sizeof body, &last, &h), -1);
+    /* Nobody listens there: no answer. */
+    CHECK_EQ_INT(rt_http_get_status(1, "/health", NULL, 500), -1);
+}
+
+static void touch(const char *dir, const char *name)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "w");
+    if (f) fclose(f);
+}
+
+static void test_registry(void)
+{
+    char dir[] = "/tmp/test_router_XXXXXX";
+    if (!mkdtemp(dir)) {
+        SKIP_PART("no temporary directory");
+        return;
+    }
+    touch(dir, "zeta.gguf");
+    touch(dir, "alpha-Q4_0.gguf");
+    touch(dir, "notes.txt");
+    touch(dir, "mmproj-alpha.gguf");
+    touch(dir, ".gguf");
+    rt_params p = { .exe = "/bin/false", .models_dir = dir, .models_max = 1, .load_timeout_ms = 5000 };
+    rt *r = NULL;
+    char err[256] = "";
+    CHECK_EQ_INT(rt_new(&p, &r, err, sizeof err), PK_OK);
+    if (!r) return;
+    CHECK_EQ_INT(rt_count(r), 2);
+    rt_info in;
+    CHECK(rt_info_at(r, 0, &in));
+    CHECK_STR(in.name, "alpha-Q4_0");
+    CHECK_EQ_INT(in.status, RT_UNLOADED);
+    CHECK(rt_info_at(r, 1, &in));
+    CHECK_STR(in.name, "zeta");
+    CHECK(!rt_info_at(r, 2, &in));
+    CHECK_EQ_INT(rt_find(r, "zeta"), 1);
+    CHECK_EQ_INT(rt_find(r, "zeta.gguf"), -1);
+    CHECK_EQ_INT(rt_find(r, NULL), -1);
+
+    int port = 0;
+    CHECK_EQ_INT(rt_acquire(r, 1, false, 1000, &port, err, sizeof err), PK_ECONFLICT);
+    CHECK_EQ_INT(rt_unload(r, 1, err, sizeof err), PK_ECONFLICT);
+    CHECK_EQ_INT(rt_load(r, 7, err, sizeof err), PK_ENOTFOUND);
+    /* /bin/false exits 1 before any /health: the load fails, with its status. */
+    CHECK_EQ_INT(rt_acquire(r, 1, true, 5000, &port, err, sizeof err), PK_EIO);
+    CHECK(rt_info_at(r, 1, &in));
+    CHECK_EQ_INT(in.status, RT_FAILED);
+    CHECK_EQ_INT(in.exit_code, 1);
+    CHECK_EQ_INT(in.pid, 0);
+    /* A failed model is not running: it can be loaded again (and fails again). */
+    CHECK_EQ_INT(rt_load(r, 1, err, sizeof err), PK_OK);
+    for (int k = 0; k < 500 && rt_info_at(r, 1, &in) && in.status != RT_FAILED; k++)
+        nanosleep(&(struct timespec){ .tv_nsec = 10000000 }, NULL);
+    CHECK_EQ_INT(in.status, RT_FAILED);
+    rt_free(r);
+
+    rt_params bad = p;
+    bad.models_dir = "/nonexistent/models";
+    CHECK_EQ_INT(rt_new(&bad, &r, err, sizeof err), PK_EIO);
+    CHECK(strstr(err, "/nonexistent/models") != NULL);
+    rt_params none = { .exe = "/bin/false" };
+    CHECK_EQ_INT(rt_new(&none, &r, err, sizeof err), PK_OK);
+    if (r) CHECK_EQ_INT(rt_count(r), 0);
+    rt_free(r);
+
+    const char *names[] = { "zeta.gguf", "alpha-Q4_0.gguf", "notes.txt", "mmproj-alpha.gguf", ".gguf" };
+    for (size_t i = 0; i < ARRAY_LEN(names); i++) {
+        char f[512];
+        snprintf(f, sizeof f, "%s/%s", dir, names[i]);
+        unlink(f);
+    }
+    rmdir(dir);
+}
+
+int main(void)
+{
+    test_http();
+    test_registry();
+    return test_finish();
+}
