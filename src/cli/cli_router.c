@@ -52,9 +52,10 @@ int cli_router(srv_params *sp, const cli_router_opts *ro)
     }
     fprintf(stderr, "polykv: listening on http://%s%s%s:%d\n", strchr(sp->host, ':') ? "[" : "", sp->host,
             strchr(sp->host, ':') ? "]" : "", srv_port(s));
-    fprintf(stderr, "polykv: router: %d models%s%s; at most %d loaded%s; autoload %s\n", rt_count(r),
-            ro->models_dir ? " from " : "", ro->models_dir ? ro->models_dir : " (no --models-dir)", ro->models_max,
-            ro->models_max ? "" : " (no cap)", ro->autoload ? "on" : "off");
+    char cap[32] = "no cap on loaded models";
+    if (ro->models_max) snprintf(cap, sizeof cap, "at most %d loaded", ro->models_max);
+    fprintf(stderr, "polykv: router: %d models%s%s; %s; autoload %s\n", rt_count(r), ro->models_dir ? " from " : "",
+            ro->models_dir ? ro->models_dir : " (no --models-dir)", cap, ro->autoload ? "on" : "off");
     for (int i = 0; i < rt_count(r); i++) {
         rt_info in;
         if (rt_info_at(r, i, &in)) fprintf(stderr, "polykv: router: model %s: %s\n", in.name, in.path);

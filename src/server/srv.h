@@ -37,7 +37,8 @@
  *   (request validation shared by the endpoints, prompts, chat messages),
  *   srv_gen.c (running a task: collect or stream), srv_openai.c (OpenAI
  *   shapes), srv_native.c (llama.cpp endpoints), srv_metrics.c (/metrics,
- *   /slots, /polykv/tps), srv_tools.c (tool calls in generated text).
+ *   /slots, /polykv/tps), srv_tools.c (tool calls in generated text),
+ *   srv_router.c (router mode: the model list and the proxy to children).
  *
  * Threads: srv_new, srv_set_engine and srv_free from the owner's thread;
  * srv_set_engine once, while requests may be arriving.
@@ -106,15 +107,14 @@ srv_params srv_default_params(void);
 
 typedef struct srv srv;
 
-/* Binds and starts serving (503 on every route until srv_set_engine).
+/* Binds and starts serving (503 on every route until srv_set_engine; in
+ * router mode, p.router set, every route at once and no engine ever).
  * The strings of p are copied.  PK_EINVAL for bad params, PK_EIO when the
  * address cannot be bound (reason in err), PK_ENOMEM. */
 pk_status srv_new(const srv_params *p, srv **out, char *err, size_t err_len);
 
 /* The port bound (the one picked when params.port was 0). */
 int srv_port(const srv *s);
-
-/* Router mode: the server is ready once srv_new returned (no engine). */
 
 /* Starts serving requests on e (which must outlive the server or be freed
  * after srv_free).  model_path is shown by /props and names the model when
