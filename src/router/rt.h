@@ -145,6 +145,11 @@ typedef struct rt_resp {
  * timeout_ms.  PK_EIO when the connection is refused, PK_ENOMEM. */
 pk_status rt_http_open(int port, int timeout_ms, rt_conn **out);
 
+/* While a read or write waits, alive(arg) is asked every 100 ms; false
+ * ends the wait as an error (the client the request is for went away).
+ * NULL: no such check. */
+void rt_http_watch(rt_conn *c, bool (*alive)(void *arg), void *arg);
+
 /* Wraps an already connected socket (tests use a socketpair); the
  * connection owns fd from here, even on failure (PK_ENOMEM). */
 pk_status rt_http_wrap(int fd, int timeout_ms, rt_conn **out);

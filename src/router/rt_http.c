@@ -35,7 +35,11 @@ struct rt_conn {
     size_t pos, len;             /* unread bytes are in[pos, len) */
     body_mode mode;
     int64_t left;                /* BODY_LENGTH: bytes to come; BODY_CHUNKED: of this chunk */
+    bool (*alive)(void *arg);    /* rt_http_watch */
+    void *alive_arg;
 };
+
+#define WATCH_EVERY_MS 100
 
 pk_status rt_http_wrap(int fd, int timeout_ms, rt_conn **out)
 {
@@ -75,13 +79,25 @@ void rt_http_close(rt_conn *c)
     free(c);
 }
 
+void rt_http_watch(rt_conn *c, bool (*alive)(void *arg), void *arg)
+{
+    c->alive = alive;
+    c->alive_arg = arg;
+}
+
+/* Waits for events up to the timeout, in slices when a watch is set. */
 static bool wait_fd(rt_conn *c, short events)
 {
     struct pollfd p = { .fd = c->fd, .events = events };
+    double t_end = pk_time_ms() + c->timeout_ms;
     for (;;) {
-        int n = poll(&p, 1, c->timeout_ms);
+        int left = (int)(t_end - pk_time_ms());
+        if (left < 0) left = 0;
+        int n = poll(&p, 1, c->alive ? MIN(left, WATCH_EVERY_MS) : left);
         if (n > 0) return true;
-        if (n == 0 || errno != EINTR) return false;
+        if (n < 0 && errno != EINTR) return false;
+        if (n == 0 && left == 0) return false;
+        if (c->alive && !c->alive(c->alive_arg)) return false;
     }
 }
 

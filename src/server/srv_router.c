@@ -120,13 +120,27 @@ static enum MHD_Result h_unload(srv_req *r, json_t *body)
 
 /* ---- the proxy ---- */
 
+/* One proxied request's connection to its child, from the request to the
+ * end of the relayed body. */
 typedef struct relay {
     rt_conn *c;
+    struct MHD_Connection *client;
+    int probe;                   /* srv_conn_alive's, until the response began */
+    bool began;
 } relay;
+
+/* The watch on the child's connection: a client that left ends the wait,
+ * and closing the child's connection then cancels its task there. */
+static bool client_alive(void *arg)
+{
+    relay *y = arg;
+    return srv_conn_alive(y->client, y->began ? NULL : &y->probe);
+}
 
 static ssize_t relay_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     relay *y = cls;
+    y->began = true;
     ssize_t n = rt_http_body(y->c, buf, max);
     if (n > 0) return n;
     return n == 0 ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
@@ -207,22 +221,26 @@ static enum MHD_Result proxy(srv_req *r, const char *name)
     pk_buf_free(&q);
     MHD_get_connection_values(r->conn, MHD_HEADER_KIND, add_header, &hdrs);
     int timeout_ms = r->s->p.timeout_s > 0 ? r->s->p.timeout_s * 1000 : 600 * 1000;
-    rt_conn *c = NULL;
     rt_resp *head = malloc(sizeof *head);
-    if (!head || target.oom || hdrs.oom) st = PK_ENOMEM;
-    if (!st) st = rt_http_open(port, timeout_ms, &c);
-    if (!st) st = rt_http_send(c, r->method, target.p, hdrs.p, r->body.p, r->body.n);
-    if (!st) st = rt_http_head(c, head);
+    relay *y = calloc(1, sizeof *y);
+    if (!head || !y || target.oom || hdrs.oom) st = PK_ENOMEM;
+    if (!st) st = rt_http_open(port, timeout_ms, &y->c);
+    if (!st) {
+        y->client = r->conn;
+        y->probe = r->http11 ? SRV_PROBE_READY : SRV_PROBE_NONE;
+        rt_http_watch(y->c, client_alive, y);
+        st = rt_http_send(y->c, r->method, target.p, hdrs.p, r->body.p, r->body.n);
+    }
+    if (!st) st = rt_http_head(y->c, head);
     pk_buf_free(&target);
     pk_buf_free(&hdrs);
-    relay *y = st ? NULL : malloc(sizeof *y);
-    if (!y) {
-        rt_http_close(c);
+    if (st) {
         free(head);
-        if (st == PK_ENOMEM || !st) return srv_reply_errorf(r, 500, "out of memory");
+        if (y) rt_http_close(y->c);
+        free(y);
+        if (st == PK_ENOMEM) return srv_reply_errorf(r, 500, "out of memory");
         return srv_reply_errorf(r, 502, "model '%s': its server did not answer (%s)", name, pk_status_str(st));
     }
-    y->c = c;
     const char *extra[2 * RT_MAX_HEADERS + 1];
     int n = 0;
     for (int k = 0; k < head->n_headers; k++)
