@@ -2,7 +2,8 @@
  * test_router.c - src/router without a model: the loopback HTTP client
  * (rt_http.c) over a socketpair fed by a writer thread, byte by byte and in
  * chunks (Content-Length, chunked, up to the close, an interim 100, and
- * malformed answers), and the registry (rt.c): --models-dir's listing, a
+ * malformed answers; an event handed on before the next exists; a watch
+ * that ends a wait), and the registry (rt.c): --models-dir's listing, a
  * child that exits at once (FAILED, its exit status), and the refusals of
  * load / unload / acquire.
  */
@@ -105,6 +106,66 @@ static void test_http(void)
     CHECK_EQ_INT(rt_http_get_status(1, "/health", NULL, 500), -1);
 }
 
+/* The first event of a stream comes out before the second exists: the
+ * writer sends the rest only once the reader said it has the first, so a
+ * client that waited for more would time out instead. */
+static void *write_two(void *arg)
+{
+    int *fds = arg;               /* socket, "go on" pipe's read end */
+    static const char one[] = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n6\r\nfirst\n\r\n";
+    static const char two[] = "7\r\nsecond\n\r\n0\r\n\r\n";
+    char go;
+    if (write(fds[0], one, sizeof one - 1) == (ssize_t)(sizeof one - 1) && read(fds[1], &go, 1) == 1)
+        if (write(fds[0], two, sizeof two - 1) < 0) {}
+    close(fds[0]);
+    return NULL;
+}
+
+static void test_no_buffering(void)
+{
+    int sv[2], go[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) || pipe(go)) return;
+    int fds[2] = { sv[1], go[0] };
+    pthread_t t;
+    pthread_create(&t, NULL, write_two, fds);
+    rt_conn *c;
+    rt_resp h;
+    char buf[64];
+    CHECK_EQ_INT(rt_http_wrap(sv[0], 2000, &c), PK_OK);
+    CHECK_EQ_INT(rt_http_head(c, &h), PK_OK);
+    ssize_t n = rt_http_body(c, buf, sizeof buf);
+    CHECK_EQ_INT(n, 6);
+    CHECK(n == 6 && !memcmp(buf, "first\n", 6));
+    CHECK_EQ_INT(write(go[1], "g", 1), 1);
+    n = rt_http_body(c, buf, sizeof buf);
+    CHECK_EQ_INT(n, 7);
+    CHECK(n == 7 && !memcmp(buf, "second\n", 7));
+    CHECK_EQ_INT(rt_http_body(c, buf, sizeof buf), 0);
+    rt_http_close(c);
+    pthread_join(t, NULL);
+    close(go[0]);
+    close(go[1]);
+}
+
+/* A watch that says the client left ends a wait for a child that says
+ * nothing, long before the timeout. */
+static bool gone(void *arg) { return false; }
+
+static void test_watch(void)
+{
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) return;
+    rt_conn *c;
+    rt_resp h;
+    CHECK_EQ_INT(rt_http_wrap(sv[0], 60000, &c), PK_OK);
+    rt_http_watch(c, gone, NULL);
+    double t0 = pk_time_ms();
+    CHECK_EQ_INT(rt_http_head(c, &h), PK_EIO);
+    CHECK(pk_time_ms() - t0 < 5000);
+    rt_http_close(c);
+    close(sv[1]);
+}
+
 static void touch(const char *dir, const char *name)
 {
     char p[512];
@@ -180,6 +241,8 @@ static void test_registry(void)
 int main(void)
 {
     test_http();
+    test_no_buffering();
+    test_watch();
     test_registry();
     return test_finish();
 }

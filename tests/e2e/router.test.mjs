@@ -33,15 +33,15 @@ after(async () => {
   await keyed?.stop();
 });
 
-const models = async (url = router.url) => {
-  const r = await get(url + '/models');
+const models = async (url = router.url, headers = {}) => {
+  const r = await get(url + '/models', headers);
   assert.equal(r.status, 200, r.text);
   return Object.fromEntries(r.json.data.map((m) => [m.id, m.status]));
 };
 
-async function waitStatus(name, want) {
+async function waitStatus(name, want, url = router.url, headers = {}) {
   for (let i = 0; i < 1000; i++) {
-    const st = (await models())[name];
+    const st = (await models(url, headers))[name];
     if (st.value === want) return st;
     await sleep(10);
   }
@@ -170,13 +170,22 @@ test('a killed child shows failed; the next request starts it again', { skip }, 
   assert.notEqual(childOf(STORIES).pid, child.pid);
 });
 
-test('the router checks the API key and answers CORS preflights itself', { skip }, async () => {
-  keyed = await startServer(null, ['--models-dir', DIR, '--api-key', 'k1', ...FLAGS]);
+test('--no-models-autoload, the API key (children get it too) and CORS preflights', { skip }, async () => {
+  keyed = await startServer(null, ['--models-dir', DIR, '--api-key', 'k1', '--no-models-autoload', ...FLAGS]);
   assert.equal((await get(keyed.url + '/models')).status, 401);
   assert.equal((await post(keyed.url + '/completion', { model: 'stories260K', prompt: 'x' })).status, 401);
   const auth = { authorization: 'Bearer k1' };
-  const r = await post(keyed.url + '/completion', { model: 'stories260K', prompt: 'Once', n_predict: 2 }, auth);
+  const req = { model: 'stories260K', prompt: 'Once', n_predict: 2 };
+  let r = await post(keyed.url + '/completion', req, auth);
+  assert.equal(r.status, 400);
+  assert.match(r.json.error.message, /not loaded/);
+  assert.equal((await get(keyed.url + '/props', auth)).json.models_autoload, false);
+  assert.equal((await post(keyed.url + '/models/load', { model: 'stories260K' })).status, 401);
+  assert.equal((await post(keyed.url + '/models/load', { model: 'stories260K' }, auth)).status, 200);
+  await waitStatus('stories260K', 'loaded', keyed.url, auth);
+  r = await post(keyed.url + '/completion', req, auth);
   assert.equal(r.status, 200, r.text);
+  assert.equal(r.json.tokens_predicted, 2);
   const pre = await fetch(keyed.url + '/completion', { method: 'OPTIONS', headers: { Origin: 'http://localhost:3000',
     'Access-Control-Request-Method': 'POST' } });
   assert.equal(pre.status, 200);
