@@ -186,6 +186,9 @@ static void test_registry(void)
     touch(dir, "notes.txt");
     touch(dir, "mmproj-alpha.gguf");
     touch(dir, ".gguf");
+    char sub[600];
+    snprintf(sub, sizeof sub, "%s/folder.gguf", dir);
+    mkdir(sub, 0700);
     rt_params p = { .exe = "/bin/false", .models_dir = dir, .models_max = 1, .load_timeout_ms = 5000 };
     rt *r = NULL;
     char err[256] = "";
@@ -235,6 +238,7 @@ static void test_registry(void)
         snprintf(f, sizeof f, "%s/%s", dir, names[i]);
         unlink(f);
     }
+    rmdir(sub);
     rmdir(dir);
 }
 

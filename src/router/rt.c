@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -76,8 +77,9 @@ static int by_name(const void *a, const void *b)
     return strcmp(((const rt_model *)a)->name, ((const rt_model *)b)->name);
 }
 
-/* One entry per regular *.gguf file of dir, named by its stem (what
- * llama-server's --models-dir lists for a single-file model). */
+/* One entry per readable regular *.gguf file of dir (symbolic links
+ * followed), named by its stem (what llama-server's --models-dir lists for
+ * a single-file model; its sub-folders of split models are not read). */
 static pk_status scan_dir(rt *r, const char *dir, char *err, size_t err_len)
 {
     DIR *d = opendir(dir);
@@ -90,7 +92,8 @@ static pk_status scan_dir(rt *r, const char *dir, char *err, size_t err_len)
         if (strstr(de->d_name, "mmproj")) continue;   /* a projector is no model of its own */
         char *path = NULL;
         if (asprintf(&path, "%s/%s", dir, de->d_name) < 0) { st = PK_ENOMEM; break; }
-        if (access(path, R_OK) || (st = pk_grow((void **)&r->models, &cap, (size_t)r->n_models + 1,
+        struct stat sb;
+        if (stat(path, &sb) || !S_ISREG(sb.st_mode) || access(path, R_OK) || (st = pk_grow((void **)&r->models, &cap, (size_t)r->n_models + 1,
                                                 sizeof *r->models))) {
             free(path);
             continue;
