@@ -5,7 +5,8 @@
  * malformed answers; an event handed on before the next exists; a watch
  * that ends a wait), and the registry (rt.c): --models-dir's listing, a
  * child that exits at once (FAILED, its exit status), and the refusals of
- * load / unload / acquire.
+ * load / unload / acquire; with a stand-in child (python3's http.server)
+ * leases: a leased model is never the one --models-max unloads.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -206,12 +207,12 @@ static void test_registry(void)
     CHECK_EQ_INT(rt_find(r, "zeta.gguf"), -1);
     CHECK_EQ_INT(rt_find(r, NULL), -1);
 
-    int port = 0;
-    CHECK_EQ_INT(rt_acquire(r, 1, false, 1000, &port, err, sizeof err), PK_ECONFLICT);
+    rt_lease lease;
+    CHECK_EQ_INT(rt_acquire(r, 1, false, 1000, &lease, err, sizeof err), PK_ECONFLICT);
     CHECK_EQ_INT(rt_unload(r, 1, err, sizeof err), PK_ECONFLICT);
     CHECK_EQ_INT(rt_load(r, 7, err, sizeof err), PK_ENOTFOUND);
     /* /bin/false exits 1 before any /health: the load fails, with its status. */
-    CHECK_EQ_INT(rt_acquire(r, 1, true, 5000, &port, err, sizeof err), PK_EIO);
+    CHECK_EQ_INT(rt_acquire(r, 1, true, 5000, &lease, err, sizeof err), PK_EIO);
     CHECK(rt_info_at(r, 1, &in));
     CHECK_EQ_INT(in.status, RT_FAILED);
     CHECK_EQ_INT(in.exit_code, 1);
@@ -242,11 +243,89 @@ static void test_registry(void)
     rmdir(dir);
 }
 
+/* A stand-in child: answers 200 to every GET on the --port it is given
+ * (python3's http.server), so leases and eviction run without a model. */
+static const char fake_child[] =
+    "#!/bin/sh\n"
+    "while [ $# -gt 0 ]; do [ \"$1\" = --port ] && port=$2; shift; done\n"
+    "exec python3 -c 'import http.server, sys\n"
+    "class H(http.server.BaseHTTPRequestHandler):\n"
+    "    def do_GET(self):\n"
+    "        self.send_response(200); self.send_header(\"Content-Length\", \"2\"); self.end_headers()\n"
+    "        self.wfile.write(b\"ok\")\n"
+    "    def log_message(self, *a): pass\n"
+    "http.server.HTTPServer((\"127.0.0.1\", int(sys.argv[1])), H).serve_forever()' \"$port\"\n";
+
+static rt_status status_of(rt *r, int i)
+{
+    rt_info in;
+    return rt_info_at(r, i, &in) ? in.status : RT_FAILED;
+}
+
+static void test_leases(void)
+{
+    if (system("python3 -c 1 2>/dev/null")) {
+        SKIP_PART("no python3 for the stand-in child");
+        return;
+    }
+    char dir[] = "/tmp/test_router_XXXXXX";
+    if (!mkdtemp(dir)) return;
+    char exe[600];
+    snprintf(exe, sizeof exe, "%s/child.sh", dir);
+    FILE *f = fopen(exe, "w");
+    if (!f) return;
+    fputs(fake_child, f);
+    fclose(f);
+    chmod(exe, 0700);
+    touch(dir, "a.gguf");
+    touch(dir, "b.gguf");
+    rt_params p = { .exe = exe, .models_dir = dir, .models_max = 1, .load_timeout_ms = 10000 };
+    rt *r = NULL;
+    char err[256] = "";
+    CHECK_EQ_INT(rt_new(&p, &r, err, sizeof err), PK_OK);
+    if (!r) return;
+    rt_lease a, b;
+    CHECK_EQ_INT(rt_acquire(r, 0, true, 10000, &a, err, sizeof err), PK_OK);
+    CHECK_EQ_INT(status_of(r, 0), RT_LOADED);
+    CHECK_EQ_INT(rt_http_get_status(a.port, "/health", NULL, 1000), 200);
+    /* a is leased: b cannot have its place, and a keeps running. */
+    CHECK_EQ_INT(rt_acquire(r, 1, true, 300, &b, err, sizeof err), PK_EFULL);
+    CHECK_EQ_INT(rt_load(r, 1, err, sizeof err), PK_EFULL);
+    CHECK_EQ_INT(status_of(r, 0), RT_LOADED);
+    CHECK_EQ_INT(status_of(r, 1), RT_UNLOADED);
+    /* Released, a is the least recently used: b's load unloads it. */
+    rt_release(r, &a);
+    CHECK_EQ_INT(rt_acquire(r, 1, true, 10000, &b, err, sizeof err), PK_OK);
+    CHECK_EQ_INT(status_of(r, 0), RT_UNLOADED);
+    CHECK_EQ_INT(status_of(r, 1), RT_LOADED);
+    CHECK_EQ_INT(rt_http_get_status(a.port, "/health", NULL, 500), -1);
+    /* With b's lease ended, a takes its place again. */
+    rt_release(r, &b);
+    rt_release(r, &b);          /* twice: a no-op */
+    CHECK_EQ_INT(rt_acquire(r, 0, true, 10000, &a, err, sizeof err), PK_OK);
+    CHECK_EQ_INT(status_of(r, 1), RT_UNLOADED);
+    /* An unload stops a leased child too; its old lease's release is a no-op. */
+    CHECK_EQ_INT(rt_unload(r, 0, err, sizeof err), PK_OK);
+    CHECK_EQ_INT(status_of(r, 0), RT_UNLOADED);
+    rt_release(r, &a);
+    CHECK_EQ_INT(rt_acquire(r, 1, true, 10000, &b, err, sizeof err), PK_OK);
+    rt_free(r);
+    CHECK_EQ_INT(rt_http_get_status(b.port, "/health", NULL, 500), -1);
+    char path[700];
+    const char *names[] = { "a.gguf", "b.gguf", "child.sh" };
+    for (size_t i = 0; i < ARRAY_LEN(names); i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
 int main(void)
 {
     test_http();
     test_no_buffering();
     test_watch();
     test_registry();
+    test_leases();
     return test_finish();
 }

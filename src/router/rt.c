@@ -4,7 +4,7 @@
  *   struct rt ── models[] (sorted by name, fixed after rt_new)
  *     │            name, path                      immutable
  *     │            status, pid, port, exit_code,   under mu
- *     │            last_used_ms
+ *     │            last_used_ms, gen, n_users
  *     ├ mu, changed (broadcast on every status change)
  *     ├ n_loads (load threads alive, under mu: rt_free waits for 0)
  *     └ stdin_pipe[2] (children's stdin; only the router holds the write end)
@@ -45,6 +45,8 @@ typedef struct rt_model {
     int port;
     int exit_code;
     double last_used_ms;
+    uint64_t gen;                /* which child: one more at every spawn */
+    int n_users;                 /* leases of this child not yet released: never evicted */
 } rt_model;
 
 struct rt {
@@ -325,13 +327,15 @@ static int n_running(const rt *r)
     return n;
 }
 
-/* Under mu: the least recently used LOADED entry other than i, or -1. */
+/* Under mu: the least recently used LOADED entry other than i that no
+ * request uses, or -1. */
 static int lru_victim(const rt *r, int i)
 {
     int v = -1;
     for (int k = 0; k < r->n_models; k++) {
         const rt_model *m = &r->models[k];
-        if (k != i && m->status == RT_LOADED && (v < 0 || m->last_used_ms < r->models[v].last_used_ms)) v = k;
+        if (k != i && m->status == RT_LOADED && !m->n_users && (v < 0 || m->last_used_ms < r->models[v].last_used_ms))
+            v = k;
     }
     return v;
 }
@@ -344,19 +348,27 @@ static pid_t detach(rt *r, int i)
     pid_t pid = m->pid;
     m->pid = m->port = 0;
     m->status = RT_UNLOADED;
+    m->n_users = 0;              /* their leases are of the old generation */
     pthread_cond_broadcast(&r->changed);
     return pid;
 }
 
-/* Under mu, which it may drop and take again (to stop an evicted child):
- * starts entry i's load.  The caller checked it is not running. */
-static pk_status start_load(rt *r, int i, char *err, size_t err_len)
+/* Under mu, which it may drop and take again (to stop an evicted child,
+ * or to wait): starts entry i's load.  The caller checked it is not
+ * running.  At the cap with every counted model busy or loading, it waits
+ * until `until` for one to come free (until NULL: PK_EFULL at once). */
+static pk_status start_load(rt *r, int i, const struct timespec *until, char *err, size_t err_len)
 {
     rt_model *m = &r->models[i];
     while (r->p.models_max > 0 && n_running(r) >= r->p.models_max) {
         int v = lru_victim(r, i);
-        if (v < 0) return pk_errf(err, err_len, PK_EFULL, "model limit (--models-max %d) reached, try again later",
-                                  r->p.models_max);
+        if (v < 0) {
+            if (!until || r->stopping || pthread_cond_timedwait(&r->changed, &r->mu, until) == ETIMEDOUT)
+                return pk_errf(err, err_len, PK_EFULL, "model limit (--models-max %d) reached and every loaded "
+                               "model is in use, try again later", r->p.models_max);
+            if (m->status == RT_LOADING || m->status == RT_LOADED) return PK_OK;
+            continue;
+        }
         fprintf(stderr, "router: unloading model %s (least recently used) for %s\n", r->models[v].name, m->name);
         pid_t pid = detach(r, v);
         pthread_mutex_unlock(&r->mu);
@@ -380,6 +392,8 @@ static pk_status start_load(rt *r, int i, char *err, size_t err_len)
     }
     *j = (load_job){ .r = r, .i = i, .pid = pid, .port = port };
     m->status = RT_LOADING;
+    m->gen++;
+    m->n_users = 0;
     m->pid = pid;
     m->port = port;
     m->exit_code = 0;
@@ -412,7 +426,7 @@ pk_status rt_load(rt *r, int i, char *err, size_t err_len)
     pthread_mutex_lock(&r->mu);
     reap(r);
     pk_status st = running(&r->models[i]) ? pk_errf(err, err_len, PK_ECONFLICT, "model is already running")
-                                          : start_load(r, i, err, err_len);
+                                          : start_load(r, i, NULL, err, err_len);
     pthread_mutex_unlock(&r->mu);
     return st;
 }
@@ -431,7 +445,7 @@ pk_status rt_unload(rt *r, int i, char *err, size_t err_len)
     return PK_OK;
 }
 
-pk_status rt_acquire(rt *r, int i, bool autoload, int timeout_ms, int *port, char *err, size_t err_len)
+pk_status rt_acquire(rt *r, int i, bool autoload, int timeout_ms, rt_lease *out, char *err, size_t err_len)
 {
     if (i < 0 || i >= r->n_models) return PK_ENOTFOUND;
     rt_model *m = &r->models[i];
@@ -444,7 +458,8 @@ pk_status rt_acquire(rt *r, int i, bool autoload, int timeout_ms, int *port, cha
     reap(r);
     pk_status st = PK_OK;
     if (!running(m)) {
-        st = autoload ? start_load(r, i, err, err_len) : pk_errf(err, err_len, PK_ECONFLICT, "model is not loaded");
+        st = autoload ? start_load(r, i, &until, err, err_len)
+                      : pk_errf(err, err_len, PK_ECONFLICT, "model is not loaded");
     }
     /* A reap while waiting shows as a broadcast from the load thread, which
      * reaps every PROBE_EVERY_MS. */
@@ -457,10 +472,23 @@ pk_status rt_acquire(rt *r, int i, bool autoload, int timeout_ms, int *port, cha
         st = pk_errf(err, err_len, PK_EIO, "model %s failed to load (exit status %d)", m->name, m->exit_code);
     if (!st) {
         m->last_used_ms = pk_time_ms();
-        *port = m->port;
+        m->n_users++;
+        *out = (rt_lease){ .i = i, .port = m->port, .gen = m->gen };
     }
     pthread_mutex_unlock(&r->mu);
     return st;
+}
+
+void rt_release(rt *r, const rt_lease *l)
+{
+    pthread_mutex_lock(&r->mu);
+    rt_model *m = &r->models[l->i];
+    if (m->gen == l->gen && m->n_users > 0) {
+        m->n_users--;
+        m->last_used_ms = pk_time_ms();
+        pthread_cond_broadcast(&r->changed);
+    }
+    pthread_mutex_unlock(&r->mu);
 }
 
 void rt_free(rt *r)

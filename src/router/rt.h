@@ -26,8 +26,9 @@
  *   POLYKV_EXIT_ON_STDIN_EOF=1 is in its environment).
  *
  *   --models-max N caps LOADING + LOADED entries: a load beyond it unloads
- *   the LOADED entry used least recently (rt_acquire marks use); when every
- *   counted entry is still LOADING the load is refused (PK_EFULL).
+ *   the LOADED entry used least recently that no request holds (leases:
+ *   rt_acquire / rt_release); when there is none, rt_load is refused
+ *   (PK_EFULL) and rt_acquire waits for a lease to end.
  *
  *   The HTTP client (rt_http.c) is HTTP/1.1 over a loopback TCP socket, one
  *   request per connection (`Connection: close`): it writes a request, reads
@@ -112,12 +113,25 @@ pk_status rt_load(rt *r, int i, char *err, size_t err_len);
  * UNLOADED after.  PK_ECONFLICT when no child runs. */
 pk_status rt_unload(rt *r, int i, char *err, size_t err_len);
 
+/* A request's hold on a LOADED child: while held, the child is never the
+ * one --models-max unloads (rt_unload still stops it). */
+typedef struct rt_lease {
+    int i;                      /* the model */
+    int port;                   /* its child's loopback port */
+    uint64_t gen;               /* which child of the model */
+} rt_lease;
+
 /* Waits (at most timeout_ms) until model i is LOADED, starting its load
- * first when it is not running and autoload is set, and marks it used.
- * *port: the child's port.  PK_ECONFLICT when it does not run and autoload
- * is off, PK_EIO when the load failed (FAILED), PK_EFULL as rt_load,
- * PK_ECANCELLED on timeout. */
-pk_status rt_acquire(rt *r, int i, bool autoload, int timeout_ms, int *port, char *err, size_t err_len);
+ * first when it is not running and autoload is set, and leases it (*out;
+ * rt_release when the request is done).  At --models-max with every loaded
+ * model leased, it waits for one to be released.  PK_ECONFLICT when it
+ * does not run and autoload is off, PK_EIO when the load failed (FAILED),
+ * PK_EFULL when no model came free in time, PK_ECANCELLED when still
+ * loading at the timeout. */
+pk_status rt_acquire(rt *r, int i, bool autoload, int timeout_ms, rt_lease *out, char *err, size_t err_len);
+
+/* Ends a lease (a lease of a child since stopped is a no-op). */
+void rt_release(rt *r, const rt_lease *l);
 
 /* Stops every child (SIGTERM, then SIGKILL) and waits for loads in flight;
  * frees everything.  NULL is a no-op. */

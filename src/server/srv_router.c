@@ -7,12 +7,14 @@
  * preflights, the API key, body limits (srv.c).  A proxied request then
  *
  *   names its model ("model" of the JSON body, or ?model= on a GET)
- *   -> rt_acquire: the child's port, starting it when needed (autoload)
+ *   -> rt_acquire: a lease on the child (its port), starting it when needed
+ *      (autoload); held until the answer is relayed, so --models-max never
+ *      unloads a model in the middle of a request
  *   -> rt_http: the same method, path and body to 127.0.0.1:port
  *   -> a callback response that reads the child's body as it comes, so an
  *      SSE stream goes out event by event; its free callback closes the
- *      child's connection, which makes the child cancel the task of a
- *      client that went away.
+ *      child's connection (which makes the child cancel the task of a
+ *      client that went away) and ends the lease.
  *
  * Only the child's content headers go back (Content-Type, Cache-Control and
  * polykv's own x-*, Retry-After): CORS and the rest are the router's.
@@ -123,6 +125,8 @@ static enum MHD_Result h_unload(srv_req *r, json_t *body)
 /* One proxied request's connection to its child, from the request to the
  * end of the relayed body. */
 typedef struct relay {
+    rt *t;
+    rt_lease lease;
     rt_conn *c;
     struct MHD_Connection *client;
     int probe;                   /* srv_conn_alive's, until the response began */
@@ -150,6 +154,7 @@ static void relay_free(void *cls)
 {
     relay *y = cls;
     rt_http_close(y->c);
+    rt_release(y->t, &y->lease);
     free(y);
 }
 
@@ -209,8 +214,8 @@ static enum MHD_Result proxy(srv_req *r, const char *name)
     int i = rt_find(t, name);
     if (i < 0) return srv_reply_errorf(r, 400, "model '%s' not found (GET /models lists them)", name);
     char err[256] = "";
-    int port = 0;
-    pk_status st = rt_acquire(t, i, autoload_of(r), ACQUIRE_WAIT_MS, &port, err, sizeof err);
+    rt_lease lease;
+    pk_status st = rt_acquire(t, i, autoload_of(r), ACQUIRE_WAIT_MS, &lease, err, sizeof err);
     if (st) return reply_status(r, st, err);
 
     pk_buf target = {0}, hdrs = {0};
@@ -224,10 +229,12 @@ static enum MHD_Result proxy(srv_req *r, const char *name)
     rt_resp *head = malloc(sizeof *head);
     relay *y = calloc(1, sizeof *y);
     if (!head || !y || target.oom || hdrs.oom) st = PK_ENOMEM;
-    if (!st) st = rt_http_open(port, timeout_ms, &y->c);
+    if (!st) st = rt_http_open(lease.port, timeout_ms, &y->c);
     if (!st) {
         y->client = r->conn;
         y->probe = r->http11 ? SRV_PROBE_READY : SRV_PROBE_NONE;
+        y->t = t;
+        y->lease = lease;
         rt_http_watch(y->c, client_alive, y);
         st = rt_http_send(y->c, r->method, target.p, hdrs.p, r->body.p, r->body.n);
     }
@@ -238,6 +245,7 @@ static enum MHD_Result proxy(srv_req *r, const char *name)
         free(head);
         if (y) rt_http_close(y->c);
         free(y);
+        rt_release(t, &lease);
         if (st == PK_ENOMEM) return srv_reply_errorf(r, 500, "out of memory");
         return srv_reply_errorf(r, 502, "model '%s': its server did not answer (%s)", name, pk_status_str(st));
     }
