@@ -224,6 +224,47 @@ static void test_registry(void)
     CHECK_EQ_INT(in.status, RT_FAILED);
     rt_free(r);
 
+    /* Presets: flags on a listed model, a new model from its own file, in
+     * every child's flags between the preset's global ones and the router's. */
+    char zeta[600];
+    snprintf(zeta, sizeof zeta, "%s/zeta.gguf", dir);
+    const char *np2[] = { "-np", "2" }, *glob[] = { "-c", "512" }, *own[] = { "-t", "1" };
+    rt_spec specs[] = { { .name = "alpha-Q4_0", .args = np2, .n_args = 2 }, { .name = "beta", .path = zeta } };
+    rt_params pp = p;
+    pp.specs = specs;
+    pp.n_specs = 2;
+    pp.global_args = glob;
+    pp.n_global_args = 2;
+    pp.child_args = own;
+    pp.n_child_args = 2;
+    CHECK_EQ_INT(rt_new(&pp, &r, err, sizeof err), PK_OK);
+    if (r) {
+        CHECK_EQ_INT(rt_count(r), 3);
+        CHECK_EQ_INT(rt_find(r, "beta"), 1);
+        CHECK(rt_info_at(r, 1, &in) && in.preset && !strcmp(in.path, zeta));
+        CHECK(rt_info_at(r, 2, &in) && !in.preset);
+        const char *argv[32];
+        char port_buf[16];
+        int n = rt_child_argv(r, 0, 77, port_buf, argv, 32);
+        CHECK_EQ_INT(n, 14);
+        if (n == 14) {
+            CHECK_STR(argv[5], "77");
+            CHECK_STR(argv[7], "alpha-Q4_0");
+            CHECK_STR(argv[8], "-c");
+            CHECK_STR(argv[10], "-np");
+            CHECK_STR(argv[12], "-t");
+        }
+        rt_free(r);
+    }
+    rt_spec lost = { .name = "nowhere" }, gone = { .name = "gone", .path = "/nonexistent/gone.gguf" };
+    pp.specs = &lost;
+    pp.n_specs = 1;
+    CHECK_EQ_INT(rt_new(&pp, &r, err, sizeof err), PK_EINVAL);
+    CHECK(strstr(err, "nowhere") != NULL);
+    pp.specs = &gone;
+    CHECK_EQ_INT(rt_new(&pp, &r, err, sizeof err), PK_EINVAL);
+    CHECK(strstr(err, "/nonexistent/gone.gguf") != NULL);
+
     rt_params bad = p;
     bad.models_dir = "/nonexistent/models";
     CHECK_EQ_INT(rt_new(&bad, &r, err, sizeof err), PK_EIO);
@@ -320,12 +361,48 @@ static void test_leases(void)
     rmdir(dir);
 }
 
+static void test_ini(void)
+{
+    static const char text[] =
+        "version = 1\n; a comment\n# another\n\n[*]\nc = 8192\n"
+        "[ my-model ]\r\nmodel = \"/m/x.gguf\"\n  np=2  \njinja = true\nempty =\n";
+    rt_ini ini;
+    char err[128] = "";
+    CHECK_EQ_INT(rt_ini_parse(text, sizeof text - 1, &ini, err, sizeof err), PK_OK);
+    CHECK_EQ_INT(ini.n_sec, 3);
+    if (ini.n_sec == 3) {
+        CHECK_STR(ini.sec[0].name, "");
+        CHECK_EQ_INT(ini.sec[0].n_kv, 1);
+        CHECK_STR(ini.sec[0].kv[0].key, "version");
+        CHECK_STR(ini.sec[1].name, "*");
+        CHECK_STR(ini.sec[1].kv[0].value, "8192");
+        CHECK_STR(ini.sec[2].name, "my-model");
+        CHECK_EQ_INT(ini.sec[2].n_kv, 4);
+        CHECK_STR(ini.sec[2].kv[0].value, "/m/x.gguf");
+        CHECK_STR(ini.sec[2].kv[1].key, "np");
+        CHECK_STR(ini.sec[2].kv[1].value, "2");
+        CHECK_STR(ini.sec[2].kv[3].key, "empty");
+        CHECK_STR(ini.sec[2].kv[3].value, "");
+    }
+    rt_ini_free(&ini);
+    static const char *const bad[] = { "[open\n", "[]\n", "[a] b\n", "just words\n", "= 3\n", "a = 1\n\0b = 2\n" };
+    static const size_t bad_len[] = { 6, 3, 6, 11, 4, 13 };
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        err[0] = 0;
+        CHECK_EQ_INT(rt_ini_parse(bad[i], bad_len[i], &ini, err, sizeof err), PK_EFORMAT);
+        CHECK(strstr(err, "line ") != NULL);
+        CHECK_EQ_INT(ini.n_sec, 0);
+    }
+    CHECK_EQ_INT(rt_ini_load("/nonexistent/p.ini", &ini, err, sizeof err), PK_EIO);
+}
+
 int main(void)
 {
     test_http();
     test_no_buffering();
     test_watch();
     test_registry();
+    test_ini();
     test_leases();
     return test_finish();
 }

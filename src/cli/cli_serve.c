@@ -35,6 +35,7 @@ static void usage(void)
         "                          first (default 4, 0 = no cap)\n"
         "  --models-autoload / --no-models-autoload   router: a request loads the model it names\n"
         "                          (default on; off: POST /models/load first)\n"
+        "  --models-preset FILE    router: an INI file of models and their flags (docs/compat.md)\n"
         "  -c, --ctx-size N        KV cells shared by all slots (default 8192)\n"
         "  -np, --parallel N       slots: requests decoded together (default 4)\n"
         "  -t, --threads N         compute threads (default: all CPUs)\n"
@@ -156,7 +157,7 @@ static bool child_args(int argc, char **argv, serve_opts *o)
 {
     static const char *const own[] = {
         "--host", "--port", "-a", "--alias", "--tags", "--models-dir", "--models-max", "--models-autoload",
-        "--no-models-autoload",
+        "--no-models-autoload", "--models-preset",
     };
     o->router.child_args = calloc((size_t)argc + 1, sizeof *o->router.child_args);
     if (!o->router.child_args) return false;
@@ -231,7 +232,7 @@ static bool parse(int argc, char **argv, serve_opts *o)
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = v;
         else if (!strcmp(a, "--models-dir")) { o->router.models_dir = v; o->router_flag = true; }
         else if (!strcmp(a, "--models-max")) { if (!cli_int(a, v, 0, 1 << 16, &x)) return false; o->router.models_max = (int)x; o->router_flag = true; }
-        else if (!strcmp(a, "--models-preset")) { fprintf(stderr, "polykv serve: %s: model presets are not supported; use --models-dir DIR\n", a); return false; }
+        else if (!strcmp(a, "--models-preset")) { o->router.models_preset = v; o->router_flag = true; }
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { if (!cli_int(a, v, 1, 1 << 24, &x)) return false; o->ep.n_ctx = (int32_t)x; }
         else if (!strcmp(a, "-np") || !strcmp(a, "--parallel")) { if (!cli_int(a, v, 1, ENG_MAX_SLOTS, &x)) return false; o->ep.n_slots = (int32_t)x; }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (!cli_int(a, v, 1, 1024, &x)) return false; o->ep.n_threads = (int32_t)x; }
@@ -262,8 +263,8 @@ static bool parse(int argc, char **argv, serve_opts *o)
         }
     }
     if (o->model && o->router_flag) {
-        fprintf(stderr, "polykv serve: --models-dir, --models-max and --models-autoload are for router mode "
-                        "(without -m)\n");
+        fprintf(stderr, "polykv serve: --models-dir, --models-preset, --models-max and --models-autoload are for "
+                        "router mode (without -m)\n");
         return false;
     }
     if (!o->model && !child_args(argc, argv, o)) return false;
@@ -283,6 +284,19 @@ static void *watch_stdin(void *arg)
     fprintf(stderr, "polykv: the router is gone (stdin closed): shutting down\n");
     kill(getpid(), SIGTERM);
     return NULL;
+}
+
+bool cli_serve_takes_value(const char *a)
+{
+    return takes_value(a) || cli_serve_llama_takes_value(a);
+}
+
+bool cli_serve_check(int argc, char **argv)
+{
+    serve_opts o = {0};
+    bool ok = parse(argc, argv, &o);
+    free(o.router.child_args);
+    return ok;
 }
 
 int cli_serve(int argc, char **argv)

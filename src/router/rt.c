@@ -40,6 +40,8 @@ extern char **environ;
 typedef struct rt_model {
     char name[RT_MAX_NAME];
     char *path;
+    char **args;                 /* its preset's flags (NULL-terminated; NULL none) */
+    bool preset;
     rt_status status;            /* under mu, as are all the fields below */
     pid_t pid;                   /* 0: no child */
     int port;
@@ -52,8 +54,9 @@ typedef struct rt_model {
 struct rt {
     rt_params p;                 /* strings point at the copies below */
     char *exe, *api_key;
-    char **child_args;
+    char **child_args, **global_args;   /* NULL-terminated copies */
     rt_model *models;
+    size_t cap_models;
     int n_models;
     pthread_mutex_t mu;
     pthread_cond_t changed;
@@ -86,7 +89,7 @@ static pk_status scan_dir(rt *r, const char *dir, char *err, size_t err_len)
 {
     DIR *d = opendir(dir);
     if (!d) return pk_errf(err, err_len, PK_EIO, "--models-dir %s: %s", dir, strerror(errno));
-    size_t cap = 0;
+    size_t cap = r->cap_models;
     pk_status st = PK_OK;
     for (struct dirent *de; st == PK_OK && (de = readdir(d));) {
         size_t n = strlen(de->d_name);
@@ -106,8 +109,55 @@ static pk_status scan_dir(rt *r, const char *dir, char *err, size_t err_len)
         m->path = path;
     }
     closedir(d);
-    if (r->n_models) qsort(r->models, (size_t)r->n_models, sizeof *r->models, by_name);
+    r->cap_models = cap;
     return st;
+}
+
+/* A NULL-terminated copy of n strings, NULL when out of memory. */
+static char **copy_list(const char *const *v, int n)
+{
+    char **c = calloc((size_t)n + 1, sizeof *c);
+    for (int i = 0; c && i < n; i++)
+        if (!(c[i] = strdup(v[i]))) {
+            for (int k = 0; k < i; k++) free(c[k]);
+            free(c);
+            return NULL;
+        }
+    return c;
+}
+
+static void free_list(char **v)
+{
+    for (int i = 0; v && v[i]; i++) free(v[i]);
+    free(v);
+}
+
+/* A preset's model: its flags on the --models-dir entry of that name, or
+ * a new entry for its own file. */
+static pk_status add_spec(rt *r, const rt_spec *sp, char *err, size_t err_len)
+{
+    rt_model *m = NULL;
+    for (int i = 0; i < r->n_models && !m; i++)
+        if (!strcmp(r->models[i].name, sp->name)) m = &r->models[i];
+    if (!m && !sp->path)
+        return pk_errf(err, err_len, PK_EINVAL, "preset [%s]: no model of that name in --models-dir, and no "
+                       "'model = FILE'", sp->name);
+    if (strlen(sp->name) >= RT_MAX_NAME) return pk_errf(err, err_len, PK_EINVAL, "preset [%.32s...]: name too long", sp->name);
+    if (!m) {
+        if (pk_grow((void **)&r->models, &r->cap_models, (size_t)r->n_models + 1, sizeof *r->models)) return PK_ENOMEM;
+        m = &r->models[r->n_models++];
+        memset(m, 0, sizeof *m);
+        snprintf(m->name, sizeof m->name, "%s", sp->name);
+    }
+    if (sp->path && access(sp->path, R_OK))
+        return pk_errf(err, err_len, PK_EINVAL, "preset [%s]: model = %s: %s", sp->name, sp->path, strerror(errno));
+    if (sp->path) {
+        free(m->path);
+        if (!(m->path = strdup(sp->path))) return PK_ENOMEM;
+    }
+    free_list(m->args);
+    m->preset = true;
+    return (m->args = copy_list(sp->args, sp->n_args)) ? PK_OK : PK_ENOMEM;
 }
 
 pk_status rt_new(const rt_params *p, rt **out, char *err, size_t err_len)
@@ -121,14 +171,20 @@ pk_status rt_new(const rt_params *p, rt **out, char *err, size_t err_len)
     r->p = *p;
     r->p.exe = r->exe = strdup(p->exe);
     r->p.api_key = r->api_key = p->api_key ? strdup(p->api_key) : NULL;
-    r->child_args = calloc((size_t)p->n_child_args + 1, sizeof *r->child_args);
-    bool oom = !r->exe || (p->api_key && !r->api_key) || !r->child_args;
-    for (int i = 0; !oom && i < p->n_child_args; i++) oom = !(r->child_args[i] = strdup(p->child_args[i]));
+    r->child_args = copy_list(p->child_args, p->n_child_args);
+    r->global_args = copy_list(p->global_args, p->n_global_args);
+    bool oom = !r->exe || (p->api_key && !r->api_key) || !r->child_args || !r->global_args;
     r->p.child_args = (const char *const *)r->child_args;
+    r->p.global_args = (const char *const *)r->global_args;
     r->p.models_dir = NULL;
+    r->p.specs = NULL;
+    r->p.n_specs = 0;
     pk_status st = oom ? PK_ENOMEM : PK_OK;
     if (!st && pipe2(r->stdin_pipe, O_CLOEXEC)) st = pk_errf(err, err_len, PK_EIO, "pipe: %s", strerror(errno));
     if (!st && p->models_dir) st = scan_dir(r, p->models_dir, err, err_len);
+    for (int k = 0; !st && k < p->n_specs; k++) st = add_spec(r, &p->specs[k], err, err_len);
+    if (st == PK_ENOMEM) pk_errf(err, err_len, st, "out of memory");
+    if (!st && r->n_models) qsort(r->models, (size_t)r->n_models, sizeof *r->models, by_name);
     if (st) {
         rt_free(r);
         return st;
@@ -171,7 +227,7 @@ bool rt_info_at(rt *r, int i, rt_info *out)
     pthread_mutex_lock(&r->mu);
     reap(r);
     const rt_model *m = &r->models[i];
-    *out = (rt_info){ .path = m->path, .status = m->status, .exit_code = m->exit_code, .port = m->port,
+    *out = (rt_info){ .path = m->path, .preset = m->preset, .status = m->status, .exit_code = m->exit_code, .port = m->port,
                       .pid = m->pid };
     snprintf(out->name, sizeof out->name, "%s", m->name);
     pthread_mutex_unlock(&r->mu);
@@ -185,7 +241,10 @@ int rt_child_argv(rt *r, int i, int port, char *port_buf, const char **argv, int
     const char *fixed[] = { "-m", m->path, "--host", "127.0.0.1", "--port", port_buf, "--alias", m->name };
     int n = 0;
     for (size_t k = 0; k < ARRAY_LEN(fixed) && n < cap - 1; k++) argv[n++] = fixed[k];
-    for (int k = 0; k < r->p.n_child_args && n < cap - 1; k++) argv[n++] = r->child_args[k];
+    /* Later flags win in `serve`: the preset's global ones, the model's, the router's own. */
+    for (int k = 0; r->global_args[k] && n < cap - 1; k++) argv[n++] = r->global_args[k];
+    for (int k = 0; m->args && m->args[k] && n < cap - 1; k++) argv[n++] = m->args[k];
+    for (int k = 0; r->child_args[k] && n < cap - 1; k++) argv[n++] = r->child_args[k];
     argv[n] = NULL;
     return n;
 }
@@ -505,11 +564,13 @@ void rt_free(rt *r)
     pthread_mutex_unlock(&r->mu);
     for (int k = 0; k < n; k++) kill(pids[k], SIGTERM);
     for (int k = 0; k < n; k++) stop_child(pids[k]);
-    for (int i = 0; i < r->n_models; i++) free(r->models[i].path);
+    for (int i = 0; i < r->n_models; i++) {
+        free(r->models[i].path);
+        free_list(r->models[i].args);
+    }
     free(r->models);
-    if (r->child_args)
-        for (int i = 0; r->child_args[i]; i++) free(r->child_args[i]);
-    free(r->child_args);
+    free_list(r->child_args);
+    free_list(r->global_args);
     free(r->exe);
     free(r->api_key);
     if (r->stdin_pipe[0] >= 0) close(r->stdin_pipe[0]);

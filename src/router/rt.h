@@ -5,7 +5,9 @@
  *
  * DESIGN
  *   The registry (rt.c) is a fixed list of models, one per `.gguf` file of
- *   --models-dir, named by the file's stem.  Each entry has a status and,
+ *   --models-dir, named by the file's stem, and those --models-preset's
+ *   sections add (rt_preset.c reads its INI text; the caller makes the
+ *   sections' keys into flags, rt_spec).  Each entry has a status and,
  *   while it runs, a child: its pid and the loopback port it listens on.
  *
  *       UNLOADED --rt_load / rt_acquire(autoload)--> LOADING --/health 200--> LOADED
@@ -56,6 +58,16 @@ typedef enum rt_status { RT_UNLOADED = 0, RT_LOADING, RT_LOADED, RT_FAILED } rt_
 /* "unloaded", "loading", "loaded", "failed" (llama-server's words). */
 const char *rt_status_name(rt_status st);
 
+/* A model a preset adds or configures (cli_router.c makes them from
+ * --models-preset's sections). */
+typedef struct rt_spec {
+    const char *name;
+    const char *path;           /* NULL: the --models-dir model of that name */
+    const char *const *args;    /* its flags: after the preset's global ones, before the
+                                   router's own (child_args), so those win */
+    int n_args;
+} rt_spec;
+
 typedef struct rt_params {
     const char *exe;            /* the polykv binary children run */
     const char *models_dir;     /* NULL: no models (the router lists none) */
@@ -65,6 +77,10 @@ typedef struct rt_params {
     const char *const *child_args;  /* flags every child gets after its own -m, --host,
                                        --port and --alias; n_child_args of them */
     int n_child_args;
+    const char *const *global_args; /* the preset's [*] flags, before every model's own */
+    int n_global_args;
+    const rt_spec *specs;       /* n_specs presets */
+    int n_specs;
     const char *api_key;        /* the children's key (also in child_args), sent by the
                                    health probe; NULL none */
     int load_timeout_ms;        /* a child not healthy by then is killed: FAILED */
@@ -74,6 +90,7 @@ typedef struct rt_params {
 typedef struct rt_info {
     char name[RT_MAX_NAME];
     const char *path;           /* the GGUF file; lives as long as the registry */
+    bool preset;                /* named by a preset (else only by --models-dir) */
     rt_status status;
     int exit_code;              /* FAILED: the child's exit status (128 + signal when killed) */
     int port;                   /* LOADING / LOADED: the child's port, else 0 */
@@ -82,9 +99,10 @@ typedef struct rt_info {
 
 typedef struct rt rt;
 
-/* Reads models_dir (when set) and starts nothing.  The strings of p are
- * copied.  PK_EIO when the directory cannot be read (reason in err),
- * PK_ENOMEM. */
+/* Reads models_dir (when set), adds or configures the specs' models, and
+ * starts nothing.  The strings of p are copied.  PK_EIO when the directory
+ * cannot be read, PK_EINVAL for a spec without a path whose name is not in
+ * the directory (reason in err), PK_ENOMEM. */
 pk_status rt_new(const rt_params *p, rt **out, char *err, size_t err_len);
 
 /* The parameters (strings owned by r). */
@@ -136,6 +154,26 @@ void rt_release(rt *r, const rt_lease *l);
 /* Stops every child (SIGTERM, then SIGKILL) and waits for loads in flight;
  * frees everything.  NULL is a no-op. */
 void rt_free(rt *r);
+
+/* ---- --models-preset's INI text (rt_preset.c) ---- */
+
+typedef struct rt_kv { char *key, *value; } rt_kv;
+typedef struct rt_section {
+    char *name;                 /* "" for the keys before any [section] */
+    rt_kv *kv;                  /* in file order */
+    int n_kv;
+} rt_section;
+typedef struct rt_ini {
+    rt_section *sec;            /* sec[0] is the unnamed one, then the file's in order */
+    int n_sec;
+} rt_ini;
+
+/* Parses n bytes of INI text into out (rt_ini_free it).  PK_EFORMAT with
+ * the line in err, PK_ENOMEM; out is empty on failure. */
+pk_status rt_ini_parse(const char *text, size_t n, rt_ini *out, char *err, size_t err_len);
+/* The same from a file (at most 1 MiB); PK_EIO when it cannot be read. */
+pk_status rt_ini_load(const char *path, rt_ini *out, char *err, size_t err_len);
+void rt_ini_free(rt_ini *ini);
 
 /* ---- the loopback HTTP client (rt_http.c) ---- */
 

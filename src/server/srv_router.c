@@ -68,7 +68,7 @@ static enum MHD_Result h_models(srv_req *r, json_t *body)
     for (int i = 0; data && rt_info_at(t, i, &in); i++) {
         json_t *m = json_pack("{s:s, s:[], s:[], s:s, s:s, s:I, s:o, s:s, s:b}", "id", in.name, "aliases", "tags",
                               "object", "model", "owned_by", "polykv", "created", now, "status",
-                              status_json(t, i, &in), "source", "models_dir", "can_remove", 0);
+                              status_json(t, i, &in), "source", in.preset ? "preset" : "models_dir", "can_remove", 0);
         if (!m || json_array_append_new(data, m)) {
             json_decref(data);
             data = NULL;

@@ -8,9 +8,10 @@
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
 import path from 'node:path';
-import { WORK, sharedModel, skipReason, sleep, startServer, post, get, readSSE } from './lib.mjs';
+import { BIN, WORK, sharedModel, skipReason, sleep, startServer, post, get, readSSE } from './lib.mjs';
 
 const STORIES = 'stories260K.gguf';
 const QWEN = 'rand-qwen2-qwen2vocab-e64-l2-F16.gguf';
@@ -18,7 +19,7 @@ const NAMES = ['rand-qwen2-qwen2vocab-e64-l2-F16', 'stories260K'];
 const skip = skipReason(STORIES, QWEN);
 const FLAGS = ['-t', '1', '-c', '256', '-np', '1'];
 const DIR = path.resolve(WORK, 'router-models');
-let router, keyed;
+let router, keyed, preset;
 
 before(async () => {
   if (skip) return;
@@ -31,6 +32,7 @@ before(async () => {
 after(async () => {
   await router?.stop();
   await keyed?.stop();
+  await preset?.stop();
 });
 
 const models = async (url = router.url, headers = {}) => {
@@ -195,6 +197,32 @@ test('--no-models-autoload, the API key (children get it too) and CORS preflight
   await keyed.stop();
   keyed = null;
 });
+
+test('--models-preset: flags per model and for all, a model of its own file, load-on-startup', { skip },
+  async () => {
+    const ini = path.join(WORK, 'router-preset.ini');
+    writeFileSync(ini, `version = 1\n[*]\nc = 512\nparallel = 2\n[stories260K]\nnp = 1\nload-on-startup = true\n` +
+      `[tiny]\nmodel = ${path.resolve(sharedModel(STORIES))}\n`);
+    // -c on the router's command line wins over the preset's; -np of the model's section over [*].
+    preset = await startServer(null, ['--models-dir', DIR, '--models-preset', ini, '-t', '1', '-c', '256']);
+    const r = await get(preset.url + '/models');
+    assert.deepEqual(r.json.data.map((m) => [m.id, m.source]),
+      [[NAMES[0], 'models_dir'], ['stories260K', 'preset'], ['tiny', 'preset']]);
+    await waitStatus('stories260K', 'loaded', preset.url);
+    const props = await get(preset.url + '/props?model=stories260K');
+    assert.equal(props.json.total_slots, 1);
+    assert.equal(props.json.polykv.n_ctx_total, 256);
+    const tiny = await post(preset.url + '/completion', { ...REQ, model: 'tiny' });
+    assert.equal(tiny.status, 200, tiny.text);
+    assert.equal((await get(preset.url + '/props?model=tiny')).json.total_slots, 2);
+    await preset.stop();
+    preset = null;
+    writeFileSync(ini, '[stories260K]\nno-such-flag = true\n');
+    const bad = spawnSync(BIN, ['serve', '--models-dir', DIR, '--models-preset', ini, '--port', '0'], { encoding: 'utf8' });
+    assert.equal(bad.status, 1);
+    assert.match(bad.stderr, /unknown option --no-such-flag/);
+    assert.match(bad.stderr, /model stories260K/);
+  });
 
 test('stopping the router stops its children', { skip }, async () => {
   await waitStatus('stories260K', 'loaded');
