@@ -242,10 +242,13 @@ static enum MHD_Result proxy(srv_req *r, const char *name)
     pk_buf_free(&target);
     pk_buf_free(&hdrs);
     if (st) {
+        /* The watch ended the wait: nobody to answer. */
+        bool left = y && y->c && !client_alive(y);
         free(head);
         if (y) rt_http_close(y->c);
         free(y);
         rt_release(t, &lease);
+        if (left) return MHD_NO;
         if (st == PK_ENOMEM) return srv_reply_errorf(r, 500, "out of memory");
         return srv_reply_errorf(r, 502, "model '%s': its server did not answer (%s)", name, pk_status_str(st));
     }
