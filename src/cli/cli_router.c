@@ -21,7 +21,6 @@
 #include <unistd.h>
 
 #include "../common/buf.h"
-
 #include "../router/rt.h"
 #include "../server/srv.h"
 #include "cli.h"
