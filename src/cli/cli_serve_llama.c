@@ -117,6 +117,18 @@ static int valued(const char *a, const char *v, srv_params *sp)
     return 1;
 }
 
+bool cli_serve_llama_takes_value(const char *a)
+{
+    static const char *const with_value[] = {
+        "-s", "--seed", "--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--repeat-last-n",
+        "--presence-penalty", "--frequency-penalty", "-n", "--n-predict", "--predict", "--cors-origins",
+        "--reasoning-format", "--reasoning-budget", "-ub", "--ubatch-size", "--tags", "-rea", "--reasoning",
+    };
+    for (size_t k = 0; k < ARRAY_LEN(with_value); k++)
+        if (!strcmp(a, with_value[k])) return true;
+    return false;
+}
+
 int cli_serve_llama_flag(int argc, char **argv, int *i, srv_params *sp)
 {
     const char *a = argv[*i];
@@ -158,17 +170,9 @@ int cli_serve_llama_flag(int argc, char **argv, int *i, srv_params *sp)
         return 1;
     if (!strcmp(a, "-nocb") || !strcmp(a, "--no-cont-batching"))
         return fail(a, "batching is always continuous in polykv");
-    static const char *const with_value[] = {
-        "-s", "--seed", "--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--repeat-last-n",
-        "--presence-penalty", "--frequency-penalty", "-n", "--n-predict", "--predict", "--cors-origins",
-        "--reasoning-format", "--reasoning-budget", "-ub", "--ubatch-size", "--tags", "-rea", "--reasoning",
-    };
-    for (size_t k = 0; k < ARRAY_LEN(with_value); k++) {
-        if (strcmp(a, with_value[k])) continue;
-        const char *v = cli_arg(argc, argv, i);
-        return v ? valued(a, v, sp) : -1;
-    }
-    return 0;
+    if (!cli_serve_llama_takes_value(a)) return 0;
+    const char *v = cli_arg(argc, argv, i);
+    return v ? valued(a, v, sp) : -1;
 }
 
 /* A path from the environment with the leading '/' Vertex AI may leave out. */

@@ -27,23 +27,6 @@
 #include "../model/model.h"
 #include "srv_impl.h"
 
-/* Who may call a route when --api-key is set. */
-typedef enum srv_access {
-    SRV_KEY = 0,                 /* the key, always */
-    SRV_PROBE,                   /* the key, unless --public-probes */
-    SRV_OPEN,                    /* nobody needs it: the page's static files, whose data
-                                    calls then need the key */
-} srv_access;
-
-typedef struct srv_route {
-    const char *path;
-    const char *method;          /* "GET", "POST" (a JSON object body), or "*": GET, POST
-                                    (the body optional) and DELETE, the handler decides */
-    srv_handler fn;
-    srv_access access;
-    bool prefix;                 /* path is a prefix: the handler parses the rest */
-} srv_route;
-
 static const srv_route routes[] = {
     { "/health",              "GET",  srv_h_health,          SRV_PROBE, false },
     { "/v1/health",           "GET",  srv_h_health,          SRV_PROBE, false },
@@ -247,6 +230,19 @@ enum MHD_Result srv_reply_sse(srv_req *r, MHD_ContentReaderCallback reader, void
     return queue(r, 200, resp, "text/event-stream");
 }
 
+enum MHD_Result srv_reply_callback(srv_req *r, unsigned status, const char *content_type, uint64_t size,
+                                   const char *const *headers, MHD_ContentReaderCallback reader, void *cls,
+                                   MHD_ContentReaderFreeCallback free_cb)
+{
+    struct MHD_Response *resp = MHD_create_response_from_callback(size, 16384, reader, cls, free_cb);
+    if (!resp) {
+        free_cb(cls);
+        return srv_reply_errorf(r, 500, "out of memory");
+    }
+    for (size_t k = 0; headers && headers[k]; k += 2) MHD_add_response_header(resp, headers[k], headers[k + 1]);
+    return queue(r, status, resp, content_type);
+}
+
 bool srv_conn_alive(struct MHD_Connection *conn, int *probe)
 {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -352,8 +348,10 @@ static const srv_route *find_route(const srv *s, const char *url, bool *path_kno
         *path_known = true;
         return pr && !strcmp(url, pr) ? &gcp_predict : &gcp_health;
     }
-    for (size_t i = 0; i < ARRAY_LEN(routes); i++) {
-        const srv_route *rt = &routes[i];
+    const srv_route *table = s->p.router ? srv_router_routes : routes;
+    size_t n_routes = s->p.router ? srv_n_router_routes : ARRAY_LEN(routes);
+    for (size_t i = 0; i < n_routes; i++) {
+        const srv_route *rt = &table[i];
         size_t n = strlen(rt->path);
         if (rt->prefix ? !strncmp(rt->path, url, n) && url[n] : !strcmp(rt->path, url)) {
             *path_known = true;
@@ -389,7 +387,7 @@ static bool early_reply(srv_req *r, enum MHD_Result *ret)
         *ret = srv_reply_errorf(r, 401, "Invalid API Key");
         return true;
     }
-    if (!srv_engine(r->s)) {
+    if (!r->s->p.router && !srv_engine(r->s)) {
         *ret = srv_reply_errorf(r, 503, "Loading model");
         return true;
     }

@@ -129,6 +129,13 @@ enum MHD_Result srv_reply_text(srv_req *r, unsigned status, const char *content_
 enum MHD_Result srv_reply_sse(srv_req *r, MHD_ContentReaderCallback reader, void *cls,
                               MHD_ContentReaderFreeCallback free_cb);
 
+/* Any response read from reader(cls) (size bytes, or MHD_SIZE_UNKNOWN:
+ * chunked), with headers ({name, value, ..., NULL}, may be NULL) besides
+ * the ones every reply gets; free_cb as srv_reply_sse. */
+enum MHD_Result srv_reply_callback(srv_req *r, unsigned status, const char *content_type, uint64_t size,
+                                   const char *const *headers, MHD_ContentReaderCallback reader, void *cls,
+                                   MHD_ContentReaderFreeCallback free_cb);
+
 /* False when the peer of conn has gone.  A peer that shut down only its
  * sending side (end of stream) may still read: a half-close is not a
  * disconnect.  The two look alike until something is written: once the
@@ -414,6 +421,29 @@ void srv_native_stream_end(srv_gen *g);
 /* ---- handlers (one per route) ---- */
 
 typedef enum MHD_Result (*srv_handler)(srv_req *r, json_t *body);
+
+/* Who may call a route when --api-key is set. */
+typedef enum srv_access {
+    SRV_KEY = 0,                 /* the key, always */
+    SRV_PROBE,                   /* the key, unless --public-probes */
+    SRV_OPEN,                    /* nobody needs it: the page's static files, whose data
+                                    calls then need the key */
+} srv_access;
+
+typedef struct srv_route {
+    const char *path;
+    const char *method;          /* "GET", "POST" (a JSON object body), or "*": GET, POST
+                                    (the body optional) and DELETE, the handler decides */
+    srv_handler fn;
+    srv_access access;
+    bool prefix;                 /* path is a prefix: the handler parses the rest */
+} srv_route;
+
+/* Router mode's table (srv_router.c), used instead of srv.c's when
+ * srv_params.router is set. */
+extern const srv_route srv_router_routes[];
+extern const size_t srv_n_router_routes;
+
 
 enum MHD_Result srv_h_oai_models(srv_req *r, json_t *body);
 enum MHD_Result srv_h_oai_completions(srv_req *r, json_t *body);
