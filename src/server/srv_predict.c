@@ -9,12 +9,14 @@
  * camelCase alias ("chatCompletions", srv_gcp_format_of).  Each runs the
  * route's own handler on a request of its own whose reply is captured
  * (srv_req.capture) rather than sent: its JSON body, an error object
- * included, is the prediction.  Instances run at once, one thread each,
- * so completions batch in the engine as separate requests would; streams
- * are turned off (a prediction is one body).
+ * included, is the prediction.  Instances run at once, as many as the
+ * engine has slots (workers take them in turn), so completions batch as
+ * separate requests would; streams are turned off (a prediction is one
+ * body).
  */
 #include <ctype.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,11 +41,14 @@ void srv_gcp_format_of(const char *path, char *out, size_t cap)
     if (cap) out[MIN(n, cap - 1)] = 0;
 }
 
-typedef struct instance {
+/* One predict request's instances, taken in turn by its workers. */
+typedef struct predict_job {
     srv_req *parent;
-    const json_t *in;
-    json_t *out;                  /* the prediction */
-} instance;
+    const json_t *instances;
+    json_t **out;                 /* [n] the predictions */
+    size_t n;
+    atomic_size_t next;           /* the next instance to take */
+} predict_job;
 
 static json_t *error_body(unsigned status, const char *fmt, const char *arg)
 {
@@ -52,36 +57,25 @@ static json_t *error_body(unsigned status, const char *fmt, const char *arg)
     return srv_error_json(&e);
 }
 
-static void *run_instance(void *arg)
+/* The prediction of one instance: the captured answer of its route. */
+static json_t *run_instance(srv_req *p, const json_t *in)
 {
-    instance *it = arg;
-    const json_t *in = it->in;
     const char *format = json_string_value(json_object_get(in, "@requestFormat"));
     srv_handler fn;
     const char *path;
-    if (!json_is_object(in)) {
-        it->out = error_body(400, "each instance must be a JSON object%s", "");
-        return NULL;
-    }
-    if (!format) {
-        it->out = error_body(400, "each instance must have a string @requestFormat%s", "");
-        return NULL;
-    }
-    if (!srv_route_by_format(format, &fn, &path)) {
-        it->out = error_body(400, "no route for @requestFormat '%.100s'", format);
-        return NULL;
-    }
+    if (!json_is_object(in)) return error_body(400, "each instance must be a JSON object%s", "");
+    if (!format) return error_body(400, "each instance must have a string @requestFormat%s", "");
+    if (!srv_route_by_format(format, &fn, &path))
+        return error_body(400, "no route for @requestFormat '%.100s'", format);
     json_t *body = json_copy((json_t *)in);
     srv_req *r = calloc(1, sizeof *r);
     if (!body || !r) {
         json_decref(body);
         free(r);
-        it->out = error_body(500, "out of memory%s", "");
-        return NULL;
+        return error_body(500, "out of memory%s", "");
     }
     json_object_del(body, "@requestFormat");
     if (json_object_get(body, "stream")) json_object_set_new(body, "stream", json_false());
-    srv_req *p = it->parent;
     r->s = p->s;
     r->conn = p->conn;
     r->route = p->route;
@@ -92,9 +86,17 @@ static void *run_instance(void *arg)
     r->sessions_remaining = -1;
     r->capture = true;
     fn(r, body);
-    it->out = r->captured ? r->captured : error_body(500, "the %s route gave no answer", path);
+    json_t *out = r->captured ? r->captured : error_body(500, "the %s route gave no answer", path);
     json_decref(body);
     free(r);
+    return out;
+}
+
+static void *worker(void *arg)
+{
+    predict_job *j = arg;
+    for (size_t i; (i = atomic_fetch_add(&j->next, 1)) < j->n;)
+        j->out[i] = run_instance(j->parent, json_array_get(j->instances, i));
     return NULL;
 }
 
@@ -106,32 +108,29 @@ enum MHD_Result srv_h_predict(srv_req *r, json_t *body)
     size_t n = json_array_size(instances);
     if (n > PREDICT_MAX_INSTANCES)
         return srv_reply_errorf(r, 400, "'instances' has %zu entries; at most %d", n, PREDICT_MAX_INSTANCES);
-    instance *its = calloc(n ? n : 1, sizeof *its);
-    pthread_t *threads = calloc(n ? n : 1, sizeof *threads);
-    bool *started = calloc(n ? n : 1, sizeof *started);
-    if (!its || !threads || !started) {
-        free(its);
+    /* As many workers as slots: more could not decode at once, and the
+     * threads a request may start stay bounded. */
+    size_t k = MIN(n, (size_t)MAX(eng_get_params(srv_engine(r->s))->n_slots, 1));
+    predict_job j = { .parent = r, .instances = instances, .n = n, .out = calloc(n ? n : 1, sizeof *j.out) };
+    size_t extra = k ? k - 1 : 0;           /* beside this thread */
+    pthread_t *threads = calloc(extra ? extra : 1, sizeof *threads);
+    if (!j.out || !threads) {
+        free(j.out);
         free(threads);
-        free(started);
         return srv_reply_errorf(r, 500, "out of memory");
     }
-    for (size_t i = 0; i < n; i++) {
-        its[i] = (instance){ .parent = r, .in = json_array_get(instances, i) };
-        /* Without a thread the instance runs here, after the ones started. */
-        started[i] = pthread_create(&threads[i], NULL, run_instance, &its[i]) == 0;
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (started[i]) pthread_join(threads[i], NULL);
-        else run_instance(&its[i]);
-    }
+    atomic_init(&j.next, 0);
+    size_t started = 0;
+    while (started < extra && pthread_create(&threads[started], NULL, worker, &j) == 0) started++;
+    worker(&j);                   /* this thread takes instances too (all of them without workers) */
+    for (size_t i = 0; i < started; i++) pthread_join(threads[i], NULL);
     json_t *preds = json_array();
     for (size_t i = 0; i < n; i++) {
-        json_t *one = its[i].out ? its[i].out : json_null();
+        json_t *one = j.out[i] ? j.out[i] : json_null();
         if (!preds) json_decref(one);
         else if (json_array_append_new(preds, one)) preds = (json_decref(preds), NULL);
     }
-    free(its);
+    free(j.out);
     free(threads);
-    free(started);
     return srv_reply_json(r, 200, preds ? json_pack("{s:o}", "predictions", preds) : NULL);
 }
