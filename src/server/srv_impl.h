@@ -188,6 +188,8 @@ typedef struct srv_gen_opts {
     const json_t *response_fields; /* native, not streamed: the fields kept (borrowed from the
                                       request body, which outlives the reply), NULL: all */
     char model[SRV_MAX_NAME];      /* echoed "model" */
+    json_t *echo;                  /* Responses: the request's fields its response object repeats
+                                      (srv_responses.c); each srv_gen holds its own reference */
 } srv_gen_opts;
 
 /* What a request gets for the fields it leaves out (the server's flags). */
@@ -391,8 +393,9 @@ typedef struct srv_answer {
 bool srv_gen_answer(const srv_gen *g, srv_answer *a);
 
 /* A chat request answered in api's shape (OAI_CHAT or OAI_RESP): the
- * messages rendered (srv_chat_prompt), tools detected, the task run. */
-enum MHD_Result srv_oai_chat_run(srv_req *r, const json_t *body, srv_api api);
+ * messages rendered (srv_chat_prompt), tools detected, the task run.
+ * echo: srv_gen_opts.echo (NULL: none; borrowed for the call). */
+enum MHD_Result srv_oai_chat_run(srv_req *r, const json_t *body, srv_api api, json_t *echo);
 
 /* Responses (srv_responses.c).  srv_resp_to_chat: the chat request a
  * Responses request is (a new reference), or NULL with e (400 for what

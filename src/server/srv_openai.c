@@ -299,7 +299,7 @@ static bool think_off(srv *s, char **prompt, size_t *n_prompt, eng_completion *c
     return ok;
 }
 
-enum MHD_Result srv_oai_chat_run(srv_req *r, const json_t *body, srv_api api)
+enum MHD_Result srv_oai_chat_run(srv_req *r, const json_t *body, srv_api api, json_t *echo)
 {
     srv *s = r->s;
     eng_completion c;
@@ -311,6 +311,7 @@ enum MHD_Result srv_oai_chat_run(srv_req *r, const json_t *body, srv_api api)
     if (!srv_parse_gen(body, SRV_API_OAI_CHAT, &dflt, &c, &o, &e))
         return srv_reply_error(r, &e);
     o.api = api;
+    o.echo = echo;
     if (api == SRV_API_OAI_RESP && o.n_choices > 1) {
         srv_gen_req_free(&c);
         srv_fail(&e, 400, "n", "a response has one answer: 'n' must be 1");
@@ -370,7 +371,7 @@ enum MHD_Result srv_oai_chat_run(srv_req *r, const json_t *body, srv_api api)
 
 enum MHD_Result srv_h_oai_chat(srv_req *r, json_t *body)
 {
-    return srv_oai_chat_run(r, body, SRV_API_OAI_CHAT);
+    return srv_oai_chat_run(r, body, SRV_API_OAI_CHAT, NULL);
 }
 
 /* llama-server's token count of a chat request: its prompt as the chat

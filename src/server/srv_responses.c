@@ -287,12 +287,34 @@ json_t *srv_resp_to_chat(const json_t *body, srv_err *e)
     return chat;
 }
 
+/* What a response object repeats of its request (OpenAI's Response
+ * fields), each as sent or its default. */
+static json_t *echo_of(const json_t *body)
+{
+    json_t *j = json_pack("{s:n, s:n, s:n, s:n, s:[], s:s, s:b, s:{s:{s:s}}, s:{}, s:n, s:b, s:s, s:{s:n, s:n},"
+                          " s:n}", "instructions", "max_output_tokens", "temperature", "top_p", "tools", "tool_choice",
+                          "auto", "parallel_tool_calls", 1, "text", "format", "type", "text", "metadata",
+                          "previous_response_id", "store", 0, "truncation", "disabled", "reasoning", "effort",
+                          "summary", "user");
+    static const char *const keys[] = { "instructions", "max_output_tokens", "temperature", "top_p", "tools",
+                                        "tool_choice", "parallel_tool_calls", "text", "metadata", "reasoning",
+                                        "user" };
+    for (size_t k = 0; j && k < ARRAY_LEN(keys); k++) {
+        json_t *v = json_object_get(body, keys[k]);
+        if (v && !json_is_null(v)) json_object_set(j, keys[k], v);
+    }
+    return j;
+}
+
 enum MHD_Result srv_h_responses(srv_req *r, json_t *body)
 {
     srv_err e;
     json_t *chat = srv_resp_to_chat(body, &e);
     if (!chat) return srv_reply_error(r, &e);
-    enum MHD_Result ret = srv_oai_chat_run(r, chat, SRV_API_OAI_RESP);
+    json_t *echo = echo_of(body);
+    enum MHD_Result ret = echo ? srv_oai_chat_run(r, chat, SRV_API_OAI_RESP, echo)
+                               : srv_reply_errorf(r, 500, "out of memory");
+    json_decref(echo);
     json_decref(chat);
     return ret;
 }
@@ -371,6 +393,7 @@ static json_t *response_obj(const srv_gen *g, const char *status, json_t *output
     json_t *j = json_pack("{s:s, s:s, s:I, s:s, s:s, s:o, s:n, s:n}", "id", g->id, "object", "response", "created_at",
                           (json_int_t)g->created, "status", status, "model", g->o.model, "output",
                           output ? output : json_array(), "error", "incomplete_details");
+    if (j && g->o.echo) json_object_update_missing(j, g->o.echo);
     if (j && !strcmp(status, "completed")) {
         json_object_set_new(j, "completed_at", json_integer((json_int_t)time(NULL)));
         json_object_set_new(j, "usage", usage_json(g));

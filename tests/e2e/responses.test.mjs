@@ -67,6 +67,12 @@ test('responses: a message item with output_text, usage, the same text as the ch
   assert.equal(msg.content[0].type, 'output_text');
   assert.equal(j.usage.output_tokens, 8);
   assert.equal(j.usage.total_tokens, j.usage.input_tokens + 8);
+  // the request's settings as the response repeats them
+  assert.equal(j.max_output_tokens, 8);
+  assert.deepEqual(j.tools, []);
+  assert.equal(j.tool_choice, 'auto');
+  assert.equal(j.store, false);
+  assert.equal(j.previous_response_id, null);
   const chat = await post(s.url + '/v1/chat/completions', { messages: input, max_tokens: 8 });
   assert.equal(msg.content[0].text, chat.json.choices[0].message.content);
   assert.equal(j.usage.input_tokens, chat.json.usage.prompt_tokens);
@@ -118,6 +124,8 @@ test('responses: a forced function call, then its output, round trip', { skip },
   assert.match(call.call_id, /^call_/);
   assert.match(call.id, /^fc_/);
   assert.ok(['Paris', 'Rome'].includes(JSON.parse(call.arguments).city));
+  assert.deepEqual(r.json.tools, WEATHER);
+  assert.equal(r.json.tool_choice, 'required');
   // Streamed: the call's added, arguments and done events.
   const evs = await events(q);
   const types = evs.map((e) => e.type);
