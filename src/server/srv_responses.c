@@ -17,7 +17,8 @@
  * prompt such a request renders.
  *
  * Answer: `output` holds a reasoning item (the thinking), a message with
- * one output_text part, then one function_call item per call.  A stream:
+ * one output_text part, then one function_call item per call; the object
+ * repeats the request's settings (echo_of).  A stream:
  *
  *   response.created, response.in_progress (also one per prompt_progress)
  *   [reasoning]  output_item.added, reasoning_text.delta ..., reasoning_text.done, output_item.done
