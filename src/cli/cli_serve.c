@@ -58,6 +58,11 @@ static void usage(void)
         "  --context-shift / --no-context-shift   a full context drops half its tokens after n_keep\n"
         "                          and goes on (default off)\n"
         "                          (sessions whose cells are shared, e.g. on a pool, stop instead)\n"
+        "  -kvu, --kv-unified      a slot may use the whole context (-c) instead of -c / -np; the\n"
+        "                          newest request ends (500, context size exceeded) when cells run out\n"
+        "  --no-kv-unified         each slot holds -c / -np positions (the default)\n"
+        "  --sleep-idle-seconds N  after N s with no task, free the weights and the KV cache (histories\n"
+        "                          dropped, pools evicted); the next request reloads them (-1: never)\n"
         "  --pools N               sequence ids kept for pools (default 16, at most 128)\n"
         "  --admission-tps F       a server-wide admission policy (docs/admission.md): floor F tok/s\n"
         "                          per session; also every pool policy's default\n"
@@ -128,7 +133,7 @@ static bool takes_value(const char *a)
         "-m", "--model", "-c", "--ctx-size", "-np", "--parallel", "-t", "--threads", "-cram", "--cache-ram",
         "-b", "--batch-size", "--batch-decoding", "--pools", "--pool-grace-ms", "--host", "--port", "--api-key",
         "-a", "--alias", "--chat-template", "--chat-template-file", "-to", "--timeout", "--max-body", "--header-timeout", "--max-per-ip",
-        "--max-connections", "--kv-type", "--pool-dir",
+        "--max-connections", "--kv-type", "--pool-dir", "--sleep-idle-seconds",
     };
     if (!strncmp(a, "--slot-", 7) || !strncmp(a, "--admission-", 12)) return true;
     for (size_t k = 0; k < ARRAY_LEN(names); k++)
@@ -161,6 +166,8 @@ static bool parse(int argc, char **argv, serve_opts *o)
             continue;
         }
         if (!strcmp(a, "--public-probes")) { o->sp.public_probes = true; continue; }
+        if (!strcmp(a, "-kvu") || !strcmp(a, "--kv-unified")) { o->ep.kv_unified = true; continue; }
+        if (!strcmp(a, "-no-kvu") || !strcmp(a, "--no-kv-unified")) { o->ep.kv_unified = false; continue; }
         int llama = cli_serve_llama_flag(argc, argv, &i, &o->sp);
         if (llama) {
             if (llama < 0) return false;
@@ -194,6 +201,12 @@ static bool parse(int argc, char **argv, serve_opts *o)
         else if (!strcmp(a, "-cram") || !strcmp(a, "--cache-ram")) { if (!cli_int(a, v, 0, 1 << 24, &x)) return false; o->ep.cache_ram_mib = (int32_t)x; }
         else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) { if (!cli_int(a, v, 1, 1 << 20, &x)) return false; o->ep.n_batch = (int32_t)x; }
         else if (!strcmp(a, "--batch-decoding")) { if (!cli_int(a, v, 0, 1 << 20, &x)) return false; o->ep.n_batch_decoding = (int32_t)x; }
+        else if (!strcmp(a, "--sleep-idle-seconds")) {
+            /* llama-server's range: -1 never (the default), else at least 1 s */
+            if (!cli_int(a, v, -1, 1 << 20, &x)) return false;
+            if (x == 0) { fprintf(stderr, "polykv serve: %s must be -1 (never) or at least 1\n", a); return false; }
+            o->ep.sleep_idle_ms = x < 0 ? 0 : (int32_t)x * 1000;
+        }
         else if (!strcmp(a, "--pools")) { if (!cli_int(a, v, 0, ENG_MAX_POOLS, &x)) return false; o->ep.n_pools = (int32_t)x; }
         else if (!strcmp(a, "--pool-grace-ms")) { if (!cli_int(a, v, 0, 1 << 30, &x)) return false; o->ep.pool_grace_ms = (int32_t)x; }
         else if (!strncmp(a, "--admission-", 12)) { if (!admission_flag(&o->ep.admission, a + 12, v)) return false; }

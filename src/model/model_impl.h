@@ -17,6 +17,8 @@ struct model {
     model_layer *layers;      /* [n_layer] */
     size_t weight_bytes;
     char desc[96];
+    model_hold hold;          /* model_load's choice: what model_weights_reload restores */
+    bool released;            /* model_weights_release: no weight in memory until reload */
 
     /* model_copy.c: the weights read into huge pages in the background */
     _Atomic int copy_state;   /* COPY_* */

@@ -42,35 +42,37 @@ typedef struct srv_route {
     srv_handler fn;
     srv_access access;
     bool prefix;                 /* path is a prefix: the handler parses the rest */
+    bool wakes;                  /* uses the model: wakes a sleeping engine first, as llama-server
+                                    does (routes that only read state answer asleep) */
 } srv_route;
 
 static const srv_route routes[] = {
-    { "/health",              "GET",  srv_h_health,          SRV_PROBE, false },
-    { "/v1/health",           "GET",  srv_h_health,          SRV_PROBE, false },
-    { "/v1/models",           "GET",  srv_h_oai_models,      SRV_KEY, false },
-    { "/models",              "GET",  srv_h_oai_models,      SRV_KEY, false },
-    { "/v1/completions",      "POST", srv_h_oai_completions, SRV_KEY, false },
-    { "/v1/chat/completions", "POST", srv_h_oai_chat,        SRV_KEY, false },
-    { "/chat/completions",    "POST", srv_h_oai_chat,        SRV_KEY, false },
-    { "/v1/chat/completions/input_tokens", "POST", srv_h_oai_input_tokens, SRV_KEY, false },
-    { "/chat/completions/input_tokens",    "POST", srv_h_oai_input_tokens, SRV_KEY, false },
-    { "/completion",          "POST", srv_h_completion,      SRV_KEY, false },
-    { "/completions",         "POST", srv_h_completion,      SRV_KEY, false },
-    { "/tokenize",            "POST", srv_h_tokenize,        SRV_KEY, false },
-    { "/detokenize",          "POST", srv_h_detokenize,      SRV_KEY, false },
-    { "/apply-template",      "POST", srv_h_apply_template,  SRV_KEY, false },
-    { "/props",               "*",    srv_h_props,           SRV_KEY, false },
-    { "/slots",               "GET",  srv_h_slots,           SRV_KEY, false },
-    { "/metrics",             "GET",  srv_h_metrics,         SRV_PROBE, false },
-    { "/polykv/tps",          "GET",  srv_h_tps,             SRV_KEY, false },
-    { "/polykv/cache",        "GET",  srv_h_cache,           SRV_KEY, false },
-    { "/polykv/pools",        "*",    srv_h_pools,           SRV_KEY, false },
-    { "/polykv/admission",    "*",    srv_h_admission,       SRV_KEY, false },
-    { "/polykv/capacity",     "GET",  srv_h_capacity,        SRV_KEY, false },
-    { "/polykv/pools/",       "*",    srv_h_pool,            SRV_KEY, true },
-    { "/slots/",              "*",    srv_h_slot_action,     SRV_KEY, true },
-    { "/",                    "GET",  srv_h_page,            SRV_OPEN, false },
-    { "/assets/",             "GET",  srv_h_page,            SRV_OPEN, true },
+    { "/health",              "GET",  srv_h_health,          SRV_PROBE, false, false },
+    { "/v1/health",           "GET",  srv_h_health,          SRV_PROBE, false, false },
+    { "/v1/models",           "GET",  srv_h_oai_models,      SRV_KEY, false, false },
+    { "/models",              "GET",  srv_h_oai_models,      SRV_KEY, false, false },
+    { "/v1/completions",      "POST", srv_h_oai_completions, SRV_KEY, false, true },
+    { "/v1/chat/completions", "POST", srv_h_oai_chat,        SRV_KEY, false, true },
+    { "/chat/completions",    "POST", srv_h_oai_chat,        SRV_KEY, false, true },
+    { "/v1/chat/completions/input_tokens", "POST", srv_h_oai_input_tokens, SRV_KEY, false, true },
+    { "/chat/completions/input_tokens",    "POST", srv_h_oai_input_tokens, SRV_KEY, false, true },
+    { "/completion",          "POST", srv_h_completion,      SRV_KEY, false, true },
+    { "/completions",         "POST", srv_h_completion,      SRV_KEY, false, true },
+    { "/tokenize",            "POST", srv_h_tokenize,        SRV_KEY, false, true },
+    { "/detokenize",          "POST", srv_h_detokenize,      SRV_KEY, false, true },
+    { "/apply-template",      "POST", srv_h_apply_template,  SRV_KEY, false, true },
+    { "/props",               "*",    srv_h_props,           SRV_KEY, false, false },
+    { "/slots",               "GET",  srv_h_slots,           SRV_KEY, false, false },
+    { "/metrics",             "GET",  srv_h_metrics,         SRV_PROBE, false, false },
+    { "/polykv/tps",          "GET",  srv_h_tps,             SRV_KEY, false, false },
+    { "/polykv/cache",        "GET",  srv_h_cache,           SRV_KEY, false, false },
+    { "/polykv/pools",        "*",    srv_h_pools,           SRV_KEY, false, false },
+    { "/polykv/admission",    "*",    srv_h_admission,       SRV_KEY, false, false },
+    { "/polykv/capacity",     "GET",  srv_h_capacity,        SRV_KEY, false, false },
+    { "/polykv/pools/",       "*",    srv_h_pool,            SRV_KEY, true, false },
+    { "/slots/",              "*",    srv_h_slot_action,     SRV_KEY, true, false },
+    { "/",                    "GET",  srv_h_page,            SRV_OPEN, false, false },
+    { "/assets/",             "GET",  srv_h_page,            SRV_OPEN, true, false },
 };
 
 srv_params srv_default_params(void)
@@ -433,6 +435,10 @@ static enum MHD_Result dispatch(srv_req *r)
             json_decref(body);
             return srv_reply_errorf(r, 400, "the request body must be a JSON object");
         }
+    }
+    if (r->route->wakes && eng_wake(srv_engine(r->s)) != PK_OK) {
+        json_decref(body);
+        return srv_reply_errorf(r, 503, "the model could not be reloaded after sleeping");
     }
     enum MHD_Result ret = r->route->fn(r, body);
     json_decref(body);
