@@ -34,7 +34,7 @@ static void usage(void)
         "  --mmap / --no-mmap      map the model file instead of reading it into huge pages\n"
         "                          (starts without a copy; pages shared with other processes)\n"
         "  -cram, --cache-ram MIB  RAM for histories spilled out of the KV cache (default 8192, 0 = none)\n"
-        "  --host ADDR             address to listen on (default 127.0.0.1)\n"
+        "  --host ADDR[,ADDR...]   addresses to listen on, one port (default 127.0.0.1)\n"
         "  --port N                port (default 8080; 0 picks a free one)\n"
         "  --api-key KEY           require Authorization: Bearer KEY (or X-Api-Key) on every route\n"
         "                          but the page's files at / and /assets/\n"
@@ -258,8 +258,15 @@ int cli_serve(int argc, char **argv)
         fprintf(stderr, "polykv: %s\n", err);
         return 1;
     }
-    fprintf(stderr, "polykv: listening on http://%s%s%s:%d\n", strchr(o.sp.host, ':') ? "[" : "", o.sp.host,
-            strchr(o.sp.host, ':') ? "]" : "", srv_port(s));
+    fprintf(stderr, "polykv: listening on");
+    for (const char *h = o.sp.host; *h;) {       /* each address of the list, as a URL */
+        size_t n = strcspn(h, ",");
+        while (n && *h == ' ') h++, n--;
+        bool v6 = memchr(h, ':', n) && *h != '[';
+        if (n) fprintf(stderr, " http://%s%.*s%s:%d", v6 ? "[" : "", (int)n, h, v6 ? "]" : "", srv_port(s));
+        h += n + (h[n] == ',');
+    }
+    fprintf(stderr, "\n");
 
     double t0 = pk_time_ms();
     model *m = NULL;

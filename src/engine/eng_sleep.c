@@ -39,7 +39,7 @@ bool eng_sleep_enter(eng *e)
     model_weights_release(e->m);
     e->sleeping = true;
     atomic_store(&e->asleep, true);
-    fprintf(stderr, "polykv: idle for %.0f s: sleeping (weights and KV cache released)\n",
+    fprintf(stderr, "polykv: idle for %g s: sleeping (weights and KV cache released)\n",
             e->p.sleep_idle_ms / 1000.0);
     return true;
 }

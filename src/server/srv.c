@@ -548,6 +548,32 @@ static bool resolve(const char *host, int port, struct sockaddr_storage *addr, c
     return true;
 }
 
+/* Starts a daemon on host:port as s->d[s->n_d++]. */
+static pk_status listen_on(srv *s, const char *host, int port, char *err, size_t err_len)
+{
+    const srv_params *p = &s->p;
+    struct sockaddr_storage addr;
+    if (!resolve(host, port, &addr, err, err_len)) return PK_EINVAL;
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+                     MHD_USE_ERROR_LOG;
+    if (addr.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
+    struct MHD_Daemon *d = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, s,
+                            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
+                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)MIN(p->header_timeout_s, p->timeout_s),
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)p->max_connections,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)p->max_per_ip,
+                            MHD_OPTION_END);
+    if (!d) {
+        snprintf(err, err_len, "cannot listen on %s:%d (address in use, or not an address of this machine)",
+                 host, port);
+        return PK_EIO;
+    }
+    s->d[s->n_d++] = d;
+    return PK_OK;
+}
+
 pk_status srv_new(const srv_params *p, srv **out, char *err, size_t err_len)
 {
     *out = NULL;
@@ -575,30 +601,43 @@ pk_status srv_new(const srv_params *p, srv **out, char *err, size_t err_len)
         srv_free(s);
         return PK_ENOMEM;
     }
-    struct sockaddr_storage addr;
-    if (!resolve(p->host, p->port, &addr, err, err_len)) {
+    /* One daemon per address (libmicrohttpd binds one socket per daemon);
+     * the first picks the port when it is 0, the others take the same. */
+    int port = p->port;
+    for (const char *h = p->host; *h;) {
+        size_t n = strcspn(h, ",");
+        char host[256];
+        snprintf(host, sizeof host, "%.*s", (int)MIN(n, sizeof host - 1), h);
+        h += n + (h[n] == ',');
+        char *a = host, *z = host + strlen(host);
+        while (*a == ' ') a++;
+        while (z > a && z[-1] == ' ') *--z = 0;
+        if (z > a + 1 && *a == '[' && z[-1] == ']') {   /* [::1], as in a URL */
+            a++;
+            *--z = 0;
+        }
+        if (s->n_d == SRV_MAX_HOSTS) {
+            snprintf(err, err_len, "--host: at most %d addresses", SRV_MAX_HOSTS);
+            srv_free(s);
+            return PK_EINVAL;
+        }
+        if (!*a) continue;
+        pk_status st = listen_on(s, a, port, err, err_len);
+        if (st != PK_OK) {
+            srv_free(s);
+            return st;
+        }
+        if (s->n_d == 1) {
+            const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d[0], MHD_DAEMON_INFO_BIND_PORT);
+            port = di ? di->port : p->port;
+        }
+    }
+    if (s->n_d == 0) {
+        snprintf(err, err_len, "--host: no address given");
         srv_free(s);
         return PK_EINVAL;
     }
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
-                     MHD_USE_ERROR_LOG;
-    if (addr.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
-    s->d = MHD_start_daemon(flags, (uint16_t)p->port, NULL, NULL, on_request, s,
-                            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
-                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)MIN(p->header_timeout_s, p->timeout_s),
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)p->max_connections,
-                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)p->max_per_ip,
-                            MHD_OPTION_END);
-    if (!s->d) {
-        snprintf(err, err_len, "cannot listen on %s:%d (address in use, or not an address of this machine)",
-                 p->host, p->port);
-        srv_free(s);
-        return PK_EIO;
-    }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = di ? di->port : p->port;
+    s->port = port;
     *out = s;
     return PK_OK;
 }
@@ -671,7 +710,7 @@ void srv_free(srv *s)
 {
     if (!s) return;
     atomic_store(&s->stopping, true);
-    if (s->d) MHD_stop_daemon(s->d);
+    for (int i = 0; i < s->n_d; i++) MHD_stop_daemon(s->d[i]);
     free(s->host);
     free(s->api_key);
     free(s->save_dir);

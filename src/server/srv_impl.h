@@ -44,7 +44,8 @@ typedef struct srv_jinja {
 struct srv {
     srv_params p;                  /* strings point at the owned copies below */
     char *host, *api_key, *chat_template, *chat_template_file, *alias, *cors_origins, *tags, *save_dir;
-    struct MHD_Daemon *d;
+    struct MHD_Daemon *d[SRV_MAX_HOSTS];   /* one per address of --host, all on one port */
+    int n_d;
     int port;
     int64_t t_start;               /* unix seconds */
     atomic_bool stopping;          /* set by srv_free; read by every request thread */
