@@ -597,6 +597,7 @@ pk_status srv_new(const srv_params *p, srv **out, char *err, size_t err_len)
     s->t_start = (int64_t)time(NULL);
     atomic_init(&s->stopping, false);
     atomic_init(&s->e, NULL);
+    pthread_mutex_init(&s->scrape_mu, NULL);
     if (oom) {
         srv_free(s);
         return PK_ENOMEM;
@@ -721,6 +722,7 @@ void srv_free(srv *s)
     free(s->cors_origins);
     free(s->tags);
     free(s->model_path);
+    pthread_mutex_destroy(&s->scrape_mu);
     free(s);
 }
 

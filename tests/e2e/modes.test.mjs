@@ -1,7 +1,8 @@
 // modes.test.mjs - the server modes llama-server scripts start polykv in:
 // --sleep-idle-seconds (the process gives its weights' memory back when
 // idle, read-only routes answer without waking it, the next generation
-// wakes it with the same greedy tokens), --kv-unified (a slot runs past
+// wakes it with the same greedy tokens; /metrics' throughput gauges are
+// per scrape, as llama-server's), --kv-unified (a slot runs past
 // -c / -np; a request that cannot get cells is a 500 saying so), several
 // --host addresses, and --backend-sampling (accepted, nothing changes).
 
@@ -31,6 +32,8 @@ after(async () => {
 
 const sleeping = async (srv) => (await get(srv.url + '/props')).json.is_sleeping;
 
+const rate = (m) => Number(m.text.match(/^llamacpp:predicted_tokens_seconds (\S+)$/m)[1]);
+
 async function waitSleeping(srv, ms = 10000) {
   for (const t0 = Date.now(); Date.now() - t0 < ms; await sleep(100)) if (await sleeping(srv)) return true;
   return false;
@@ -42,6 +45,9 @@ test('--sleep-idle-seconds: memory back to the OS, read-only routes asleep, same
   assert.equal(first.status, 200);
   assert.equal(first.json.tokens.length, 8);
   assert.equal(await sleeping(sleepy), false);
+  // The throughput gauges are over the time since the last scrape, as llama-server's.
+  assert.ok(rate(await get(sleepy.url + '/metrics')) > 0);
+  assert.equal(rate(await get(sleepy.url + '/metrics')), 0);
   await sleep(300);                                   // the weights' copy into huge pages completes
   const awake = rssKiB(sleepy.pid);
 
@@ -53,6 +59,7 @@ test('--sleep-idle-seconds: memory back to the OS, read-only routes asleep, same
   for (const path of ['/health', '/metrics', '/v1/models', '/models', '/props', '/slots']) {
     assert.equal((await get(sleepy.url + path)).status, 200, path);
   }
+  assert.equal(rate(await get(sleepy.url + '/metrics')), 0, 'nothing ran asleep');
   const slots = (await get(sleepy.url + '/slots')).json;
   assert.ok(slots.every((sl) => sl.is_processing === false));
   assert.equal(await sleeping(sleepy), true, 'read-only routes do not wake it');
