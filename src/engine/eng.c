@@ -557,8 +557,8 @@ static bool shed_newest(eng *e)
         if (s->state != ENG_SLOT_IDLE && (!v || s->task->id > v->task->id)) v = s;
     }
     if (!v) return false;
-    eng_task_fail(v->task, PK_EFULL, "the context size has been exceeded: the KV cache has no free cell for "
-                                    "this request (the other requests hold them)");
+    eng_task_fail(v->task, PK_EFULL, "the context size has been exceeded: no free KV cell is left for this "
+                                    "request (older requests and pools hold them)");
     kv_seq_rm(e->kv, v->id, -1, -1);
     v->n_cache = 0;
     v->session[0] = 0;

@@ -27,6 +27,7 @@ typedef struct eng_call {
     const eng_pool_req *pool_rq;   /* ENG_MSG_POOL */
     eng_pool_reply *pool_out;
     int32_t erase_slot;         /* ENG_MSG_ERASE: a slot, or -1 for every idle history */
+    const char *erase_why;      /* the drops' reason in the cache events, NULL: "erased" */
     int32_t pool_id;            /* ENG_MSG_ADMISSION, ENG_MSG_CAPACITY: 0 = the server scope */
     const adm_policy *adm_set;  /* ENG_MSG_ADMISSION: the new policy, NULL to read */
     adm_policy *adm_out;

@@ -60,6 +60,9 @@ test('--sleep-idle-seconds: memory back to the OS, read-only routes asleep, same
     assert.equal((await get(sleepy.url + path)).status, 200, path);
   }
   assert.equal(rate(await get(sleepy.url + '/metrics')), 0, 'nothing ran asleep');
+  const cache = (await get(sleepy.url + '/polykv/cache')).json;
+  assert.equal(cache.kv_used, 0);
+  assert.ok(cache.events.some((ev) => ev.kind === 'drop' && ev.reason === 'the server sleeps'), 'history dropped');
   const slots = (await get(sleepy.url + '/slots')).json;
   assert.ok(slots.every((sl) => sl.is_processing === false));
   assert.equal(await sleeping(sleepy), true, 'read-only routes do not wake it');
