@@ -9,8 +9,9 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer } from 'node:net';
+import { spawnSync } from 'node:child_process';
 import { statSync } from 'node:fs';
-import { sharedModel, skipReason, startServer, post, get, rssKiB, sleep } from './lib.mjs';
+import { BIN, sharedModel, skipReason, startServer, post, get, rssKiB, sleep } from './lib.mjs';
 
 const STORIES = 'stories260K.gguf';
 const BIG = 'rand-llama-llama3vocab-e256-l2-Q8_0.gguf';   // 44 MB of weights: a visible RSS step
@@ -129,4 +130,22 @@ test('--host with several addresses: each one answers, on one port', { skip: ski
   } finally {
     await srv.stop();
   }
+});
+
+test('flags: --help lists the modes; a bad --sleep-idle-seconds or --host stops the start', { skip }, () => {
+  const run = (args) => spawnSync(BIN, ['serve', ...args]);
+  const h = run(['--help']);
+  const help = h.stdout.toString() + h.stderr.toString();
+  for (const f of ['--kv-unified', '--no-kv-unified', '--sleep-idle-seconds', '--backend-sampling', 'ADDR[,ADDR...]'])
+    assert.ok(help.includes(f), f);
+  const zero = run(['-m', sharedModel(STORIES), '--sleep-idle-seconds', '0']);
+  assert.equal(zero.status, 2);
+  assert.match(zero.stderr.toString(), /--sleep-idle-seconds must be -1 \(never\) or at least 1/);
+  const hosts = Array.from({ length: 9 }, (_, i) => `127.0.0.${i + 1}`).join(',');
+  const nine = run(['-m', sharedModel(STORIES), '--port', '0', '--host', hosts]);
+  assert.equal(nine.status, 1);
+  assert.match(nine.stderr.toString(), /at most 8 addresses/);
+  const none = run(['-m', sharedModel(STORIES), '--port', '0', '--host', ' , ']);
+  assert.equal(none.status, 1);
+  assert.match(none.stderr.toString(), /no address given/);
 });
