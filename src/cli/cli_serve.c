@@ -204,7 +204,10 @@ static bool parse(int argc, char **argv, serve_opts *o)
         else if (!strcmp(a, "--sleep-idle-seconds")) {
             /* llama-server's range: -1 never (the default), else at least 1 s */
             if (!cli_int(a, v, -1, 1 << 20, &x)) return false;
-            if (x == 0) { fprintf(stderr, "polykv serve: %s must be -1 (never) or at least 1\n", a); return false; }
+            if (x == 0) {
+                fprintf(stderr, "polykv serve: %s must be -1 (never) or at least 1\n", a);
+                return false;
+            }
             o->ep.sleep_idle_ms = x < 0 ? 0 : (int32_t)x * 1000;
         }
         else if (!strcmp(a, "--pools")) { if (!cli_int(a, v, 0, ENG_MAX_POOLS, &x)) return false; o->ep.n_pools = (int32_t)x; }

@@ -964,7 +964,8 @@ pk_status eng_new(const model *m, const eng_params *p, eng **out)
         p->n_batch_decoding < 0 ||
         p->n_threads < 1 || p->tps_window_tokens < 1 || p->tps_window_ms < 1 || p->cache_ram_mib < 0 ||
         p->n_pools < 0 || p->n_pools > ENG_MAX_POOLS || p->n_slots + p->n_pools > KV_MAX_SEQ ||
-        p->pool_grace_ms < 0 || p->sleep_idle_ms < 0 || adm_policy_check(&p->admission) != PK_OK || pol_params_check(&p->policy) != PK_OK)
+        p->pool_grace_ms < 0 || p->sleep_idle_ms < 0 || adm_policy_check(&p->admission) != PK_OK ||
+        pol_params_check(&p->policy) != PK_OK)
         return PK_EINVAL;
     eng *e = calloc(1, sizeof *e);
     if (!e) return PK_ENOMEM;

@@ -98,9 +98,9 @@ char *srv_metrics_text(const eng_stats *st, const srv_scrape *since, const char 
     metric(&b, "llamacpp:spec_decode_num_drafts_total", "counter", "Number of drafts generated.", "", 0);
     metric(&b, "llamacpp:n_busy_slots_per_decode", "gauge", "Average number of busy slots per decode call.", "",
            ratio((double)st->n_busy_slots_sum, (double)st->n_decode_calls));
-    metric(&b, "llamacpp:prompt_tokens_seconds", "gauge", "Average prompt throughput in tokens/s since the last scrape.",
-           "", ratio((double)(st->n_prompt_tokens - since->n_prompt),
-                     (st->prompt_ms_total - since->prompt_ms) / 1e3));
+    metric(&b, "llamacpp:prompt_tokens_seconds", "gauge",
+           "Average prompt throughput in tokens/s since the last scrape.", "",
+           ratio((double)(st->n_prompt_tokens - since->n_prompt), (st->prompt_ms_total - since->prompt_ms) / 1e3));
     metric(&b, "llamacpp:predicted_tokens_seconds", "gauge",
            "Average generation throughput in tokens/s since the last scrape.", "",
            ratio((double)(st->n_predicted_tokens - since->n_predicted),
