@@ -109,7 +109,7 @@ void model_free(model *m);                         /* NULL is a no-op */
  * only user (the engine thread, with its contexts freed).  Idempotent. */
 void model_weights_release(const model *m);
 void model_weights_reload(const model *m);
-bool model_weights_released(const model *m);
+bool model_weights_released(const model *m);        /* any thread */
 const model_hparams *model_get_hparams(const model *m);
 const tok_vocab *model_vocab(const model *m);
 const gguf_ctx *model_gguf(const model *m);

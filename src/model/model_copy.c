@@ -232,7 +232,7 @@ static void move_back(model_w *w, void *arg)
 void model_weights_release(const model *cm)
 {
     model *m = (model *)cm;   /* as model_pass_begin: where the weights live is ours to change */
-    if (m->released) return;
+    if (atomic_load(&m->released)) return;
     ASSERT(atomic_load(&m->passes) == 0);
     atomic_store(&m->copy_stop, true);
     if (m->copier_started) pthread_join(m->copier, NULL);
@@ -247,15 +247,15 @@ void model_weights_release(const model *cm)
     span sp = { NULL, NULL };
     model_each_weight(m, widen, &sp);
     if (sp.lo) release(sp.lo, (size_t)(sp.hi - sp.lo));
-    m->released = true;
+    atomic_store(&m->released, true);
 }
 
 void model_weights_reload(const model *cm)
 {
     model *m = (model *)cm;
-    if (!m->released) return;
-    m->released = false;
+    if (!atomic_load(&m->released)) return;
+    atomic_store(&m->released, false);
     if (m->hold == MODEL_COPY) model_copy_start(m);
 }
 
-bool model_weights_released(const model *m) { return m->released; }
+bool model_weights_released(const model *m) { return atomic_load(&((model *)m)->released); }
