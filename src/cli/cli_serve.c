@@ -46,7 +46,7 @@ static void usage(void)
         "  --mmap / --no-mmap      map the model file instead of reading it into huge pages\n"
         "                          (starts without a copy; pages shared with other processes)\n"
         "  -cram, --cache-ram MIB  RAM for histories spilled out of the KV cache (default 8192, 0 = none)\n"
-        "  --host ADDR             address to listen on (default 127.0.0.1)\n"
+        "  --host ADDR[,ADDR...]   addresses to listen on, one port (default 127.0.0.1)\n"
         "  --port N                port (default 8080; 0 picks a free one)\n"
         "  --api-key KEY           require Authorization: Bearer KEY (or X-Api-Key) on every route\n"
         "                          but the page's files at / and /assets/\n"
@@ -70,6 +70,11 @@ static void usage(void)
         "  --context-shift / --no-context-shift   a full context drops half its tokens after n_keep\n"
         "                          and goes on (default off)\n"
         "                          (sessions whose cells are shared, e.g. on a pool, stop instead)\n"
+        "  -kvu, --kv-unified      a slot may use the whole context (-c) instead of -c / -np; the\n"
+        "                          newest request ends (500, context size exceeded) when cells run out\n"
+        "  --no-kv-unified         each slot holds -c / -np positions (the default)\n"
+        "  --sleep-idle-seconds N  after N s with no task, free the weights and the KV cache (histories\n"
+        "                          dropped, pools evicted); the next request reloads them (-1: never)\n"
         "  --pools N               sequence ids kept for pools (default 16, at most 128)\n"
         "  --admission-tps F       a server-wide admission policy (docs/admission.md): floor F tok/s\n"
         "                          per session; also every pool policy's default\n"
@@ -143,6 +148,7 @@ static bool takes_value(const char *a)
         "-b", "--batch-size", "--batch-decoding", "--pools", "--pool-grace-ms", "--host", "--port", "--api-key",
         "-a", "--alias", "--chat-template", "--chat-template-file", "-to", "--timeout", "--max-body", "--header-timeout", "--max-per-ip",
         "--max-connections", "--kv-type", "--pool-dir", "--models-dir", "--models-max", "--models-preset",
+        "--sleep-idle-seconds",
     };
     if (!strncmp(a, "--slot-", 7) || !strncmp(a, "--admission-", 12)) return true;
     for (size_t k = 0; k < ARRAY_LEN(names); k++)
@@ -203,6 +209,8 @@ static bool parse(int argc, char **argv, serve_opts *o)
             o->router_flag = true;
             continue;
         }
+        if (!strcmp(a, "-kvu") || !strcmp(a, "--kv-unified")) { o->ep.kv_unified = true; continue; }
+        if (!strcmp(a, "-no-kvu") || !strcmp(a, "--no-kv-unified")) { o->ep.kv_unified = false; continue; }
         int llama = cli_serve_llama_flag(argc, argv, &i, &o->sp);
         if (llama) {
             if (llama < 0) return false;
@@ -239,6 +247,15 @@ static bool parse(int argc, char **argv, serve_opts *o)
         else if (!strcmp(a, "-cram") || !strcmp(a, "--cache-ram")) { if (!cli_int(a, v, 0, 1 << 24, &x)) return false; o->ep.cache_ram_mib = (int32_t)x; }
         else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) { if (!cli_int(a, v, 1, 1 << 20, &x)) return false; o->ep.n_batch = (int32_t)x; }
         else if (!strcmp(a, "--batch-decoding")) { if (!cli_int(a, v, 0, 1 << 20, &x)) return false; o->ep.n_batch_decoding = (int32_t)x; }
+        else if (!strcmp(a, "--sleep-idle-seconds")) {
+            /* llama-server's range: -1 never (the default), else at least 1 s */
+            if (!cli_int(a, v, -1, 1 << 20, &x)) return false;
+            if (x == 0) {
+                fprintf(stderr, "polykv serve: %s must be -1 (never) or at least 1\n", a);
+                return false;
+            }
+            o->ep.sleep_idle_ms = x < 0 ? 0 : (int32_t)x * 1000;
+        }
         else if (!strcmp(a, "--pools")) { if (!cli_int(a, v, 0, ENG_MAX_POOLS, &x)) return false; o->ep.n_pools = (int32_t)x; }
         else if (!strcmp(a, "--pool-grace-ms")) { if (!cli_int(a, v, 0, 1 << 30, &x)) return false; o->ep.pool_grace_ms = (int32_t)x; }
         else if (!strncmp(a, "--admission-", 12)) { if (!admission_flag(&o->ep.admission, a + 12, v)) return false; }
@@ -334,8 +351,15 @@ int cli_serve(int argc, char **argv)
         fprintf(stderr, "polykv: %s\n", err);
         return 1;
     }
-    fprintf(stderr, "polykv: listening on http://%s%s%s:%d\n", strchr(o.sp.host, ':') ? "[" : "", o.sp.host,
-            strchr(o.sp.host, ':') ? "]" : "", srv_port(s));
+    fprintf(stderr, "polykv: listening on");
+    for (const char *h = o.sp.host; *h;) {       /* each address of the list, as a URL */
+        size_t n = strcspn(h, ",");
+        while (n && *h == ' ') h++, n--;
+        bool v6 = memchr(h, ':', n) && *h != '[';
+        if (n) fprintf(stderr, " http://%s%.*s%s:%d", v6 ? "[" : "", (int)n, h, v6 ? "]" : "", srv_port(s));
+        h += n + (h[n] == ',');
+    }
+    fprintf(stderr, "\n");
 
     double t0 = pk_time_ms();
     model *m = NULL;

@@ -28,36 +28,36 @@
 #include "srv_impl.h"
 
 static const srv_route routes[] = {
-    { "/health",              "GET",  srv_h_health,          SRV_PROBE, false },
-    { "/v1/health",           "GET",  srv_h_health,          SRV_PROBE, false },
-    { "/v1/models",           "GET",  srv_h_oai_models,      SRV_KEY, false },
-    { "/models",              "GET",  srv_h_oai_models,      SRV_KEY, false },
-    { "/v1/completions",      "POST", srv_h_oai_completions, SRV_KEY, false },
-    { "/v1/chat/completions", "POST", srv_h_oai_chat,        SRV_KEY, false },
-    { "/chat/completions",    "POST", srv_h_oai_chat,        SRV_KEY, false },
-    { "/v1/responses",        "POST", srv_h_responses,       SRV_KEY, false },
-    { "/responses",           "POST", srv_h_responses,       SRV_KEY, false },
-    { "/v1/responses/input_tokens", "POST", srv_h_responses_input_tokens, SRV_KEY, false },
-    { "/responses/input_tokens",    "POST", srv_h_responses_input_tokens, SRV_KEY, false },
-    { "/v1/chat/completions/input_tokens", "POST", srv_h_oai_input_tokens, SRV_KEY, false },
-    { "/chat/completions/input_tokens",    "POST", srv_h_oai_input_tokens, SRV_KEY, false },
-    { "/completion",          "POST", srv_h_completion,      SRV_KEY, false },
-    { "/completions",         "POST", srv_h_completion,      SRV_KEY, false },
-    { "/tokenize",            "POST", srv_h_tokenize,        SRV_KEY, false },
-    { "/detokenize",          "POST", srv_h_detokenize,      SRV_KEY, false },
-    { "/apply-template",      "POST", srv_h_apply_template,  SRV_KEY, false },
-    { "/props",               "*",    srv_h_props,           SRV_KEY, false },
-    { "/slots",               "GET",  srv_h_slots,           SRV_KEY, false },
-    { "/metrics",             "GET",  srv_h_metrics,         SRV_PROBE, false },
-    { "/polykv/tps",          "GET",  srv_h_tps,             SRV_KEY, false },
-    { "/polykv/cache",        "GET",  srv_h_cache,           SRV_KEY, false },
-    { "/polykv/pools",        "*",    srv_h_pools,           SRV_KEY, false },
-    { "/polykv/admission",    "*",    srv_h_admission,       SRV_KEY, false },
-    { "/polykv/capacity",     "GET",  srv_h_capacity,        SRV_KEY, false },
-    { "/polykv/pools/",       "*",    srv_h_pool,            SRV_KEY, true },
-    { "/slots/",              "*",    srv_h_slot_action,     SRV_KEY, true },
-    { "/",                    "GET",  srv_h_page,            SRV_OPEN, false },
-    { "/assets/",             "GET",  srv_h_page,            SRV_OPEN, true },
+    { "/health",              "GET",  srv_h_health,          SRV_PROBE, false, false },
+    { "/v1/health",           "GET",  srv_h_health,          SRV_PROBE, false, false },
+    { "/v1/models",           "GET",  srv_h_oai_models,      SRV_KEY, false, false },
+    { "/models",              "GET",  srv_h_oai_models,      SRV_KEY, false, false },
+    { "/v1/completions",      "POST", srv_h_oai_completions, SRV_KEY, false, true },
+    { "/v1/chat/completions", "POST", srv_h_oai_chat,        SRV_KEY, false, true },
+    { "/chat/completions",    "POST", srv_h_oai_chat,        SRV_KEY, false, true },
+    { "/v1/responses",        "POST", srv_h_responses,       SRV_KEY, false, true },
+    { "/responses",           "POST", srv_h_responses,       SRV_KEY, false, true },
+    { "/v1/responses/input_tokens", "POST", srv_h_responses_input_tokens, SRV_KEY, false, true },
+    { "/responses/input_tokens",    "POST", srv_h_responses_input_tokens, SRV_KEY, false, true },
+    { "/v1/chat/completions/input_tokens", "POST", srv_h_oai_input_tokens, SRV_KEY, false, true },
+    { "/chat/completions/input_tokens",    "POST", srv_h_oai_input_tokens, SRV_KEY, false, true },
+    { "/completion",          "POST", srv_h_completion,      SRV_KEY, false, true },
+    { "/completions",         "POST", srv_h_completion,      SRV_KEY, false, true },
+    { "/tokenize",            "POST", srv_h_tokenize,        SRV_KEY, false, true },
+    { "/detokenize",          "POST", srv_h_detokenize,      SRV_KEY, false, true },
+    { "/apply-template",      "POST", srv_h_apply_template,  SRV_KEY, false, true },
+    { "/props",               "*",    srv_h_props,           SRV_KEY, false, false },
+    { "/slots",               "GET",  srv_h_slots,           SRV_KEY, false, false },
+    { "/metrics",             "GET",  srv_h_metrics,         SRV_PROBE, false, false },
+    { "/polykv/tps",          "GET",  srv_h_tps,             SRV_KEY, false, false },
+    { "/polykv/cache",        "GET",  srv_h_cache,           SRV_KEY, false, false },
+    { "/polykv/pools",        "*",    srv_h_pools,           SRV_KEY, false, false },
+    { "/polykv/admission",    "*",    srv_h_admission,       SRV_KEY, false, false },
+    { "/polykv/capacity",     "GET",  srv_h_capacity,        SRV_KEY, false, false },
+    { "/polykv/pools/",       "*",    srv_h_pool,            SRV_KEY, true, false },
+    { "/slots/",              "*",    srv_h_slot_action,     SRV_KEY, true, false },
+    { "/",                    "GET",  srv_h_page,            SRV_OPEN, false, false },
+    { "/assets/",             "GET",  srv_h_page,            SRV_OPEN, true, false },
 };
 
 srv_params srv_default_params(void)
@@ -321,8 +321,8 @@ static bool authorized(srv_req *r)
 /* ---- the access handler ---- */
 
 /* Vertex AI's routes (srv_predict.c), at the paths its environment names. */
-static const srv_route gcp_predict = { NULL, "POST", srv_h_predict, SRV_KEY, false };
-static const srv_route gcp_health = { NULL, "GET", srv_h_health, SRV_PROBE, false };
+static const srv_route gcp_predict = { NULL, "POST", srv_h_predict, SRV_KEY, false, true };
+static const srv_route gcp_health = { NULL, "GET", srv_h_health, SRV_PROBE, false, false };
 
 bool srv_route_by_format(const char *format, srv_handler *fn, const char **path)
 {
@@ -480,6 +480,10 @@ static enum MHD_Result dispatch(srv_req *r)
             return srv_reply_errorf(r, 400, "the request body must be a JSON object");
         }
     }
+    if (r->route->wakes && eng_wake(srv_engine(r->s)) != PK_OK) {
+        json_decref(body);
+        return srv_reply_errorf(r, 503, "the model could not be reloaded after sleeping");
+    }
     enum MHD_Result ret = r->route->fn(r, body);
     json_decref(body);
     return ret;
@@ -589,6 +593,32 @@ static bool resolve(const char *host, int port, struct sockaddr_storage *addr, c
     return true;
 }
 
+/* Starts a daemon on host:port as s->d[s->n_d++]. */
+static pk_status listen_on(srv *s, const char *host, int port, char *err, size_t err_len)
+{
+    const srv_params *p = &s->p;
+    struct sockaddr_storage addr;
+    if (!resolve(host, port, &addr, err, err_len)) return PK_EINVAL;
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+                     MHD_USE_ERROR_LOG;
+    if (addr.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
+    struct MHD_Daemon *d = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, s,
+                            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
+                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)MIN(p->header_timeout_s, p->timeout_s),
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)p->max_connections,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)p->max_per_ip,
+                            MHD_OPTION_END);
+    if (!d) {
+        snprintf(err, err_len, "cannot listen on %s:%d (address in use, or not an address of this machine)",
+                 host, port);
+        return PK_EIO;
+    }
+    s->d[s->n_d++] = d;
+    return PK_OK;
+}
+
 pk_status srv_new(const srv_params *p, srv **out, char *err, size_t err_len)
 {
     *out = NULL;
@@ -621,34 +651,48 @@ pk_status srv_new(const srv_params *p, srv **out, char *err, size_t err_len)
     s->t_start = (int64_t)time(NULL);
     atomic_init(&s->stopping, false);
     atomic_init(&s->e, NULL);
+    pthread_mutex_init(&s->scrape_mu, NULL);
     if (oom) {
         srv_free(s);
         return PK_ENOMEM;
     }
-    struct sockaddr_storage addr;
-    if (!resolve(p->host, p->port, &addr, err, err_len)) {
+    /* One daemon per address (libmicrohttpd binds one socket per daemon);
+     * the first picks the port when it is 0, the others take the same. */
+    int port = p->port;
+    for (const char *h = p->host; *h;) {
+        size_t n = strcspn(h, ",");
+        char host[256];
+        snprintf(host, sizeof host, "%.*s", (int)MIN(n, sizeof host - 1), h);
+        h += n + (h[n] == ',');
+        char *a = host, *z = host + strlen(host);
+        while (*a == ' ') a++;
+        while (z > a && z[-1] == ' ') *--z = 0;
+        if (z > a + 1 && *a == '[' && z[-1] == ']') {   /* [::1], as in a URL */
+            a++;
+            *--z = 0;
+        }
+        if (s->n_d == SRV_MAX_HOSTS) {
+            snprintf(err, err_len, "--host: at most %d addresses", SRV_MAX_HOSTS);
+            srv_free(s);
+            return PK_EINVAL;
+        }
+        if (!*a) continue;
+        pk_status st = listen_on(s, a, port, err, err_len);
+        if (st != PK_OK) {
+            srv_free(s);
+            return st;
+        }
+        if (s->n_d == 1) {
+            const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d[0], MHD_DAEMON_INFO_BIND_PORT);
+            port = di ? di->port : p->port;
+        }
+    }
+    if (s->n_d == 0) {
+        snprintf(err, err_len, "--host: no address given");
         srv_free(s);
         return PK_EINVAL;
     }
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
-                     MHD_USE_ERROR_LOG;
-    if (addr.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
-    s->d = MHD_start_daemon(flags, (uint16_t)p->port, NULL, NULL, on_request, s,
-                            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
-                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)MIN(p->header_timeout_s, p->timeout_s),
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)p->max_connections,
-                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)p->max_per_ip,
-                            MHD_OPTION_END);
-    if (!s->d) {
-        snprintf(err, err_len, "cannot listen on %s:%d (address in use, or not an address of this machine)",
-                 p->host, p->port);
-        srv_free(s);
-        return PK_EIO;
-    }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = di ? di->port : p->port;
+    s->port = port;
     *out = s;
     return PK_OK;
 }
@@ -721,7 +765,7 @@ void srv_free(srv *s)
 {
     if (!s) return;
     atomic_store(&s->stopping, true);
-    if (s->d) MHD_stop_daemon(s->d);
+    for (int i = 0; i < s->n_d; i++) MHD_stop_daemon(s->d[i]);
     free(s->host);
     free(s->api_key);
     free(s->save_dir);
@@ -734,6 +778,7 @@ void srv_free(srv *s)
     free(s->gcp_predict);
     free(s->gcp_health);
     free(s->model_path);
+    pthread_mutex_destroy(&s->scrape_mu);
     free(s);
 }
 

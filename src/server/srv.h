@@ -61,8 +61,11 @@ typedef enum srv_reasoning {
 /* The name's format; false for an unknown name. */
 bool srv_reasoning_parse(const char *name, srv_reasoning *out);
 
+#define SRV_MAX_HOSTS 8
+
 typedef struct srv_params {
-    const char *host;           /* address to bind, "127.0.0.1" */
+    const char *host;           /* address to bind, "127.0.0.1", or a comma-separated list of at
+                                   most SRV_MAX_HOSTS ("127.0.0.1,::1"): a daemon on each, one port */
     int port;                   /* 8080; 0 picks a free one (see srv_port) */
     const char *api_key;        /* NULL or "": no authentication; else required on every
                                    route but the page's files (/, /assets/) */

@@ -16,6 +16,7 @@
 
 #include <jansson.h>
 #include <microhttpd.h>
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include "../common/buf.h"
@@ -41,11 +42,19 @@ typedef struct srv_jinja {
     bool object_arguments;         /* it prints tool-call arguments only when they are objects */
 } srv_jinja;
 
+/* The throughput gauges of /metrics are over the time between two scrapes,
+ * as llama-server's: the counters a scrape saw, for the next one. */
+typedef struct srv_scrape {
+    uint64_t n_prompt, n_predicted;
+    double prompt_ms, predicted_ms;
+} srv_scrape;
+
 struct srv {
     srv_params p;                  /* strings point at the owned copies below */
     char *host, *api_key, *chat_template, *chat_template_file, *alias, *cors_origins, *tags, *save_dir;
     char *gcp_predict, *gcp_health;
-    struct MHD_Daemon *d;
+    struct MHD_Daemon *d[SRV_MAX_HOSTS];   /* one per address of --host, all on one port */
+    int n_d;
     int port;
     int64_t t_start;               /* unix seconds */
     atomic_bool stopping;          /* set by srv_free; read by every request thread */
@@ -60,6 +69,8 @@ struct srv {
     char model_name[SRV_MAX_NAME];
     char *model_path;
     size_t max_token_bytes;        /* tok_max_token_bytes: bounds a prompt before tokenizing; 0 none */
+    pthread_mutex_t scrape_mu;     /* guards scrape: the counters at the last /metrics */
+    srv_scrape scrape;
 };
 
 /* Returns the engine when the server is ready, NULL while loading. */
@@ -440,6 +451,8 @@ typedef struct srv_route {
     srv_handler fn;
     srv_access access;
     bool prefix;                 /* path is a prefix: the handler parses the rest */
+    bool wakes;                  /* uses the model: wakes a sleeping engine first, as llama-server
+                                    does (routes that only read state answer asleep) */
 } srv_route;
 
 /* Router mode's table (srv_router.c), used instead of srv.c's when
@@ -483,7 +496,7 @@ json_t *srv_pools_json(const eng_stats *st, int32_t root);
 
 /* Prometheus text of a stats snapshot (llamacpp:, polykv:, vllm: series).
  * Returns a malloc'ed NUL-terminated string, NULL when out of memory. */
-char *srv_metrics_text(const eng_stats *st, const char *model_name);
+char *srv_metrics_text(const eng_stats *st, const srv_scrape *since, const char *model_name);
 /* "idle", "prefill" or "decode", as /slots, /polykv/tps and /polykv/pools say it. */
 const char *srv_slot_state(eng_slot_state s);
 /* The /polykv/tps snapshot object. */
