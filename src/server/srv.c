@@ -31,8 +31,9 @@
 typedef enum srv_access {
     SRV_KEY = 0,                 /* the key, always */
     SRV_PROBE,                   /* the key, unless --public-probes */
-    SRV_OPEN,                    /* nobody needs it: the page's static files, whose data
-                                    calls then need the key */
+    SRV_OPEN,                    /* nobody needs it: liveness (says only "up", as llama-server's
+                                    /health) and the page's static files, whose data calls
+                                    then need the key */
 } srv_access;
 
 typedef struct srv_route {
@@ -45,8 +46,8 @@ typedef struct srv_route {
 } srv_route;
 
 static const srv_route routes[] = {
-    { "/health",              "GET",  srv_h_health,          SRV_PROBE, false },
-    { "/v1/health",           "GET",  srv_h_health,          SRV_PROBE, false },
+    { "/health",              "GET",  srv_h_health,          SRV_OPEN, false },
+    { "/v1/health",           "GET",  srv_h_health,          SRV_OPEN, false },
     { "/v1/models",           "GET",  srv_h_oai_models,      SRV_KEY, false },
     { "/models",              "GET",  srv_h_oai_models,      SRV_KEY, false },
     { "/v1/completions",      "POST", srv_h_oai_completions, SRV_KEY, false },
@@ -86,7 +87,6 @@ srv_params srv_default_params(void)
         .max_connections = 256,
         .sampling = smp_default_params(),
         .n_predict = -1,
-        .cors_origins = "localhost",
         .cors_credentials = true,
         .reasoning_budget = -1,
     };
@@ -560,7 +560,7 @@ pk_status srv_new(const srv_params *p, srv **out, char *err, size_t err_len)
     s->p.chat_template = s->chat_template = dup_or_null(p->chat_template, &oom);
     s->p.chat_template_file = s->chat_template_file = dup_or_null(p->chat_template_file, &oom);
     s->p.model_alias = s->alias = dup_or_null(p->model_alias, &oom);
-    s->p.cors_origins = s->cors_origins = dup_or_null(p->cors_origins ? p->cors_origins : "localhost", &oom);
+    s->p.cors_origins = s->cors_origins = dup_or_null(srv_cors_default(p), &oom);
     s->p.model_tags = s->tags = dup_or_null(p->model_tags, &oom);
     s->t_start = (int64_t)time(NULL);
     atomic_init(&s->stopping, false);

@@ -142,6 +142,9 @@ void srv_random_id(char *buf, size_t cap, const char *prefix);
 /* Whether a browser page from origin may read answers under policy
  * (srv_params.cors_origins).  Pure; NULL or "" origin: false. */
 bool srv_cors_allowed(const char *policy, const char *origin);
+/* The policy of p: its cors_origins, or when NULL the default ("*" with
+ * an API key, "localhost" without).  Static or p's storage. */
+const char *srv_cors_default(const srv_params *p);
 /* Adds the CORS headers r's Origin earns to resp; a preflight also gets
  * the allowed methods, headers and credentials. */
 void srv_cors_add(srv_req *r, struct MHD_Response *resp, bool preflight);
