@@ -60,7 +60,7 @@ if want fuzz_server; then
     printf '\032{"filename":"a.bin"}' > "$out/corpus_server/r26"
     printf '\033{"filename":"a.bin"}' > "$out/corpus_server/r27"
     $cc $flags $san fuzz/fuzz_server.c src/server/*.c src/tokenizer/tmpl_tools.c src/tokenizer/tmpl.c \
-        src/common/utf8.c build/libpolykv.a -ljansson -lmicrohttpd -lxxhash -lm -pthread -o "$out/fuzz_server"
+        src/common/utf8.c build/libpolykv.a -ljansson -lmicrohttpd -lxxhash -lcurl -lm -pthread -o "$out/fuzz_server"
     fuzz fuzz_server corpus_server 4096
 fi
 

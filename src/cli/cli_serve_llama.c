@@ -36,6 +36,9 @@ void cli_serve_llama_usage(void)
         "  -cb, --cont-batching    accepted: batching is always continuous\n"
         "  --offline               accepted: polykv never downloads\n"
         "  --no-ui                 no monitor page at / (404)\n"
+        "  --ui-mcp-proxy          GET/POST /cors-proxy?url=U forwards to U (http/https) for the web\n"
+        "                          UI's MCP client; off by default (403). Do not enable in untrusted\n"
+        "                          environments: callers reach what this machine reaches\n"
         "  --tags A,B              tags /v1/models lists for the model (--alias takes a list too)\n"
         "  -ub, --ubatch-size N    accepted: polykv picks its own micro-batch (min of -b and 512)\n"
         "refused with the reason: --hf-repo/-hf, --hf-file/-hff, --model-url/-mu (no downloads: pass\n"
@@ -150,6 +153,11 @@ int cli_serve_llama_flag(int argc, char **argv, int *i, srv_params *sp)
     if (!strcmp(a, "--cors-credentials")) { sp->cors_credentials = true; return 1; }
     if (!strcmp(a, "--no-cors-credentials")) { sp->cors_credentials = false; return 1; }
     if (!strcmp(a, "--no-ui") || !strcmp(a, "--no-webui")) { sp->no_ui = true; return 1; }
+    if (!strcmp(a, "--ui-mcp-proxy") || !strcmp(a, "--webui-mcp-proxy")) { sp->ui_mcp_proxy = true; return 1; }
+    if (!strcmp(a, "--no-ui-mcp-proxy") || !strcmp(a, "--no-webui-mcp-proxy")) {
+        sp->ui_mcp_proxy = false;
+        return 1;
+    }
     if (!strcmp(a, "-cb") || !strcmp(a, "--cont-batching") || !strcmp(a, "--offline"))
         return 1;
     if (!strcmp(a, "-nocb") || !strcmp(a, "--no-cont-batching"))

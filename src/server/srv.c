@@ -38,8 +38,9 @@ typedef enum srv_access {
 
 typedef struct srv_route {
     const char *path;
-    const char *method;          /* "GET", "POST" (a JSON object body), or "*": GET, POST
-                                    (the body optional) and DELETE, the handler decides */
+    const char *method;          /* "GET", "POST" (a JSON object body), "*": GET, POST
+                                    (the body optional) and DELETE, the handler decides, or
+                                    "RAW": GET or POST, the body left unparsed in r->body */
     srv_handler fn;
     srv_access access;
     bool prefix;                 /* path is a prefix: the handler parses the rest */
@@ -70,6 +71,7 @@ static const srv_route routes[] = {
     { "/polykv/capacity",     "GET",  srv_h_capacity,        SRV_KEY, false },
     { "/polykv/pools/",       "*",    srv_h_pool,            SRV_KEY, true },
     { "/slots/",              "*",    srv_h_slot_action,     SRV_KEY, true },
+    { "/cors-proxy",          "RAW",  srv_h_cors_proxy,      SRV_KEY, false },
     { "/",                    "GET",  srv_h_page,            SRV_OPEN, false },
     { "/assets/",             "GET",  srv_h_page,            SRV_OPEN, true },
 };
@@ -168,6 +170,11 @@ static enum MHD_Result queue(srv_req *r, unsigned status, struct MHD_Response *r
     r->replied = true;
     r->status = status;
     return ret;
+}
+
+enum MHD_Result srv_queue(srv_req *r, unsigned status, struct MHD_Response *resp, const char *content_type)
+{
+    return queue(r, status, resp, content_type);
 }
 
 enum MHD_Result srv_reply_text(srv_req *r, unsigned status, const char *content_type, const char *text, size_t len)
@@ -328,9 +335,9 @@ static bool early_reply(srv_req *r, enum MHD_Result *ret)
         *ret = srv_reply_errorf(r, 404, "File Not Found");
         return true;
     }
-    bool any = !strcmp(rt->method, "*") &&
-               (!strcmp(r->method, "GET") || !strcmp(r->method, "HEAD") || !strcmp(r->method, "POST") ||
-                !strcmp(r->method, "DELETE"));
+    bool get_post = !strcmp(r->method, "GET") || !strcmp(r->method, "HEAD") || !strcmp(r->method, "POST");
+    bool any = (!strcmp(rt->method, "*") && (get_post || !strcmp(r->method, "DELETE"))) ||
+               (!strcmp(rt->method, "RAW") && get_post);
     if (!any && strcmp(rt->method, r->method) && !(strcmp(rt->method, "GET") == 0 && !strcmp(r->method, "HEAD"))) {
         *ret = srv_reply_errorf(r, 405, "%s %s: method not allowed (use %s)", r->method, r->url, rt->method);
         return true;
@@ -424,7 +431,7 @@ static enum MHD_Result dispatch(srv_req *r)
     if (r->body_oom) return srv_reply_errorf(r, 500, "out of memory for the request body");
     json_t *body = NULL;
     bool optional = !strcmp(r->route->method, "*");
-    if (!strcmp(r->method, "POST") && (r->body.n || !optional)) {
+    if (!strcmp(r->method, "POST") && (r->body.n || !optional) && strcmp(r->route->method, "RAW")) {
         json_error_t je;
         body = r->body.n ? json_loadb(r->body.p, r->body.n, 0, &je) : NULL;
         if (!r->body.n) return srv_reply_errorf(r, 400, "the request body must be a JSON object");

@@ -95,6 +95,8 @@ typedef struct srv_params {
     bool cors_credentials;      /* Access-Control-Allow-Credentials: true (default) */
     srv_reasoning reasoning_format;   /* the default of requests, auto */
     bool no_ui;                 /* --no-ui: no monitor page at / (404) */
+    bool ui_mcp_proxy;          /* --ui-mcp-proxy: /cors-proxy forwards requests (srv_proxy.c);
+                                   off: a 403 */
     const char *model_tags;     /* --tags: comma-separated, listed by /v1/models; NULL none */
     int32_t reasoning_budget;   /* -1: unlimited; 0: no thinking (an opened <think> closed in the
                                    prompt, a one-token "<think>" banned) */

@@ -116,6 +116,9 @@ enum MHD_Result srv_reply_errorf(srv_req *r, unsigned status, const char *fmt, .
     __attribute__((format(printf, 3, 4)));
 enum MHD_Result srv_reply_text(srv_req *r, unsigned status, const char *content_type, const char *text,
                                size_t len);
+/* Queues resp, which the handler made (srv_queue destroys it; NULL: MHD_NO),
+ * with the headers every answer carries (Content-Type, CORS, nosniff). */
+enum MHD_Result srv_queue(srv_req *r, unsigned status, struct MHD_Response *resp, const char *content_type);
 /* An SSE response read from reader(cls); free_cb(cls) runs when MHD is done
  * with it, whether it completed or the client went away.  When the
  * response cannot be made, free_cb(cls) runs at once and a 500 goes out. */
@@ -376,6 +379,7 @@ enum MHD_Result srv_h_cache(srv_req *r, json_t *body);
 enum MHD_Result srv_h_pools(srv_req *r, json_t *body);        /* srv_pools.c */
 enum MHD_Result srv_h_pool(srv_req *r, json_t *body);
 enum MHD_Result srv_h_slot_action(srv_req *r, json_t *body);
+enum MHD_Result srv_h_cors_proxy(srv_req *r, json_t *body);   /* srv_proxy.c, --ui-mcp-proxy */
 /* srv_admit.c: policies and capacity as JSON, their routes. */
 json_t *srv_policy_json(const adm_policy *p);
 json_t *srv_capacity_json(const adm_answer *a);
