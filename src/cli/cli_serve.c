@@ -46,7 +46,7 @@ static void usage(void)
         "                          off: the built-in ChatML, Llama 3, Llama 2 and Mistral layouts)\n"
         "  --chat-template-file F  a Jinja chat template to use instead of the model's\n"
         "                          (one that does not compile stops the start)\n"
-        "  --chat-template NAME    chatml | llama3 | llama2 | llama2-sys | mistral: a built-in layout\n                          (default: the model's; chatml when unknown)\n"
+        "  --chat-template NAME    chatml | llama3 | llama2 | llama2-sys | mistral | command-r: a built-in layout\n                          (default: the model's; chatml when unknown)\n"
         "  --metrics               enable GET /metrics (Prometheus)\n"
         "  --slots / --no-slots    enable / disable GET /slots (default on)\n"
         "  -to, --timeout S        idle connection timeout in seconds (default 600)\n"

@@ -636,7 +636,7 @@ pk_status srv_set_engine(srv *s, eng *e, const char *model_path, char *err, size
     if (s->p.chat_template && *s->p.chat_template) {
         k = tmpl_from_name(s->p.chat_template);
         if (k == TMPL_UNKNOWN) {
-            snprintf(err, err_len, "unknown chat template '%s' (chatml, llama3, llama2, llama2-sys, mistral)",
+            snprintf(err, err_len, "unknown chat template '%s' (chatml, llama3, llama2, llama2-sys, mistral, command-r)",
                      s->p.chat_template);
             return PK_EINVAL;
         }
