@@ -639,6 +639,25 @@ static void test_live(const char *model_path)
          "\"max_tokens\": \"ten\"}", r);
     CHECK_EQ_INT(r->status, 400);
     CHECK(has(r, "\"param\":\"max_tokens\""));
+    /* Two assistant turns at the end: which would be continued?  A 400, as
+     * llama-server; one at the end, or two apart, are rendered. */
+    static const char *const ends[][2] = {
+        { "[{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}, "
+          "{\"role\": \"assistant\", \"content\": \"c\"}]", "400" },
+        { "[{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}]", "200" },
+        { "[{\"role\": \"assistant\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}, "
+          "{\"role\": \"user\", \"content\": \"c\"}]", "200" },
+    };
+    for (size_t i = 0; i < ARRAY_LEN(ends); i++) {
+        char req[512];
+        snprintf(req, sizeof req, "{\"messages\": %s}", ends[i][0]);
+        http(port, "POST", "/apply-template", NULL, req, r);
+        CHECK_EQ_INT(r->status, atoi(ends[i][1]));
+        if (r->status == 400) CHECK(has(r, "two assistant turns"));
+        snprintf(req, sizeof req, "{\"messages\": %s, \"max_tokens\": 1}", ends[i][0]);
+        http(port, "POST", "/v1/chat/completions", NULL, req, r);
+        CHECK_EQ_INT(r->status, atoi(ends[i][1]));
+    }
 
     /* Bodies over the limit: declared, and sent in chunks without a length. */
     char *big = malloc(8192);

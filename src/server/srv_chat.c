@@ -199,9 +199,28 @@ static bool check_request(const json_t *body, bool *add_gen, const json_t **tool
     return true;
 }
 
+static bool is_role(const json_t *m, const char *role)
+{
+    const char *r = json_string_value(json_object_get(m, "role"));
+    return r && !strcmp(r, role);
+}
+
+/* llama-server takes a conversation that ends with an assistant turn for
+ * that turn to continue, and refuses two of them at the end: which one
+ * would it continue? */
+static bool two_assistants_at_end(const json_t *msgs)
+{
+    size_t n = json_array_size(msgs);
+    return n >= 2 && is_role(json_array_get(msgs, n - 1), "assistant") &&
+           is_role(json_array_get(msgs, n - 2), "assistant");
+}
+
 bool srv_chat_prompt(const srv *s, const json_t *body, char **prompt, size_t *n_prompt, srv_tool_fmt *tools_fmt,
                      srv_err *e)
 {
+    if (two_assistants_at_end(json_object_get(body, "messages")))
+        return srv_fail(e, 400, "messages", "the conversation ends with two assistant turns; only one final assistant "
+                        "turn can be continued");
     const json_t *req_tools = json_object_get(body, "tools");
     bool wants_tools = json_array_size(req_tools) || has_tool_turns(json_object_get(body, "messages"));
     if (!s->jj.t || (wants_tools && !s->jj.knows_tools))
