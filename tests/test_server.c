@@ -639,6 +639,24 @@ static void test_live(const char *model_path)
          "\"max_tokens\": \"ten\"}", r);
     CHECK_EQ_INT(r->status, 400);
     CHECK(has(r, "\"param\":\"max_tokens\""));
+    /* The decode rate is over the n - 1 steps after the first token, and
+     * printed precisely enough that a client recomputing it from
+     * predicted_ms agrees to a millionth (llama.cpp's
+     * test_metrics_generation_rate_excludes_first_token). */
+    for (int n = 1; n <= 16; n += 15) {
+        char req[128];
+        snprintf(req, sizeof req, "{\"prompt\": \"I believe\", \"n_predict\": %d, \"temperature\": 0, "
+                 "\"ignore_eos\": true}", n);
+        http(port, "POST", "/completion", NULL, req, r);
+        CHECK_EQ_INT(r->status, 200);
+        json_t *answer = J(r->body), *t = json_object_get(answer, "timings");
+        double ms = json_real_value(json_object_get(t, "predicted_ms"));
+        double rate = json_real_value(json_object_get(t, "predicted_per_second"));
+        CHECK_EQ_INT(json_integer_value(json_object_get(t, "predicted_n")), n);
+        if (n == 1) CHECK(rate == 0 && json_real_value(json_object_get(t, "predicted_per_token_ms")) == 0);
+        else CHECK(ms > 0 && fabs(rate - 1e3 / ms * (n - 1)) < 1e-6);
+        json_decref(answer);
+    }
     /* Two assistant turns at the end: which would be continued?  A 400, as
      * llama-server; one at the end, or two apart, are rendered. */
     static const char *const ends[][2] = {

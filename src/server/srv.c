@@ -185,7 +185,7 @@ enum MHD_Result srv_reply_text(srv_req *r, unsigned status, const char *content_
 
 enum MHD_Result srv_reply_json(srv_req *r, unsigned status, json_t *j)
 {
-    char *s = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+    char *s = j ? json_dumps(j, SRV_JSON_DUMP) : NULL;
     json_decref(j);
     if (!s) {
         static const char oom[] = "{\"error\":{\"code\":500,\"message\":\"out of memory\",\"type\":\"server_error\"}}";

@@ -30,6 +30,13 @@
 #define SRV_KEEPALIVE_MS 10000    /* most time a stream goes without a byte (an SSE comment) */
 #define SRV_MAX_NAME 256
 #define SRV_MAX_CHOICES 16         /* completions one request may ask for (n, or several prompts) */
+/* How replies and events are written.  15 significant digits: a double
+ * with a short decimal form prints as that form (0.8, not the 17-digit
+ * 0.80000000000000004), a float-born one as llama-server shows it
+ * (0.800000011920929), and derived values such as a rate in tokens/s keep
+ * the micro-unit precision clients recompute them to (9 digits lost it
+ * past 1000 tokens/s). */
+#define SRV_JSON_DUMP (JSON_COMPACT | JSON_REAL_PRECISION(15))
 
 /* The Jinja chat template (srv_chat.c), compiled once at start; t NULL:
  * the built-in layouts of tmpl.c render the prompts. */
