@@ -66,6 +66,16 @@ static void *serve(void *arg)
             size_t want = cl && cl < end ? (size_t)atoi(cl + 18) : 0;
             if (n >= (size_t)(end + 4 - last_request) + want) break;
         }
+        if (strstr(last_request, " /sse ")) {        /* an event now, another 600 ms later */
+            static const char h[] = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                                    "Transfer-Encoding: chunked\r\n\r\n9\r\ndata: 1\n\n\r\n";
+            send(fd, h, sizeof h - 1, MSG_NOSIGNAL);
+            usleep(600 * 1000);
+            static const char t[] = "9\r\ndata: 2\n\n\r\n0\r\n\r\n";
+            send(fd, t, sizeof t - 1, MSG_NOSIGNAL);
+            close(fd);
+            continue;
+        }
         const char *a = answer_for(last_request, buf, sizeof buf);
         send(fd, a, strlen(a), MSG_NOSIGNAL);
         close(fd);
@@ -230,6 +240,49 @@ static void test_bounds(void)
     CHECK_EQ_INT(httpc_fetch(&rq, &r, err, sizeof err), PK_EINVAL);
 }
 
+static bool give_up_later(void *cls) { return pk_time_ms() < *(double *)cls; }
+
+/* A stream: the headers come back with the first event, the body as it
+ * arrives, its end as 0; giving up stops a read that waits. */
+static void test_stream(void)
+{
+    char url[128], err[256];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/sse", port);
+    httpc_request rq = req("GET", url);
+    httpc_stream *s;
+    httpc_response head;
+    double t0 = pk_time_ms();
+    CHECK_EQ_INT(httpc_open(&rq, &s, &head, err, sizeof err), PK_OK);
+    CHECK(pk_time_ms() - t0 < 400);                      /* before the second event */
+    CHECK_EQ_INT(head.status, 200);
+    CHECK_STR(header(&head, "content-type"), "text/event-stream");
+    char buf[64];
+    long n = httpc_read(s, buf, sizeof buf, NULL, err, sizeof err);
+    CHECK(n == 9 && !memcmp(buf, "data: 1\n\n", 9));
+    CHECK(pk_time_ms() - t0 < 400);
+    n = httpc_read(s, buf, 4, NULL, err, sizeof err);    /* a small buffer: the rest comes next */
+    CHECK(n == 4 && !memcmp(buf, "data", 4));
+    CHECK(pk_time_ms() - t0 >= 500);
+    n = httpc_read(s, buf, sizeof buf, NULL, err, sizeof err);
+    CHECK(n == 5 && !memcmp(buf, ": 2\n\n", 5));
+    CHECK_EQ_INT(httpc_read(s, buf, sizeof buf, NULL, err, sizeof err), 0);
+    httpc_close(s);
+    httpc_response_free(&head);
+
+    double until = pk_time_ms() + 200;
+    rq.keep_going = give_up_later;
+    rq.cls = &until;
+    CHECK_EQ_INT(httpc_open(&rq, &s, &head, err, sizeof err), PK_OK);
+    CHECK_EQ_INT(httpc_read(s, buf, sizeof buf, NULL, err, sizeof err), 9);
+    t0 = pk_time_ms();
+    CHECK_EQ_INT(httpc_read(s, buf, sizeof buf, NULL, err, sizeof err), PK_ECANCELLED);
+    CHECK(pk_time_ms() - t0 < 450);                      /* within a poll of the 200 ms */
+    httpc_close(s);
+    httpc_response_free(&head);
+    httpc_close(NULL);
+    usleep(700 * 1000);                                  /* the server thread finishes that stream */
+}
+
 int main(void)
 {
     test_urls();
@@ -238,6 +291,7 @@ int main(void)
         return 1;
     }
     test_exchange();
+    test_stream();
     test_bounds();
     return test_finish();
 }

@@ -1,17 +1,22 @@
 /*
  * httpc.h - a small blocking HTTP client (libcurl underneath): one request,
- * its whole answer in memory, every resource bounded by the caller.
+ * its answer whole in memory or read as it comes, every resource bounded
+ * by the caller.
  *
- * Design: one call, httpc_fetch, sends a request and returns the final
- * answer's status, headers and body.  Nothing is shared between calls (each
- * makes its own curl handle), so any thread may call it at any time.  What
- * a caller gets to bound, and must:
+ * Design: httpc_fetch sends a request and returns the final answer's
+ * status, headers and body.  httpc_open sends it and returns once the
+ * final answer's status and headers are in; httpc_read then gives the body
+ * as it arrives (an event stream, say), httpc_close ends it.  Each request
+ * has its own curl handles and is driven only inside these calls, on the
+ * caller's thread: nothing runs in the background, nothing is shared, so
+ * any thread may use the client, a stream one thread at a time.  What a
+ * caller gets to bound, and must:
  *   - the schemes: http and https only, for the URL and for every redirect;
  *   - the answer's size: past max_body_bytes the transfer stops (PK_EFULL);
  *   - the time: connect_timeout_ms to connect, timeout_ms for the whole;
  *   - redirects: at most max_redirects followed (0: a 3xx is the answer);
- *   - giving up: keep_going(cls), asked often while data flows and about
- *     once a second while none does, stops it early.
+ *   - giving up: keep_going(cls), asked at least every 100 ms while a
+ *     call waits, stops it early.
  * Headers go out exactly as given (name and value checked for CR / LF);
  * libcurl's own defaults (Accept, Expect, a form Content-Type) are removed,
  * so the peer sees only Host, Content-Length and the caller's headers.
@@ -38,8 +43,10 @@ typedef struct httpc_request {
     size_t max_body_bytes;         /* of the answer */
     int max_redirects;
     bool (*keep_going)(void *cls); /* NULL: never gives up */
-    void *cls;
+    void *cls;                     /* must outlive a stream; the rest is copied by httpc_open */
 } httpc_request;
+
+typedef struct httpc_stream httpc_stream;
 
 /* The answer: owned by the caller once httpc_fetch returned PK_OK. */
 typedef struct httpc_response {
@@ -62,6 +69,21 @@ bool httpc_url_ok(const char *url);
  * PK_EFULL (the answer outgrew max_body_bytes), PK_ECANCELLED
  * (keep_going said stop), PK_ENOMEM.  Any thread. */
 pk_status httpc_fetch(const httpc_request *rq, httpc_response *out, char *err, size_t err_len);
+
+/* httpc_fetch's first half: sends rq and waits for the final answer's
+ * status and headers.  PK_OK: *out is the stream (httpc_close it), *head
+ * the status and headers (body empty; httpc_response_free it).  Failures
+ * as httpc_fetch's (*out NULL, *head holds only timed_out). */
+pk_status httpc_open(const httpc_request *rq, httpc_stream **out, httpc_response *head, char *err, size_t err_len);
+
+/* Waits for body bytes: the count copied into buf[cap] (> 0), 0 at the
+ * body's end, or a negative pk_status as httpc_fetch's (err says why,
+ * timed_out as *timed_out when not NULL). */
+long httpc_read(httpc_stream *s, void *buf, size_t cap, bool *timed_out, char *err, size_t err_len);
+
+/* Ends the exchange (the connection closes if the body is not over) and
+ * frees s; NULL is a no-op. */
+void httpc_close(httpc_stream *s);
 
 /* Frees what *r holds and zeroes it; a zeroed r is a no-op. */
 void httpc_response_free(httpc_response *r);

@@ -18,8 +18,8 @@
  *     within SRV_PROXY_CONNECT_MS; a client that leaves stops the fetch;
  *     hop-by-hop headers, CORS headers and Set-Cookie are not passed back
  *     (a proxied site must not set cookies on polykv's origin).
- * The answer is read whole before it is sent: a stream (SSE) comes back
- * when it ends, not as it goes.
+ * An event stream (text/event-stream) is passed on as it comes, within
+ * the same size and time bounds; any other answer is read whole first.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -74,29 +74,89 @@ static bool kept_back(const char *name)
     return false;
 }
 
-typedef struct proxy_watch { srv_req *r; int probe; } proxy_watch;
+/* One proxied exchange; owned by the handler until a streamed answer's
+ * response takes it (freed by stream_free). */
+typedef struct proxy_ctx {
+    srv *s;
+    struct MHD_Connection *conn;
+    int probe;                     /* srv_conn_alive's, before the headers go */
+    bool headers_sent;
+    httpc_stream *hs;
+} proxy_ctx;
 
-/* The fetch goes on while the client waits and the server runs. */
+/* The exchange goes on while the client waits and the server runs. */
 static bool still_wanted(void *cls)
 {
-    proxy_watch *w = cls;
-    return !atomic_load(&w->r->s->stopping) && srv_conn_alive(w->r->conn, &w->probe);
+    proxy_ctx *p = cls;
+    return !atomic_load(&p->s->stopping) && srv_conn_alive(p->conn, p->headers_sent ? NULL : &p->probe);
 }
 
-static enum MHD_Result reply(srv_req *r, httpc_response *a)
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
-    size_t n = a->body.n;
-    char *data = a->body.p;
-    struct MHD_Response *resp = data ? MHD_create_response_from_buffer_with_free_callback(n, data, free)
-                                     : MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    proxy_ctx *p = cls;
+    char err[256];
+    long n = httpc_read(p->hs, buf, max, NULL, err, sizeof err);
+    if (n > 0) return n;
+    return n == 0 ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
+static void stream_free(void *cls)
+{
+    proxy_ctx *p = cls;
+    httpc_close(p->hs);
+    free(p);
+}
+
+static const char *content_type(const httpc_response *h)
+{
+    for (int i = 0; i < h->n_headers; i++)
+        if (!strcasecmp(h->names[i], "content-type")) return h->values[i];
+    return "application/octet-stream";
+}
+
+/* An event stream is passed on as it comes (MCP's SSE transports keep one
+ * open); anything else is read whole first, so its length is known. */
+static bool streamed(const srv_req *r, const httpc_response *h)
+{
+    return strncasecmp(content_type(h), "text/event-stream", 17) == 0 && strcmp(r->method, "HEAD") &&
+           h->status != 204 && h->status != 304;
+}
+
+static enum MHD_Result send_head(srv_req *r, const httpc_response *h, struct MHD_Response *resp)
+{
     if (!resp) return srv_reply_errorf(r, 500, "out of memory");
-    a->body = (pk_buf){0};                      /* the response owns it now */
-    const char *ctype = "application/octet-stream";
-    for (int i = 0; i < a->n_headers; i++) {
-        if (!strcasecmp(a->names[i], "content-type")) ctype = a->values[i];
-        else if (!kept_back(a->names[i])) MHD_add_response_header(resp, a->names[i], a->values[i]);
+    for (int i = 0; i < h->n_headers; i++)
+        if (!kept_back(h->names[i])) MHD_add_response_header(resp, h->names[i], h->values[i]);
+    return srv_queue(r, (unsigned)h->status, resp, content_type(h));
+}
+
+static enum MHD_Result fail_with(srv_req *r, pk_status st, bool timed_out, const char *err)
+{
+    if (st == PK_ECANCELLED) return MHD_NO;     /* nobody is waiting for the answer */
+    if (st == PK_EINVAL) return srv_reply_errorf(r, 400, "proxy: %s", err);
+    if (st == PK_ENOMEM) return srv_reply_errorf(r, 500, "proxy: out of memory");
+    return srv_reply_errorf(r, timed_out ? 504 : 502, "proxy: %s", err);
+}
+
+/* The whole body of p's answer, then the reply; p is freed. */
+static enum MHD_Result relay_whole(srv_req *r, proxy_ctx *p, httpc_response *head)
+{
+    pk_buf body = {0};
+    char chunk[16384], err[256];
+    bool timed_out = false;
+    long n;
+    while ((n = httpc_read(p->hs, chunk, sizeof chunk, &timed_out, err, sizeof err)) > 0 && !body.oom)
+        pk_buf_put(&body, chunk, (size_t)n);
+    stream_free(p);
+    if (n < 0 || body.oom) {
+        pk_buf_free(&body);
+        return fail_with(r, n < 0 ? (pk_status)n : PK_ENOMEM, timed_out, err);
     }
-    return srv_queue(r, (unsigned)a->status, resp, ctype);
+    struct MHD_Response *resp =
+        body.p ? MHD_create_response_from_buffer_with_free_callback(body.n, body.p, free)
+               : MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!resp) pk_buf_free(&body);
+    return send_head(r, head, resp);
 }
 
 enum MHD_Result srv_h_cors_proxy(srv_req *r, json_t *body)
@@ -114,7 +174,9 @@ enum MHD_Result srv_h_cors_proxy(srv_req *r, json_t *body)
                                 "them, are proxied");
     proxy_headers ph = { .n = 0 };
     MHD_get_connection_values(r->conn, MHD_HEADER_KIND, collect, &ph);
-    proxy_watch w = { r, r->http11 ? SRV_PROBE_READY : SRV_PROBE_NONE };
+    proxy_ctx *p = calloc(1, sizeof *p);
+    if (!p) return srv_reply_errorf(r, 500, "out of memory");
+    *p = (proxy_ctx){ .s = s, .conn = r->conn, .probe = r->http11 ? SRV_PROBE_READY : SRV_PROBE_NONE };
     bool post = !strcmp(r->method, "POST");
     httpc_request rq = {
         .method = post ? "POST" : r->method,
@@ -128,18 +190,25 @@ enum MHD_Result srv_h_cors_proxy(srv_req *r, json_t *body)
         .max_body_bytes = SRV_PROXY_MAX_BYTES,
         .max_redirects = SRV_PROXY_REDIRECTS,
         .keep_going = still_wanted,
-        .cls = &w,
+        .cls = p,
     };
-    httpc_response a;
+    httpc_response head;
     char err[256];
-    pk_status st = httpc_fetch(&rq, &a, err, sizeof err);
-    if (st == PK_OK) {
-        enum MHD_Result ret = reply(r, &a);
-        httpc_response_free(&a);
-        return ret;
+    pk_status st = httpc_open(&rq, &p->hs, &head, err, sizeof err);
+    if (st != PK_OK) {
+        free(p);
+        return fail_with(r, st, head.timed_out, err);
     }
-    if (st == PK_ECANCELLED) return MHD_NO;     /* nobody is waiting for the answer */
-    if (st == PK_EINVAL) return srv_reply_errorf(r, 400, "proxy: %s", err);
-    if (st == PK_ENOMEM) return srv_reply_errorf(r, 500, "proxy: out of memory");
-    return srv_reply_errorf(r, a.timed_out ? 504 : 502, "proxy: %s", err);
+    enum MHD_Result ret;
+    if (streamed(r, &head)) {
+        p->headers_sent = true;
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, p,
+                                                                      stream_free);
+        if (!resp) stream_free(p);
+        ret = send_head(r, &head, resp);
+    } else {
+        ret = relay_whole(r, p, &head);
+    }
+    httpc_response_free(&head);
+    return ret;
 }
