@@ -35,6 +35,7 @@ void cli_serve_llama_usage(void)
         "                          the prompt, a <think> token banned); N > 0 is not supported\n"
         "  -cb, --cont-batching    accepted: batching is always continuous\n"
         "  --offline               accepted: polykv never downloads\n"
+        "  --backend-sampling      accepted: polykv samples on the CPU, where its logits are\n"
         "  --no-ui                 no monitor page at / (404)\n"
         "  --ui-mcp-proxy          GET/POST /cors-proxy?url=U forwards to U (http/https) for the web\n"
         "                          UI's MCP client; off by default (403). Do not enable in untrusted\n"
@@ -43,7 +44,7 @@ void cli_serve_llama_usage(void)
         "  -ub, --ubatch-size N    accepted: polykv picks its own micro-batch (min of -b and 512)\n"
         "refused with the reason: --hf-repo/-hf, --hf-file/-hff, --model-url/-mu (no downloads: pass\n"
         "  -m FILE), --embedding(s), --reranking, --lora, -ngl/--n-gpu-layers, --model-draft,\n"
-        "  --spec-type, --mmproj(-url), --sleep-idle-seconds, --kv-unified\n");
+        "  --spec-type, --mmproj(-url)\n");
 }
 
 static int fail(const char *a, const char *why)
@@ -118,6 +119,18 @@ static int valued(const char *a, const char *v, srv_params *sp)
     return 1;
 }
 
+bool cli_serve_llama_takes_value(const char *a)
+{
+    static const char *const with_value[] = {
+        "-s", "--seed", "--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--repeat-last-n",
+        "--presence-penalty", "--frequency-penalty", "-n", "--n-predict", "--predict", "--cors-origins",
+        "--reasoning-format", "--reasoning-budget", "-ub", "--ubatch-size", "--tags", "-rea", "--reasoning",
+    };
+    for (size_t k = 0; k < ARRAY_LEN(with_value); k++)
+        if (!strcmp(a, with_value[k])) return true;
+    return false;
+}
+
 int cli_serve_llama_flag(int argc, char **argv, int *i, srv_params *sp)
 {
     const char *a = argv[*i];
@@ -139,9 +152,6 @@ int cli_serve_llama_flag(int argc, char **argv, int *i, srv_params *sp)
         { "--gpu-layers", "polykv runs on the CPU only" },
         { "--model-draft", "speculative decoding is not supported" },
         { "-md", "speculative decoding is not supported" },
-        { "--kv-unified", "a slot holds -c / -np positions in polykv (the cells are shared, a slot's share is not)" },
-        { "-kvu", "a slot holds -c / -np positions in polykv (the cells are shared, a slot's share is not)" },
-        { "--sleep-idle-seconds", "sleeping (unloading the model when idle) is not supported" },
         { "--mmproj", "multimodal projectors are not supported" },
         { "--mmproj-url", "multimodal projectors are not supported" },
         { "--spec-type", "speculative decoding is not supported" },
@@ -160,17 +170,15 @@ int cli_serve_llama_flag(int argc, char **argv, int *i, srv_params *sp)
     }
     if (!strcmp(a, "-cb") || !strcmp(a, "--cont-batching") || !strcmp(a, "--offline"))
         return 1;
+    /* llama.cpp's backend sampling moves the sampler chain onto the GPU
+     * next to the logits, giving the same tokens and probabilities as the
+     * host's; polykv samples on the CPU where its logits already are, so
+     * the flag changes nothing a client can see. */
+    if (!strcmp(a, "--backend-sampling") || !strcmp(a, "--backend_sampling") || !strcmp(a, "-bs"))
+        return 1;
     if (!strcmp(a, "-nocb") || !strcmp(a, "--no-cont-batching"))
         return fail(a, "batching is always continuous in polykv");
-    static const char *const with_value[] = {
-        "-s", "--seed", "--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--repeat-last-n",
-        "--presence-penalty", "--frequency-penalty", "-n", "--n-predict", "--predict", "--cors-origins",
-        "--reasoning-format", "--reasoning-budget", "-ub", "--ubatch-size", "--tags", "-rea", "--reasoning",
-    };
-    for (size_t k = 0; k < ARRAY_LEN(with_value); k++) {
-        if (strcmp(a, with_value[k])) continue;
-        const char *v = cli_arg(argc, argv, i);
-        return v ? valued(a, v, sp) : -1;
-    }
-    return 0;
+    if (!cli_serve_llama_takes_value(a)) return 0;
+    const char *v = cli_arg(argc, argv, i);
+    return v ? valued(a, v, sp) : -1;
 }

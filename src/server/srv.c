@@ -27,53 +27,34 @@
 #include "../model/model.h"
 #include "srv_impl.h"
 
-/* Who may call a route when --api-key is set. */
-typedef enum srv_access {
-    SRV_KEY = 0,                 /* the key, always */
-    SRV_PROBE,                   /* the key, unless --public-probes */
-    SRV_OPEN,                    /* nobody needs it: liveness (says only "up", as llama-server's
-                                    /health) and the page's static files, whose data calls
-                                    then need the key */
-} srv_access;
-
-typedef struct srv_route {
-    const char *path;
-    const char *method;          /* "GET", "POST" (a JSON object body), "*": GET, POST
-                                    (the body optional) and DELETE, the handler decides, or
-                                    "RAW": GET or POST, the body left unparsed in r->body */
-    srv_handler fn;
-    srv_access access;
-    bool prefix;                 /* path is a prefix: the handler parses the rest */
-} srv_route;
-
 static const srv_route routes[] = {
-    { "/health",              "GET",  srv_h_health,          SRV_OPEN, false },
-    { "/v1/health",           "GET",  srv_h_health,          SRV_OPEN, false },
-    { "/v1/models",           "GET",  srv_h_oai_models,      SRV_KEY, false },
-    { "/models",              "GET",  srv_h_oai_models,      SRV_KEY, false },
-    { "/v1/completions",      "POST", srv_h_oai_completions, SRV_KEY, false },
-    { "/v1/chat/completions", "POST", srv_h_oai_chat,        SRV_KEY, false },
-    { "/chat/completions",    "POST", srv_h_oai_chat,        SRV_KEY, false },
-    { "/v1/chat/completions/input_tokens", "POST", srv_h_oai_input_tokens, SRV_KEY, false },
-    { "/chat/completions/input_tokens",    "POST", srv_h_oai_input_tokens, SRV_KEY, false },
-    { "/completion",          "POST", srv_h_completion,      SRV_KEY, false },
-    { "/completions",         "POST", srv_h_completion,      SRV_KEY, false },
-    { "/tokenize",            "POST", srv_h_tokenize,        SRV_KEY, false },
-    { "/detokenize",          "POST", srv_h_detokenize,      SRV_KEY, false },
-    { "/apply-template",      "POST", srv_h_apply_template,  SRV_KEY, false },
-    { "/props",               "*",    srv_h_props,           SRV_KEY, false },
-    { "/slots",               "GET",  srv_h_slots,           SRV_KEY, false },
-    { "/metrics",             "GET",  srv_h_metrics,         SRV_PROBE, false },
-    { "/polykv/tps",          "GET",  srv_h_tps,             SRV_KEY, false },
-    { "/polykv/cache",        "GET",  srv_h_cache,           SRV_KEY, false },
-    { "/polykv/pools",        "*",    srv_h_pools,           SRV_KEY, false },
-    { "/polykv/admission",    "*",    srv_h_admission,       SRV_KEY, false },
-    { "/polykv/capacity",     "GET",  srv_h_capacity,        SRV_KEY, false },
-    { "/polykv/pools/",       "*",    srv_h_pool,            SRV_KEY, true },
-    { "/slots/",              "*",    srv_h_slot_action,     SRV_KEY, true },
-    { "/cors-proxy",          "RAW",  srv_h_cors_proxy,      SRV_KEY, false },
-    { "/",                    "GET",  srv_h_page,            SRV_OPEN, false },
-    { "/assets/",             "GET",  srv_h_page,            SRV_OPEN, true },
+    { "/health",              "GET",  srv_h_health,          SRV_OPEN, false, false },
+    { "/v1/health",           "GET",  srv_h_health,          SRV_OPEN, false, false },
+    { "/v1/models",           "GET",  srv_h_oai_models,      SRV_KEY, false, false },
+    { "/models",              "GET",  srv_h_oai_models,      SRV_KEY, false, false },
+    { "/v1/completions",      "POST", srv_h_oai_completions, SRV_KEY, false, true },
+    { "/v1/chat/completions", "POST", srv_h_oai_chat,        SRV_KEY, false, true },
+    { "/chat/completions",    "POST", srv_h_oai_chat,        SRV_KEY, false, true },
+    { "/v1/chat/completions/input_tokens", "POST", srv_h_oai_input_tokens, SRV_KEY, false, true },
+    { "/chat/completions/input_tokens",    "POST", srv_h_oai_input_tokens, SRV_KEY, false, true },
+    { "/completion",          "POST", srv_h_completion,      SRV_KEY, false, true },
+    { "/completions",         "POST", srv_h_completion,      SRV_KEY, false, true },
+    { "/tokenize",            "POST", srv_h_tokenize,        SRV_KEY, false, true },
+    { "/detokenize",          "POST", srv_h_detokenize,      SRV_KEY, false, true },
+    { "/apply-template",      "POST", srv_h_apply_template,  SRV_KEY, false, true },
+    { "/props",               "*",    srv_h_props,           SRV_KEY, false, false },
+    { "/slots",               "GET",  srv_h_slots,           SRV_KEY, false, false },
+    { "/metrics",             "GET",  srv_h_metrics,         SRV_PROBE, false, false },
+    { "/polykv/tps",          "GET",  srv_h_tps,             SRV_KEY, false, false },
+    { "/polykv/cache",        "GET",  srv_h_cache,           SRV_KEY, false, false },
+    { "/polykv/pools",        "*",    srv_h_pools,           SRV_KEY, false, false },
+    { "/polykv/admission",    "*",    srv_h_admission,       SRV_KEY, false, false },
+    { "/polykv/capacity",     "GET",  srv_h_capacity,        SRV_KEY, false, false },
+    { "/polykv/pools/",       "*",    srv_h_pool,            SRV_KEY, true, false },
+    { "/slots/",              "*",    srv_h_slot_action,     SRV_KEY, true, false },
+    { "/cors-proxy",          "RAW",  srv_h_cors_proxy,      SRV_KEY, false, false },
+    { "/",                    "GET",  srv_h_page,            SRV_OPEN, false, false },
+    { "/assets/",             "GET",  srv_h_page,            SRV_OPEN, true, false },
 };
 
 srv_params srv_default_params(void)
@@ -231,6 +212,19 @@ enum MHD_Result srv_reply_sse(srv_req *r, MHD_ContentReaderCallback reader, void
     return queue(r, 200, resp, "text/event-stream");
 }
 
+enum MHD_Result srv_reply_callback(srv_req *r, unsigned status, const char *content_type, uint64_t size,
+                                   const char *const *headers, MHD_ContentReaderCallback reader, void *cls,
+                                   MHD_ContentReaderFreeCallback free_cb)
+{
+    struct MHD_Response *resp = MHD_create_response_from_callback(size, 16384, reader, cls, free_cb);
+    if (!resp) {
+        free_cb(cls);
+        return srv_reply_errorf(r, 500, "out of memory");
+    }
+    for (size_t k = 0; headers && headers[k]; k += 2) MHD_add_response_header(resp, headers[k], headers[k + 1]);
+    return queue(r, status, resp, content_type);
+}
+
 bool srv_conn_alive(struct MHD_Connection *conn, int *probe)
 {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -308,11 +302,13 @@ static bool authorized(srv_req *r)
 
 /* ---- the access handler ---- */
 
-static const srv_route *find_route(const char *url, bool *path_known)
+static const srv_route *find_route(const srv *s, const char *url, bool *path_known)
 {
     *path_known = false;
-    for (size_t i = 0; i < ARRAY_LEN(routes); i++) {
-        const srv_route *rt = &routes[i];
+    const srv_route *table = s->p.router ? srv_router_routes : routes;
+    size_t n_routes = s->p.router ? srv_n_router_routes : ARRAY_LEN(routes);
+    for (size_t i = 0; i < n_routes; i++) {
+        const srv_route *rt = &table[i];
         size_t n = strlen(rt->path);
         if (rt->prefix ? !strncmp(rt->path, url, n) && url[n] : !strcmp(rt->path, url)) {
             *path_known = true;
@@ -330,7 +326,7 @@ static bool early_reply(srv_req *r, enum MHD_Result *ret)
         return true;
     }
     bool known;
-    const srv_route *rt = find_route(r->url, &known);
+    const srv_route *rt = find_route(r->s, r->url, &known);
     if (!rt) {
         *ret = srv_reply_errorf(r, 404, "File Not Found");
         return true;
@@ -348,7 +344,7 @@ static bool early_reply(srv_req *r, enum MHD_Result *ret)
         *ret = srv_reply_errorf(r, 401, "Invalid API Key");
         return true;
     }
-    if (!srv_engine(r->s)) {
+    if (!r->s->p.router && !srv_engine(r->s)) {
         *ret = srv_reply_errorf(r, 503, "Loading model");
         return true;
     }
@@ -440,6 +436,10 @@ static enum MHD_Result dispatch(srv_req *r)
             json_decref(body);
             return srv_reply_errorf(r, 400, "the request body must be a JSON object");
         }
+    }
+    if (r->route->wakes && eng_wake(srv_engine(r->s)) != PK_OK) {
+        json_decref(body);
+        return srv_reply_errorf(r, 503, "the model could not be reloaded after sleeping");
     }
     enum MHD_Result ret = r->route->fn(r, body);
     json_decref(body);
@@ -549,6 +549,32 @@ static bool resolve(const char *host, int port, struct sockaddr_storage *addr, c
     return true;
 }
 
+/* Starts a daemon on host:port as s->d[s->n_d++]. */
+static pk_status listen_on(srv *s, const char *host, int port, char *err, size_t err_len)
+{
+    const srv_params *p = &s->p;
+    struct sockaddr_storage addr;
+    if (!resolve(host, port, &addr, err, err_len)) return PK_EINVAL;
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+                     MHD_USE_ERROR_LOG;
+    if (addr.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
+    struct MHD_Daemon *d = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, s,
+                            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
+                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)MIN(p->header_timeout_s, p->timeout_s),
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)p->max_connections,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)p->max_per_ip,
+                            MHD_OPTION_END);
+    if (!d) {
+        snprintf(err, err_len, "cannot listen on %s:%d (address in use, or not an address of this machine)",
+                 host, port);
+        return PK_EIO;
+    }
+    s->d[s->n_d++] = d;
+    return PK_OK;
+}
+
 pk_status srv_new(const srv_params *p, srv **out, char *err, size_t err_len)
 {
     *out = NULL;
@@ -572,34 +598,48 @@ pk_status srv_new(const srv_params *p, srv **out, char *err, size_t err_len)
     s->t_start = (int64_t)time(NULL);
     atomic_init(&s->stopping, false);
     atomic_init(&s->e, NULL);
+    pthread_mutex_init(&s->scrape_mu, NULL);
     if (oom) {
         srv_free(s);
         return PK_ENOMEM;
     }
-    struct sockaddr_storage addr;
-    if (!resolve(p->host, p->port, &addr, err, err_len)) {
+    /* One daemon per address (libmicrohttpd binds one socket per daemon);
+     * the first picks the port when it is 0, the others take the same. */
+    int port = p->port;
+    for (const char *h = p->host; *h;) {
+        size_t n = strcspn(h, ",");
+        char host[256];
+        snprintf(host, sizeof host, "%.*s", (int)MIN(n, sizeof host - 1), h);
+        h += n + (h[n] == ',');
+        char *a = host, *z = host + strlen(host);
+        while (*a == ' ') a++;
+        while (z > a && z[-1] == ' ') *--z = 0;
+        if (z > a + 1 && *a == '[' && z[-1] == ']') {   /* [::1], as in a URL */
+            a++;
+            *--z = 0;
+        }
+        if (s->n_d == SRV_MAX_HOSTS) {
+            snprintf(err, err_len, "--host: at most %d addresses", SRV_MAX_HOSTS);
+            srv_free(s);
+            return PK_EINVAL;
+        }
+        if (!*a) continue;
+        pk_status st = listen_on(s, a, port, err, err_len);
+        if (st != PK_OK) {
+            srv_free(s);
+            return st;
+        }
+        if (s->n_d == 1) {
+            const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d[0], MHD_DAEMON_INFO_BIND_PORT);
+            port = di ? di->port : p->port;
+        }
+    }
+    if (s->n_d == 0) {
+        snprintf(err, err_len, "--host: no address given");
         srv_free(s);
         return PK_EINVAL;
     }
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
-                     MHD_USE_ERROR_LOG;
-    if (addr.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
-    s->d = MHD_start_daemon(flags, (uint16_t)p->port, NULL, NULL, on_request, s,
-                            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
-                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)MIN(p->header_timeout_s, p->timeout_s),
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)p->max_connections,
-                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)p->max_per_ip,
-                            MHD_OPTION_END);
-    if (!s->d) {
-        snprintf(err, err_len, "cannot listen on %s:%d (address in use, or not an address of this machine)",
-                 p->host, p->port);
-        srv_free(s);
-        return PK_EIO;
-    }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = di ? di->port : p->port;
+    s->port = port;
     *out = s;
     return PK_OK;
 }
@@ -672,7 +712,7 @@ void srv_free(srv *s)
 {
     if (!s) return;
     atomic_store(&s->stopping, true);
-    if (s->d) MHD_stop_daemon(s->d);
+    for (int i = 0; i < s->n_d; i++) MHD_stop_daemon(s->d[i]);
     free(s->host);
     free(s->api_key);
     free(s->save_dir);
@@ -683,6 +723,7 @@ void srv_free(srv *s)
     free(s->cors_origins);
     free(s->tags);
     free(s->model_path);
+    pthread_mutex_destroy(&s->scrape_mu);
     free(s);
 }
 

@@ -16,6 +16,7 @@
 
 #include <jansson.h>
 #include <microhttpd.h>
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include "../common/buf.h"
@@ -48,10 +49,18 @@ typedef struct srv_jinja {
     bool object_arguments;         /* it prints tool-call arguments only when they are objects */
 } srv_jinja;
 
+/* The throughput gauges of /metrics are over the time between two scrapes,
+ * as llama-server's: the counters a scrape saw, for the next one. */
+typedef struct srv_scrape {
+    uint64_t n_prompt, n_predicted;
+    double prompt_ms, predicted_ms;
+} srv_scrape;
+
 struct srv {
     srv_params p;                  /* strings point at the owned copies below */
     char *host, *api_key, *chat_template, *chat_template_file, *alias, *cors_origins, *tags, *save_dir;
-    struct MHD_Daemon *d;
+    struct MHD_Daemon *d[SRV_MAX_HOSTS];   /* one per address of --host, all on one port */
+    int n_d;
     int port;
     int64_t t_start;               /* unix seconds */
     atomic_bool stopping;          /* set by srv_free; read by every request thread */
@@ -66,6 +75,8 @@ struct srv {
     char model_name[SRV_MAX_NAME];
     char *model_path;
     size_t max_token_bytes;        /* tok_max_token_bytes: bounds a prompt before tokenizing; 0 none */
+    pthread_mutex_t scrape_mu;     /* guards scrape: the counters at the last /metrics */
+    srv_scrape scrape;
 };
 
 /* Returns the engine when the server is ready, NULL while loading. */
@@ -131,6 +142,13 @@ enum MHD_Result srv_queue(srv_req *r, unsigned status, struct MHD_Response *resp
  * response cannot be made, free_cb(cls) runs at once and a 500 goes out. */
 enum MHD_Result srv_reply_sse(srv_req *r, MHD_ContentReaderCallback reader, void *cls,
                               MHD_ContentReaderFreeCallback free_cb);
+
+/* Any response read from reader(cls) (size bytes, or MHD_SIZE_UNKNOWN:
+ * chunked), with headers ({name, value, ..., NULL}, may be NULL) besides
+ * the ones every reply gets; free_cb as srv_reply_sse. */
+enum MHD_Result srv_reply_callback(srv_req *r, unsigned status, const char *content_type, uint64_t size,
+                                   const char *const *headers, MHD_ContentReaderCallback reader, void *cls,
+                                   MHD_ContentReaderFreeCallback free_cb);
 
 /* False when the peer of conn has gone.  A peer that shut down only its
  * sending side (end of stream) may still read: a half-close is not a
@@ -368,6 +386,33 @@ void srv_native_stream_end(srv_gen *g);
 
 typedef enum MHD_Result (*srv_handler)(srv_req *r, json_t *body);
 
+/* Who may call a route when --api-key is set. */
+typedef enum srv_access {
+    SRV_KEY = 0,                 /* the key, always */
+    SRV_PROBE,                   /* the key, unless --public-probes */
+    SRV_OPEN,                    /* nobody needs it: liveness (says only "up", as llama-server's
+                                    /health) and the page's static files, whose data calls
+                                    then need the key */
+} srv_access;
+
+typedef struct srv_route {
+    const char *path;
+    const char *method;          /* "GET", "POST" (a JSON object body), "*": GET, POST
+                                    (the body optional) and DELETE, the handler decides, or
+                                    "RAW": GET or POST, the body left unparsed in r->body */
+    srv_handler fn;
+    srv_access access;
+    bool prefix;                 /* path is a prefix: the handler parses the rest */
+    bool wakes;                  /* uses the model: wakes a sleeping engine first, as llama-server
+                                    does (routes that only read state answer asleep) */
+} srv_route;
+
+/* Router mode's table (srv_router.c), used instead of srv.c's when
+ * srv_params.router is set. */
+extern const srv_route srv_router_routes[];
+extern const size_t srv_n_router_routes;
+
+
 enum MHD_Result srv_h_oai_models(srv_req *r, json_t *body);
 enum MHD_Result srv_h_oai_completions(srv_req *r, json_t *body);
 enum MHD_Result srv_h_oai_chat(srv_req *r, json_t *body);
@@ -401,7 +446,7 @@ json_t *srv_pools_json(const eng_stats *st, int32_t root);
 
 /* Prometheus text of a stats snapshot (llamacpp:, polykv:, vllm: series).
  * Returns a malloc'ed NUL-terminated string, NULL when out of memory. */
-char *srv_metrics_text(const eng_stats *st, const char *model_name);
+char *srv_metrics_text(const eng_stats *st, const srv_scrape *since, const char *model_name);
 /* "idle", "prefill" or "decode", as /slots, /polykv/tps and /polykv/pools say it. */
 const char *srv_slot_state(eng_slot_state s);
 /* The /polykv/tps snapshot object. */
