@@ -52,7 +52,8 @@ static void one(const uint8_t *data, size_t size, bool fix)
         if (h.n_tokens < 1 || h.n_tokens > want.max_tokens) abort();
         for (uint32_t i = 0; i < h.n_tokens; i++)
             if (tok[i] < 0 || (uint32_t)tok[i] >= want.n_vocab) abort();
-        size_t n_again = (size_t)sav_file_bytes(&h), n_rows = (size_t)((h.n_tokens - h.row_first) * sav_row_bytes(&h));
+        size_t n_again = (size_t)sav_file_bytes(&h);
+        size_t n_rows = (size_t)((h.n_tokens - h.row_first) * sav_row_bytes(&h));
         uint8_t *again = malloc(n_again);
         if (!again) abort();
         sav_encode(&h, tok, rows, again);

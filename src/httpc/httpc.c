@@ -188,7 +188,8 @@ static pk_status header_list(const httpc_request *rq, struct curl_slist **out)
     }
     for (size_t k = 0; k < ARRAY_LEN(defaults); k++) {
         bool given = false;
-        for (int i = 0; i < rq->n_headers && !given; i++) given = !strcasecmp(rq->headers[i].name, defaults[k]);
+        for (int i = 0; i < rq->n_headers && !given; i++)
+            given = !strcasecmp(rq->headers[i].name, defaults[k]);
         if (given) continue;
         line.n = 0;
         pk_buf_printf(&line, "%s:", defaults[k]);
@@ -299,7 +300,8 @@ void httpc_close(httpc_stream *f)
     free(f);
 }
 
-pk_status httpc_open(const httpc_request *rq, httpc_stream **out, httpc_response *head, char *err, size_t err_len)
+pk_status httpc_open(const httpc_request *rq, httpc_stream **out, httpc_response *head, char *err,
+                     size_t err_len)
 {
     *out = NULL;
     memset(head, 0, sizeof *head);
@@ -322,7 +324,8 @@ pk_status httpc_open(const httpc_request *rq, httpc_stream **out, httpc_response
                          .follow = rq->max_redirects > 0, .head = head };
     pk_status st = header_list(rq, &f->headers);
     if (st != PK_OK) {
-        snprintf(err, err_len, st == PK_EINVAL ? "a header name or value holds CR, LF or ':'" : "out of memory");
+        snprintf(err, err_len, "%s",
+                 st == PK_EINVAL ? "a header name or value holds CR, LF or ':'" : "out of memory");
         f->head = NULL;
         httpc_close(f);
         return st;

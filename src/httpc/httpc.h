@@ -74,7 +74,8 @@ pk_status httpc_fetch(const httpc_request *rq, httpc_response *out, char *err, s
  * status and headers.  PK_OK: *out is the stream (httpc_close it), *head
  * the status and headers (body empty; httpc_response_free it).  Failures
  * as httpc_fetch's (*out NULL, *head holds only timed_out). */
-pk_status httpc_open(const httpc_request *rq, httpc_stream **out, httpc_response *head, char *err, size_t err_len);
+pk_status httpc_open(const httpc_request *rq, httpc_stream **out, httpc_response *head, char *err,
+                     size_t err_len);
 
 /* Waits for body bytes: the count copied into buf[cap] (> 0), 0 at the
  * body's end, or a negative pk_status as httpc_fetch's (err says why,

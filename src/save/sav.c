@@ -91,34 +91,37 @@ static pk_status find_header(const uint8_t *b, size_t n, uint32_t max_tokens, si
         return PK_OK;
     }
     if (n < LIST_HEAD)
-        return fail(PK_EFORMAT, why, cap, "truncated: %zu bytes, the token list's head alone has %d", n, LIST_HEAD);
+        return fail(PK_EFORMAT, why, cap, "truncated: %zu bytes, the token list's head alone has %d", n,
+                    LIST_HEAD);
     if (memcmp(b, list_magic, 4)) return fail(PK_EFORMAT, why, cap, "not a polykv state file (bad magic)");
     if (get32(b + 4) != LIST_VERSION)
         return fail(PK_EUNSUPPORTED, why, cap, "token list version %u (this build reads %d)", get32(b + 4),
                     LIST_VERSION);
     uint32_t words = get32(b + 8);
     if (words > max_tokens + PACKED_HEAD / 4)
-        return fail(PK_EFORMAT, why, cap, "a token list of %u words (at most %u tokens fit)", words, max_tokens);
+        return fail(PK_EFORMAT, why, cap, "a token list of %u words (at most %u tokens fit)", words,
+                    max_tokens);
     *at = LIST_HEAD + (size_t)words * 4;
     return PK_OK;
 }
 
 /* The token list of b (whose header starts at `at`) equals tok[0, n). */
-static pk_status check_list(const uint8_t *b, size_t at, const int32_t *tok, uint32_t n, char *why, size_t cap)
+static pk_status check_list(const uint8_t *b, size_t at, const int32_t *tok, uint32_t n, char *why,
+                            size_t cap)
 {
     if (at == 0) return PK_OK;
     uint32_t words = get32(b + 8);
     const uint8_t *w = b + LIST_HEAD;
     if (words >= PACKED_HEAD / 4 && get32(w) == PACKED_MARK) {
         if (get32(w + 4) != 1 || get32(w + 8) != words - PACKED_HEAD / 4)
-            return fail(PK_EFORMAT, why, cap, "packed token list: version %u, %u tokens in %u words", get32(w + 4),
-                        get32(w + 8), words);
+            return fail(PK_EFORMAT, why, cap, "packed token list: version %u, %u tokens in %u words",
+                        get32(w + 4), get32(w + 8), words);
         w += PACKED_HEAD;
         words -= PACKED_HEAD / 4;
     }
     if (words != n || memcmp(w, tok, (size_t)n * 4))
-        return fail(PK_EFORMAT, why, cap, "the token list ahead of the header (%u tokens) is not the payload's (%u)",
-                    words, n);
+        return fail(PK_EFORMAT, why, cap,
+                    "the token list ahead of the header (%u tokens) is not the payload's (%u)", words, n);
     return PK_OK;
 }
 
@@ -226,7 +229,8 @@ pk_status sav_parse(const void *buf, size_t n, const sav_expect *want, sav_heade
     pk_status st = find_header(file, n, want->max_tokens, &at, why, cap);
     if (st != PK_OK) return st;
     if (n < at + SAV_HEADER_BYTES)
-        return fail(PK_EFORMAT, why, cap, "truncated: %zu bytes, the header ends at %zu", n, at + SAV_HEADER_BYTES);
+        return fail(PK_EFORMAT, why, cap, "truncated: %zu bytes, the header ends at %zu", n,
+                    at + SAV_HEADER_BYTES);
     const uint8_t *b = file + at;
     n -= at;
     st = parse_header(b, want, h, why, cap);

@@ -219,8 +219,8 @@ bool srv_chat_prompt(const srv *s, const json_t *body, char **prompt, size_t *n_
                      srv_err *e)
 {
     if (two_assistants_at_end(json_object_get(body, "messages")))
-        return srv_fail(e, 400, "messages", "the conversation ends with two assistant turns; only one final assistant "
-                        "turn can be continued");
+        return srv_fail(e, 400, "messages", "the conversation ends with two assistant turns; only one "
+                        "final assistant turn can be continued");
     const json_t *req_tools = json_object_get(body, "tools");
     bool wants_tools = json_array_size(req_tools) || has_tool_turns(json_object_get(body, "messages"));
     if (!s->jj.t || (wants_tools && !s->jj.knows_tools))

@@ -170,8 +170,8 @@ enum MHD_Result srv_h_cors_proxy(srv_req *r, json_t *body)
     const char *url = srv_query(r, "url");
     if (!url || !*url) return srv_reply_errorf(r, 400, "/cors-proxy needs ?url=http(s)://...");
     if (!httpc_url_ok(url))
-        return srv_reply_errorf(r, 400, "url: only http and https URLs with a host, and no user or password in "
-                                "them, are proxied");
+        return srv_reply_errorf(r, 400, "url: only http and https URLs with a host, and no user or "
+                                "password in them, are proxied");
     proxy_headers ph = { .n = 0 };
     MHD_get_connection_values(r->conn, MHD_HEADER_KIND, collect, &ph);
     proxy_ctx *p = calloc(1, sizeof *p);
