@@ -63,7 +63,7 @@ if want fuzz_server; then
     printf '\041{"instructions":"x","input":"hi"}' > "$out/corpus_server/r33"
     printf '\042{"instances":[{"@requestFormat":"chatCompletions","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"Once"}],"max_tokens":2}]}' > "$out/corpus_server/r34"
     $cc $flags $san fuzz/fuzz_server.c src/server/*.c src/tokenizer/tmpl_tools.c src/tokenizer/tmpl.c \
-        src/common/utf8.c build/libpolykv.a -ljansson -lmicrohttpd -lxxhash -lm -pthread -o "$out/fuzz_server"
+        src/common/utf8.c build/libpolykv.a -ljansson -lmicrohttpd -lxxhash -lcurl -lm -pthread -o "$out/fuzz_server"
     fuzz fuzz_server corpus_server 4096
 fi
 

@@ -25,7 +25,8 @@ void cli_serve_llama_usage(void)
         "  -n, --n-predict, --predict N   tokens to generate (default -1: until the context ends)\n"
         "  --verbose               debug fields (\"__verbose\") in responses, and the request log\n"
         "  --props                 allow POST /props (off by default)\n"
-        "  --cors-origins ORIGINS  localhost (default: reflect localhost origins) | * | a,b,c\n"
+        "  --cors-origins ORIGINS  localhost (reflect localhost origins) | * | a,b,c (default: * with\n"
+        "                          --api-key, else localhost)\n"
         "  --cors-credentials / --no-cors-credentials   (default on)\n"
         "  --reasoning-format F    auto | none | deepseek | deepseek-legacy (default auto): where\n"
         "                          <think>...</think> goes in chat answers\n"
@@ -39,6 +40,9 @@ void cli_serve_llama_usage(void)
         "  --no-ui                 no monitor page at / (404)\n"
         "  --no-prefill-assistant  a chat's last assistant message is a finished turn (default: its\n"
         "                          text starts the answer, which continues it); --prefill-assistant\n"
+        "  --ui-mcp-proxy          GET/POST /cors-proxy?url=U forwards to U (http/https) for the web\n"
+        "                          UI's MCP client; off by default (403). Do not enable in untrusted\n"
+        "                          environments: callers reach what this machine reaches\n"
         "  --tags A,B              tags /v1/models lists for the model (--alias takes a list too)\n"
         "  -ub, --ubatch-size N    accepted: polykv picks its own micro-batch (min of -b and 512)\n"
         "refused with the reason: --hf-repo/-hf, --hf-file/-hff, --model-url/-mu (no downloads: pass\n"
@@ -164,6 +168,11 @@ int cli_serve_llama_flag(int argc, char **argv, int *i, srv_params *sp)
     if (!strcmp(a, "--no-ui") || !strcmp(a, "--no-webui")) { sp->no_ui = true; return 1; }
     if (!strcmp(a, "--prefill-assistant")) { sp->no_prefill_assistant = false; return 1; }
     if (!strcmp(a, "--no-prefill-assistant")) { sp->no_prefill_assistant = true; return 1; }
+    if (!strcmp(a, "--ui-mcp-proxy") || !strcmp(a, "--webui-mcp-proxy")) { sp->ui_mcp_proxy = true; return 1; }
+    if (!strcmp(a, "--no-ui-mcp-proxy") || !strcmp(a, "--no-webui-mcp-proxy")) {
+        sp->ui_mcp_proxy = false;
+        return 1;
+    }
     if (!strcmp(a, "-cb") || !strcmp(a, "--cont-batching") || !strcmp(a, "--offline"))
         return 1;
     /* llama.cpp's backend sampling moves the sampler chain onto the GPU

@@ -221,7 +221,10 @@ static void on_token(eng *e, slot *s, int32_t id, float lp, const smp_logprob *t
     size_t upto = s->text_sent + tok_utf8_complete(s->text + s->text_sent, s->text_len - s->text_sent);
     upto = MIN(upto, s->text_len - partial);
     bool done = t->req.n_predict >= 0 && s->n_gen >= t->req.n_predict;
-    bool full = !done && s->n_cache >= e->n_ctx_slot;
+    /* llama-server's rule: a slot stops (or shifts) once its cache plus the
+     * token just sampled would fill the context, so the last token sampled
+     * always has a cell to go to: a prompt of P tokens gets n_ctx - P. */
+    bool full = !done && s->n_cache + 1 >= e->n_ctx_slot;
     if (full && ctx_shift(e, s)) full = false;
     if (full) s->truncated = true;                /* it ends here: say so */
     emit_token(s, id, lp, top, n_top, done || full ? s->text_len : upto);

@@ -28,8 +28,8 @@
 #include "srv_impl.h"
 
 static const srv_route routes[] = {
-    { "/health",              "GET",  srv_h_health,          SRV_PROBE, false, false },
-    { "/v1/health",           "GET",  srv_h_health,          SRV_PROBE, false, false },
+    { "/health",              "GET",  srv_h_health,          SRV_OPEN, false, false },
+    { "/v1/health",           "GET",  srv_h_health,          SRV_OPEN, false, false },
     { "/v1/models",           "GET",  srv_h_oai_models,      SRV_KEY, false, false },
     { "/models",              "GET",  srv_h_oai_models,      SRV_KEY, false, false },
     { "/v1/completions",      "POST", srv_h_oai_completions, SRV_KEY, false, true },
@@ -56,6 +56,7 @@ static const srv_route routes[] = {
     { "/polykv/capacity",     "GET",  srv_h_capacity,        SRV_KEY, false, false },
     { "/polykv/pools/",       "*",    srv_h_pool,            SRV_KEY, true, false },
     { "/slots/",              "*",    srv_h_slot_action,     SRV_KEY, true, false },
+    { "/cors-proxy",          "RAW",  srv_h_cors_proxy,      SRV_KEY, false, false },
     { "/",                    "GET",  srv_h_page,            SRV_OPEN, false, false },
     { "/assets/",             "GET",  srv_h_page,            SRV_OPEN, true, false },
 };
@@ -73,7 +74,6 @@ srv_params srv_default_params(void)
         .max_connections = 256,
         .sampling = smp_default_params(),
         .n_predict = -1,
-        .cors_origins = "localhost",
         .cors_credentials = true,
         .reasoning_budget = -1,
     };
@@ -157,6 +157,11 @@ static enum MHD_Result queue(srv_req *r, unsigned status, struct MHD_Response *r
     return ret;
 }
 
+enum MHD_Result srv_queue(srv_req *r, unsigned status, struct MHD_Response *resp, const char *content_type)
+{
+    return queue(r, status, resp, content_type);
+}
+
 /* A captured reply (srv_req.capture) keeps the body for the caller. */
 static enum MHD_Result capture(srv_req *r, unsigned status, json_t *body)
 {
@@ -180,7 +185,7 @@ enum MHD_Result srv_reply_text(srv_req *r, unsigned status, const char *content_
 enum MHD_Result srv_reply_json(srv_req *r, unsigned status, json_t *j)
 {
     if (r->capture && j) return capture(r, status, j);
-    char *s = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+    char *s = j ? json_dumps(j, SRV_JSON_DUMP) : NULL;
     json_decref(j);
     if (!s) {
         static const char oom[] = "{\"error\":{\"code\":500,\"message\":\"out of memory\",\"type\":\"server_error\"}}";
@@ -374,9 +379,9 @@ static bool early_reply(srv_req *r, enum MHD_Result *ret)
         *ret = srv_reply_errorf(r, 404, "File Not Found");
         return true;
     }
-    bool any = !strcmp(rt->method, "*") &&
-               (!strcmp(r->method, "GET") || !strcmp(r->method, "HEAD") || !strcmp(r->method, "POST") ||
-                !strcmp(r->method, "DELETE"));
+    bool get_post = !strcmp(r->method, "GET") || !strcmp(r->method, "HEAD") || !strcmp(r->method, "POST");
+    bool any = (!strcmp(rt->method, "*") && (get_post || !strcmp(r->method, "DELETE"))) ||
+               (!strcmp(rt->method, "RAW") && get_post);
     if (!any && strcmp(rt->method, r->method) && !(strcmp(rt->method, "GET") == 0 && !strcmp(r->method, "HEAD"))) {
         *ret = srv_reply_errorf(r, 405, "%s %s: method not allowed (use %s)", r->method, r->url, rt->method);
         return true;
@@ -470,7 +475,7 @@ static enum MHD_Result dispatch(srv_req *r)
     if (r->body_oom) return srv_reply_errorf(r, 500, "out of memory for the request body");
     json_t *body = NULL;
     bool optional = !strcmp(r->route->method, "*");
-    if (!strcmp(r->method, "POST") && (r->body.n || !optional)) {
+    if (!strcmp(r->method, "POST") && (r->body.n || !optional) && strcmp(r->route->method, "RAW")) {
         json_error_t je;
         body = r->body.n ? json_loadb(r->body.p, r->body.n, 0, &je) : NULL;
         if (!r->body.n) return srv_reply_errorf(r, 400, "the request body must be a JSON object");
@@ -644,7 +649,7 @@ pk_status srv_new(const srv_params *p, srv **out, char *err, size_t err_len)
     s->p.chat_template = s->chat_template = dup_or_null(p->chat_template, &oom);
     s->p.chat_template_file = s->chat_template_file = dup_or_null(p->chat_template_file, &oom);
     s->p.model_alias = s->alias = dup_or_null(p->model_alias, &oom);
-    s->p.cors_origins = s->cors_origins = dup_or_null(p->cors_origins ? p->cors_origins : "localhost", &oom);
+    s->p.cors_origins = s->cors_origins = dup_or_null(srv_cors_default(p), &oom);
     s->p.model_tags = s->tags = dup_or_null(p->model_tags, &oom);
     s->p.gcp_predict_route = s->gcp_predict = dup_or_null(p->gcp_predict_route, &oom);
     s->p.gcp_health_route = s->gcp_health = dup_or_null(p->gcp_health_route, &oom);
@@ -729,7 +734,7 @@ pk_status srv_set_engine(srv *s, eng *e, const char *model_path, char *err, size
     if (s->p.chat_template && *s->p.chat_template) {
         k = tmpl_from_name(s->p.chat_template);
         if (k == TMPL_UNKNOWN) {
-            snprintf(err, err_len, "unknown chat template '%s' (chatml, llama3, llama2, llama2-sys, mistral)",
+            snprintf(err, err_len, "unknown chat template '%s' (chatml, llama3, llama2, llama2-sys, mistral, command-r)",
                      s->p.chat_template);
             return PK_EINVAL;
         }

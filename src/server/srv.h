@@ -69,7 +69,7 @@ typedef struct srv_params {
     int port;                   /* 8080; 0 picks a free one (see srv_port) */
     const char *api_key;        /* NULL or "": no authentication; else required on every
                                    route but the page's files (/, /assets/) */
-    bool public_probes;         /* with api_key: /health and /metrics need none */
+    bool public_probes;         /* with api_key: /metrics needs none (/health never does) */
     const char *slot_save_path; /* --slot-save-path: the only directory slot save and
                                    restore touch; NULL: they answer 501 */
     bool endpoint_metrics;      /* GET /metrics (--metrics), off by default */
@@ -93,11 +93,14 @@ typedef struct srv_params {
     int32_t n_predict;          /* -1: until the context is full */
     bool verbose;               /* --verbose: "__verbose" debug fields in responses */
     bool endpoint_props_write;  /* --props: POST /props allowed */
-    const char *cors_origins;   /* "localhost" (the default: reflect localhost origins), "*", or a
-                                   comma-separated list of allowed origins */
+    const char *cors_origins;   /* "localhost" (reflect localhost origins), "*", or a
+                                   comma-separated list of allowed origins; NULL (the default):
+                                   "*" with an api_key, else "localhost" (srv_cors.c) */
     bool cors_credentials;      /* Access-Control-Allow-Credentials: true (default) */
     srv_reasoning reasoning_format;   /* the default of requests, auto */
     bool no_ui;                 /* --no-ui: no monitor page at / (404) */
+    bool ui_mcp_proxy;          /* --ui-mcp-proxy: /cors-proxy forwards requests (srv_proxy.c);
+                                   off: a 403 */
     const char *model_tags;     /* --tags: comma-separated, listed by /v1/models; NULL none */
     int32_t reasoning_budget;   /* -1: unlimited; 0: no thinking (an opened <think> closed in the
                                    prompt, a one-token "<think>" banned) */

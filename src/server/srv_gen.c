@@ -137,7 +137,7 @@ void srv_gen_out(srv_gen *g, const char *s, size_t n)
 
 void srv_gen_sse(srv_gen *g, json_t *j)
 {
-    char *s = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+    char *s = j ? json_dumps(j, SRV_JSON_DUMP) : NULL;
     json_decref(j);
     size_t n = s ? strlen(s) : 0;
     /* Room for the whole event first, so none goes out half written. */

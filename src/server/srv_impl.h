@@ -31,6 +31,13 @@
 #define SRV_KEEPALIVE_MS 10000    /* most time a stream goes without a byte (an SSE comment) */
 #define SRV_MAX_NAME 256
 #define SRV_MAX_CHOICES 16         /* completions one request may ask for (n, or several prompts) */
+/* How replies and events are written.  15 significant digits: a double
+ * with a short decimal form prints as that form (0.8, not the 17-digit
+ * 0.80000000000000004), a float-born one as llama-server shows it
+ * (0.800000011920929), and derived values such as a rate in tokens/s keep
+ * the micro-unit precision clients recompute them to (9 digits lost it
+ * past 1000 tokens/s). */
+#define SRV_JSON_DUMP (JSON_COMPACT | JSON_REAL_PRECISION(15))
 
 /* The Jinja chat template (srv_chat.c), compiled once at start; t NULL:
  * the built-in layouts of tmpl.c render the prompts. */
@@ -134,6 +141,9 @@ enum MHD_Result srv_reply_errorf(srv_req *r, unsigned status, const char *fmt, .
     __attribute__((format(printf, 3, 4)));
 enum MHD_Result srv_reply_text(srv_req *r, unsigned status, const char *content_type, const char *text,
                                size_t len);
+/* Queues resp, which the handler made (srv_queue destroys it; NULL: MHD_NO),
+ * with the headers every answer carries (Content-Type, CORS, nosniff). */
+enum MHD_Result srv_queue(srv_req *r, unsigned status, struct MHD_Response *resp, const char *content_type);
 /* An SSE response read from reader(cls); free_cb(cls) runs when MHD is done
  * with it, whether it completed or the client went away.  When the
  * response cannot be made, free_cb(cls) runs at once and a 500 goes out. */
@@ -174,6 +184,9 @@ void srv_random_id(char *buf, size_t cap, const char *prefix);
 /* Whether a browser page from origin may read answers under policy
  * (srv_params.cors_origins).  Pure; NULL or "" origin: false. */
 bool srv_cors_allowed(const char *policy, const char *origin);
+/* The policy of p: its cors_origins, or when NULL the default ("*" with
+ * an API key, "localhost" without).  Static or p's storage. */
+const char *srv_cors_default(const srv_params *p);
 /* Adds the CORS headers r's Origin earns to resp; a preflight also gets
  * the allowed methods, headers and credentials. */
 void srv_cors_add(srv_req *r, struct MHD_Response *resp, bool preflight);
@@ -440,14 +453,16 @@ typedef enum MHD_Result (*srv_handler)(srv_req *r, json_t *body);
 typedef enum srv_access {
     SRV_KEY = 0,                 /* the key, always */
     SRV_PROBE,                   /* the key, unless --public-probes */
-    SRV_OPEN,                    /* nobody needs it: the page's static files, whose data
-                                    calls then need the key */
+    SRV_OPEN,                    /* nobody needs it: liveness (says only "up", as llama-server's
+                                    /health) and the page's static files, whose data calls
+                                    then need the key */
 } srv_access;
 
 typedef struct srv_route {
     const char *path;
-    const char *method;          /* "GET", "POST" (a JSON object body), or "*": GET, POST
-                                    (the body optional) and DELETE, the handler decides */
+    const char *method;          /* "GET", "POST" (a JSON object body), "*": GET, POST
+                                    (the body optional) and DELETE, the handler decides, or
+                                    "RAW": GET or POST, the body left unparsed in r->body */
     srv_handler fn;
     srv_access access;
     bool prefix;                 /* path is a prefix: the handler parses the rest */
@@ -482,6 +497,7 @@ enum MHD_Result srv_h_cache(srv_req *r, json_t *body);
 enum MHD_Result srv_h_pools(srv_req *r, json_t *body);        /* srv_pools.c */
 enum MHD_Result srv_h_pool(srv_req *r, json_t *body);
 enum MHD_Result srv_h_slot_action(srv_req *r, json_t *body);
+enum MHD_Result srv_h_cors_proxy(srv_req *r, json_t *body);   /* srv_proxy.c, --ui-mcp-proxy */
 /* srv_admit.c: policies and capacity as JSON, their routes. */
 json_t *srv_policy_json(const adm_policy *p);
 json_t *srv_capacity_json(const adm_answer *a);

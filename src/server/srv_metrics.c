@@ -356,7 +356,7 @@ static ssize_t tps_read(void *cls, uint64_t pos, char *buf, size_t max)
         static __thread eng_stats st;
         if (eng_get_stats_recent(srv_engine(t->s), &st) != PK_OK) return MHD_CONTENT_READER_END_OF_STREAM;
         json_t *j = srv_tps_json(&st);
-        char *s = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+        char *s = j ? json_dumps(j, SRV_JSON_DUMP) : NULL;
         json_decref(j);
         if (!s) return MHD_CONTENT_READER_END_WITH_ERROR;
         size_t n = strlen(s);

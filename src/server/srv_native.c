@@ -305,6 +305,7 @@ enum MHD_Result srv_h_props(srv_req *r, json_t *body)
         "endpoint_metrics", s->p.endpoint_metrics,
         "endpoint_props", s->p.endpoint_props_write,
         "is_sleeping", eng_is_sleeping(e));
+    json_object_set_new(props, "cors_proxy_enabled", json_boolean(s->p.ui_mcp_proxy));
     json_object_set_new(props, "polykv", json_pack("{s:i, s:i, s:i, s:b}", "max_pools", ep->n_pools,
                                                    "pool_grace_ms", ep->pool_grace_ms, "n_ctx_total", ep->n_ctx,
                                                    "context_shift", ep->ctx_shift));
