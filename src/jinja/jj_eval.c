@@ -335,10 +335,11 @@ static jv call_builtin(jj_rt *rt, int line, int fn, jv *args, const char **kw, i
         }
         if (a[2] == 0) rt_err(rt, line, "range() arg 3 must not be zero");
         jv r = jv_list(rt->a, 0);
-        for (int64_t i = a[0]; a[2] > 0 ? i < a[1] : i > a[1]; i += a[2]) {
+        for (int64_t i = a[0]; a[2] > 0 ? i < a[1] : i > a[1];) {
             if (++rt->n_iters > rt->lim.max_loop_iters)
                 jj_throw(rt->fail, PK_EFULL, line, "more than %lld loop iterations", (long long)rt->lim.max_loop_iters);
             jv_push(rt->a, &r, jv_int(i));
+            if (__builtin_add_overflow(i, a[2], &i)) break;     /* past int64's end: past the stop too */
         }
         return r;
     }
@@ -425,8 +426,9 @@ static jv arith(jj_rt *rt, int line, int op, jv a, jv b)
         return r;
     }
     if (op == OP_MUL && (a.t == JV_STR || a.t == JV_LIST) && (b.t == JV_INT || b.t == JV_BOOL)) {
-        int64_t k = b.t == JV_INT ? b.i : b.b;
-        if (k * (int64_t)(a.t == JV_STR ? a.s->n : a.l->n) > (int64_t)rt->lim.max_output_bytes)
+        int64_t k = b.t == JV_INT ? b.i : b.b, size;
+        if (__builtin_mul_overflow(k, (int64_t)(a.t == JV_STR ? a.s->n : a.l->n), &size) ||
+            size > (int64_t)rt->lim.max_output_bytes)
             jj_throw(rt->fail, PK_EFULL, line, "repetition larger than the output limit");
         jv r = a.t == JV_STR ? jv_str(rt->a, "", 0) : jv_list(rt->a, 0);
         for (int64_t i = 0; i < k; i++) {
@@ -439,11 +441,22 @@ static jv arith(jj_rt *rt, int line, int op, jv a, jv b)
         rt_err(rt, line, "unsupported operand type(s): '%s' and '%s'", jv_type_name(a), jv_type_name(b));
     bool fl = a.t == JV_FLOAT || b.t == JV_FLOAT;
     double x = jv_num(a), y = jv_num(b);
-    int64_t i = a.t == JV_INT ? a.i : a.b, j = b.t == JV_INT ? b.i : b.b;
+    int64_t i = a.t == JV_INT ? a.i : a.b, j = b.t == JV_INT ? b.i : b.b, r;
+    /* Python's integers do not overflow; ours are 64 bits, so a result
+     * that leaves them is an error rather than a wrong number. */
     switch (op) {
-    case OP_ADD: return fl ? jv_float(x + y) : jv_int(i + j);
-    case OP_SUB: return fl ? jv_float(x - y) : jv_int(i - j);
-    case OP_MUL: return fl ? jv_float(x * y) : jv_int(i * j);
+    case OP_ADD:
+        if (fl) return jv_float(x + y);
+        if (__builtin_add_overflow(i, j, &r)) rt_err(rt, line, "integer overflow");
+        return jv_int(r);
+    case OP_SUB:
+        if (fl) return jv_float(x - y);
+        if (__builtin_sub_overflow(i, j, &r)) rt_err(rt, line, "integer overflow");
+        return jv_int(r);
+    case OP_MUL:
+        if (fl) return jv_float(x * y);
+        if (__builtin_mul_overflow(i, j, &r)) rt_err(rt, line, "integer overflow");
+        return jv_int(r);
     case OP_DIV:
         if (y == 0) rt_err(rt, line, "division by zero");
         return jv_float(x / y);
@@ -454,15 +467,19 @@ static jv arith(jj_rt *rt, int line, int op, jv a, jv b)
             if (m != 0 && ((m < 0) != (y < 0))) m += y;
             return op == OP_MOD ? jv_float(m) : jv_float(floor((x - m) / y + 0.5));
         } else {
+            if (i == INT64_MIN && j == -1) rt_err(rt, line, "integer overflow");
             int64_t q = i / j, m = i % j;
             if (m != 0 && ((m < 0) != (j < 0))) { q--; m += j; }
             return op == OP_MOD ? jv_int(m) : jv_int(q);
         }
     case OP_POW:
         if (!fl && j >= 0) {
-            int64_t r = 1;
-            for (int64_t k = 0; k < j && k < 64; k++) r *= i;
-            return jv_int(r);
+            if (i == 0 || i == 1) return jv_int(j == 0 ? 1 : i);
+            if (i == -1) return jv_int(j % 2 ? -1 : 1);
+            int64_t p = 1;           /* |i| >= 2: at most 63 steps before overflow */
+            for (int64_t k = 0; k < j; k++)
+                if (__builtin_mul_overflow(p, i, &p)) rt_err(rt, line, "integer overflow");
+            return jv_int(p);
         }
         return jv_float(pow(x, y));
     default: rt_err(rt, line, "bad operator");
@@ -552,6 +569,7 @@ static jv eval_node(jj_rt *rt, frame *f, const jj_node *n)
         jv v = eval(rt, f, n->a);
         if (!jv_is_num(v)) rt_err(rt, n->line, "bad operand type for unary %s: '%s'", n->op == OP_NEG ? "-" : "+", jv_type_name(v));
         if (n->op == OP_POS) return v.t == JV_BOOL ? jv_int(v.b) : v;
+        if (v.t == JV_INT && v.i == INT64_MIN) rt_err(rt, n->line, "integer overflow");
         return v.t == JV_FLOAT ? jv_float(-v.f) : jv_int(-(v.t == JV_INT ? v.i : v.b));
     }
     case N_BINARY: {

@@ -6,6 +6,7 @@
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <math.h>
 
 #include "jj_impl.h"
@@ -516,20 +517,30 @@ static jv select_items(jj_rt *rt, int line, jv *args, const char **kw, int n, bo
     return r;
 }
 
+/* Whether (int64_t)f is defined: finite, and inside int64's range. */
+static bool f_fits_int(double f)
+{
+    return f >= -9223372036854775808.0 && f < 9223372036854775808.0;
+}
+
 static jv to_int(jv v, jv dflt)
 {
     switch (v.t) {
     case JV_INT: return v;
     case JV_BOOL: return jv_int(v.b);
-    case JV_FLOAT: return jv_int((int64_t)v.f);
+    /* Values past 64 bits (Python would make a big integer) take the
+     * default, as what cannot be converted does. */
+    case JV_FLOAT: return f_fits_int(v.f) ? jv_int((int64_t)v.f) : dflt;
     case JV_STR: {
         char *end;
+        errno = 0;
         long long i = strtoll(v.s->p, &end, 10);
+        bool range = errno == ERANGE;
         while (*end && py_space((unsigned char)*end)) end++;
-        if (end != v.s->p && !*end) return jv_int(i);
+        if (end != v.s->p && !*end) return range ? dflt : jv_int(i);
         double f = strtod(v.s->p, &end);
         while (*end && py_space((unsigned char)*end)) end++;
-        if (end != v.s->p && !*end && isfinite(f)) return jv_int((int64_t)f);
+        if (end != v.s->p && !*end && f_fits_int(f)) return jv_int((int64_t)f);
         return dflt;
     }
     default: return dflt;
@@ -721,8 +732,10 @@ jv jj_apply_filter(jj_rt *rt, int line, int filt, jv *args, const char **kw, int
         for (size_t i = 0; i < items.l->n; i++) {
             jv x = attr.t != JV_NONE ? get_path(rt, line, items.l->v[i], attr) : items.l->v[i];
             if (!jv_is_num(x) || !jv_is_num(s)) ferr(rt, line, "unsupported operand type(s) for +", "sum");
-            s = s.t == JV_FLOAT || x.t == JV_FLOAT ? jv_float(jv_num(s) + jv_num(x))
-                                                    : jv_int((int64_t)jv_num(s) + (int64_t)jv_num(x));
+            int64_t si = s.t == JV_INT ? s.i : s.b, xi = x.t == JV_INT ? x.i : x.b, r;
+            if (s.t == JV_FLOAT || x.t == JV_FLOAT) s = jv_float(jv_num(s) + jv_num(x));
+            else if (__builtin_add_overflow(si, xi, &r)) ferr(rt, line, "integer overflow", "sum");
+            else s = jv_int(r);
         }
         return s;
     }

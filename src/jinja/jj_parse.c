@@ -13,6 +13,7 @@
  * Like jinja2, the source's newlines are normalized to \n and one trailing
  * newline is dropped (keep_trailing_newline is off in transformers).
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -168,7 +169,10 @@ static int lex_tag(lexer *lx, char close)
             for (size_t i = 0; i < k && m + 1 < sizeof num; i++) if (p[i] != '_') num[m++] = p[i];
             num[m] = 0;
             tok t = { .t = is_f ? T_FLOAT : T_INT, .line = lx->line };
+            errno = 0;
             if (is_f) t.f = strtod(num, NULL); else t.i = strtoll(num, NULL, 10);
+            if (!is_f && (errno == ERANGE || k >= sizeof num))   /* Python's would be a big integer */
+                jj_throw(lx->a->fail, PK_EFORMAT, lx->line, "integer literal too large");
             emit(lx, t);
             lx->pos += k;
             continue;
