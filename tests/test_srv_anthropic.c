@@ -82,6 +82,30 @@ static void test_messages(void)
                " {\"role\": \"tool\", \"tool_call_id\": \"t3\", \"content\": \"\"}]"));
     json_decref(c);
 
+    /* Claude Code's billing header (a hash new each request) leaves the
+     * system prompt, alone in its block or before the text. */
+    static const struct { const char *system, *want; } billing[] = {
+        { "[{\"type\": \"text\", \"text\": \"x-anthropic-billing-header: cc_version=2.1.101.e51; cc_entrypoint=cli; "
+          "cch=a5145;\"}, {\"type\": \"text\", \"text\": \"You are Claude Code.\"}]", "You are Claude Code." },
+        { "\"x-anthropic-billing-header: cc_version=2.1; cch=77e1f;You are X; a=b;\"", "You are X; a=b;" },
+        { "\"x-anthropic-billing-header: cc_version=2.1;\\nRules\"", "Rules" },
+        { "\"Say x-anthropic-billing-header: cch=1;\"", "Say x-anthropic-billing-header: cch=1;" },
+        { "\"x-anthropic-billing-header: cch=1\\nhi\"", "x-anthropic-billing-header: cch=1\nhi" },
+    };
+    for (size_t i = 0; i < ARRAY_LEN(billing); i++) {
+        char body[512];
+        snprintf(body, sizeof body, "{\"system\": %s, \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}",
+                 billing[i].system);
+        c = convert(body, &e);
+        CHECK(c != NULL);
+        CHECK_STR(json_string_value(json_object_get(json_array_get(json_object_get(c, "messages"), 0), "content")),
+                  billing[i].want);
+        json_decref(c);
+    }
+    c = convert("{\"system\": \"x-anthropic-billing-header: cch=00000;\", \"messages\": []}", &e);
+    CHECK(same(json_object_get(c, "messages"), "[{\"role\": \"user\", \"content\": \"\"}]"));
+    json_decref(c);
+
     /* No conversation (or only a system prompt): one empty user turn. */
     c = convert("{\"messages\": []}", &e);
     CHECK(same(json_object_get(c, "messages"), "[{\"role\": \"user\", \"content\": \"\"}]"));

@@ -23,6 +23,12 @@
  *   tool_choice auto | any | tool | none      -> auto | required | that function | none
  *   stop_sequences -> stop; thinking disabled -> enable_thinking false for the template
  *
+ * Claude Code opens its system prompt with "x-anthropic-billing-header:
+ * cc_version=...; cc_entrypoint=...; cch=<hash>;", the hash new with every
+ * request: kept, it would make every prompt differ from its first bytes and
+ * no prefix could be reused.  It is Anthropic's billing data, not an
+ * instruction, so it is dropped.
+ *
  * An empty `messages` is one empty user turn (llama-server accepts it too).
  * thinking's budget_tokens is checked, not enforced: polykv has no budget
  * inside the thinking, max_tokens bounds the whole answer.
@@ -54,6 +60,37 @@ static void put_text(pk_buf *b, bool *any, const json_t *text)
     *any = true;
 }
 
+/* Bytes of s[0..n) that are Claude Code's billing header: the prefix and
+ * its `key=value;` fields with the white space after them (0: none, or a
+ * prefix with no such field after it). */
+static size_t billing_header_len(const char *s, size_t n)
+{
+    static const char prefix[] = "x-anthropic-billing-header:";
+    size_t i = sizeof prefix - 1;
+    if (n < i || memcmp(s, prefix, i)) return 0;
+    for (int n_fields = 0;; n_fields++) {
+        size_t j = i;
+        while (j < n && (s[j] == ' ' || s[j] == '\n')) j++;
+        size_t k = j;
+        while (k < n && ((s[k] >= 'a' && s[k] <= 'z') || s[k] == '_')) k++;
+        const char *semi = k < n ? memchr(s + k, ';', n - k) : NULL, *nl = k < n ? memchr(s + k, '\n', n - k) : NULL;
+        if (k == j || k == n || s[k] != '=' || !semi || (nl && nl < semi)) return n_fields ? j : 0;
+        i = (size_t)(semi - s) + 1;
+    }
+}
+
+/* put_text of a system text less its billing header (a block that was
+ * only the header adds nothing). */
+static void put_system_text(pk_buf *b, bool *any, const json_t *text)
+{
+    const char *s = json_string_value(text);
+    size_t n = json_string_length(text), skip = billing_header_len(s, n);
+    if (skip && skip == n) return;
+    if (*any) pk_buf_put(b, "\n", 1);
+    pk_buf_put(b, s + skip, n - skip);
+    *any = true;
+}
+
 /* The text of a buffer as a JSON string ("" when nothing was put). */
 static json_t *buf_string(const pk_buf *b)
 {
@@ -72,7 +109,7 @@ static bool convert_system(const json_t *sys, json_t *msgs, srv_err *e)
     pk_buf b = {0};
     bool any = false;
     if (json_is_string(sys)) {
-        put_text(&b, &any, sys);
+        put_system_text(&b, &any, sys);
     } else if (json_is_array(sys)) {
         for (size_t k = 0; k < json_array_size(sys); k++) {
             const json_t *blk = json_array_get(sys, k), *text = json_object_get(blk, "text");
@@ -81,7 +118,7 @@ static bool convert_system(const json_t *sys, json_t *msgs, srv_err *e)
                 pk_buf_free(&b);
                 return srv_fail(e, 400, "system", "system[%zu] must be {\"type\": \"text\", \"text\": string}", k);
             }
-            put_text(&b, &any, text);
+            put_system_text(&b, &any, text);
         }
     } else {
         return srv_fail(e, 400, "system", "'system' must be a string or an array of text blocks");

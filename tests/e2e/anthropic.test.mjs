@@ -3,7 +3,7 @@
 // anthropic-version headers): the message object and the same tokens as
 // /v1/chat/completions for the same conversation; the SSE events (names,
 // order, one start and stop per block index) adding up to the whole answer;
-// stop_sequences; thinking blocks and their signature; a forced tool_use, its
+// stop_sequences; Claude Code's billing header dropped; thinking blocks and their signature; a forced tool_use, its
 // streamed input_json_delta, and the tool_result sent back; count_tokens
 // equal to the chat route's prompt_tokens; errors in Anthropic's shape.
 
@@ -158,6 +158,19 @@ test('a message answers as the chat route does, in Anthropic\'s shape', { skip }
     messages: [{ role: 'user', content: [{ type: 'text', text: 'Once upon a time' }] }] });
   assert.equal(blocks.json.content[0].text, a.json.content[0].text);
   assert.equal(blocks.json.model, 'stories260K.gguf');
+});
+
+test('Claude Code\'s billing header, a new hash each request, leaves the prompt: the prefix is reused', { skip }, async () => {
+  const story = 'You tell short stories about a dog named Rex who lives by the sea.';
+  const sys = (h) => [{ type: 'text', text: `x-anthropic-billing-header: cc_version=2.1.1.e51; cc_entrypoint=cli; cch=${h};` },
+    { type: 'text', text: story }];
+  const plain = await count(stories, { system: story, messages: hello });
+  assert.equal((await count(stories, { system: sys('a5145'), messages: hello })).json.input_tokens, plain.json.input_tokens);
+  const a = await msgs(stories, { max_tokens: 2, system: sys('a5145'), messages: hello });
+  const b = await msgs(stories, { max_tokens: 2, system: sys('9f0e1'), messages: hello });
+  assert.equal(a.json.usage.input_tokens + a.json.usage.cache_read_input_tokens, plain.json.input_tokens);
+  assert.equal(b.json.usage.input_tokens + b.json.usage.cache_read_input_tokens, plain.json.input_tokens);
+  assert.ok(b.json.usage.input_tokens <= 2, JSON.stringify(b.json.usage));
 });
 
 test('a stream\'s events add up to the whole answer', { skip }, async () => {
