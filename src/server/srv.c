@@ -335,6 +335,8 @@ static bool early_reply(srv_req *r, enum MHD_Result *ret)
         *ret = srv_reply_errorf(r, 404, "File Not Found");
         return true;
     }
+    /* Anthropic's clients read their own error shape, from here on. */
+    r->anthropic = rt->fn == srv_h_anth_messages || rt->fn == srv_h_anth_count_tokens;
     bool any = !strcmp(rt->method, "*") &&
                (!strcmp(r->method, "GET") || !strcmp(r->method, "HEAD") || !strcmp(r->method, "POST") ||
                 !strcmp(r->method, "DELETE"));
@@ -343,8 +345,6 @@ static bool early_reply(srv_req *r, enum MHD_Result *ret)
         return true;
     }
     r->route = rt;
-    /* Anthropic's clients read their own error shape, from the key check on. */
-    r->anthropic = rt->fn == srv_h_anth_messages || rt->fn == srv_h_anth_count_tokens;
     bool open = rt->access == SRV_OPEN || (rt->access == SRV_PROBE && r->s->p.public_probes);
     if (!open && !authorized(r)) {
         *ret = srv_reply_errorf(r, 401, "Invalid API Key");

@@ -199,7 +199,8 @@ static bool convert_block(const json_t *blk, const char *at, bool assistant, msg
     if (!strcmp(type, "image")) return no_vision(e, at);
     if (assistant && !strcmp(type, "thinking")) {
         const json_t *t = json_object_get(blk, "thinking");
-        if (!json_is_string(t)) return srv_fail(e, 400, "messages", "%s: a thinking block needs a string 'thinking'", at);
+        if (!json_is_string(t))
+            return srv_fail(e, 400, "messages", "%s: a thinking block needs a string 'thinking'", at);
         put_text(&p->reason, &p->has_reason, t);
         return true;
     }

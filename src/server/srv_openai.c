@@ -309,7 +309,8 @@ bool srv_chat_tokens(srv *s, const json_t *body, srv_api api, eng_completion *c,
     if (ok) {
         /* The template's own markers say how its model writes calls (the
          * rendering's family is the fallback). */
-        if (o->tools && !tg) o->tools = srv_tools_detect(s->tmpl_src ? s->tmpl_src : tok_chat_template(s->voc), o->tools);
+        if (o->tools && !tg)
+            o->tools = srv_tools_detect(s->tmpl_src ? s->tmpl_src : tok_chat_template(s->voc), o->tools);
         o->think_open = srv_reason_prompt_opens(prompt, n_prompt);
         if (s->p.reasoning_budget == 0 && !think_off(s, &prompt, &n_prompt, c, o))
             ok = srv_fail(e, 500, NULL, "out of memory");
