@@ -350,19 +350,16 @@ enum MHD_Result srv_h_oai_chat(srv_req *r, json_t *body)
 }
 
 /* llama-server's token count of a chat request: its prompt as the chat
- * route would render and tokenize it, nothing generated. */
+ * route would render and tokenize it (the same function), nothing
+ * generated. */
 enum MHD_Result srv_h_oai_input_tokens(srv_req *r, json_t *body)
 {
-    srv *s = r->s;
+    eng_completion c;
+    srv_gen_opts o;
     srv_err e;
-    char *prompt = NULL;
-    size_t n_prompt;
-    srv_tool_fmt fmt;
-    if (!srv_render_chat(body, s->tmpl, s->tmpl_src, &prompt, &n_prompt, &fmt, &e)) return srv_reply_error(r, &e);
-    int32_t *ids = NULL, n = 0;
-    pk_status st = srv_tokenize(s->voc, prompt, n_prompt, true, true, &ids, &n);
-    free(prompt);
+    int32_t *ids, n;
+    if (!srv_chat_tokens(r->s, body, SRV_API_OAI_CHAT, &c, &o, &ids, &n, &e)) return srv_reply_error(r, &e);
     free(ids);
-    if (st != PK_OK) return srv_reply_errorf(r, 500, "tokenization failed: %s", pk_status_str(st));
+    srv_gen_req_free(&c);
     return srv_reply_json(r, 200, json_pack("{s:i}", "input_tokens", n));
 }

@@ -286,6 +286,12 @@ test('count_tokens: the chat route\'s prompt_tokens, thinking history included',
     { role: 'assistant', content: 'Checking.', reasoning_content: 'Look at the files first.' },
     { role: 'user', content: 'Go on' }] });
   assert.equal(withT.json.input_tokens, o.json.usage.prompt_tokens);
+  // the OpenAI route's own count agrees (it renders with the same template)
+  const oc = await post(qwen.url + '/v1/chat/completions/input_tokens', { messages: [{ role: 'system', content: 'You fix code.' },
+    { role: 'user', content: 'Fix the bug' },
+    { role: 'assistant', content: 'Checking.', reasoning_content: 'Look at the files first.' },
+    { role: 'user', content: 'Go on' }] });
+  assert.equal(oc.json.input_tokens, o.json.usage.prompt_tokens);
   // thinking disabled reaches the template: no <think> opened for the answer
   const off = await count(qwen, { messages: hello, thinking: { type: 'disabled' } });
   const on = await count(qwen, { messages: hello });
