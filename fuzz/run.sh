@@ -56,6 +56,9 @@ if want fuzz_server; then
     printf '\006{"tokens":[1,2,3]}' > "$out/corpus_server/r06"
     printf '\014{"prompt":"Once upon a time"}' > "$out/corpus_server/r12"
     printf '\016{"tokens":[1,2,3,4,5],"branch_pos":2}' > "$out/corpus_server/r14"
+    printf '\040{"max_tokens":3,"system":"s","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]},{"role":"assistant","content":[{"type":"thinking","thinking":"t"},{"type":"tool_use","id":"a","name":"f","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"a","content":"r"}]}],"tools":[{"name":"f","input_schema":{"type":"object"}}],"stream":true}' \
+        > "$out/corpus_server/r32"
+    printf '\041{"messages":[{"role":"user","content":"hi"}],"thinking":{"type":"disabled"}}' > "$out/corpus_server/r33"
     printf '\025{"target_tps_per_session":5,"mode":"enforced"}' > "$out/corpus_server/r21"
     printf '\032{"filename":"a.bin"}' > "$out/corpus_server/r26"
     printf '\033{"filename":"a.bin"}' > "$out/corpus_server/r27"
