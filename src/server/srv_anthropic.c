@@ -251,7 +251,8 @@ static bool convert_messages(const json_t *body, json_t *chat, srv_err *e)
     if (!msgs) return srv_fail(e, 400, "messages", "'messages' is required");
     if (!json_is_array(msgs)) return srv_fail(e, 400, "messages", "'messages' must be an array");
     json_t *out = json_array();
-    bool ok = out && convert_system(srv_field(body, "system"), out, e);
+    if (!out) return srv_fail(e, 500, NULL, "out of memory");
+    bool ok = convert_system(srv_field(body, "system"), out, e);
     for (size_t i = 0; ok && i < json_array_size(msgs); i++) ok = convert_message(json_array_get(msgs, i), i, out, e);
     /* Nothing to answer but a system prompt, or not even that: an empty turn. */
     bool has_turn = false;
