@@ -6,7 +6,7 @@ CSTD    := -std=c11 -D_GNU_SOURCE
 WARN    := -Wall -Wextra -Wshadow -Wno-unused-parameter
 OPT     ?= -O2 -g
 CFLAGS  := $(CSTD) $(WARN) $(OPT) -fno-math-errno -pthread -MMD -MP
-LDLIBS  := -lmicrohttpd -ljansson -lxxhash -lm -pthread
+LDLIBS  := -lmicrohttpd -ljansson -lxxhash -lcurl -lm -pthread
 
 # Instruction-set flags go on the kernel files that need them, nowhere else,
 # so one binary runs on any x86-64 and picks its kernels at start.
@@ -24,7 +24,7 @@ BENCH_SRC := $(sort $(wildcard bench/*.c))
 BENCHES  := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
 # Debian packages the build and tests need; `make deps` installs the missing.
-DEB_PKGS := gcc make clang libjansson-dev libmicrohttpd-dev libxxhash-dev nodejs npm python3 python3-venv chromium git
+DEB_PKGS := gcc make clang libjansson-dev libmicrohttpd-dev libxxhash-dev libcurl4-openssl-dev nodejs npm python3 python3-venv chromium git
 
 .PHONY: all deps run test test-asan test-tsan test-fault bench fuzz clean
 all: $(BUILD)/polykv

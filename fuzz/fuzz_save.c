@@ -1,9 +1,11 @@
 /*
  * fuzz_save.c - libFuzzer entry for the saved-KV file reader (src/save):
  * any bytes go through sav_parse as a slot or pool file of a small fixed
- * cache; a file it accepts must be exactly what sav_encode writes for the
- * header and payload it reported (nothing accepted is read differently
- * from how it was written), and its tokens must lie in the vocabulary.
+ * cache; a file it accepts must read back the same once sav_encode wrote
+ * the header and payload it reported (nothing accepted is read differently
+ * from how it was written: byte for byte when it has sav_encode's size,
+ * the packed token list; the plain list and no list read alike), and its
+ * tokens must lie in the vocabulary.
  * Each input is read twice: as it is, and with both checksums recomputed
  * first, so that mutations get past the checksums to every field check
  * behind them (random bytes never match an XXH3).  Seeds: well-formed
@@ -32,20 +34,38 @@ static void one(const uint8_t *data, size_t size, bool fix)
     uint8_t *buf = malloc(size ? size : 1);
     if (!buf) return;
     memcpy(buf, data, size);
-    if (fix && size >= SAV_HEADER_BYTES) {
-        /* the layout of sav.c: payload hash at 72, header hash of [0, 80) at 80 */
-        put64(buf + 72, XXH3_64bits(buf + SAV_HEADER_BYTES, size - SAV_HEADER_BYTES));
-        put64(buf + 80, XXH3_64bits(buf, 80));
+    /* the layout of sav.c: a token list "PKVT", 1, n_words, then n_words words, ahead of the header */
+    size_t at = 0;
+    if (size >= 12 && !memcmp(buf, "PKVT", 4)) {
+        uint32_t words;
+        memcpy(&words, buf + 8, 4);
+        at = words < size / 4 ? 12 + (size_t)words * 4 : size;
+    }
+    if (fix && at <= size && size - at >= SAV_HEADER_BYTES) {
+        /* payload hash at 72, header hash of [0, 80) at 80 */
+        uint8_t *hd = buf + at;
+        put64(hd + 72, XXH3_64bits(hd + SAV_HEADER_BYTES, size - at - SAV_HEADER_BYTES));
+        put64(hd + 80, XXH3_64bits(hd, 80));
     }
     pk_status st = sav_parse(buf, size, &want, &h, &tok, &rows, why, sizeof why);
     if (st == PK_OK) {
-        if (sav_file_bytes(&h) != size || h.n_tokens < 1 || h.n_tokens > want.max_tokens) abort();
+        if (h.n_tokens < 1 || h.n_tokens > want.max_tokens) abort();
         for (uint32_t i = 0; i < h.n_tokens; i++)
             if (tok[i] < 0 || (uint32_t)tok[i] >= want.n_vocab) abort();
-        uint8_t *again = malloc(size);
+        size_t n_again = (size_t)sav_file_bytes(&h);
+        size_t n_rows = (size_t)((h.n_tokens - h.row_first) * sav_row_bytes(&h));
+        uint8_t *again = malloc(n_again);
         if (!again) abort();
         sav_encode(&h, tok, rows, again);
-        if (memcmp(again, buf, size)) abort();
+        if (n_again == size && memcmp(again, buf, size)) abort();
+        sav_header h2;
+        const int32_t *tok2;
+        const uint8_t *rows2;
+        if (sav_parse(again, n_again, &want, &h2, &tok2, &rows2, why, sizeof why) != PK_OK) abort();
+        if (h2.n_tokens != h.n_tokens || h2.row_first != h.row_first || h2.kind != h.kind ||
+            h2.pool_id != h.pool_id || h2.flags != h.flags || memcmp(tok2, tok, (size_t)h.n_tokens * 4) ||
+            memcmp(rows2, rows, n_rows))
+            abort();
         free(again);
     } else if (st != PK_EFORMAT && st != PK_EUNSUPPORTED) {
         abort();

@@ -45,6 +45,7 @@ static const struct { const char *method, *path; } routes[] = {
     { "POST", "/polykv/admission" }, { "GET", "/polykv/admission" },  { "GET", "/polykv/capacity?expected_tokens=9" },
     { "POST", "/slots/0?action=save" }, { "POST", "/slots/0?action=restore" }, { "POST", "/slots/0?action=erase" },
     { "GET", "/polykv/tps" },       { "GET", "/" },                   { "POST", "/completions" },
+    { "POST", "/v1/responses" },    { "POST", "/v1/responses/input_tokens" }, { "POST", "/predict" },
     { "POST", "/v1/messages" },     { "POST", "/v1/messages/count_tokens" },
 };
 
@@ -75,6 +76,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     sp.max_body_bytes = 1 << 16;
     mkdir("build-fuzz/slots", 0700);
     sp.slot_save_path = "build-fuzz/slots";
+    sp.gcp_predict_route = "/predict";
     if (eng_new(m, &ep, &e) != PK_OK || srv_new(&sp, &s, err, sizeof err) != PK_OK ||
         srv_set_engine(s, e, path, err, sizeof err) != PK_OK) {
         fprintf(stderr, "fuzz_server: cannot start the server: %s\n", err);
@@ -189,6 +191,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         }
     }
+    json_t *chat = srv_resp_to_chat(body, &e);
+    if (!chat && (e.status < 400 || e.status > 500)) abort();
+    json_decref(chat);
     json_decref(body);
     return 0;
 }

@@ -56,14 +56,17 @@ if want fuzz_server; then
     printf '\006{"tokens":[1,2,3]}' > "$out/corpus_server/r06"
     printf '\014{"prompt":"Once upon a time"}' > "$out/corpus_server/r12"
     printf '\016{"tokens":[1,2,3,4,5],"branch_pos":2}' > "$out/corpus_server/r14"
-    printf '\040{"max_tokens":3,"system":"s","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]},{"role":"assistant","content":[{"type":"thinking","thinking":"t"},{"type":"tool_use","id":"a","name":"f","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"a","content":"r"}]}],"tools":[{"name":"f","input_schema":{"type":"object"}}],"stream":true}' \
-        > "$out/corpus_server/r32"
-    printf '\041{"messages":[{"role":"user","content":"hi"}],"thinking":{"type":"disabled"}}' > "$out/corpus_server/r33"
     printf '\025{"target_tps_per_session":5,"mode":"enforced"}' > "$out/corpus_server/r21"
     printf '\032{"filename":"a.bin"}' > "$out/corpus_server/r26"
     printf '\033{"filename":"a.bin"}' > "$out/corpus_server/r27"
+    printf '\040{"input":[{"role":"user","content":"hi"},{"type":"function_call","call_id":"c","name":"f","arguments":"{}"}],"max_output_tokens":3,"stream":true}' > "$out/corpus_server/r32"
+    printf '\041{"instructions":"x","input":"hi"}' > "$out/corpus_server/r33"
+    printf '\042{"instances":[{"@requestFormat":"chatCompletions","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"Once"}],"max_tokens":2}]}' > "$out/corpus_server/r34"
+    printf '\043{"max_tokens":3,"system":"s","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]},{"role":"assistant","content":[{"type":"thinking","thinking":"t"},{"type":"tool_use","id":"a","name":"f","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"a","content":"r"}]}],"tools":[{"name":"f","input_schema":{"type":"object"}}],"stream":true}' \
+        > "$out/corpus_server/r35"
+    printf '\044{"messages":[{"role":"user","content":"hi"}],"thinking":{"type":"disabled"}}' > "$out/corpus_server/r36"
     $cc $flags $san fuzz/fuzz_server.c src/server/*.c src/tokenizer/tmpl_tools.c src/tokenizer/tmpl.c \
-        src/common/utf8.c build/libpolykv.a -ljansson -lmicrohttpd -lxxhash -lm -pthread -o "$out/fuzz_server"
+        src/common/utf8.c build/libpolykv.a -ljansson -lmicrohttpd -lxxhash -lcurl -lm -pthread -o "$out/fuzz_server"
     fuzz fuzz_server corpus_server 4096
 fi
 

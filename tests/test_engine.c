@@ -165,6 +165,28 @@ int main(void)
     CHECK(s.n_predicted_tokens > 0);
     CHECK(s.kv_used > 0 && s.kv_used <= s.kv_total);
 
+    /* Until the context is full (n_predict -1, no context shift): prompt and
+     * output fill the slot's 256 positions exactly, as llama-server counts
+     * (its test_ctx_shift_disabled_short_prompt: 8 + 248); and a prompt one
+     * short of the slot still gets its one token. */
+    {
+        static int32_t fill[255];
+        for (int i = 0; i < 255; i++) fill[i] = pr[0][i % np[0]];
+        for (int k = 0; k < 2; k++) {
+            int n_prompt = k ? 255 : 8;
+            c = greedy_req(fill, n_prompt, -1);
+            c.ignore_eos = true;
+            CHECK(eng_submit(e, &c, &t) == PK_OK);
+            collected full;
+            collect(t, &full);
+            eng_task_release(t);
+            CHECK_EQ_INT(full.done.kind, ENG_EV_DONE);
+            CHECK_EQ_INT(full.done.n_gen, 256 - n_prompt);
+            CHECK_EQ_INT(full.done.stop, ENG_STOP_CTX);
+            CHECK(full.done.truncated);
+        }
+    }
+
     /* Refused: empty prompt, bad token, too long for a slot, bad slot. */
     c = greedy_req(pr[0], 0, 4);
     CHECK(eng_submit(e, &c, &t) == PK_EINVAL);

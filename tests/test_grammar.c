@@ -543,6 +543,13 @@ static void test_schema(void)
                  SET("{\"a\":1}", "{\"a\":1,\"b\":2}"), SET("{\"b\":2}"));
     check_schema("{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"},{\"type\":\"string\"}]}",
                  SET("[1,\"a\"]"), SET("[1]", "[\"a\",1]"));
+    /* The older tuple form, "items" as a list (llama.cpp's test_completion_with_response_format). */
+    check_schema("{\"items\":[{\"type\":\"integer\"}]}", SET("[ -3000 ]", "[1]"), SET("[]", "[1,2]", "[\"a\"]"));
+    check_schema("{\"type\":\"array\",\"items\":[{\"type\":\"integer\"},{\"type\":\"string\"}]}",
+                 SET("[1,\"a\"]"), SET("[1]", "[\"a\",1]"));
+    check_schema_refused("{\"items\":[{\"type\":\"integer\"}],\"prefixItems\":[{\"type\":\"integer\"}]}",
+                         PK_EUNSUPPORTED, "beside prefixItems");
+    check_schema_refused("{\"items\":[{\"type\":\"integer\"}],\"minItems\":1}", PK_EUNSUPPORTED, "tuple ('items')");
     check_schema("{\"type\":\"object\",\"properties\":{\"k\\\"ey\":{\"type\":\"integer\"}},\"required\":[\"k\\\"ey\"]}",
                  SET("{\"k\\\"ey\":3}"), SET("{\"k\"ey\":3}"));
     check_schema("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"}},\"required\":[\"a\"],\"title\":\"T\",\"description\":\"d\"}",

@@ -43,7 +43,8 @@ static void test_roundtrip(void)
     sav_header h = pool_header(20, 5), got;
     size_t n;
     uint8_t *buf = make(&h, &n);
-    CHECK_EQ_INT(n, SAV_HEADER_BYTES + 20 * 4 + 15 * 3 * 20);
+    CHECK_EQ_INT(n, 12 + 12 + 20 * 4 + SAV_HEADER_BYTES + 20 * 4 + 15 * 3 * 20);
+    CHECK_EQ_INT(sav_head_bytes(&h), 12 + 12 + 20 * 4);
     const int32_t *tok;
     const uint8_t *rows;
     char why[200];
@@ -124,10 +125,11 @@ static void test_foreign(void)
         uint8_t *buf = make(&h, &n);
         if (!strcmp(f, "vocab")) {
             int32_t big = 500;
-            memcpy(buf + SAV_HEADER_BYTES + 4, &big, 4);
+            uint8_t *payload = buf + sav_head_bytes(&h) + SAV_HEADER_BYTES;
+            memcpy(payload + 4, &big, 4);
             /* re-encoded, so only the token is wrong, not the checksum */
             uint8_t *fixed = malloc(n);
-            sav_encode(&h, (const int32_t *)(buf + SAV_HEADER_BYTES), buf + SAV_HEADER_BYTES + 40, fixed);
+            sav_encode(&h, (const int32_t *)payload, payload + 40, fixed);
             free(buf);
             buf = fixed;
         }
@@ -198,8 +200,64 @@ static void test_write_read(void)
     free(rows);
 }
 
+/* The token list ahead of the header: written packed, llama-server's
+ * layout; rewritten plain (its older files' layout, as llama.cpp's
+ * test_slot_restore_legacy_token_list does) it still reads, from memory
+ * and from disk; a file of an earlier build, without the list, reads; a
+ * list that disagrees with the payload is refused. */
+static void test_token_list(void)
+{
+    sav_header h = pool_header(6, 0), got;
+    size_t n;
+    uint8_t *buf = make(&h, &n);
+    uint32_t w[6];
+    memcpy(w, buf, sizeof w);
+    CHECK(!memcmp(buf, "PKVT", 4) && w[1] == 1 && w[2] == 6 + 3 && w[3] == 0xFFFFFFFFu && w[5] == 6);
+    const int32_t *tok;
+    const uint8_t *rows;
+    char why[200];
+    /* plain: the 12-byte packed head dropped, n_words = n_tokens */
+    size_t head = (size_t)sav_head_bytes(&h);
+    uint8_t *plain = malloc(n - 12);
+    memcpy(plain, buf, 12);
+    memcpy(plain + 12, buf + 24, n - 24);
+    uint32_t six = 6;
+    memcpy(plain + 8, &six, 4);
+    CHECK_EQ_INT(sav_parse(plain, n - 12, &want, &got, &tok, &rows, why, sizeof why), PK_OK);
+    CHECK(got.n_tokens == 6 && tok[5] == 5 * 7 % 500);
+    char dir[] = "/tmp/polykv-save-list-XXXXXX";
+    ASSERT(mkdtemp(dir));
+    char path[256];
+    snprintf(path, sizeof path, "%s/legacy.bin", dir);
+    FILE *f = fopen(path, "wb");
+    ASSERT(f && fwrite(plain, 1, n - 12, f) == n - 12 && fclose(f) == 0);
+    uint8_t *rb;
+    const int32_t *t;
+    const uint8_t *r;
+    CHECK_EQ_INT(sav_read(path, &want, &rb, &got, &t, &r, why, sizeof why), PK_OK);
+    CHECK(rb && got.n_tokens == 6 && !memcmp(t, tok, 24));
+    free(rb);
+    unlink(path);
+    rmdir(dir);
+    /* no list at all */
+    CHECK_EQ_INT(sav_parse(buf + head, n - head, &want, &got, &tok, &rows, why, sizeof why), PK_OK);
+    CHECK_EQ_INT(got.n_tokens, 6);
+    /* a list that is not the payload's: one token changed, or one fewer */
+    plain[12 + 4] ^= 1;
+    CHECK_EQ_INT(sav_parse(plain, n - 12, &want, &got, &tok, &rows, why, sizeof why), PK_EFORMAT);
+    CHECK(strstr(why, "token list") != NULL);
+    plain[12 + 4] ^= 1;
+    uint32_t five = 5;
+    memcpy(plain + 8, &five, 4);
+    memmove(plain + 12 + 20, plain + 12 + 24, n - 12 - 36);
+    CHECK_EQ_INT(sav_parse(plain, n - 16, &want, &got, &tok, &rows, why, sizeof why), PK_EFORMAT);
+    free(plain);
+    free(buf);
+}
+
 int main(void)
 {
+    test_token_list();
     test_roundtrip();
     test_damage();
     test_foreign();

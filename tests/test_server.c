@@ -650,6 +650,43 @@ static void test_live(const char *model_path)
          "\"max_tokens\": \"ten\"}", r);
     CHECK_EQ_INT(r->status, 400);
     CHECK(has(r, "\"param\":\"max_tokens\""));
+    /* The decode rate is over the n - 1 steps after the first token, and
+     * printed precisely enough that a client recomputing it from
+     * predicted_ms agrees to a millionth (llama.cpp's
+     * test_metrics_generation_rate_excludes_first_token). */
+    for (int n = 1; n <= 16; n += 15) {
+        char req[128];
+        snprintf(req, sizeof req, "{\"prompt\": \"I believe\", \"n_predict\": %d, \"temperature\": 0, "
+                 "\"ignore_eos\": true}", n);
+        http(port, "POST", "/completion", NULL, req, r);
+        CHECK_EQ_INT(r->status, 200);
+        json_t *answer = J(r->body), *t = json_object_get(answer, "timings");
+        double ms = json_real_value(json_object_get(t, "predicted_ms"));
+        double rate = json_real_value(json_object_get(t, "predicted_per_second"));
+        CHECK_EQ_INT(json_integer_value(json_object_get(t, "predicted_n")), n);
+        if (n == 1) CHECK(rate == 0 && json_real_value(json_object_get(t, "predicted_per_token_ms")) == 0);
+        else CHECK(ms > 0 && fabs(rate - 1e3 / ms * (n - 1)) < 1e-6);
+        json_decref(answer);
+    }
+    /* Two assistant turns at the end: which would be continued?  A 400, as
+     * llama-server; one at the end, or two apart, are rendered. */
+    static const char *const ends[][2] = {
+        { "[{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}, "
+          "{\"role\": \"assistant\", \"content\": \"c\"}]", "400" },
+        { "[{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}]", "200" },
+        { "[{\"role\": \"assistant\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}, "
+          "{\"role\": \"user\", \"content\": \"c\"}]", "200" },
+    };
+    for (size_t i = 0; i < ARRAY_LEN(ends); i++) {
+        char req[512];
+        snprintf(req, sizeof req, "{\"messages\": %s}", ends[i][0]);
+        http(port, "POST", "/apply-template", NULL, req, r);
+        CHECK_EQ_INT(r->status, atoi(ends[i][1]));
+        if (r->status == 400) CHECK(has(r, "two assistant messages"));
+        snprintf(req, sizeof req, "{\"messages\": %s, \"max_tokens\": 1}", ends[i][0]);
+        http(port, "POST", "/v1/chat/completions", NULL, req, r);
+        CHECK_EQ_INT(r->status, atoi(ends[i][1]));
+    }
 
     /* Bodies over the limit: declared, and sent in chunks without a length. */
     char *big = malloc(8192);
@@ -697,8 +734,9 @@ static void test_live(const char *model_path)
     CHECK_EQ_INT(r->status, 400);
     CHECK(has(r, "exceed_context_size_error"));
 
-    /* API key: missing, wrong, right; every route needs it, /health and
-     * /slots included (--public-probes opens /health and /metrics, below). */
+    /* API key: missing, wrong, right; every route needs it, /slots and
+     * /metrics included, but /health (liveness, as llama-server);
+     * --public-probes opens /metrics, below. */
     http(port, "POST", "/completion", NULL, "{\"prompt\": \"Once\", \"n_predict\": 2}", r);
     CHECK_EQ_INT(r->status, 401);
     CHECK(has(r, "authentication_error"));
@@ -708,8 +746,9 @@ static void test_live(const char *model_path)
     CHECK_EQ_INT(r->status, 200);
     CHECK(has(r, "\"tokens_predicted\":2"));
     http(port, "GET", "/health", NULL, NULL, r);
-    CHECK_EQ_INT(r->status, 401);
-    http(port, "GET", "/health", auth, NULL, r);
+    CHECK_EQ_INT(r->status, 200);
+    CHECK(has(r, "\"status\":\"ok\""));
+    http(port, "GET", "/v1/health", "Authorization: Bearer wrong\r\n", NULL, r);
     CHECK_EQ_INT(r->status, 200);
     static const char *keyed[] = { "/slots", "/props", "/v1/models", "/polykv/tps", "/polykv/pools",
                                    "/polykv/cache", "/polykv/capacity" };
@@ -789,7 +828,7 @@ static void test_live(const char *model_path)
     http(port, "GET", "/metrics", NULL, NULL, r);
     CHECK_EQ_INT(r->status, 401);
 
-    /* --public-probes: /health and /metrics open, nothing else. */
+    /* --public-probes: /metrics open too, nothing else. */
     srv_free(s);
     sp.public_probes = true;
     CHECK_EQ_INT(srv_new(&sp, &s, err, sizeof err), PK_OK);

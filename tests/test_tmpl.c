@@ -50,6 +50,15 @@ static void test_renderings(void)
     CHECK_STR(render(TMPL_LLAMA2_SYS, conv, 6, false),
               "[INST] <<SYS>>\nYou are a helpful assistant\n<</SYS>>\n\nHello [/INST]Hi there</s>"
               "[INST] Who are you [/INST]I am an assistant</s>[INST] Another question [/INST]");
+    /* llama.cpp's test_apply_chat_template expects this text for command-r. */
+    CHECK_STR(render(TMPL_COMMAND_R, conv, 2, true),
+              "<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>You are a helpful assistant<|END_OF_TURN_TOKEN|>"
+              "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>Hello<|END_OF_TURN_TOKEN|>"
+              "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>");
+    CHECK_STR(render(TMPL_COMMAND_R, conv + 2, 3, false),
+              "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>Hi there<|END_OF_TURN_TOKEN|>"
+              "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>Who are you<|END_OF_TURN_TOKEN|>"
+              "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>I am an assistant<|END_OF_TURN_TOKEN|>");
     CHECK_STR(render(TMPL_CHATML, NULL, 0, true), "<|im_start|>assistant\n");
     CHECK_STR(render(TMPL_LLAMA2, NULL, 0, true), "[INST] ");
     static const tmpl_msg tool[] = {{"user", "2+2?"}, {"assistant", "calc(2+2)"}, {"tool", "4"}};
@@ -95,6 +104,7 @@ static void test_detect(void)
     CHECK_EQ_INT(tmpl_detect("{{ '[INST] ' + m + ' [/INST]' }}"), TMPL_LLAMA2);
     CHECK_EQ_INT(tmpl_detect("{{ '[INST] <<SYS>>\\n' + s }}{{ content.strip() }}"), TMPL_LLAMA2_SYS);
     CHECK_EQ_INT(tmpl_detect("{{ '[SYSTEM_PROMPT]' }}{{ '[INST]' }}"), TMPL_UNKNOWN);       /* Mistral v7 */
+    CHECK_EQ_INT(tmpl_detect("{{ '<|START_OF_TURN_TOKEN|><|USER_TOKEN|>' + content }}"), TMPL_COMMAND_R);
     CHECK_EQ_INT(tmpl_detect("{{ messages }}"), TMPL_UNKNOWN);
 
     CHECK_EQ_INT(tmpl_from_name("chatml"), TMPL_CHATML);
@@ -102,9 +112,10 @@ static void test_detect(void)
     CHECK_EQ_INT(tmpl_from_name("llama2"), TMPL_LLAMA2);
     CHECK_EQ_INT(tmpl_from_name("mistral"), TMPL_LLAMA2);
     CHECK_EQ_INT(tmpl_from_name("llama2-sys"), TMPL_LLAMA2_SYS);
+    CHECK_EQ_INT(tmpl_from_name("command-r"), TMPL_COMMAND_R);
     CHECK_EQ_INT(tmpl_from_name("vicuna"), TMPL_UNKNOWN);
     CHECK_EQ_INT(tmpl_from_name(NULL), TMPL_UNKNOWN);
-    for (int k = TMPL_CHATML; k <= TMPL_LLAMA2_SYS; k++) CHECK_EQ_INT(tmpl_from_name(tmpl_name((tmpl_kind)k)), k);
+    for (int k = TMPL_CHATML; k <= TMPL_COMMAND_R; k++) CHECK_EQ_INT(tmpl_from_name(tmpl_name((tmpl_kind)k)), k);
     CHECK_STR(tmpl_name(TMPL_UNKNOWN), "unknown");
 }
 

@@ -20,6 +20,32 @@ int cli_template(int argc, char **argv);
 struct srv_params;
 int cli_serve_llama_flag(int argc, char **argv, int *i, struct srv_params *sp);
 void cli_serve_llama_usage(void);
+/* Whether a, one of those flags, takes a value. */
+bool cli_serve_llama_takes_value(const char *a);
+
+/* cli_router.c: `polykv serve` without -m, router mode (src/router).
+ * Serves with sp (its router field set here) until SIGINT / SIGTERM, which
+ * the caller has blocked.  Children run `serve` with child_args. */
+typedef struct cli_router_opts {
+    const char *models_dir;     /* NULL: none */
+    const char *models_preset;  /* an INI file of models and flags, NULL none */
+    int models_max;             /* 0: no cap */
+    bool autoload;
+    const char **child_args;
+    int n_child_args;
+} cli_router_opts;
+int cli_router(struct srv_params *sp, const cli_router_opts *ro);
+/* cli_serve.c: whether serve's flag a takes a value; whether argv (argv[0]
+ * "serve", then flags) is a command line serve accepts (the reason on
+ * stderr when not). */
+bool cli_serve_takes_value(const char *a);
+bool cli_serve_check(int argc, char **argv);
+/* Vertex AI's environment (llama-server's GCP compatibility): with
+ * AIP_MODE=PREDICTION, sp gets the predict route (AIP_PREDICT_ROUTE,
+ * /predict), a health route (AIP_HEALTH_ROUTE) and the port AIP_HTTP_PORT
+ * (8080), which wins over --port.  Returns 1 when set, 0 when AIP_MODE is
+ * not PREDICTION, -1 for a bad port (reported on stderr). */
+int cli_serve_gcp_env(struct srv_params *sp);
 
 /* Value of option argv[*i] (advancing *i), or NULL with a message on stderr
  * when it is missing. */

@@ -26,7 +26,7 @@ static void usage(void)
         "  --kv-type f16|f32  KV cache type (default f16)\n"
         "  --mmap           map the model file instead of reading it into huge pages\n"
         "  --chat           send the prompt as a user turn through the model's chat template\n"
-        "  --chat-template NAME  use this template (chatml, llama3, llama2, llama2-sys, mistral)\n"
+        "  --chat-template NAME  use this template (chatml, llama3, llama2, llama2-sys, mistral, command-r)\n"
         "  --json           print one JSON object instead of streaming text\n");
 }
 
@@ -133,7 +133,7 @@ int cli_run(int argc, char **argv)
         }
         if (ts != PK_OK) {
             fprintf(stderr, "polykv: %s\n", ts == PK_EUNSUPPORTED
-                    ? "chat template not recognised (known: chatml, llama3, llama2, llama2-sys, mistral; pick one with --chat-template)"
+                    ? "chat template not recognised (known: chatml, llama3, llama2, llama2-sys, mistral, command-r; pick one with --chat-template)"
                     : "could not apply the chat template");
             return 1;
         }

@@ -6,7 +6,11 @@
  * is loaded and the engine started, then requests are served until SIGINT
  * or SIGTERM.  Those signals are blocked before any thread starts and
  * taken with sigwait, so no thread is interrupted by them.
+ *
+ * Without -m it is a router (cli_router.c): no model of its own, one child
+ * `polykv serve` per model it starts, with this command's flags.
  */
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +28,14 @@ static void usage(void)
 {
     fprintf(stderr,
         "usage: polykv serve -m MODEL [options]\n"
+        "       polykv serve [--models-dir DIR] [options]   router mode (no -m): several models,\n"
+        "                          each in its own child server started on demand\n"
+        "  --models-dir DIR        router: one model per DIR/NAME.gguf, called NAME\n"
+        "  --models-max N          router: models loaded at once, the least recently used unloaded\n"
+        "                          first (default 4, 0 = no cap)\n"
+        "  --models-autoload / --no-models-autoload   router: a request loads the model it names\n"
+        "                          (default on; off: POST /models/load first)\n"
+        "  --models-preset FILE    router: an INI file of models and their flags (docs/compat.md)\n"
         "  -c, --ctx-size N        KV cells shared by all slots (default 8192)\n"
         "  -np, --parallel N       slots: requests decoded together (default 4)\n"
         "  -t, --threads N         compute threads (default: all CPUs)\n"
@@ -34,11 +46,11 @@ static void usage(void)
         "  --mmap / --no-mmap      map the model file instead of reading it into huge pages\n"
         "                          (starts without a copy; pages shared with other processes)\n"
         "  -cram, --cache-ram MIB  RAM for histories spilled out of the KV cache (default 8192, 0 = none)\n"
-        "  --host ADDR             address to listen on (default 127.0.0.1)\n"
+        "  --host ADDR[,ADDR...]   addresses to listen on, one port (default 127.0.0.1)\n"
         "  --port N                port (default 8080; 0 picks a free one)\n"
         "  --api-key KEY           require Authorization: Bearer KEY (or X-Api-Key) on every route\n"
         "                          but the page's files at / and /assets/\n"
-        "  --public-probes         with --api-key: leave /health and /metrics open (probes, scrapers)\n"
+        "  --public-probes         with --api-key: leave /metrics open for scrapers (/health always is)\n"
         "  --slot-save-path DIR    POST /slots/{id}?action=save|restore read and write files in DIR\n"
         "  --pool-dir DIR          pinned pools are saved in DIR and restored at start (docs/pools.md)\n"
         "  -a, --alias NAME        the model's name in responses (default: file name)\n"
@@ -46,7 +58,7 @@ static void usage(void)
         "                          off: the built-in ChatML, Llama 3, Llama 2 and Mistral layouts)\n"
         "  --chat-template-file F  a Jinja chat template to use instead of the model's\n"
         "                          (one that does not compile stops the start)\n"
-        "  --chat-template NAME    chatml | llama3 | llama2 | llama2-sys | mistral: a built-in layout\n                          (default: the model's; chatml when unknown)\n"
+        "  --chat-template NAME    chatml | llama3 | llama2 | llama2-sys | mistral | command-r: a built-in layout\n                          (default: the model's; chatml when unknown)\n"
         "  --metrics               enable GET /metrics (Prometheus)\n"
         "  --slots / --no-slots    enable / disable GET /slots (default on)\n"
         "  -to, --timeout S        idle connection timeout in seconds (default 600)\n"
@@ -58,6 +70,11 @@ static void usage(void)
         "  --context-shift / --no-context-shift   a full context drops half its tokens after n_keep\n"
         "                          and goes on (default off)\n"
         "                          (sessions whose cells are shared, e.g. on a pool, stop instead)\n"
+        "  -kvu, --kv-unified      a slot may use the whole context (-c) instead of -c / -np; the\n"
+        "                          newest request ends (500, context size exceeded) when cells run out\n"
+        "  --no-kv-unified         each slot holds -c / -np positions (the default)\n"
+        "  --sleep-idle-seconds N  after N s with no task, free the weights and the KV cache (histories\n"
+        "                          dropped, pools evicted); the next request reloads them (-1: never)\n"
         "  --pools N               sequence ids kept for pools (default 16, at most 128)\n"
         "  --admission-tps F       a server-wide admission policy (docs/admission.md): floor F tok/s\n"
         "                          per session; also every pool policy's default\n"
@@ -77,6 +94,8 @@ static void usage(void)
 
 typedef struct serve_opts {
     const char *model;
+    cli_router_opts router;
+    bool router_flag;            /* a --models-* flag was given */
     bool mmap;
     eng_params ep;
     srv_params sp;
@@ -128,7 +147,8 @@ static bool takes_value(const char *a)
         "-m", "--model", "-c", "--ctx-size", "-np", "--parallel", "-t", "--threads", "-cram", "--cache-ram",
         "-b", "--batch-size", "--batch-decoding", "--pools", "--pool-grace-ms", "--host", "--port", "--api-key",
         "-a", "--alias", "--chat-template", "--chat-template-file", "-to", "--timeout", "--max-body", "--header-timeout", "--max-per-ip",
-        "--max-connections", "--kv-type", "--pool-dir",
+        "--max-connections", "--kv-type", "--pool-dir", "--models-dir", "--models-max", "--models-preset",
+        "--sleep-idle-seconds",
     };
     if (!strncmp(a, "--slot-", 7) || !strncmp(a, "--admission-", 12)) return true;
     for (size_t k = 0; k < ARRAY_LEN(names); k++)
@@ -136,8 +156,31 @@ static bool takes_value(const char *a)
     return false;
 }
 
+/* The flags a router's children get: all of the router's but where it
+ * listens, the model names (each child's is its model's) and the router's
+ * own.  Run after parse accepted argv, so every value is there. */
+static bool child_args(int argc, char **argv, serve_opts *o)
+{
+    static const char *const own[] = {
+        "--host", "--port", "-a", "--alias", "--tags", "--models-dir", "--models-max", "--models-autoload",
+        "--no-models-autoload", "--models-preset",
+    };
+    o->router.child_args = calloc((size_t)argc + 1, sizeof *o->router.child_args);
+    if (!o->router.child_args) return false;
+    for (int i = 1; i < argc; i++) {
+        int n = 1 + (takes_value(argv[i]) || cli_serve_llama_takes_value(argv[i]));
+        bool keep = true;
+        for (size_t k = 0; k < ARRAY_LEN(own); k++) keep &= strcmp(argv[i], own[k]) != 0;
+        for (int k = 0; keep && k < n && i + k < argc; k++) o->router.child_args[o->router.n_child_args++] = argv[i + k];
+        i += n - 1;
+    }
+    return true;
+}
+
 static bool parse(int argc, char **argv, serve_opts *o)
 {
+    o->router.models_max = 4;
+    o->router.autoload = true;
     o->ep = eng_default_params();
     o->ep.n_threads = cli_default_threads();
     o->sp = srv_default_params();
@@ -161,6 +204,13 @@ static bool parse(int argc, char **argv, serve_opts *o)
             continue;
         }
         if (!strcmp(a, "--public-probes")) { o->sp.public_probes = true; continue; }
+        if (!strcmp(a, "--models-autoload") || !strcmp(a, "--no-models-autoload")) {
+            o->router.autoload = a[2] == 'm';
+            o->router_flag = true;
+            continue;
+        }
+        if (!strcmp(a, "-kvu") || !strcmp(a, "--kv-unified")) { o->ep.kv_unified = true; continue; }
+        if (!strcmp(a, "-no-kvu") || !strcmp(a, "--no-kv-unified")) { o->ep.kv_unified = false; continue; }
         int llama = cli_serve_llama_flag(argc, argv, &i, &o->sp);
         if (llama) {
             if (llama < 0) return false;
@@ -188,12 +238,24 @@ static bool parse(int argc, char **argv, serve_opts *o)
             return false;
         }
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = v;
+        else if (!strcmp(a, "--models-dir")) { o->router.models_dir = v; o->router_flag = true; }
+        else if (!strcmp(a, "--models-max")) { if (!cli_int(a, v, 0, 1 << 16, &x)) return false; o->router.models_max = (int)x; o->router_flag = true; }
+        else if (!strcmp(a, "--models-preset")) { o->router.models_preset = v; o->router_flag = true; }
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { if (!cli_int(a, v, 1, 1 << 24, &x)) return false; o->ep.n_ctx = (int32_t)x; }
         else if (!strcmp(a, "-np") || !strcmp(a, "--parallel")) { if (!cli_int(a, v, 1, ENG_MAX_SLOTS, &x)) return false; o->ep.n_slots = (int32_t)x; }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (!cli_int(a, v, 1, 1024, &x)) return false; o->ep.n_threads = (int32_t)x; }
         else if (!strcmp(a, "-cram") || !strcmp(a, "--cache-ram")) { if (!cli_int(a, v, 0, 1 << 24, &x)) return false; o->ep.cache_ram_mib = (int32_t)x; }
         else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) { if (!cli_int(a, v, 1, 1 << 20, &x)) return false; o->ep.n_batch = (int32_t)x; }
         else if (!strcmp(a, "--batch-decoding")) { if (!cli_int(a, v, 0, 1 << 20, &x)) return false; o->ep.n_batch_decoding = (int32_t)x; }
+        else if (!strcmp(a, "--sleep-idle-seconds")) {
+            /* llama-server's range: -1 never (the default), else at least 1 s */
+            if (!cli_int(a, v, -1, 1 << 20, &x)) return false;
+            if (x == 0) {
+                fprintf(stderr, "polykv serve: %s must be -1 (never) or at least 1\n", a);
+                return false;
+            }
+            o->ep.sleep_idle_ms = x < 0 ? 0 : (int32_t)x * 1000;
+        }
         else if (!strcmp(a, "--pools")) { if (!cli_int(a, v, 0, ENG_MAX_POOLS, &x)) return false; o->ep.n_pools = (int32_t)x; }
         else if (!strcmp(a, "--pool-grace-ms")) { if (!cli_int(a, v, 0, 1 << 30, &x)) return false; o->ep.pool_grace_ms = (int32_t)x; }
         else if (!strncmp(a, "--admission-", 12)) { if (!admission_flag(&o->ep.admission, a + 12, v)) return false; }
@@ -217,20 +279,56 @@ static bool parse(int argc, char **argv, serve_opts *o)
             return false;
         }
     }
-    if (!o->model) {
-        usage();
+    if (o->model && o->router_flag) {
+        fprintf(stderr, "polykv serve: --models-dir, --models-preset, --models-max and --models-autoload are for "
+                        "router mode (without -m)\n");
         return false;
     }
+    if (!o->model && !child_args(argc, argv, o)) return false;
+    /* Vertex AI's environment is a one-model server's; a router's children
+     * inherit it but listen where the router says. */
+    if (!o->model && getenv("AIP_MODE") && !strcmp(getenv("AIP_MODE"), "PREDICTION"))
+        fprintf(stderr, "polykv: AIP_MODE=PREDICTION: the predict route is a one-model server's (-m); not in "
+                        "router mode\n");
+    if (o->model && !getenv("POLYKV_EXIT_ON_STDIN_EOF") && cli_serve_gcp_env(&o->sp) < 0) return false;
     if (o->ep.ctx_shift)
         fprintf(stderr, "polykv: --context-shift applies to sessions whose cells are their own; a session on a "
                         "pool (or sharing another's cells) stops at its context's end instead (truncated)\n");
     return true;
 }
 
+/* A router's child (POLYKV_EXIT_ON_STDIN_EOF=1) stops when its stdin ends:
+ * the router holds the pipe's only write end, so that is the router gone,
+ * however it went. */
+static void *watch_stdin(void *arg)
+{
+    char buf[256];
+    while (read(0, buf, sizeof buf) > 0) {}
+    fprintf(stderr, "polykv: the router is gone (stdin closed): shutting down\n");
+    kill(getpid(), SIGTERM);
+    return NULL;
+}
+
+bool cli_serve_takes_value(const char *a)
+{
+    return takes_value(a) || cli_serve_llama_takes_value(a);
+}
+
+bool cli_serve_check(int argc, char **argv)
+{
+    serve_opts o = {0};
+    bool ok = parse(argc, argv, &o);
+    free(o.router.child_args);
+    return ok;
+}
+
 int cli_serve(int argc, char **argv)
 {
     serve_opts o = {0};
-    if (!parse(argc, argv, &o)) return 2;
+    if (!parse(argc, argv, &o)) {
+        free(o.router.child_args);
+        return 2;
+    }
 
     sigset_t stop;
     sigemptyset(&stop);
@@ -238,6 +336,14 @@ int cli_serve(int argc, char **argv)
     sigaddset(&stop, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop, NULL);
     signal(SIGPIPE, SIG_IGN);
+    const char *watch = getenv("POLYKV_EXIT_ON_STDIN_EOF");
+    pthread_t watcher;
+    if (watch && !strcmp(watch, "1") && !pthread_create(&watcher, NULL, watch_stdin, NULL)) pthread_detach(watcher);
+    if (!o.model) {
+        int rc = cli_router(&o.sp, &o.router);
+        free(o.router.child_args);
+        return rc;
+    }
 
     char err[512] = "";
     srv *s;
@@ -245,8 +351,15 @@ int cli_serve(int argc, char **argv)
         fprintf(stderr, "polykv: %s\n", err);
         return 1;
     }
-    fprintf(stderr, "polykv: listening on http://%s%s%s:%d\n", strchr(o.sp.host, ':') ? "[" : "", o.sp.host,
-            strchr(o.sp.host, ':') ? "]" : "", srv_port(s));
+    fprintf(stderr, "polykv: listening on");
+    for (const char *h = o.sp.host; *h;) {       /* each address of the list, as a URL */
+        size_t n = strcspn(h, ",");
+        while (n && *h == ' ') h++, n--;
+        bool v6 = memchr(h, ':', n) && *h != '[';
+        if (n) fprintf(stderr, " http://%s%.*s%s:%d", v6 ? "[" : "", (int)n, h, v6 ? "]" : "", srv_port(s));
+        h += n + (h[n] == ',');
+    }
+    fprintf(stderr, "\n");
 
     double t0 = pk_time_ms();
     model *m = NULL;

@@ -8,6 +8,7 @@
  * the reason, never taken and ignored.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../server/srv.h"
@@ -24,7 +25,8 @@ void cli_serve_llama_usage(void)
         "  -n, --n-predict, --predict N   tokens to generate (default -1: until the context ends)\n"
         "  --verbose               debug fields (\"__verbose\") in responses, and the request log\n"
         "  --props                 allow POST /props (off by default)\n"
-        "  --cors-origins ORIGINS  localhost (default: reflect localhost origins) | * | a,b,c\n"
+        "  --cors-origins ORIGINS  localhost (reflect localhost origins) | * | a,b,c (default: * with\n"
+        "                          --api-key, else localhost)\n"
         "  --cors-credentials / --no-cors-credentials   (default on)\n"
         "  --reasoning-format F    auto | none | deepseek | deepseek-legacy (default auto): where\n"
         "                          <think>...</think> goes in chat answers\n"
@@ -34,12 +36,18 @@ void cli_serve_llama_usage(void)
         "                          the prompt, a <think> token banned); N > 0 is not supported\n"
         "  -cb, --cont-batching    accepted: batching is always continuous\n"
         "  --offline               accepted: polykv never downloads\n"
+        "  --backend-sampling      accepted: polykv samples on the CPU, where its logits are\n"
         "  --no-ui                 no monitor page at / (404)\n"
+        "  --no-prefill-assistant  a chat's last assistant message is a finished turn (default: its\n"
+        "                          text starts the answer, which continues it); --prefill-assistant\n"
+        "  --ui-mcp-proxy          GET/POST /cors-proxy?url=U forwards to U (http/https) for the web\n"
+        "                          UI's MCP client; off by default (403). Do not enable in untrusted\n"
+        "                          environments: callers reach what this machine reaches\n"
         "  --tags A,B              tags /v1/models lists for the model (--alias takes a list too)\n"
         "  -ub, --ubatch-size N    accepted: polykv picks its own micro-batch (min of -b and 512)\n"
         "refused with the reason: --hf-repo/-hf, --hf-file/-hff, --model-url/-mu (no downloads: pass\n"
         "  -m FILE), --embedding(s), --reranking, --lora, -ngl/--n-gpu-layers, --model-draft,\n"
-        "  --spec-type, --mmproj(-url), --sleep-idle-seconds, --kv-unified\n");
+        "  --spec-type, --mmproj(-url)\n");
 }
 
 static int fail(const char *a, const char *why)
@@ -114,6 +122,18 @@ static int valued(const char *a, const char *v, srv_params *sp)
     return 1;
 }
 
+bool cli_serve_llama_takes_value(const char *a)
+{
+    static const char *const with_value[] = {
+        "-s", "--seed", "--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--repeat-last-n",
+        "--presence-penalty", "--frequency-penalty", "-n", "--n-predict", "--predict", "--cors-origins",
+        "--reasoning-format", "--reasoning-budget", "-ub", "--ubatch-size", "--tags", "-rea", "--reasoning",
+    };
+    for (size_t k = 0; k < ARRAY_LEN(with_value); k++)
+        if (!strcmp(a, with_value[k])) return true;
+    return false;
+}
+
 int cli_serve_llama_flag(int argc, char **argv, int *i, srv_params *sp)
 {
     const char *a = argv[*i];
@@ -135,9 +155,6 @@ int cli_serve_llama_flag(int argc, char **argv, int *i, srv_params *sp)
         { "--gpu-layers", "polykv runs on the CPU only" },
         { "--model-draft", "speculative decoding is not supported" },
         { "-md", "speculative decoding is not supported" },
-        { "--kv-unified", "a slot holds -c / -np positions in polykv (the cells are shared, a slot's share is not)" },
-        { "-kvu", "a slot holds -c / -np positions in polykv (the cells are shared, a slot's share is not)" },
-        { "--sleep-idle-seconds", "sleeping (unloading the model when idle) is not supported" },
         { "--mmproj", "multimodal projectors are not supported" },
         { "--mmproj-url", "multimodal projectors are not supported" },
         { "--spec-type", "speculative decoding is not supported" },
@@ -149,19 +166,49 @@ int cli_serve_llama_flag(int argc, char **argv, int *i, srv_params *sp)
     if (!strcmp(a, "--cors-credentials")) { sp->cors_credentials = true; return 1; }
     if (!strcmp(a, "--no-cors-credentials")) { sp->cors_credentials = false; return 1; }
     if (!strcmp(a, "--no-ui") || !strcmp(a, "--no-webui")) { sp->no_ui = true; return 1; }
+    if (!strcmp(a, "--prefill-assistant")) { sp->no_prefill_assistant = false; return 1; }
+    if (!strcmp(a, "--no-prefill-assistant")) { sp->no_prefill_assistant = true; return 1; }
+    if (!strcmp(a, "--ui-mcp-proxy") || !strcmp(a, "--webui-mcp-proxy")) { sp->ui_mcp_proxy = true; return 1; }
+    if (!strcmp(a, "--no-ui-mcp-proxy") || !strcmp(a, "--no-webui-mcp-proxy")) {
+        sp->ui_mcp_proxy = false;
+        return 1;
+    }
     if (!strcmp(a, "-cb") || !strcmp(a, "--cont-batching") || !strcmp(a, "--offline"))
+        return 1;
+    /* llama.cpp's backend sampling moves the sampler chain onto the GPU
+     * next to the logits, giving the same tokens and probabilities as the
+     * host's; polykv samples on the CPU where its logits already are, so
+     * the flag changes nothing a client can see. */
+    if (!strcmp(a, "--backend-sampling") || !strcmp(a, "--backend_sampling") || !strcmp(a, "-bs"))
         return 1;
     if (!strcmp(a, "-nocb") || !strcmp(a, "--no-cont-batching"))
         return fail(a, "batching is always continuous in polykv");
-    static const char *const with_value[] = {
-        "-s", "--seed", "--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--repeat-last-n",
-        "--presence-penalty", "--frequency-penalty", "-n", "--n-predict", "--predict", "--cors-origins",
-        "--reasoning-format", "--reasoning-budget", "-ub", "--ubatch-size", "--tags", "-rea", "--reasoning",
-    };
-    for (size_t k = 0; k < ARRAY_LEN(with_value); k++) {
-        if (strcmp(a, with_value[k])) continue;
-        const char *v = cli_arg(argc, argv, i);
-        return v ? valued(a, v, sp) : -1;
-    }
-    return 0;
+    if (!cli_serve_llama_takes_value(a)) return 0;
+    const char *v = cli_arg(argc, argv, i);
+    return v ? valued(a, v, sp) : -1;
+}
+
+/* A path from the environment with the leading '/' Vertex AI may leave out. */
+static const char *env_path(const char *name, const char *dflt, char *buf, size_t cap)
+{
+    const char *v = getenv(name);
+    if (!v || !*v) return dflt;
+    snprintf(buf, cap, "%s%s", v[0] == '/' ? "" : "/", v);
+    return buf;
+}
+
+int cli_serve_gcp_env(srv_params *sp)
+{
+    static char predict[256], health[256];
+    const char *mode = getenv("AIP_MODE");
+    if (!mode || strcmp(mode, "PREDICTION")) return 0;
+    sp->gcp_predict_route = env_path("AIP_PREDICT_ROUTE", "/predict", predict, sizeof predict);
+    sp->gcp_health_route = env_path("AIP_HEALTH_ROUTE", NULL, health, sizeof health);
+    const char *port = getenv("AIP_HTTP_PORT");
+    long x;
+    if (!port || !*port) port = "8080";
+    if (!cli_int("AIP_HTTP_PORT", port, 0, 65535, &x)) return -1;
+    if (x != sp->port) fprintf(stderr, "polykv: AIP_MODE=PREDICTION: port %ld (AIP_HTTP_PORT), not %d\n", x, sp->port);
+    sp->port = (int)x;
+    return 1;
 }

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../common/buf.h"
 #include "../common/utf8.h"
@@ -220,7 +221,10 @@ static void on_token(eng *e, slot *s, int32_t id, float lp, const smp_logprob *t
     size_t upto = s->text_sent + tok_utf8_complete(s->text + s->text_sent, s->text_len - s->text_sent);
     upto = MIN(upto, s->text_len - partial);
     bool done = t->req.n_predict >= 0 && s->n_gen >= t->req.n_predict;
-    bool full = !done && s->n_cache >= e->n_ctx_slot;
+    /* llama-server's rule: a slot stops (or shifts) once its cache plus the
+     * token just sampled would fill the context, so the last token sampled
+     * always has a cell to go to: a prompt of P tokens gets n_ctx - P. */
+    bool full = !done && s->n_cache + 1 >= e->n_ctx_slot;
     if (full && ctx_shift(e, s)) full = false;
     if (full) s->truncated = true;                /* it ends here: say so */
     emit_token(s, id, lp, top, n_top, done || full ? s->text_len : upto);
@@ -300,8 +304,6 @@ bool eng_slot_start(eng *e, slot *s, eng_task *t)
 
 /* ---- the loop ---- */
 
-static void answer_stats(eng *e, eng_stats *o);
-
 void eng_call_done(eng *e, eng_call *c)
 {
     pthread_mutex_lock(&e->mu);
@@ -327,12 +329,64 @@ static void unpublish(eng *e)
     pthread_mutex_unlock(&e->pub_mu);
 }
 
+/* A message the engine cannot serve because it could not wake up: the
+ * task ends with an ERROR, a call is answered with st. */
+static void refuse_msg(eng *e, eng_msg *m, pk_status st, const char *why)
+{
+    if (m->kind == ENG_MSG_TASK) {
+        eng_task *t = container_of(m, eng_task, msg);
+        eng_task_fail(t, st, why);
+        eng_task_unref(t);
+        return;
+    }
+    eng_call *c = container_of(m, eng_call, msg);
+    c->status = st;
+    if (c->pool_out) {
+        c->pool_out->status = st;
+        snprintf(c->pool_out->message, sizeof c->pool_out->message, "%s", why);
+    }
+    if (c->file_out) {
+        c->file_out->status = st;
+        snprintf(c->file_out->message, sizeof c->file_out->message, "%s", why);
+    }
+    if (c->cap_out) c->cap_out->status = st;
+    eng_call_done(e, c);
+}
+
+/* Waits (under mu) for mail or work; true when, instead, the engine has
+ * been idle for sleep_idle_ms and should sleep. */
+static bool wait_mail(eng *e)
+{
+    while (!e->stop && !e->inbox_head && !has_work(e)) {
+        if (e->p.sleep_idle_ms <= 0 || e->sleeping) {
+            pthread_cond_wait(&e->cv, &e->mu);
+            continue;
+        }
+        double due = e->idle_since_ms + e->p.sleep_idle_ms;
+        if (pk_time_ms() >= due) return true;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);   /* cv waits on the monotonic clock (eng_new) */
+        double ns = ts.tv_nsec + (due - pk_time_ms()) * 1e6 + 1e6;
+        ts.tv_sec += (time_t)(ns / 1e9);
+        ts.tv_nsec = (long)fmod(ns, 1e9);
+        pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+    }
+    return false;
+}
+
 /* Takes the mailbox and answers it, one switch over the message kinds
- * (control before new work); returns false when the engine must stop. */
+ * (control before new work); returns false when the engine must stop.
+ * Asleep, stats are answered from the snapshot and anything else wakes
+ * the engine before it is looked at. */
 static bool take_mailbox(eng *e)
 {
     pthread_mutex_lock(&e->mu);
-    while (!e->stop && !e->inbox_head && !has_work(e)) pthread_cond_wait(&e->cv, &e->mu);
+    while (wait_mail(e)) {
+        pthread_mutex_unlock(&e->mu);
+        unpublish(e);
+        if (!eng_sleep_enter(e)) e->idle_since_ms = pk_time_ms();   /* no memory: try again later */
+        pthread_mutex_lock(&e->mu);
+    }
     if (e->stop) {
         pthread_mutex_unlock(&e->mu);
         return false;
@@ -345,6 +399,14 @@ static bool take_mailbox(eng *e)
         next = m->next;
         m->next = NULL;
         double t0 = m->kind == ENG_MSG_TASK ? 0 : pk_time_ms();
+        if (m->kind != ENG_MSG_STATS) {
+            e->idle_since_ms = pk_time_ms();
+            pk_status st = e->sleeping ? eng_sleep_wake(e) : PK_OK;
+            if (st != PK_OK) {
+                refuse_msg(e, m, st, "the model could not be reloaded after sleeping");
+                continue;
+            }
+        }
         switch (m->kind) {
         case ENG_MSG_TASK: {
             eng_task *t = container_of(m, eng_task, msg);
@@ -356,7 +418,7 @@ static bool take_mailbox(eng *e)
         }
         case ENG_MSG_STATS: {
             eng_call *c = container_of(m, eng_call, msg);
-            answer_stats(e, c->stats);
+            eng_stats_fill(e, c->stats);
             eng_call_done(e, c);
             break;
         }
@@ -384,6 +446,12 @@ static bool take_mailbox(eng *e)
             eng_call *c = container_of(m, eng_call, msg);
             unpublish(e);
             eng_slot_file_msg(e, c);
+            eng_call_done(e, c);
+            break;
+        }
+        case ENG_MSG_WAKE: {                /* awake by now (above) */
+            eng_call *c = container_of(m, eng_call, msg);
+            c->status = PK_OK;
             eng_call_done(e, c);
             break;
         }
@@ -478,6 +546,28 @@ static int32_t build_batch(eng *e, int32_t *n_dec)
         }
     }
     return n;
+}
+
+/* The step needs more cells than are free once droppable histories are
+ * gone (with --kv-unified the slots' contexts add up to more than the
+ * cache): the newest running task ends with an ERROR and its cells go, so
+ * the older ones keep their work.  Returns false when no task runs. */
+static bool shed_newest(eng *e)
+{
+    slot *v = NULL;
+    for (int32_t i = 0; i < e->p.n_slots; i++) {
+        slot *s = &e->slots[i];
+        if (s->state != ENG_SLOT_IDLE && (!v || s->task->id > v->task->id)) v = s;
+    }
+    if (!v) return false;
+    eng_task_fail(v->task, PK_EFULL, "the context size has been exceeded: no free KV cell is left for this "
+                                    "request (older requests and pools hold them)");
+    kv_seq_rm(e->kv, v->id, -1, -1);
+    v->n_cache = 0;
+    v->session[0] = 0;
+    eng_pool_detach(e, v);
+    slot_release(e, v);
+    return true;
 }
 
 /* Runs the batch; on failure every busy slot's task ends with an ERROR
@@ -605,9 +695,9 @@ static void sample_and_emit(eng *e, int32_t n)
 static void publish(eng *e)
 {
     double t0 = pk_time_ms();
-    if (!e->pub || t0 - atomic_load(&e->pub_want_ms) > PUB_WANT_MS) return;
+    if (!e->pub || e->sleeping || t0 - atomic_load(&e->pub_want_ms) > PUB_WANT_MS) return;
     static __thread eng_stats st;          /* filled outside the lock */
-    answer_stats(e, &st);
+    eng_stats_fill(e, &st);
     eng_adm_inputs(e, &e->adm_in);
     pthread_mutex_lock(&e->pub_mu);
     e->pub->stats = st;
@@ -627,7 +717,9 @@ static void *engine_main(void *arg)
         drop_cancelled(e);
         eng_place_waiting(e);
         int32_t n_dec, n = build_batch(e, &n_dec);
+        while (n > 0 && !eng_make_room(e, n) && shed_newest(e)) n = build_batch(e, &n_dec);
         if (n > 0 && decode(e, n, n_dec) == PK_OK) sample_and_emit(e, n);
+        if (n > 0 || has_work(e)) e->idle_since_ms = pk_time_ms();
         eng_admit_step(e);
         publish(e);
         if (e->check) eng_check(e);
@@ -637,8 +729,13 @@ static void *engine_main(void *arg)
 
 /* ---- stats ---- */
 
-static void answer_stats(eng *e, eng_stats *o)
+void eng_stats_fill(eng *e, eng_stats *o)
 {
+    if (e->sleeping) {                     /* nothing changes while asleep but the clock */
+        *o = *e->sleep_stats;
+        o->ts_ms = pk_wall_ms();
+        return;
+    }
     memset(o, 0, sizeof *o);
     o->ts_ms = pk_wall_ms();
     o->n_slots = e->p.n_slots;
@@ -819,7 +916,21 @@ pk_status eng_pool_op(eng *e, const eng_pool_req *rq, eng_pool_reply *out)
     return out->status;
 }
 
+pk_status eng_wake(eng *e)
+{
+    if (!eng_is_sleeping(e)) return PK_OK;
+    eng_call c = { .msg.kind = ENG_MSG_WAKE };
+    pk_status st = call(e, &c);
+    return st != PK_OK ? st : c.status;
+}
+
 /* ---- lifecycle ---- */
+
+model_ctx_params eng_ctx_params(const eng *e)
+{
+    return (model_ctx_params){ .n_ctx = e->p.n_ctx, .n_ubatch = MIN(e->p.n_batch, 512),
+                               .n_threads = e->p.n_threads, .kv_type = e->p.kv_type };
+}
 
 pk_status eng_submit(eng *e, const eng_completion *c, eng_task **out)
 {
@@ -856,18 +967,18 @@ pk_status eng_new(const model *m, const eng_params *p, eng **out)
         p->n_batch_decoding < 0 ||
         p->n_threads < 1 || p->tps_window_tokens < 1 || p->tps_window_ms < 1 || p->cache_ram_mib < 0 ||
         p->n_pools < 0 || p->n_pools > ENG_MAX_POOLS || p->n_slots + p->n_pools > KV_MAX_SEQ ||
-        p->pool_grace_ms < 0 || adm_policy_check(&p->admission) != PK_OK || pol_params_check(&p->policy) != PK_OK)
+        p->pool_grace_ms < 0 || p->sleep_idle_ms < 0 || adm_policy_check(&p->admission) != PK_OK ||
+        pol_params_check(&p->policy) != PK_OK)
         return PK_EINVAL;
     eng *e = calloc(1, sizeof *e);
     if (!e) return PK_ENOMEM;
     e->m = m;
     e->vocab = model_vocab(m);
     e->p = *p;
-    e->n_ctx_slot = p->n_ctx / p->n_slots;
+    e->n_ctx_slot = p->kv_unified ? p->n_ctx : p->n_ctx / p->n_slots;
     e->n_vocab = model_get_hparams(m)->n_vocab;
     e->adm.policy = p->admission;
-    model_ctx_params cp = { .n_ctx = p->n_ctx, .n_ubatch = MIN(p->n_batch, 512),
-                            .n_threads = p->n_threads, .kv_type = p->kv_type };
+    model_ctx_params cp = eng_ctx_params(e);
     pk_status st = model_ctx_new(m, &cp, &e->ctx);
     if (st) goto fail;
     e->kv = model_ctx_kv(e->ctx);
@@ -899,7 +1010,13 @@ pk_status eng_new(const model *m, const eng_params *p, eng **out)
     atomic_init(&e->pub_want_ms, -1e12);
     pthread_mutex_init(&e->mu, NULL);
     pthread_mutex_init(&e->pub_mu, NULL);
-    pthread_cond_init(&e->cv, NULL);
+    pthread_condattr_t ca;                 /* wait_mail's deadlines are on pk_time_ms's clock */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&e->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    atomic_init(&e->asleep, false);
+    e->idle_since_ms = pk_time_ms();
     pthread_cond_init(&e->reply_cv, NULL);
     if (pthread_create(&e->thread, NULL, engine_main, e)) {
         pthread_mutex_destroy(&e->mu);
@@ -945,16 +1062,7 @@ void eng_free(eng *e)
             e->wait_tail = t;
             continue;
         }
-        eng_call *c = container_of(m, eng_call, msg);
-        if (c->pool_out) {
-            c->pool_out->status = PK_ECANCELLED;
-            snprintf(c->pool_out->message, sizeof c->pool_out->message, "the engine is stopping");
-        }
-        if (c->file_out) {
-            c->file_out->status = PK_ECANCELLED;
-            snprintf(c->file_out->message, sizeof c->file_out->message, "the engine is stopping");
-        }
-        eng_call_done(e, c);
+        refuse_msg(e, m, PK_ECANCELLED, "the engine is stopping");
     }
     e->inbox_head = e->inbox_tail = NULL;
     for (eng_task *t = e->wait_head, *nx; t; t = nx) {
@@ -990,5 +1098,6 @@ void eng_free(eng *e)
     pthread_cond_destroy(&e->cv);
     pthread_cond_destroy(&e->reply_cv);
     free(e->pub);
+    free(e->sleep_stats);
     free(e);
 }

@@ -28,7 +28,11 @@
  *
  *   Slots and sequences: slot i decodes under KV sequence id i; the cells
  *   of the cache are shared by all slots (n_ctx in all), and each slot's
- *   request may use up to n_ctx / n_slots positions (n_ctx_slot).  Pools
+ *   request may use up to n_ctx / n_slots positions (n_ctx_slot), or all
+ *   n_ctx with kv_unified.  When a step needs more free cells than the
+ *   cache has (histories dropped first), the newest running task ends with
+ *   a "context size has been exceeded" ERROR (PK_EFULL) and its cells go,
+ *   until the step fits: the older tasks keep their work.  Pools
  *   (docs/pools.md) and parked histories take ids from reserves above the
  *   slots' (eng_seq.c, one allocator).
  *
@@ -81,6 +85,10 @@ typedef struct eng_params {
     int32_t cache_ram_mib;      /* RAM for histories spilled out of the cache, 8192 */
     int32_t n_pools;            /* --pools: sequence ids reserved for pools, 16 */
     int32_t pool_grace_ms;      /* --pool-grace-ms: kept after the last user leaves, 30000 */
+    bool kv_unified;            /* --kv-unified: a slot may use all n_ctx positions (cells
+                                   permitting) rather than n_ctx / n_slots */
+    int32_t sleep_idle_ms;      /* --sleep-idle-seconds: after this long with no task the engine
+                                   sleeps (eng_sleep.c); 0 (default): never */
     bool ctx_shift;             /* --context-shift: a full context drops half of its
                                    tokens after n_keep and goes on (cells of its own only) */
     const char *pool_dir;       /* --pool-dir: pinned pools are saved here and restored at
@@ -334,6 +342,21 @@ pk_status eng_get_stats(eng *e, eng_stats *out);
  * never waits for a batch.  For readers that poll (the tps stream, the
  * page); everything that must see its own writes uses eng_get_stats. */
 pk_status eng_get_stats_recent(eng *e, eng_stats *out);
+
+/* ---- sleeping (eng_sleep.c) ------------------------------------------- */
+
+/* With sleep_idle_ms, an engine with nothing to do for that long sleeps:
+ * every cached history goes, pools keep their tokens but lose their cells
+ * (recomputed when next used), the KV cache and the compute threads are
+ * freed and the model's weights released (model_weights_release).  Stats
+ * are answered meanwhile from the snapshot taken on entering; any other
+ * message (a task, a pool operation ...) wakes the engine first, so no
+ * request ever runs on a half-loaded model. */
+bool eng_is_sleeping(const eng *e);            /* any thread */
+/* Wakes a sleeping engine and returns once the model is back (PK_OK at
+ * once when awake); PK_ENOMEM when it cannot be reloaded (still asleep),
+ * PK_ECANCELLED when stopping.  Any thread. */
+pk_status eng_wake(eng *e);
 
 /* Drops the cached history of slot `slot` (llama-server's slot erase):
  * PK_ECONFLICT while a task runs in it; slot -1 drops every idle slot's,

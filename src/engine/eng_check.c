@@ -13,11 +13,25 @@
  *   RAM tier   spill_bytes is the sum of its entries
  *   pools      eng_pool_check: resident pools hold [0, L), evicted none,
  *              the allocator's pool ids are the tree's
+ *   asleep     no cache, no history anywhere, the weights released
  */
 #include "eng_impl.h"
 
+static void check_asleep(const eng *e)
+{
+    ASSERT(!e->ctx && !e->kv && e->n_waiting == 0 && model_weights_released(e->m));
+    for (int32_t i = 0; i < e->p.n_slots; i++)
+        ASSERT(e->slots[i].state == ENG_SLOT_IDLE && e->slots[i].n_cache == 0 && !e->slots[i].pool_id);
+    for (int32_t i = 0; i < e->n_parked_max; i++) ASSERT(!e->parked[i].used);
+    ASSERT(e->spill_bytes == 0);
+}
+
 void eng_check(eng *e)
 {
+    if (e->sleeping) {
+        check_asleep(e);
+        return;
+    }
     ASSERT(kv_check(e->kv));
     int32_t n_used_ids = 0, owned = 0;
     for (kv_seq s = 0; s < KV_MAX_SEQ; s++) {

@@ -27,6 +27,7 @@ typedef struct eng_call {
     const eng_pool_req *pool_rq;   /* ENG_MSG_POOL */
     eng_pool_reply *pool_out;
     int32_t erase_slot;         /* ENG_MSG_ERASE: a slot, or -1 for every idle history */
+    const char *erase_why;      /* the drops' reason in the cache events, NULL: "erased" */
     int32_t pool_id;            /* ENG_MSG_ADMISSION, ENG_MSG_CAPACITY: 0 = the server scope */
     const adm_policy *adm_set;  /* ENG_MSG_ADMISSION: the new policy, NULL to read */
     adm_policy *adm_out;
@@ -36,7 +37,7 @@ typedef struct eng_call {
     const char *file_dir, *file_name;  /* ENG_MSG_SLOT_FILE: slot erase_slot */
     bool file_save;             /* save, else restore */
     eng_file_reply *file_out;
-    pk_status status;           /* ENG_MSG_ERASE's answer */
+    pk_status status;           /* ENG_MSG_ERASE's and ENG_MSG_WAKE's answer */
     int32_t n_erased;
     double t0_ms;
     struct eng_call *next_wait; /* a deferred answer's queue (engine thread) */
@@ -172,6 +173,12 @@ struct eng {
     bool stop;
     uint64_t next_id;
     bool check;                 /* eng_check after every step (debug builds, POLYKV_CHECK=1) */
+    atomic_bool asleep;         /* eng_is_sleeping: written by the engine thread */
+
+    /* Sleeping (eng_sleep.c), engine thread only. */
+    bool sleeping;              /* ctx, kv NULL, the weights released */
+    double idle_since_ms;       /* the last step with work, or message other than stats */
+    eng_stats *sleep_stats;     /* what stats answer while sleeping */
 
     /* Engine thread only below. */
     eng_task *wait_head, *wait_tail;
@@ -353,6 +360,21 @@ struct pool_tree *eng_pool_tree(eng *e);
  * resident at once.  PK_OK, else the reason in why (nothing kept). */
 pk_status eng_pool_adopt(eng *e, int32_t id, int32_t parent, int32_t D, const int32_t *tokens, int32_t n,
                          bool pinned, const uint8_t *rows, char *why, size_t cap);
+
+/* eng.c: the stats snapshot (engine thread, awake). */
+void eng_stats_fill(eng *e, eng_stats *o);
+model_ctx_params eng_ctx_params(const eng *e);
+
+/* eng_sleep.c */
+/* Nothing runs or waits: drops every history and the pools' cells, takes
+ * the stats snapshot, frees the KV cache and releases the weights.  False
+ * (nothing changed) when the snapshot cannot be allocated. */
+bool eng_sleep_enter(eng *e);
+/* Reloads the weights and makes a new KV cache; PK_ENOMEM (still asleep). */
+pk_status eng_sleep_wake(eng *e);
+
+/* eng_pool.c: drops the cells of every resident pool (tokens stay). */
+void eng_pool_evict_all(eng *e, const char *why);
 
 /* eng_check.c: every invariant of the engine's state; ASSERTs. */
 void eng_check(eng *e);

@@ -484,7 +484,7 @@ void eng_erase_msg(eng *e, eng_call *c)
         if (kind == H_POOL || (c->erase_slot >= 0 && !(kind == H_SLOT && i == c->erase_slot))) continue;
         if (kind == H_SLOT && e->slots[i].state != ENG_SLOT_IDLE) continue;
         c->n_erased += sn->hists[h].n_tokens;
-        drop_hist(e, sn, h, "erased", false);
+        drop_hist(e, sn, h, c->erase_why ? c->erase_why : "erased", false);
     }
 }
 

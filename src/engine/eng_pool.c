@@ -647,6 +647,14 @@ void eng_pool_evict_seq(eng *e, kv_seq seq, const char *why)
     eng_cache_event_add(e, &ev);
 }
 
+void eng_pool_evict_all(eng *e, const char *why)
+{
+    for (int32_t i = 0; i < pool_count(e->pools->tree); i++) {
+        const pool_node *p = pool_at(e->pools->tree, i);
+        if (p->residency == POOL_RESIDENT) eng_pool_evict_seq(e, p->seq, why);
+    }
+}
+
 void eng_pool_stats(eng *e, eng_stats *o)
 {
     pool_tree *t = e->pools->tree;

@@ -514,13 +514,24 @@ static void gen_array(conv *c, json_t *s, int32_t self)
         return;
     }
     if (mn > 1000 || mx > 1000) { fail(c, PK_EUNSUPPORTED, "minItems/maxItems over 1000"); return; }
+    const char *prefix_key = "prefixItems";
+    if (items && json_is_array(items) && !prefix) {
+        /* draft 4-2019's tuple form, which llama.cpp's converter reads too:
+         * exactly those items, in order. */
+        prefix = items;
+        prefix_key = "items";
+        items = NULL;
+    }
     if (items && !json_is_object(items) && !json_is_boolean(items)) {
-        fail(c, PK_EUNSUPPORTED, "unsupported keyword 'items' as a list (use prefixItems)");
+        fail(c, PK_EUNSUPPORTED, "unsupported keyword 'items' as a list beside prefixItems");
         return;
     }
     if (prefix) {
         if (!json_is_array(prefix)) { fail(c, PK_EFORMAT, "'prefixItems' must be an array"); return; }
-        if (jmin || jmax) { fail(c, PK_EUNSUPPORTED, "unsupported keyword 'minItems/maxItems' with 'prefixItems'"); return; }
+        if (jmin || jmax) {
+            fail(c, PK_EUNSUPPORTED, "unsupported keyword 'minItems/maxItems' with a tuple ('%s')", prefix_key);
+            return;
+        }
         size_t np = json_array_size(prefix);
         pk_buf_printf(&c->out, "\"[\" ws");
         for (size_t i = 0; i < np; i++) pk_buf_printf(&c->out, "%s s%d-p%zu ws", i ? " \",\" ws" : "", self, i);
@@ -529,7 +540,7 @@ static void gen_array(conv *c, json_t *s, int32_t self)
             char idx[24];
             snprintf(idx, sizeof idx, "%zu", i);
             size_t mark = 0;
-            path_push(c, &mark, "prefixItems", idx);
+            path_push(c, &mark, prefix_key, idx);
             int32_t r = gen(c, json_array_get(prefix, i));
             if (r >= 0) pk_buf_printf(&c->out, "s%d-p%zu ::= s%d\n", self, i, r);
             c->path[mark] = 0;

@@ -99,6 +99,17 @@ size_t model_tiled_bytes(const model *m);
  * the next model_decode then switches). */
 void model_wait_copy(const model *m);
 void model_free(model *m);                         /* NULL is a no-op */
+
+/* Sleeping (--sleep-idle-seconds): release gives the weights' memory back
+ * to the OS (the huge-page copy is freed, the mapped pages dropped; the
+ * mapping, the vocabulary and the metadata stay, so tokenizing still
+ * works); reload brings them back as model_load did (computing from the
+ * mapping at once, the copy made behind the first passes).  Both must run
+ * while no forward pass runs or starts over the model: the caller is its
+ * only user (the engine thread, with its contexts freed).  Idempotent. */
+void model_weights_release(const model *m);
+void model_weights_reload(const model *m);
+bool model_weights_released(const model *m);        /* any thread */
 const model_hparams *model_get_hparams(const model *m);
 const tok_vocab *model_vocab(const model *m);
 const gguf_ctx *model_gguf(const model *m);

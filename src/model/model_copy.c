@@ -219,3 +219,43 @@ void model_copy_free(model *m)
     if (m->copier_started) pthread_join(m->copier, NULL);
     pk_huge_free(m->copy_buf, m->copy_len);
 }
+
+/* A weight back into the mapping, in its file layout. */
+static void move_back(model_w *w, void *arg)
+{
+    const rebase *r = arg;
+    if (!w->data) return;
+    w->data = r->to + ((const char *)w->data - r->from);
+    if (tq_get(w->type)->tile_rows) w->type = tq_get(w->type)->untiled;
+}
+
+void model_weights_release(const model *cm)
+{
+    model *m = (model *)cm;   /* as model_pass_begin: where the weights live is ours to change */
+    if (atomic_load(&m->released)) return;
+    ASSERT(atomic_load(&m->passes) == 0);
+    atomic_store(&m->copy_stop, true);
+    if (m->copier_started) pthread_join(m->copier, NULL);
+    m->copier_started = false;
+    atomic_store(&m->copy_stop, false);
+    const char *map_lo = (const char *)gguf_file_data(m->gguf) + m->copy_off;
+    if (atomic_load(&m->copy_state) == COPY_ADOPTED)
+        model_each_weight(m, move_back, &(rebase){ m->copy_buf, (char *)map_lo });
+    pk_huge_free(m->copy_buf, m->copy_len);
+    m->copy_buf = NULL;
+    atomic_store(&m->copy_state, COPY_NONE);
+    span sp = { NULL, NULL };
+    model_each_weight(m, widen, &sp);
+    if (sp.lo) release(sp.lo, (size_t)(sp.hi - sp.lo));
+    atomic_store(&m->released, true);
+}
+
+void model_weights_reload(const model *cm)
+{
+    model *m = (model *)cm;
+    if (!atomic_load(&m->released)) return;
+    atomic_store(&m->released, false);
+    if (m->hold == MODEL_COPY) model_copy_start(m);
+}
+
+bool model_weights_released(const model *m) { return atomic_load(&((model *)m)->released); }

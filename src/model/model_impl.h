@@ -17,6 +17,9 @@ struct model {
     model_layer *layers;      /* [n_layer] */
     size_t weight_bytes;
     char desc[96];
+    model_hold hold;          /* model_load's choice: what model_weights_reload restores */
+    atomic_bool released;     /* model_weights_release: no weight in memory until reload;
+                                 written by the model's user, read by any thread */
 
     /* model_copy.c: the weights read into huge pages in the background */
     _Atomic int copy_state;   /* COPY_* */

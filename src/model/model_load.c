@@ -249,6 +249,7 @@ pk_status model_load(const char *path, model_hold hold, model **out, char *err, 
     m->weight_bytes -= model_w_bytes(&m->tok_embd) + model_w_bytes(&m->rope_freqs);
     snprintf(m->desc, sizeof m->desc, "%s %dL %dd %s", model_arch_name(m->hp.arch),
              m->hp.n_layer, m->hp.n_embd, tq_get(m->layers[0].wq.type)->name);
+    m->hold = hold;
     if (hold == MODEL_COPY) model_copy_start(m);
     *out = m;
     return PK_OK;

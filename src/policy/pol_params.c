@@ -165,6 +165,8 @@ const char *pol_turn_marker_for(const char *name)
         return "<|start_header_id|>";
     if (strcasecmp(name, "llama2") == 0 || strcasecmp(name, "mistral") == 0)
         return "[INST]";
+    if (strcasecmp(name, "command-r") == 0)
+        return "<|START_OF_TURN_TOKEN|>";
     return "";
 }
 

@@ -2,6 +2,7 @@
  * sav.c - the saved-KV file format (sav.h): encode, parse with every check,
  * and the crash-safe write.
  *
+ *   token list    [0, 4) "PKVT"  [4, 8) 1  [8, 12) n_words  [12, 12 + 4 n_words) words
  *   header bytes  [0, 8) magic   [8, 72) fields   [72, 80) payload_xxh3
  *                 [80, 88) header_xxh3 of [0, 80)   [88, 96) zero
  */
@@ -19,6 +20,11 @@
 #include "sav.h"
 
 static const char magic[8] = { 'P', 'K', 'V', 'S', 'T', 'A', 'T', 'E' };
+static const char list_magic[4] = { 'P', 'K', 'V', 'T' };
+#define LIST_VERSION 1
+#define LIST_HEAD 12               /* magic, version, n_words */
+#define PACKED_MARK 0xFFFFFFFFu    /* llama.cpp's LLAMA_TOKEN_NULL: a packed list's first word */
+#define PACKED_HEAD 12             /* mark, packed version, n_tokens */
 
 /* Writes the reason into why[cap] and returns st. */
 static pk_status fail(pk_status st, char *why, size_t cap, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
@@ -55,10 +61,68 @@ static uint64_t payload_bytes(const sav_header *h)
     return (uint64_t)h->n_tokens * 4 + n * row;
 }
 
+uint64_t sav_head_bytes(const sav_header *h) { return LIST_HEAD + PACKED_HEAD + (uint64_t)h->n_tokens * 4; }
+
 uint64_t sav_file_bytes(const sav_header *h)
 {
     uint64_t p = payload_bytes(h);
-    return p == UINT64_MAX ? 0 : SAV_HEADER_BYTES + p;
+    return p == UINT64_MAX ? 0 : sav_head_bytes(h) + SAV_HEADER_BYTES + p;
+}
+
+/* The token list ahead of the header (packed), into b[sav_head_bytes(h)]. */
+static void encode_list(const sav_header *h, const int32_t *tokens, uint8_t *b)
+{
+    memcpy(b, list_magic, 4);
+    put32(b + 4, LIST_VERSION);
+    put32(b + 8, h->n_tokens + PACKED_HEAD / 4);
+    put32(b + 12, PACKED_MARK);
+    put32(b + 16, 1);
+    put32(b + 20, h->n_tokens);
+    memcpy(b + LIST_HEAD + PACKED_HEAD, tokens, (size_t)h->n_tokens * 4);
+}
+
+/* Where the header of b[0, n) starts: 0 for a file without a token list,
+ * else after the list, whose head is checked here (the list itself is
+ * compared with the payload once that is verified). */
+static pk_status find_header(const uint8_t *b, size_t n, uint32_t max_tokens, size_t *at, char *why, size_t cap)
+{
+    if (n >= 8 && !memcmp(b, magic, 8)) {
+        *at = 0;
+        return PK_OK;
+    }
+    if (n < LIST_HEAD)
+        return fail(PK_EFORMAT, why, cap, "truncated: %zu bytes, the token list's head alone has %d", n,
+                    LIST_HEAD);
+    if (memcmp(b, list_magic, 4)) return fail(PK_EFORMAT, why, cap, "not a polykv state file (bad magic)");
+    if (get32(b + 4) != LIST_VERSION)
+        return fail(PK_EUNSUPPORTED, why, cap, "token list version %u (this build reads %d)", get32(b + 4),
+                    LIST_VERSION);
+    uint32_t words = get32(b + 8);
+    if (words > max_tokens + PACKED_HEAD / 4)
+        return fail(PK_EFORMAT, why, cap, "a token list of %u words (at most %u tokens fit)", words,
+                    max_tokens);
+    *at = LIST_HEAD + (size_t)words * 4;
+    return PK_OK;
+}
+
+/* The token list of b (whose header starts at `at`) equals tok[0, n). */
+static pk_status check_list(const uint8_t *b, size_t at, const int32_t *tok, uint32_t n, char *why,
+                            size_t cap)
+{
+    if (at == 0) return PK_OK;
+    uint32_t words = get32(b + 8);
+    const uint8_t *w = b + LIST_HEAD;
+    if (words >= PACKED_HEAD / 4 && get32(w) == PACKED_MARK) {
+        if (get32(w + 4) != 1 || get32(w + 8) != words - PACKED_HEAD / 4)
+            return fail(PK_EFORMAT, why, cap, "packed token list: version %u, %u tokens in %u words",
+                        get32(w + 4), get32(w + 8), words);
+        w += PACKED_HEAD;
+        words -= PACKED_HEAD / 4;
+    }
+    if (words != n || memcmp(w, tok, (size_t)n * 4))
+        return fail(PK_EFORMAT, why, cap,
+                    "the token list ahead of the header (%u tokens) is not the payload's (%u)", words, n);
+    return PK_OK;
 }
 
 bool sav_name_ok(const char *name, size_t len)
@@ -110,6 +174,8 @@ static uint64_t payload_xxh(const sav_header *h, const int32_t *tokens, const ui
 void sav_encode(const sav_header *h, const int32_t *tokens, const uint8_t *rows, uint8_t *buf)
 {
     size_t nt = (size_t)h->n_tokens * 4, nr = (size_t)(h->n_tokens - h->row_first) * sav_row_bytes(h);
+    encode_list(h, tokens, buf);
+    buf += sav_head_bytes(h);
     encode_header(h, payload_xxh(h, tokens, rows), buf);
     memcpy(buf + SAV_HEADER_BYTES, tokens, nt);
     if (nr) memcpy(buf + SAV_HEADER_BYTES + nt, rows, nr);
@@ -157,11 +223,17 @@ static pk_status parse_header(const uint8_t *b, const sav_expect *want, sav_head
 pk_status sav_parse(const void *buf, size_t n, const sav_expect *want, sav_header *h, const int32_t **tokens,
                     const uint8_t **rows, char *why, size_t cap)
 {
-    const uint8_t *b = buf;
+    const uint8_t *file = buf;
     memset(h, 0, sizeof *h);
-    if (n < SAV_HEADER_BYTES)
-        return fail(PK_EFORMAT, why, cap, "truncated: %zu bytes, the header alone has %d", n, SAV_HEADER_BYTES);
-    pk_status st = parse_header(b, want, h, why, cap);
+    size_t at;
+    pk_status st = find_header(file, n, want->max_tokens, &at, why, cap);
+    if (st != PK_OK) return st;
+    if (n < at + SAV_HEADER_BYTES)
+        return fail(PK_EFORMAT, why, cap, "truncated: %zu bytes, the header ends at %zu", n,
+                    at + SAV_HEADER_BYTES);
+    const uint8_t *b = file + at;
+    n -= at;
+    st = parse_header(b, want, h, why, cap);
     if (st != PK_OK) return st;
     if ((uint64_t)n != SAV_HEADER_BYTES + h->payload_bytes)
         return fail(PK_EFORMAT, why, cap, "%s: %zu bytes, the header says %llu", n < SAV_HEADER_BYTES + h->payload_bytes ?
@@ -169,6 +241,8 @@ pk_status sav_parse(const void *buf, size_t n, const sav_expect *want, sav_heade
     const int32_t *tok = (const int32_t *)(b + SAV_HEADER_BYTES);
     const uint8_t *rw = b + SAV_HEADER_BYTES + (size_t)h->n_tokens * 4;
     if (get64(b + 72) != payload_xxh(h, tok, rw)) return fail(PK_EFORMAT, why, cap, "payload checksum mismatch");
+    st = check_list(file, at, tok, h->n_tokens, why, cap);
+    if (st != PK_OK) return st;
     for (uint32_t i = 0; i < h->n_tokens; i++)
         if ((uint32_t)tok[i] >= want->n_vocab)
             return fail(PK_EFORMAT, why, cap, "token %d at position %u is outside the vocabulary", tok[i], i);
@@ -190,18 +264,25 @@ pk_status sav_read(const char *path, const sav_expect *want, uint8_t **buf, sav_
     }
     /* The header first: a size that disagrees is refused before reading
      * (or allocating) the rest. */
-    uint8_t hb[SAV_HEADER_BYTES];
-    if (sb.st_size < SAV_HEADER_BYTES || pread(fd, hb, sizeof hb, 0) != (ssize_t)sizeof hb) {
-        close(fd);
-        return fail(PK_EFORMAT, why, cap, "truncated: %lld bytes, the header alone has %d", (long long)sb.st_size,
-                    SAV_HEADER_BYTES);
-    }
-    pk_status st = parse_header(hb, want, h, why, cap);
+    uint8_t lh[LIST_HEAD], hb[SAV_HEADER_BYTES];
+    ssize_t n_lh = pread(fd, lh, sizeof lh, 0);
+    size_t at = 0;
+    pk_status st = find_header(lh, n_lh > 0 ? (size_t)n_lh : 0, want->max_tokens, &at, why, cap);
     if (st != PK_OK) {
         close(fd);
         return st;
     }
-    uint64_t says = SAV_HEADER_BYTES + h->payload_bytes;
+    if ((uint64_t)sb.st_size < at + SAV_HEADER_BYTES || pread(fd, hb, sizeof hb, (off_t)at) != (ssize_t)sizeof hb) {
+        close(fd);
+        return fail(PK_EFORMAT, why, cap, "truncated: %lld bytes, the header ends at %zu", (long long)sb.st_size,
+                    at + SAV_HEADER_BYTES);
+    }
+    st = parse_header(hb, want, h, why, cap);
+    if (st != PK_OK) {
+        close(fd);
+        return st;
+    }
+    uint64_t says = at + SAV_HEADER_BYTES + h->payload_bytes;
     if (says < SAV_HEADER_BYTES || (uint64_t)sb.st_size != says) {
         close(fd);
         return fail(PK_EFORMAT, why, cap, "%s: %lld bytes, the header says %llu", (uint64_t)sb.st_size < says ? "truncated" :
@@ -251,12 +332,20 @@ pk_status sav_write(const char *dir, const char *name, const sav_header *h, cons
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     uint8_t hb[SAV_HEADER_BYTES];
     encode_header(h, payload_xxh(h, tokens, rows), hb);
+    uint8_t *list = malloc((size_t)sav_head_bytes(h));
+    if (!list) return fail(PK_ENOMEM, why, cap, "out of memory for the token list");
+    encode_list(h, tokens, list);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0) return fail(PK_EIO, why, cap, "cannot create %s: %s", tmp, strerror(errno));
+    if (fd < 0) {
+        free(list);
+        return fail(PK_EIO, why, cap, "cannot create %s: %s", tmp, strerror(errno));
+    }
     size_t nr = (size_t)(h->n_tokens - h->row_first) * sav_row_bytes(h);
-    bool ok = write_all(fd, hb, sizeof hb) && write_all(fd, tokens, (size_t)h->n_tokens * 4) &&
+    bool ok = write_all(fd, list, (size_t)sav_head_bytes(h)) && write_all(fd, hb, sizeof hb) &&
+              write_all(fd, tokens, (size_t)h->n_tokens * 4) &&
               (!nr || write_all(fd, rows, nr)) && fsync(fd) == 0;
     int err = errno;
+    free(list);
     ok = close(fd) == 0 && ok;
     if (ok && delay_ms > 0) {
         struct timespec ts = { delay_ms / 1000, (long)(delay_ms % 1000) * 1000000L };

@@ -9,13 +9,23 @@
  *   sizes equal the running model's.  Anything else is refused with a
  *   reason, never loaded wrong.
  *
- *     offset 0   header (SAV_HEADER_BYTES, little-endian fields)
+ *     offset 0   token list, in llama-server's slot-file layout (so tools
+ *                that read or rewrite that layout's head work on ours):
+ *                  magic "PKVT", list version 1, n_words, then n_words
+ *                  u32: written packed as llama-server's current files,
+ *                  [0xFFFFFFFF][1][n_tokens][tokens], read also plain,
+ *                  [tokens], as its older files hold them
+ *     12+4*n_words  header (SAV_HEADER_BYTES, little-endian fields)
  *                  magic "PKVSTATE", version, kind, fingerprint,
  *                  kv_type, n_layer, k_row_bytes, v_row_bytes,
  *                  n_tokens, row_first, pool_id, parent, branch_pos,
  *                  flags, payload_bytes, payload_xxh3, header_xxh3
- *     header     tokens   [n_tokens] int32
+ *     + header   tokens   [n_tokens] int32
  *                rows     [n_tokens - row_first][n_layer][K row | V row]
+ *
+ *   The list ahead of the header repeats the payload's tokens, which the
+ *   checksum covers; a file is refused unless both agree.  A file that
+ *   begins with the header (earlier builds wrote no list) is read too.
  *
  *   row_first is the first position whose rows the file holds: 0 for a
  *   slot; a child pool's branch_pos (its parent holds the rest).
@@ -63,8 +73,10 @@ typedef struct sav_expect {
     uint32_t n_vocab;           /* every token must be below it */
 } sav_expect;
 
-/* Bytes of a whole file with header h (its counts), 0 when they overflow. */
+/* Bytes of a whole file with header h (its counts), as sav_encode writes
+ * it, 0 when they overflow; sav_head_bytes: where its header starts. */
 uint64_t sav_file_bytes(const sav_header *h);
+uint64_t sav_head_bytes(const sav_header *h);
 /* Bytes of the rows of one position. */
 uint64_t sav_row_bytes(const sav_header *h);
 
@@ -90,7 +102,7 @@ pk_status sav_read(const char *path, const sav_expect *want, uint8_t **buf, sav_
  * payload: tokens[h->n_tokens], rows[(n_tokens - row_first) * row bytes].
  * The checksums and payload_bytes are computed here.  delay_ms > 0 sleeps
  * between the write and the rename (the kill -9 test's window).  PK_EIO
- * (reason in why), PK_EINVAL for a name sav_name_ok refuses. */
+ * (reason in why), PK_EINVAL for a name sav_name_ok refuses, PK_ENOMEM. */
 pk_status sav_write(const char *dir, const char *name, const sav_header *h, const int32_t *tokens,
                     const uint8_t *rows, int delay_ms, char *why, size_t cap);
 

@@ -27,52 +27,40 @@
 #include "../model/model.h"
 #include "srv_impl.h"
 
-/* Who may call a route when --api-key is set. */
-typedef enum srv_access {
-    SRV_KEY = 0,                 /* the key, always */
-    SRV_PROBE,                   /* the key, unless --public-probes */
-    SRV_OPEN,                    /* nobody needs it: the page's static files, whose data
-                                    calls then need the key */
-} srv_access;
-
-typedef struct srv_route {
-    const char *path;
-    const char *method;          /* "GET", "POST" (a JSON object body), or "*": GET, POST
-                                    (the body optional) and DELETE, the handler decides */
-    srv_handler fn;
-    srv_access access;
-    bool prefix;                 /* path is a prefix: the handler parses the rest */
-} srv_route;
-
 static const srv_route routes[] = {
-    { "/health",              "GET",  srv_h_health,          SRV_PROBE, false },
-    { "/v1/health",           "GET",  srv_h_health,          SRV_PROBE, false },
-    { "/v1/models",           "GET",  srv_h_oai_models,      SRV_KEY, false },
-    { "/models",              "GET",  srv_h_oai_models,      SRV_KEY, false },
-    { "/v1/completions",      "POST", srv_h_oai_completions, SRV_KEY, false },
-    { "/v1/chat/completions", "POST", srv_h_oai_chat,        SRV_KEY, false },
-    { "/chat/completions",    "POST", srv_h_oai_chat,        SRV_KEY, false },
-    { "/v1/chat/completions/input_tokens", "POST", srv_h_oai_input_tokens, SRV_KEY, false },
-    { "/chat/completions/input_tokens",    "POST", srv_h_oai_input_tokens, SRV_KEY, false },
-    { "/v1/messages",         "POST", srv_h_anth_messages,   SRV_KEY, false },
-    { "/v1/messages/count_tokens", "POST", srv_h_anth_count_tokens, SRV_KEY, false },
-    { "/completion",          "POST", srv_h_completion,      SRV_KEY, false },
-    { "/completions",         "POST", srv_h_completion,      SRV_KEY, false },
-    { "/tokenize",            "POST", srv_h_tokenize,        SRV_KEY, false },
-    { "/detokenize",          "POST", srv_h_detokenize,      SRV_KEY, false },
-    { "/apply-template",      "POST", srv_h_apply_template,  SRV_KEY, false },
-    { "/props",               "*",    srv_h_props,           SRV_KEY, false },
-    { "/slots",               "GET",  srv_h_slots,           SRV_KEY, false },
-    { "/metrics",             "GET",  srv_h_metrics,         SRV_PROBE, false },
-    { "/polykv/tps",          "GET",  srv_h_tps,             SRV_KEY, false },
-    { "/polykv/cache",        "GET",  srv_h_cache,           SRV_KEY, false },
-    { "/polykv/pools",        "*",    srv_h_pools,           SRV_KEY, false },
-    { "/polykv/admission",    "*",    srv_h_admission,       SRV_KEY, false },
-    { "/polykv/capacity",     "GET",  srv_h_capacity,        SRV_KEY, false },
-    { "/polykv/pools/",       "*",    srv_h_pool,            SRV_KEY, true },
-    { "/slots/",              "*",    srv_h_slot_action,     SRV_KEY, true },
-    { "/",                    "GET",  srv_h_page,            SRV_OPEN, false },
-    { "/assets/",             "GET",  srv_h_page,            SRV_OPEN, true },
+    { "/health",              "GET",  srv_h_health,          SRV_OPEN, false, false },
+    { "/v1/health",           "GET",  srv_h_health,          SRV_OPEN, false, false },
+    { "/v1/models",           "GET",  srv_h_oai_models,      SRV_KEY, false, false },
+    { "/models",              "GET",  srv_h_oai_models,      SRV_KEY, false, false },
+    { "/v1/completions",      "POST", srv_h_oai_completions, SRV_KEY, false, true },
+    { "/v1/chat/completions", "POST", srv_h_oai_chat,        SRV_KEY, false, true },
+    { "/chat/completions",    "POST", srv_h_oai_chat,        SRV_KEY, false, true },
+    { "/v1/responses",        "POST", srv_h_responses,       SRV_KEY, false, true },
+    { "/responses",           "POST", srv_h_responses,       SRV_KEY, false, true },
+    { "/v1/responses/input_tokens", "POST", srv_h_responses_input_tokens, SRV_KEY, false, true },
+    { "/responses/input_tokens",    "POST", srv_h_responses_input_tokens, SRV_KEY, false, true },
+    { "/v1/chat/completions/input_tokens", "POST", srv_h_oai_input_tokens, SRV_KEY, false, true },
+    { "/chat/completions/input_tokens",    "POST", srv_h_oai_input_tokens, SRV_KEY, false, true },
+    { "/v1/messages",         "POST", srv_h_anth_messages,   SRV_KEY, false, true },
+    { "/v1/messages/count_tokens", "POST", srv_h_anth_count_tokens, SRV_KEY, false, true },
+    { "/completion",          "POST", srv_h_completion,      SRV_KEY, false, true },
+    { "/completions",         "POST", srv_h_completion,      SRV_KEY, false, true },
+    { "/tokenize",            "POST", srv_h_tokenize,        SRV_KEY, false, true },
+    { "/detokenize",          "POST", srv_h_detokenize,      SRV_KEY, false, true },
+    { "/apply-template",      "POST", srv_h_apply_template,  SRV_KEY, false, true },
+    { "/props",               "*",    srv_h_props,           SRV_KEY, false, false },
+    { "/slots",               "GET",  srv_h_slots,           SRV_KEY, false, false },
+    { "/metrics",             "GET",  srv_h_metrics,         SRV_PROBE, false, false },
+    { "/polykv/tps",          "GET",  srv_h_tps,             SRV_KEY, false, false },
+    { "/polykv/cache",        "GET",  srv_h_cache,           SRV_KEY, false, false },
+    { "/polykv/pools",        "*",    srv_h_pools,           SRV_KEY, false, false },
+    { "/polykv/admission",    "*",    srv_h_admission,       SRV_KEY, false, false },
+    { "/polykv/capacity",     "GET",  srv_h_capacity,        SRV_KEY, false, false },
+    { "/polykv/pools/",       "*",    srv_h_pool,            SRV_KEY, true, false },
+    { "/slots/",              "*",    srv_h_slot_action,     SRV_KEY, true, false },
+    { "/cors-proxy",          "RAW",  srv_h_cors_proxy,      SRV_KEY, false, false },
+    { "/",                    "GET",  srv_h_page,            SRV_OPEN, false, false },
+    { "/assets/",             "GET",  srv_h_page,            SRV_OPEN, true, false },
 };
 
 srv_params srv_default_params(void)
@@ -88,7 +76,6 @@ srv_params srv_default_params(void)
         .max_connections = 256,
         .sampling = smp_default_params(),
         .n_predict = -1,
-        .cors_origins = "localhost",
         .cors_credentials = true,
         .reasoning_budget = -1,
     };
@@ -177,15 +164,35 @@ static enum MHD_Result queue(srv_req *r, unsigned status, struct MHD_Response *r
     return ret;
 }
 
+enum MHD_Result srv_queue(srv_req *r, unsigned status, struct MHD_Response *resp, const char *content_type)
+{
+    return queue(r, status, resp, content_type);
+}
+
+/* A captured reply (srv_req.capture) keeps the body for the caller. */
+static enum MHD_Result capture(srv_req *r, unsigned status, json_t *body)
+{
+    json_decref(r->captured);
+    r->captured = body;
+    r->status = status;
+    r->replied = true;
+    return MHD_YES;
+}
+
 enum MHD_Result srv_reply_text(srv_req *r, unsigned status, const char *content_type, const char *text, size_t len)
 {
+    if (r->capture) {
+        json_t *j = json_loadb(text, len, JSON_DECODE_ANY, NULL);
+        return capture(r, status, j ? j : srv_json_text(text, len));
+    }
     struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_MUST_COPY);
     return queue(r, status, resp, content_type);
 }
 
 enum MHD_Result srv_reply_json(srv_req *r, unsigned status, json_t *j)
 {
-    char *s = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+    if (r->capture && j) return capture(r, status, j);
+    char *s = j ? json_dumps(j, SRV_JSON_DUMP) : NULL;
     json_decref(j);
     if (!s) {
         static const char oom[] = "{\"error\":{\"code\":500,\"message\":\"out of memory\",\"type\":\"server_error\"}}";
@@ -214,6 +221,10 @@ enum MHD_Result srv_reply_errorf(srv_req *r, unsigned status, const char *fmt, .
 enum MHD_Result srv_reply_sse(srv_req *r, MHD_ContentReaderCallback reader, void *cls,
                               MHD_ContentReaderFreeCallback free_cb)
 {
+    if (r->capture) {
+        free_cb(cls);
+        return srv_reply_errorf(r, 400, "this route answers with one JSON body, not a stream");
+    }
     if (!strcmp(r->method, "HEAD")) {
         /* MHD 0.9.75 sends a chunked response's last chunk even to HEAD: an
          * empty body of known length has none. */
@@ -229,6 +240,19 @@ enum MHD_Result srv_reply_sse(srv_req *r, MHD_ContentReaderCallback reader, void
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     return queue(r, 200, resp, "text/event-stream");
+}
+
+enum MHD_Result srv_reply_callback(srv_req *r, unsigned status, const char *content_type, uint64_t size,
+                                   const char *const *headers, MHD_ContentReaderCallback reader, void *cls,
+                                   MHD_ContentReaderFreeCallback free_cb)
+{
+    struct MHD_Response *resp = MHD_create_response_from_callback(size, 16384, reader, cls, free_cb);
+    if (!resp) {
+        free_cb(cls);
+        return srv_reply_errorf(r, 500, "out of memory");
+    }
+    for (size_t k = 0; headers && headers[k]; k += 2) MHD_add_response_header(resp, headers[k], headers[k + 1]);
+    return queue(r, status, resp, content_type);
 }
 
 bool srv_conn_alive(struct MHD_Connection *conn, int *probe)
@@ -308,11 +332,38 @@ static bool authorized(srv_req *r)
 
 /* ---- the access handler ---- */
 
-static const srv_route *find_route(const char *url, bool *path_known)
+/* Vertex AI's routes (srv_predict.c), at the paths its environment names. */
+static const srv_route gcp_predict = { NULL, "POST", srv_h_predict, SRV_KEY, false, true };
+static const srv_route gcp_health = { NULL, "GET", srv_h_health, SRV_PROBE, false, false };
+
+bool srv_route_by_format(const char *format, srv_handler *fn, const char **path)
 {
-    *path_known = false;
     for (size_t i = 0; i < ARRAY_LEN(routes); i++) {
         const srv_route *rt = &routes[i];
+        if (rt->prefix || strcmp(rt->method, "POST")) continue;
+        char alias[64];
+        srv_gcp_format_of(rt->path, alias, sizeof alias);
+        if (!strcmp(format, alias) || !strcmp(format, rt->path)) {
+            *fn = rt->fn;
+            *path = rt->path;
+            return true;
+        }
+    }
+    return false;
+}
+
+static const srv_route *find_route(const srv *s, const char *url, bool *path_known)
+{
+    *path_known = false;
+    const char *pr = s->p.gcp_predict_route, *hr = s->p.gcp_health_route;
+    if ((pr && !strcmp(url, pr)) || (hr && !strcmp(url, hr))) {
+        *path_known = true;
+        return pr && !strcmp(url, pr) ? &gcp_predict : &gcp_health;
+    }
+    const srv_route *table = s->p.router ? srv_router_routes : routes;
+    size_t n_routes = s->p.router ? srv_n_router_routes : ARRAY_LEN(routes);
+    for (size_t i = 0; i < n_routes; i++) {
+        const srv_route *rt = &table[i];
         size_t n = strlen(rt->path);
         if (rt->prefix ? !strncmp(rt->path, url, n) && url[n] : !strcmp(rt->path, url)) {
             *path_known = true;
@@ -330,16 +381,16 @@ static bool early_reply(srv_req *r, enum MHD_Result *ret)
         return true;
     }
     bool known;
-    const srv_route *rt = find_route(r->url, &known);
+    const srv_route *rt = find_route(r->s, r->url, &known);
     if (!rt) {
         *ret = srv_reply_errorf(r, 404, "File Not Found");
         return true;
     }
     /* Anthropic's clients read their own error shape, from here on. */
     r->anthropic = rt->fn == srv_h_anth_messages || rt->fn == srv_h_anth_count_tokens;
-    bool any = !strcmp(rt->method, "*") &&
-               (!strcmp(r->method, "GET") || !strcmp(r->method, "HEAD") || !strcmp(r->method, "POST") ||
-                !strcmp(r->method, "DELETE"));
+    bool get_post = !strcmp(r->method, "GET") || !strcmp(r->method, "HEAD") || !strcmp(r->method, "POST");
+    bool any = (!strcmp(rt->method, "*") && (get_post || !strcmp(r->method, "DELETE"))) ||
+               (!strcmp(rt->method, "RAW") && get_post);
     if (!any && strcmp(rt->method, r->method) && !(strcmp(rt->method, "GET") == 0 && !strcmp(r->method, "HEAD"))) {
         *ret = srv_reply_errorf(r, 405, "%s %s: method not allowed (use %s)", r->method, r->url, rt->method);
         return true;
@@ -350,7 +401,7 @@ static bool early_reply(srv_req *r, enum MHD_Result *ret)
         *ret = srv_reply_errorf(r, 401, "Invalid API Key");
         return true;
     }
-    if (!srv_engine(r->s)) {
+    if (!r->s->p.router && !srv_engine(r->s)) {
         *ret = srv_reply_errorf(r, 503, "Loading model");
         return true;
     }
@@ -433,7 +484,7 @@ static enum MHD_Result dispatch(srv_req *r)
     if (r->body_oom) return srv_reply_errorf(r, 500, "out of memory for the request body");
     json_t *body = NULL;
     bool optional = !strcmp(r->route->method, "*");
-    if (!strcmp(r->method, "POST") && (r->body.n || !optional)) {
+    if (!strcmp(r->method, "POST") && (r->body.n || !optional) && strcmp(r->route->method, "RAW")) {
         json_error_t je;
         body = r->body.n ? json_loadb(r->body.p, r->body.n, 0, &je) : NULL;
         if (!r->body.n) return srv_reply_errorf(r, 400, "the request body must be a JSON object");
@@ -442,6 +493,10 @@ static enum MHD_Result dispatch(srv_req *r)
             json_decref(body);
             return srv_reply_errorf(r, 400, "the request body must be a JSON object");
         }
+    }
+    if (r->route->wakes && eng_wake(srv_engine(r->s)) != PK_OK) {
+        json_decref(body);
+        return srv_reply_errorf(r, 503, "the model could not be reloaded after sleeping");
     }
     enum MHD_Result ret = r->route->fn(r, body);
     json_decref(body);
@@ -508,6 +563,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         fprintf(stderr, "srv: %s %s %u %.1f ms%s\n", r->method, r->url, r->status, pk_time_ms() - r->t0_ms,
                 code == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)");
     pk_buf_free(&r->body);
+    json_decref(r->captured);
     free(r);
     *con_cls = NULL;
 }
@@ -551,12 +607,45 @@ static bool resolve(const char *host, int port, struct sockaddr_storage *addr, c
     return true;
 }
 
+/* Starts a daemon on host:port as s->d[s->n_d++]. */
+static pk_status listen_on(srv *s, const char *host, int port, char *err, size_t err_len)
+{
+    const srv_params *p = &s->p;
+    struct sockaddr_storage addr;
+    if (!resolve(host, port, &addr, err, err_len)) return PK_EINVAL;
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+                     MHD_USE_ERROR_LOG;
+    if (addr.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
+    struct MHD_Daemon *d = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, s,
+                            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
+                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)MIN(p->header_timeout_s, p->timeout_s),
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)p->max_connections,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)p->max_per_ip,
+                            MHD_OPTION_END);
+    if (!d) {
+        snprintf(err, err_len, "cannot listen on %s:%d (address in use, or not an address of this machine)",
+                 host, port);
+        return PK_EIO;
+    }
+    s->d[s->n_d++] = d;
+    return PK_OK;
+}
+
 pk_status srv_new(const srv_params *p, srv **out, char *err, size_t err_len)
 {
     *out = NULL;
     if (!p->host || p->port < 0 || p->port > 65535 || p->timeout_s < 0 || p->header_timeout_s < 0 ||
         p->max_per_ip < 0 || p->max_connections < 1 || p->max_body_bytes < 1) {
         snprintf(err, err_len, "invalid server parameters");
+        return PK_EINVAL;
+    }
+    const char *pr = p->gcp_predict_route;
+    bool taken = false;
+    for (size_t i = 0; pr && i < ARRAY_LEN(routes); i++) taken |= !strcmp(pr, routes[i].path);
+    if (pr && (pr[0] != '/' || taken)) {
+        snprintf(err, err_len, "the predict route %s (AIP_PREDICT_ROUTE) must be a path polykv does not serve", pr);
         return PK_EINVAL;
     }
     srv *s = calloc(1, sizeof *s);
@@ -569,39 +658,55 @@ pk_status srv_new(const srv_params *p, srv **out, char *err, size_t err_len)
     s->p.chat_template = s->chat_template = dup_or_null(p->chat_template, &oom);
     s->p.chat_template_file = s->chat_template_file = dup_or_null(p->chat_template_file, &oom);
     s->p.model_alias = s->alias = dup_or_null(p->model_alias, &oom);
-    s->p.cors_origins = s->cors_origins = dup_or_null(p->cors_origins ? p->cors_origins : "localhost", &oom);
+    s->p.cors_origins = s->cors_origins = dup_or_null(srv_cors_default(p), &oom);
     s->p.model_tags = s->tags = dup_or_null(p->model_tags, &oom);
+    s->p.gcp_predict_route = s->gcp_predict = dup_or_null(p->gcp_predict_route, &oom);
+    s->p.gcp_health_route = s->gcp_health = dup_or_null(p->gcp_health_route, &oom);
     s->t_start = (int64_t)time(NULL);
     atomic_init(&s->stopping, false);
     atomic_init(&s->e, NULL);
+    pthread_mutex_init(&s->scrape_mu, NULL);
     if (oom) {
         srv_free(s);
         return PK_ENOMEM;
     }
-    struct sockaddr_storage addr;
-    if (!resolve(p->host, p->port, &addr, err, err_len)) {
+    /* One daemon per address (libmicrohttpd binds one socket per daemon);
+     * the first picks the port when it is 0, the others take the same. */
+    int port = p->port;
+    for (const char *h = p->host; *h;) {
+        size_t n = strcspn(h, ",");
+        char host[256];
+        snprintf(host, sizeof host, "%.*s", (int)MIN(n, sizeof host - 1), h);
+        h += n + (h[n] == ',');
+        char *a = host, *z = host + strlen(host);
+        while (*a == ' ') a++;
+        while (z > a && z[-1] == ' ') *--z = 0;
+        if (z > a + 1 && *a == '[' && z[-1] == ']') {   /* [::1], as in a URL */
+            a++;
+            *--z = 0;
+        }
+        if (s->n_d == SRV_MAX_HOSTS) {
+            snprintf(err, err_len, "--host: at most %d addresses", SRV_MAX_HOSTS);
+            srv_free(s);
+            return PK_EINVAL;
+        }
+        if (!*a) continue;
+        pk_status st = listen_on(s, a, port, err, err_len);
+        if (st != PK_OK) {
+            srv_free(s);
+            return st;
+        }
+        if (s->n_d == 1) {
+            const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d[0], MHD_DAEMON_INFO_BIND_PORT);
+            port = di ? di->port : p->port;
+        }
+    }
+    if (s->n_d == 0) {
+        snprintf(err, err_len, "--host: no address given");
         srv_free(s);
         return PK_EINVAL;
     }
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
-                     MHD_USE_ERROR_LOG;
-    if (addr.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
-    s->d = MHD_start_daemon(flags, (uint16_t)p->port, NULL, NULL, on_request, s,
-                            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
-                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)MIN(p->header_timeout_s, p->timeout_s),
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)p->max_connections,
-                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)p->max_per_ip,
-                            MHD_OPTION_END);
-    if (!s->d) {
-        snprintf(err, err_len, "cannot listen on %s:%d (address in use, or not an address of this machine)",
-                 p->host, p->port);
-        srv_free(s);
-        return PK_EIO;
-    }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = di ? di->port : p->port;
+    s->port = port;
     *out = s;
     return PK_OK;
 }
@@ -638,7 +743,7 @@ pk_status srv_set_engine(srv *s, eng *e, const char *model_path, char *err, size
     if (s->p.chat_template && *s->p.chat_template) {
         k = tmpl_from_name(s->p.chat_template);
         if (k == TMPL_UNKNOWN) {
-            snprintf(err, err_len, "unknown chat template '%s' (chatml, llama3, llama2, llama2-sys, mistral)",
+            snprintf(err, err_len, "unknown chat template '%s' (chatml, llama3, llama2, llama2-sys, mistral, command-r)",
                      s->p.chat_template);
             return PK_EINVAL;
         }
@@ -674,7 +779,7 @@ void srv_free(srv *s)
 {
     if (!s) return;
     atomic_store(&s->stopping, true);
-    if (s->d) MHD_stop_daemon(s->d);
+    for (int i = 0; i < s->n_d; i++) MHD_stop_daemon(s->d[i]);
     free(s->host);
     free(s->api_key);
     free(s->save_dir);
@@ -684,7 +789,10 @@ void srv_free(srv *s)
     free(s->alias);
     free(s->cors_origins);
     free(s->tags);
+    free(s->gcp_predict);
+    free(s->gcp_health);
     free(s->model_path);
+    pthread_mutex_destroy(&s->scrape_mu);
     free(s);
 }
 

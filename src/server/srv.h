@@ -37,7 +37,8 @@
  *   (request validation shared by the endpoints, prompts, chat messages),
  *   srv_gen.c (running a task: collect or stream), srv_openai.c (OpenAI
  *   shapes), srv_native.c (llama.cpp endpoints), srv_metrics.c (/metrics,
- *   /slots, /polykv/tps), srv_tools.c (tool calls in generated text).
+ *   /slots, /polykv/tps), srv_tools.c (tool calls in generated text),
+ *   srv_router.c (router mode: the model list and the proxy to children).
  *
  * Threads: srv_new, srv_set_engine and srv_free from the owner's thread;
  * srv_set_engine once, while requests may be arriving.
@@ -60,12 +61,15 @@ typedef enum srv_reasoning {
 /* The name's format; false for an unknown name. */
 bool srv_reasoning_parse(const char *name, srv_reasoning *out);
 
+#define SRV_MAX_HOSTS 8
+
 typedef struct srv_params {
-    const char *host;           /* address to bind, "127.0.0.1" */
+    const char *host;           /* address to bind, "127.0.0.1", or a comma-separated list of at
+                                   most SRV_MAX_HOSTS ("127.0.0.1,::1"): a daemon on each, one port */
     int port;                   /* 8080; 0 picks a free one (see srv_port) */
     const char *api_key;        /* NULL or "": no authentication; else required on every
                                    route but the page's files (/, /assets/) */
-    bool public_probes;         /* with api_key: /health and /metrics need none */
+    bool public_probes;         /* with api_key: /metrics needs none (/health never does) */
     const char *slot_save_path; /* --slot-save-path: the only directory slot save and
                                    restore touch; NULL: they answer 501 */
     bool endpoint_metrics;      /* GET /metrics (--metrics), off by default */
@@ -89,21 +93,33 @@ typedef struct srv_params {
     int32_t n_predict;          /* -1: until the context is full */
     bool verbose;               /* --verbose: "__verbose" debug fields in responses */
     bool endpoint_props_write;  /* --props: POST /props allowed */
-    const char *cors_origins;   /* "localhost" (the default: reflect localhost origins), "*", or a
-                                   comma-separated list of allowed origins */
+    const char *cors_origins;   /* "localhost" (reflect localhost origins), "*", or a
+                                   comma-separated list of allowed origins; NULL (the default):
+                                   "*" with an api_key, else "localhost" (srv_cors.c) */
     bool cors_credentials;      /* Access-Control-Allow-Credentials: true (default) */
     srv_reasoning reasoning_format;   /* the default of requests, auto */
     bool no_ui;                 /* --no-ui: no monitor page at / (404) */
+    bool ui_mcp_proxy;          /* --ui-mcp-proxy: /cors-proxy forwards requests (srv_proxy.c);
+                                   off: a 403 */
     const char *model_tags;     /* --tags: comma-separated, listed by /v1/models; NULL none */
     int32_t reasoning_budget;   /* -1: unlimited; 0: no thinking (an opened <think> closed in the
                                    prompt, a one-token "<think>" banned) */
+    struct rt *router;          /* router mode (src/router, srv_router.c): the server serves no model
+                                   itself, lists the router's and proxies to their children; NULL
+                                   for a one-model server */
+    const char *gcp_predict_route; /* Vertex AI (AIP_MODE=PREDICTION): POST path of the predict
+                                   route (llama-server's /predict), NULL: none */
+    const char *gcp_health_route;  /* and a GET path answering as /health, NULL: none */
+    bool no_prefill_assistant;  /* --no-prefill-assistant: a chat's last assistant message is a
+                                   finished turn, not the start of the answer */
 } srv_params;
 
 srv_params srv_default_params(void);
 
 typedef struct srv srv;
 
-/* Binds and starts serving (503 on every route until srv_set_engine).
+/* Binds and starts serving (503 on every route until srv_set_engine; in
+ * router mode, p.router set, every route at once and no engine ever).
  * The strings of p are copied.  PK_EINVAL for bad params, PK_EIO when the
  * address cannot be bound (reason in err), PK_ENOMEM. */
 pk_status srv_new(const srv_params *p, srv **out, char *err, size_t err_len);

@@ -199,8 +199,8 @@ static bool check_request(const json_t *body, bool *add_gen, const json_t **tool
     return true;
 }
 
-bool srv_chat_prompt(const srv *s, const json_t *body, char **prompt, size_t *n_prompt, srv_tool_fmt *tools_fmt,
-                     srv_err *e)
+static bool render(const srv *s, const json_t *body, char **prompt, size_t *n_prompt, srv_tool_fmt *tools_fmt,
+                   srv_err *e)
 {
     const json_t *req_tools = json_object_get(body, "tools");
     bool wants_tools = json_array_size(req_tools) || has_tool_turns(json_object_get(body, "messages"));
@@ -238,4 +238,149 @@ bool srv_chat_prompt(const srv *s, const json_t *body, char **prompt, size_t *n_
     if (st) return srv_fail(e, 400, "messages", "chat template: %s", msg);
     if (tools) *tools_fmt = s->tmpl == TMPL_LLAMA3 ? SRV_TOOL_LLAMA3 : SRV_TOOL_QWEN;
     return true;
+}
+
+/* ---- a final assistant message continued (the prefill) ---- */
+
+typedef enum cont_mode { CONT_NONE = 0, CONT_CONTENT, CONT_REASONING } cont_mode;
+
+/* The text a continued message holds: its string content, or its text
+ * parts joined by a blank line (llama-server's join). */
+static void part_text(const json_t *content, pk_buf *b)
+{
+    if (json_is_string(content)) {
+        pk_buf_put(b, json_string_value(content), json_string_length(content));
+        return;
+    }
+    bool first = true;
+    for (size_t i = 0; i < json_array_size(content); i++) {
+        const json_t *part = json_array_get(content, i);
+        const json_t *text = json_object_get(part, "text");
+        const char *type = json_string_value(json_object_get(part, "type"));
+        if (!json_is_string(text) || (type && strcmp(type, "text"))) continue;
+        if (!first) pk_buf_puts(b, "\n\n");
+        pk_buf_put(b, json_string_value(text), json_string_length(text));
+        first = false;
+    }
+}
+
+static const char *role_of(const json_t *msgs, size_t i)
+{
+    return json_string_value(json_object_get(json_array_get(msgs, i), "role"));
+}
+
+/* What continuing m means by itself: its reasoning when that is all it
+ * holds, else its content. */
+static cont_mode natural_mode(const json_t *m)
+{
+    const json_t *c = json_object_get(m, "content");
+    bool only_reasoning = json_string_length(json_object_get(m, "reasoning_content")) && !json_string_length(c) &&
+                          !json_array_size(c);
+    return only_reasoning ? CONT_REASONING : CONT_CONTENT;
+}
+
+/* Whether body's last message is continued rather than closed, and how:
+ * continue_final_message asks for it (true, "content" or
+ * "reasoning_content"); otherwise a last message from the assistant is
+ * continued unless --no-prefill-assistant, or it carries tool calls (a
+ * finished turn).  False with e on a contradiction. */
+static bool cont_mode_of(const srv *s, const json_t *body, cont_mode *mode, srv_err *e)
+{
+    *mode = CONT_NONE;
+    const json_t *msgs = json_object_get(body, "messages");
+    size_t n = json_array_size(msgs);
+    const json_t *last = n ? json_array_get(msgs, n - 1) : NULL;
+    const char *role = last ? role_of(msgs, n - 1) : NULL;
+    bool assistant = role && !strcmp(role, "assistant");
+    bool calls = json_array_size(json_object_get(last, "tool_calls")) > 0;
+    const json_t *cfm = srv_field(body, "continue_final_message");
+    const char *cfm_s = json_string_value(cfm);
+    if (cfm && !json_is_boolean(cfm) && !(cfm_s && (!strcmp(cfm_s, "content") || !strcmp(cfm_s, "reasoning_content"))))
+        return srv_fail(e, 400, "continue_final_message", "'continue_final_message' must be a boolean, "
+                        "\"content\" or \"reasoning_content\"");
+    if (cfm && !json_is_false(cfm)) {
+        bool add_gen = false;
+        if (!srv_get_bool(body, "add_generation_prompt", &add_gen, e)) return false;
+        if (add_gen)
+            return srv_fail(e, 400, "continue_final_message", "'add_generation_prompt' and "
+                            "'continue_final_message' cannot both be true");
+        if (!assistant)
+            return srv_fail(e, 400, "continue_final_message", "'continue_final_message' continues the last "
+                            "message, which must be the assistant's");
+        if (calls)
+            return srv_fail(e, 400, "continue_final_message", "an assistant message with tool calls cannot be "
+                            "continued");
+        *mode = !cfm_s ? natural_mode(last) : !strcmp(cfm_s, "content") ? CONT_CONTENT : CONT_REASONING;
+    } else {
+        if (!assistant || calls || s->p.no_prefill_assistant) return true;
+        const char *before = n >= 2 ? role_of(msgs, n - 2) : NULL;
+        if (before && !strcmp(before, "assistant"))
+            return srv_fail(e, 400, "messages", "the messages end with two assistant messages: the last one "
+                            "would be continued (prefilled) after a finished one");
+        *mode = natural_mode(last);
+    }
+    if (n < 2) return srv_fail(e, 400, "messages", "a continued assistant message needs a message before it");
+    return true;
+}
+
+/* Appends the continued message m to a prompt rendered up to the
+ * assistant's generation prompt.  A prompt that opened <think> gets the
+ * message's reasoning_content, then, unless the reasoning itself is
+ * continued, the thinking closed and the content. */
+static bool put_continuation(const json_t *m, cont_mode mode, char **prompt, size_t *n_prompt, bool *think_open)
+{
+    pk_buf b = { 0 };
+    pk_buf_put(&b, *prompt, *n_prompt);
+    bool opened = srv_reason_prompt_opens(*prompt, *n_prompt);
+    const json_t *rc = json_object_get(m, "reasoning_content");
+    if (opened && json_is_string(rc)) pk_buf_put(&b, json_string_value(rc), json_string_length(rc));
+    if (opened && mode == CONT_CONTENT) pk_buf_puts(&b, "\n</think>\n\n");
+    if (mode == CONT_CONTENT || !opened) part_text(json_object_get(m, "content"), &b);
+    if (b.oom) {
+        pk_buf_free(&b);
+        return false;
+    }
+    free(*prompt);
+    *prompt = b.p;
+    *n_prompt = b.n;
+    if (think_open) *think_open = opened && mode == CONT_REASONING;
+    return true;
+}
+
+bool srv_chat_prompt(const srv *s, const json_t *body, char **prompt, size_t *n_prompt, srv_tool_fmt *tools_fmt,
+                     bool *think_open, srv_err *e)
+{
+    *prompt = NULL;
+    *n_prompt = 0;
+    cont_mode mode;
+    if (!cont_mode_of(s, body, &mode, e)) return false;
+    if (!mode) {
+        if (!render(s, body, prompt, n_prompt, tools_fmt, e)) return false;
+        if (think_open) *think_open = srv_reason_prompt_opens(*prompt, *n_prompt);
+        return true;
+    }
+    /* The conversation before the message, up to the assistant's turn, as
+     * a request for a new answer would render it; then the message's text
+     * as the start of that answer, so the model continues it. */
+    const json_t *msgs = json_object_get(body, "messages");
+    const json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
+    json_t *head = json_copy((json_t *)body), *hm = json_array();
+    bool oom = !head || !hm;
+    for (size_t i = 0; !oom && i + 1 < json_array_size(msgs); i++)
+        oom = json_array_append(hm, json_array_get(msgs, i)) != 0;
+    oom = oom || json_object_set(head, "messages", hm) || json_object_set_new(head, "add_generation_prompt", json_true());
+    json_decref(hm);
+    if (oom) {
+        json_decref(head);
+        return srv_fail(e, 500, NULL, "out of memory");
+    }
+    json_object_del(head, "continue_final_message");
+    bool ok = render(s, head, prompt, n_prompt, tools_fmt, e);
+    json_decref(head);
+    if (ok && !put_continuation(last, mode, prompt, n_prompt, think_open)) {
+        free(*prompt);
+        *prompt = NULL;
+        ok = srv_fail(e, 500, NULL, "out of memory");
+    }
+    return ok;
 }

@@ -3,13 +3,21 @@
  * the preflight (OPTIONS) answer and the headers on every other response.
  *
  * Policy (--cors-origins), as llama-server reads its flag of that name:
- *   "localhost"  (polykv's default) an Origin whose host is localhost,
+ *   "localhost"  an Origin whose host is localhost,
  *                127.0.0.1 or ::1 is reflected; any other gets no
  *                Access-Control-Allow-Origin, so the browser withholds the
  *                answer.  A page on another site cannot drive a local server.
  *   "*"          any origin: reflected when credentials are allowed (a
  *                browser refuses "*" with credentials), else "*".
  *   "a,b,c"      those origins exactly (compared after trimming spaces).
+ *
+ * Without the flag: "*" when --api-key is set, "localhost" when not.
+ * llama-server's documented default is "*" (with credentials: any Origin
+ * echoed); with a key that is safe, since a page from anywhere still needs
+ * the key to get an answer.  Without one, "*" would let any site a local
+ * user visits drive the server and read its answers (and, with
+ * --ui-mcp-proxy, reach the user's network through it), so a keyless
+ * server answers only pages served from this machine.
  *
  * A preflight is answered on every path before routing, API keys and
  * loading (browsers send no Authorization with it): 200, an empty body,
@@ -65,6 +73,12 @@ bool srv_cors_allowed(const char *policy, const char *origin)
         return !strcmp(host, "localhost") || !strcmp(host, "127.0.0.1") || !strcmp(host, "::1");
     }
     return in_list(policy, origin);
+}
+
+const char *srv_cors_default(const srv_params *p)
+{
+    if (p->cors_origins) return p->cors_origins;
+    return p->api_key && *p->api_key ? "*" : "localhost";
 }
 
 void srv_cors_add(srv_req *r, struct MHD_Response *resp, bool preflight)

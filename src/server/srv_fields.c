@@ -180,9 +180,11 @@ static bool parse_reasoning(const json_t *b, srv_api api, srv_gen_opts *o, srv_e
     if (rf && (!json_is_string(rf) || !srv_reasoning_parse(json_string_value(rf), &o->reasoning)))
         return srv_fail(e, 400, "reasoning_format", "'reasoning_format' must be auto, none, deepseek or "
                         "deepseek-legacy");
-    bool cont = false;
-    if (!srv_get_bool(b, "continue_final_message", &cont, e)) return false;
-    if (cont) return srv_fail(e, 400, "continue_final_message", "'continue_final_message' is not supported");
+    /* A chat's continue_final_message is read where the prompt is rendered (srv_chat.c). */
+    const json_t *cfm = srv_field(b, "continue_final_message");
+    if (api != SRV_API_OAI_CHAT && cfm && !json_is_false(cfm))
+        return srv_fail(e, 400, "continue_final_message", "'continue_final_message' continues a chat's last "
+                        "message: it belongs on /v1/chat/completions");
     const json_t *kw = srv_field(b, "chat_template_kwargs");
     if (kw && !json_is_object(kw))
         return srv_fail(e, 400, "chat_template_kwargs", "'chat_template_kwargs' must be an object");

@@ -28,6 +28,7 @@ static void gen_free(void *cls)
     srv_gen *g = cls;
     if (!g) return;
     if (g->task) eng_task_release(g->task);
+    json_decref(g->o.echo);
     free(g->text);
     free(g->bias);
     free(g->prompt);
@@ -136,7 +137,7 @@ void srv_gen_out(srv_gen *g, const char *s, size_t n)
 
 void srv_gen_sse_event(srv_gen *g, const char *name, json_t *j)
 {
-    char *s = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+    char *s = j ? json_dumps(j, SRV_JSON_DUMP) : NULL;
     json_decref(j);
     size_t n = s ? strlen(s) : 0, n_name = name ? strlen(name) : 0;
     /* Room for the whole event first, so none goes out half written. */
@@ -285,9 +286,10 @@ json_t *srv_gen_prompt_text(const srv_gen *g)
 
 /* return_progress: a chunk with llama-server's prompt_progress object
  * (and, with timings_per_token, the prompt's timings so far). */
-static json_t *progress_chunk(const srv_gen *g, const eng_event *ev)
+static json_t *progress_chunk(srv_gen *g, const eng_event *ev)
 {
-    json_t *j = g->o.api == SRV_API_NATIVE
+    json_t *j = g->o.api == SRV_API_OAI_RESP ? srv_resp_progress_event(g)
+              : g->o.api == SRV_API_NATIVE
               ? json_pack("{s:i, s:s, s:[], s:b, s:i, s:i, s:i}", "index", 0, "content", "", "tokens", "stop", 0,
                           "id_slot", ev->slot, "tokens_predicted", 0, "tokens_evaluated", ev->n_prompt)
               : json_pack("{s:s, s:s, s:I, s:s, s:[]}", "id", g->id, "object", g->o.api == SRV_API_OAI_CHAT
@@ -312,6 +314,7 @@ static json_t *progress_chunk(const srv_gen *g, const eng_event *ev)
 static void stream_error(srv_gen *g)
 {
     if (g->o.api == SRV_API_ANTHROPIC) srv_anth_stream_error(g);
+    else if (g->o.api == SRV_API_OAI_RESP) srv_resp_sse(g, srv_resp_error_event(&g->err));
     else srv_gen_sse(g, srv_error_json(&g->err));
     g->finished = true;
 }
@@ -324,13 +327,16 @@ static void stream_event(srv_gen *g, const eng_event *ev)
         return;
     }
     if (ev->kind == ENG_EV_PROGRESS) {
-        if (g->o.return_progress) srv_gen_sse(g, progress_chunk(g, ev));
+        if (g->o.return_progress && g->o.api == SRV_API_OAI_RESP) srv_resp_sse(g, progress_chunk(g, ev));
+        else if (g->o.return_progress) srv_gen_sse(g, progress_chunk(g, ev));
     } else if (ev->kind == ENG_EV_TOKEN) {
         if (g->o.api == SRV_API_NATIVE) srv_native_stream_token(g, ev);
+        else if (g->o.api == SRV_API_OAI_RESP) srv_resp_stream_token(g, ev);
         else if (g->o.api == SRV_API_ANTHROPIC) srv_anth_stream_token(g, ev);
         else srv_oai_stream_token(g, ev);
     } else if (ev->kind == ENG_EV_DONE) {
         if (g->o.api == SRV_API_NATIVE) srv_native_stream_end(g);
+        else if (g->o.api == SRV_API_OAI_RESP) srv_resp_stream_end(g);
         else if (g->o.api == SRV_API_ANTHROPIC) srv_anth_stream_end(g);
         else srv_oai_stream_end(g);
         g->finished = true;
@@ -469,6 +475,7 @@ static srv_gen *gen_submit(srv_req *r, const eng_completion *c, const srv_gen_op
     g->conn = r->conn;
     g->probe = r->http11 ? SRV_PROBE_READY : SRV_PROBE_NONE;
     g->o = *o;
+    json_incref(g->o.echo);
     g->req = *c;
     g->req.prompt = NULL;
     g->req.grammar = NULL;             /* the task holds its own reference */
@@ -484,8 +491,9 @@ static srv_gen *gen_submit(srv_req *r, const eng_completion *c, const srv_gen_op
     g->created = (int64_t)time(NULL);
     g->n_prompt = c->n_prompt;
     if (!g->o.model[0]) snprintf(g->o.model, sizeof g->o.model, "%s", s->model_name);
-    srv_random_id(g->id, sizeof g->id, o->api == SRV_API_OAI_CHAT ? "chatcmpl-" : o->api == SRV_API_ANTHROPIC ? "msg_"
-                                                                                                  : "cmpl-");
+    srv_random_id(g->id, sizeof g->id, o->api == SRV_API_OAI_CHAT ? "chatcmpl-" : o->api == SRV_API_OAI_RESP ? "resp_"
+                                            : o->api == SRV_API_ANTHROPIC ? "msg_" : "cmpl-");
+    g->resp.rs_index = g->resp.msg_index = -1;
     if (o->logprobs && !o->stream) g->probs = json_array();
     eng_completion sub = *c;
     sub.report_placed = true;
@@ -564,8 +572,9 @@ static bool gen_collect(srv_gen *g)
 
 static json_t *gen_response(srv_gen *g)
 {
-    if (g->o.api == SRV_API_ANTHROPIC) return srv_anth_response(g);
-    return g->o.api == SRV_API_NATIVE ? srv_native_response(g) : srv_oai_response(g);
+    return g->o.api == SRV_API_NATIVE ? srv_native_response(g)
+         : g->o.api == SRV_API_OAI_RESP ? srv_resp_response(g)
+         : g->o.api == SRV_API_ANTHROPIC ? srv_anth_response(g) : srv_oai_response(g);
 }
 
 enum MHD_Result srv_gen_run(srv_req *r, const eng_completion *c, const srv_gen_opts *o)

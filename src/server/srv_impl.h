@@ -16,6 +16,7 @@
 
 #include <jansson.h>
 #include <microhttpd.h>
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include "../common/buf.h"
@@ -30,6 +31,13 @@
 #define SRV_KEEPALIVE_MS 10000    /* most time a stream goes without a byte (an SSE comment) */
 #define SRV_MAX_NAME 256
 #define SRV_MAX_CHOICES 16         /* completions one request may ask for (n, or several prompts) */
+/* How replies and events are written.  15 significant digits: a double
+ * with a short decimal form prints as that form (0.8, not the 17-digit
+ * 0.80000000000000004), a float-born one as llama-server shows it
+ * (0.800000011920929), and derived values such as a rate in tokens/s keep
+ * the micro-unit precision clients recompute them to (9 digits lost it
+ * past 1000 tokens/s). */
+#define SRV_JSON_DUMP (JSON_COMPACT | JSON_REAL_PRECISION(15))
 
 /* The Jinja chat template (srv_chat.c), compiled once at start; t NULL:
  * the built-in layouts of tmpl.c render the prompts. */
@@ -41,10 +49,19 @@ typedef struct srv_jinja {
     bool object_arguments;         /* it prints tool-call arguments only when they are objects */
 } srv_jinja;
 
+/* The throughput gauges of /metrics are over the time between two scrapes,
+ * as llama-server's: the counters a scrape saw, for the next one. */
+typedef struct srv_scrape {
+    uint64_t n_prompt, n_predicted;
+    double prompt_ms, predicted_ms;
+} srv_scrape;
+
 struct srv {
     srv_params p;                  /* strings point at the owned copies below */
     char *host, *api_key, *chat_template, *chat_template_file, *alias, *cors_origins, *tags, *save_dir;
-    struct MHD_Daemon *d;
+    char *gcp_predict, *gcp_health;
+    struct MHD_Daemon *d[SRV_MAX_HOSTS];   /* one per address of --host, all on one port */
+    int n_d;
     int port;
     int64_t t_start;               /* unix seconds */
     atomic_bool stopping;          /* set by srv_free; read by every request thread */
@@ -59,6 +76,8 @@ struct srv {
     char model_name[SRV_MAX_NAME];
     char *model_path;
     size_t max_token_bytes;        /* tok_max_token_bytes: bounds a prompt before tokenizing; 0 none */
+    pthread_mutex_t scrape_mu;     /* guards scrape: the counters at the last /metrics */
+    srv_scrape scrape;
 };
 
 /* Returns the engine when the server is ready, NULL while loading. */
@@ -82,10 +101,19 @@ typedef struct srv_req {
     int32_t sessions_remaining;    /* X-Sessions-Remaining, -1 none */
     int32_t retry_after_s;         /* Retry-After, 0 none */
     char hdr_name[32], hdr_value[32];   /* one more header a handler adds ("" none) */
+    /* A request a handler answers for another (srv_predict.c): the reply's
+     * JSON body is kept in captured (owned) instead of being sent. */
+    bool capture;
+    json_t *captured;
     bool anthropic;                /* an Anthropic route: its errors in Anthropic's shape */
 } srv_req;
 
-typedef enum srv_api { SRV_API_NATIVE = 1, SRV_API_OAI_CMPL, SRV_API_OAI_CHAT, SRV_API_ANTHROPIC } srv_api;
+/* The shape of an answer: llama.cpp's /completion, OpenAI's completions,
+ * chat completions, Responses (a chat underneath, srv_responses.c), or
+ * Anthropic's Messages (a chat underneath, srv_anthropic.c). */
+typedef enum srv_api {
+    SRV_API_NATIVE = 1, SRV_API_OAI_CMPL, SRV_API_OAI_CHAT, SRV_API_OAI_RESP, SRV_API_ANTHROPIC
+} srv_api;
 
 /* A request failure: HTTP status, OpenAI error type, the field at fault. */
 typedef struct srv_err {
@@ -120,11 +148,21 @@ enum MHD_Result srv_reply_errorf(srv_req *r, unsigned status, const char *fmt, .
     __attribute__((format(printf, 3, 4)));
 enum MHD_Result srv_reply_text(srv_req *r, unsigned status, const char *content_type, const char *text,
                                size_t len);
+/* Queues resp, which the handler made (srv_queue destroys it; NULL: MHD_NO),
+ * with the headers every answer carries (Content-Type, CORS, nosniff). */
+enum MHD_Result srv_queue(srv_req *r, unsigned status, struct MHD_Response *resp, const char *content_type);
 /* An SSE response read from reader(cls); free_cb(cls) runs when MHD is done
  * with it, whether it completed or the client went away.  When the
  * response cannot be made, free_cb(cls) runs at once and a 500 goes out. */
 enum MHD_Result srv_reply_sse(srv_req *r, MHD_ContentReaderCallback reader, void *cls,
                               MHD_ContentReaderFreeCallback free_cb);
+
+/* Any response read from reader(cls) (size bytes, or MHD_SIZE_UNKNOWN:
+ * chunked), with headers ({name, value, ..., NULL}, may be NULL) besides
+ * the ones every reply gets; free_cb as srv_reply_sse. */
+enum MHD_Result srv_reply_callback(srv_req *r, unsigned status, const char *content_type, uint64_t size,
+                                   const char *const *headers, MHD_ContentReaderCallback reader, void *cls,
+                                   MHD_ContentReaderFreeCallback free_cb);
 
 /* False when the peer of conn has gone.  A peer that shut down only its
  * sending side (end of stream) may still read: a half-close is not a
@@ -138,6 +176,13 @@ enum { SRV_PROBE_NONE = -1, SRV_PROBE_READY = 0, SRV_PROBE_SENT = 1 };
 bool srv_conn_alive(struct MHD_Connection *conn, int *probe);
 /* Value of a query-string argument, NULL when absent. */
 const char *srv_query(srv_req *r, const char *key);
+/* The handler and path of the POST route a Vertex AI @requestFormat names:
+ * its camelCase alias (srv_gcp_format_of) or its path; false for none. */
+bool srv_route_by_format(const char *format, enum MHD_Result (**fn)(srv_req *, json_t *), const char **path);
+/* The @requestFormat alias of a route's path: "/v1" dropped, then
+ * camelCase at '/', '-' and '_' ("/v1/chat/completions" -> "chatCompletions",
+ * "/apply-template" -> "applyTemplate").  Pure. */
+void srv_gcp_format_of(const char *path, char *out, size_t cap);
 /* Fills buf with prefix + 24 random alphanumerics (OpenAI-style ids). */
 void srv_random_id(char *buf, size_t cap, const char *prefix);
 
@@ -146,6 +191,9 @@ void srv_random_id(char *buf, size_t cap, const char *prefix);
 /* Whether a browser page from origin may read answers under policy
  * (srv_params.cors_origins).  Pure; NULL or "" origin: false. */
 bool srv_cors_allowed(const char *policy, const char *origin);
+/* The policy of p: its cors_origins, or when NULL the default ("*" with
+ * an API key, "localhost" without).  Static or p's storage. */
+const char *srv_cors_default(const srv_params *p);
 /* Adds the CORS headers r's Origin earns to resp; a preflight also gets
  * the allowed methods, headers and credentials. */
 void srv_cors_add(srv_req *r, struct MHD_Response *resp, bool preflight);
@@ -171,6 +219,8 @@ typedef struct srv_gen_opts {
     const json_t *response_fields; /* native, not streamed: the fields kept (borrowed from the
                                       request body, which outlives the reply), NULL: all */
     char model[SRV_MAX_NAME];      /* echoed "model" */
+    json_t *echo;                  /* Responses: the request's fields its response object repeats
+                                      (srv_responses.c); each srv_gen holds its own reference */
 } srv_gen_opts;
 
 /* What a request gets for the fields it leaves out (the server's flags). */
@@ -254,9 +304,16 @@ pk_status srv_chat_init(srv *s, const tok_vocab *v, tmpl_kind *k, const char **s
 void srv_chat_free(srv *s);
 /* srv_render_chat's contract, with the server's template: Jinja when it
  * compiled (chat_template_kwargs go into its variables; a template error is
- * a 400 with its message), else the built-in layouts.  Any request thread. */
+ * a 400 with its message), else the built-in layouts.  A last message from
+ * the assistant (without tool calls, unless --no-prefill-assistant), or
+ * any with continue_final_message, is continued: the messages before it
+ * are rendered up to the assistant's generation prompt and its text
+ * follows, open (a 400 for two trailing assistant messages, or
+ * continue_final_message with add_generation_prompt true, with a last
+ * message not the assistant's or with tool calls).  *think_open (NULL: not
+ * asked) says whether the answer starts inside <think>.  Any request thread. */
 bool srv_chat_prompt(const srv *s, const json_t *body, char **prompt, size_t *n_prompt, srv_tool_fmt *tools,
-                     srv_err *e);
+                     bool *think_open, srv_err *e);
 
 /* ---- running a task (srv_gen.c) ---- */
 
@@ -297,6 +354,13 @@ typedef struct srv_gen {
     double t_last_check;           /* last client liveness check (ms) */
     bool headers_sent;             /* the response is queued: no more interim probes */
     int probe;                     /* srv_conn_alive's SRV_PROBE_* before the headers */
+    struct {                       /* Responses streams (srv_responses.c) */
+        char msg_id[40], rs_id[40];    /* the message and reasoning items' ids */
+        int32_t seq;                   /* sequence_number of the next event */
+        int32_t n_items;               /* output items added so far */
+        int32_t rs_index, msg_index;   /* their output_index, -1 until added */
+        bool begun;                    /* response.created sent */
+    } resp;
     /* timings_per_token: the HTTP thread's clock (placed, first token). */
     double t_placed_ms, t_first_ms;
     int32_t n_cached;              /* prompt tokens reused, from the PLACED event */
@@ -360,7 +424,40 @@ json_t *srv_gen_timings_now(const srv_gen *g);
 /* The prompt's text (special tokens rendered), "" when g kept no prompt. */
 json_t *srv_gen_prompt_text(const srv_gen *g);
 
-/* ---- formats (srv_openai.c, srv_native.c) ---- */
+/* ---- formats (srv_openai.c, srv_native.c, srv_responses.c) ---- */
+
+/* A finished chat generation's answer: the content and tool calls parsed
+ * from it (tm, owned: srv_tool_msg_free), and its thinking (reason, into
+ * g's text or tm; NULL when none).  False when out of memory. */
+typedef struct srv_answer {
+    srv_tool_msg tm;
+    const char *reason;
+    size_t reason_len;
+    size_t content_off;            /* where the answer (after the thinking) starts in g's text */
+} srv_answer;
+bool srv_gen_answer(const srv_gen *g, srv_answer *a);
+
+/* A chat request answered in api's shape (OAI_CHAT or OAI_RESP): the
+ * messages rendered (srv_chat_prompt), tools detected, the task run.
+ * echo: srv_gen_opts.echo (NULL: none; borrowed for the call). */
+enum MHD_Result srv_oai_chat_run(srv_req *r, const json_t *body, srv_api api, json_t *echo);
+
+/* Responses (srv_responses.c).  srv_resp_to_chat: the chat request a
+ * Responses request is (a new reference), or NULL with e (400 for what
+ * has no chat equivalent, 500 out of memory). */
+json_t *srv_resp_to_chat(const json_t *body, srv_err *e);
+json_t *srv_resp_response(srv_gen *g);
+void srv_resp_stream_token(srv_gen *g, const eng_event *ev);
+void srv_resp_stream_end(srv_gen *g);
+/* The response.in_progress event carrying a prompt_progress (its fields
+ * set by the caller); sends response.created first when not yet sent. */
+json_t *srv_resp_progress_event(srv_gen *g);
+/* Writes j as one event of a Responses stream: "event: <type>" then the
+ * data, numbered (sequence_number).  Takes j. */
+void srv_resp_sse(srv_gen *g, json_t *j);
+/* The stream's "error" event for err (the OpenAI error object, with the
+ * Responses event's type, code, message and param); NULL out of memory. */
+json_t *srv_resp_error_event(const srv_err *err);
 
 json_t *srv_oai_response(srv_gen *g);
 void srv_oai_stream_token(srv_gen *g, const eng_event *ev);
@@ -387,10 +484,40 @@ void srv_anth_stream_error(srv_gen *g);    /* an "error" event of g->err */
 
 typedef enum MHD_Result (*srv_handler)(srv_req *r, json_t *body);
 
+/* Who may call a route when --api-key is set. */
+typedef enum srv_access {
+    SRV_KEY = 0,                 /* the key, always */
+    SRV_PROBE,                   /* the key, unless --public-probes */
+    SRV_OPEN,                    /* nobody needs it: liveness (says only "up", as llama-server's
+                                    /health) and the page's static files, whose data calls
+                                    then need the key */
+} srv_access;
+
+typedef struct srv_route {
+    const char *path;
+    const char *method;          /* "GET", "POST" (a JSON object body), "*": GET, POST
+                                    (the body optional) and DELETE, the handler decides, or
+                                    "RAW": GET or POST, the body left unparsed in r->body */
+    srv_handler fn;
+    srv_access access;
+    bool prefix;                 /* path is a prefix: the handler parses the rest */
+    bool wakes;                  /* uses the model: wakes a sleeping engine first, as llama-server
+                                    does (routes that only read state answer asleep) */
+} srv_route;
+
+/* Router mode's table (srv_router.c), used instead of srv.c's when
+ * srv_params.router is set. */
+extern const srv_route srv_router_routes[];
+extern const size_t srv_n_router_routes;
+
+
 enum MHD_Result srv_h_oai_models(srv_req *r, json_t *body);
 enum MHD_Result srv_h_oai_completions(srv_req *r, json_t *body);
 enum MHD_Result srv_h_oai_chat(srv_req *r, json_t *body);
 enum MHD_Result srv_h_oai_input_tokens(srv_req *r, json_t *body);   /* {"input_tokens": n} of a chat */
+enum MHD_Result srv_h_responses(srv_req *r, json_t *body);          /* srv_responses.c */
+enum MHD_Result srv_h_responses_input_tokens(srv_req *r, json_t *body);
+enum MHD_Result srv_h_predict(srv_req *r, json_t *body);            /* srv_predict.c */
 enum MHD_Result srv_h_anth_messages(srv_req *r, json_t *body);      /* srv_anthropic.c */
 enum MHD_Result srv_h_anth_count_tokens(srv_req *r, json_t *body);
 enum MHD_Result srv_h_completion(srv_req *r, json_t *body);
@@ -407,6 +534,7 @@ enum MHD_Result srv_h_cache(srv_req *r, json_t *body);
 enum MHD_Result srv_h_pools(srv_req *r, json_t *body);        /* srv_pools.c */
 enum MHD_Result srv_h_pool(srv_req *r, json_t *body);
 enum MHD_Result srv_h_slot_action(srv_req *r, json_t *body);
+enum MHD_Result srv_h_cors_proxy(srv_req *r, json_t *body);   /* srv_proxy.c, --ui-mcp-proxy */
 /* srv_admit.c: policies and capacity as JSON, their routes. */
 json_t *srv_policy_json(const adm_policy *p);
 json_t *srv_capacity_json(const adm_answer *a);
@@ -421,7 +549,7 @@ json_t *srv_pools_json(const eng_stats *st, int32_t root);
 
 /* Prometheus text of a stats snapshot (llamacpp:, polykv:, vllm: series).
  * Returns a malloc'ed NUL-terminated string, NULL when out of memory. */
-char *srv_metrics_text(const eng_stats *st, const char *model_name);
+char *srv_metrics_text(const eng_stats *st, const srv_scrape *since, const char *model_name);
 /* "idle", "prefill" or "decode", as /slots, /polykv/tps and /polykv/pools say it. */
 const char *srv_slot_state(eng_slot_state s);
 /* The /polykv/tps snapshot object. */

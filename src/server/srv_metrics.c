@@ -5,8 +5,11 @@
  * snapshot of decode speed, or an SSE stream of them).
  *
  * /metrics carries three families:
- *   llamacpp:*  llama-server's names and types where they apply (averages
- *               are over the server's life, not between two scrapes);
+ *   llamacpp:*  llama-server's names and types where they apply (the
+ *               throughput gauges prompt_tokens_seconds and
+ *               predicted_tokens_seconds are over the time since the last
+ *               scrape, as llama-server's buckets; the other averages are
+ *               over the server's life);
  *   polykv:*    aggregate and mean per-session decode speed, KV cells;
  *   vllm:*      num_requests_waiting, num_requests_running and
  *               kv_cache_usage_perc (0..1), the series the Gateway API
@@ -72,7 +75,7 @@ static void pool_series(pk_buf *b, const eng_stats *st)
     }
 }
 
-char *srv_metrics_text(const eng_stats *st, const char *model_name)
+char *srv_metrics_text(const eng_stats *st, const srv_scrape *since, const char *model_name)
 {
     pk_buf b = {0};
     double prompt_s = st->prompt_ms_total / 1e3, predicted_s = st->predicted_ms_total / 1e3;
@@ -95,10 +98,13 @@ char *srv_metrics_text(const eng_stats *st, const char *model_name)
     metric(&b, "llamacpp:spec_decode_num_drafts_total", "counter", "Number of drafts generated.", "", 0);
     metric(&b, "llamacpp:n_busy_slots_per_decode", "gauge", "Average number of busy slots per decode call.", "",
            ratio((double)st->n_busy_slots_sum, (double)st->n_decode_calls));
-    metric(&b, "llamacpp:prompt_tokens_seconds", "gauge", "Average prompt throughput in tokens/s.", "",
-           ratio((double)st->n_prompt_tokens, prompt_s));
-    metric(&b, "llamacpp:predicted_tokens_seconds", "gauge", "Average generation throughput in tokens/s.", "",
-           ratio((double)st->n_predicted_tokens, predicted_s));
+    metric(&b, "llamacpp:prompt_tokens_seconds", "gauge",
+           "Average prompt throughput in tokens/s since the last scrape.", "",
+           ratio((double)(st->n_prompt_tokens - since->n_prompt), (st->prompt_ms_total - since->prompt_ms) / 1e3));
+    metric(&b, "llamacpp:predicted_tokens_seconds", "gauge",
+           "Average generation throughput in tokens/s since the last scrape.", "",
+           ratio((double)(st->n_predicted_tokens - since->n_predicted),
+                 (st->predicted_ms_total - since->predicted_ms) / 1e3));
     metric(&b, "llamacpp:kv_cache_usage_ratio", "gauge", "KV-cache usage. 1 means 100 percent usage.", "",
            kv_ratio);
     metric(&b, "llamacpp:kv_cache_tokens", "gauge", "KV-cache tokens.", "", st->kv_used);
@@ -192,7 +198,13 @@ enum MHD_Result srv_h_metrics(srv_req *r, json_t *body)
     }
     eng_stats st;
     if (!stats(r, &st)) return srv_reply_errorf(r, 503, "the engine is stopping");
-    char *text = srv_metrics_text(&st, r->s->model_name);
+    /* One scrape at a time: each one's window starts where the last ended. */
+    pthread_mutex_lock(&r->s->scrape_mu);
+    char *text = srv_metrics_text(&st, &r->s->scrape, r->s->model_name);
+    if (text)
+        r->s->scrape = (srv_scrape){ st.n_prompt_tokens, st.n_predicted_tokens, st.prompt_ms_total,
+                                     st.predicted_ms_total };
+    pthread_mutex_unlock(&r->s->scrape_mu);
     if (!text) return srv_reply_errorf(r, 500, "out of memory");
     /* llama-server's header: scrapers compute uptimes and rates from it. */
     snprintf(r->hdr_name, sizeof r->hdr_name, "Process-Start-Time-Unix");
@@ -344,7 +356,7 @@ static ssize_t tps_read(void *cls, uint64_t pos, char *buf, size_t max)
         static __thread eng_stats st;
         if (eng_get_stats_recent(srv_engine(t->s), &st) != PK_OK) return MHD_CONTENT_READER_END_OF_STREAM;
         json_t *j = srv_tps_json(&st);
-        char *s = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+        char *s = j ? json_dumps(j, SRV_JSON_DUMP) : NULL;
         json_decref(j);
         if (!s) return MHD_CONTENT_READER_END_WITH_ERROR;
         size_t n = strlen(s);

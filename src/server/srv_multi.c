@@ -49,6 +49,7 @@ bool srv_tokenize_prompts(const tok_vocab *v, const json_t *prompt, bool add_spe
     *ids = NULL;
     *n = NULL;
     *k = 0;
+    if (!prompt || json_is_null(prompt)) return srv_fail(e, 400, "prompt", "'prompt' is required");
     size_t count = is_list(prompt) ? json_array_size(prompt) : 1;
     if (count > SRV_MAX_CHOICES)
         return srv_fail(e, 400, "prompt", "'prompt' holds %zu prompts; at most %d per request", count,

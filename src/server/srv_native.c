@@ -244,7 +244,7 @@ enum MHD_Result srv_h_apply_template(srv_req *r, json_t *body)
     char *prompt;
     size_t n;
     srv_tool_fmt fmt;
-    if (!srv_chat_prompt(s, body, &prompt, &n, &fmt, &e)) return srv_reply_error(r, &e);
+    if (!srv_chat_prompt(s, body, &prompt, &n, &fmt, NULL, &e)) return srv_reply_error(r, &e);
     json_t *j = json_pack("{s:o}", "prompt", srv_json_text(prompt, n));
     free(prompt);
     return srv_reply_json(r, 200, j);
@@ -304,7 +304,8 @@ enum MHD_Result srv_h_props(srv_req *r, json_t *body)
         "endpoint_slots", s->p.endpoint_slots,
         "endpoint_metrics", s->p.endpoint_metrics,
         "endpoint_props", s->p.endpoint_props_write,
-        "is_sleeping", 0);
+        "is_sleeping", eng_is_sleeping(e));
+    json_object_set_new(props, "cors_proxy_enabled", json_boolean(s->p.ui_mcp_proxy));
     json_object_set_new(props, "polykv", json_pack("{s:i, s:i, s:i, s:b}", "max_pools", ep->n_pools,
                                                    "pool_grace_ms", ep->pool_grace_ms, "n_ctx_total", ep->n_ctx,
                                                    "context_shift", ep->ctx_shift));

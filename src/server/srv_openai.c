@@ -79,6 +79,23 @@ static json_t *tool_calls_json(const srv_tool_msg *tm, bool with_index)
     return a;
 }
 
+bool srv_gen_answer(const srv_gen *g, srv_answer *a)
+{
+    const char *text = g->text ? g->text : "";
+    srv_reason_split rs = srv_reason_split_text(g->o.reasoning, text, g->n_text, g->o.think_open, true);
+    memset(a, 0, sizeof *a);
+    if (srv_tools_parse(g->o.tools, text + rs.content_off, rs.content_len, &a->tm) != PK_OK) return false;
+    a->content_off = rs.content_off;
+    if (rs.reason_len) {
+        a->reason = text + rs.reason_off;
+        a->reason_len = rs.reason_len;
+    } else if (a->tm.reasoning_len && g->o.reasoning != SRV_REASON_NONE) {    /* harmony's analysis channel */
+        a->reason = a->tm.reasoning;
+        a->reason_len = a->tm.reasoning_len;
+    }
+    return true;
+}
+
 json_t *srv_oai_response(srv_gen *g)
 {
     json_t *choice, *res;
@@ -89,23 +106,19 @@ json_t *srv_oai_response(srv_gen *g)
                            "index", 0, "logprobs", lp, "finish_reason", finish_reason(g, false));
         res = envelope(g, "text_completion", json_pack("[o]", choice));
     } else {
-        const char *text = g->text ? g->text : "";
-        srv_reason_split rs = srv_reason_split_text(g->o.reasoning, text, g->n_text, g->o.think_open, true);
-        srv_tool_msg tm;
-        if (srv_tools_parse(g->o.tools, text + rs.content_off, rs.content_len, &tm) != PK_OK) return NULL;
+        srv_answer a;
+        if (!srv_gen_answer(g, &a)) return NULL;
+        const srv_tool_msg tm = a.tm;
         json_t *msg = json_pack("{s:s}", "role", "assistant");
         json_object_set_new(msg, "content", tm.n_calls && !tm.content_len ? json_null()
                                                                           : srv_json_text(tm.content, tm.content_len));
-        if (rs.reason_len)
-            json_object_set_new(msg, "reasoning_content", srv_json_text(text + rs.reason_off, rs.reason_len));
-        else if (tm.reasoning_len && g->o.reasoning != SRV_REASON_NONE)
-            json_object_set_new(msg, "reasoning_content", srv_json_text(tm.reasoning, tm.reasoning_len));
+        if (a.reason_len) json_object_set_new(msg, "reasoning_content", srv_json_text(a.reason, a.reason_len));
         if (tm.n_calls) json_object_set_new(msg, "tool_calls", tool_calls_json(&tm, false));
         json_t *lp = g->probs ? json_pack("{s:O}", "content", g->probs) : json_null();
         choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "message", msg, "logprobs", lp, "finish_reason",
                            finish_reason(g, tm.n_calls > 0));
         res = envelope(g, "chat.completion", json_pack("[o]", choice));
-        srv_tool_msg_free(&tm);
+        srv_tool_msg_free(&a.tm);
     }
     if (res) {
         json_object_set_new(res, "usage", usage_json(g));
@@ -297,7 +310,8 @@ bool srv_chat_tokens(srv *s, const json_t *body, srv_api api, eng_completion *c,
     if (!srv_parse_gen(body, api, &dflt, c, o, e)) return false;
     /* A forced tool call constrains the answer to the tool's schema. */
     gram_grammar *tg = NULL;
-    bool ok = srv_chat_prompt(s, body, &prompt, &n_prompt, &o->tools, e) && srv_tools_grammar(body, o->tools, &tg, e);
+    bool ok = srv_chat_prompt(s, body, &prompt, &n_prompt, &o->tools, &o->think_open, e) &&
+              srv_tools_grammar(body, o->tools, &tg, e);
     if (ok && tg && c->grammar) {
         gram_free(tg);
         ok = srv_fail(e, 400, "response_format", "a forced tool call (tool_choice) and a response format cannot both "
@@ -311,7 +325,6 @@ bool srv_chat_tokens(srv *s, const json_t *body, srv_api api, eng_completion *c,
          * rendering's family is the fallback). */
         if (o->tools && !tg)
             o->tools = srv_tools_detect(s->tmpl_src ? s->tmpl_src : tok_chat_template(s->voc), o->tools);
-        o->think_open = srv_reason_prompt_opens(prompt, n_prompt);
         if (s->p.reasoning_budget == 0 && !think_off(s, &prompt, &n_prompt, c, o))
             ok = srv_fail(e, 500, NULL, "out of memory");
     }
@@ -329,13 +342,21 @@ bool srv_chat_tokens(srv *s, const json_t *body, srv_api api, eng_completion *c,
     return ok;
 }
 
-enum MHD_Result srv_h_oai_chat(srv_req *r, json_t *body)
+enum MHD_Result srv_oai_chat_run(srv_req *r, const json_t *body, srv_api api, json_t *echo)
 {
     eng_completion c;
     srv_gen_opts o;
     srv_err e;
     int32_t *ids, n;
     if (!srv_chat_tokens(r->s, body, SRV_API_OAI_CHAT, &c, &o, &ids, &n, &e)) return srv_reply_error(r, &e);
+    o.api = api;
+    o.echo = echo;
+    if (api == SRV_API_OAI_RESP && o.n_choices > 1) {
+        free(ids);
+        srv_gen_req_free(&c);
+        srv_fail(&e, 400, "n", "a response has one answer: 'n' must be 1");
+        return srv_reply_error(r, &e);
+    }
     if (o.n_choices == 1) return srv_gen_run_ids(r, &c, &o, ids, n);
     eng_completion cs[SRV_MAX_CHOICES];
     for (int i = 0; i < o.n_choices; i++) {
@@ -349,9 +370,14 @@ enum MHD_Result srv_h_oai_chat(srv_req *r, json_t *body)
     return ret;
 }
 
+enum MHD_Result srv_h_oai_chat(srv_req *r, json_t *body)
+{
+    return srv_oai_chat_run(r, body, SRV_API_OAI_CHAT, NULL);
+}
+
 /* llama-server's token count of a chat request: its prompt as the chat
- * route would render and tokenize it (the same function), nothing
- * generated. */
+ * route renders (srv_chat_prompt: the Jinja template, a prefill) and
+ * tokenizes it (the same function, srv_chat_tokens), nothing generated. */
 enum MHD_Result srv_h_oai_input_tokens(srv_req *r, json_t *body)
 {
     eng_completion c;

@@ -94,6 +94,7 @@ static bool parse_logprobs(const json_t *b, srv_api api, srv_gen_opts *o, srv_er
     int32_t top = 0;
     switch (api) {
     case SRV_API_OAI_CHAT:
+    case SRV_API_OAI_RESP:
         if (!srv_get_bool(b, "logprobs", &o->logprobs, e)) return false;
         if (!get_i32(b, "top_logprobs", 0, ENG_MAX_PROBS, &top, e)) return false;
         if (top > 0 && !o->logprobs)

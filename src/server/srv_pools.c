@@ -80,7 +80,7 @@ static bool body_prefix(srv *s, const json_t *b, int32_t **ids, int32_t *n, cons
     char *text;
     size_t len;
     srv_tool_fmt fmt;
-    bool ok = srv_chat_prompt(s, copy, &text, &len, &fmt, e);
+    bool ok = srv_chat_prompt(s, copy, &text, &len, &fmt, NULL, e);
     json_decref(copy);
     if (!ok) return false;
     if (!srv_gen_text_fits(s, len, e)) {

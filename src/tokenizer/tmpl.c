@@ -9,6 +9,8 @@
  *   llama2      [INST] {system}\n{user} [/INST]{assistant}</s>[INST] {user} [/INST]
  *   llama2-sys  [INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST]{assistant}</s>...
  *               (contents trimmed, as Llama-2-chat's template strips them)
+ *   command-r   <|START_OF_TURN_TOKEN|><|{SYSTEM,USER,CHATBOT}_TOKEN|>{trim(content)}<|END_OF_TURN_TOKEN|>
+ *               ... [<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>]
  * No BOS is written: the tokenizer adds it.  What the reference's C renderer
  * leaves out and the Jinja source does, tmpl_render adds from the source:
  * Qwen's default system message, inserted when the conversation does not
@@ -55,6 +57,7 @@ tmpl_kind tmpl_detect(const char *src)
         if (has(src, "[SYSTEM_PROMPT]") || has(src, "[AVAILABLE_TOOLS]")) return TMPL_UNKNOWN;
         return has(src, "<<SYS>>") ? TMPL_LLAMA2_SYS : TMPL_LLAMA2;
     }
+    if (has(src, "<|START_OF_TURN_TOKEN|>") && has(src, "<|USER_TOKEN|>")) return TMPL_COMMAND_R;
     if (has(src, "<|start_header_id|>") && has(src, "<|end_header_id|>")) return TMPL_LLAMA3;
     return TMPL_UNKNOWN;
 }
@@ -63,7 +66,7 @@ tmpl_kind tmpl_from_name(const char *name)
 {
     static const struct { const char *name; tmpl_kind k; } names[] = {
         {"chatml", TMPL_CHATML}, {"llama3", TMPL_LLAMA3}, {"llama2", TMPL_LLAMA2},
-        {"mistral", TMPL_LLAMA2}, {"llama2-sys", TMPL_LLAMA2_SYS},
+        {"mistral", TMPL_LLAMA2}, {"llama2-sys", TMPL_LLAMA2_SYS}, {"command-r", TMPL_COMMAND_R},
     };
     for (size_t i = 0; name && i < ARRAY_LEN(names); i++)
         if (strcmp(name, names[i].name) == 0) return names[i].k;
@@ -77,6 +80,7 @@ const char *tmpl_name(tmpl_kind k)
     case TMPL_LLAMA3: return "llama3";
     case TMPL_LLAMA2: return "llama2";
     case TMPL_LLAMA2_SYS: return "llama2-sys";
+    case TMPL_COMMAND_R: return "command-r";
     case TMPL_UNKNOWN: break;
     }
     return "unknown";
@@ -117,7 +121,8 @@ pk_status tmpl_apply(tmpl_kind k, const tmpl_msg *msgs, int n_msgs, bool add_ass
                      char *out, size_t cap, size_t *n_out)
 {
     if (n_msgs < 0 || (!msgs && n_msgs) || (!out && cap) || !n_out) return PK_EINVAL;
-    if (k != TMPL_CHATML && k != TMPL_LLAMA3 && k != TMPL_LLAMA2 && k != TMPL_LLAMA2_SYS) return PK_EINVAL;
+    if (k != TMPL_CHATML && k != TMPL_LLAMA3 && k != TMPL_LLAMA2 && k != TMPL_LLAMA2_SYS && k != TMPL_COMMAND_R)
+        return PK_EINVAL;
     for (int i = 0; i < n_msgs; i++)
         if (!msgs[i].role || !msgs[i].content || !role_ok(k, msgs[i].role)) return PK_EINVAL;
 
@@ -142,6 +147,17 @@ pk_status tmpl_apply(tmpl_kind k, const tmpl_msg *msgs, int n_msgs, bool add_ass
             puts_(&o, "<|eot_id|>");
         }
         if (add_assistant) puts_(&o, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+        break;
+    case TMPL_COMMAND_R:
+        for (int i = 0; i < n_msgs; i++) {
+            const char *r = msgs[i].role;
+            puts_(&o, "<|START_OF_TURN_TOKEN|>");
+            puts_(&o, !strcmp(r, "system") ? "<|SYSTEM_TOKEN|>" : !strcmp(r, "user") ? "<|USER_TOKEN|>"
+                                                                                      : "<|CHATBOT_TOKEN|>");
+            put_trimmed(&o, msgs[i].content);
+            puts_(&o, "<|END_OF_TURN_TOKEN|>");
+        }
+        if (add_assistant) puts_(&o, "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>");
         break;
     case TMPL_LLAMA2:
     case TMPL_LLAMA2_SYS:

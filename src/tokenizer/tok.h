@@ -122,7 +122,8 @@ const char *tok_chat_template(const tok_vocab *v);
  * user, assistant; ChatML also tool.  Detection: "<|im_start|>" -> ChatML
  * (not Phi-4/SmolVLM); "[INST]" -> LLAMA2_SYS with "<<SYS>>", else LLAMA2
  * (Mistral v3/v7 layouts -> UNKNOWN); "<|start_header_id|>" +
- * "<|end_header_id|>" -> LLAMA3.
+ * "<|end_header_id|>" -> LLAMA3; "<|START_OF_TURN_TOKEN|>" + "<|USER_TOKEN|>"
+ * -> COMMAND_R.
  */
 typedef enum tmpl_kind {
     TMPL_UNKNOWN = 0,
@@ -130,12 +131,14 @@ typedef enum tmpl_kind {
     TMPL_LLAMA3,     /* <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|> */
     TMPL_LLAMA2,     /* Llama 2 / Mistral: [INST] ... [/INST] */
     TMPL_LLAMA2_SYS, /* (Added.) Llama-2-chat proper: <<SYS>> block, trimmed contents */
+    TMPL_COMMAND_R,  /* Cohere Command-R: <|START_OF_TURN_TOKEN|><|ROLE_TOKEN|>...<|END_OF_TURN_TOKEN|> */
 } tmpl_kind;
 
 typedef struct tmpl_msg { const char *role; const char *content; } tmpl_msg;
 
 tmpl_kind tmpl_detect(const char *template_src);   /* TMPL_UNKNOWN when not recognized or NULL */
-tmpl_kind tmpl_from_name(const char *name);        /* "chatml", "llama3", "llama2", "mistral", "llama2-sys"; UNKNOWN otherwise */
+tmpl_kind tmpl_from_name(const char *name);        /* "chatml", "llama3", "llama2", "mistral", "llama2-sys",
+                                                      "command-r"; UNKNOWN otherwise */
 const char *tmpl_name(tmpl_kind k);
 /* Renders msgs into a prompt text; with add_assistant the text ends with the
  * opening of the assistant's turn.  Writes a NUL-terminated string; *n_out

@@ -39,9 +39,10 @@ export function genModel(name, args) {
 }
 
 // Starts `polykv serve -m model --port 0 ...args` and waits for /health
-// (with the --api-key of args, when given).  opts.env: extra environment.
+// (with the --api-key of args, when given); model null starts a router
+// (no -m).  opts.env: extra environment.
 export async function startServer(model, args = [], opts = {}) {
-  const proc = spawn(BIN, ['serve', '-m', model, '--host', '127.0.0.1', '--port', '0', ...args], {
+  const proc = spawn(BIN, ['serve', ...(model ? ['-m', model] : []), '--host', '127.0.0.1', '--port', '0', ...args], {
     stdio: ['ignore', 'ignore', 'pipe'],
     env: { ...process.env, ...(opts.env || {}) },
   });

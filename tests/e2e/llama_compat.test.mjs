@@ -70,6 +70,25 @@ test('CORS: --cors-origins list; preflight needs no API key, the request does', 
   assert.equal((await post(listed.url + '/completion', { prompt: 'a' })).status, 401);
 });
 
+test('CORS: with --api-key and no --cors-origins any origin is echoed (llama-server\'s default); the key still guards', { skip }, async () => {
+  const k = await startServer(sharedModel(STORIES), ['-c', '256', '-np', '1', '-t', '1', '--api-key', 'k']);
+  try {
+    for (const o of ['web.mydomain.fr', 'http://evil.example']) {
+      const r = await preflight(k.url + '/completions', o);
+      assert.equal(r.status, 200);
+      assert.equal(r.headers.get('access-control-allow-origin'), o);
+      assert.equal(r.headers.get('access-control-allow-credentials'), 'true');
+    }
+    const denied = await fetch(k.url + '/v1/models', { headers: { Origin: 'http://evil.example' } });
+    assert.equal(denied.status, 401);
+    const ok = await fetch(k.url + '/v1/models', { headers: { Origin: 'http://evil.example', Authorization: 'Bearer k' } });
+    assert.equal(ok.status, 200);
+    assert.equal(ok.headers.get('access-control-allow-origin'), 'http://evil.example');
+  } finally {
+    await k.stop();
+  }
+});
+
 test('flags: --temp/--seed/-n are request defaults a request overrides', { skip }, async () => {
   const a = await post(s.url + '/completion', { prompt: 'Once upon a time' });
   assert.equal(a.status, 200);

@@ -1,7 +1,8 @@
 // tps.test.mjs - the per-session speed the server reports (tps_ewma, from
 // the engine's inter-token times) agrees within 5% with the rate a client
 // measures from token arrival times, on one steady streamed session of a
-// model slow enough for the client's own timing to be noise.
+// model slow enough for the client's own timing to be noise: the median
+// over three snapshots of one stream within 5%, none beyond 25%.
 //
 // "Slow enough" is measured, not assumed: a short calibration stream on the
 // 16-layer model gives its ms/token here; when that is under 8 ms a deeper
@@ -72,15 +73,18 @@ test('tps_ewma matches the client-side token rate within 5%', { skip }, async ()
     srv = await startServer(genModel(`tps-qwen2-e1024-l${layers}-q8_0.gguf`, modelArgs(layers)), serverArgs);
   }
 
-  const N = 400, SNAP_AT = 340;
-  let snap = null;
+  // Three snapshots, each compared with the client's EWMA over exactly the
+  // tokens it had counted.  A stall of this client (another process holding
+  // the core) lands in at most one window's last tokens, where the EWMA
+  // weighs it most: the median of the three is the agreement, the worst is
+  // printed and bounded loosely so that a wrong rate still fails all three.
+  const N = 400, SNAPS = [220, 280, 340];
+  const snaps = [];
   const { arrivals, bursts } = await stream(srv.url, N, (count) => {
-    if (count === SNAP_AT) snap = get(srv.url + '/polykv/tps').then((r) => r.json);
+    if (SNAPS.includes(count)) snaps.push(get(srv.url + '/polykv/tps').then((r) => r.json));
   });
   assert.equal(arrivals.length, N);
-  const s = await snap;
-  assert.equal(s.sessions.length, 1, JSON.stringify(s));
-  const ewma = s.sessions[0].tps_ewma;
+  assert.equal(snaps.length, SNAPS.length);
 
   // The client's measure of the same quantity: an EWMA of the gaps
   // between token arrivals, over the window eng.h defines (the last 128
@@ -91,19 +95,32 @@ test('tps_ewma matches the client-side token rate within 5%', { skip }, async ()
   // comes with the prompt's batch.  Aligned by count: the snapshot says how
   // many tokens the session had decoded, so the client's EWMA covers
   // exactly those arrivals.
-  const before = arrivals.slice(0, Math.min(s.sessions[0].n_decoded, arrivals.length));
-  const last = before.length - 1;
-  let ewmaMs = 0;
-  for (let i = 1; i <= last; i++) {
-    const dt = before[i] - before[i - 1];
-    const a = 1 - Math.exp(-Math.max(1 / 128, dt / 2000));
-    ewmaMs = ewmaMs ? ewmaMs + a * (dt - ewmaMs) : dt;
+  const clientEwma = (n) => {
+    const before = arrivals.slice(0, Math.min(n, arrivals.length));
+    let ms = 0;
+    for (let i = 1; i < before.length; i++) {
+      const dt = before[i] - before[i - 1];
+      const a = 1 - Math.exp(-Math.max(1 / 128, dt / 2000));
+      ms = ms ? ms + a * (dt - ms) : dt;
+    }
+    const last = before.length - 1;
+    return { tps: 1000 / ms, ms, flat: 128 * 1000 / (before[last] - before[last - 128]) };
+  };
+  const diffs = [];
+  for (const p of snaps) {
+    const s = await p;
+    assert.equal(s.sessions.length, 1, JSON.stringify(s));
+    const { n_decoded, tps_ewma } = s.sessions[0];
+    const c = clientEwma(n_decoded);
+    const diff = Math.abs(tps_ewma - c.tps) / c.tps;
+    diffs.push(diff);
+    console.log(`# tps at ${n_decoded} tokens: server tps_ewma ${tps_ewma.toFixed(1)}, client ` +
+      `${c.tps.toFixed(1)} tok/s (${c.ms.toFixed(2)} ms/token; flat mean of the last 128: ` +
+      `${c.flat.toFixed(1)}), difference ${(100 * diff).toFixed(2)}%`);
   }
-  const client = 1000 / ewmaMs;
-  const flat = 128 * 1000 / (before[last] - before[last - 128]);
-  const diff = Math.abs(ewma - client) / client;
-  console.log(`# tps: ${layers} layers (calibration ${calMs.toFixed(2)} ms/token): server tps_ewma ` +
-    `${ewma.toFixed(1)}, client ${client.toFixed(1)} tok/s (${ewmaMs.toFixed(2)} ms/token; flat mean of the ` +
-    `last 128: ${flat.toFixed(1)}; ${bursts} multi-token reads), difference ${(100 * diff).toFixed(2)}%`);
-  assert.ok(diff < 0.05, `tps_ewma ${ewma} vs client ${client}`);
+  const mid = median(diffs), worst = Math.max(...diffs);
+  console.log(`# tps: ${layers} layers (calibration ${calMs.toFixed(2)} ms/token), ${bursts} multi-token ` +
+    `reads; median difference ${(100 * mid).toFixed(2)}%, worst ${(100 * worst).toFixed(2)}%`);
+  assert.ok(mid < 0.05, `median difference ${mid}: ${diffs}`);
+  assert.ok(worst < 0.25, `worst difference ${worst}: ${diffs}`);
 });
