@@ -4,9 +4,9 @@
  *
  * An answer is content blocks in the order the model wrote them: thinking
  * (the <think> part, srv_reason.h), text, then one tool_use per call
- * (srv_tools.h).  A stream numbers the blocks as it starts them and closes
- * each before the next starts, so every index has one start, its deltas
- * and one stop:
+ * (srv_tools.h), as srv_gen_answer splits a chat answer for every format.
+ * A stream numbers the blocks as it starts them and closes each before the
+ * next starts, so every index has one start, its deltas and one stop:
  *
  *   message_start {message: {..., content: [], usage}}
  *   content_block_start {index 0, thinking}  content_block_delta thinking_delta ...
@@ -90,37 +90,15 @@ static json_t *tool_use_block(const srv_tool_call *c, json_t *input)
     return json_pack("{s:s, s:s, s:s, s:o}", "type", "tool_use", "id", id, "name", c->name, "input", input);
 }
 
-/* The finished answer's parts: thinking, and the calls and text of the rest. */
-typedef struct answer {
-    const char *reason;
-    size_t n_reason;
-    srv_tool_msg tm;
-} answer;
-
-/* False when out of memory. */
-static bool answer_of(const srv_gen *g, answer *a)
-{
-    const char *text = g->text ? g->text : "";
-    srv_reason_split rs = srv_reason_split_text(g->o.reasoning, text, g->n_text, g->o.think_open, true);
-    if (srv_tools_parse(g->o.tools, text + rs.content_off, rs.content_len, &a->tm) != PK_OK) return false;
-    a->reason = text + rs.reason_off;
-    a->n_reason = rs.reason_len;
-    if (!rs.reason_len && a->tm.reasoning_len && g->o.reasoning != SRV_REASON_NONE) {
-        a->reason = a->tm.reasoning;             /* harmony's analysis channel */
-        a->n_reason = a->tm.reasoning_len;
-    }
-    return true;
-}
-
 json_t *srv_anth_response(srv_gen *g)
 {
-    answer a;
-    if (!answer_of(g, &a)) return NULL;
+    srv_answer a;
+    if (!srv_gen_answer(g, &a)) return NULL;
     json_t *content = json_array();
-    if (a.n_reason)
+    if (a.reason_len)
         json_array_append_new(content, json_pack("{s:s, s:o, s:s}", "type", "thinking", "thinking",
-                                                 srv_json_text(a.reason, a.n_reason), "signature", ""));
-    if (a.tm.content_len || (!a.n_reason && !a.tm.n_calls))
+                                                 srv_json_text(a.reason, a.reason_len), "signature", ""));
+    if (a.tm.content_len || (!a.reason_len && !a.tm.n_calls))
         json_array_append_new(content, json_pack("{s:s, s:o}", "type", "text", "text",
                                                  srv_json_text(a.tm.content, a.tm.content_len)));
     for (int i = 0; i < a.tm.n_calls; i++)
@@ -204,21 +182,18 @@ void srv_anth_stream_token(srv_gen *g, const eng_event *ev)
 void srv_anth_stream_end(srv_gen *g)
 {
     message_start(g);
-    const char *text = g->text ? g->text : "";
-    srv_reason_split rs = srv_reason_split_text(g->o.reasoning, text, g->n_text, g->o.think_open, true);
-    if (rs.reason_len > g->n_sent_reason)
-        put_delta(g, BLK_THINKING, text + rs.reason_off + g->n_sent_reason, rs.reason_len - g->n_sent_reason);
-    srv_tool_msg tm = {0};
-    if (srv_tools_parse(g->o.tools, text + rs.content_off, rs.content_len, &tm) != PK_OK) {
+    srv_answer a;
+    if (!srv_gen_answer(g, &a)) {
         g->out_oom = true;           /* its only failure: gen_read sends the error event */
         g->finished = true;
         return;
     }
-    if (!rs.reason_len && tm.reasoning_len && g->o.reasoning != SRV_REASON_NONE)
-        put_delta(g, BLK_THINKING, tm.reasoning, tm.reasoning_len);
+    srv_tool_msg tm = a.tm;
+    if (a.reason_len > g->n_sent_reason)
+        put_delta(g, BLK_THINKING, a.reason + g->n_sent_reason, a.reason_len - g->n_sent_reason);
     /* What was held back: the content not sent yet (the sent part is a
      * prefix of the final content, see srv_tools_content_prefix). */
-    if (tm.content_len > g->n_sent && !memcmp(tm.content, text + rs.content_off, g->n_sent))
+    if (tm.content_len > g->n_sent && !memcmp(tm.content, (g->text ? g->text : "") + a.content_off, g->n_sent))
         put_delta(g, BLK_TEXT, tm.content + g->n_sent, tm.content_len - g->n_sent);
     for (int i = 0; i < tm.n_calls; i++) {
         json_t *input = call_input(&tm.calls[i]);
