@@ -173,10 +173,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     srv_gen_defaults d = { .n_slots = 4, .sp = smp_default_params(), .n_predict = -1 };
     for (srv_api api = SRV_API_NATIVE; api <= SRV_API_ANTHROPIC; api++)
         if (srv_parse_gen(body, api, &d, &c, &o, &e)) srv_gen_req_free(&c);
-    json_t *chat = NULL;
-    if (srv_anth_to_chat(body, &chat, &e)) {
-        if (!json_is_array(json_object_get(chat, "messages"))) abort();
-        json_decref(chat);
+    json_t *msgs_chat = NULL;
+    if (srv_anth_to_chat(body, &msgs_chat, &e)) {
+        if (!json_is_array(json_object_get(msgs_chat, "messages"))) abort();
+        json_decref(msgs_chat);
     } else if (e.status != 400 && !(e.status == 500 && strstr(e.msg, "image input is not supported"))) {
         abort();
     }
