@@ -10,7 +10,9 @@
  * this part is left out, said once at start).  Every answer must be a
  * complete HTTP response whose status is below 500 (bad input is a 4xx,
  * never a server error) other than 501 (slot files without a directory:
- * none here) and 503 (loading); a 4xx body must be a JSON error object.
+ * none here), 503 (loading) and the Messages API's 500 for an image
+ * (llama-server's answer without vision); a 4xx body must be a JSON error
+ * object.  The body is also converted as a Messages request.
  *
  * Build and run (after `make`; the server files get the sanitizers, the
  * rest comes from build/libpolykv.a):
@@ -44,6 +46,7 @@ static const struct { const char *method, *path; } routes[] = {
     { "POST", "/slots/0?action=save" }, { "POST", "/slots/0?action=restore" }, { "POST", "/slots/0?action=erase" },
     { "GET", "/polykv/tps" },       { "GET", "/" },                   { "POST", "/completions" },
     { "POST", "/v1/responses" },    { "POST", "/v1/responses/input_tokens" }, { "POST", "/predict" },
+    { "POST", "/v1/messages" },     { "POST", "/v1/messages/count_tokens" },
 };
 
 static int port;                 /* 0: no model, the server part is left out */
@@ -124,7 +127,8 @@ static void request(size_t r, const char *body, size_t n)
     resp_seen = resp;
     unsigned status = 0;
     need(sscanf(resp, "HTTP/1.1 %u", &status) == 1);      /* an answer came, whole headers first */
-    if (status >= 500 && status != 503) {
+    bool no_vision = status == 500 && strstr(resp, "image input is not supported");
+    if (status >= 500 && status != 503 && !no_vision) {
         fprintf(stderr, "fuzz_server: %s %s answered %u:\n%.600s\n", routes[r].method, routes[r].path, status,
                 resp);
         abort();
@@ -167,8 +171,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     srv_gen_opts o;
     srv_err e;
     srv_gen_defaults d = { .n_slots = 4, .sp = smp_default_params(), .n_predict = -1 };
-    for (srv_api api = SRV_API_NATIVE; api <= SRV_API_OAI_CHAT; api++)
+    for (srv_api api = SRV_API_NATIVE; api <= SRV_API_ANTHROPIC; api++)
         if (srv_parse_gen(body, api, &d, &c, &o, &e)) srv_gen_req_free(&c);
+    json_t *msgs_chat = NULL;
+    if (srv_anth_to_chat(body, &msgs_chat, &e)) {
+        if (!json_is_array(json_object_get(msgs_chat, "messages"))) abort();
+        json_decref(msgs_chat);
+    } else if (e.status != 400 && !(e.status == 500 && strstr(e.msg, "image input is not supported"))) {
+        abort();
+    }
     for (tmpl_kind k = TMPL_CHATML; k <= TMPL_LLAMA3; k++) {
         char *prompt = NULL;
         size_t n = 0;

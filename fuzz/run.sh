@@ -62,6 +62,9 @@ if want fuzz_server; then
     printf '\040{"input":[{"role":"user","content":"hi"},{"type":"function_call","call_id":"c","name":"f","arguments":"{}"}],"max_output_tokens":3,"stream":true}' > "$out/corpus_server/r32"
     printf '\041{"instructions":"x","input":"hi"}' > "$out/corpus_server/r33"
     printf '\042{"instances":[{"@requestFormat":"chatCompletions","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"Once"}],"max_tokens":2}]}' > "$out/corpus_server/r34"
+    printf '\043{"max_tokens":3,"system":"s","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]},{"role":"assistant","content":[{"type":"thinking","thinking":"t"},{"type":"tool_use","id":"a","name":"f","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"a","content":"r"}]}],"tools":[{"name":"f","input_schema":{"type":"object"}}],"stream":true}' \
+        > "$out/corpus_server/r35"
+    printf '\044{"messages":[{"role":"user","content":"hi"}],"thinking":{"type":"disabled"}}' > "$out/corpus_server/r36"
     $cc $flags $san fuzz/fuzz_server.c src/server/*.c src/tokenizer/tmpl_tools.c src/tokenizer/tmpl.c \
         src/common/utf8.c build/libpolykv.a -ljansson -lmicrohttpd -lxxhash -lcurl -lm -pthread -o "$out/fuzz_server"
     fuzz fuzz_server corpus_server 4096

@@ -14,7 +14,8 @@
  *              reference tokens and holds no pool, and its invariants
  *              (eng_check, POLYKV_CHECK=1) held at every step;
  *   server     the HTTP server in-process on loopback: whole and streamed
- *              completions, a chat, a pool, /tokenize, /slots.  Every
+ *              completions, a chat, a Messages stream with tool turns, a
+ *              pool, /tokenize, /slots.  Every
  *              request gets a whole HTTP response: a 200, or an error
  *              status with a JSON body, or a stream that ends with its
  *              last event or an error event; never a closed connection
@@ -263,7 +264,8 @@ static answer ask(int port, const char *path, const char *body, int *status)
     const char *b = strstr(buf, "\r\n\r\n");
     if (!b) return ANS_BROKEN;
     if (strstr(buf, "text/event-stream"))
-        return strstr(b, "\"stop\":true") || strstr(b, "[DONE]") || strstr(b, "\"error\"") ? ANS_WHOLE : ANS_BROKEN;
+        return strstr(b, "\"stop\":true") || strstr(b, "[DONE]") || strstr(b, "\"message_stop\"") ||
+               strstr(b, "\"error\"") ? ANS_WHOLE : ANS_BROKEN;
     return *status == 200 || *status == 201 || strstr(b, "\"error\"") ? ANS_WHOLE : ANS_BROKEN;
 }
 
@@ -273,6 +275,10 @@ static const char *const server_script[][2] = {
     { "/v1/chat/completions", "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"max_tokens\": 4, "
                               "\"stream\": true, \"stream_options\": {\"include_usage\": true}}" },
     { "/v1/completions", "{\"prompt\": \"The sun\", \"max_tokens\": 4, \"logprobs\": 2, \"stop\": [\"the\"]}" },
+    { "/v1/messages", "{\"system\": \"s\", \"max_tokens\": 4, \"stream\": true, \"messages\": [{\"role\": \"user\", "
+                      "\"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": [{\"type\": \"tool_use\", \"id\": \"a\", "
+                      "\"name\": \"f\", \"input\": {\"x\": 1}}]}, {\"role\": \"user\", \"content\": [{\"type\": "
+                      "\"tool_result\", \"tool_use_id\": \"a\", \"content\": \"ok\"}]}]}" },
     { "/polykv/pools", "{\"prompt\": \"Once upon a time there was\"}" },
     { "/tokenize", "{\"content\": \"Once upon a time\", \"with_pieces\": true}" },
     { "/slots", NULL },

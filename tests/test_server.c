@@ -256,6 +256,17 @@ static void test_prompts(const tok_vocab *v)
     CHECK(n == n_ref && !memcmp(ids, ref, (size_t)n * sizeof *ids));
     free(ids);
 
+    /* No prompt at all: a 400 naming it (the error was once left unset). */
+    {
+        int32_t **many, *n_many;
+        int k;
+        srv_err e;
+        memset(&e, 0, sizeof e);
+        CHECK(!srv_tokenize_prompts(v, NULL, true, &many, &n_many, &k, &e));
+        CHECK_EQ_INT(e.status, 400);
+        CHECK_STR(e.param, "prompt");
+    }
+
     /* Token ids as given (no BOS added). */
     CHECK_EQ_INT(prompt(v, "{\"prompt\": [5, 6, 7]}", &ids, &n), 0);
     CHECK(n == 3 && ids[0] == 5 && ids[2] == 7);

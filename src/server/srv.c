@@ -41,6 +41,8 @@ static const srv_route routes[] = {
     { "/responses/input_tokens",    "POST", srv_h_responses_input_tokens, SRV_KEY, false, true },
     { "/v1/chat/completions/input_tokens", "POST", srv_h_oai_input_tokens, SRV_KEY, false, true },
     { "/chat/completions/input_tokens",    "POST", srv_h_oai_input_tokens, SRV_KEY, false, true },
+    { "/v1/messages",         "POST", srv_h_anth_messages,   SRV_KEY, false, true },
+    { "/v1/messages/count_tokens", "POST", srv_h_anth_count_tokens, SRV_KEY, false, true },
     { "/completion",          "POST", srv_h_completion,      SRV_KEY, false, true },
     { "/completions",         "POST", srv_h_completion,      SRV_KEY, false, true },
     { "/tokenize",            "POST", srv_h_tokenize,        SRV_KEY, false, true },
@@ -121,6 +123,11 @@ json_t *srv_error_json(const srv_err *e)
     return json_pack("{s:o}", "error", o);
 }
 
+json_t *srv_req_error_json(const srv_req *r, const srv_err *e)
+{
+    return r->anthropic ? srv_anth_error_json(e) : srv_error_json(e);
+}
+
 /* ---- replies ---- */
 
 static enum MHD_Result queue(srv_req *r, unsigned status, struct MHD_Response *resp, const char *content_type)
@@ -198,7 +205,7 @@ enum MHD_Result srv_reply_json(srv_req *r, unsigned status, json_t *j)
 
 enum MHD_Result srv_reply_error(srv_req *r, const srv_err *e)
 {
-    return srv_reply_json(r, e->status, srv_error_json(e));
+    return srv_reply_json(r, e->status, srv_req_error_json(r, e));
 }
 
 enum MHD_Result srv_reply_errorf(srv_req *r, unsigned status, const char *fmt, ...)
@@ -379,6 +386,8 @@ static bool early_reply(srv_req *r, enum MHD_Result *ret)
         *ret = srv_reply_errorf(r, 404, "File Not Found");
         return true;
     }
+    /* Anthropic's clients read their own error shape, from here on. */
+    r->anthropic = rt->fn == srv_h_anth_messages || rt->fn == srv_h_anth_count_tokens;
     bool get_post = !strcmp(r->method, "GET") || !strcmp(r->method, "HEAD") || !strcmp(r->method, "POST");
     bool any = (!strcmp(rt->method, "*") && (get_post || !strcmp(r->method, "DELETE"))) ||
                (!strcmp(rt->method, "RAW") && get_post);
@@ -423,7 +432,7 @@ static void refuse_body(srv_req *r)
     if (!ci) return;
     srv_err e = { .status = 413 };
     snprintf(e.msg, sizeof e.msg, "the request body is over the limit of %zu bytes", r->s->p.max_body_bytes);
-    json_t *j = srv_error_json(&e);
+    json_t *j = srv_req_error_json(r, &e);
     char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     char head[256];

@@ -135,21 +135,31 @@ void srv_gen_out(srv_gen *g, const char *s, size_t n)
     g->n_out += n;
 }
 
-void srv_gen_sse(srv_gen *g, json_t *j)
+void srv_gen_sse_event(srv_gen *g, const char *name, json_t *j)
 {
     char *s = j ? json_dumps(j, SRV_JSON_DUMP) : NULL;
     json_decref(j);
-    size_t n = s ? strlen(s) : 0;
+    size_t n = s ? strlen(s) : 0, n_name = name ? strlen(name) : 0;
     /* Room for the whole event first, so none goes out half written. */
-    if (!s || pk_grow((void **)&g->out, &g->cap_out, g->n_out + n + 9, 1)) {
+    if (!s || pk_grow((void **)&g->out, &g->cap_out, g->n_out + n + n_name + 17, 1)) {
         free(s);
         out_failed(g);
         return;
+    }
+    if (name) {
+        srv_gen_out(g, "event: ", 7);
+        srv_gen_out(g, name, n_name);
+        srv_gen_out(g, "\n", 1);
     }
     srv_gen_out(g, "data: ", 6);
     srv_gen_out(g, s, n);
     srv_gen_out(g, "\n\n", 2);
     free(s);
+}
+
+void srv_gen_sse(srv_gen *g, json_t *j)
+{
+    srv_gen_sse_event(g, NULL, j);
 }
 
 /* ---- JSON pieces every format uses ---- */
@@ -300,13 +310,20 @@ static json_t *progress_chunk(srv_gen *g, const eng_event *ev)
     return j;
 }
 
+/* The event that ends a stream with g->err, in its API's shape. */
+static void stream_error(srv_gen *g)
+{
+    if (g->o.api == SRV_API_ANTHROPIC) srv_anth_stream_error(g);
+    else if (g->o.api == SRV_API_OAI_RESP) srv_resp_sse(g, srv_resp_error_event(&g->err));
+    else srv_gen_sse(g, srv_error_json(&g->err));
+    g->finished = true;
+}
+
 static void stream_event(srv_gen *g, const eng_event *ev)
 {
     gen_take(g, ev);
     if (g->failed) {
-        if (g->o.api == SRV_API_OAI_RESP) srv_resp_sse(g, srv_resp_error_event(&g->err));
-        else srv_gen_sse(g, srv_error_json(&g->err));
-        g->finished = true;
+        stream_error(g);
         return;
     }
     if (ev->kind == ENG_EV_PROGRESS) {
@@ -315,10 +332,12 @@ static void stream_event(srv_gen *g, const eng_event *ev)
     } else if (ev->kind == ENG_EV_TOKEN) {
         if (g->o.api == SRV_API_NATIVE) srv_native_stream_token(g, ev);
         else if (g->o.api == SRV_API_OAI_RESP) srv_resp_stream_token(g, ev);
+        else if (g->o.api == SRV_API_ANTHROPIC) srv_anth_stream_token(g, ev);
         else srv_oai_stream_token(g, ev);
     } else if (ev->kind == ENG_EV_DONE) {
         if (g->o.api == SRV_API_NATIVE) srv_native_stream_end(g);
         else if (g->o.api == SRV_API_OAI_RESP) srv_resp_stream_end(g);
+        else if (g->o.api == SRV_API_ANTHROPIC) srv_anth_stream_end(g);
         else srv_oai_stream_end(g);
         g->finished = true;
     }
@@ -344,17 +363,21 @@ static double placement_wait_ms(const srv *s)
 
 static const char oom_event[] =
     "data: {\"error\":{\"code\":500,\"message\":\"out of memory\",\"type\":\"server_error\"}}\n\n";
+static const char oom_event_anth[] =
+    "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"out of memory\"}}\n\n";
 
 static ssize_t gen_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     srv_gen *g = cls;
     (void)pos;
     while (g->out_pos == g->n_out) {
-        if (g->finished && g->out_oom && !g->oom_sent && max >= sizeof oom_event - 1) {
+        const char *oom = g->o.api == SRV_API_ANTHROPIC ? oom_event_anth : oom_event;
+        size_t n_oom = strlen(oom);
+        if (g->finished && g->out_oom && !g->oom_sent && max >= n_oom) {
             /* Needs no memory: a stream never ends without its last event. */
             g->oom_sent = true;
-            memcpy(buf, oom_event, sizeof oom_event - 1);
-            return (ssize_t)(sizeof oom_event - 1);
+            memcpy(buf, oom, n_oom);
+            return (ssize_t)n_oom;
         }
         if (g->finished) return MHD_CONTENT_READER_END_OF_STREAM;
         g->n_out = g->out_pos = 0;
@@ -373,8 +396,7 @@ static ssize_t gen_read(void *cls, uint64_t pos, char *buf, size_t max)
                 /* The channel closed without DONE or ERROR: a broken engine. */
                 g->failed = true;
                 srv_fail(&g->err, 500, NULL, "the task ended without a result");
-                srv_gen_sse(g, srv_error_json(&g->err));
-                g->finished = true;
+                stream_error(g);
                 break;
             }
             stream_event(g, &ev);
@@ -470,7 +492,7 @@ static srv_gen *gen_submit(srv_req *r, const eng_completion *c, const srv_gen_op
     g->n_prompt = c->n_prompt;
     if (!g->o.model[0]) snprintf(g->o.model, sizeof g->o.model, "%s", s->model_name);
     srv_random_id(g->id, sizeof g->id, o->api == SRV_API_OAI_CHAT ? "chatcmpl-" : o->api == SRV_API_OAI_RESP ? "resp_"
-                                                                                                 : "cmpl-");
+                                            : o->api == SRV_API_ANTHROPIC ? "msg_" : "cmpl-");
     g->resp.rs_index = g->resp.msg_index = -1;
     if (o->logprobs && !o->stream) g->probs = json_array();
     eng_completion sub = *c;
@@ -508,7 +530,7 @@ static bool gen_placed(srv_req *r, srv_gen *g, enum MHD_Result *ret)
         if (st == PK_OK) gen_take(g, &ev);
         else srv_fail(&g->err, 500, NULL, "the task ended without a result");
         eng_event_clear(&ev);
-        json_t *j = srv_error_json(&g->err);
+        json_t *j = srv_req_error_json(r, &g->err);
         if (g->refused && j) {         /* 429: when to come back, and what it was decided on */
             r->retry_after_s = (int32_t)g->cap.retry_after_s;
             json_object_set_new(j, "capacity", srv_capacity_json(&g->cap));
@@ -551,7 +573,8 @@ static bool gen_collect(srv_gen *g)
 static json_t *gen_response(srv_gen *g)
 {
     return g->o.api == SRV_API_NATIVE ? srv_native_response(g)
-         : g->o.api == SRV_API_OAI_RESP ? srv_resp_response(g) : srv_oai_response(g);
+         : g->o.api == SRV_API_OAI_RESP ? srv_resp_response(g)
+         : g->o.api == SRV_API_ANTHROPIC ? srv_anth_response(g) : srv_oai_response(g);
 }
 
 enum MHD_Result srv_gen_run(srv_req *r, const eng_completion *c, const srv_gen_opts *o)

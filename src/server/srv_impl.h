@@ -105,11 +105,15 @@ typedef struct srv_req {
      * JSON body is kept in captured (owned) instead of being sent. */
     bool capture;
     json_t *captured;
+    bool anthropic;                /* an Anthropic route: its errors in Anthropic's shape */
 } srv_req;
 
 /* The shape of an answer: llama.cpp's /completion, OpenAI's completions,
- * chat completions, or Responses (a chat underneath, srv_responses.c). */
-typedef enum srv_api { SRV_API_NATIVE = 1, SRV_API_OAI_CMPL, SRV_API_OAI_CHAT, SRV_API_OAI_RESP } srv_api;
+ * chat completions, Responses (a chat underneath, srv_responses.c), or
+ * Anthropic's Messages (a chat underneath, srv_anthropic.c). */
+typedef enum srv_api {
+    SRV_API_NATIVE = 1, SRV_API_OAI_CMPL, SRV_API_OAI_CHAT, SRV_API_OAI_RESP, SRV_API_ANTHROPIC
+} srv_api;
 
 /* A request failure: HTTP status, OpenAI error type, the field at fault. */
 typedef struct srv_err {
@@ -125,6 +129,9 @@ typedef struct srv_err {
 /* The OpenAI error object {"error": {"code", "message", "type"[, "param"]}}
  * for e.  Returns a new reference, NULL when out of memory. */
 json_t *srv_error_json(const srv_err *e);
+/* The error object r's API uses for e: srv_error_json's, or Anthropic's
+ * (srv_anth_error_json) on its routes.  A new reference, NULL out of memory. */
+json_t *srv_req_error_json(const srv_req *r, const srv_err *e);
 /* The error type OpenAI clients expect for an HTTP status. */
 const char *srv_error_type(unsigned status);
 /* Sets e (status, type NULL, param, printf message); returns false so a
@@ -342,7 +349,7 @@ typedef struct srv_gen {
     size_t n_out, cap_out, out_pos;
     size_t n_sent;                 /* chat: content bytes already sent (from the content's start) */
     size_t n_sent_reason;          /* chat: reasoning bytes already sent */
-    bool sent_role, finished;
+    bool sent_role, finished;      /* sent_role: Anthropic's message_start too */
     bool out_oom, oom_sent;        /* the output could not grow: a static error event ends it */
     double t_last_check;           /* last client liveness check (ms) */
     bool headers_sent;             /* the response is queued: no more interim probes */
@@ -357,6 +364,10 @@ typedef struct srv_gen {
     /* timings_per_token: the HTTP thread's clock (placed, first token). */
     double t_placed_ms, t_first_ms;
     int32_t n_cached;              /* prompt tokens reused, from the PLACED event */
+    /* Anthropic streams (srv_anthropic_out.c): content blocks started so
+     * far, the last one open while anth_open says its kind (0: none open). */
+    int32_t anth_n_blocks;
+    int anth_open;
 } srv_gen;
 
 /* Submits c and answers the request: a JSON body when it completes, or an
@@ -370,6 +381,15 @@ enum MHD_Result srv_gen_run_multi(srv_req *r, const eng_completion *cs, int k, c
  * SRV_MAX_CHOICES).  ids[i] malloc'ed (free each and the arrays). */
 bool srv_tokenize_prompts(const tok_vocab *v, const json_t *prompt, bool add_special, int32_t ***ids,
                           int32_t **n, int *k, srv_err *e);
+/* The chat route's work up to its task, for an OpenAI chat body (api
+ * SRV_API_OAI_CHAT, or SRV_API_ANTHROPIC for a converted Messages request):
+ * the fields parsed into c and o, the messages rendered with the template
+ * (a forced tool call's grammar into c), the tool-call format and
+ * reasoning set up, the prompt tokenized into *ids (malloc'ed, [*n]).
+ * False with e (c then freed) for a bad request, a prompt over a slot, or
+ * out of memory.  Any request thread. */
+bool srv_chat_tokens(srv *s, const json_t *body, srv_api api, eng_completion *c, srv_gen_opts *o, int32_t **ids,
+                     int32_t *n, srv_err *e);
 /* srv_gen_run with ids[0..n) as c's prompt; frees ids. */
 enum MHD_Result srv_gen_run_ids(srv_req *r, eng_completion *c, const srv_gen_opts *o, int32_t *ids, int32_t n);
 /* The completion endpoints (/completion, /v1/completions): the body parsed
@@ -384,9 +404,10 @@ bool srv_gen_text_fits(srv *s, size_t n_bytes, srv_err *e);
 size_t srv_prompt_bytes(const json_t *prompt);
 
 /* Appends bytes to the stream output; "data: <j>\n\n" for an SSE event
- * (j consumed). */
+ * (j consumed), with an "event: <name>\n" line first for a named one. */
 void srv_gen_out(srv_gen *g, const char *s, size_t n);
 void srv_gen_sse(srv_gen *g, json_t *j);
+void srv_gen_sse_event(srv_gen *g, const char *name, json_t *j);
 
 /* The log-prob entry of one token event: {"id", "token", "bytes",
  * "logprob", "top_logprobs": [{"id", "token", "bytes", "logprob"}]}. */
@@ -445,6 +466,20 @@ json_t *srv_native_response(srv_gen *g);
 void srv_native_stream_token(srv_gen *g, const eng_event *ev);
 void srv_native_stream_end(srv_gen *g);
 
+/* ---- Anthropic Messages (srv_anthropic.c: requests; srv_anthropic_out.c: answers) ---- */
+
+/* The OpenAI chat request (messages, tools, tool_choice, stop ...) that an
+ * Anthropic Messages request body asks for: *out a new reference.  False
+ * with e: a 400 naming the field for a malformed one, a 500 for an image
+ * (no vision, llama-server's answer) or out of memory.  Pure. */
+bool srv_anth_to_chat(const json_t *body, json_t **out, srv_err *e);
+/* {"type": "error", "error": {"type", "message"}} for e. */
+json_t *srv_anth_error_json(const srv_err *e);
+json_t *srv_anth_response(srv_gen *g);
+void srv_anth_stream_token(srv_gen *g, const eng_event *ev);
+void srv_anth_stream_end(srv_gen *g);
+void srv_anth_stream_error(srv_gen *g);    /* an "error" event of g->err */
+
 /* ---- handlers (one per route) ---- */
 
 typedef enum MHD_Result (*srv_handler)(srv_req *r, json_t *body);
@@ -483,6 +518,8 @@ enum MHD_Result srv_h_oai_input_tokens(srv_req *r, json_t *body);   /* {"input_t
 enum MHD_Result srv_h_responses(srv_req *r, json_t *body);          /* srv_responses.c */
 enum MHD_Result srv_h_responses_input_tokens(srv_req *r, json_t *body);
 enum MHD_Result srv_h_predict(srv_req *r, json_t *body);            /* srv_predict.c */
+enum MHD_Result srv_h_anth_messages(srv_req *r, json_t *body);      /* srv_anthropic.c */
+enum MHD_Result srv_h_anth_count_tokens(srv_req *r, json_t *body);
 enum MHD_Result srv_h_completion(srv_req *r, json_t *body);
 enum MHD_Result srv_h_tokenize(srv_req *r, json_t *body);
 enum MHD_Result srv_h_detokenize(srv_req *r, json_t *body);

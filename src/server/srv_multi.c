@@ -13,9 +13,14 @@
 
 #include "srv_impl.h"
 
-/* The prompt of one element: itself, or an object's "prompt_string". */
+/* The prompt of one element: itself, or an object's "prompt_string"
+ * (NULL, with e, for none). */
 static const json_t *unwrap(const json_t *p, srv_err *e)
 {
+    if (!p || json_is_null(p)) {
+        srv_fail(e, 400, "prompt", "'prompt' is required");
+        return NULL;
+    }
     if (!json_is_object(p)) return p;
     const json_t *mm = json_object_get(p, "multimodal_data");
     if (mm && !json_is_null(mm) && !(json_is_array(mm) && !json_array_size(mm))) {

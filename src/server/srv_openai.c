@@ -299,62 +299,63 @@ static bool think_off(srv *s, char **prompt, size_t *n_prompt, eng_completion *c
     return ok;
 }
 
+bool srv_chat_tokens(srv *s, const json_t *body, srv_api api, eng_completion *c, srv_gen_opts *o, int32_t **ids,
+                     int32_t *n, srv_err *e)
+{
+    char *prompt = NULL;
+    size_t n_prompt;
+    *ids = NULL;
+    *n = 0;
+    srv_gen_defaults dflt = srv_gen_defaults_of(s);
+    if (!srv_parse_gen(body, api, &dflt, c, o, e)) return false;
+    /* A forced tool call constrains the answer to the tool's schema. */
+    gram_grammar *tg = NULL;
+    bool ok = srv_chat_prompt(s, body, &prompt, &n_prompt, &o->tools, &o->think_open, e) &&
+              srv_tools_grammar(body, o->tools, &tg, e);
+    if (ok && tg && c->grammar) {
+        gram_free(tg);
+        ok = srv_fail(e, 400, "response_format", "a forced tool call (tool_choice) and a response format cannot both "
+                      "constrain the answer");
+    } else if (tg) {
+        c->grammar = tg;
+    }
+    ok = ok && srv_gen_text_fits(s, n_prompt, e);
+    if (ok) {
+        /* The template's own markers say how its model writes calls (the
+         * rendering's family is the fallback). */
+        if (o->tools && !tg)
+            o->tools = srv_tools_detect(s->tmpl_src ? s->tmpl_src : tok_chat_template(s->voc), o->tools);
+        if (s->p.reasoning_budget == 0 && !think_off(s, &prompt, &n_prompt, c, o))
+            ok = srv_fail(e, 500, NULL, "out of memory");
+    }
+    if (ok) {
+        pk_status st = srv_tokenize(s->voc, prompt, n_prompt, true, true, ids, n);
+        if (st != PK_OK) ok = srv_fail(e, 500, NULL, "tokenization failed: %s", pk_status_str(st));
+        else if (*n == 0) ok = srv_fail(e, 400, NULL, "the chat prompt gives no tokens");
+    }
+    free(prompt);
+    if (!ok) {
+        free(*ids);
+        *ids = NULL;
+        srv_gen_req_free(c);
+    }
+    return ok;
+}
+
 enum MHD_Result srv_oai_chat_run(srv_req *r, const json_t *body, srv_api api, json_t *echo)
 {
-    srv *s = r->s;
     eng_completion c;
     srv_gen_opts o;
     srv_err e;
-    char *prompt = NULL;
-    size_t n_prompt;
-    srv_gen_defaults dflt = srv_gen_defaults_of(s);
-    if (!srv_parse_gen(body, SRV_API_OAI_CHAT, &dflt, &c, &o, &e))
-        return srv_reply_error(r, &e);
+    int32_t *ids, n;
+    if (!srv_chat_tokens(r->s, body, SRV_API_OAI_CHAT, &c, &o, &ids, &n, &e)) return srv_reply_error(r, &e);
     o.api = api;
     o.echo = echo;
     if (api == SRV_API_OAI_RESP && o.n_choices > 1) {
+        free(ids);
         srv_gen_req_free(&c);
         srv_fail(&e, 400, "n", "a response has one answer: 'n' must be 1");
         return srv_reply_error(r, &e);
-    }
-    /* A forced tool call constrains the answer to the tool's schema. */
-    gram_grammar *tg = NULL;
-    if (!srv_chat_prompt(s, body, &prompt, &n_prompt, &o.tools, &o.think_open, &e) ||
-        !srv_tools_grammar(body, o.tools, &tg, &e)) {
-        if (prompt) free(prompt);
-        srv_gen_req_free(&c);
-        return srv_reply_error(r, &e);
-    }
-    if (tg && c.grammar) {
-        free(prompt);
-        gram_free(tg);
-        srv_gen_req_free(&c);
-        srv_fail(&e, 400, "response_format", "a forced tool call (tool_choice) and a response format cannot both "
-                 "constrain the answer");
-        return srv_reply_error(r, &e);
-    }
-    if (tg) c.grammar = tg;
-    if (!srv_gen_text_fits(s, n_prompt, &e)) {
-        free(prompt);
-        srv_gen_req_free(&c);
-        return srv_reply_error(r, &e);
-    }
-    /* The template's own markers say how its model writes calls (the
-     * rendering's family is the fallback). */
-    if (o.tools && !tg) o.tools = srv_tools_detect(s->tmpl_src ? s->tmpl_src : tok_chat_template(s->voc), o.tools);
-    if (s->p.reasoning_budget == 0 && !think_off(s, &prompt, &n_prompt, &c, &o)) {
-        free(prompt);
-        srv_gen_req_free(&c);
-        return srv_reply_errorf(r, 500, "out of memory");
-    }
-    int32_t *ids = NULL, n = 0;
-    pk_status st = srv_tokenize(s->voc, prompt, n_prompt, true, true, &ids, &n);
-    free(prompt);
-    if (st != PK_OK || n == 0) {
-        free(ids);
-        srv_gen_req_free(&c);
-        if (st != PK_OK) return srv_reply_errorf(r, 500, "tokenization failed: %s", pk_status_str(st));
-        return srv_reply_errorf(r, 400, "the chat prompt gives no tokens");
     }
     if (o.n_choices == 1) return srv_gen_run_ids(r, &c, &o, ids, n);
     eng_completion cs[SRV_MAX_CHOICES];
@@ -376,19 +377,15 @@ enum MHD_Result srv_h_oai_chat(srv_req *r, json_t *body)
 
 /* llama-server's token count of a chat request: its prompt as the chat
  * route renders (srv_chat_prompt: the Jinja template, a prefill) and
- * tokenizes it, nothing generated. */
+ * tokenizes it (the same function, srv_chat_tokens), nothing generated. */
 enum MHD_Result srv_h_oai_input_tokens(srv_req *r, json_t *body)
 {
-    srv *s = r->s;
+    eng_completion c;
+    srv_gen_opts o;
     srv_err e;
-    char *prompt = NULL;
-    size_t n_prompt;
-    srv_tool_fmt fmt;
-    if (!srv_chat_prompt(s, body, &prompt, &n_prompt, &fmt, NULL, &e)) return srv_reply_error(r, &e);
-    int32_t *ids = NULL, n = 0;
-    pk_status st = srv_tokenize(s->voc, prompt, n_prompt, true, true, &ids, &n);
-    free(prompt);
+    int32_t *ids, n;
+    if (!srv_chat_tokens(r->s, body, SRV_API_OAI_CHAT, &c, &o, &ids, &n, &e)) return srv_reply_error(r, &e);
     free(ids);
-    if (st != PK_OK) return srv_reply_errorf(r, 500, "tokenization failed: %s", pk_status_str(st));
+    srv_gen_req_free(&c);
     return srv_reply_json(r, 200, json_pack("{s:i}", "input_tokens", n));
 }

@@ -115,6 +115,8 @@ static bool parse_logprobs(const json_t *b, srv_api api, srv_gen_opts *o, srv_er
         if (!get_i32(b, "n_probs", 0, ENG_MAX_PROBS, &top, e)) return false;
         o->logprobs = top > 0;
         break;
+    case SRV_API_ANTHROPIC:          /* Messages answers carry no log-probs */
+        break;
     }
     o->top_logprobs = top;
     return true;

@@ -312,6 +312,8 @@ const srv_route srv_router_routes[] = {
     { "/responses/input_tokens",    "POST", h_proxy_post, SRV_KEY, false, false },
     { "/v1/chat/completions/input_tokens", "POST", h_proxy_post, SRV_KEY, false, false },
     { "/chat/completions/input_tokens",    "POST", h_proxy_post, SRV_KEY, false, false },
+    { "/v1/messages",         "POST", h_proxy_post, SRV_KEY, false, false },
+    { "/v1/messages/count_tokens", "POST", h_proxy_post, SRV_KEY, false, false },
     { "/completion",          "POST", h_proxy_post, SRV_KEY, false, false },
     { "/completions",         "POST", h_proxy_post, SRV_KEY, false, false },
     { "/tokenize",            "POST", h_proxy_post, SRV_KEY, false, false },
