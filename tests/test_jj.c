@@ -287,6 +287,8 @@ static void test_int_overflow(void)
         { "{{ [9007199254740993, 1] | sum }}", "9007199254740994" },
         { "{{ range(9223372036854775805, 9223372036854775807, 5) | list }}", "[9223372036854775805]" },
         { "{{ 1e300 | int(7) }}|{{ '99999999999999999999' | int(7) }}|{{ '12' | int }}", "7|7|12" },
+        /* an int with a float: the float's bits are never read as a bool (UBSan) */
+        { "{{ 0 + 1.1 }}|{{ [1, 2.5] | sum }}|{{ True * 1.5 }}", "1.1|3.5|1.5" },
     };
     for (size_t i = 0; i < ARRAY_LEN(good); i++) {
         CHECK_EQ_INT(render(good[i][0], NULL, NULL, &out, err, sizeof err), PK_OK);

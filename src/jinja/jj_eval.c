@@ -441,7 +441,8 @@ static jv arith(jj_rt *rt, int line, int op, jv a, jv b)
         rt_err(rt, line, "unsupported operand type(s): '%s' and '%s'", jv_type_name(a), jv_type_name(b));
     bool fl = a.t == JV_FLOAT || b.t == JV_FLOAT;
     double x = jv_num(a), y = jv_num(b);
-    int64_t i = a.t == JV_INT ? a.i : a.b, j = b.t == JV_INT ? b.i : b.b, r;
+    /* a float's union member is not a bool: read only the one that is set */
+    int64_t i = a.t == JV_INT ? a.i : a.t == JV_BOOL ? a.b : 0, j = b.t == JV_INT ? b.i : b.t == JV_BOOL ? b.b : 0, r;
     /* Python's integers do not overflow; ours are 64 bits, so a result
      * that leaves them is an error rather than a wrong number. */
     switch (op) {

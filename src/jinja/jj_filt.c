@@ -732,9 +732,10 @@ jv jj_apply_filter(jj_rt *rt, int line, int filt, jv *args, const char **kw, int
         for (size_t i = 0; i < items.l->n; i++) {
             jv x = attr.t != JV_NONE ? get_path(rt, line, items.l->v[i], attr) : items.l->v[i];
             if (!jv_is_num(x) || !jv_is_num(s)) ferr(rt, line, "unsupported operand type(s) for +", "sum");
-            int64_t si = s.t == JV_INT ? s.i : s.b, xi = x.t == JV_INT ? x.i : x.b, r;
+            int64_t r;
             if (s.t == JV_FLOAT || x.t == JV_FLOAT) s = jv_float(jv_num(s) + jv_num(x));
-            else if (__builtin_add_overflow(si, xi, &r)) ferr(rt, line, "integer overflow", "sum");
+            else if (__builtin_add_overflow(s.t == JV_INT ? s.i : s.b, x.t == JV_INT ? x.i : x.b, &r))
+                ferr(rt, line, "integer overflow", "sum");
             else s = jv_int(r);
         }
         return s;
