@@ -240,6 +240,14 @@ static bool render(const srv *s, const json_t *body, char **prompt, size_t *n_pr
     return true;
 }
 
+bool srv_chat_history(const srv *s, const json_t *body, char **prompt, size_t *n_prompt, srv_tool_fmt *tools_fmt,
+                      srv_err *e)
+{
+    *prompt = NULL;
+    *n_prompt = 0;
+    return render(s, body, prompt, n_prompt, tools_fmt, e);
+}
+
 /* ---- a final assistant message continued (the prefill) ---- */
 
 typedef enum cont_mode { CONT_NONE = 0, CONT_CONTENT, CONT_REASONING } cont_mode;

@@ -315,6 +315,12 @@ void srv_chat_free(srv *s);
 bool srv_chat_prompt(const srv *s, const json_t *body, char **prompt, size_t *n_prompt, srv_tool_fmt *tools,
                      bool *think_open, srv_err *e);
 
+/* body's messages as finished turns, whoever spoke last (never a prefill):
+ * what a pool holds, so that the request that follows it with a new turn
+ * starts with its tokens. */
+bool srv_chat_history(const srv *s, const json_t *body, char **prompt, size_t *n_prompt, srv_tool_fmt *tools,
+                      srv_err *e);
+
 /* ---- running a task (srv_gen.c) ---- */
 
 /* A generation in progress: the task, what it produced so far and, when

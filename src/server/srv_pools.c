@@ -73,14 +73,16 @@ static bool body_prefix(srv *s, const json_t *b, int32_t **ids, int32_t *n, cons
      * before it is tokenized (srv_gen_text_fits). */
     if ((v = json_object_get(b, "prompt")))
         return srv_gen_text_fits(s, srv_prompt_bytes(v), e) && srv_tokenize_prompt(s->voc, v, "prompt", true, ids, n, e);
-    /* messages: rendered as a chat request would be, minus the generation prompt */
+    /* messages: rendered as a chat request would be, minus the generation
+     * prompt, and every turn closed (a last assistant message is history
+     * here, not a prefill: the request that follows adds a turn) */
     json_t *copy = json_deep_copy(b);
     if (!copy) return srv_fail(e, 500, NULL, "out of memory");
     json_object_set_new(copy, "add_generation_prompt", json_false());
     char *text;
     size_t len;
     srv_tool_fmt fmt;
-    bool ok = srv_chat_prompt(s, copy, &text, &len, &fmt, NULL, e);
+    bool ok = srv_chat_history(s, copy, &text, &len, &fmt, e);
     json_decref(copy);
     if (!ok) return false;
     if (!srv_gen_text_fits(s, len, e)) {

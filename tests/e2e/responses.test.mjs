@@ -234,18 +234,30 @@ test('prefill: contradictions are a 400', { skip }, async () => {
   assert.equal((await post(s.url + '/completion', { prompt: 'a', continue_final_message: true })).status, 400);
 });
 
-test('prefill: a pool made of the same messages is the chat prompt\'s prefix', { skip }, async () => {
+test('prefill: a pool of the turns before it is the prefilled prompt\'s prefix; a pool keeps its turns closed', { skip }, async () => {
   const msgs = [{ role: 'user', content: 'Tell a story about a cat' }, { role: 'assistant', content: 'Once upon a time' }];
-  const pool = await post(s.url + '/polykv/pools', { messages: msgs });
+  const pool = await post(s.url + '/polykv/pools', { messages: msgs.slice(0, 1) });
   assert.equal(pool.status, 201, pool.text);
   const r = await fetch(s.url + '/v1/chat/completions', { method: 'POST', headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ messages: msgs, pool_id: pool.json.pool_id, max_tokens: 4 }) });
   const j = await r.json();
+  assert.equal(r.status, 200, JSON.stringify(j));
   assert.equal(r.headers.get('x-pool-id'), String(pool.json.pool_id));
-  // all of it but the last token, which the chat computes for its logits
-  assert.equal(j.usage.prompt_tokens, pool.json.prefix_len);
-  assert.equal(Number(r.headers.get('x-cached-prefix-tokens')), pool.json.prefix_len - 1);
-  await fetch(s.url + `/polykv/pools/${pool.json.pool_id}`, { method: 'DELETE' });
+  assert.ok(j.usage.prompt_tokens > pool.json.prefix_len, JSON.stringify(j.usage));
+  assert.equal(Number(r.headers.get('x-cached-prefix-tokens')), pool.json.prefix_len);
+  // A pool whose messages end with the assistant holds that turn finished
+  // (end of turn included), not open as a prefill: the next user turn
+  // follows it, and two assistant messages at the end are history too.
+  const hist = await post(s.url + '/polykv/pools', { messages: [...msgs, { role: 'assistant', content: 'The end.' }] });
+  assert.equal(hist.status, 201, hist.text);
+  const next = await fetch(s.url + '/v1/chat/completions', { method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ messages: [...msgs, { role: 'assistant', content: 'The end.' }, { role: 'user', content: 'Again' }],
+      pool_id: hist.json.pool_id, max_tokens: 2 }) });
+  const nj = await next.json();
+  assert.equal(next.status, 200, JSON.stringify(nj));
+  assert.equal(Number(next.headers.get('x-cached-prefix-tokens')), hist.json.prefix_len);
+  assert.ok(nj.usage.prompt_tokens > hist.json.prefix_len);
+  for (const id of [pool.json.pool_id, hist.json.pool_id]) await fetch(s.url + `/polykv/pools/${id}`, { method: 'DELETE' });
 });
 
 test('predict: instances through our routes, in order, errors in place', { skip }, async () => {
