@@ -56,6 +56,9 @@ static int cmp_desc(const void *a, const void *b)
 /* Fills prob[V] with the distribution the pipeline should draw from, for
  * already-penalized logits l: sort everything, cut top-k, softmax of the
  * remainder, cut top-p, cut min-p on the logits, temperature, softmax.
+ * Top-p's cut is in llama.cpp's float arithmetic (the normalizer summed in
+ * the sorted order after top-k, in id order without it; the running sum a
+ * float compared with >=), since rounding there decides the kept set.
  * Returns the number of tokens kept. */
 static int reference(const float *l, int V, const smp_params *p, double *prob)
 {
@@ -66,13 +69,14 @@ static int reference(const float *l, int V, const smp_params *p, double *prob)
     int n = (p->top_k > 0 && p->top_k < V) ? p->top_k : V;
     double M = l[idx[0]];
     if (p->top_p < 1.0f) {
-        double z = 0, cum = 0;
-        for (int i = 0; i < n; i++) z += expf(l[idx[i]] - (float)M);
+        float z = 0, cum = 0;
+        bool top_k = p->top_k > 0;
+        for (int i = 0; i < n; i++) z += expf(l[top_k ? idx[i] : i] - (float)M);
         int m = 0;
         while (m < n) {
-            cum += expf(l[idx[m]] - (float)M);
+            cum += expf(l[idx[m]] - (float)M) / z;
             m++;
-            if (cum >= (double)p->top_p * z) break;
+            if (cum >= p->top_p) break;
         }
         n = m;
     }
@@ -298,22 +302,31 @@ static void test_filters(void)
 }
 
 /* Top-p without top-k orders only the tokens within 20 of the best unless
- * the far tail holds mass top-p needs: one clear winner and a tail of 300
- * tokens 21-22 below it, with top_p just under 1, must keep part of the
- * tail.  A high temperature makes the kept tail visible in the draws. */
+ * the far tail matters.  In float a tail token 21 below the best is under
+ * half an ulp of a running sum near 1, so it can never end the cut; but it
+ * can keep the sum from reaching top_p, and then every token is kept, as in
+ * llama.cpp.  Here the tail comes first in id order, so the normalizer
+ * holds its mass (1 + 1.2e-7), the winner alone stays under 1 - 6e-8 and
+ * nothing ever reaches it.  A high temperature makes the tail visible. */
 static void test_top_p_tail(void)
 {
     enum { V = 301 };
     float l[V];
     double prob[V];
-    for (int i = 0; i < V; i++) l[i] = (float)(-21.0 - t_uniform());
-    l[123] = 0.0f;
+    for (int i = 0; i < V - 1; i++) l[i] = (float)(-21.0 - t_uniform());
+    l[V - 1] = 0.0f;
     smp_params p = plain(100.0f);
-    p.top_p = 0.9999999f;
+    p.top_p = 0.99999994f;                   /* the float below 1 */
     int kept = reference(l, V, &p, prob);
-    CHECK(kept > 20 && kept < V - 20);
+    CHECK_EQ_INT(kept, V);
     int seen = check_distribution("top_p tail", l, V, &p, 100000);
-    CHECK(seen == kept);
+    CHECK_EQ_INT(seen, kept);
+    /* The winner first: the tail's mass is lost in the sum's rounding and
+     * the winner alone reaches top_p. */
+    l[0] = 0.0f;
+    l[V - 1] = -21.5f;
+    CHECK_EQ_INT(reference(l, V, &p, prob), 1);
+    CHECK_EQ_INT(check_distribution("top_p tail first", l, V, &p, 1000), 1);
 }
 
 /* Log-probs of the penalized logits: read back with n_top = V. */
