@@ -1,6 +1,7 @@
 /* test_smp.c - samplers: greedy and its limits, determinism, the truncation
  * filters checked statistically against a brute-force reference, the
  * penalties and log-probs numerically, and speed on a 152k vocabulary. */
+#include "../src/sample/mt.h"
 #include "../src/sample/smp.h"
 #include "test.h"
 
@@ -298,6 +299,112 @@ static void test_filters(void)
         p.min_p = cfg[i].min_p;
         p.seed = 77 + i;
         check_distribution(cfg[i].name, l, V, &p, 100000);
+    }
+}
+
+/* How many tokens the drawn distribution holds (post_probs lists them). */
+static int kept_count(const float *l, int V, smp_params p)
+{
+    p.post_probs = true;
+    smp_ctx *s = make(&p, V, 0);
+    smp_logprob top[16];
+    smp_sample(s, l, top, V, NULL);
+    smp_free(s);
+    int n = 0;
+    for (int i = 0; i < V; i++) n += top[i].id >= 0;
+    return n;
+}
+
+/* Top-p's cut is llama.cpp's, to the last bit: the normalizer a float sum
+ * (id order without top-k, sorted order with it), the running sum of the
+ * float probabilities compared with >=.  top_p set to the running sum after
+ * the two best keeps exactly two; one ulp above it keeps three.  Min-p
+ * keeps a logit equal to its threshold. */
+static void test_cut_boundaries(void)
+{
+    enum { V = 6 };
+    const float l[V] = { 1.0f, 2.5f, 0.3f, 2.0f, -1.0f, 1.7f };   /* order 1 3 5 0 2 4 */
+    const int order[V] = { 1, 3, 5, 0, 2, 4 };
+    for (int with_k = 0; with_k < 2; with_k++) {
+        float M = l[1], z = 0;
+        for (int i = 0; i < V; i++) z += expf(l[with_k ? order[i] : i] - M);
+        float cum2 = expf(l[1] - M) / z;
+        cum2 += expf(l[3] - M) / z;
+        smp_params p = plain(1.0f);
+        p.top_k = with_k ? V : 0;
+        p.top_p = cum2;
+        CHECK_EQ_INT(kept_count(l, V, p), 2);
+        p.top_p = nextafterf(cum2, 0.0f);
+        CHECK_EQ_INT(kept_count(l, V, p), 2);
+        p.top_p = nextafterf(cum2, 1.0f);
+        CHECK_EQ_INT(kept_count(l, V, p), 3);
+        /* The cut with the sum in double would miss by an ulp somewhere
+         * here; the sums as floats must be what the sampler compares. */
+        float cum3 = cum2 + expf(l[5] - M) / z;
+        p.top_p = cum3;
+        CHECK_EQ_INT(kept_count(l, V, p), 3);
+        p.top_p = nextafterf(cum3, 1.0f);
+        CHECK_EQ_INT(kept_count(l, V, p), 4);
+    }
+    /* Min-p: l >= max + logf(min_p), the threshold itself kept, sorted or
+     * not. */
+    float lm[V] = { 1.0f, 2.5f, 0.3f, 2.0f, -1.0f, 1.7f };
+    smp_params p = plain(1.0f);
+    p.min_p = 0.5f;
+    lm[5] = 2.5f + logf(0.5f);
+    CHECK_EQ_INT(kept_count(lm, V, p), 3);                  /* 1, 3, 5 */
+    lm[5] = nextafterf(lm[5], -INFINITY);
+    CHECK_EQ_INT(kept_count(lm, V, p), 2);
+    p.top_k = 4;
+    CHECK_EQ_INT(kept_count(lm, V, p), 2);
+    lm[5] = 2.5f + logf(0.5f);
+    CHECK_EQ_INT(kept_count(lm, V, p), 3);
+}
+
+/* The draw, token for token against its definition with the RNG of mt.h:
+ * x = logit / temp in float, weights expf(x - max) in float summed in
+ * double, the first running sum >= sum * u, in sorted order after top-k /
+ * top-p and in id order otherwise.  The order matters: the same u picks
+ * different tokens from the same weights in another order. */
+static int32_t draw_by_hand(const float *l, const int *ids, int n, float temp, double u)
+{
+    float x[16], mx = -INFINITY;
+    for (int i = 0; i < n; i++) {
+        x[i] = l[ids[i]] / temp;
+        mx = x[i] > mx ? x[i] : mx;
+    }
+    double sum = 0, w[16];
+    for (int i = 0; i < n; i++) sum += w[i] = expf(x[i] - mx);
+    double target = sum * u, run = 0;
+    for (int i = 0; i < n; i++) {
+        run += w[i];
+        if (run >= target) return ids[i];
+    }
+    return ids[n - 1];
+}
+
+static void test_draw_by_hand(void)
+{
+    enum { V = 6, N = 20000 };
+    const float l[V] = { 1.0f, 2.5f, 0.3f, 2.0f, -1.0f, 1.7f };
+    const int sorted[V] = { 1, 3, 5, 0, 2, 4 }, by_id[V] = { 0, 1, 2, 3, 4, 5 };
+    for (int sort = 0; sort < 2; sort++) {
+        smp_params p = plain(0.7f);
+        p.top_k = sort ? V : 0;             /* top-k over all: sorted, nothing cut */
+        p.seed = 42;
+        smp_ctx *s = make(&p, V, 0);
+        mt19937 mt;
+        mt_seed(&mt, 42);
+        int same = 0, other_order = 0;
+        for (int i = 0; i < N; i++) {
+            double u = mt_uniform(&mt);
+            int32_t t = smp_sample(s, l, NULL, 0, NULL);
+            same += t == draw_by_hand(l, sort ? sorted : by_id, V, 0.7f, u);
+            other_order += t == draw_by_hand(l, sort ? by_id : sorted, V, 0.7f, u);
+        }
+        CHECK_EQ_INT(same, N);
+        CHECK(other_order < N * 9 / 10);
+        smp_free(s);
     }
 }
 
@@ -629,6 +736,8 @@ int main(void)
     test_greedy_limits();
     test_filters();
     test_top_p_tail();
+    test_cut_boundaries();
+    test_draw_by_hand();
     test_penalties();
     test_logprobs();
     test_large_vocab();
