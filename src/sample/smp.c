@@ -65,8 +65,6 @@
 #include <string.h>
 #include <sys/random.h>
 
-#define SMP_SEED_RANDOM 0xFFFFFFFFu
-
 typedef struct smp_cand { int32_t id; float logit; } smp_cand;
 
 struct smp_ctx {

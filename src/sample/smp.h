@@ -26,6 +26,9 @@
 
 #include "../common/pk.h"
 
+/* The seed that asks for a random one (llama.cpp's LLAMA_DEFAULT_SEED). */
+#define SMP_SEED_RANDOM 0xFFFFFFFFu
+
 typedef struct smp_params {
     float temp;               /* <= 0: greedy */
     int32_t top_k;            /* <= 0: off */

@@ -146,6 +146,26 @@ test('seeded sampling: llama-server\'s tokens, reproducible, streamed the same, 
   assert.deepEqual(streamed, LLAMA_SEEDED[7]);
 });
 
+test('seeded sampling: choice j of n draws with seed + j, as llama-server\'s child tasks', { skip }, async () => {
+  const req = { messages: [{ role: 'user', content: 'hi' }], max_tokens: 12, temperature: 0.8 };
+  const multi = await post(s.url + '/v1/chat/completions', { ...req, seed: 42, n: 3 });
+  assert.equal(multi.status, 200);
+  const texts = multi.json.choices.sort((a, b) => a.index - b.index).map((c) => c.message.content);
+  for (let j = 0; j < 3; j++) {
+    const one = await post(s.url + '/v1/chat/completions', { ...req, seed: 42 + j });
+    assert.equal(texts[j], one.json.choices[0].message.content, `choice ${j}`);
+  }
+  assert.equal(new Set(texts).size, 3);
+  // Several prompts: each prompt's choices count from the request's seed.
+  const many = await post(s.url + '/v1/completions', { prompt: ['Once upon', 'Tom'], n: 2, max_tokens: 6,
+    temperature: 0.8, seed: 7 });
+  const t = many.json.choices.sort((a, b) => a.index - b.index).map((c) => c.text);
+  const single = async (prompt, seed) => (await post(s.url + '/v1/completions', { prompt, max_tokens: 6,
+    temperature: 0.8, seed })).json.choices[0].text;
+  assert.deepEqual(t, [await single('Once upon', 7), await single('Once upon', 8), await single('Tom', 7),
+    await single('Tom', 8)]);
+});
+
 test('flags: unknown and refused ones are named, and --help lists the llama-server ones', { skip }, () => {
   const run = (args) => {
     try {
