@@ -361,6 +361,44 @@ static void test_cut_boundaries(void)
     CHECK_EQ_INT(kept_count(lm, V, p), 3);
 }
 
+/* min_keep (llama.cpp's): top-p and min-p keep at least that many, the best
+ * ones, with or without top-k before them; 0 and 1 are no floor. */
+static void test_min_keep(void)
+{
+    enum { V = 6 };
+    const float l[V] = { 1.0f, 2.5f, 0.3f, 2.0f, -1.0f, 1.7f };
+    for (int with_k = 0; with_k < 2; with_k++) {
+        smp_params p = plain(1.0f);
+        p.top_k = with_k ? 5 : 0;
+        p.top_p = 0.3f;                      /* the best alone reaches it */
+        CHECK_EQ_INT(kept_count(l, V, p), 1);
+        p.min_keep = 1;
+        CHECK_EQ_INT(kept_count(l, V, p), 1);
+        p.min_keep = 3;
+        CHECK_EQ_INT(kept_count(l, V, p), 3);
+        p.min_keep = 9;                      /* more than there are: all (top-k's 5) */
+        CHECK_EQ_INT(kept_count(l, V, p), with_k ? 5 : V);
+        p = plain(1.0f);
+        p.top_k = with_k ? 5 : 0;
+        p.min_p = 0.9f;                      /* the best alone passes */
+        CHECK_EQ_INT(kept_count(l, V, p), 1);
+        p.min_keep = 4;
+        CHECK_EQ_INT(kept_count(l, V, p), 4);
+        p.min_p = 2.0f;                      /* none passes: the floor still holds */
+        p.min_keep = 2;
+        CHECK_EQ_INT(kept_count(l, V, p), 2);
+        p.top_p = 0.3f;
+        p.min_p = 0.9f;
+        p.min_keep = 3;
+        CHECK_EQ_INT(kept_count(l, V, p), 3);
+    }
+    smp_params bad = plain(1.0f);
+    bad.min_keep = -1;
+    smp_ctx *s = NULL;
+    CHECK_EQ_INT(smp_new(&bad, V, 0, &s), PK_EINVAL);
+    CHECK(!smp_params_valid(&bad));
+}
+
 /* The draw, token for token against its definition with the RNG of mt.h:
  * x = logit / temp in float, weights expf(x - max) in float summed in
  * double, the first running sum >= sum * u, in sorted order after top-k /
@@ -737,6 +775,7 @@ int main(void)
     test_filters();
     test_top_p_tail();
     test_cut_boundaries();
+    test_min_keep();
     test_draw_by_hand();
     test_penalties();
     test_logprobs();

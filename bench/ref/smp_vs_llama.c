@@ -3,8 +3,8 @@
  * reference engine's sampler chain (libllama), token for token: the same
  * logits, parameters and seed into both, llama.cpp's chain built as its
  * common/sampling.cpp builds the default one (penalties, top-k, top-p,
- * min-p, temperature, dist; the samplers that are off by default left out,
- * being no-ops).  Both accept the reference's token, so their histories stay
+ * min-p, temperature, dist, with min_keep; the samplers that are off by
+ * default left out, being no-ops).  Both accept the reference's token, so their histories stay
  * equal and one difference does not hide the next.  Built by
  * bench/smp_vs_llama.sh against the reference build beside the project
  * (never by the Makefile: polykv does not link it).
@@ -30,24 +30,31 @@ typedef struct cfg {
     float temp;
     int32_t top_k;
     float top_p, min_p, repeat, freq, present;
+    int32_t min_keep;
 } cfg;
 
 static const cfg CFGS[] = {
-    { "default", 0.8f, 40, 0.95f, 0.05f, 1, 0, 0 },
-    { "k0 p.95 m.05", 0.8f, 0, 0.95f, 0.05f, 1, 0, 0 },
-    { "k0 p.95", 0.8f, 0, 0.95f, 0.0f, 1, 0, 0 },
-    { "k0 m.05", 0.8f, 0, 1.0f, 0.05f, 1, 0, 0 },
-    { "temp only", 0.8f, 0, 1.0f, 0.0f, 1, 0, 0 },
-    { "k40 only", 0.8f, 40, 1.0f, 0.0f, 1, 0, 0 },
-    { "k5 p.5 t1.5", 1.5f, 5, 0.5f, 0.0f, 1, 0, 0 },
-    { "t1", 1.0f, 40, 0.95f, 0.05f, 1, 0, 0 },
-    { "penalties", 0.8f, 40, 0.95f, 0.05f, 1.1f, 0.1f, 0.2f },
-    { "k>=V", 0.8f, 1 << 30, 0.95f, 0.0f, 1, 0, 0 },
-    { "k>=V m.1", 0.7f, 1 << 30, 1.0f, 0.1f, 1, 0, 0 },
-    { "k1", 0.8f, 1, 0.95f, 0.05f, 1, 0, 0 },
-    { "k0 p.99 t2", 2.0f, 0, 0.99f, 0.0f, 1, 0, 0 },
-    { "m1.5", 0.8f, 0, 1.0f, 1.5f, 1, 0, 0 },
-    { "k0 p.9999999", 1.0f, 0, 0.9999999f, 0.0f, 1, 0, 0 },
+    { "default", 0.8f, 40, 0.95f, 0.05f, 1, 0, 0, 0 },
+    { "k0 p.95 m.05", 0.8f, 0, 0.95f, 0.05f, 1, 0, 0, 0 },
+    { "k0 p.95", 0.8f, 0, 0.95f, 0.0f, 1, 0, 0, 0 },
+    { "k0 m.05", 0.8f, 0, 1.0f, 0.05f, 1, 0, 0, 0 },
+    { "temp only", 0.8f, 0, 1.0f, 0.0f, 1, 0, 0, 0 },
+    { "k40 only", 0.8f, 40, 1.0f, 0.0f, 1, 0, 0, 0 },
+    { "k5 p.5 t1.5", 1.5f, 5, 0.5f, 0.0f, 1, 0, 0, 0 },
+    { "t1", 1.0f, 40, 0.95f, 0.05f, 1, 0, 0, 0 },
+    { "penalties", 0.8f, 40, 0.95f, 0.05f, 1.1f, 0.1f, 0.2f, 0 },
+    { "k>=V", 0.8f, 1 << 30, 0.95f, 0.0f, 1, 0, 0, 0 },
+    { "k>=V m.1", 0.7f, 1 << 30, 1.0f, 0.1f, 1, 0, 0, 0 },
+    { "k1", 0.8f, 1, 0.95f, 0.05f, 1, 0, 0, 0 },
+    { "k0 p.99 t2", 2.0f, 0, 0.99f, 0.0f, 1, 0, 0, 0 },
+    { "m1.5", 0.8f, 0, 1.0f, 1.5f, 1, 0, 0, 0 },
+    { "k0 p.9999999", 1.0f, 0, 0.9999999f, 0.0f, 1, 0, 0, 0 },
+    { "k0 p.5 keep50", 0.8f, 0, 0.5f, 0.05f, 1, 0, 0, 50 },
+    { "k40 p.3 m.2 keep10", 0.8f, 40, 0.3f, 0.2f, 1, 0, 0, 10 },
+    { "k0 m.3 keep7", 0.8f, 0, 1.0f, 0.3f, 1, 0, 0, 7 },
+    { "m1.5 keep3", 0.8f, 0, 1.0f, 1.5f, 1, 0, 0, 3 },
+    { "k0 p.95 m.05 keep300", 1.0f, 0, 0.95f, 0.05f, 1, 0, 0, 300 },
+    { "k20 keep30", 0.8f, 20, 0.9f, 0.05f, 1, 0, 0, 30 },
 };
 
 static mt19937 gen;
@@ -71,8 +78,8 @@ static struct llama_sampler *reference_chain(const cfg *c, int32_t V, uint32_t s
     struct llama_sampler *ch = llama_sampler_chain_init(llama_sampler_chain_default_params());
     llama_sampler_chain_add(ch, llama_sampler_init_penalties(V, 64, c->repeat, c->freq, c->present));
     llama_sampler_chain_add(ch, llama_sampler_init_top_k(c->top_k));
-    llama_sampler_chain_add(ch, llama_sampler_init_top_p(c->top_p, 0));
-    llama_sampler_chain_add(ch, llama_sampler_init_min_p(c->min_p, 0));
+    llama_sampler_chain_add(ch, llama_sampler_init_top_p(c->top_p, (size_t)c->min_keep));
+    llama_sampler_chain_add(ch, llama_sampler_init_min_p(c->min_p, (size_t)c->min_keep));
     llama_sampler_chain_add(ch, llama_sampler_init_temp_ext(c->temp, 0.0f, 1.0f));
     llama_sampler_chain_add(ch, llama_sampler_init_dist(seed));
     return ch;
@@ -101,6 +108,7 @@ int main(int argc, char **argv)
             sp.top_k = c->top_k;
             sp.top_p = c->top_p;
             sp.min_p = c->min_p;
+            sp.min_keep = c->min_keep;
             sp.repeat_penalty = c->repeat;
             sp.frequency_penalty = c->freq;
             sp.presence_penalty = c->present;

@@ -114,7 +114,7 @@ static bool params_ok(const smp_params *p)
     return !isnan(p->temp) && !isnan(p->top_p) && !isnan(p->min_p) &&
            isfinite(p->repeat_penalty) && p->repeat_penalty > 0 &&
            isfinite(p->presence_penalty) && isfinite(p->frequency_penalty) &&
-           p->penalty_last_n >= -1;
+           p->penalty_last_n >= -1 && p->min_keep >= 0;
 }
 
 pk_status smp_new(const smp_params *p, int32_t n_vocab, int32_t history_max, smp_ctx **out)
@@ -280,13 +280,14 @@ int32_t smp_argmax(const float *logits, int32_t n)
 /* Top-p's cut over c[0..n) sorted best first, in the reference's
  * arithmetic: each probability is expf(l - M) / Z in float, their running
  * sum is a float, and the first index where it is >= top_p ends the kept
- * prefix.  Returns the prefix's length, n when rounding never reaches top_p. */
-static int32_t top_p_sorted(const smp_cand *c, int32_t n, float M, float Z, float top_p)
+ * prefix, if it holds min_keep tokens.  Returns the prefix's length, n when
+ * rounding never reaches top_p. */
+static int32_t top_p_sorted(const smp_cand *c, int32_t n, float M, float Z, float top_p, int32_t min_keep)
 {
     float cum = 0.0f;
     for (int32_t m = 0; m < n; m++) {
         cum += expf(c[m].logit - M) / Z;
-        if (cum >= top_p) return m + 1;
+        if (cum >= top_p && m + 1 >= min_keep) return m + 1;
     }
     return n;
 }
@@ -296,7 +297,8 @@ static int32_t top_p_sorted(const smp_cand *c, int32_t n, float M, float Z, floa
  * and are turned best first at the end; returns how many, the kept set
  * being c[n - taken .. n).  *reached says whether the sum got to top_p (if
  * not, every token was taken and the cut lies below them). */
-static int32_t top_p_heap(smp_cand *c, int32_t n, float M, float Z, float top_p, bool *reached)
+static int32_t top_p_heap(smp_cand *c, int32_t n, float M, float Z, float top_p, int32_t min_keep,
+                          bool *reached)
 {
     for (int32_t i = n / 2 - 1; i >= 0; i--) sift_best(c, n, i);
     float cum = 0.0f;
@@ -309,7 +311,7 @@ static int32_t top_p_heap(smp_cand *c, int32_t n, float M, float Z, float top_p,
         left--;
         sift_best(c, left, 0);
         cum += expf(b.logit - M) / Z;
-        *reached = cum >= top_p;
+        *reached = cum >= top_p && n - left >= min_keep;
     }
     for (int32_t i = left, j = n - 1; i < j; i++, j--) {
         smp_cand t = c[i];
@@ -330,11 +332,11 @@ static int32_t gather(const float *l, int32_t V, float th, smp_cand *c)
 }
 
 /* Min-p on c[0..n) sorted best first (n >= 1): the best always stays, then
- * every token down to the first below th. */
-static int32_t min_p_prefix(const smp_cand *c, int32_t n, float th)
+ * every token down to the first below th that is past the min_keep first. */
+static int32_t min_p_prefix(const smp_cand *c, int32_t n, float th, int32_t min_keep)
 {
     int32_t m = 1;
-    while (m < n && c[m].logit >= th) m++;
+    while (m < n && (c[m].logit >= th || m < min_keep)) m++;
     return m;
 }
 
@@ -358,21 +360,22 @@ static int32_t filter_candidates(smp_ctx *s, const float *l, smp_cand **kept, fl
         if (use_top_p) {
             float Z = 0.0f;                  /* float, in the sorted order */
             for (int32_t i = 0; i < n; i++) Z += expf(c[i].logit - M);
-            n = top_p_sorted(c, n, M, Z, p->top_p);
+            n = top_p_sorted(c, n, M, Z, p->top_p, p->min_keep);
         }
-        return use_min_p ? min_p_prefix(c, n, M + log_min_p) : n;
+        return use_min_p ? min_p_prefix(c, n, M + log_min_p, p->min_keep) : n;
     }
 
     int32_t best = smp_argmax(l, V);
     float M = *mx = l[best];
     float th = use_min_p ? M + log_min_p : -INFINITY;
     if (!use_top_p) {
-        /* The reference's min-p keeps id order; above 1 it keeps nothing
-         * and falls back to its sorted path, which keeps the best alone. */
+        /* The reference's min-p keeps id order; when that keeps nothing
+         * (min_p > 1) or fewer than min_keep it falls back to its sorted
+         * path, which then keeps the best max(min_keep, 1). */
         int32_t n = gather(l, V, th, c);
-        if (n == 0) {
-            c[0] = (smp_cand){ best, M };
-            n = 1;
+        if (n == 0 || n < p->min_keep) {
+            n = MIN(MAX(p->min_keep, 1), V);
+            select_top_k(l, V, n, c);
         }
         return n;
     }
@@ -386,17 +389,19 @@ static int32_t filter_candidates(smp_ctx *s, const float *l, smp_cand **kept, fl
      * again down to min-p's threshold alone. */
     float Z = 0.0f;
     for (int32_t i = 0; i < V; i++) Z += expf(l[i] - M);
-    float th_gather = MIN(th, M);            /* min_p > 1 still gathers the best */
+    /* min_p > 1 still gathers the best; a min_keep floor can keep tokens
+     * below min-p's threshold, so then only the tail span gates. */
+    float th_gather = p->min_keep > 1 ? -INFINITY : MIN(th, M);
     float gate = MAX(th_gather, M - SMP_TAIL_SPAN);
     bool reached;
     int32_t n = gather(l, V, gate, c);
-    int32_t taken = top_p_heap(c, n, M, Z, p->top_p, &reached);
+    int32_t taken = top_p_heap(c, n, M, Z, p->top_p, p->min_keep, &reached);
     if (!reached && gate > th_gather) {
         n = gather(l, V, th_gather, c);
-        taken = top_p_heap(c, n, M, Z, p->top_p, &reached);
+        taken = top_p_heap(c, n, M, Z, p->top_p, p->min_keep, &reached);
     }
     *kept = c + n - taken;
-    return use_min_p ? min_p_prefix(*kept, taken, th) : taken;
+    return use_min_p ? min_p_prefix(*kept, taken, th, p->min_keep) : taken;
 }
 
 /* Temperature and one draw over c[0..n) (M the largest logit, finite), in

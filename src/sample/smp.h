@@ -34,6 +34,8 @@ typedef struct smp_params {
     int32_t top_k;            /* <= 0: off */
     float top_p;              /* >= 1: off */
     float min_p;              /* <= 0: off */
+    int32_t min_keep;         /* top-p and min-p keep at least this many (llama.cpp's
+                                 min_keep; 0 and 1: no floor); >= 0 */
     float repeat_penalty;     /* 1: off */
     float presence_penalty;   /* 0: off */
     float frequency_penalty;  /* 0: off */
@@ -59,7 +61,8 @@ bool smp_params_valid(const smp_params *p);
 
 /* n_vocab > 0; history_max bounds the tokens remembered for penalties.
  * PK_EINVAL for n_vocab <= 0, history_max < 0, penalty_last_n < -1, a NaN
- * parameter or a repeat_penalty that is not a positive finite number;
+ * parameter, a negative min_keep or a repeat_penalty that is not a
+ * positive finite number;
  * PK_ENOMEM.  The RNG is mt19937 seeded with the seed's low 32 bits, as
  * std::mt19937(seed) in the reference engine. */
 pk_status smp_new(const smp_params *p, int32_t n_vocab, int32_t history_max, smp_ctx **out);
