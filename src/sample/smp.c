@@ -17,6 +17,8 @@
  *               so only the kept tokens are ever ordered (no full sort)
  *       min-p   keep l >= max + logf(min_p): a prefix when sorted, a
  *               gather in id order when neither top-k nor top-p ran
+ *               (min_keep > 1: top-p and min-p keep at least that many,
+ *               the best ones, and top-p then gathers by the span alone)
  *       temp    each kept logit divided by temp, in float
  *       draw    u from mt19937 (mt.h); weights expf(x - max x) in float,
  *               summed in double; the first candidate, in the order above,

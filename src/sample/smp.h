@@ -15,6 +15,7 @@
  * header: ties between equal logits (ours go to the lower id), a draw of
  * exactly 0, a temperature that overflows the logits, and seeds past 32
  * bits (the low 32 bits are used).
+ *
  * Log-probabilities are log-softmax of the penalized logits before any
  * truncation, the distribution OpenAI's `logprobs` describes.
  *
