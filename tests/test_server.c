@@ -61,6 +61,7 @@ static void test_parse_gen(void)
     CHECK_NEAR(c.sp.temp, def.temp, 0);
     CHECK(!o.stream && !o.logprobs && c.n_probs == 0 && c.stop[0] == NULL);
 
+    CHECK_EQ_INT(c.sp.min_keep, 0);
     CHECK_EQ_INT(parse("{\"max_tokens\": 7, \"temperature\": 0, \"top_p\": 0.5, \"seed\": 42, \"stream\": true,"
                        " \"stream_options\": {\"include_usage\": true}, \"stop\": \"\\n\", \"model\": \"m\"}",
                        SRV_API_OAI_CHAT, &c, &o, &e), 0);
@@ -72,6 +73,8 @@ static void test_parse_gen(void)
     CHECK_STR(c.stop[0], "\n");
     CHECK(c.stop[1] == NULL);
     CHECK_STR(o.model, "m");
+    CHECK_EQ_INT(parse("{\"min_keep\": 5}", SRV_API_NATIVE, &c, &o, &e), 0);
+    CHECK_EQ_INT(c.sp.min_keep, 5);
 
     /* n_predict wins over max_tokens; null means default. */
     CHECK_EQ_INT(parse("{\"max_tokens\": 7, \"n_predict\": 9, \"temperature\": null}", SRV_API_NATIVE, &c, &o, &e), 0);
@@ -107,6 +110,7 @@ static void test_parse_gen(void)
         { "{\"post_sampling_probs\": true}", "post_sampling_probs" },      /* /completion only */
         { "{\"return_progress\": 1}", "return_progress" },
         { "{\"seed\": \"x\"}", "seed" },
+        { "{\"min_keep\": -1}", "min_keep" },
         { "{\"id_slot\": 4}", "id_slot" },
         { "{\"cache_prompt\": \"yes\"}", "cache_prompt" },
         { "{\"stream_options\": true}", "stream_options" },

@@ -1,6 +1,7 @@
 /* test_smp.c - samplers: greedy and its limits, determinism, the truncation
  * filters checked statistically against a brute-force reference, the
  * penalties and log-probs numerically, and speed on a 152k vocabulary. */
+#include "../src/sample/mt.h"
 #include "../src/sample/smp.h"
 #include "test.h"
 
@@ -56,6 +57,9 @@ static int cmp_desc(const void *a, const void *b)
 /* Fills prob[V] with the distribution the pipeline should draw from, for
  * already-penalized logits l: sort everything, cut top-k, softmax of the
  * remainder, cut top-p, cut min-p on the logits, temperature, softmax.
+ * Top-p's cut is in llama.cpp's float arithmetic (the normalizer summed in
+ * the sorted order after top-k, in id order without it; the running sum a
+ * float compared with >=), since rounding there decides the kept set.
  * Returns the number of tokens kept. */
 static int reference(const float *l, int V, const smp_params *p, double *prob)
 {
@@ -66,13 +70,14 @@ static int reference(const float *l, int V, const smp_params *p, double *prob)
     int n = (p->top_k > 0 && p->top_k < V) ? p->top_k : V;
     double M = l[idx[0]];
     if (p->top_p < 1.0f) {
-        double z = 0, cum = 0;
-        for (int i = 0; i < n; i++) z += expf(l[idx[i]] - (float)M);
+        float z = 0, cum = 0;
+        bool top_k = p->top_k > 0;
+        for (int i = 0; i < n; i++) z += expf(l[top_k ? idx[i] : i] - (float)M);
         int m = 0;
         while (m < n) {
-            cum += expf(l[idx[m]] - (float)M);
+            cum += expf(l[idx[m]] - (float)M) / z;
             m++;
-            if (cum >= (double)p->top_p * z) break;
+            if (cum >= p->top_p) break;
         }
         n = m;
     }
@@ -297,23 +302,176 @@ static void test_filters(void)
     }
 }
 
+/* How many tokens the drawn distribution holds (post_probs lists them). */
+static int kept_count(const float *l, int V, smp_params p)
+{
+    p.post_probs = true;
+    smp_ctx *s = make(&p, V, 0);
+    smp_logprob top[16];
+    smp_sample(s, l, top, V, NULL);
+    smp_free(s);
+    int n = 0;
+    for (int i = 0; i < V; i++) n += top[i].id >= 0;
+    return n;
+}
+
+/* Top-p's cut is llama.cpp's, to the last bit: the normalizer a float sum
+ * (id order without top-k, sorted order with it), the running sum of the
+ * float probabilities compared with >=.  top_p set to the running sum after
+ * the two best keeps exactly two; one ulp above it keeps three.  Min-p
+ * keeps a logit equal to its threshold. */
+static void test_cut_boundaries(void)
+{
+    enum { V = 6 };
+    const float l[V] = { 1.0f, 2.5f, 0.3f, 2.0f, -1.0f, 1.7f };   /* order 1 3 5 0 2 4 */
+    const int order[V] = { 1, 3, 5, 0, 2, 4 };
+    for (int with_k = 0; with_k < 2; with_k++) {
+        float M = l[1], z = 0;
+        for (int i = 0; i < V; i++) z += expf(l[with_k ? order[i] : i] - M);
+        float cum2 = expf(l[1] - M) / z;
+        cum2 += expf(l[3] - M) / z;
+        smp_params p = plain(1.0f);
+        p.top_k = with_k ? V : 0;
+        p.top_p = cum2;
+        CHECK_EQ_INT(kept_count(l, V, p), 2);
+        p.top_p = nextafterf(cum2, 0.0f);
+        CHECK_EQ_INT(kept_count(l, V, p), 2);
+        p.top_p = nextafterf(cum2, 1.0f);
+        CHECK_EQ_INT(kept_count(l, V, p), 3);
+        /* The cut with the sum in double would miss by an ulp somewhere
+         * here; the sums as floats must be what the sampler compares. */
+        float cum3 = cum2 + expf(l[5] - M) / z;
+        p.top_p = cum3;
+        CHECK_EQ_INT(kept_count(l, V, p), 3);
+        p.top_p = nextafterf(cum3, 1.0f);
+        CHECK_EQ_INT(kept_count(l, V, p), 4);
+    }
+    /* Min-p: l >= max + logf(min_p), the threshold itself kept, sorted or
+     * not. */
+    float lm[V] = { 1.0f, 2.5f, 0.3f, 2.0f, -1.0f, 1.7f };
+    smp_params p = plain(1.0f);
+    p.min_p = 0.5f;
+    lm[5] = 2.5f + logf(0.5f);
+    CHECK_EQ_INT(kept_count(lm, V, p), 3);                  /* 1, 3, 5 */
+    lm[5] = nextafterf(lm[5], -INFINITY);
+    CHECK_EQ_INT(kept_count(lm, V, p), 2);
+    p.top_k = 4;
+    CHECK_EQ_INT(kept_count(lm, V, p), 2);
+    lm[5] = 2.5f + logf(0.5f);
+    CHECK_EQ_INT(kept_count(lm, V, p), 3);
+}
+
+/* min_keep (llama.cpp's): top-p and min-p keep at least that many, the best
+ * ones, with or without top-k before them; 0 and 1 are no floor. */
+static void test_min_keep(void)
+{
+    enum { V = 6 };
+    const float l[V] = { 1.0f, 2.5f, 0.3f, 2.0f, -1.0f, 1.7f };
+    for (int with_k = 0; with_k < 2; with_k++) {
+        smp_params p = plain(1.0f);
+        p.top_k = with_k ? 5 : 0;
+        p.top_p = 0.3f;                      /* the best alone reaches it */
+        CHECK_EQ_INT(kept_count(l, V, p), 1);
+        p.min_keep = 1;
+        CHECK_EQ_INT(kept_count(l, V, p), 1);
+        p.min_keep = 3;
+        CHECK_EQ_INT(kept_count(l, V, p), 3);
+        p.min_keep = 9;                      /* more than there are: all (top-k's 5) */
+        CHECK_EQ_INT(kept_count(l, V, p), with_k ? 5 : V);
+        p = plain(1.0f);
+        p.top_k = with_k ? 5 : 0;
+        p.min_p = 0.9f;                      /* the best alone passes */
+        CHECK_EQ_INT(kept_count(l, V, p), 1);
+        p.min_keep = 4;
+        CHECK_EQ_INT(kept_count(l, V, p), 4);
+        p.min_p = 2.0f;                      /* none passes: the floor still holds */
+        p.min_keep = 2;
+        CHECK_EQ_INT(kept_count(l, V, p), 2);
+        p.top_p = 0.3f;
+        p.min_p = 0.9f;
+        p.min_keep = 3;
+        CHECK_EQ_INT(kept_count(l, V, p), 3);
+    }
+    smp_params bad = plain(1.0f);
+    bad.min_keep = -1;
+    smp_ctx *s = NULL;
+    CHECK_EQ_INT(smp_new(&bad, V, 0, &s), PK_EINVAL);
+    CHECK(!smp_params_valid(&bad));
+}
+
+/* The draw, token for token against its definition with the RNG of mt.h:
+ * x = logit / temp in float, weights expf(x - max) in float summed in
+ * double, the first running sum >= sum * u, in sorted order after top-k /
+ * top-p and in id order otherwise.  The order matters: the same u picks
+ * different tokens from the same weights in another order. */
+static int32_t draw_by_hand(const float *l, const int *ids, int n, float temp, double u)
+{
+    float x[16], mx = -INFINITY;
+    for (int i = 0; i < n; i++) {
+        x[i] = l[ids[i]] / temp;
+        mx = x[i] > mx ? x[i] : mx;
+    }
+    double sum = 0, w[16];
+    for (int i = 0; i < n; i++) sum += w[i] = expf(x[i] - mx);
+    double target = sum * u, run = 0;
+    for (int i = 0; i < n; i++) {
+        run += w[i];
+        if (run >= target) return ids[i];
+    }
+    return ids[n - 1];
+}
+
+static void test_draw_by_hand(void)
+{
+    enum { V = 6, N = 20000 };
+    const float l[V] = { 1.0f, 2.5f, 0.3f, 2.0f, -1.0f, 1.7f };
+    const int sorted[V] = { 1, 3, 5, 0, 2, 4 }, by_id[V] = { 0, 1, 2, 3, 4, 5 };
+    for (int sort = 0; sort < 2; sort++) {
+        smp_params p = plain(0.7f);
+        p.top_k = sort ? V : 0;             /* top-k over all: sorted, nothing cut */
+        p.seed = 42;
+        smp_ctx *s = make(&p, V, 0);
+        mt19937 mt;
+        mt_seed(&mt, 42);
+        int same = 0, other_order = 0;
+        for (int i = 0; i < N; i++) {
+            double u = mt_uniform(&mt);
+            int32_t t = smp_sample(s, l, NULL, 0, NULL);
+            same += t == draw_by_hand(l, sort ? sorted : by_id, V, 0.7f, u);
+            other_order += t == draw_by_hand(l, sort ? by_id : sorted, V, 0.7f, u);
+        }
+        CHECK_EQ_INT(same, N);
+        CHECK(other_order < N * 9 / 10);
+        smp_free(s);
+    }
+}
+
 /* Top-p without top-k orders only the tokens within 20 of the best unless
- * the far tail holds mass top-p needs: one clear winner and a tail of 300
- * tokens 21-22 below it, with top_p just under 1, must keep part of the
- * tail.  A high temperature makes the kept tail visible in the draws. */
+ * the far tail matters.  In float a tail token 21 below the best is under
+ * half an ulp of a running sum near 1, so it can never end the cut; but it
+ * can keep the sum from reaching top_p, and then every token is kept, as in
+ * llama.cpp.  Here the tail comes first in id order, so the normalizer
+ * holds its mass (1 + 1.2e-7), the winner alone stays under 1 - 6e-8 and
+ * nothing ever reaches it.  A high temperature makes the tail visible. */
 static void test_top_p_tail(void)
 {
     enum { V = 301 };
     float l[V];
     double prob[V];
-    for (int i = 0; i < V; i++) l[i] = (float)(-21.0 - t_uniform());
-    l[123] = 0.0f;
+    for (int i = 0; i < V - 1; i++) l[i] = (float)(-21.0 - t_uniform());
+    l[V - 1] = 0.0f;
     smp_params p = plain(100.0f);
-    p.top_p = 0.9999999f;
+    p.top_p = 0.99999994f;                   /* the float below 1 */
     int kept = reference(l, V, &p, prob);
-    CHECK(kept > 20 && kept < V - 20);
+    CHECK_EQ_INT(kept, V);
     int seen = check_distribution("top_p tail", l, V, &p, 100000);
-    CHECK(seen == kept);
+    CHECK_EQ_INT(seen, kept);
+    /* The winner first: the tail's mass is lost in the sum's rounding and
+     * the winner alone reaches top_p. */
+    l[0] = 0.0f;
+    l[V - 1] = -21.5f;
+    CHECK_EQ_INT(reference(l, V, &p, prob), 1);
+    CHECK_EQ_INT(check_distribution("top_p tail first", l, V, &p, 1000), 1);
 }
 
 /* Log-probs of the penalized logits: read back with n_top = V. */
@@ -616,6 +774,9 @@ int main(void)
     test_greedy_limits();
     test_filters();
     test_top_p_tail();
+    test_cut_boundaries();
+    test_min_keep();
+    test_draw_by_hand();
     test_penalties();
     test_logprobs();
     test_large_vocab();

@@ -1,34 +1,53 @@
 /*
  * smp.c - token samplers and log-probabilities (see smp.h).
  *
- * PIPELINE (one smp_sample call)
+ * PIPELINE (one smp_sample call): llama.cpp's default chain, draw for draw
  *
  *   logits --copy--> work[V] --penalties--> work (penalized logits)
- *     greedy / top_k == 1:  argmax(work)
+ *     greedy / top_k == 1:  argmax(work) (top_k 1 still draws once)
  *     otherwise:            candidates cand[0..n) as (id, logit)
  *       top-k   min-heap of the k best, then heap-sorted: cand sorted, n = k
- *       (off)   one pass gathers, in id order, the ids at or above a gate
- *               (min-p's threshold; for top-p at least max - 20), unsorted
- *       Z       sum of exp(l - max) over the top-k set (or every id): top-p's
- *               normalizer, taken before min-p cuts (top-p runs first, as in
- *               the reference); float exp summed in double, as cheap as the
- *               reference's float sums and more accurate
- *       min-p   keep l >= max + log(min_p): a prefix when sorted, the gate
- *               when not
- *       top-p   sorted: scan the prefix; unsorted: build a max-heap and pop
- *               the best one at a time until the popped mass reaches p * Z,
+ *               (k >= V sorts everything, as the reference does)
+ *       top-p   Z = float sum of expf(l - max) over the candidates (sorted
+ *               order after top-k, id order without); the cut is the first
+ *               index where the float running sum of expf(l - max) / Z is
+ *               >= top_p.  Sorted: a scan.  Unsorted: one pass gathers, in
+ *               id order, the ids at or above a gate (min-p's threshold,
+ *               raised to max - 20), a max-heap pops the best one at a time,
  *               so only the kept tokens are ever ordered (no full sort)
- *       draw    weights exp((l - max) / temp), one uniform from the RNG
+ *       min-p   keep l >= max + logf(min_p): a prefix when sorted, a
+ *               gather in id order when neither top-k nor top-p ran
+ *               (min_keep > 1: top-p and min-p keep at least that many,
+ *               the best ones, and top-p then gathers by the span alone)
+ *       temp    each kept logit divided by temp, in float
+ *       draw    u from mt19937 (mt.h); weights expf(x - max x) in float,
+ *               summed in double; the first candidate, in the order above,
+ *               whose running sum (double) is >= sum * u
  *
- *   Top-k and top-p keep a prefix of the descending order and min-p keeps
- *   one too, so applying them in sequence is the shortest of the prefixes;
- *   the only coupling is that top-p's probabilities are normalized over the
- *   top-k set, before min-p.
+ *   Each step rounds as the reference's does (float or double, the same
+ *   order of additions, >= where it has >=), because a seed must give the
+ *   reference's tokens: a different rounding moves a cut or a draw's
+ *   boundary now and then, and from there the streams part.  Where ours is
+ *   faster (a heap for top-k, the gated heap for top-p) it visits the same
+ *   values in the same order, so the sums are the same.
  *
- *   Ties in the order go to the lower id everywhere, so the result is a
- *   function of (logits, history, RNG state) alone.  Every non-greedy call
- *   draws exactly one number from the RNG, even when one candidate is left,
- *   so a seed gives the same stream whatever the filters leave.
+ *   Every non-greedy call draws exactly one number from the RNG (two
+ *   mt19937 outputs), even when one candidate is left, as the reference
+ *   does, so a seed gives the same stream whatever the filters leave.
+ *
+ * WHERE IT CAN STILL DIFFER FROM THE REFERENCE
+ *   - Ties: our orders put the lower id first on equal logits; the
+ *     reference's std::partial_sort / std::sort leave tied tokens in an
+ *     order of their own.  A tie matters only when it straddles the top-k
+ *     cut or when the draw lands on one of the tied tokens: then the other
+ *     one may be picked.  Rare with a real model's float logits.
+ *   - u == 0 exactly (both outputs 0) in id order: the reference takes the
+ *     first candidate even with weight 0; we take the first with weight > 0
+ *     (never a masked token).
+ *   - A temperature so small that logit / temp overflows: the reference
+ *     computes inf - inf; we put the mass on the best tokens.
+ *   - Seeds are 32-bit there; here the low 32 bits of the 64-bit seed seed
+ *     the generator.
  *
  * PENALTIES
  *   The history is a ring of the last history_max accepted tokens; the
@@ -41,13 +60,12 @@
  * allocated at smp_new.  Top-N log-probs use the caller's array as a heap.
  */
 #include "smp.h"
+#include "mt.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-
-#define SMP_SEED_RANDOM 0xFFFFFFFFu
 
 typedef struct smp_cand { int32_t id; float logit; } smp_cand;
 
@@ -55,7 +73,7 @@ struct smp_ctx {
     smp_params p;
     int32_t n_vocab;
     uint64_t seed;          /* effective seed (SMP_SEED_RANDOM replaced) */
-    uint64_t rng[4];        /* xoshiro256** state */
+    mt19937 rng;            /* the reference's stream, seeded with seed's low 32 bits */
 
     int32_t *hist;          /* [history_max] ring of accepted tokens */
     int32_t history_max;
@@ -67,52 +85,16 @@ struct smp_ctx {
     smp_cand *cand;         /* [n_vocab] */
 };
 
-/* ---- RNG: xoshiro256**, seeded through splitmix64 ---------------------- */
+/* ---- seeds ------------------------------------------------------------- */
 
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rotl(uint64_t x, int k)
-{
-    return (x << k) | (x >> (64 - k));
-}
-
-static uint64_t rng_next(uint64_t s[4])
-{
-    uint64_t out = rotl(s[1] * 5, 7) * 9;
-    uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return out;
-}
-
-/* Uniform in [0, 1) with 53 random bits. */
-static double rng_uniform(uint64_t s[4])
-{
-    return (double)(rng_next(s) >> 11) * 0x1.0p-53;
-}
-
-static void rng_seed(uint64_t s[4], uint64_t seed)
-{
-    uint64_t x = seed;
-    for (int i = 0; i < 4; i++) s[i] = splitmix64(&x);
-}
-
+/* A seed for SMP_SEED_RANDOM: 32 bits like any other, never 0xFFFFFFFF
+ * itself, so the reported seed replays the stream. */
 static uint64_t random_seed(const void *salt)
 {
-    uint64_t v = 0;
-    if (getrandom(&v, sizeof(v), GRND_NONBLOCK) == (ssize_t)sizeof(v)) return v;
-    uint64_t x = (uint64_t)pk_time_us() ^ (uint64_t)(uintptr_t)salt;
-    return splitmix64(&x);
+    uint32_t v = 0;
+    if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != (ssize_t)sizeof(v))
+        v = (uint32_t)(pk_time_us() ^ (uint64_t)(uintptr_t)salt) * 0x9e3779b9u;
+    return v == SMP_SEED_RANDOM ? 0 : v;
 }
 
 /* ---- create / destroy -------------------------------------------------- */
@@ -134,7 +116,7 @@ static bool params_ok(const smp_params *p)
     return !isnan(p->temp) && !isnan(p->top_p) && !isnan(p->min_p) &&
            isfinite(p->repeat_penalty) && p->repeat_penalty > 0 &&
            isfinite(p->presence_penalty) && isfinite(p->frequency_penalty) &&
-           p->penalty_last_n >= -1;
+           p->penalty_last_n >= -1 && p->min_keep >= 0;
 }
 
 pk_status smp_new(const smp_params *p, int32_t n_vocab, int32_t history_max, smp_ctx **out)
@@ -174,7 +156,7 @@ void smp_reset(smp_ctx *s)
 {
     s->hist_n = 0;
     s->hist_head = 0;
-    rng_seed(s->rng, s->seed);
+    mt_seed(&s->rng, (uint32_t)s->seed);
 }
 
 uint64_t smp_get_seed(const smp_ctx *s)
@@ -297,129 +279,170 @@ int32_t smp_argmax(const float *logits, int32_t n)
  * top-p first tries to order only the tokens above it (see below). */
 #define SMP_TAIL_SPAN 20.0f
 
-/* Keeps the shortest prefix of c[0..n) (sorted best first) whose mass
- * reaches target; returns its length (at least 1). */
-static int32_t top_p_sorted(const smp_cand *c, int32_t n, float M, double target)
+/* Top-p's cut over c[0..n) sorted best first, in the reference's
+ * arithmetic: each probability is expf(l - M) / Z in float, their running
+ * sum is a float, and the first index where it is >= top_p ends the kept
+ * prefix, if it holds min_keep tokens.  Returns the prefix's length, n when
+ * rounding never reaches top_p. */
+static int32_t top_p_sorted(const smp_cand *c, int32_t n, float M, float Z, float top_p, int32_t min_keep)
 {
-    double cum = 0;
-    int32_t m = 0;
-    while (m < n) {
-        cum += expf(c[m].logit - M);
-        m++;
-        if (cum >= target) break;
+    float cum = 0.0f;
+    for (int32_t m = 0; m < n; m++) {
+        cum += expf(c[m].logit - M) / Z;
+        if (cum >= top_p && m + 1 >= min_keep) return m + 1;
     }
-    return m;
+    return n;
 }
 
-/* The same for unsorted c[0..n): pops best-first from a max-heap until the
- * popped mass reaches target, so only the kept tokens are ever ordered.
- * Popped tokens collect at the tail; returns how many, the kept set being
- * c[n - taken .. n). */
-static int32_t top_p_heap(smp_cand *c, int32_t n, float M, double target)
+/* The same cut for unsorted c[0..n): pops best-first from a max-heap, so
+ * only the kept tokens are ever ordered.  Popped tokens collect at the tail
+ * and are turned best first at the end; returns how many, the kept set
+ * being c[n - taken .. n).  *reached says whether the sum got to top_p (if
+ * not, every token was taken and the cut lies below them). */
+static int32_t top_p_heap(smp_cand *c, int32_t n, float M, float Z, float top_p, int32_t min_keep,
+                          bool *reached)
 {
     for (int32_t i = n / 2 - 1; i >= 0; i--) sift_best(c, n, i);
-    double cum = 0;
+    float cum = 0.0f;
     int32_t left = n;
-    while (left > 0) {
+    *reached = false;
+    while (left > 0 && !*reached) {
         smp_cand b = c[0];
         c[0] = c[left - 1];
         c[left - 1] = b;
         left--;
         sift_best(c, left, 0);
-        cum += expf(b.logit - M);
-        if (cum >= target) break;
+        cum += expf(b.logit - M) / Z;
+        *reached = cum >= top_p && n - left >= min_keep;
+    }
+    for (int32_t i = left, j = n - 1; i < j; i++, j--) {
+        smp_cand t = c[i];
+        c[i] = c[j];
+        c[j] = t;
     }
     return n - left;
 }
 
-/* Applies top-k, top-p and min-p to the penalized logits and leaves the
- * kept candidates in *kept[0..*n_kept).  mx gets the largest logit (always
- * kept). */
-static void filter_candidates(smp_ctx *s, const float *l, smp_cand **kept, int32_t *n_kept, float *mx)
+/* Writes to c, in id order, the tokens whose logit is at or above th;
+ * returns how many. */
+static int32_t gather(const float *l, int32_t V, float th, smp_cand *c)
 {
-    const smp_params *p = &s->p;
-    int32_t V = s->n_vocab, n = 0;
-    smp_cand *c = s->cand;
-    bool use_top_p = p->top_p < 1.0f, use_min_p = p->min_p > 0.0f;
-    float M;
-
-    if (p->top_k > 0 && p->top_k < V) {
-        n = p->top_k;
-        select_top_k(l, V, n, c);
-        M = c[0].logit;
-        double Z = 0;
-        if (use_top_p)
-            for (int32_t i = 0; i < n; i++) Z += expf(c[i].logit - M);
-        if (use_min_p) {
-            float th = MIN(M + logf(p->min_p), M);   /* min_p > 1 keeps the best */
-            int32_t m = 1;
-            while (m < n && c[m].logit >= th) m++;
-            n = m;
-        }
-        if (use_top_p) n = top_p_sorted(c, n, M, (double)p->top_p * Z);
-        *kept = c;
-        *n_kept = n;
-        *mx = M;
-        return;
-    }
-
-    /* No top-k: one pass computes top-p's normalizer Z over every token and
-     * gathers, in id order, the tokens at or above a gate: min-p's
-     * threshold, raised for top-p to max - SMP_TAIL_SPAN.  Both keep a
-     * prefix of the descending order, so when the gathered mass S reaches
-     * top_p * Z the top-p prefix lies inside the gathered set and the far
-     * tail never needs ordering; otherwise gather again down to min-p's
-     * threshold alone. */
-    M = l[smp_argmax(l, V)];
-    float th = use_min_p ? MIN(M + logf(p->min_p), M) : -INFINITY;
-    float gate = use_top_p ? MAX(th, M - SMP_TAIL_SPAN) : th;
-    double Z = 0, S = 0;
-    for (int32_t i = 0; i < V; i++) {
-        float e = use_top_p ? expf(l[i] - M) : 0.0f;
-        Z += e;
-        if (l[i] >= gate) {
-            c[n++] = (smp_cand){ i, l[i] };
-            S += e;
-        }
-    }
-    if (use_top_p) {
-        double target = (double)p->top_p * Z;
-        if (S < target && gate > th) {
-            n = 0;
-            for (int32_t i = 0; i < V; i++)
-                if (l[i] >= th) c[n++] = (smp_cand){ i, l[i] };
-        }
-        int32_t taken = top_p_heap(c, n, M, target);
-        c += n - taken;
-        n = taken;
-    }
-    *kept = c;
-    *n_kept = n;
-    *mx = M;
+    int32_t n = 0;
+    for (int32_t i = 0; i < V; i++)
+        if (l[i] >= th) c[n++] = (smp_cand){ i, l[i] };
+    return n;
 }
 
-/* Temperature and one draw over c[0..n).  Overwrites the logits with the
- * weights. */
+/* Min-p on c[0..n) sorted best first (n >= 1): the best always stays, then
+ * every token down to the first below th that is past the min_keep first. */
+static int32_t min_p_prefix(const smp_cand *c, int32_t n, float th, int32_t min_keep)
+{
+    int32_t m = 1;
+    while (m < n && (c[m].logit >= th || m < min_keep)) m++;
+    return m;
+}
+
+/* Applies top-k, top-p and min-p to the penalized logits, in that order,
+ * and leaves the kept candidates in *kept[0..n), returning n (>= 1): best
+ * first when top-k or top-p ran, else in id order, the orders the reference
+ * draws in.  *mx gets the largest logit (always kept). */
+static int32_t filter_candidates(smp_ctx *s, const float *l, smp_cand **kept, float *mx)
+{
+    const smp_params *p = &s->p;
+    int32_t V = s->n_vocab;
+    smp_cand *c = s->cand;
+    bool use_top_p = p->top_p < 1.0f, use_min_p = p->min_p > 0.0f;
+    float log_min_p = use_min_p ? logf(p->min_p) : 0.0f;
+    *kept = c;
+
+    if (p->top_k > 0) {
+        int32_t n = MIN(p->top_k, V);
+        select_top_k(l, V, n, c);
+        float M = *mx = c[0].logit;
+        if (use_top_p) {
+            float Z = 0.0f;                  /* float, in the sorted order */
+            for (int32_t i = 0; i < n; i++) Z += expf(c[i].logit - M);
+            n = top_p_sorted(c, n, M, Z, p->top_p, p->min_keep);
+        }
+        return use_min_p ? min_p_prefix(c, n, M + log_min_p, p->min_keep) : n;
+    }
+
+    int32_t best = smp_argmax(l, V);
+    float M = *mx = l[best];
+    float th = use_min_p ? M + log_min_p : -INFINITY;
+    if (!use_top_p) {
+        /* The reference's min-p keeps id order; when that keeps nothing
+         * (min_p > 1) or fewer than min_keep it falls back to its sorted
+         * path, which then keeps the best max(min_keep, 1). */
+        int32_t n = gather(l, V, th, c);
+        if (n == 0 || n < p->min_keep) {
+            n = MIN(MAX(p->min_keep, 1), V);
+            select_top_k(l, V, n, c);
+        }
+        return n;
+    }
+
+    /* Top-p's normalizer: a float sum over every token in id order.  Then
+     * order only the tokens at or above a gate: min-p's threshold (min-p
+     * keeps a prefix of the same order after top-p), raised to
+     * max - SMP_TAIL_SPAN.  The gathered tokens are a prefix of the
+     * descending order, so when their running sum reaches top_p the cut is
+     * inside them and the far tail never needs ordering; otherwise gather
+     * again down to min-p's threshold alone. */
+    float Z = 0.0f;
+    for (int32_t i = 0; i < V; i++) Z += expf(l[i] - M);
+    /* min_p > 1 still gathers the best; a min_keep floor can keep tokens
+     * below min-p's threshold, so then only the tail span gates. */
+    float th_gather = p->min_keep > 1 ? -INFINITY : MIN(th, M);
+    float gate = MAX(th_gather, M - SMP_TAIL_SPAN);
+    bool reached;
+    int32_t n = gather(l, V, gate, c);
+    int32_t taken = top_p_heap(c, n, M, Z, p->top_p, p->min_keep, &reached);
+    if (!reached && gate > th_gather) {
+        n = gather(l, V, th_gather, c);
+        taken = top_p_heap(c, n, M, Z, p->top_p, p->min_keep, &reached);
+    }
+    *kept = c + n - taken;
+    return use_min_p ? min_p_prefix(*kept, taken, th, p->min_keep) : taken;
+}
+
+/* Temperature and one draw over c[0..n) (M the largest logit, finite), in
+ * the reference's arithmetic: each logit divided by temp in float, weights
+ * expf(x - max x) in float summed in double, target = sum * u, and the
+ * first token whose running sum (double) is >= target.  Overwrites the
+ * logits with the weights. */
 static int32_t draw(smp_ctx *s, smp_cand *c, int32_t n, float M)
 {
-    double u = rng_uniform(s->rng);
-    /* Divide, not multiply by 1/temp: for a subnormal temp the inverse is
-     * inf and the best token's 0 * inf would be NaN. */
-    float t = s->p.temp;
-    double sum = 0;
-    for (int32_t i = 0; i < n; i++) {
-        c[i].logit = expf((c[i].logit - M) / t);
-        sum += c[i].logit;
+    double u = mt_uniform(&s->rng);
+    if (n == 1) {
+        c[0].logit = 1.0f;
+        return c[0].id;
     }
-    double target = u * sum, run = 0;
+    float t = s->p.temp;
+    if (!isfinite(M / t)) {
+        /* A temperature so small that the scaled logits overflow: the
+         * reference would compute inf - inf; take the limit instead, all
+         * the mass on the best (shared by ties). */
+        for (int32_t i = 0; i < n; i++) c[i].logit = c[i].logit == M ? 1.0f : 0.0f;
+    } else {
+        float xmax = -INFINITY;
+        for (int32_t i = 0; i < n; i++) {
+            c[i].logit /= t;
+            xmax = MAX(xmax, c[i].logit);
+        }
+        for (int32_t i = 0; i < n; i++) c[i].logit = expf(c[i].logit - xmax);
+    }
+    double sum = 0;
+    for (int32_t i = 0; i < n; i++) sum += c[i].logit;
+    double target = sum * u, run = 0;
     int32_t last = 0;
     for (int32_t i = 0; i < n; i++) {
-        if (c[i].logit <= 0) continue;
+        if (c[i].logit <= 0) continue;      /* never a masked token, even at u == 0 */
         run += c[i].logit;
         last = i;
-        if (run > target) return c[i].id;
+        if (run >= target) return c[i].id;
     }
-    return c[last].id;                      /* rounding left target unreached */
+    return c[last].id;                      /* not reached: run ends at sum > target */
 }
 
 /* ---- log-probabilities -------------------------------------------------- */
@@ -521,14 +544,20 @@ int32_t smp_sample(smp_ctx *s, const float *logits, smp_logprob *top, int n_top,
         tok = smp_argmax(l, V);
         mx = l[tok];
     } else if (s->p.top_k == 1) {
+        /* The reference's top-1 is the first maximum too, then a draw over
+         * one candidate. */
         tok = smp_argmax(l, V);
         mx = l[tok];
-        rng_next(s->rng);                   /* one draw per call, always */
+        mt_uniform(&s->rng);
     } else {
         smp_cand *kept;
-        int32_t n_kept;
-        filter_candidates(s, l, &kept, &n_kept, &mx);
-        tok = isfinite(mx) ? draw(s, kept, n_kept, mx) : smp_argmax(l, V);
+        int32_t n_kept = filter_candidates(s, l, &kept, &mx);
+        if (isfinite(mx)) {
+            tok = draw(s, kept, n_kept, mx);
+        } else {
+            tok = smp_argmax(l, V);
+            mt_uniform(&s->rng);            /* one draw per call, always */
+        }
         if (s->p.post_probs && isfinite(mx)) {
             double sum = 0;
             for (int32_t i = 0; i < n_kept; i++) sum += kept[i].logit;

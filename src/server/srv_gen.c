@@ -633,6 +633,13 @@ static json_t *multi_response(srv_gen **gs, int k)
     return res;
 }
 
+uint64_t srv_choice_seed(uint64_t seed, int j)
+{
+    /* llama-server's child tasks: seed + j in 32 bits, and a random seed
+     * stays random (each choice draws its own). */
+    return j > 0 && seed != SMP_SEED_RANDOM ? (uint32_t)(seed + (uint64_t)j) : seed;
+}
+
 enum MHD_Result srv_gen_run_multi(srv_req *r, const eng_completion *cs, int k, const srv_gen_opts *o)
 {
     if (k == 1) return srv_gen_run(r, cs, o);
@@ -702,6 +709,7 @@ enum MHD_Result srv_gen_prompt(srv_req *r, json_t *body, srv_api api)
             cs[i] = c;
             cs[i].prompt = ids[i / o.n_choices];
             cs[i].n_prompt = n[i / o.n_choices];
+            cs[i].sp.seed = srv_choice_seed(c.sp.seed, i % o.n_choices);
         }
         ret = cs ? srv_gen_run_multi(r, cs, total, &o) : srv_reply_errorf(r, 500, "out of memory");
         free(cs);

@@ -382,6 +382,10 @@ enum MHD_Result srv_gen_run(srv_req *r, const eng_completion *c, const srv_gen_o
 /* Several completions answered together (n > 1, or several prompts):
  * cs[0..k) submitted at once, one answer combining them; not streamed. */
 enum MHD_Result srv_gen_run_multi(srv_req *r, const eng_completion *cs, int k, const srv_gen_opts *o);
+/* The seed of a prompt's choice j (0-based) of a request with seed: seed + j
+ * in 32 bits, as llama-server seeds its child tasks, so each choice is what a
+ * single request with that seed answers; SMP_SEED_RANDOM and j = 0 keep it. */
+uint64_t srv_choice_seed(uint64_t seed, int j);
 /* Prompts of a completion request: a string, ids, a mixed array (one
  * prompt), {"prompt_string": ...}, or an array of those (several, at most
  * SRV_MAX_CHOICES).  ids[i] malloc'ed (free each and the arrays). */

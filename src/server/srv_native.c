@@ -46,6 +46,7 @@ static json_t *settings_json(const eng_completion *c, const srv_gen_opts *o)
     json_object_set_new(j, "logit_bias", bias);
     json_object_set_new(j, "max_tokens", json_integer(c->n_predict));
     json_object_set_new(j, "n_keep", json_integer(c->n_keep));
+    json_object_set_new(j, "min_keep", json_integer(sp->min_keep));
     json_object_set_new(j, "n_discard", json_integer(c->n_discard));
     json_object_set_new(j, "post_sampling_probs", json_boolean(o->post_sampling_probs));
     json_object_set_new(j, "timings_per_token", json_boolean(o->timings_per_token));

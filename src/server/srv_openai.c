@@ -363,6 +363,7 @@ enum MHD_Result srv_oai_chat_run(srv_req *r, const json_t *body, srv_api api, js
         cs[i] = c;
         cs[i].prompt = ids;
         cs[i].n_prompt = n;
+        cs[i].sp.seed = srv_choice_seed(c.sp.seed, i);
     }
     enum MHD_Result ret = srv_gen_run_multi(r, cs, o.n_choices, &o);
     free(ids);

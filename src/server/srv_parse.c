@@ -234,6 +234,7 @@ bool srv_parse_gen(const json_t *b, srv_api api, const srv_gen_defaults *d, eng_
     if (!get_float(b, "top_p", 0, 1, &sp->top_p, e)) return false;
     if (!get_float(b, "min_p", 0, 1, &sp->min_p, e)) return false;
     if (!get_i32(b, "top_k", 0, 1 << 30, &sp->top_k, e)) return false;
+    if (!get_i32(b, "min_keep", 0, INT32_MAX, &sp->min_keep, e)) return false;
     if (!get_float(b, "presence_penalty", -2, 2, &sp->presence_penalty, e)) return false;
     if (!get_float(b, "frequency_penalty", -2, 2, &sp->frequency_penalty, e)) return false;
     if (!get_float(b, "repeat_penalty", 0, 1e9, &sp->repeat_penalty, e)) return false;

@@ -5,7 +5,8 @@
 // unknown and refused flags named), and request fields: logit_bias (a
 // banned token never comes back), n > 1 choices, several prompts,
 // post_sampling_probs, response_fields, return_progress, timings_per_token,
-// __verbose, /slots n_remain, /metrics' Process-Start-Time-Unix.
+// __verbose, /slots n_remain, /metrics' Process-Start-Time-Unix, and a seed
+// giving llama-server's tokens.
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -106,6 +107,63 @@ test('flags: --temp/--seed/-n are request defaults a request overrides', { skip 
   assert.equal((await post(s.url + '/props', {})).status, 501);
   assert.equal((await post(listed.url + '/props', {}, { Authorization: 'Bearer k' })).status, 200);
   assert.equal((await post(listed.url + '/props', { n_ctx: 5 }, { Authorization: 'Bearer k' })).status, 400);
+});
+
+// llama-server's own tokens for these requests (stories260K, its default
+// flags, `/completion` with return_tokens), recorded from its build of
+// /work/peers/llama.cpp: polykv's sampler draws llama.cpp's random sequence
+// with its chain's arithmetic (src/sample/smp.h), so a seed gives the same
+// text.  Short, because the two forward passes differ by ~1e-3 in a
+// log-prob and a longer stream can part where a draw lands that close to a
+// boundary.
+const LLAMA_SEEDED = {
+  42: [298, 414, 299, 267, 268, 266, 426, 359, 413, 439, 419, 262, 424, 411, 294, 285],
+  7: [261, 282, 294, 415, 426, 359, 413, 410, 293, 399, 349, 420, 289, 428, 269, 284],
+};
+
+test('seeded sampling: llama-server\'s tokens, reproducible, streamed the same, --seed the default', { skip }, async () => {
+  const req = (extra) => ({ prompt: 'I believe the meaning of life is', n_predict: 16, temperature: 0.8,
+    return_tokens: true, ...extra });
+  for (const [seed, want] of Object.entries(LLAMA_SEEDED)) {
+    const a = await post(s.url + '/completion', req({ seed: Number(seed) }));
+    assert.equal(a.status, 200);
+    assert.deepEqual(a.json.tokens, want, `seed ${seed}`);
+    assert.equal(a.json.generation_settings.seed, Number(seed));
+    const b = await post(s.url + '/completion', req({ seed: Number(seed) }));
+    assert.deepEqual(b.json.tokens, want, `seed ${seed} again`);
+  }
+  assert.match((await post(s.url + '/completion', req({ seed: 42 }))).json.content, /^ going to bed/);
+  // No seed in the request: the server's --seed 42.
+  assert.deepEqual((await post(s.url + '/completion', req({}))).json.tokens, LLAMA_SEEDED[42]);
+  // A stream draws the same sequence.
+  const res = await fetch(s.url + '/completion', { method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(req({ seed: 7, stream: true })) });
+  const streamed = [];
+  await readSSE(res, (d) => {
+    const j = JSON.parse(d);
+    if (!j.stop) streamed.push(...j.tokens);
+  });
+  assert.deepEqual(streamed, LLAMA_SEEDED[7]);
+});
+
+test('seeded sampling: choice j of n draws with seed + j, as llama-server\'s child tasks', { skip }, async () => {
+  const req = { messages: [{ role: 'user', content: 'hi' }], max_tokens: 12, temperature: 0.8 };
+  const multi = await post(s.url + '/v1/chat/completions', { ...req, seed: 42, n: 3 });
+  assert.equal(multi.status, 200);
+  const texts = multi.json.choices.sort((a, b) => a.index - b.index).map((c) => c.message.content);
+  for (let j = 0; j < 3; j++) {
+    const one = await post(s.url + '/v1/chat/completions', { ...req, seed: 42 + j });
+    assert.equal(texts[j], one.json.choices[0].message.content, `choice ${j}`);
+  }
+  assert.equal(new Set(texts).size, 3);
+  // Several prompts: each prompt's choices count from the request's seed.
+  const many = await post(s.url + '/v1/completions', { prompt: ['Once upon', 'Tom'], n: 2, max_tokens: 6,
+    temperature: 0.8, seed: 7 });
+  const t = many.json.choices.sort((a, b) => a.index - b.index).map((c) => c.text);
+  const single = async (prompt, seed) => (await post(s.url + '/v1/completions', { prompt, max_tokens: 6,
+    temperature: 0.8, seed })).json.choices[0].text;
+  assert.deepEqual(t, [await single('Once upon', 7), await single('Once upon', 8), await single('Tom', 7),
+    await single('Tom', 8)]);
 });
 
 test('flags: unknown and refused ones are named, and --help lists the llama-server ones', { skip }, () => {
