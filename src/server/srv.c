@@ -742,9 +742,13 @@ pk_status srv_set_engine(srv *s, eng *e, const char *model_path, char *err, size
     const char *src = NULL;
     if (s->p.chat_template && *s->p.chat_template) {
         k = tmpl_from_name(s->p.chat_template);
-        if (k == TMPL_UNKNOWN) {
-            snprintf(err, err_len, "unknown chat template '%s' (chatml, llama3, llama2, llama2-sys, mistral, command-r)",
-                     s->p.chat_template);
+        if (k == TMPL_UNKNOWN && s->p.jinja) {
+            /* Not a layout's name: Jinja source, as llama-server takes it under --jinja. */
+            pk_status st = srv_chat_init(s, v, &k, &src, err, err_len);
+            if (st) return st;
+        } else if (k == TMPL_UNKNOWN) {
+            snprintf(err, err_len, "unknown chat template '%s' (chatml, llama3, llama2, llama2-sys, mistral, "
+                     "command-r; with --jinja, any other text is Jinja source)", s->p.chat_template);
             return PK_EINVAL;
         }
     } else if (s->p.jinja || s->p.chat_template_file) {

@@ -108,7 +108,11 @@ pk_status srv_chat_init(srv *s, const tok_vocab *v, tmpl_kind *k, const char **s
 {
     const char *path = s->p.chat_template_file;
     const char *text = tok_chat_template(v);
-    if (path) {
+    const char *inline_src = s->p.chat_template && *s->p.chat_template ? s->p.chat_template : NULL;
+    if (inline_src) {
+        text = inline_src;
+        path = NULL;
+    } else if (path) {
         if (!(s->jj.file_src = read_text(path)))
             return pk_errf(err, err_len, PK_EIO, "--chat-template-file %s: cannot read it", path);
         text = s->jj.file_src;
@@ -127,6 +131,7 @@ pk_status srv_chat_init(srv *s, const tok_vocab *v, tmpl_kind *k, const char **s
     pk_status st = jj_compile(text, strlen(text), &s->jj.t, msg, sizeof msg);
     if (st == PK_ENOMEM) return pk_errf(err, err_len, st, "out of memory");
     if (st && path) return pk_errf(err, err_len, PK_EFORMAT, "--chat-template-file %s: %s", path, msg);
+    if (st && inline_src) return pk_errf(err, err_len, PK_EFORMAT, "--chat-template: %s", msg);
     if (st) {
         fprintf(stderr, "srv: the model's chat template does not compile as Jinja (%s); using the built-in "
                 "layouts\n", msg);

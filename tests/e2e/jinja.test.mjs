@@ -96,3 +96,26 @@ test('--no-jinja uses the built-in layouts (tools laid out by tmpl_tools)', { sk
   assert.equal(t.status, 200);
   assert.ok(t.json.prompt.includes('<tools>\n{"type": "function", "function": {"name": "get_weather"'), t.json.prompt);
 });
+
+test('--chat-template TEXT that names no layout is Jinja source (llama-server under --jinja); broken source stops the start', { skip }, async () => {
+  const inline = await startServer(sharedModel(QWEN3), ['-c', '512', '-np', '1', '-t', '1', '--chat-template',
+    '{% for m in messages %}[{{ m.role }}] {{ m.content }}{% endfor %}{% if add_generation_prompt %}>{% endif %}']);
+  try {
+    const t = await post(inline.url + '/apply-template', { messages: user });
+    assert.equal(t.status, 200, t.text);
+    assert.equal(t.json.prompt, `[user] ${user[0].content}>`);
+    // text with no tags at all is a template that renders itself
+    const lit = await startServer(sharedModel(QWEN3), ['-c', '512', '-np', '1', '-t', '1', '--chat-template', 'Not a template']);
+    try {
+      assert.equal((await post(lit.url + '/apply-template', { messages: user })).json.prompt, 'Not a template');
+    } finally { await lit.stop(); }
+  } finally { await inline.stop(); }
+  const r = spawnSync(BIN, ['serve', '-m', sharedModel(QWEN3), '--port', '0', '-t', '1', '--chat-template', '{{ x'],
+    { encoding: 'utf8', timeout: 60000 });
+  assert.notEqual(r.status, 0);
+  assert.match(r.stderr, /--chat-template: line 1: /);
+  const named = spawnSync(BIN, ['serve', '-m', sharedModel(QWEN3), '--port', '0', '-t', '1', '--no-jinja', '--chat-template', 'nosuch'],
+    { encoding: 'utf8', timeout: 60000 });
+  assert.notEqual(named.status, 0);
+  assert.match(named.stderr, /unknown chat template 'nosuch'/);
+});
