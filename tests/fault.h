@@ -10,6 +10,13 @@
  * and other libraries are not counted.  One shot, as sqlite's and
  * libbacktrace's fault tests: the armed allocation fails, those before
  * and after succeed.  The counters are atomic: any thread may allocate.
+ *
+ * tests/fault_send.c does the same for the server's sends: it defines
+ * send, sendmsg, write and sendfile64 in the test executable, which
+ * libmicrohttpd's calls resolve to (symbol interposition: --wrap cannot
+ * reach into a shared library), and counts only the calls on sockets the
+ * watched server accepted.  The armed one fails with EPIPE (odd N) or
+ * ECONNRESET (even N), or in the short mode sends half its bytes.
  */
 #ifndef TEST_FAULT_H
 #define TEST_FAULT_H
@@ -24,5 +31,22 @@ long fault_allocs(void);
 bool fault_hit(void);
 /* Routes jansson's allocations through the counted ones. */
 void fault_route_jansson(void);
+
+typedef enum fault_send_mode {
+    FAULT_SEND_FAIL,             /* -1 with EPIPE or ECONNRESET: the peer left */
+    FAULT_SEND_SHORT,            /* half the bytes go: the sender must send the rest */
+} fault_send_mode;
+
+/* Sends count on the sockets whose local port is port (those the server
+ * listening there accepted); 0 stops counting. */
+void fault_send_watch(int port);
+/* The connection whose peer (client) port is peer_port never counts; 0: none. */
+void fault_send_exempt(int peer_port);
+/* The n-th counted send from now fails as m says (n >= 1); 0 disarms. */
+void fault_send_arm(long n, fault_send_mode m);
+/* Counted sends since the start. */
+long fault_sends(void);
+/* True once the armed send has failed (reset by fault_send_arm). */
+bool fault_send_hit(void);
 
 #endif

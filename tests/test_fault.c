@@ -1,6 +1,7 @@
 /*
  * test_fault.c - fail the N-th allocation, for N = 1 .. every allocation a
- * short scripted workload makes (tests/fault.h), in three areas:
+ * short scripted workload makes (tests/fault.h), in three areas, and the
+ * N-th send of the server in a fourth:
  *
  *   start      model_load + eng_new: a failure is a status, never a crash
  *              or a leak, and the next try works;
@@ -16,16 +17,25 @@
  *   server     the HTTP server in-process on loopback: whole and streamed
  *              completions, a chat, a Messages stream with tool turns, a
  *              pool, /tokenize, /slots.  Every
- *              request gets a whole HTTP response: a 200, or an error
- *              status with a JSON body, or a stream that ends with its
- *              last event or an error event; never a closed connection
- *              without an answer, never a hang, and the server answers
- *              the script whole after each N.
- *
- * Not covered: failing writes.  The server's sends are MHD's (inside the
- * shared library, out of the linker's reach); what a failed send does is
- * what a client that leaves does, which native.test.mjs and bench/load.mjs
- * drive over real sockets.
+ *              request gets a whole HTTP response (a status line and a
+ *              body complete by its Content-Length or its last chunk): a
+ *              200, or an error status with a JSON body, or a stream that
+ *              ends with its last event or an error event; never a closed
+ *              connection without an answer, never a hang, and the server
+ *              answers the script whole after the sweep;
+ *   send       the server area's script, with the N-th send, sendmsg,
+ *              write or sendfile on the server's accepted sockets failing
+ *              with EPIPE or ECONNRESET (tests/fault_send.c interposes on
+ *              MHD's calls, which --wrap cannot reach), N = 1 .. every send
+ *              of a run, then again with the N-th sending half its bytes.
+ *              A failed send cuts exactly the reply it was part of (its
+ *              client reads EOF, never hangs), every other reply of the
+ *              run comes whole; a short send cuts none.  A bystander
+ *              client, exempt from the fault, sends greedy completions to
+ *              the same server all along: each must come whole with the
+ *              reference text.  After each N the script, fault-free,
+ *              comes whole with the reference text, and LSan finds no
+ *              leak of a cut request at exit.
  *
  * Built and run only by `make test-fault` (AddressSanitizer and LSan on,
  * so a leak on any failure path fails the program at exit).
@@ -34,6 +44,8 @@
 #include <jansson.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <sys/socket.h>
 
 #include "../src/engine/eng.h"
@@ -233,40 +245,79 @@ static int connect_to(int port)
 
 typedef enum answer { ANS_WHOLE, ANS_CLOSED, ANS_HUNG, ANS_BROKEN } answer;
 
-/* Sends one request (Connection: close) and reads to the end: whole when
- * there is a status line and, for a stream, its last event. */
-static answer ask(int port, const char *path, const char *body, int *status)
+/* One request's answer; big enough for the script's longest reply. */
+typedef struct reply {
+    char buf[1 << 17];
+    size_t n;
+    const char *body;            /* after the headers, in buf; NULL when there are none */
+    int status;
+} reply;
+
+/* True when the body is complete by its own framing: Content-Length bytes,
+ * or chunks up to the last, empty one.  A reply cut anywhere, even just
+ * before its last chunk, is not whole. */
+static bool framed(const reply *r)
 {
-    static char buf[1 << 17];
+    const char *end = r->buf + r->n, *p = r->body;
+    const char *cl = strcasestr(r->buf, "\r\nContent-Length:");
+    if (cl && cl < p) return (size_t)(end - p) == strtoull(cl + 17, NULL, 10);
+    const char *te = strcasestr(r->buf, "\r\nTransfer-Encoding: chunked");
+    if (!te || te > p) return true;  /* delimited by the close alone */
+    for (;;) {
+        char *e;
+        unsigned long long k = strtoull(p, &e, 16);
+        const char *crlf = e == p ? NULL : strstr(e, "\r\n");
+        if (!crlf) return false;
+        p = crlf + 2;
+        if (k == 0) return end - p >= 2 && !strcmp(end - 2, "\r\n");
+        if ((unsigned long long)(end - p) < k + 2 || memcmp(p + k, "\r\n", 2)) return false;
+        p += k + 2;
+    }
+}
+
+/* Sends one request (Connection: close) and reads to the end: whole when
+ * there is a status line, a framed body and, for a stream, its last event.
+ * exempt: this connection's sends never count (fault_send_exempt). */
+static answer ask(int port, const char *path, const char *body, reply *r, bool exempt)
+{
     char head[512];
     int fd = connect_to(port);
+    if (exempt) {
+        struct sockaddr_in a;
+        socklen_t len = sizeof a;
+        ASSERT(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+        fault_send_exempt(ntohs(a.sin_port));
+    }
     int n = snprintf(head, sizeof head, "%s %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
                      "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
                      body ? "POST" : "GET", path, body ? strlen(body) : 0);
     send(fd, head, (size_t)n, MSG_NOSIGNAL);
     if (body) send(fd, body, strlen(body), MSG_NOSIGNAL);
-    size_t got = 0;
+    r->n = 0;
+    r->body = NULL;
     answer a = ANS_CLOSED;
     for (;;) {
         struct pollfd p = { .fd = fd, .events = POLLIN };
         if (poll(&p, 1, 20000) <= 0) { a = ANS_HUNG; break; }
-        ssize_t k = recv(fd, buf + got, sizeof buf - 1 - got, 0);
+        ssize_t k = recv(fd, r->buf + r->n, sizeof r->buf - 1 - r->n, 0);
         if (k <= 0) break;
-        got += (size_t)k;
-        if (got >= sizeof buf - 1) break;
+        r->n += (size_t)k;
+        if (r->n >= sizeof r->buf - 1) break;
     }
     close(fd);
-    buf[got] = 0;
-    *status = 0;
+    r->buf[r->n] = 0;
+    r->status = 0;
     if (a == ANS_HUNG) return a;
-    if (!got) return ANS_CLOSED;
-    if (sscanf(buf, "HTTP/1.1 %d", status) != 1) return ANS_BROKEN;
-    const char *b = strstr(buf, "\r\n\r\n");
+    if (!r->n) return ANS_CLOSED;
+    if (sscanf(r->buf, "HTTP/1.1 %d", &r->status) != 1) return ANS_BROKEN;
+    const char *b = strstr(r->buf, "\r\n\r\n");
     if (!b) return ANS_BROKEN;
-    if (strstr(buf, "text/event-stream"))
+    r->body = b += 4;
+    if (!framed(r)) return ANS_BROKEN;
+    if (strstr(r->buf, "text/event-stream"))
         return strstr(b, "\"stop\":true") || strstr(b, "[DONE]") || strstr(b, "\"message_stop\"") ||
                strstr(b, "\"error\"") ? ANS_WHOLE : ANS_BROKEN;
-    return *status == 200 || *status == 201 || strstr(b, "\"error\"") ? ANS_WHOLE : ANS_BROKEN;
+    return r->status == 200 || r->status == 201 || strstr(b, "\"error\"") ? ANS_WHOLE : ANS_BROKEN;
 }
 
 static const char *const server_script[][2] = {
@@ -285,52 +336,85 @@ static const char *const server_script[][2] = {
     { "/polykv/pools", NULL },
 };
 
-static void script(int port, int counts[4], int *n_requests)
+/* The greedy completion's text, copied into out; false when the reply has none. */
+static bool content_of(const reply *r, char *out, size_t cap)
 {
+    if (!r->body) return false;
+    json_t *j = json_loadb(r->body, (size_t)(r->buf + r->n - r->body), 0, NULL);
+    const char *c = json_string_value(json_object_get(j, "content"));
+    bool ok = c && strlen(c) < cap;
+    if (ok) strcpy(out, c);
+    json_decref(j);
+    return ok;
+}
+
+/* Runs the script once, counting each answer's kind.  content (cap bytes,
+ * or NULL): the first, greedy completion's text.  loud: a broken or hung
+ * answer is reported (a cut one is the send area's expected outcome). */
+static void script(int port, bool loud, int counts[4], int *n_requests, char *content, size_t cap)
+{
+    static reply r;
     for (size_t i = 0; i < ARRAY_LEN(server_script); i++) {
-        int status;
-        answer a = ask(port, server_script[i][0], server_script[i][1], &status);
+        answer a = ask(port, server_script[i][0], server_script[i][1], &r, false);
         counts[a]++;
         (*n_requests)++;
-        if (a == ANS_BROKEN || a == ANS_HUNG)
+        if (i == 0 && content && (a != ANS_WHOLE || !content_of(&r, content, cap))) content[0] = 0;
+        if (a == ANS_HUNG || (loud && a == ANS_BROKEN))
             fprintf(stderr, "fault: server: %s answered %s (status %d)\n", server_script[i][0],
-                    a == ANS_HUNG ? "nothing for 20 s" : "a broken response", status);
+                    a == ANS_HUNG ? "nothing for 20 s" : "a broken response", r.status);
     }
 }
 
-static void sweep_server(const char *path)
+/* The in-process server the server and send areas drive. */
+typedef struct server {
+    model *m;
+    eng *e;
+    srv *s;
+    int port;
+} server;
+
+static void server_up(server *v, const char *path)
 {
     char err[256] = "";
-    model *m;
-    ASSERT(model_load(path, MODEL_COPY, &m, err, sizeof err) == PK_OK);
+    ASSERT(model_load(path, MODEL_COPY, &v->m, err, sizeof err) == PK_OK);
     eng_params ep = eng_default_params();
     ep.n_slots = 2;
     ep.n_ctx = 1024;
     ep.n_threads = 1;
-    eng *e;
-    ASSERT(eng_new(m, &ep, &e) == PK_OK);
+    ASSERT(eng_new(v->m, &ep, &v->e) == PK_OK);
     srv_params sp = srv_default_params();
     sp.port = 0;
-    srv *s;
-    ASSERT(srv_new(&sp, &s, err, sizeof err) == PK_OK);
-    ASSERT(srv_set_engine(s, e, path, err, sizeof err) == PK_OK);
-    int port = srv_port(s);
+    ASSERT(srv_new(&sp, &v->s, err, sizeof err) == PK_OK);
+    ASSERT(srv_set_engine(v->s, v->e, path, err, sizeof err) == PK_OK);
+    v->port = srv_port(v->s);
+}
 
+static void server_down(server *v)
+{
+    srv_free(v->s);
+    eng_free(v->e);
+    model_free(v->m);
+}
+
+static void sweep_server(const char *path)
+{
+    server v;
+    server_up(&v, path);
     int counts[4] = {0}, n_req = 0;
     long a0 = fault_allocs();
-    script(port, counts, &n_req);
+    script(v.port, true, counts, &n_req, NULL, 0);
     long per_run = fault_allocs() - a0;
     CHECK_EQ_INT(counts[ANS_WHOLE], n_req);
-    release_all(e);
+    release_all(v.e);
     memset(counts, 0, sizeof counts);
     n_req = 0;
     long n = 1;
     for (;; n++) {
         fault_arm(n);
-        script(port, counts, &n_req);
+        script(v.port, true, counts, &n_req, NULL, 0);
         bool hit = fault_hit();
         fault_arm(0);
-        release_all(e);
+        release_all(v.e);
         if (counts[ANS_HUNG]) break;
         if (!hit && n > per_run) break;
     }
@@ -339,14 +423,118 @@ static void sweep_server(const char *path)
     CHECK_EQ_INT(counts[ANS_CLOSED], 0);
     /* The server still answers as before. */
     int after[4] = {0}, n_after = 0;
-    script(port, after, &n_after);
+    script(v.port, true, after, &n_after, NULL, 0);
     CHECK_EQ_INT(after[ANS_WHOLE], n_after);
     printf("fault: server: N = 1..%ld (%ld allocations a run), %d requests: %d answered whole, %d closed "
            "without a response, %d broken, %d hung\n", n - 1, per_run, n_req, counts[ANS_WHOLE],
            counts[ANS_CLOSED], counts[ANS_BROKEN], counts[ANS_HUNG]);
-    srv_free(s);
-    eng_free(e);
-    model_free(m);
+    server_down(&v);
+}
+
+/* ---- the server's sends ---- */
+
+/* A client beside the script, on the same server, whose connections are
+ * exempt from the fault: every one of its greedy completions must come
+ * whole and with the reference text while its neighbours' replies fail. */
+typedef struct bystander {
+    int port;
+    const char *ref;
+    atomic_bool stop;
+    int n, n_whole, n_right, n_hung;
+} bystander;
+
+static void *bystander_run(void *arg)
+{
+    bystander *b = arg;
+    static reply r;
+    char content[256];
+    while (!atomic_load(&b->stop)) {
+        answer a = ask(b->port, server_script[0][0], server_script[0][1], &r, true);
+        b->n++;
+        b->n_whole += a == ANS_WHOLE;
+        b->n_hung += a == ANS_HUNG;
+        b->n_right += a == ANS_WHOLE && content_of(&r, content, sizeof content) && !strcmp(content, b->ref);
+        if (a == ANS_HUNG) break;
+    }
+    return NULL;
+}
+
+/* The N-th send on the server's sockets fails (or, short, sends half), for
+ * N = 1 .. every send of a script run.  The request it hits ends cut (its
+ * client sees EOF with part of the reply or none, never a hang); every
+ * other request of that run, and every bystander's, comes whole; after
+ * each N the script, fault-free, comes whole with the reference text. */
+static void sweep_send(const char *path, fault_send_mode mode)
+{
+    const char *name = mode == FAULT_SEND_FAIL ? "send" : "send (short)";
+    server v;
+    server_up(&v, path);
+    fault_send_watch(v.port);
+    char ref[256], got[256];
+    int counts[4] = {0}, n_req = 0;
+    script(v.port, true, counts, &n_req, ref, sizeof ref);
+    long s0 = fault_sends();
+    script(v.port, true, counts, &n_req, got, sizeof got);
+    long per_run = fault_sends() - s0;
+    CHECK_EQ_INT(counts[ANS_WHOLE], n_req);
+    CHECK(ref[0] && !strcmp(got, ref));
+    CHECK(per_run > 0);          /* the interposers are reached at all */
+    release_all(v.e);
+
+    bystander b = { .port = v.port, .ref = ref };
+    pthread_t th;
+    ASSERT(pthread_create(&th, NULL, bystander_run, &b) == 0);
+    long n = 1, n_hit = 0, n_wrong = 0, n_damaged = 0, n_cut = 0;
+    int total[4] = {0};
+    n_req = 0;
+    for (;; n++) {
+        memset(counts, 0, sizeof counts);
+        int k = 0;
+        fault_send_arm(n, mode);
+        script(v.port, false, counts, &k, NULL, 0);
+        bool hit = fault_send_hit();
+        fault_send_arm(0, mode);
+        n_hit += hit;
+        n_req += k;
+        for (int i = 0; i < 4; i++) total[i] += counts[i];
+        int not_whole = k - counts[ANS_WHOLE];
+        n_cut += not_whole;
+        /* A failed send cuts exactly the reply it was part of; a short one
+         * cuts nothing, MHD sends the rest. */
+        int expect = hit && mode == FAULT_SEND_FAIL ? 1 : 0;
+        if (not_whole != expect) {
+            n_wrong++;
+            fprintf(stderr, "fault: %s: N = %ld cut %d replies, not %d\n", name, n, not_whole, expect);
+        }
+        release_all(v.e);
+        int after[4] = {0}, n_after = 0;
+        script(v.port, true, after, &n_after, got, sizeof got);
+        if (after[ANS_WHOLE] != n_after || strcmp(got, ref)) {
+            n_damaged++;
+            fprintf(stderr, "fault: %s: after N = %ld the fault-free script differs\n", name, n);
+        }
+        release_all(v.e);
+        if (counts[ANS_HUNG] || after[ANS_HUNG] || b.n_hung) break;
+        if (!hit && n > per_run) break;
+    }
+    atomic_store(&b.stop, true);
+    pthread_join(th, NULL);
+    CHECK_EQ_INT(total[ANS_HUNG], 0);
+    CHECK_EQ_INT(n_wrong, 0);
+    CHECK_EQ_INT(n_damaged, 0);
+    /* How many sends a run makes varies with how a stream's events batch,
+     * so an N near the end may miss; the sweep still covers a whole run. */
+    CHECK(n_hit > 0 && n - 1 >= per_run);
+    CHECK(b.n > 0);
+    CHECK_EQ_INT(b.n_hung, 0);
+    CHECK_EQ_INT(b.n_whole, b.n);
+    CHECK_EQ_INT(b.n_right, b.n);
+    printf("fault: %s: N = 1..%ld (%ld sends a run, %ld hit), %d requests: %d answered whole, %ld cut (%d closed without "
+           "a response, %d cut short), %d hung; bystander %d requests, %d whole with the reference text\n",
+           name, n - 1, per_run, n_hit, n_req, total[ANS_WHOLE], n_cut, total[ANS_CLOSED], total[ANS_BROKEN],
+           total[ANS_HUNG], b.n, b.n_right);
+    fault_send_watch(0);
+    server_down(&v);
 }
 
 int main(void)
@@ -360,5 +548,9 @@ int main(void)
     if (!only || !strcmp(only, "start")) sweep_start(path);
     if (!only || !strcmp(only, "engine")) sweep_engine(path);
     if (!only || !strcmp(only, "server")) sweep_server(path);
+    if (!only || !strcmp(only, "send")) {
+        sweep_send(path, FAULT_SEND_FAIL);
+        sweep_send(path, FAULT_SEND_SHORT);
+    }
     return test_finish();
 }

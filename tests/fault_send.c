@@ -1,0 +1,146 @@
+/*
+ * fault_send.c - the send interposers of fault.h.
+ *
+ * MHD lives in a shared library, where the linker's --wrap cannot reach.
+ * Symbol interposition can: libmicrohttpd.so.12 (0.9.75) imports send,
+ * sendmsg, write and sendfile64, and because it does, the definitions here
+ * are exported from the test executable's dynamic symbol table, and the
+ * executable comes first in every lookup, so MHD's calls land here.
+ * dlsym(RTLD_NEXT) finds the next definition, ASan's interceptor, which
+ * checks the buffers and calls libc's.
+ *
+ * Only calls on the sockets of the server being watched count: a socket
+ * whose local port is the watched port is one that server accepted (its
+ * listener holds the port, so no client socket of this process can have
+ * it), which leaves out the test client's own sends, stderr, eventfd
+ * signals and save files, whichever thread writes, and needs no
+ * bookkeeping of accepted and closed descriptors that the kernel reuses.
+ * A connection whose peer port was exempted is left out too, so a
+ * bystander can share the server untouched while its neighbours fail.
+ */
+#include "fault.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+static ssize_t (*real_send)(int, const void *, size_t, int);
+static ssize_t (*real_sendmsg)(int, const struct msghdr *, int);
+static ssize_t (*real_write)(int, const void *, size_t);
+static ssize_t (*real_sendfile64)(int, int, off64_t *, size_t);
+static pthread_once_t resolved = PTHREAD_ONCE_INIT;
+
+static atomic_int watch_port;     /* 0: nothing counts */
+static atomic_int exempt_port;    /* a peer port whose connection never counts */
+static atomic_long countdown;     /* 0: disarmed; else counted sends left before the armed one */
+static atomic_long n_sends;
+static atomic_bool hit;
+static atomic_int mode;           /* fault_send_mode */
+
+static void resolve(void)
+{
+    real_send = (ssize_t (*)(int, const void *, size_t, int))dlsym(RTLD_NEXT, "send");
+    real_sendmsg = (ssize_t (*)(int, const struct msghdr *, int))dlsym(RTLD_NEXT, "sendmsg");
+    real_write = (ssize_t (*)(int, const void *, size_t))dlsym(RTLD_NEXT, "write");
+    real_sendfile64 = (ssize_t (*)(int, int, off64_t *, size_t))dlsym(RTLD_NEXT, "sendfile64");
+}
+
+void fault_send_watch(int port) { atomic_store(&watch_port, port); }
+
+void fault_send_exempt(int peer_port) { atomic_store(&exempt_port, peer_port); }
+
+void fault_send_arm(long n, fault_send_mode m)
+{
+    atomic_store(&hit, false);
+    atomic_store(&mode, m);
+    atomic_store(&countdown, n);
+}
+
+long fault_sends(void) { return atomic_load(&n_sends); }
+bool fault_send_hit(void) { return atomic_load(&hit); }
+
+static int port_of(const struct sockaddr_storage *a)
+{
+    if (a->ss_family == AF_INET) return ntohs(((const struct sockaddr_in *)a)->sin_port);
+    if (a->ss_family == AF_INET6) return ntohs(((const struct sockaddr_in6 *)a)->sin6_port);
+    return -1;
+}
+
+static bool watched(int fd)
+{
+    int port = atomic_load(&watch_port);
+    if (!port) return false;
+    struct sockaddr_storage a;
+    socklen_t n = sizeof a;
+    if (getsockname(fd, (struct sockaddr *)&a, &n) != 0 || port_of(&a) != port) return false;
+    int exempt = atomic_load(&exempt_port);
+    n = sizeof a;
+    return !exempt || getpeername(fd, (struct sockaddr *)&a, &n) != 0 || port_of(&a) != exempt;
+}
+
+/* True for the armed send on a watched socket. */
+static bool fail_now(int fd)
+{
+    pthread_once(&resolved, resolve);
+    if (!watched(fd)) return false;
+    long k = atomic_fetch_add(&n_sends, 1) + 1;
+    long c = atomic_load(&countdown);
+    while (c > 0 && !atomic_compare_exchange_weak(&countdown, &c, c - 1)) {}
+    if (c != 1) return false;
+    atomic_store(&hit, true);
+    /* Both errors a peer that left produces, so both paths get a turn. */
+    errno = k % 2 ? EPIPE : ECONNRESET;
+    return true;
+}
+
+/* The short mode's length: half, at least one byte. */
+static size_t shorter(size_t n) { return n > 1 ? n / 2 : n; }
+
+ssize_t send(int fd, const void *buf, size_t n, int flags)
+{
+    if (!fail_now(fd)) return real_send(fd, buf, n, flags);
+    if (atomic_load(&mode) == FAULT_SEND_FAIL) return -1;
+    return real_send(fd, buf, shorter(n), flags);
+}
+
+ssize_t write(int fd, const void *buf, size_t n)
+{
+    if (!fail_now(fd)) return real_write(fd, buf, n);
+    if (atomic_load(&mode) == FAULT_SEND_FAIL) return -1;
+    return real_write(fd, buf, shorter(n));
+}
+
+ssize_t sendfile64(int out, int in, off64_t *off, size_t n)
+{
+    if (!fail_now(out)) return real_sendfile64(out, in, off, n);
+    if (atomic_load(&mode) == FAULT_SEND_FAIL) return -1;
+    return real_sendfile64(out, in, off, shorter(n));
+}
+
+/* MHD sends a reply's headers and the first part of its body in one
+ * sendmsg; the short mode cuts that gather list to half its bytes. */
+ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
+{
+    if (!fail_now(fd)) return real_sendmsg(fd, msg, flags);
+    if (atomic_load(&mode) == FAULT_SEND_FAIL) return -1;
+    struct iovec iov[64];
+    struct msghdr m = *msg;
+    size_t total = 0, left;
+    for (size_t i = 0; i < msg->msg_iovlen; i++) total += msg->msg_iov[i].iov_len;
+    left = shorter(total);
+    m.msg_iov = iov;
+    m.msg_iovlen = 0;
+    for (size_t i = 0; i < msg->msg_iovlen && i < 64 && left; i++) {
+        iov[i] = msg->msg_iov[i];
+        if (iov[i].iov_len > left) iov[i].iov_len = left;
+        left -= iov[i].iov_len;
+        m.msg_iovlen = i + 1;
+    }
+    return real_sendmsg(fd, &m, flags);
+}
