@@ -15,8 +15,10 @@
  * send, sendmsg, write and sendfile64 in the test executable, which
  * libmicrohttpd's calls resolve to (symbol interposition: --wrap cannot
  * reach into a shared library), and counts only the calls on sockets the
- * watched server accepted.  The armed one fails with EPIPE (odd N) or
- * ECONNRESET (even N), or in the short mode sends half its bytes.
+ * watched server accepted, or on the files of a watched directory (save
+ * files, which the project writes itself).  The armed one fails with EPIPE
+ * (odd N) or ECONNRESET (even N), ENOSPC or EIO for a file, or in the
+ * short mode sends half its bytes.
  */
 #ifndef TEST_FAULT_H
 #define TEST_FAULT_H
@@ -44,6 +46,11 @@ void fault_send_watch(int port);
 void fault_send_exempt(int peer_port);
 /* The n-th counted send from now fails as m says (n >= 1); 0 disarms. */
 void fault_send_arm(long n, fault_send_mode m);
+/* Writes, fsyncs and renames of files in dir (an absolute path without
+ * symbolic links, kept alive by the caller) count too, while no port is
+ * watched (the save area); a failing write gives ENOSPC, fsync and rename
+ * EIO.  NULL stops it. */
+void fault_file_watch(const char *dir);
 /* Counted sends since the start. */
 long fault_sends(void);
 /* True once the armed send has failed (reset by fault_send_arm). */

@@ -17,6 +17,11 @@
  * bookkeeping of accepted and closed descriptors that the kernel reuses.
  * A connection whose peer port was exempted is left out too, so a
  * bystander can share the server untouched while its neighbours fail.
+ *
+ * The save files' writes are the project's own (src/save), so the same
+ * definitions of write, and of fsync and rename, catch them without any
+ * interposition; they count when the file lies in the watched directory
+ * (its /proc/self/fd link names it), the directory's own fsync included.
  */
 #include "fault.h"
 
@@ -25,6 +30,8 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -34,6 +41,8 @@ static ssize_t (*real_send)(int, const void *, size_t, int);
 static ssize_t (*real_sendmsg)(int, const struct msghdr *, int);
 static ssize_t (*real_write)(int, const void *, size_t);
 static ssize_t (*real_sendfile64)(int, int, off64_t *, size_t);
+static int (*real_fsync)(int);
+static int (*real_rename)(const char *, const char *);
 static pthread_once_t resolved = PTHREAD_ONCE_INIT;
 
 static atomic_int watch_port;     /* 0: nothing counts */
@@ -42,6 +51,7 @@ static atomic_long countdown;     /* 0: disarmed; else counted sends left before
 static atomic_long n_sends;
 static atomic_bool hit;
 static atomic_int mode;           /* fault_send_mode */
+static _Atomic(const char *) watch_dir;   /* NULL: no file counts; the caller's string */
 
 static void resolve(void)
 {
@@ -49,9 +59,13 @@ static void resolve(void)
     real_sendmsg = (ssize_t (*)(int, const struct msghdr *, int))dlsym(RTLD_NEXT, "sendmsg");
     real_write = (ssize_t (*)(int, const void *, size_t))dlsym(RTLD_NEXT, "write");
     real_sendfile64 = (ssize_t (*)(int, int, off64_t *, size_t))dlsym(RTLD_NEXT, "sendfile64");
+    real_fsync = (int (*)(int))dlsym(RTLD_NEXT, "fsync");
+    real_rename = (int (*)(const char *, const char *))dlsym(RTLD_NEXT, "rename");
 }
 
 void fault_send_watch(int port) { atomic_store(&watch_port, port); }
+
+void fault_file_watch(const char *dir) { atomic_store(&watch_dir, dir); }
 
 void fault_send_exempt(int peer_port) { atomic_store(&exempt_port, peer_port); }
 
@@ -72,10 +86,28 @@ static int port_of(const struct sockaddr_storage *a)
     return -1;
 }
 
+static bool in_dir(const char *path)
+{
+    const char *dir = atomic_load(&watch_dir);
+    size_t n = dir ? strlen(dir) : 0;
+    return n && !strncmp(path, dir, n) && (path[n] == '/' || !path[n]);
+}
+
+static bool watched_file(int fd)
+{
+    char link[64], path[4096];
+    if (!atomic_load(&watch_dir)) return false;
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, path, sizeof path - 1);
+    if (n <= 0) return false;
+    path[n] = 0;
+    return in_dir(path);
+}
+
 static bool watched(int fd)
 {
     int port = atomic_load(&watch_port);
-    if (!port) return false;
+    if (!port) return watched_file(fd);
     struct sockaddr_storage a;
     socklen_t n = sizeof a;
     if (getsockname(fd, (struct sockaddr *)&a, &n) != 0 || port_of(&a) != port) return false;
@@ -84,11 +116,9 @@ static bool watched(int fd)
     return !exempt || getpeername(fd, (struct sockaddr *)&a, &n) != 0 || port_of(&a) != exempt;
 }
 
-/* True for the armed send on a watched socket. */
-static bool fail_now(int fd)
+/* True for the armed call among the counted ones. */
+static bool fail_counted(void)
 {
-    pthread_once(&resolved, resolve);
-    if (!watched(fd)) return false;
     long k = atomic_fetch_add(&n_sends, 1) + 1;
     long c = atomic_load(&countdown);
     while (c > 0 && !atomic_compare_exchange_weak(&countdown, &c, c - 1)) {}
@@ -97,6 +127,13 @@ static bool fail_now(int fd)
     /* Both errors a peer that left produces, so both paths get a turn. */
     errno = k % 2 ? EPIPE : ECONNRESET;
     return true;
+}
+
+/* True for the armed send on a watched socket or file. */
+static bool fail_now(int fd)
+{
+    pthread_once(&resolved, resolve);
+    return watched(fd) && fail_counted();
 }
 
 /* The short mode's length: half, at least one byte. */
@@ -109,11 +146,28 @@ ssize_t send(int fd, const void *buf, size_t n, int flags)
     return real_send(fd, buf, shorter(n), flags);
 }
 
+/* A file's write fails as a full disk's does. */
 ssize_t write(int fd, const void *buf, size_t n)
 {
     if (!fail_now(fd)) return real_write(fd, buf, n);
-    if (atomic_load(&mode) == FAULT_SEND_FAIL) return -1;
-    return real_write(fd, buf, shorter(n));
+    if (atomic_load(&mode) == FAULT_SEND_SHORT) return real_write(fd, buf, shorter(n));
+    if (!atomic_load(&watch_port)) errno = ENOSPC;
+    return -1;
+}
+
+int fsync(int fd)
+{
+    if (!fail_now(fd)) return real_fsync(fd);
+    errno = EIO;
+    return -1;
+}
+
+int rename(const char *from, const char *to)
+{
+    pthread_once(&resolved, resolve);
+    if (!in_dir(from) || !fail_counted()) return real_rename(from, to);
+    errno = EIO;
+    return -1;
 }
 
 ssize_t sendfile64(int out, int in, off64_t *off, size_t n)

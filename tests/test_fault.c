@@ -1,7 +1,7 @@
 /*
  * test_fault.c - fail the N-th allocation, for N = 1 .. every allocation a
  * short scripted workload makes (tests/fault.h), in three areas, and the
- * N-th send of the server in a fourth:
+ * N-th send or file write of the server in two more:
  *
  *   start      model_load + eng_new: a failure is a status, never a crash
  *              or a leak, and the next try works;
@@ -35,7 +35,13 @@
  *              the same server all along: each must come whole with the
  *              reference text.  After each N the script, fault-free,
  *              comes whole with the reference text, and LSan finds no
- *              leak of a cut request at exit.
+ *              leak of a cut request at exit;
+ *   save       a slot saved over HTTP into --slot-save-path and restored
+ *              into another slot, with the N-th write (ENOSPC), fsync or
+ *              rename (EIO) of a file there failing: a save that fails
+ *              answers an error and leaves no file, torn or whole, and no
+ *              temporary one; a save that answers 200 restores to the same
+ *              tokens and the same greedy continuation.
  *
  * Built and run only by `make test-fault` (AddressSanitizer and LSan on,
  * so a leak on any failure path fails the program at exit).
@@ -348,6 +354,17 @@ static bool content_of(const reply *r, char *out, size_t cap)
     return ok;
 }
 
+/* The reply's integer field key, or -1. */
+static long long int_of(const reply *r, const char *key)
+{
+    if (!r->body) return -1;
+    json_t *j = json_loadb(r->body, (size_t)(r->buf + r->n - r->body), 0, NULL);
+    const json_t *v = json_object_get(j, key);
+    long long n = json_is_integer(v) ? json_integer_value(v) : -1;
+    json_decref(j);
+    return n;
+}
+
 /* Runs the script once, counting each answer's kind.  content (cap bytes,
  * or NULL): the first, greedy completion's text.  loud: a broken or hung
  * answer is reported (a cut one is the send area's expected outcome). */
@@ -373,7 +390,8 @@ typedef struct server {
     int port;
 } server;
 
-static void server_up(server *v, const char *path)
+/* save_dir: --slot-save-path, or NULL. */
+static void server_up(server *v, const char *path, const char *save_dir)
 {
     char err[256] = "";
     ASSERT(model_load(path, MODEL_COPY, &v->m, err, sizeof err) == PK_OK);
@@ -384,6 +402,7 @@ static void server_up(server *v, const char *path)
     ASSERT(eng_new(v->m, &ep, &v->e) == PK_OK);
     srv_params sp = srv_default_params();
     sp.port = 0;
+    sp.slot_save_path = save_dir;
     ASSERT(srv_new(&sp, &v->s, err, sizeof err) == PK_OK);
     ASSERT(srv_set_engine(v->s, v->e, path, err, sizeof err) == PK_OK);
     v->port = srv_port(v->s);
@@ -399,7 +418,7 @@ static void server_down(server *v)
 static void sweep_server(const char *path)
 {
     server v;
-    server_up(&v, path);
+    server_up(&v, path, NULL);
     int counts[4] = {0}, n_req = 0;
     long a0 = fault_allocs();
     script(v.port, true, counts, &n_req, NULL, 0);
@@ -468,7 +487,7 @@ static void sweep_send(const char *path, fault_send_mode mode)
 {
     const char *name = mode == FAULT_SEND_FAIL ? "send" : "send (short)";
     server v;
-    server_up(&v, path);
+    server_up(&v, path, NULL);
     fault_send_watch(v.port);
     char ref[256], got[256];
     int counts[4] = {0}, n_req = 0;
@@ -537,6 +556,108 @@ static void sweep_send(const char *path, fault_send_mode mode)
     server_down(&v);
 }
 
+/* ---- the save files ---- */
+
+/* One save and restore through the server: slot 0 computes a greedy
+ * completion and is saved, slot 1 restores the file and continues from it. */
+typedef struct save_run {
+    answer a[4];
+    int status[4];               /* completion, save, restore, completion on the restored slot */
+    long long n_saved, n_restored;
+    char content[2][256];        /* the completions' texts */
+} save_run;
+
+static const char *const save_script[4][2] = {
+    { "/completion", "{\"prompt\": \"Once upon a time\", \"n_predict\": 6, \"temperature\": 0, \"id_slot\": 0, "
+                     "\"cache_prompt\": true}" },
+    { "/slots/0?action=save", "{\"filename\": \"s.bin\"}" },
+    { "/slots/1?action=restore", "{\"filename\": \"s.bin\"}" },
+    { "/completion", "{\"prompt\": \"Once upon a time\", \"n_predict\": 6, \"temperature\": 0, \"id_slot\": 1, "
+                     "\"cache_prompt\": true}" },
+};
+
+static void save_once(int port, save_run *out)
+{
+    static reply r;
+    memset(out, 0, sizeof *out);
+    for (int i = 0; i < 4; i++) {
+        out->a[i] = ask(port, save_script[i][0], save_script[i][1], &r, false);
+        out->status[i] = r.status;
+        if ((i == 0 || i == 3) && !content_of(&r, out->content[i / 3], sizeof out->content[0]))
+            out->content[i / 3][0] = 0;
+        if (i == 1) out->n_saved = int_of(&r, "n_saved");
+        if (i == 2) out->n_restored = int_of(&r, "n_restored");
+    }
+}
+
+/* A save that says 200 left a file that restores to the same tokens and
+ * the same continuation; a save that failed left no file, torn or whole,
+ * and no temporary one.  Every request gets a whole answer either way. */
+static bool save_sound(const save_run *r, const char *ref, const char *file, const char *tmp)
+{
+    for (int i = 0; i < 4; i++)
+        if (r->a[i] != ANS_WHOLE) return false;
+    if (access(tmp, F_OK) == 0 || r->status[0] != 200 || strcmp(r->content[0], ref)) return false;
+    if (r->status[1] != 200) return access(file, F_OK) != 0 && r->status[2] != 200;
+    return r->n_saved > 0 && r->status[2] == 200 && r->n_restored == r->n_saved && r->status[3] == 200 &&
+           !strcmp(r->content[1], ref);
+}
+
+/* The N-th write, fsync or rename of a file in --slot-save-path fails
+ * (ENOSPC, EIO), N = 1 .. every one a save makes. */
+static void sweep_save(const char *path)
+{
+    char tmpl[] = "/tmp/polykv-fault-XXXXXX", dir[4096], file[4200], tmp[4208];
+    ASSERT(mkdtemp(tmpl) && realpath(tmpl, dir));
+    snprintf(file, sizeof file, "%s/s.bin", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", file);
+    server v;
+    server_up(&v, path, dir);
+    fault_file_watch(dir);
+    save_run r;
+    save_once(v.port, &r);
+    char ref[256];
+    snprintf(ref, sizeof ref, "%s", r.content[0]);
+    CHECK(ref[0] && save_sound(&r, ref, file, tmp) && r.status[1] == 200);
+    unlink(file);
+    long s0 = fault_sends();
+    save_once(v.port, &r);
+    long per_run = fault_sends() - s0;
+    CHECK(per_run > 0);
+    long n = 1, n_hit = 0, n_refused = 0, n_bad = 0, n_damaged = 0;
+    for (;; n++) {
+        unlink(file);
+        fault_send_arm(n, FAULT_SEND_FAIL);
+        save_once(v.port, &r);
+        bool hit = fault_send_hit();
+        fault_send_arm(0, FAULT_SEND_FAIL);
+        n_hit += hit;
+        n_refused += r.status[1] != 200;
+        if (!save_sound(&r, ref, file, tmp) || (!hit && r.status[1] != 200)) {
+            n_bad++;
+            fprintf(stderr, "fault: save: N = %ld: save %d, restore %d (%lld of %lld tokens), continuation %d "
+                    "\"%s\"%s\n", n, r.status[1], r.status[2], r.n_restored, r.n_saved, r.status[3], r.content[1],
+                    access(tmp, F_OK) == 0 ? ", a temporary file left" : "");
+        }
+        unlink(file);
+        save_once(v.port, &r);
+        if (!save_sound(&r, ref, file, tmp) || r.status[1] != 200) {
+            n_damaged++;
+            fprintf(stderr, "fault: save: after N = %ld the fault-free save differs\n", n);
+        }
+        if (!hit && n > per_run) break;
+    }
+    CHECK(n_hit > 0 && n - 1 >= per_run);
+    CHECK_EQ_INT(n_bad, 0);
+    CHECK_EQ_INT(n_damaged, 0);
+    printf("fault: save: N = 1..%ld (%ld file writes, fsyncs and renames a save), %ld saves refused with an "
+           "error and no file, %ld bad, %ld damaged after\n", n - 1, per_run, n_refused, n_bad, n_damaged);
+    fault_file_watch(NULL);
+    server_down(&v);
+    unlink(file);
+    rmdir(dir);
+}
+
 int main(void)
 {
     const char *shared = test_shared_dir();
@@ -552,5 +673,6 @@ int main(void)
         sweep_send(path, FAULT_SEND_FAIL);
         sweep_send(path, FAULT_SEND_SHORT);
     }
+    if (!only || !strcmp(only, "save")) sweep_save(path);
     return test_finish();
 }
