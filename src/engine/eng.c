@@ -1035,7 +1035,7 @@ fail:
     if (e->slots)
         for (int32_t i = 0; i < p->n_slots; i++) free(e->slots[i].cache);
     free(e->slots); free(e->b_tok); free(e->b_pos); free(e->b_nseq); free(e->b_seq);
-    free(e->b_want); free(e->logits);
+    free(e->b_want); free(e->logits); free(e->bias_logits);
     model_ctx_free(e->ctx);
     free(e);
     return st;
