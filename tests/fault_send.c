@@ -17,6 +17,9 @@
  * bookkeeping of accepted and closed descriptors that the kernel reuses.
  * A connection whose peer port was exempted is left out too, so a
  * bystander can share the server untouched while its neighbours fail.
+ * For the router's requests to its child the other side is watched: the
+ * sockets connected to the child's port, which in this process only the
+ * router's loopback client opens (the child is another process).
  *
  * The save files' writes are the project's own (src/save), so the same
  * definitions of write, and of fsync and rename, catch them without any
@@ -47,6 +50,7 @@ static pthread_once_t resolved = PTHREAD_ONCE_INIT;
 
 static atomic_int watch_port;     /* 0: nothing counts */
 static atomic_int exempt_port;    /* a peer port whose connection never counts */
+static atomic_int watch_peer;     /* 0, or the port the sockets that count are connected to */
 static atomic_long countdown;     /* 0: disarmed; else counted sends left before the armed one */
 static atomic_long n_sends;
 static atomic_bool hit;
@@ -64,6 +68,7 @@ static void resolve(void)
 }
 
 void fault_send_watch(int port) { atomic_store(&watch_port, port); }
+void fault_send_watch_peer(int port) { atomic_store(&watch_peer, port); }
 
 void fault_file_watch(const char *dir) { atomic_store(&watch_dir, dir); }
 
@@ -106,10 +111,11 @@ static bool watched_file(int fd)
 
 static bool watched(int fd)
 {
-    int port = atomic_load(&watch_port);
-    if (!port) return watched_file(fd);
+    int port = atomic_load(&watch_port), peer = atomic_load(&watch_peer);
     struct sockaddr_storage a;
     socklen_t n = sizeof a;
+    if (peer) return getpeername(fd, (struct sockaddr *)&a, &n) == 0 && port_of(&a) == peer;
+    if (!port) return watched_file(fd);
     if (getsockname(fd, (struct sockaddr *)&a, &n) != 0 || port_of(&a) != port) return false;
     int exempt = atomic_load(&exempt_port);
     n = sizeof a;

@@ -1,7 +1,7 @@
 /*
  * test_fault.c - fail the N-th allocation, for N = 1 .. every allocation a
  * short scripted workload makes (tests/fault.h), in three areas, and the
- * N-th send or file write of the server in two more:
+ * N-th send or file write of the server and the router in three more:
  *
  *   start      model_load + eng_new: a failure is a status, never a crash
  *              or a leak, and the next try works;
@@ -41,7 +41,16 @@
  *              rename (EIO) of a file there failing: a save that fails
  *              answers an error and leaves no file, torn or whole, and no
  *              temporary one; a save that answers 200 restores to the same
- *              tokens and the same greedy continuation.
+ *              tokens and the same greedy continuation;
+ *   router     the router in-process (src/router, srv_router.c) with one
+ *              model whose child is build-fault/polykv (FAULT_POLYKV):
+ *              greedy and streamed completions, a streamed chat,
+ *              /tokenize, /slots and /v1/models through it.  First the
+ *              N-th send of its replies fails, which must cut exactly that
+ *              reply; then the N-th send of its loopback client's requests
+ *              to the child (rt_http.c), which must turn that request into
+ *              a whole 502 and cut nothing.  After each N the script comes
+ *              whole, fault-free, with the reference text.
  *
  * Built and run only by `make test-fault` (AddressSanitizer and LSan on,
  * so a leak on any failure path fails the program at exit).
@@ -56,6 +65,7 @@
 
 #include "../src/engine/eng.h"
 #include "../src/model/model.h"
+#include "../src/router/rt.h"
 #include "../src/server/srv.h"
 #include "fault.h"
 #include "test.h"
@@ -658,6 +668,148 @@ static void sweep_save(const char *path)
     rmdir(dir);
 }
 
+/* ---- the router ---- */
+
+/* The router in-process, its one model's child a polykv process. */
+typedef struct router {
+    rt *t;
+    srv *s;
+    int port, child_port;
+    char dir[64];
+} router;
+
+static const char *const router_script[][2] = {
+    { "/completion", "{\"model\": \"m\", \"prompt\": \"Once upon a time\", \"n_predict\": 6, \"temperature\": 0}" },
+    { "/completion", "{\"model\": \"m\", \"prompt\": \"Lily had\", \"n_predict\": 6, \"stream\": true}" },
+    { "/v1/chat/completions", "{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], "
+                              "\"max_tokens\": 4, \"stream\": true, \"stream_options\": {\"include_usage\": true}}" },
+    { "/tokenize", "{\"model\": \"m\", \"content\": \"Once upon a time\"}" },
+    { "/slots?model=m", NULL },
+    { "/v1/models", NULL },
+};
+
+/* One run: each answer's kind and status, and the greedy completion's text. */
+static void router_once(int port, int counts[4], int *n_req, int *n_502, char *content, size_t cap)
+{
+    static reply r;
+    for (size_t i = 0; i < ARRAY_LEN(router_script); i++) {
+        answer a = ask(port, router_script[i][0], router_script[i][1], &r, false);
+        counts[a]++;
+        (*n_req)++;
+        *n_502 += a == ANS_WHOLE && r.status == 502;
+        if (i == 0 && (a != ANS_WHOLE || !content_of(&r, content, cap))) content[0] = 0;
+        if (a == ANS_HUNG) fprintf(stderr, "fault: router: %s answered nothing for 20 s\n", router_script[i][0]);
+    }
+}
+
+static bool router_up(router *v, const char *gguf, const char *exe)
+{
+    char link[128], err[256] = "";
+    snprintf(v->dir, sizeof v->dir, "/tmp/polykv-fault-XXXXXX");
+    ASSERT(mkdtemp(v->dir));
+    snprintf(link, sizeof link, "%s/m.gguf", v->dir);
+    ASSERT(symlink(gguf, link) == 0);
+    static const char *const args[] = { "-np", "2", "-c", "1024", "-t", "1" };
+    rt_params p = { .exe = exe, .models_dir = v->dir, .models_max = 1, .autoload = true, .child_args = args,
+                    .n_child_args = (int)ARRAY_LEN(args), .load_timeout_ms = 60000 };
+    ASSERT(rt_new(&p, &v->t, err, sizeof err) == PK_OK);
+    srv_params sp = srv_default_params();
+    sp.port = 0;
+    sp.router = v->t;
+    ASSERT(srv_new(&sp, &v->s, err, sizeof err) == PK_OK);
+    v->port = srv_port(v->s);
+    int counts[4] = {0}, n = 0, n_502 = 0;
+    char content[256];
+    router_once(v->port, counts, &n, &n_502, content, sizeof content);   /* loads the child */
+    rt_info in;
+    v->child_port = rt_info_at(v->t, 0, &in) && in.status == RT_LOADED ? in.port : 0;
+    return v->child_port && counts[ANS_WHOLE] == n;
+}
+
+static void router_down(router *v)
+{
+    char link[128];
+    srv_free(v->s);
+    rt_free(v->t);
+    snprintf(link, sizeof link, "%s/m.gguf", v->dir);
+    unlink(link);
+    rmdir(v->dir);
+}
+
+/* to_child false: the N-th send of the router's replies to its clients
+ * fails, which must cut exactly that reply; true: the N-th send of its
+ * requests to the child, which must turn that request into a whole 502
+ * and cut nothing.  After each N the script comes whole, fault-free. */
+static void sweep_router_side(router *v, bool to_child)
+{
+    const char *name = to_child ? "router to child" : "router";
+    char ref[256], got[256];
+    int counts[4] = {0}, n_req = 0, n_502 = 0;
+    router_once(v->port, counts, &n_req, &n_502, ref, sizeof ref);
+    CHECK(ref[0] && counts[ANS_WHOLE] == n_req);
+    if (to_child) fault_send_watch_peer(v->child_port);
+    else fault_send_watch(v->port);
+    long s0 = fault_sends();
+    router_once(v->port, counts, &n_req, &n_502, got, sizeof got);
+    long per_run = fault_sends() - s0;
+    CHECK(per_run > 0);
+    long n = 1, n_hit = 0, n_wrong = 0, n_damaged = 0;
+    int total[4] = {0}, total_502 = 0;
+    n_req = 0;
+    for (;; n++) {
+        memset(counts, 0, sizeof counts);
+        int k = 0, k_502 = 0;
+        fault_send_arm(n, FAULT_SEND_FAIL);
+        router_once(v->port, counts, &k, &k_502, got, sizeof got);
+        bool hit = fault_send_hit();
+        fault_send_arm(0, FAULT_SEND_FAIL);
+        n_hit += hit;
+        n_req += k;
+        total_502 += k_502;
+        for (int i = 0; i < 4; i++) total[i] += counts[i];
+        int cut = k - counts[ANS_WHOLE], expect_cut = hit && !to_child, expect_502 = hit && to_child;
+        if (cut != expect_cut || k_502 != expect_502) {
+            n_wrong++;
+            fprintf(stderr, "fault: %s: N = %ld cut %d replies (not %d), %d answered 502 (not %d)\n", name, n, cut,
+                    expect_cut, k_502, expect_502);
+        }
+        int after[4] = {0}, n_after = 0, a_502 = 0;
+        router_once(v->port, after, &n_after, &a_502, got, sizeof got);
+        if (after[ANS_WHOLE] != n_after || a_502 || strcmp(got, ref)) {
+            n_damaged++;
+            fprintf(stderr, "fault: %s: after N = %ld the fault-free script differs\n", name, n);
+        }
+        if (counts[ANS_HUNG] || after[ANS_HUNG]) break;
+        if (!hit && n > per_run) break;
+    }
+    fault_send_watch(0);
+    fault_send_watch_peer(0);
+    CHECK_EQ_INT(total[ANS_HUNG], 0);
+    CHECK(n_hit > 0 && n - 1 >= per_run);
+    CHECK_EQ_INT(n_wrong, 0);
+    CHECK_EQ_INT(n_damaged, 0);
+    printf("fault: %s: N = 1..%ld (%ld sends a run, %ld hit), %d requests: %d answered whole (%d of them 502), "
+           "%d closed without a response, %d cut short, %d hung\n", name, n - 1, per_run, n_hit, n_req,
+           total[ANS_WHOLE], total_502, total[ANS_CLOSED], total[ANS_BROKEN], total[ANS_HUNG]);
+}
+
+static void sweep_router(const char *path)
+{
+    const char *exe = getenv("FAULT_POLYKV");
+    if (!exe || access(exe, X_OK)) {
+        SKIP_PART("router area: FAULT_POLYKV names no polykv binary for the child (make test-fault sets it)");
+        return;
+    }
+    router v;
+    bool up = router_up(&v, path, exe);
+    CHECK(up);
+    if (up) {
+        sweep_router_side(&v, false);
+        sweep_router_side(&v, true);
+    }
+    router_down(&v);
+}
+
 int main(void)
 {
     const char *shared = test_shared_dir();
@@ -674,5 +826,6 @@ int main(void)
         sweep_send(path, FAULT_SEND_SHORT);
     }
     if (!only || !strcmp(only, "save")) sweep_save(path);
+    if (!only || !strcmp(only, "router")) sweep_router(path);
     return test_finish();
 }
