@@ -1,7 +1,8 @@
 /*
  * test_fault.c - fail the N-th allocation, for N = 1 .. every allocation a
  * short scripted workload makes (tests/fault.h), in three areas, and the
- * N-th send or file write of the server and the router in three more:
+ * N-th send or file write of the server, the router and the CORS proxy in
+ * four more:
  *
  *   start      model_load + eng_new: a failure is a status, never a crash
  *              or a leak, and the next try works;
@@ -50,7 +51,11 @@
  *              reply; then the N-th send of its loopback client's requests
  *              to the child (rt_http.c), which must turn that request into
  *              a whole 502 and cut nothing.  After each N the script comes
- *              whole, fault-free, with the reference text.
+ *              whole, fault-free, with the reference text;
+ *   cors       /cors-proxy (--ui-mcp-proxy: src/httpc, libcurl) in front
+ *              of a second server on the same engine, a whole and a
+ *              streamed completion and /health: the router's two sweeps,
+ *              its replies and then curl's sends to the upstream.
  *
  * Built and run only by `make test-fault` (AddressSanitizer and LSan on,
  * so a leak on any failure path fails the program at exit).
@@ -400,8 +405,8 @@ typedef struct server {
     int port;
 } server;
 
-/* save_dir: --slot-save-path, or NULL. */
-static void server_up(server *v, const char *path, const char *save_dir)
+/* save_dir: --slot-save-path, or NULL; proxy: --ui-mcp-proxy. */
+static void server_up(server *v, const char *path, const char *save_dir, bool proxy)
 {
     char err[256] = "";
     ASSERT(model_load(path, MODEL_COPY, &v->m, err, sizeof err) == PK_OK);
@@ -413,6 +418,7 @@ static void server_up(server *v, const char *path, const char *save_dir)
     srv_params sp = srv_default_params();
     sp.port = 0;
     sp.slot_save_path = save_dir;
+    sp.ui_mcp_proxy = proxy;
     ASSERT(srv_new(&sp, &v->s, err, sizeof err) == PK_OK);
     ASSERT(srv_set_engine(v->s, v->e, path, err, sizeof err) == PK_OK);
     v->port = srv_port(v->s);
@@ -428,7 +434,7 @@ static void server_down(server *v)
 static void sweep_server(const char *path)
 {
     server v;
-    server_up(&v, path, NULL);
+    server_up(&v, path, NULL, false);
     int counts[4] = {0}, n_req = 0;
     long a0 = fault_allocs();
     script(v.port, true, counts, &n_req, NULL, 0);
@@ -497,7 +503,7 @@ static void sweep_send(const char *path, fault_send_mode mode)
 {
     const char *name = mode == FAULT_SEND_FAIL ? "send" : "send (short)";
     server v;
-    server_up(&v, path, NULL);
+    server_up(&v, path, NULL, false);
     fault_send_watch(v.port);
     char ref[256], got[256];
     int counts[4] = {0}, n_req = 0;
@@ -622,7 +628,7 @@ static void sweep_save(const char *path)
     snprintf(file, sizeof file, "%s/s.bin", dir);
     snprintf(tmp, sizeof tmp, "%s.tmp", file);
     server v;
-    server_up(&v, path, dir);
+    server_up(&v, path, dir, false);
     fault_file_watch(dir);
     save_run r;
     save_once(v.port, &r);
@@ -688,19 +694,29 @@ static const char *const router_script[][2] = {
     { "/v1/models", NULL },
 };
 
-/* One run: each answer's kind and status, and the greedy completion's text. */
-static void router_once(int port, int counts[4], int *n_req, int *n_502, char *content, size_t cap)
+/* A script of n requests through a relay (the router, the CORS proxy):
+ * each answer's kind, the whole 502s, and the first, greedy completion's text. */
+typedef struct relay_script {
+    const char *name;            /* the area's, for its lines */
+    const char *const (*req)[2];
+    size_t n;
+} relay_script;
+
+static void relay_once(int port, const relay_script *sc, int counts[4], int *n_req, int *n_502, char *content,
+                       size_t cap)
 {
     static reply r;
-    for (size_t i = 0; i < ARRAY_LEN(router_script); i++) {
-        answer a = ask(port, router_script[i][0], router_script[i][1], &r, false);
+    for (size_t i = 0; i < sc->n; i++) {
+        answer a = ask(port, sc->req[i][0], sc->req[i][1], &r, false);
         counts[a]++;
         (*n_req)++;
         *n_502 += a == ANS_WHOLE && r.status == 502;
         if (i == 0 && (a != ANS_WHOLE || !content_of(&r, content, cap))) content[0] = 0;
-        if (a == ANS_HUNG) fprintf(stderr, "fault: router: %s answered nothing for 20 s\n", router_script[i][0]);
+        if (a == ANS_HUNG) fprintf(stderr, "fault: %s: %s answered nothing for 20 s\n", sc->name, sc->req[i][0]);
     }
 }
+
+static const relay_script router_run = { "router", router_script, ARRAY_LEN(router_script) };
 
 static bool router_up(router *v, const char *gguf, const char *exe)
 {
@@ -720,7 +736,7 @@ static bool router_up(router *v, const char *gguf, const char *exe)
     v->port = srv_port(v->s);
     int counts[4] = {0}, n = 0, n_502 = 0;
     char content[256];
-    router_once(v->port, counts, &n, &n_502, content, sizeof content);   /* loads the child */
+    relay_once(v->port, &router_run, counts, &n, &n_502, content, sizeof content);   /* loads the child */
     rt_info in;
     v->child_port = rt_info_at(v->t, 0, &in) && in.status == RT_LOADED ? in.port : 0;
     return v->child_port && counts[ANS_WHOLE] == n;
@@ -736,21 +752,22 @@ static void router_down(router *v)
     rmdir(v->dir);
 }
 
-/* to_child false: the N-th send of the router's replies to its clients
- * fails, which must cut exactly that reply; true: the N-th send of its
- * requests to the child, which must turn that request into a whole 502
- * and cut nothing.  After each N the script comes whole, fault-free. */
-static void sweep_router_side(router *v, bool to_child)
+/* back 0: the N-th send of the relay's replies to its clients (on port)
+ * fails, which must cut exactly that reply; back set: the N-th send of its
+ * requests to the server behind it (on port back), which must turn that
+ * request into a whole 502 and cut nothing.  After each N the script comes
+ * whole, fault-free, with the reference text. */
+static void sweep_relay(const relay_script *sc, int port, int back)
 {
-    const char *name = to_child ? "router to child" : "router";
-    char ref[256], got[256];
+    char name[64], ref[256], got[256];
+    snprintf(name, sizeof name, "%s%s", sc->name, back ? " to its upstream" : "");
     int counts[4] = {0}, n_req = 0, n_502 = 0;
-    router_once(v->port, counts, &n_req, &n_502, ref, sizeof ref);
-    CHECK(ref[0] && counts[ANS_WHOLE] == n_req);
-    if (to_child) fault_send_watch_peer(v->child_port);
-    else fault_send_watch(v->port);
+    relay_once(port, sc, counts, &n_req, &n_502, ref, sizeof ref);
+    CHECK(ref[0] && counts[ANS_WHOLE] == n_req && !n_502);
+    if (back) fault_send_watch_peer(back);
+    else fault_send_watch(port);
     long s0 = fault_sends();
-    router_once(v->port, counts, &n_req, &n_502, got, sizeof got);
+    relay_once(port, sc, counts, &n_req, &n_502, got, sizeof got);
     long per_run = fault_sends() - s0;
     CHECK(per_run > 0);
     long n = 1, n_hit = 0, n_wrong = 0, n_damaged = 0;
@@ -760,21 +777,21 @@ static void sweep_router_side(router *v, bool to_child)
         memset(counts, 0, sizeof counts);
         int k = 0, k_502 = 0;
         fault_send_arm(n, FAULT_SEND_FAIL);
-        router_once(v->port, counts, &k, &k_502, got, sizeof got);
+        relay_once(port, sc, counts, &k, &k_502, got, sizeof got);
         bool hit = fault_send_hit();
         fault_send_arm(0, FAULT_SEND_FAIL);
         n_hit += hit;
         n_req += k;
         total_502 += k_502;
         for (int i = 0; i < 4; i++) total[i] += counts[i];
-        int cut = k - counts[ANS_WHOLE], expect_cut = hit && !to_child, expect_502 = hit && to_child;
+        int cut = k - counts[ANS_WHOLE], expect_cut = hit && !back, expect_502 = hit && back;
         if (cut != expect_cut || k_502 != expect_502) {
             n_wrong++;
             fprintf(stderr, "fault: %s: N = %ld cut %d replies (not %d), %d answered 502 (not %d)\n", name, n, cut,
                     expect_cut, k_502, expect_502);
         }
         int after[4] = {0}, n_after = 0, a_502 = 0;
-        router_once(v->port, after, &n_after, &a_502, got, sizeof got);
+        relay_once(port, sc, after, &n_after, &a_502, got, sizeof got);
         if (after[ANS_WHOLE] != n_after || a_502 || strcmp(got, ref)) {
             n_damaged++;
             fprintf(stderr, "fault: %s: after N = %ld the fault-free script differs\n", name, n);
@@ -804,10 +821,42 @@ static void sweep_router(const char *path)
     bool up = router_up(&v, path, exe);
     CHECK(up);
     if (up) {
-        sweep_router_side(&v, false);
-        sweep_router_side(&v, true);
+        sweep_relay(&router_run, v.port, 0);
+        sweep_relay(&router_run, v.port, v.child_port);
     }
     router_down(&v);
+}
+
+/* ---- the CORS proxy ---- */
+
+/* /cors-proxy (--ui-mcp-proxy, libcurl through src/httpc) in front of a
+ * second server on the same engine: its replies' sends and curl's sends to
+ * the upstream fail in turn, as the router's do. */
+static void sweep_cors(const char *path)
+{
+    server v;
+    server_up(&v, path, NULL, true);
+    char err[256] = "";
+    srv_params sp = srv_default_params();
+    sp.port = 0;
+    srv *up;
+    ASSERT(srv_new(&sp, &up, err, sizeof err) == PK_OK);
+    ASSERT(srv_set_engine(up, v.e, path, err, sizeof err) == PK_OK);
+    int back = srv_port(up);
+    static char url[3][128];
+    snprintf(url[0], sizeof url[0], "/cors-proxy?url=http://127.0.0.1:%d/completion", back);
+    snprintf(url[1], sizeof url[1], "/cors-proxy?url=http://127.0.0.1:%d/completion", back);
+    snprintf(url[2], sizeof url[2], "/cors-proxy?url=http://127.0.0.1:%d/health", back);
+    const char *const req[3][2] = {
+        { url[0], "{\"prompt\": \"Once upon a time\", \"n_predict\": 6, \"temperature\": 0}" },
+        { url[1], "{\"prompt\": \"Lily had\", \"n_predict\": 6, \"stream\": true}" },
+        { url[2], NULL },
+    };
+    relay_script sc = { "cors proxy", req, 3 };
+    sweep_relay(&sc, v.port, 0);
+    sweep_relay(&sc, v.port, back);
+    srv_free(up);
+    server_down(&v);
 }
 
 int main(void)
@@ -827,5 +876,6 @@ int main(void)
     }
     if (!only || !strcmp(only, "save")) sweep_save(path);
     if (!only || !strcmp(only, "router")) sweep_router(path);
+    if (!only || !strcmp(only, "cors")) sweep_cors(path);
     return test_finish();
 }
