@@ -50,12 +50,15 @@
  *              N-th send of its replies fails, which must cut exactly that
  *              reply; then the N-th send of its loopback client's requests
  *              to the child (rt_http.c), which must turn that request into
- *              a whole 502 and cut nothing.  After each N the script comes
- *              whole, fault-free, with the reference text;
+ *              a whole 502 and cut nothing; then that send short (half its
+ *              bytes), which must change nothing: rt_http.c sends the
+ *              rest.  After each N the script comes whole, fault-free,
+ *              with the reference text;
  *   cors       /cors-proxy (--ui-mcp-proxy: src/httpc, libcurl) in front
  *              of a second server on the same engine, a whole and a
- *              streamed completion and /health: the router's two sweeps,
- *              its replies and then curl's sends to the upstream.
+ *              streamed completion and /health: the router's three sweeps,
+ *              its replies, curl's sends to the upstream failing, then
+ *              short.
  *
  * One run's sweep (docs/benchmarks.md): start N = 1..77; engine 1..94;
  * server 1..2292 (20,637 requests); send 1..21 (198 requests, 289 beside
@@ -764,12 +767,14 @@ static void router_down(router *v)
 /* back 0: the N-th send of the relay's replies to its clients (on port)
  * fails, which must cut exactly that reply; back set: the N-th send of its
  * requests to the server behind it (on port back), which must turn that
- * request into a whole 502 and cut nothing.  After each N the script comes
+ * request into a whole 502 and cut nothing.  A short send (mode) must do
+ * neither: the sender sends the rest.  After each N the script comes
  * whole, fault-free, with the reference text. */
-static void sweep_relay(const relay_script *sc, int port, int back)
+static void sweep_relay(const relay_script *sc, int port, int back, fault_send_mode mode)
 {
-    char name[64], ref[256], got[256];
-    snprintf(name, sizeof name, "%s%s", sc->name, back ? " to its upstream" : "");
+    char name[80], ref[256], got[256];
+    bool fail = mode == FAULT_SEND_FAIL;
+    snprintf(name, sizeof name, "%s%s%s", sc->name, back ? " to its upstream" : "", fail ? "" : " (short)");
     int counts[4] = {0}, n_req = 0, n_502 = 0;
     relay_once(port, sc, counts, &n_req, &n_502, ref, sizeof ref);
     CHECK(ref[0] && counts[ANS_WHOLE] == n_req && !n_502);
@@ -785,15 +790,15 @@ static void sweep_relay(const relay_script *sc, int port, int back)
     for (;; n++) {
         memset(counts, 0, sizeof counts);
         int k = 0, k_502 = 0;
-        fault_send_arm(n, FAULT_SEND_FAIL);
+        fault_send_arm(n, mode);
         relay_once(port, sc, counts, &k, &k_502, got, sizeof got);
         bool hit = fault_send_hit();
-        fault_send_arm(0, FAULT_SEND_FAIL);
+        fault_send_arm(0, mode);
         n_hit += hit;
         n_req += k;
         total_502 += k_502;
         for (int i = 0; i < 4; i++) total[i] += counts[i];
-        int cut = k - counts[ANS_WHOLE], expect_cut = hit && !back, expect_502 = hit && back;
+        int cut = k - counts[ANS_WHOLE], expect_cut = fail && hit && !back, expect_502 = fail && hit && back;
         if (cut != expect_cut || k_502 != expect_502) {
             n_wrong++;
             fprintf(stderr, "fault: %s: N = %ld cut %d replies (not %d), %d answered 502 (not %d)\n", name, n, cut,
@@ -830,8 +835,9 @@ static void sweep_router(const char *path)
     bool up = router_up(&v, path, exe);
     CHECK(up);
     if (up) {
-        sweep_relay(&router_run, v.port, 0);
-        sweep_relay(&router_run, v.port, v.child_port);
+        sweep_relay(&router_run, v.port, 0, FAULT_SEND_FAIL);
+        sweep_relay(&router_run, v.port, v.child_port, FAULT_SEND_FAIL);
+        sweep_relay(&router_run, v.port, v.child_port, FAULT_SEND_SHORT);
     }
     router_down(&v);
 }
@@ -862,8 +868,9 @@ static void sweep_cors(const char *path)
         { url[2], NULL },
     };
     relay_script sc = { "cors proxy", req, 3 };
-    sweep_relay(&sc, v.port, 0);
-    sweep_relay(&sc, v.port, back);
+    sweep_relay(&sc, v.port, 0, FAULT_SEND_FAIL);
+    sweep_relay(&sc, v.port, back, FAULT_SEND_FAIL);
+    sweep_relay(&sc, v.port, back, FAULT_SEND_SHORT);
     srv_free(up);
     server_down(&v);
 }
