@@ -5,7 +5,8 @@
  * Symbol interposition can: libmicrohttpd.so.12 (0.9.75) imports send,
  * sendmsg, write and sendfile64, and because it does, the definitions here
  * are exported from the test executable's dynamic symbol table, and the
- * executable comes first in every lookup, so MHD's calls land here.
+ * executable comes first in every lookup, so MHD's calls land here (and
+ * libcurl's, which imports send too: the CORS proxy).
  * dlsym(RTLD_NEXT) finds the next definition, ASan's interceptor, which
  * checks the buffers and calls libc's.
  *
@@ -184,7 +185,8 @@ ssize_t sendfile64(int out, int in, off64_t *off, size_t n)
 }
 
 /* MHD sends a reply's headers and the first part of its body in one
- * sendmsg; the short mode cuts that gather list to half its bytes. */
+ * sendmsg; the short mode cuts that gather list to half its bytes (of its
+ * first 64 entries at most: still a short send, which is all it must be). */
 ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 {
     if (!fail_now(fd)) return real_sendmsg(fd, msg, flags);
