@@ -42,7 +42,11 @@
  *              rename (EIO) of a file there failing: a save that fails
  *              answers an error and leaves no file, torn or whole, and no
  *              temporary one; a save that answers 200 restores to the same
- *              tokens and the same greedy continuation;
+ *              tokens and the same greedy continuation.  Then a pool
+ *              pinned under --pool-dir, its file written before the pin is
+ *              answered: a pin answered 200 has its file, one whose file
+ *              failed is refused (5xx) and undone (not pinned, no file),
+ *              and the release leaves the directory empty;
  *   router     the router in-process (src/router, srv_router.c) with one
  *              model whose child is build-fault/polykv (FAULT_POLYKV):
  *              greedy and streamed completions, a streamed chat,
@@ -74,6 +78,7 @@
  * FAULT_POLYKV=build-fault/polykv build-fault/tests/test_fault.
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <jansson.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -418,8 +423,9 @@ typedef struct server {
     int port;
 } server;
 
-/* save_dir: --slot-save-path, or NULL; proxy: --ui-mcp-proxy. */
-static void server_up(server *v, const char *path, const char *save_dir, bool proxy)
+/* save_dir: --slot-save-path, or NULL; pool_dir: --pool-dir, or NULL;
+ * proxy: --ui-mcp-proxy. */
+static void server_up(server *v, const char *path, const char *save_dir, const char *pool_dir, bool proxy)
 {
     char err[256] = "";
     ASSERT(model_load(path, MODEL_COPY, &v->m, err, sizeof err) == PK_OK);
@@ -427,6 +433,7 @@ static void server_up(server *v, const char *path, const char *save_dir, bool pr
     ep.n_slots = 2;
     ep.n_ctx = 1024;
     ep.n_threads = 1;
+    ep.pool_dir = pool_dir;
     ASSERT(eng_new(v->m, &ep, &v->e) == PK_OK);
     srv_params sp = srv_default_params();
     sp.port = 0;
@@ -447,7 +454,7 @@ static void server_down(server *v)
 static void sweep_server(const char *path)
 {
     server v;
-    server_up(&v, path, NULL, false);
+    server_up(&v, path, NULL, NULL, false);
     int counts[4] = {0}, n_req = 0;
     long a0 = fault_allocs();
     script(v.port, true, counts, &n_req, NULL, 0);
@@ -516,7 +523,7 @@ static void sweep_send(const char *path, fault_send_mode mode)
 {
     const char *name = mode == FAULT_SEND_FAIL ? "send" : "send (short)";
     server v;
-    server_up(&v, path, NULL, false);
+    server_up(&v, path, NULL, NULL, false);
     fault_send_watch(v.port);
     char ref[256], got[256];
     int counts[4] = {0}, n_req = 0;
@@ -641,7 +648,7 @@ static void sweep_save(const char *path)
     snprintf(file, sizeof file, "%s/s.bin", dir);
     snprintf(tmp, sizeof tmp, "%s.tmp", file);
     server v;
-    server_up(&v, path, dir, false);
+    server_up(&v, path, dir, NULL, false);
     fault_file_watch(dir);
     save_run r;
     save_once(v.port, &r);
@@ -684,6 +691,94 @@ static void sweep_save(const char *path)
     fault_file_watch(NULL);
     server_down(&v);
     unlink(file);
+    rmdir(dir);
+}
+
+/* Files in dir. */
+static int n_files(const char *dir)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *de; d && (de = readdir(d));) n += de->d_name[0] != '.';
+    if (d) closedir(d);
+    return n;
+}
+
+/* A pool created, pinned (--pool-dir writes its file before the pin is
+ * answered), read back and released.  Returns the pin's status; *pinned,
+ * *file: what GET said and whether pool-<id>.pkv was there after the pin. */
+static int pin_once(const server *v, const char *dir, int *pinned, bool *file, bool *tmp)
+{
+    static reply r;
+    char url[96], path[4200];
+    ask(v->port, "/polykv/pools", "{\"prompt\": \"Once upon a time there was\"}", &r, false);
+    long long id = int_of(&r, "pool_id");
+    *pinned = -1;
+    *file = *tmp = false;
+    if (r.status != 201 || id <= 0) return -r.status;
+    snprintf(url, sizeof url, "/polykv/pools/%lld/pin", id);
+    ask(v->port, url, "{}", &r, false);
+    int st = r.status;
+    snprintf(path, sizeof path, "%s/pool-%lld.pkv", dir, id);
+    *file = access(path, F_OK) == 0;
+    strcat(path, ".tmp");
+    *tmp = access(path, F_OK) == 0;
+    snprintf(url, sizeof url, "/polykv/pools/%lld", id);
+    ask(v->port, url, NULL, &r, false);
+    const char *b = r.body ? strstr(r.body, "\"pinned\":") : NULL;
+    if (b) *pinned = !strncmp(b + 9, "true", 4) || !strncmp(b + 10, "true", 4);
+    return st;
+}
+
+/* The N-th write, fsync or rename under --pool-dir fails: a pin answered
+ * 200 has its file, a refused one is undone (not pinned, no file), and
+ * after the release the directory is empty. */
+static void sweep_pool_dir(const char *path)
+{
+    char tmpl[] = "/tmp/polykv-fault-XXXXXX", dir[4096];
+    ASSERT(mkdtemp(tmpl) && realpath(tmpl, dir));
+    server v;
+    server_up(&v, path, NULL, dir, false);
+    fault_file_watch(dir);
+    int pinned;
+    bool file, tmp;
+    CHECK(pin_once(&v, dir, &pinned, &file, &tmp) == 200 && pinned == 1 && file && !tmp);
+    release_all(v.e);
+    CHECK_EQ_INT(n_files(dir), 0);
+    long s0 = fault_sends();
+    pin_once(&v, dir, &pinned, &file, &tmp);
+    long per_run = fault_sends() - s0;
+    release_all(v.e);
+    CHECK(per_run > 0);
+    long n = 1, n_hit = 0, n_refused = 0, n_bad = 0, n_damaged = 0;
+    for (;; n++) {
+        fault_send_arm(n, FAULT_SEND_FAIL);
+        int st = pin_once(&v, dir, &pinned, &file, &tmp);
+        bool hit = fault_send_hit();
+        fault_send_arm(0, FAULT_SEND_FAIL);
+        n_hit += hit;
+        n_refused += st != 200;
+        bool sound = !tmp && (st == 200 ? pinned == 1 && file : hit && st >= 500 && pinned == 0 && !file);
+        release_all(v.e);
+        if (!sound || n_files(dir)) {
+            n_bad++;
+            fprintf(stderr, "fault: pool-dir: N = %ld: pin %d, pinned %d, file %d, .tmp %d, %d files after the "
+                    "release\n", n, st, pinned, file, tmp, n_files(dir));
+        }
+        if (pin_once(&v, dir, &pinned, &file, &tmp) != 200 || pinned != 1 || !file) {
+            n_damaged++;
+            fprintf(stderr, "fault: pool-dir: after N = %ld the fault-free pin differs\n", n);
+        }
+        release_all(v.e);
+        if (!hit && n > per_run) break;
+    }
+    CHECK(n_hit > 0 && n - 1 >= per_run);
+    CHECK_EQ_INT(n_bad, 0);
+    CHECK_EQ_INT(n_damaged, 0);
+    printf("fault: pool-dir: N = 1..%ld (%ld file writes, fsyncs and renames a pin), %ld pins refused and "
+           "undone, %ld bad, %ld damaged after\n", n - 1, per_run, n_refused, n_bad, n_damaged);
+    fault_file_watch(NULL);
+    server_down(&v);
     rmdir(dir);
 }
 
@@ -851,7 +946,7 @@ static void sweep_router(const char *path)
 static void sweep_cors(const char *path)
 {
     server v;
-    server_up(&v, path, NULL, true);
+    server_up(&v, path, NULL, NULL, true);
     char err[256] = "";
     srv_params sp = srv_default_params();
     sp.port = 0;
@@ -891,7 +986,10 @@ int main(void)
         sweep_send(path, FAULT_SEND_FAIL);
         sweep_send(path, FAULT_SEND_SHORT);
     }
-    if (!only || !strcmp(only, "save")) sweep_save(path);
+    if (!only || !strcmp(only, "save")) {
+        sweep_save(path);
+        sweep_pool_dir(path);
+    }
     if (!only || !strcmp(only, "router")) sweep_router(path);
     if (!only || !strcmp(only, "cors")) sweep_cors(path);
     return test_finish();
