@@ -65,12 +65,12 @@
  *              short.
  *
  * One run's sweep (docs/benchmarks.md): start N = 1..77; engine 1..93;
- * server 1..2286 (20,583 requests); send 1..23 (216 requests, 271 beside
- * them from the bystander), short 1..26 (243); save 1..7; router replies
- * 1..15 (96), to the child 1..19 (120) and short 1..19 (120); cors
- * replies 1..5 (18), to the upstream 1..3 (12) and short 1..3 (12).  How
- * many sends a run makes moves by a few between runs, as a stream's
- * events batch into chunks as they come.
+ * server 1..2301 (20,718 requests); send 1..22 (207 requests, 274 beside
+ * them from the bystander), short 1..20 (189); save 1..7, pool-dir 1..7;
+ * router replies 1..21 (132), to the child 1..19 (120) and short 1..19
+ * (120); cors replies 1..5 (18), to the upstream 1..3 (12) and short 1..3
+ * (12).  How many sends a run makes moves by a few between runs, as a
+ * stream's events batch into chunks as they come.
  *
  * Built and run only by `make test-fault` (AddressSanitizer and LSan on,
  * so a leak on any failure path fails the program at exit); one area with
