@@ -104,16 +104,19 @@ test-tsan: deps
 
 # Fault injection (tests/test_fault.c): the N-th allocation fails, N = 1 ..
 # all, over scripted workloads; the linker's --wrap sends the project's
-# allocations through tests/fault.c.  Under ASan + LSan, so a failure path
-# that leaks fails too.
+# allocations through tests/fault.c, and tests/fault_send.c interposes on
+# MHD's send, sendmsg, write and sendfile64 to fail the N-th send (the send
+# and router areas; the router's child is build-fault/polykv).  Under ASan +
+# LSan, so a failure path that leaks fails too.
 FAULT_WRAP := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup,--wrap=aligned_alloc,--wrap=posix_memalign \
               -Wl,--wrap=json_loadb,--wrap=json_loads
-$(BUILD)/tests/test_fault: $(BUILD)/obj/tests/test_fault.o $(BUILD)/obj/tests/fault.o $(BUILD)/libpolykv.a
+$(BUILD)/tests/test_fault: $(BUILD)/obj/tests/test_fault.o $(BUILD)/obj/tests/fault.o $(BUILD)/obj/tests/fault_send.o \
+                            $(BUILD)/libpolykv.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(FAULT_WRAP) -o $@ $^ $(LDLIBS)
 test-fault: deps
-	$(MAKE) BUILD=build-fault OPT="-O1 -g -DPK_DEBUG -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" build-fault/tests/test_fault
-	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 POLYKV_CHECK=1 build-fault/tests/test_fault
+	$(MAKE) BUILD=build-fault OPT="-O1 -g -DPK_DEBUG -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" build-fault/tests/test_fault build-fault/polykv
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 POLYKV_CHECK=1 FAULT_POLYKV=build-fault/polykv build-fault/tests/test_fault
 
 tests-only: $(TESTS)
 
@@ -126,5 +129,5 @@ fuzz: deps
 clean:
 	rm -rf build build-asan build-tsan build-fault build-fuzz
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_SRC:%.c=$(BUILD)/obj/%.d) $(BUILD)/obj/tests/test_fault.d $(BUILD)/obj/tests/fault.d $(BENCH_SRC:%.c=$(BUILD)/obj/%.d)
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_SRC:%.c=$(BUILD)/obj/%.d) $(BUILD)/obj/tests/test_fault.d $(BUILD)/obj/tests/fault.d $(BUILD)/obj/tests/fault_send.d $(BENCH_SRC:%.c=$(BUILD)/obj/%.d)
 .SECONDARY:

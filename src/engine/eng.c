@@ -1035,7 +1035,7 @@ fail:
     if (e->slots)
         for (int32_t i = 0; i < p->n_slots; i++) free(e->slots[i].cache);
     free(e->slots); free(e->b_tok); free(e->b_pos); free(e->b_nseq); free(e->b_seq);
-    free(e->b_want); free(e->logits);
+    free(e->b_want); free(e->logits); free(e->bias_logits);
     model_ctx_free(e->ctx);
     free(e);
     return st;
@@ -1082,7 +1082,7 @@ void eng_free(eng *e)
         free(s->text);
     }
     /* A clean shutdown: whatever pinned pool has no file yet gets one. */
-    eng_persist_sync(e);
+    eng_persist_sync(e, NULL, 0);             /* a failure is logged: nobody to answer */
     eng_save_free(e);
     for (int32_t i = 0; i < e->n_gram_idle; i++) gram_matcher_free(e->gram_idle[i]);
     gram_vocab_free(e->gvocab);

@@ -344,8 +344,10 @@ void eng_slot_file_msg(eng *e, eng_call *c);
 /* With --pool-dir: writes every explicitly pinned pool and its ancestors
  * that has no file yet and is resident, and removes the files of pools no
  * longer in that set.  Call after a pin, unpin, release or a pool becoming
- * resident, before its answer (an answered pin is on disk). */
-void eng_persist_sync(eng *e);
+ * resident, before its answer (an answered pin is on disk).  PK_EIO when a
+ * file could not be written (the reason in why[cap], the pool left to the
+ * next sync), else PK_OK. */
+pk_status eng_persist_sync(eng *e, char *why, size_t cap);
 /* The K/V rows of seq's positions [p0, p1), [p1 - p0][n_layer][K | V]
  * (malloc'ed), NULL when a position has no cell or out of memory. */
 uint8_t *eng_rows_get(eng *e, kv_seq seq, int32_t p0, int32_t p1);

@@ -181,7 +181,7 @@ static void resident(eng *e, const pool_node *p)
     pmech *pm = mech(e, p);
     pool_set_residency(e->pools->tree, p->id, POOL_RESIDENT);
     pm->was_resident = true;
-    eng_persist_sync(e);
+    eng_persist_sync(e, NULL, 0);             /* logged; the next sync tries again */
     reply_all(e, pm, PK_OK, "");
 }
 
@@ -414,7 +414,7 @@ static void op_release(eng *e, eng_call *c, const pool_node *p)
         drop_pool(e, pool_get(t, ids[k]), PK_ENOTFOUND, msg);
     }
     c->pool_out->n_released = n;
-    eng_persist_sync(e);
+    eng_persist_sync(e, NULL, 0);             /* a failed save is logged, tried again at the next sync */
     answer(e, c, PK_OK, NULL);
 }
 
@@ -435,12 +435,22 @@ void eng_pool_msg(eng *e, eng_call *c)
     fill_reply(e, p, pm, c);
     switch (rq->verb) {
     case ENG_POOL_PIN:
-    case ENG_POOL_UNPIN:
+    case ENG_POOL_UNPIN: {
+        bool was = p->pinned;
+        char why[200];
         pool_set_pinned(t, p->id, rq->verb == ENG_POOL_PIN);
         pool_touch(t, p->id, eng_now_s());
-        eng_persist_sync(e);               /* an answered pin is on disk */
+        /* An answered pin is on disk: one whose file could not be written
+         * is undone (the second sync removes what it did save) and refused. */
+        if (eng_persist_sync(e, why, sizeof why) != PK_OK && rq->verb == ENG_POOL_PIN && !was) {
+            pool_set_pinned(t, p->id, false);
+            eng_persist_sync(e, NULL, 0);
+            answer(e, c, PK_EIO, "pool %d not pinned: %s", p->id, why);
+            return;
+        }
         answer(e, c, PK_OK, NULL);
         return;
+    }
     case ENG_POOL_EVICT:
         if (p->residency == POOL_MATERIALIZING) {
             answer(e, c, PK_ECONFLICT, "pool %d is materializing", p->id);

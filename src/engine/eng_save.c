@@ -251,34 +251,39 @@ static void wanted(const pool_tree *t, bool *need)
     }
 }
 
-static void save_pool(eng *e, const pool_node *p)
+/* PK_OK once p has its file, else the status with the reason in why[cap]. */
+static pk_status save_pool(eng *e, const pool_node *p, char *why, size_t cap)
 {
     struct eng_persist *ps = e->persist;
-    char name[64], why[200];
+    char name[64];
     pool_file(p->id, name, sizeof name);
     uint8_t *rows = eng_rows_get(e, p->seq, p->branch_pos, p->prefix_len);
     if (!rows) {
-        fprintf(stderr, "eng: pool-dir: pool %d not saved: its rows cannot be read (out of memory)\n", p->id);
-        return;
+        snprintf(why, cap, "pool %d: its rows cannot be read (out of memory)", p->id);
+        fprintf(stderr, "eng: pool-dir: %s\n", why);
+        return PK_ENOMEM;
     }
     sav_header h = header(e, SAV_POOL, p->prefix_len, p->branch_pos);
     h.pool_id = p->id;
     h.parent = p->parent;
     h.branch_pos = p->branch_pos;
     h.flags = p->pinned ? SAV_FLAG_PINNED : 0;
-    pk_status st = sav_write(ps->dir, name, &h, p->tokens, rows, ps->delay_ms, why, sizeof why);
+    char reason[160];
+    pk_status st = sav_write(ps->dir, name, &h, p->tokens, rows, ps->delay_ms, reason, sizeof reason);
     free(rows);
     if (st != PK_OK) {
-        fprintf(stderr, "eng: pool-dir: pool %d not saved: %s\n", p->id, why);
-        return;
+        snprintf(why, cap, "pool %d not saved: %s", p->id, reason);
+        fprintf(stderr, "eng: pool-dir: %s\n", why);
+        return st;
     }
     ps->saved[ps->n_saved++] = p->id;
+    return PK_OK;
 }
 
-void eng_persist_sync(eng *e)
+pk_status eng_persist_sync(eng *e, char *why, size_t cap)
 {
     struct eng_persist *ps = e->persist;
-    if (!ps || !ps->dir) return;
+    if (!ps || !ps->dir) return PK_OK;
     const pool_tree *t = eng_pool_tree(e);
     bool need[ENG_MAX_POOLS];
     wanted(t, need);
@@ -293,10 +298,18 @@ void eng_persist_sync(eng *e)
         if (unlink(path)) perror("eng: pool-dir: unlink");
         ps->saved[i] = ps->saved[--ps->n_saved];
     }
+    pk_status st = PK_OK;
+    char one[200];
     for (int32_t i = 0; i < pool_count(t); i++) {
         const pool_node *p = pool_at(t, i);
-        if (need[i] && p->residency == POOL_RESIDENT && saved_index(ps, p->id) < 0) save_pool(e, p);
+        if (!need[i] || p->residency != POOL_RESIDENT || saved_index(ps, p->id) >= 0) continue;
+        pk_status k = save_pool(e, p, one, sizeof one);
+        if (k != PK_OK && st == PK_OK) {
+            st = k;
+            if (cap) snprintf(why, cap, "%s", one);
+        }
     }
+    return st;
 }
 
 static int cmp_id(const void *a, const void *b)
