@@ -100,7 +100,7 @@ test-asan: deps
 test-tsan: deps
 	$(MAKE) BUILD=build-tsan OPT="-O1 -g -DPK_DEBUG -fsanitize=thread -fno-omit-frame-pointer" all tests-only build-tsan/venv/.installed
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp" \
-	  TEST_TIMEOUT=1800 sh tests/run.sh build-tsan
+	  TEST_TIMEOUT=3600 sh tests/run.sh build-tsan
 
 # Fault injection (tests/test_fault.c): the N-th allocation fails, N = 1 ..
 # all, over scripted workloads; the linker's --wrap sends the project's
