@@ -91,14 +91,14 @@ $(BUILD)/venv/.jinja: tests/jinja/requirements.txt $(BUILD)/venv/.installed
 	@touch $@
 
 test-asan: deps
-	$(MAKE) BUILD=build-asan OPT="-O1 -g -DPK_DEBUG -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all tests-only
+	$(MAKE) BUILD=build-asan OPT="-O1 -g -DPK_DEBUG -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all tests-only build-asan/venv/.installed build-asan/venv/.jinja
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 sh tests/run.sh build-asan
 
 # ThreadSanitizer over the same suite (C tests, e2e against the TSan
 # binary, the Python package's live tests).  Reports abort the process
 # (halt_on_error), so a race fails the test it happens in.
 test-tsan: deps
-	$(MAKE) BUILD=build-tsan OPT="-O1 -g -DPK_DEBUG -fsanitize=thread -fno-omit-frame-pointer" all tests-only build-tsan/venv/.installed
+	$(MAKE) BUILD=build-tsan OPT="-O1 -g -DPK_DEBUG -fsanitize=thread -fno-omit-frame-pointer" all tests-only build-tsan/venv/.installed build-tsan/venv/.jinja
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp" \
 	  TEST_TIMEOUT=3600 sh tests/run.sh build-tsan
 
