@@ -19,7 +19,7 @@ for t in "$build"/tests/test_*; do
     [ -x "$t" ] || continue
     name=$(basename "$t")
     start=$(date +%s)
-    out=$(timeout "$timeout_s" "$t" 2>&1); rc=$?
+    out=$(POLYKV_BIN="$build/polykv" timeout "$timeout_s" "$t" 2>&1); rc=$?
     secs=$(( $(date +%s) - start ))
     parts=$(echo "$out" | tail -n 1 | sed -n 's/^[0-9]* passed, [0-9]* failed, \([0-9]*\) skipped$/\1/p')
     if [ "$rc" -ne 77 ] && [ -n "$parts" ] && [ "$parts" -gt 0 ]; then
