@@ -50,7 +50,7 @@ static void usage(void)
         "  --port N                port (default 8080; 0 picks a free one)\n"
         "  --api-key KEY           require Authorization: Bearer KEY (or X-Api-Key) on every route\n"
         "                          but the page's files at / and /assets/\n"
-        "  --public-probes         with --api-key: leave /metrics open for scrapers (/health always is)\n"
+        "  --public-probes         with --api-key: leave /health and /metrics open (probes, scrapers)\n"
         "  --slot-save-path DIR    POST /slots/{id}?action=save|restore read and write files in DIR\n"
         "  --pool-dir DIR          pinned pools are saved in DIR and restored at start (docs/pools.md)\n"
         "  -a, --alias NAME        the model's name in responses (default: file name)\n"

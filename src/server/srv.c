@@ -28,8 +28,8 @@
 #include "srv_impl.h"
 
 static const srv_route routes[] = {
-    { "/health",              "GET",  srv_h_health,          SRV_OPEN, false, false },
-    { "/v1/health",           "GET",  srv_h_health,          SRV_OPEN, false, false },
+    { "/health",              "GET",  srv_h_health,          SRV_PROBE, false, false },
+    { "/v1/health",           "GET",  srv_h_health,          SRV_PROBE, false, false },
     { "/v1/models",           "GET",  srv_h_oai_models,      SRV_KEY, false, false },
     { "/models",              "GET",  srv_h_oai_models,      SRV_KEY, false, false },
     { "/v1/completions",      "POST", srv_h_oai_completions, SRV_KEY, false, true },

@@ -498,9 +498,8 @@ typedef enum MHD_Result (*srv_handler)(srv_req *r, json_t *body);
 typedef enum srv_access {
     SRV_KEY = 0,                 /* the key, always */
     SRV_PROBE,                   /* the key, unless --public-probes */
-    SRV_OPEN,                    /* nobody needs it: liveness (says only "up", as llama-server's
-                                    /health) and the page's static files, whose data calls
-                                    then need the key */
+    SRV_OPEN,                    /* nobody needs it: the page's static files, whose data
+                                    calls then need the key */
 } srv_access;
 
 typedef struct srv_route {

@@ -296,8 +296,8 @@ static enum MHD_Result h_props(srv_req *r, json_t *body)
 }
 
 const srv_route srv_router_routes[] = {
-    { "/health",              "GET",  srv_h_health, SRV_OPEN, false, false },
-    { "/v1/health",           "GET",  srv_h_health, SRV_OPEN, false, false },
+    { "/health",              "GET",  srv_h_health, SRV_PROBE, false, false },
+    { "/v1/health",           "GET",  srv_h_health, SRV_PROBE, false, false },
     { "/models",              "GET",  h_models,     SRV_KEY, false, false },
     { "/v1/models",           "GET",  h_models,     SRV_KEY, false, false },
     { "/models/load",         "POST", h_load,       SRV_KEY, false, false },

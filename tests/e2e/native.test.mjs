@@ -219,8 +219,8 @@ test('error statuses', { skip }, async () => {
   assert.equal((await post(g + '/completion', { prompt: 'x', n_predict: 1 }, { authorization: 'Bearer nope' })).status, 401);
   const ok = await post(g + '/completion', { prompt: 'x', n_predict: 1 }, { authorization: 'Bearer k3y' });
   assert.equal(ok.status, 200);
-  // With a key, every route but /health needs it (--public-probes opens /metrics: persist.test.mjs).
-  assert.equal((await get(g + '/health')).status, 200);
+  // With a key, every route needs it (--public-probes opens /health and /metrics: persist.test.mjs).
+  assert.equal((await get(g + '/health')).status, 401);
   assert.equal((await get(g + '/v1/models')).status, 401);
   assert.equal((await get(g + '/health', { authorization: 'Bearer k3y' })).status, 200);
   const big = await post(g + '/completion', { prompt: 'x'.repeat(3000) }, { authorization: 'Bearer k3y' });
