@@ -166,17 +166,9 @@ static void put_delta(srv_gen *g, int kind, const char *s, size_t n)
 void srv_anth_stream_token(srv_gen *g, const eng_event *ev)
 {
     message_start(g);
-    srv_reason_split rs = srv_reason_split_text(g->o.reasoning, g->text, g->n_text, g->o.think_open, false);
-    if (rs.reason_len > g->n_sent_reason) {
-        put_delta(g, BLK_THINKING, g->text + rs.reason_off + g->n_sent_reason, rs.reason_len - g->n_sent_reason);
-        g->n_sent_reason = rs.reason_len;
-    }
-    const char *content = g->text + rs.content_off;
-    size_t safe = srv_tools_content_prefix(g->o.tools, content, rs.content_len);
-    if (safe > g->n_sent) {
-        put_delta(g, BLK_TEXT, content + g->n_sent, safe - g->n_sent);
-        g->n_sent = safe;
-    }
+    srv_new_text t = srv_gen_take_new(g);
+    put_delta(g, BLK_THINKING, t.reason, t.n_reason);
+    put_delta(g, BLK_TEXT, t.content, t.n_content);
 }
 
 void srv_anth_stream_end(srv_gen *g)

@@ -720,3 +720,22 @@ enum MHD_Result srv_gen_prompt(srv_req *r, json_t *body, srv_api api)
     srv_gen_req_free(&c);
     return ret;
 }
+
+srv_new_text srv_gen_take_new(srv_gen *g)
+{
+    srv_new_text t = { 0 };
+    srv_reason_split rs = srv_reason_split_text(g->o.reasoning, g->text, g->n_text, g->o.think_open, false);
+    if (rs.reason_len > g->n_sent_reason) {
+        t.reason = g->text + rs.reason_off + g->n_sent_reason;
+        t.n_reason = rs.reason_len - g->n_sent_reason;
+        g->n_sent_reason = rs.reason_len;
+    }
+    const char *content = g->text + rs.content_off;
+    size_t safe = srv_tools_content_prefix(g->o.tools, content, rs.content_len);
+    if (safe > g->n_sent) {
+        t.content = content + g->n_sent;
+        t.n_content = safe - g->n_sent;
+        g->n_sent = safe;
+    }
+    return t;
+}

@@ -447,6 +447,12 @@ typedef struct srv_answer {
 } srv_answer;
 bool srv_gen_answer(const srv_gen *g, srv_answer *a);
 
+/* What a stream has not sent yet of g's text: the new reasoning, and the
+ * new content short of what a tool call may still claim.  Marks both sent;
+ * the pointers are into g->text. */
+typedef struct srv_new_text { const char *reason, *content; size_t n_reason, n_content; } srv_new_text;
+srv_new_text srv_gen_take_new(srv_gen *g);
+
 /* A chat request answered in api's shape (OAI_CHAT or OAI_RESP): the
  * messages rendered (srv_chat_prompt), tools detected, the task run.
  * echo: srv_gen_opts.echo (NULL: none; borrowed for the call). */

@@ -159,19 +159,10 @@ void srv_oai_stream_token(srv_gen *g, const eng_event *ev)
         g->sent_role = true;
         chat_chunk(g, json_pack("{s:s, s:n}", "role", "assistant", "content"), NULL, NULL);
     }
-    srv_reason_split rs = srv_reason_split_text(g->o.reasoning, g->text, g->n_text, g->o.think_open, false);
+    srv_new_text t = srv_gen_take_new(g);
     json_t *delta = json_object();
-    if (rs.reason_len > g->n_sent_reason) {
-        json_object_set_new(delta, "reasoning_content", srv_json_text(g->text + rs.reason_off + g->n_sent_reason,
-                                                                      rs.reason_len - g->n_sent_reason));
-        g->n_sent_reason = rs.reason_len;
-    }
-    const char *content = g->text + rs.content_off;
-    size_t safe = srv_tools_content_prefix(g->o.tools, content, rs.content_len);
-    if (safe > g->n_sent) {
-        json_object_set_new(delta, "content", srv_json_text(content + g->n_sent, safe - g->n_sent));
-        g->n_sent = safe;
-    }
+    if (t.n_reason) json_object_set_new(delta, "reasoning_content", srv_json_text(t.reason, t.n_reason));
+    if (t.n_content) json_object_set_new(delta, "content", srv_json_text(t.content, t.n_content));
     if (!json_object_size(delta) && !entry) {
         json_decref(delta);
         return;

@@ -512,17 +512,9 @@ static void send_delta(srv_gen *g, bool reasoning, const char *text, size_t n)
 void srv_resp_stream_token(srv_gen *g, const eng_event *ev)
 {
     begin(g);
-    srv_reason_split rs = srv_reason_split_text(g->o.reasoning, g->text, g->n_text, g->o.think_open, false);
-    if (rs.reason_len > g->n_sent_reason) {
-        send_delta(g, true, g->text + rs.reason_off + g->n_sent_reason, rs.reason_len - g->n_sent_reason);
-        g->n_sent_reason = rs.reason_len;
-    }
-    const char *content = g->text + rs.content_off;
-    size_t safe = srv_tools_content_prefix(g->o.tools, content, rs.content_len);
-    if (safe > g->n_sent) {
-        send_delta(g, false, content + g->n_sent, safe - g->n_sent);
-        g->n_sent = safe;
-    }
+    srv_new_text t = srv_gen_take_new(g);
+    if (t.n_reason) send_delta(g, true, t.reason, t.n_reason);
+    if (t.n_content) send_delta(g, false, t.content, t.n_content);
 }
 
 /* The end of a stream: what was held back, each item done, the calls,
