@@ -766,7 +766,7 @@ void eng_stats_fill(eng *e, eng_stats *o)
         si->warming = s->state == ENG_SLOT_DECODE && (s->n_gen < ADM_WARM_TOKENS || s->ewma_ms <= 0);
         o->n_warming += si->warming;
         if (s->state != ENG_SLOT_IDLE) o->n_running++;
-        if (s->state == ENG_SLOT_DECODE && si->tps_ewma > 0) {
+        if (s->state == ENG_SLOT_DECODE && si->tps_ewma > 0 && !si->warming) {   /* as the admission mean */
             sum += si->tps_ewma;
             n_active++;
         }
