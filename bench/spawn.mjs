@@ -4,9 +4,12 @@
 //
 //   node bench/spawn.mjs --url http://127.0.0.1:8080 [--floor F] [--agents 8] [--every-s 3] [--json]
 //
-//   knee:      mean session tok/s at 1..N concurrent decoding sessions (the
-//              curve the floor is chosen from; --floor defaults to the mean
-//              at the knee, where adding one session costs most)
+//   knee:      mean session tok/s with 1..N agents at work together (the
+//              agents below, turn prompts and pauses included): the curve
+//              the floor is read from.  --floor defaults to the knee,
+//              halfway down the step where one more agent costs most, so
+//              the count before the step is above the floor and the one
+//              after it below, each by half the step.
 //   naive:     a spawn every --every-s seconds up to --agents
 //   advisory:  the same, but each spawn waits until GET /capacity says
 //              can_admit (polling every 250 ms; "measurement settling" waits)
@@ -27,7 +30,7 @@ const { values: a } = parseArgs({ options: {
   floor: { type: 'string' },
   agents: { type: 'string', default: '8' },
   'every-s': { type: 'string', default: '3' },
-  turns: { type: 'string', default: '3' },
+  turns: { type: 'string', default: '5' },
   reply: { type: 'string', default: '96' },
   'pause-ms': { type: 'string', default: '1500' },
   'knee-max': { type: 'string', default: '6' },
@@ -64,53 +67,81 @@ async function complete(prompt, pool, session, n) {
 
 const system = 'You are one of many sub-agents. Tools: ' + words(600, 1);
 
-/* ---- the knee ---- */
+/* /polykv/tps every 100 ms until stop(): the mean session speed over
+ * time.  For enforced, the server's admits (its admission events carry the
+ * time and the projection the gate compared; the ring is short, so it is
+ * read as it goes). */
+function sampler(pool, t0wall, admitsOf) {
+  const samples = [], seen = new Set();
+  let stop = false;
+  const done = (async () => {
+    while (!stop) {
+      const t = (await req('GET', '/polykv/tps')).json;
+      samples.push({ t: performance.now(), mean: t.mean_active_tps, n: t.sessions.filter((s) => s.state === 'decode').length });
+      if (admitsOf) {
+        for (const e of (await req('GET', '/polykv/cache')).json.events) {
+          const key = `${e.ts}/${e.id_task}/${e.kind}/${e.decision}`;
+          if (e.kind !== 'admission_decision' || e.decision !== 'admit' || e.pool_id !== pool || seen.has(key)) continue;
+          seen.add(key);
+          if (e.ts >= t0wall) admitsOf.push({ t: e.ts - performance.timeOrigin, projected: e.projected_tps });
+        }
+      }
+      await sleep(100);
+    }
+  })();
+  return { samples, stop: async () => { stop = true; await done; } };
+}
+
+/* Time-weighted over the samples where someone decodes: busy time, the
+ * mean speed over it, and the time under a floor and under half of it. */
+function summarize(samples, floor) {
+  let under = 0, deep = 0, busy = 0, area = 0;
+  for (let i = 1; i < samples.length; i++) {
+    const dt = samples[i].t - samples[i - 1].t, s = samples[i - 1];
+    if (s.n === 0) continue;
+    busy += dt;
+    area += s.mean * dt;
+    if (s.mean < floor) under += dt;
+    if (s.mean < floor / 2) deep += dt;
+  }
+  return { busy, under, deep, mean: busy ? area / busy : 0 };
+}
+
+/* One agent: TURNS turns of REPLY tokens, a PAUSE (a tool call) between
+ * them, continuing its own session. */
+async function agent(pool, id, k) {
+  let ctx = system + `\nAgent ${id}: ` + words(40, 100 + k);
+  let tokens = 0;
+  for (let turn = 0; turn < TURNS; turn++) {
+    const j = await complete(ctx, pool, id, REPLY);
+    tokens += j.tokens_predicted;
+    ctx += j.content + '\nTool result: ' + words(20, 1000 * k + turn);
+    if (turn + 1 < TURNS) await sleep(PAUSE);
+  }
+  return tokens;
+}
+
+/* ---- the knee ----
+ * The curve the floor is read from, on the workload itself: n agents
+ * started together, the mean session speed over the time anyone decodes
+ * (turn prompts and pauses included, as in the strategies below). */
 async function knee(pool, maxN) {
   const curve = [];
   for (let n = 1; n <= maxN; n++) {
-    const ts = [];
-    const runs = [...Array(n).keys()].map((k) => complete(system + ' knee ' + n + ' ' + k, pool, `knee-${n}-${k}`, 160)
-      .then((j) => ts.push(j.timings.predicted_per_second)));
-    await Promise.all(runs);
-    curve.push({ n, mean_tps: ts.reduce((s, x) => s + x, 0) / ts.length });
+    const sm = sampler(pool, 0, null);
+    await Promise.all([...Array(n).keys()].map((k) => agent(pool, `knee-${n}-${k}`, k)));
+    await sm.stop();
+    curve.push({ n, mean_tps: summarize(sm.samples, 0).mean });
   }
   return curve;
 }
 
 /* ---- one strategy ---- */
 async function strategy(name, pool, floor) {
-  const samples = [], admits = [];
-  let stop = false, tokens = 0, finished = 0;
-  const t0 = performance.now(), t0wall = performance.timeOrigin + t0;
-  /* Enforced admits happen in the server: its admission events carry the
-   * time and the projection the gate compared (the event ring is short,
-   * so it is read as it goes). */
-  const seen = new Set();
-  const sampler = (async () => {
-    while (!stop) {
-      const t = (await req('GET', '/polykv/tps')).json;
-      samples.push({ t: performance.now(), mean: t.mean_active_tps, n: t.sessions.filter((s) => s.state === 'decode').length });
-      if (name === 'enforced') {
-        for (const e of (await req('GET', '/polykv/cache')).json.events) {
-          const key = `${e.ts}/${e.id_task}/${e.kind}/${e.decision}`;
-          if (e.kind !== 'admission_decision' || e.decision !== 'admit' || e.pool_id !== pool || seen.has(key)) continue;
-          seen.add(key);
-          if (e.ts >= t0wall) admits.push({ t: e.ts - performance.timeOrigin, projected: e.projected_tps });
-        }
-      }
-      await sleep(100);
-    }
-  })();
-  async function agent(k) {
-    let ctx = system + `\nAgent ${name}-${k}: ` + words(40, 100 + k);
-    for (let turn = 0; turn < TURNS; turn++) {
-      const j = await complete(ctx, pool, `${name}-${k}`, REPLY);
-      tokens += j.tokens_predicted;
-      ctx += j.content + '\nTool result: ' + words(20, 1000 * k + turn);
-      if (turn + 1 < TURNS) await sleep(PAUSE);
-    }
-    finished++;
-  }
+  const admits = [];
+  let tokens = 0, finished = 0;
+  const t0 = performance.now();
+  const sm = sampler(pool, performance.timeOrigin + t0, name === 'enforced' ? admits : null);
   const agents = [];
   for (let k = 0; k < N; k++) {
     if (name === 'advisory') {
@@ -126,23 +157,14 @@ async function strategy(name, pool, floor) {
       const c = (await req('GET', `/polykv/pools/${pool}/capacity`)).json;
       admits.push({ t: performance.now(), projected: c.projected_mean_tps_if_admitted });
     }
-    agents.push(agent(k));
+    agents.push(agent(pool, `${name}-${k}`, k).then((t) => { tokens += t; finished++; }));
     if (name !== 'advisory') await sleep(EVERY);
     else await sleep(500);   /* the first capacity poll after a spawn sees it settling */
   }
   await Promise.all(agents);
-  stop = true;
-  await sampler;
-  const wall = performance.now() - t0;
-  /* Time-weighted, over the samples where someone decodes. */
-  let under = 0, deep = 0, busy = 0;
-  for (let i = 1; i < samples.length; i++) {
-    const dt = samples[i].t - samples[i - 1].t, s = samples[i - 1];
-    if (s.n === 0) continue;
-    busy += dt;
-    if (s.mean < floor) under += dt;
-    if (s.mean < floor / 2) deep += dt;
-  }
+  await sm.stop();
+  const samples = sm.samples, wall = performance.now() - t0;
+  const { under, deep, busy } = summarize(samples, floor);
   const errs = [];
   for (const ad of admits) {
     if (ad.projected == null) continue;
@@ -162,11 +184,11 @@ if (root.status !== 201) throw new Error(root.text);
 const pool = root.json.pool_id;
 const curve = await knee(pool, Number(a['knee-max']));
 let floor = Number(a.floor);
-if (!a.floor) {   /* the knee: where one more session costs the most */
+if (!a.floor) {   /* the knee: halfway down the step where one more session costs the most */
   let best = 1;
   for (let i = 1; i < curve.length; i++)
     if (curve[i - 1].mean_tps - curve[i].mean_tps > curve[best - 1].mean_tps - curve[best].mean_tps) best = i;
-  floor = Math.round(curve[best].mean_tps * 10) / 10;
+  floor = Math.round((curve[best - 1].mean_tps + curve[best].mean_tps) * 5) / 10;
 }
 await req('POST', `/polykv/pools/${pool}/admission`, { target_tps_per_session: floor, mode: 'advisory' });
 const rows = [await strategy('naive', pool, floor), await strategy('advisory', pool, floor)];
