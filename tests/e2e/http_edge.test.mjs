@@ -142,6 +142,33 @@ test('a chunked body over --max-body gets its 413 before it ends', { skip }, asy
   assert.match(r.got, /over the limit of 65536 bytes/);
 });
 
+// A client busy elsewhere: it writes for 300 ms without reading.  The
+// server must keep draining (a lingering close) until it can have read the
+// 413; a drain bounded by bytes (16 MiB, a few ms on loopback) closed with
+// input unread, and the reset discarded the 413 before the client read it.
+test('a client that reads its 413 late still gets it', { skip }, async () => {
+  const chunk = Buffer.from('4000\r\n' + 'a'.repeat(0x4000) + '\r\n');
+  const got = await new Promise((resolve) => {
+    const s = net.connect(port, '127.0.0.1');
+    let got = '';
+    s.on('connect', () => {
+      s.write('POST /completion HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n');
+      s.pause();
+      const t0 = Date.now();
+      const pump = () => {
+        while (Date.now() - t0 < 300 && s.write(chunk));
+        if (Date.now() - t0 < 300) setImmediate(pump);
+        else s.resume();
+      };
+      pump();
+    });
+    s.on('data', (d) => { got += d; });
+    s.on('error', () => resolve(got));
+    s.on('close', () => resolve(got));
+  });
+  assert.match(got, /^HTTP\/1\.1 413/, `no 413: ${got.slice(0, 200)}`);
+});
+
 test('a chunk that never ends is cut at the header timeout, not --timeout', { skip }, async () => {
   const r = await raw(port, 'POST /completion HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n' +
                             '7fffffffffffffff\r\n{"prompt"', { ms: 10000 });
