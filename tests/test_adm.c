@@ -74,9 +74,9 @@ static void test_arms(void)
     CHECK_NEAR(a.projected_model, 92.0 / 3 * 3 / 4 * 4 / 5, 1e-9);   /* 18.4: still ok */
     CHECK_STR(a.reason, "ok");
     w.st = (adm_settle){ .has_drop = true, .drop_ewma = 15 };
-    a = decide(&w);                                /* measured: 23 - 15 < 10 */
+    a = decide(&w);                                /* measured: 30.67 - 15 (the warming one) - 15 < 10 */
     CHECK_STR(a.reason, "projected mean tps below floor");
-    CHECK_NEAR(a.projected, 92.0 / 3 * 3 / 4 - 15, 1e-9);
+    CHECK_NEAR(a.projected, 92.0 / 3 - 15 - 15, 1e-9);
     w.st = (adm_settle){ .active = true, .t_admit_ms = w.snap.now_ms - 1000 };
     a = decide(&w);
     CHECK_STR(a.reason, "measurement settling");
@@ -212,7 +212,7 @@ static const char *oracle(const adm_snapshot *s, bool *can)
     int nn = n + paused + starting;          /* the manual: they all share the mean */
     bool idle = false;
     if (n > 0) {
-        M = M * n / nn;
+        M = s->settle->has_drop ? fmax(0, M - s->settle->drop_ewma * (nn - n)) : M * n / nn;
     } else if (nn > 0 && s->settle->has_settled && now - s->settle->t_settled_ms < 30000) {
         idle = true;
         M = s->settle->mean_settled;
@@ -353,14 +353,16 @@ static void test_worked_example(void)
     adm_answer a = decide(&w);
     CHECK_NEAR(a.mean_active_tps, 28, 1e-12);
     CHECK_EQ_INT(a.n_starting, 1);
-    CHECK_NEAR(a.projected_model, 16.8, 1e-12);     /* M' = 28 x 3/4 = 21 over 4: 21 x 4/5 */
-    CHECK_NEAR(a.projected_measured, 16.5, 1e-12);  /* 21 - 4.5 */
+    CHECK_NEAR(a.projected_model, 18.8, 1e-12);     /* M' = 28 - 4.5 = 23.5 over 4: 23.5 x 4/5 */
+    CHECK_NEAR(a.projected_measured, 19.0, 1e-12);  /* 23.5 - 4.5 */
     CHECK_STR(a.reason, "ok");
     CHECK_EQ_INT(a.headroom_sessions, 15);         /* 3000 / (800 / 4) */
     adm_settle keep = w.st;
-    w.st.drop_ewma = 9;                            /* a costlier machine: 21 - 9 < 15 */
+    w.st.drop_ewma = 9;                            /* a costlier machine: 28 - 9 - 9 < 15 */
     adm_answer b = decide(&w);
     CHECK_STR(b.reason, "projected mean tps below floor");
+    CHECK_NEAR(b.projected_measured, 10, 1e-12);
+    CHECK_NEAR(b.projected_model, 19.0 * 4 / 5, 1e-12);   /* 15.2: the model alone says yes */
     w.st = keep;
     w.st.active = true;
     w.st.t_admit_ms = w.snap.now_ms - 1200;
@@ -370,8 +372,8 @@ static void test_worked_example(void)
     w.s[4].live = true;                            /* the fifth is between turns: it comes back */
     adm_answer d = decide(&w);
     CHECK_EQ_INT(d.n_paused, 1);
-    CHECK_NEAR(d.projected_model, 28.0 * 3 / 5 * 5 / 6, 1e-12);
-    CHECK_NEAR(d.projected_measured, 28.0 * 3 / 5 - 4.5, 1e-12);
+    CHECK_NEAR(d.projected_model, 19.0 * 5 / 6, 1e-12);   /* M' = 28 - 2 x 4.5 over 5 */
+    CHECK_NEAR(d.projected_measured, 19.0 - 4.5, 1e-12);
     CHECK_STR(d.reason, "projected mean tps below floor");
     if (getenv("POLYKV_ADM_VERBOSE")) {
         printf("worked example: M %.2f over n %d (n_warming %d), model %.2f, measured %.2f -> %s; "

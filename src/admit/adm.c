@@ -94,13 +94,16 @@ static void projections(const adm_snapshot *s, adm_answer *a)
     double M = a->mean_active_tps;
     int32_t n = a->n_active;
     /* Sessions between turns come back and starting ones are about to
-     * decode: the mean they will share is the one measured, spread over
-     * them too (speed goes as 1/n).  Leaving them out is how a gate that
-     * checks at every step finds a moment that looks free. */
+     * decode: each will cost the others what an admit was measured to
+     * cost, or, before any admit settled, the model's share (speed as
+     * 1/n).  Leaving them out is how a gate that checks at every step
+     * finds a moment that looks free; charging them 1/n on a machine
+     * where a session costs the others a few percent (a CPU: one weight
+     * read per step for all) holds agents back for nothing. */
     int32_t n_all = n + a->n_paused + a->n_starting;
     a->idle_estimate = false;
     if (n > 0) {
-        M = M * n / n_all;
+        M = st->has_drop ? fmax(0, M - st->drop_ewma * (n_all - n)) : M * n / n_all;
         n = n_all;
     } else if (n_all > 0 && st->has_settled && s->now_ms - st->t_settled_ms < ADM_IDLE_MS) {
         a->idle_estimate = true;     /* nobody measured now: the last settled mean stands in */
