@@ -115,7 +115,8 @@ char *srv_metrics_text(const eng_stats *st, const srv_scrape *since, const char 
            "Tokens decoded per second by all slots together, over the engine's speed window.", "",
            st->aggregate_tps);
     metric(&b, "polykv:mean_session_decode_tokens_per_second", "gauge",
-           "Mean decode speed experienced by the warm sessions decoding now (per-slot EWMA; warming ones left out).", "", st->mean_active_tps);
+           "Mean decode speed experienced by the warm sessions decoding now (per-slot EWMA).", "",
+           st->mean_active_tps);
     metric(&b, "polykv:kv_cells_used", "gauge", "KV cache cells in use.", "", st->kv_used);
     metric(&b, "polykv:kv_cells_total", "gauge", "KV cache cells in all.", "", st->kv_total);
     metric(&b, "polykv:requests_done_total", "counter", "Completion tasks finished.", "",
