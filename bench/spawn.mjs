@@ -2,7 +2,7 @@
 // server (docs/admission.md): how three spawners keep agents above a speed
 // floor on one pool.
 //
-//   node bench/spawn.mjs --url http://127.0.0.1:8080 [--floor F] [--agents 8] [--every-s 3] [--json]
+//   node bench/spawn.mjs --url http://127.0.0.1:8080 [--floor F] [--agents 8] [--every-s 3] [--seed S] [--json]
 //
 //   knee:      mean session tok/s with 1..N agents at work together (the
 //              agents below, turn prompts and pauses included): the curve
@@ -34,10 +34,16 @@ const { values: a } = parseArgs({ options: {
   reply: { type: 'string', default: '96' },
   'pause-ms': { type: 'string', default: '1500' },
   'knee-max': { type: 'string', default: '6' },
+  seed: { type: 'string' },
   json: { type: 'boolean', default: false },
 } });
 const url = a.url, N = Number(a.agents), TURNS = Number(a.turns), REPLY = Number(a.reply);
 const PAUSE = Number(a['pause-ms']), EVERY = Number(a['every-s']) * 1000;
+/* Every run's agents are new to the server: their session ids and prompts
+ * carry the run's seed.  With the same ones, a second run against the same
+ * server finds every turn cached from the first (1 prompt token a turn
+ * instead of 40-130) and every agent a known session, never gated. */
+const SEED = a.seed ? Number(a.seed) : Date.now() % 1000000;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const WORDS = ['agent', 'tool', 'plan', 'file', 'search', 'result', 'query', 'answer', 'code', 'test', 'build'];
 const words = (n, seed) => {
@@ -110,12 +116,12 @@ function summarize(samples, floor) {
 /* One agent: TURNS turns of REPLY tokens, a PAUSE (a tool call) between
  * them, continuing its own session. */
 async function agent(pool, id, k) {
-  let ctx = system + `\nAgent ${id}: ` + words(40, 100 + k);
+  let ctx = system + `\nAgent ${id}: ` + words(40, SEED + 100 + k);
   let tokens = 0;
   for (let turn = 0; turn < TURNS; turn++) {
     const j = await complete(ctx, pool, id, REPLY);
     tokens += j.tokens_predicted;
-    ctx += j.content + '\nTool result: ' + words(20, 1000 * k + turn);
+    ctx += j.content + '\nTool result: ' + words(20, SEED + 1000 * k + turn);
     if (turn + 1 < TURNS) await sleep(PAUSE);
   }
   return tokens;
@@ -129,7 +135,7 @@ async function knee(pool, maxN) {
   const curve = [];
   for (let n = 1; n <= maxN; n++) {
     const sm = sampler(pool, 0, null);
-    await Promise.all([...Array(n).keys()].map((k) => agent(pool, `knee-${n}-${k}`, k)));
+    await Promise.all([...Array(n).keys()].map((k) => agent(pool, `knee-${SEED}-${n}-${k}`, k)));
     await sm.stop();
     curve.push({ n, mean_tps: summarize(sm.samples, 0).mean });
   }
@@ -157,7 +163,7 @@ async function strategy(name, pool, floor) {
       const c = (await req('GET', `/polykv/pools/${pool}/capacity`)).json;
       admits.push({ t: performance.now(), projected: c.projected_mean_tps_if_admitted });
     }
-    agents.push(agent(pool, `${name}-${k}`, k).then((t) => { tokens += t; finished++; }));
+    agents.push(agent(pool, `${name}-${SEED}-${k}`, k).then((t) => { tokens += t; finished++; }));
     if (name !== 'advisory') await sleep(EVERY);
     else await sleep(500);   /* the first capacity poll after a spawn sees it settling */
   }
@@ -194,9 +200,9 @@ await req('POST', `/polykv/pools/${pool}/admission`, { target_tps_per_session: f
 const rows = [await strategy('naive', pool, floor), await strategy('advisory', pool, floor)];
 await req('POST', `/polykv/pools/${pool}/admission`, { mode: 'enforced', on_saturation: 'queue', queue_max_ms: 600000 });
 rows.push(await strategy('enforced', pool, floor));
-if (a.json) console.log(JSON.stringify({ curve, floor, rows }));
+if (a.json) console.log(JSON.stringify({ seed: SEED, curve, floor, rows }));
 else {
-  console.log('knee: ' + curve.map((c) => `${c.n}: ${c.mean_tps.toFixed(1)}`).join(', ') + ` tok/s; floor ${floor}`);
+  console.log(`seed ${SEED}; knee: ` + curve.map((c) => `${c.n}: ${c.mean_tps.toFixed(1)}`).join(', ') + ` tok/s; floor ${floor}`);
   for (const r of rows)
     console.log(`${r.name.padEnd(9)} wall ${r.wall_s.toFixed(1)} s, tokens ${r.tokens}, finished ${r.finished}/${N}, ` +
                 `under floor ${r.under_floor_s.toFixed(1)} s, deep ${r.deep_s.toFixed(1)} s of ${r.busy_s.toFixed(1)} s busy, ` +

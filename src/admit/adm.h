@@ -35,9 +35,35 @@
 
 #include "../common/pk.h"
 
+#include <math.h>
+
 #define ADM_WARM_TOKENS 4          /* decoded tokens before a session's speed counts */
 #define ADM_IDLE_MS 30000.0        /* a settled mean this young stands in for an idle pool */
 #define ADM_DROP_ALPHA 0.3         /* EWMA weight of a new drop sample */
+
+/* A session's experienced decode speed: tokens over the time they took,
+ * both decayed over the last win_tokens tokens or win_ms ms, whichever is
+ * shorter.  The ratio of two decayed sums, not a decayed mean of the gaps:
+ * a mean of the gaps weighted by their length (alpha = dt/window) counts a
+ * 400 ms stall in a 2 s window as a quarter of the speed where the
+ * session lost a fifth of its tokens. */
+typedef struct adm_rate {
+    double n;                       /* decayed tokens, 0 = none yet */
+    double ms;                      /* decayed time they took */
+} adm_rate;
+
+static inline void adm_rate_add(adm_rate *r, double dt_ms, double win_tokens, double win_ms)
+{
+    double d = exp(-fmax(1.0 / win_tokens, dt_ms / win_ms));
+    r->n = r->n * d + 1;
+    r->ms = r->ms * d + dt_ms;
+}
+
+/* Tokens per second, 0 while unknown. */
+static inline double adm_rate_tps(const adm_rate *r)
+{
+    return r->n > 0 && r->ms > 0 ? 1000.0 * r->n / r->ms : 0;
+}
 
 typedef enum adm_mode { ADM_ADVISORY = 0, ADM_ENFORCED } adm_mode;
 typedef enum adm_sat { ADM_REJECT = 0, ADM_WARN, ADM_QUEUE } adm_sat;

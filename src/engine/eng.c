@@ -290,7 +290,7 @@ bool eng_slot_start(eng *e, slot *s, eng_task *t)
     s->n_gen = 0;
     s->truncated = false;
     s->text_len = s->text_sent = 0;
-    s->ewma_ms = 0;
+    s->rate = (adm_rate){ 0 };
     s->task = t;
     s->task_id = t->id;
     s->state = ENG_SLOT_PREFILL;
@@ -640,9 +640,7 @@ static void sample_and_emit(eng *e, int32_t n)
         if (s->logits_row < 0) continue;
         if (s->state == ENG_SLOT_DECODE) {
             /* Experienced speed: time since this slot's previous token. */
-            double dt = now - s->t_last_ms;
-            double a = 1.0 - exp(-fmax(1.0 / e->p.tps_window_tokens, dt / e->p.tps_window_ms));
-            s->ewma_ms = s->ewma_ms > 0 ? s->ewma_ms + a * (dt - s->ewma_ms) : dt;
+            adm_rate_add(&s->rate, now - s->t_last_ms, e->p.tps_window_tokens, e->p.tps_window_ms);
         } else {
             s->t_prompt_ms = now;
             s->state = ENG_SLOT_DECODE;
@@ -756,14 +754,14 @@ void eng_stats_fill(eng *e, eng_stats *o)
         si->has_params = s->has_params;
         si->sp = s->last_sp;
         si->n_predict = s->last_n_predict;
-        si->tps_ewma = s->ewma_ms > 0 ? 1000.0 / s->ewma_ms : 0;
+        si->tps_ewma = adm_rate_tps(&s->rate);
         si->task_id = s->task_id;
         snprintf(si->session_id, sizeof si->session_id, "%s", s->session);
         si->pool_id = s->pool_id;
         si->pool_shared = s->pool_shared;
         si->kv_owned = kv_seq_owned(e->kv, s->id);
         si->ttft_ms = s->state != ENG_SLOT_PREFILL && s->task_id ? s->t_prompt_ms - s->t_start_ms : 0;
-        si->warming = s->state == ENG_SLOT_DECODE && (s->n_gen < ADM_WARM_TOKENS || s->ewma_ms <= 0);
+        si->warming = s->state == ENG_SLOT_DECODE && (s->n_gen < ADM_WARM_TOKENS || adm_rate_tps(&s->rate) <= 0);
         o->n_warming += si->warming;
         if (s->state != ENG_SLOT_IDLE) o->n_running++;
         if (s->state == ENG_SLOT_DECODE && si->tps_ewma > 0 && !si->warming) {   /* as the admission mean */

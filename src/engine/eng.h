@@ -49,10 +49,10 @@
  *   them, a copy instead of a prefill.
  *
  *   Speed: per slot, the time between consecutive decoded tokens of that
- *   slot (measured when its batch completes) feeds an EWMA of the time per
- *   token over the last tps_window_tokens tokens or tps_window_ms ms,
- *   whichever is shorter; tps_ewma = 1000 / that.  Prefill is counted apart
- *   (prompt tokens/s) and never in decode speed.
+ *   slot (measured when its batch completes); tps_ewma = the tokens over
+ *   the time they took, both decayed over the last tps_window_tokens
+ *   tokens or tps_window_ms ms, whichever is shorter (adm_rate).  Prefill
+ *   is counted apart (prompt tokens/s) and never in decode speed.
  *
  * Threads: eng_new/eng_free by the owner; everything else from any thread.
  */

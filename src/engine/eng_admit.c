@@ -53,7 +53,7 @@ void eng_adm_inputs(eng *e, eng_adm_in *in)
         in->slot[i] = (eng_adm_slot){
             .pool_id = s->pool_id, .running = running, .decoding = s->state == ENG_SLOT_DECODE,
             .recent = s->n_cache > 0 && (now_s - s->last_use_s) * 1000.0 < ADM_IDLE_MS,
-            .tps_ewma = s->ewma_ms > 0 ? 1000.0 / s->ewma_ms : 0, .n_decoded = running ? s->n_gen : 0,
+            .tps_ewma = adm_rate_tps(&s->rate), .n_decoded = running ? s->n_gen : 0,
             .tokens_left = rq && rq->n_predict >= 0 ? rq->n_predict - s->n_gen : -1, .ctx_used = s->n_cache,
             .kv_owned = kv_seq_owned(e->kv, s->id), .task_id = running ? s->task->id : 0 };
         if ((running || s->n_cache > 0) && s->session[0])
@@ -306,9 +306,9 @@ void eng_admit_stats(eng *e, int32_t pool_id, eng_adm_info *o)
     int32_t n = 0;
     for (int32_t i = 0; i < e->p.n_slots; i++) {
         const slot *s = &e->slots[i];
-        if (s->pool_id != pool_id || s->state != ENG_SLOT_DECODE || s->n_gen < ADM_WARM_TOKENS || s->ewma_ms <= 0)
+        if (s->pool_id != pool_id || s->state != ENG_SLOT_DECODE || s->n_gen < ADM_WARM_TOKENS || adm_rate_tps(&s->rate) <= 0)
             continue;
-        sum += 1000.0 / s->ewma_ms;
+        sum += adm_rate_tps(&s->rate);
         n++;
     }
     o->mean_tps = n ? sum / n : 0;

@@ -125,7 +125,7 @@ typedef struct slot {
     int32_t n_gen, n_cached, n_prompt;
     bool truncated;             /* the context was shifted or hit its end while shared */
     double t_start_ms, t_prompt_ms, t_last_ms;
-    double ewma_ms;             /* EWMA of ms per decoded token, 0 = unknown */
+    adm_rate rate;              /* experienced decode speed (adm.h) */
     uint64_t task_id;
     int32_t logits_row;         /* row in this step's logits, -1 none */
     int32_t last_source_seq, last_reused;

@@ -87,9 +87,10 @@ test('tps_ewma matches the client-side token rate within 5%', { skip }, async ()
   assert.equal(arrivals.length, N);
   assert.equal(snaps.length, SNAPS.length);
 
-  // The client's measure of the same quantity: an EWMA of the gaps
-  // between token arrivals, over the window eng.h defines (the last 128
-  // tokens or 2 s, whichever is shorter; the engine's defaults).  Decode
+  // The client's measure of the same quantity: the tokens over the time
+  // between their arrivals, both decayed over the window eng.h defines
+  // (the last 128 tokens or 2 s, whichever is shorter; the engine's
+  // defaults).  Decode
   // speed is not constant over a stream (the machine is shared), so a flat
   // average over a different window would measure something else; it is
   // printed for information.  The first gap is the engine's first: token 0
@@ -98,13 +99,13 @@ test('tps_ewma matches the client-side token rate within 5%', { skip }, async ()
   // exactly those arrivals.
   const clientEwma = (n) => {
     const before = arrivals.slice(0, Math.min(n, arrivals.length));
-    let ms = 0;
+    let toks = 0, time = 0;
     for (let i = 1; i < before.length; i++) {
-      const dt = before[i] - before[i - 1];
-      const a = 1 - Math.exp(-Math.max(1 / 128, dt / 2000));
-      ms = ms ? ms + a * (dt - ms) : dt;
+      const dt = before[i] - before[i - 1], d = Math.exp(-Math.max(1 / 128, dt / 2000));
+      toks = toks * d + 1;
+      time = time * d + dt;
     }
-    const last = before.length - 1;
+    const last = before.length - 1, ms = time / toks;
     return { tps: 1000 / ms, ms, flat: 128 * 1000 / (before[last] - before[last - 128]) };
   };
   const diffs = [];
