@@ -2,7 +2,9 @@
 // server (docs/admission.md): how three spawners keep agents above a speed
 // floor on one pool.
 //
-//   node bench/spawn.mjs --url http://127.0.0.1:8080 [--floor F] [--agents 8] [--every-s 3] [--seed S] [--json]
+//   node bench/spawn.mjs --url http://127.0.0.1:8080 [--floor F] [--agents 8] [--every-s 3] [--seed S]
+//                        [--strategies naive,advisory,enforced] [--json] [--trace FILE]
+//   (--floor skips the knee; FILE gets every sample and admit, as JSON)
 //
 //   knee:      mean session tok/s with 1..N agents at work together (the
 //              agents below, turn prompts and pauses included): the curve
@@ -35,6 +37,8 @@ const { values: a } = parseArgs({ options: {
   'pause-ms': { type: 'string', default: '1500' },
   'knee-max': { type: 'string', default: '6' },
   seed: { type: 'string' },
+  trace: { type: 'string' },
+  strategies: { type: 'string', default: 'naive,advisory,enforced' },
   json: { type: 'boolean', default: false },
 } });
 const url = a.url, N = Number(a.agents), TURNS = Number(a.turns), REPLY = Number(a.reply);
@@ -83,7 +87,12 @@ function sampler(pool, t0wall, admitsOf) {
   const done = (async () => {
     while (!stop) {
       const t = (await req('GET', '/polykv/tps')).json;
-      samples.push({ t: performance.now(), mean: t.mean_active_tps, n: t.sessions.filter((s) => s.state === 'decode').length });
+      /* n: the sessions in the mean (decoding and warm).  Where the only
+       * decoding ones are in their first tokens the mean is undefined, not
+       * 0 (a lone agent's every turn start was counted as deep time). */
+      samples.push({ t: performance.now(), mean: t.mean_active_tps,
+                     n: t.sessions.filter((s) => s.state === 'decode' && !s.warming).length,
+                     pre: t.sessions.filter((s) => s.state === 'prefill').length });
       if (admitsOf) {
         for (const e of (await req('GET', '/polykv/cache')).json.events) {
           const key = `${e.ts}/${e.id_task}/${e.kind}/${e.decision}`;
@@ -154,7 +163,7 @@ async function strategy(name, pool, floor) {
       for (;;) {
         const c = (await req('GET', `/polykv/pools/${pool}/capacity?expected_tokens=${REPLY * TURNS + 200}`)).json;
         if (c.can_admit) {
-          admits.push({ t: performance.now(), projected: c.projected_mean_tps_if_admitted });
+          admits.push({ t: performance.now(), projected: c.projected_mean_tps_if_admitted, cap: c });
           break;
         }
         await sleep(c.settling ? Math.max(100, c.settle_remaining_ms) : 250);
@@ -180,15 +189,17 @@ async function strategy(name, pool, floor) {
     errs.push(Math.abs(ad.projected - real) / real);
   }
   errs.sort((x, y) => x - y);
+  if (a.trace) traces.push({ name, t0, samples, admits });
   return { name, wall_s: wall / 1000, tokens, finished, under_floor_s: under / 1000, deep_s: deep / 1000,
            busy_s: busy / 1000, median_projection_error: errs.length ? errs[Math.floor(errs.length / 2)] : null,
            n_projection_samples: errs.length };
 }
 
+const traces = [];
 const root = await req('POST', '/polykv/pools', { prompt: system });
 if (root.status !== 201) throw new Error(root.text);
 const pool = root.json.pool_id;
-const curve = await knee(pool, Number(a['knee-max']));
+const curve = a.floor ? [] : await knee(pool, Number(a['knee-max']));
 let floor = Number(a.floor);
 if (!a.floor) {   /* the knee: halfway down the step where one more session costs the most */
   let best = 1;
@@ -196,13 +207,16 @@ if (!a.floor) {   /* the knee: halfway down the step where one more session cost
     if (curve[i - 1].mean_tps - curve[i].mean_tps > curve[best - 1].mean_tps - curve[best].mean_tps) best = i;
   floor = Math.round((curve[best - 1].mean_tps + curve[best].mean_tps) * 5) / 10;
 }
-await req('POST', `/polykv/pools/${pool}/admission`, { target_tps_per_session: floor, mode: 'advisory' });
-const rows = [await strategy('naive', pool, floor), await strategy('advisory', pool, floor)];
-await req('POST', `/polykv/pools/${pool}/admission`, { mode: 'enforced', on_saturation: 'queue', queue_max_ms: 600000 });
-rows.push(await strategy('enforced', pool, floor));
+const rows = [];
+for (const name of a.strategies.split(',')) {
+  const policy = name === 'enforced' ? { mode: 'enforced', on_saturation: 'queue', queue_max_ms: 600000 } : { mode: 'advisory' };
+  await req('POST', `/polykv/pools/${pool}/admission`, { target_tps_per_session: floor, ...policy });
+  rows.push(await strategy(name, pool, floor));
+}
+if (a.trace) (await import('node:fs')).writeFileSync(a.trace, JSON.stringify({ seed: SEED, curve, floor, traces }));
 if (a.json) console.log(JSON.stringify({ seed: SEED, curve, floor, rows }));
 else {
-  console.log(`seed ${SEED}; knee: ` + curve.map((c) => `${c.n}: ${c.mean_tps.toFixed(1)}`).join(', ') + ` tok/s; floor ${floor}`);
+  console.log(`seed ${SEED}; knee: ` + (curve.length ? '' : 'not measured') + curve.map((c) => `${c.n}: ${c.mean_tps.toFixed(1)}`).join(', ') + ` tok/s; floor ${floor}`);
   for (const r of rows)
     console.log(`${r.name.padEnd(9)} wall ${r.wall_s.toFixed(1)} s, tokens ${r.tokens}, finished ${r.finished}/${N}, ` +
                 `under floor ${r.under_floor_s.toFixed(1)} s, deep ${r.deep_s.toFixed(1)} s of ${r.busy_s.toFixed(1)} s busy, ` +

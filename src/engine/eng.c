@@ -291,6 +291,7 @@ bool eng_slot_start(eng *e, slot *s, eng_task *t)
     s->truncated = false;
     s->text_len = s->text_sent = 0;
     s->rate = (adm_rate){ 0 };
+    s->moved = false;
     s->task = t;
     s->task_id = t->id;
     s->state = ENG_SLOT_PREFILL;

@@ -52,7 +52,7 @@ void eng_adm_inputs(eng *e, eng_adm_in *in)
         const eng_completion *rq = running ? &s->task->req : NULL;
         in->slot[i] = (eng_adm_slot){
             .pool_id = s->pool_id, .running = running, .decoding = s->state == ENG_SLOT_DECODE,
-            .recent = s->n_cache > 0 && (now_s - s->last_use_s) * 1000.0 < ADM_IDLE_MS,
+            .recent = s->n_cache > 0 && !s->moved && (now_s - s->last_use_s) * 1000.0 < ADM_IDLE_MS,
             .tps_ewma = adm_rate_tps(&s->rate), .n_decoded = running ? s->n_gen : 0,
             .tokens_left = rq && rq->n_predict >= 0 ? rq->n_predict - s->n_gen : -1, .ctx_used = s->n_cache,
             .kv_owned = kv_seq_owned(e->kv, s->id), .task_id = running ? s->task->id : 0 };

@@ -111,6 +111,7 @@ typedef struct slot {
     int32_t *cache;             /* [n_ctx_slot] tokens in KV sequence id: the history */
     int32_t n_cache;
     double last_use_s;          /* end of the history's last actual use */
+    bool moved;                 /* its conversation went on in another slot */
     int32_t marker_pos;         /* pol_last_marker of the history (idle slots) */
     int32_t n_prefilled;        /* prompt tokens in the cache for this task */
     int32_t n_progress;         /* n_prefilled last reported (report_progress) */

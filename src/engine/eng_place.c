@@ -253,10 +253,20 @@ bool eng_make_room(eng *e, int32_t n)
 static void admitted(eng *e, eng_task *t, slot *s, int32_t src_seq, const char *kind, const char *reason)
 {
     /* A session's context is where it last ran: older histories of it
-     * stay, but no longer answer to its name. */
+     * stay, but no longer answer to its name, and are no longer a session
+     * between turns for admission (an agent whose turns land in new slots
+     * would count once per turn).  The same for a history that t carries
+     * on past its pool's prefix without naming a session. */
+    for (int32_t i = 0; i < e->p.n_slots; i++) {
+        slot *o = &e->slots[i];
+        if (o == s || o->state != ENG_SLOT_IDLE) continue;
+        bool named = t->req.session_id[0] && !strcmp(o->session, t->req.session_id);
+        if (named || (i == src_seq && s->n_cache > s->pool_shared)) {
+            o->session[0] = 0;
+            o->moved = true;
+        }
+    }
     if (t->req.session_id[0]) {
-        for (int32_t i = 0; i < e->p.n_slots; i++)
-            if (!strcmp(e->slots[i].session, t->req.session_id)) e->slots[i].session[0] = 0;
         for (int32_t i = 0; i < e->n_parked_max; i++)
             if (e->parked[i].used && !strcmp(e->parked[i].session, t->req.session_id)) e->parked[i].session[0] = 0;
     }

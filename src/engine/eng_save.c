@@ -198,6 +198,7 @@ static void slot_restore(eng *e, slot *s, eng_call *c)
     memcpy(s->cache, tok, (size_t)n * sizeof *tok);
     s->n_cache = n;
     s->session[0] = 0;
+    s->moved = false;
     eng_history_done(e, s);
     free(buf);
     o->n_tokens = n;

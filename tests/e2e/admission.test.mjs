@@ -132,3 +132,28 @@ test('admission: routes, capacity, reject / continuation / overcommit / warn / q
   const tps = (await get(srv.url + '/polykv/tps')).json;
   assert.ok('n_warming' in tps && Array.isArray(tps.pools));
 });
+
+// An agent whose turns do not extend its history token for token (the
+// client re-sends a reply that tokenizes differently, or edits it) may be
+// placed in a new slot each turn, the old history kept beside it.  It is
+// still one session between turns, not one per slot it left behind: the
+// count the projection charges.
+test('admission: a session whose turns move to new slots counts once', { skip }, async () => {
+  const r = await post(srv.url + '/polykv/pools', { prompt: base + ' mover pool' });
+  assert.equal(r.status, 201, r.text);
+  const pool = r.json.pool_id;
+  await setPolicy(pool, { target_tps_per_session: 1, mode: 'advisory' });
+  let prompt = base + ' mover pool. Task: ' + words(20, 41);
+  const used = new Set();
+  for (let turn = 0; turn < 3; turn++) {
+    const j = await post(srv.url + '/completion', { prompt, pool_id: pool, session_id: 'mover', n_predict: 48,
+                                                    ignore_eos: true, temperature: 0 });
+    assert.equal(j.status, 200, j.text);
+    used.add(j.json.id_slot);
+    const cap = (await get(srv.url + `/polykv/pools/${pool}/capacity`)).json;
+    assert.equal(cap.n_pool_sessions, 1, `turn ${turn}: ${JSON.stringify(cap)}`);
+    assert.equal(cap.n_paused, 1, `turn ${turn}: ${JSON.stringify(cap)}`);
+    prompt += ' Tool result: ' + words(12, 50 + turn);    // the reply left out: the history diverges
+  }
+  assert.ok(used.size > 1, `every turn stayed in slot ${[...used]}: nothing here moved (the check needs a move)`);
+});
