@@ -191,6 +191,43 @@ static void test_settle(void)
     adm_settle_step(&w.st, &w.snap);
     CHECK(!w.st.active);
     CHECK_EQ_INT((int)w.st.n_settled, 3);
+
+    /* Outside a window the mean seen is the settled one. */
+    w.s[0].tps_ewma = w.s[1].tps_ewma = 25;
+    w.snap.now_ms += 500;
+    adm_settle_step(&w.st, &w.snap);
+    CHECK_NEAR(w.st.mean_settled, 25, 1e-12);
+    CHECK_NEAR(w.st.t_settled_ms, w.snap.now_ms, 0);
+
+    /* The lag correction: one session at 40 tok/s, an admit after which
+     * both run at 30.  When the new one has its 48 tokens (1 s, 40 tokens
+     * of the old one's), the old one's speed (2 s window) has absorbed
+     * 1 - e^-0.5 of the move and reads 36.07: the raw drop is 6.97, the
+     * absorbed one the real 10. */
+    world_init(&w, 4);
+    w.snap.rate_window_ms = 2000;
+    w.snap.rate_window_tokens = 128;
+    decoding(&w, 0, 40, 100);
+    adm_record_admit(&w.st, &w.snap, 101);
+    CHECK_EQ_INT(w.st.n_at, 1);
+    double absorbed = 1 - exp(-0.5);
+    decoding(&w, 1, 30, 48);
+    w.s[0].tps_ewma = 40 + (30 - 40) * absorbed;
+    w.s[0].n_decoded = 140;
+    w.snap.now_ms += 1000;
+    adm_settle_step(&w.st, &w.snap);
+    CHECK(!w.st.active && w.st.has_drop);
+    CHECK_NEAR(w.st.drop_ewma, 10, 1e-9);
+    CHECK_NEAR(w.st.mean_settled, (30 + w.s[0].tps_ewma) / 2, 1e-12);   /* what it reads */
+    /* Without the window the speeds are taken as they are. */
+    world_init(&w, 4);
+    decoding(&w, 0, 40, 100);
+    adm_record_admit(&w.st, &w.snap, 101);
+    decoding(&w, 1, 30, 48);
+    w.s[0].tps_ewma = 40 + (30 - 40) * absorbed;
+    w.snap.now_ms += 1000;
+    adm_settle_step(&w.st, &w.snap);
+    CHECK_NEAR(w.st.drop_ewma, 40 - (30 + w.s[0].tps_ewma) / 2, 1e-9);
 }
 
 /* ---- the property test ---------------------------------------------------- */
@@ -310,6 +347,14 @@ static void test_property(int n_cases)
     CHECK(n_guar > 1000 && n_settle > 1000 && n_floor > 1000 && n_ctx > 1000);   /* every arm is exercised */
     printf("property: %d random snapshots (guaranteed %d, settling %d, below floor %d, context %d)\n", n_cases,
            n_guar, n_settle, n_floor, n_ctx);
+}
+
+static void test_live(void)
+{
+    CHECK_NEAR(adm_live_ms(0), ADM_IDLE_MS, 0);              /* no pause seen yet */
+    CHECK_NEAR(adm_live_ms(300), ADM_PAUSE_MIN_MS, 0);
+    CHECK_NEAR(adm_live_ms(1500), 4500, 0);
+    CHECK_NEAR(adm_live_ms(60000), ADM_IDLE_MS, 0);
 }
 
 static void test_policy(void)
@@ -456,6 +501,7 @@ static void test_rate(void)
 int main(void)
 {
     test_rate();
+    test_live();
     test_policy();
     test_arms();
     test_settle();

@@ -205,20 +205,57 @@ adm_action adm_gate(const adm_policy *p, const adm_answer *a, bool known_session
     }
 }
 
+/* The mean the speeds will show once they have absorbed the admit.  A
+ * speed is decayed over its window, so dt after the admit a session that
+ * was warm then still carries exp(-max(dt / W_ms, k / W_tokens)) of its
+ * speed from before (k: its tokens since): what moved, over the part
+ * absorbed, is what it moves to.  At the default 48 settle tokens about
+ * half has been absorbed, and the raw drop was half the real one: the
+ * next projection admitted into an overshoot, the failure the settle
+ * window exists to prevent.  Sessions that started since are all new. */
+static double absorbed_mean(const adm_settle *st, const adm_snapshot *s)
+{
+    double sum = 0;
+    int32_t n = 0;
+    for (int32_t i = 0; i < s->n_sessions; i++) {
+        const adm_session *x = &s->sessions[i];
+        if (!warm(x)) continue;
+        double r = x->tps_ewma;
+        for (int32_t k = 0; k < st->n_at && s->rate_window_ms > 0 && s->rate_window_tokens > 0; k++) {
+            const adm_at *a = &st->at[k];
+            if (a->task_id != x->task_id || x->task_id == 0) continue;
+            double dt = s->now_ms - st->t_admit_ms, dk = x->n_decoded - a->n_decoded;
+            double w = 1 - exp(-fmax(dt / s->rate_window_ms, dk / s->rate_window_tokens));
+            r = fmax(0, a->tps_ewma + (r - a->tps_ewma) / fmax(w, ADM_MIN_ABSORBED));
+            break;
+        }
+        sum += r;
+        n++;
+    }
+    return n ? sum / n : 0;
+}
+
 void adm_settle_step(adm_settle *st, const adm_snapshot *s)
 {
-    if (!st->active) return;
+    int32_t n;
+    double M = mean_warm(s, &n);
+    if (!st->active) {
+        if (n > 0) {
+            st->has_settled = true;
+            st->mean_settled = M;
+            st->t_settled_ms = s->now_ms;
+        }
+        return;
+    }
     const adm_session *x = NULL;
     for (int32_t i = 0; i < s->n_sessions && !x; i++)
         if (s->sessions[i].task_id == st->task_id) x = &s->sessions[i];   /* prefilling still counts */
     bool due = !x || x->n_decoded >= s->policy->settle_tokens || s->now_ms - st->t_admit_ms >= s->policy->settle_max_ms;
     if (!due) return;
-    int32_t n;
-    double M = mean_warm(s, &n);
     st->active = false;
     if (n == 0) return;                          /* nobody to measure: no sample */
     if (st->mean_at_admit > 0) {
-        double drop = fmax(0, st->mean_at_admit - M);
+        double drop = fmax(0, st->mean_at_admit - absorbed_mean(st, s));
         st->drop_ewma = st->has_drop ? st->drop_ewma + ADM_DROP_ALPHA * (drop - st->drop_ewma) : drop;
         st->has_drop = true;
     }
@@ -236,4 +273,9 @@ void adm_record_admit(adm_settle *st, const adm_snapshot *s, uint64_t task_id)
     st->t_admit_ms = s->now_ms;
     st->task_id = task_id;
     st->mean_at_admit = n ? M : 0;
+    st->n_at = 0;
+    for (int32_t i = 0; i < s->n_sessions && st->n_at < ADM_MAX_AT; i++)
+        if (warm(&s->sessions[i]))
+            st->at[st->n_at++] = (adm_at){ .task_id = s->sessions[i].task_id, .tps_ewma = s->sessions[i].tps_ewma,
+                                           .n_decoded = s->sessions[i].n_decoded };
 }

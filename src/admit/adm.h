@@ -39,7 +39,11 @@
 
 #define ADM_WARM_TOKENS 4          /* decoded tokens before a session's speed counts */
 #define ADM_IDLE_MS 30000.0        /* a settled mean this young stands in for an idle pool */
+#define ADM_PAUSE_FACTOR 3.0       /* a session idle this many times its longest pause is done */
+#define ADM_PAUSE_MIN_MS 2000.0
 #define ADM_DROP_ALPHA 0.3         /* EWMA weight of a new drop sample */
+#define ADM_MAX_AT 64              /* sessions whose speed a settle record keeps */
+#define ADM_MIN_ABSORBED 0.25      /* the settle's lag correction multiplies by at most 4 */
 
 /* A session's experienced decode speed: tokens over the time they took,
  * both decayed over the last win_tokens tokens or win_ms ms, whichever is
@@ -63,6 +67,16 @@ static inline void adm_rate_add(adm_rate *r, double dt_ms, double win_tokens, do
 static inline double adm_rate_tps(const adm_rate *r)
 {
     return r->n > 0 && r->ms > 0 ? 1000.0 * r->n / r->ms : 0;
+}
+
+/* How long a history stays a live session (one between turns) after its
+ * last use: ADM_IDLE_MS, or, once its conversation has paused between
+ * turns (max_gap_ms > 0: the longest such pause), ADM_PAUSE_FACTOR times
+ * that, at least ADM_PAUSE_MIN_MS.  An agent that waited 1.5 s on each tool
+ * call and has been quiet for 5 s is done, not waiting on one more. */
+static inline double adm_live_ms(double max_gap_ms)
+{
+    return max_gap_ms > 0 ? fmin(ADM_IDLE_MS, fmax(ADM_PAUSE_MIN_MS, ADM_PAUSE_FACTOR * max_gap_ms)) : ADM_IDLE_MS;
 }
 
 typedef enum adm_mode { ADM_ADVISORY = 0, ADM_ENFORCED } adm_mode;
@@ -106,16 +120,25 @@ typedef struct adm_session {
     uint64_t task_id;
 } adm_session;
 
+/* A warm session's speed when an admit was recorded. */
+typedef struct adm_at {
+    uint64_t task_id;
+    double tps_ewma;
+    int32_t n_decoded;
+} adm_at;
+
 /* A scope's settle window and what past windows measured. */
 typedef struct adm_settle {
     bool active;
     double t_admit_ms;
     uint64_t task_id;               /* the admitted session's task */
     double mean_at_admit;           /* M when it was admitted, 0 unknown */
+    adm_at at[ADM_MAX_AT];          /* the warm sessions then (the lag correction's base) */
+    int32_t n_at;
     bool has_drop;
     double drop_ewma;               /* tokens/s one admit costs the mean */
     bool has_settled;
-    double mean_settled, t_settled_ms;
+    double mean_settled, t_settled_ms;   /* the last mean seen outside a settle window */
     uint64_t n_settled;
 } adm_settle;
 
@@ -132,6 +155,8 @@ typedef struct adm_snapshot {
     int32_t prefix_len;             /* the pool's prefix, 0 for the server scope */
     int32_t expected_tokens;        /* the new session's suffix + generation, -1 unknown */
     bool known_session;             /* its session_id names a context the engine holds */
+    double rate_window_ms;          /* the speeds' window (adm_rate_add), 0 = unknown: */
+    int32_t rate_window_tokens;     /*   a settle then takes the speeds as they are */
 } adm_snapshot;
 
 typedef struct adm_answer {
@@ -175,9 +200,12 @@ typedef enum adm_action {
 adm_action adm_gate(const adm_policy *p, const adm_answer *a, bool known_session, bool overcommit,
                     double waited_ms);
 
-/* Completes the settle window when its session has decoded settle_tokens
- * tokens, has gone, or settle_max_ms passed: the drop sample (when there
- * was a mean at the admit and is one now) goes into the EWMA. */
+/* After every step.  Completes the settle window when its session has
+ * decoded settle_tokens tokens, has gone, or settle_max_ms passed: the drop
+ * sample (when there was a mean at the admit and is one now) goes into the
+ * EWMA, corrected for the part of the change the speeds' window has not
+ * absorbed yet.  Outside a window, keeps the last mean seen as the settled
+ * one (the idle estimate's). */
 void adm_settle_step(adm_settle *st, const adm_snapshot *s);
 /* Starts a settle window for task_id, admitted now with mean M. */
 void adm_record_admit(adm_settle *st, const adm_snapshot *s, uint64_t task_id);

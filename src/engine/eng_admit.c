@@ -52,7 +52,7 @@ void eng_adm_inputs(eng *e, eng_adm_in *in)
         const eng_completion *rq = running ? &s->task->req : NULL;
         in->slot[i] = (eng_adm_slot){
             .pool_id = s->pool_id, .running = running, .decoding = s->state == ENG_SLOT_DECODE,
-            .recent = s->n_cache > 0 && !s->moved && (now_s - s->last_use_s) * 1000.0 < ADM_IDLE_MS,
+            .recent = s->n_cache > 0 && !s->moved && (now_s - s->last_use_s) * 1000.0 < adm_live_ms(s->max_gap_ms),
             .tps_ewma = adm_rate_tps(&s->rate), .n_decoded = running ? s->n_gen : 0,
             .tokens_left = rq && rq->n_predict >= 0 ? rq->n_predict - s->n_gen : -1, .ctx_used = s->n_cache,
             .kv_owned = kv_seq_owned(e->kv, s->id), .task_id = running ? s->task->id : 0 };
@@ -70,6 +70,8 @@ void eng_adm_inputs(eng *e, eng_adm_in *in)
     in->kv_total = e->p.n_ctx;
     in->ctx_slot = e->n_ctx_slot;
     in->now_ms = pk_time_ms();
+    in->rate_window_ms = e->p.tps_window_ms;
+    in->rate_window_tokens = e->p.tps_window_tokens;
 }
 
 bool eng_adm_known(const eng_adm_in *in, const char *session)
@@ -95,7 +97,8 @@ void eng_adm_snapshot(const eng_adm_in *in, int32_t pool_id, int32_t prefix_len,
                          .now_ms = in->now_ms, .n_slots = in->n_slots, .n_busy_slots = in->n_busy,
                          .kv_free_cells = in->kv_free_cells, .kv_used = in->kv_used, .kv_total = in->kv_total,
                          .ctx_slot = in->ctx_slot, .prefix_len = prefix_len, .expected_tokens = expected,
-                         .known_session = known };
+                         .known_session = known, .rate_window_ms = in->rate_window_ms,
+                         .rate_window_tokens = in->rate_window_tokens };
 }
 
 int32_t eng_adm_scopes(eng *e, eng_pub_scope *out, int32_t cap)
@@ -246,9 +249,11 @@ void eng_admit_placed(eng *e, eng_task *t)
     adm_record_admit(&sc->settle, &s, t->id);
 }
 
+/* Every scope with a policy, after every step (its settled mean is the
+ * last one seen); a scope without one records nothing. */
 static void settle_scope(eng *e, int32_t pool_id, eng_scope *sc)
 {
-    if (!sc->settle.active) return;
+    if (!sc->policy.set) return;
     adm_session ss[ENG_MAX_SLOTS];
     adm_snapshot s;
     snap(e, pool_id, sc, -1, false, ss, &s);

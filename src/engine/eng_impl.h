@@ -70,6 +70,8 @@ typedef struct eng_adm_in {
     int32_t n_slots, n_busy;
     int32_t kv_free_cells, kv_used, kv_total, ctx_slot;
     double now_ms;
+    double rate_window_ms;
+    int32_t rate_window_tokens;
     char known[ENG_ADM_KNOWN][ENG_SESSION_CAP];   /* session ids with a context here */
     int32_t n_known;
 } eng_adm_in;
@@ -112,6 +114,7 @@ typedef struct slot {
     int32_t n_cache;
     double last_use_s;          /* end of the history's last actual use */
     bool moved;                 /* its conversation went on in another slot */
+    double max_gap_ms;          /* its conversation's longest pause between turns, 0 none */
     int32_t marker_pos;         /* pol_last_marker of the history (idle slots) */
     int32_t n_prefilled;        /* prompt tokens in the cache for this task */
     int32_t n_progress;         /* n_prefilled last reported (report_progress) */

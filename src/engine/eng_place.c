@@ -16,6 +16,7 @@
  *   source like any history, pinned while in use), and kind[]/idx[] say
  *   where each one is.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -257,6 +258,7 @@ static void admitted(eng *e, eng_task *t, slot *s, int32_t src_seq, const char *
      * between turns for admission (an agent whose turns land in new slots
      * would count once per turn).  The same for a history that t carries
      * on past its pool's prefix without naming a session. */
+    const slot *from = s->n_cache > s->pool_shared && src_seq == s->id ? s : NULL;
     for (int32_t i = 0; i < e->p.n_slots; i++) {
         slot *o = &e->slots[i];
         if (o == s || o->state != ENG_SLOT_IDLE) continue;
@@ -264,8 +266,13 @@ static void admitted(eng *e, eng_task *t, slot *s, int32_t src_seq, const char *
         if (named || (i == src_seq && s->n_cache > s->pool_shared)) {
             o->session[0] = 0;
             o->moved = true;
+            if (!from || o->last_use_s > from->last_use_s) from = o;
         }
     }
+    /* The pause this turn ends, for how long its history stays live
+     * (adm_live_ms). */
+    double gap = from ? (eng_now_s() - from->last_use_s) * 1000.0 : 0;
+    s->max_gap_ms = from ? fmax(from->max_gap_ms, gap) : 0;
     if (t->req.session_id[0]) {
         for (int32_t i = 0; i < e->n_parked_max; i++)
             if (e->parked[i].used && !strcmp(e->parked[i].session, t->req.session_id)) e->parked[i].session[0] = 0;

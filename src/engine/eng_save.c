@@ -199,6 +199,7 @@ static void slot_restore(eng *e, slot *s, eng_call *c)
     s->n_cache = n;
     s->session[0] = 0;
     s->moved = false;
+    s->max_gap_ms = 0;
     eng_history_done(e, s);
     free(buf);
     o->n_tokens = n;

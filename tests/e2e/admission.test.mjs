@@ -157,3 +157,28 @@ test('admission: a session whose turns move to new slots counts once', { skip },
   }
   assert.ok(used.size > 1, `every turn stayed in slot ${[...used]}: nothing here moved (the check needs a move)`);
 });
+
+// A session stays live (an agent between turns) for 30 s after its last
+// turn, or, once it has paused between turns, three times its longest
+// pause (at least 2 s): an agent that took 0.3 s per tool call and has
+// been quiet for 3 s is done, and a gate waiting on it would wait 30 s.
+test('admission: a session quiet for three times its longest pause is done', { skip }, async () => {
+  const r = await post(srv.url + '/polykv/pools', { prompt: base + ' pauses pool' });
+  assert.equal(r.status, 201, r.text);
+  const pool = r.json.pool_id;
+  await setPolicy(pool, { target_tps_per_session: 1, mode: 'advisory' });
+  let prompt = base + ' pauses pool. Task: ' + words(20, 61);
+  const live = async () => (await get(srv.url + `/polykv/pools/${pool}/capacity`)).json.n_pool_sessions;
+  for (let turn = 0; turn < 3; turn++) {
+    const j = await post(srv.url + '/completion', { prompt, pool_id: pool, session_id: 'pauser', n_predict: 8,
+                                                    temperature: 0 });
+    assert.equal(j.status, 200, j.text);
+    prompt += j.json.content + ' Tool result: ' + words(6, 70 + turn);
+    if (turn < 2) await sleep(300);
+  }
+  assert.equal(await live(), 1, 'live right after its last turn');
+  await sleep(1200);
+  assert.equal(await live(), 1, 'still live 1.2 s after it (the 2 s minimum)');
+  await sleep(1500);
+  assert.equal(await live(), 0, 'done 2.7 s after it: its longest pause was about 0.3 s');
+});
