@@ -1,5 +1,12 @@
 #!/bin/sh
-# `make bench`: the speed benchmarks in one table (see bench/run.mjs), then
+# `make bench`: the speed benchmarks in one table (see bench/run.mjs), the
+# admission spawn ramp once on the model they made (bench/spawn.sh), then
 # the load test (bench/load.mjs: 64 clients for LOAD_SECONDS, 600 by default).
 node "$(dirname "$0")/run.mjs" "$@" || exit 1
+model=${MODELS_DIR:-models/bench}/qwen2-0.5b-shape-q8_0.gguf
+if [ -f "$model" ]; then
+    POLYKV_BIN="${1:-build}/polykv" sh "$(dirname "$0")/spawn.sh" "$model" 1 || exit 1
+else
+    echo "skip the spawn ramp: $model not made (bench/run.mjs needs ../shared/models for it)"
+fi
 exec node "$(dirname "$0")/load.mjs" --bin "${1:-build}/polykv" --duration "${LOAD_SECONDS:-600}"

@@ -4,7 +4,8 @@
 //
 //   node bench/spawn.mjs --url http://127.0.0.1:8080 [--floor F] [--agents 8] [--every-s 3] [--seed S]
 //                        [--strategies naive,advisory,enforced] [--json] [--trace FILE]
-//   (--floor skips the knee; FILE gets every sample and admit, as JSON)
+//   (--floor skips the knee; FILE gets every sample and admit, as JSON;
+//   --verbose logs every turn to stderr)
 //
 //   knee:      mean session tok/s with 1..N agents at work together (the
 //              agents below, turn prompts and pauses included): the curve
@@ -39,6 +40,7 @@ const { values: a } = parseArgs({ options: {
   seed: { type: 'string' },
   trace: { type: 'string' },
   strategies: { type: 'string', default: 'naive,advisory,enforced' },
+  verbose: { type: 'boolean', default: false },
   json: { type: 'boolean', default: false },
 } });
 const url = a.url, N = Number(a.agents), TURNS = Number(a.turns), REPLY = Number(a.reply);
@@ -56,13 +58,25 @@ const words = (n, seed) => {
   return out.join(' ');
 };
 
-async function req(method, path, body) {
-  const r = await fetch(url + path, { method, headers: { 'content-type': 'application/json' },
-                                      body: body ? JSON.stringify(body) : undefined });
-  const text = await r.text();
-  let json = null;
-  try { json = JSON.parse(text); } catch {}
-  return { status: r.status, json, text, headers: r.headers };
+/* node:http, not fetch: a request the enforced gate holds for minutes
+ * must not meet fetch's 300 s headers timeout. */
+const http = await import('node:http');
+function req(method, path, body) {
+  return new Promise((resolve, reject) => {
+    const data = body ? JSON.stringify(body) : undefined;
+    const r = http.request(url + path, { method, headers: { 'content-type': 'application/json' } }, (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (c) => { text += c; });
+      res.on('end', () => {
+        let json = null;
+        try { json = JSON.parse(text); } catch {}
+        resolve({ status: res.statusCode, json, text, headers: { get: (k) => res.headers[k.toLowerCase()] } });
+      });
+    });
+    r.on('error', reject);
+    r.end(data);
+  });
 }
 
 async function complete(prompt, pool, session, n) {
@@ -124,11 +138,15 @@ function summarize(samples, floor) {
 
 /* One agent: TURNS turns of REPLY tokens, a PAUSE (a tool call) between
  * them, continuing its own session. */
+const T0 = performance.now();
+const log = (msg) => { if (a.verbose) console.error(`${((performance.now() - T0) / 1000).toFixed(1)} s: ${msg}`); };
 async function agent(pool, id, k) {
   let ctx = system + `\nAgent ${id}: ` + words(40, SEED + 100 + k);
   let tokens = 0;
   for (let turn = 0; turn < TURNS; turn++) {
+    log(`${id} turn ${turn} sent`);
     const j = await complete(ctx, pool, id, REPLY);
+    log(`${id} turn ${turn} done (${j.timings.prompt_n} prompt tokens, ${j.timings.predicted_per_second.toFixed(1)} tok/s)`);
     tokens += j.tokens_predicted;
     ctx += j.content + '\nTool result: ' + words(20, SEED + 1000 * k + turn);
     if (turn + 1 < TURNS) await sleep(PAUSE);

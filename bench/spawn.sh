@@ -10,6 +10,7 @@ model=${1:-build/bench-models/qwen2-0.5b-shape-q8_0.gguf}
 runs=${2:-1}
 [ $# -gt 2 ] && shift 2 || shift $#
 bin=${POLYKV_BIN:-build/polykv}
+[ -f "$model" ] || { echo "bench/spawn.sh: no model $model (bench/run.mjs makes it)" >&2; exit 1; }
 port=${SPAWN_PORT:-18097}
 log=${SPAWN_LOG:-build/spawn-server.log}
 "$bin" serve -m "$model" -np 8 -c 16384 -t 2 --host 127.0.0.1 --port "$port" > "$log" 2>&1 &

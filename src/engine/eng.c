@@ -313,6 +313,13 @@ void eng_call_done(eng *e, eng_call *c)
     pthread_mutex_unlock(&e->mu);
 }
 
+static bool running(const eng *e)
+{
+    for (int32_t i = 0; i < e->p.n_slots; i++)
+        if (e->slots[i].state != ENG_SLOT_IDLE) return true;
+    return false;
+}
+
 static bool has_work(const eng *e)
 {
     if (e->n_waiting > 0 || eng_pool_busy(e)) return true;
@@ -358,6 +365,17 @@ static void refuse_msg(eng *e, eng_msg *m, pk_status st, const char *why)
  * been idle for sleep_idle_ms and should sleep. */
 static bool wait_mail(eng *e)
 {
+    if (e->nap && !e->stop && !e->inbox_head) {
+        /* Only requests held by admission wait, and nothing runs: what
+         * lifts a hold is mail or time (a settle's or a session's), so the
+         * next look comes with the mail or in 5 ms, not in a spin. */
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += 5 * 1000000L;
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+    }
     while (!e->stop && !e->inbox_head && !has_work(e)) {
         if (e->p.sleep_idle_ms <= 0 || e->sleeping) {
             pthread_cond_wait(&e->cv, &e->mu);
@@ -719,6 +737,7 @@ static void *engine_main(void *arg)
         while (n > 0 && !eng_make_room(e, n) && shed_newest(e)) n = build_batch(e, &n_dec);
         if (n > 0 && decode(e, n, n_dec) == PK_OK) sample_and_emit(e, n);
         if (n > 0 || has_work(e)) e->idle_since_ms = pk_time_ms();
+        e->nap = n == 0 && e->n_waiting > 0 && !running(e) && !eng_pool_busy(e);
         eng_admit_step(e);
         publish(e);
         if (e->check) eng_check(e);

@@ -30,6 +30,8 @@ bool eng_session_known(const eng *e, const char *session)
     }
     for (int32_t i = 0; i < e->n_parked_max; i++)
         if (e->parked[i].used && !strcmp(e->parked[i].session, session)) return true;
+    for (int32_t i = 0; i < e->n_spill_max; i++)
+        if (e->spill[i].used && !strcmp(e->spill[i].session, session)) return true;
     return false;
 }
 
@@ -64,6 +66,11 @@ void eng_adm_inputs(eng *e, eng_adm_in *in)
         if (!p->used) continue;
         reclaim += excl[p->seq];
         if (p->session[0] && in->n_known < ENG_ADM_KNOWN) memcpy(in->known[in->n_known++], p->session, ENG_SESSION_CAP);
+    }
+    for (int32_t i = 0; i < e->n_spill_max; i++) {
+        const spilled *sp = &e->spill[i];
+        if (sp->used && sp->session[0] && in->n_known < ENG_ADM_KNOWN)
+            memcpy(in->known[in->n_known++], sp->session, ENG_SESSION_CAP);
     }
     in->kv_free_cells = e->p.n_ctx - kv_used(e->kv) + reclaim;
     in->kv_used = kv_used(e->kv);
@@ -177,7 +184,7 @@ static void log_decision(eng *e, const eng_task *t, int32_t pool, eng_adm_decisi
 {
     eng_cache_event ev = { .kind = ENG_CACHE_ADMISSION, .task_id = t->id, .slot = -1, .seq = -1,
                            .decision = (int32_t)d, .pool_id = pool, .value = a ? a->projected : NAN };
-    const char *reason = a ? a->reason : "overcommit";
+    const char *reason = a ? a->reason : d == ENG_ADM_OVERCOMMIT ? "overcommit" : "behind an earlier new session";
     snprintf(ev.reason, sizeof ev.reason, "%s", reason);
     eng_cache_event_add(e, &ev);
 }
@@ -199,6 +206,18 @@ bool eng_admit_gate(eng *e, eng_task *t, int32_t p_share, bool *failed)
         t->adm_held = true;        /* counted once */
         return true;
     }
+    /* A queue is first come, first served: a NEW session behind one this
+     * pass held for the scope's sake (not its own size) waits too.  Asked
+     * on its own, a moment later, it could find the hold just lifted (a
+     * live session's time ran out between the two answers) and go first. */
+    if (sc->held_pass == e->place_pass) {
+        if (!t->adm_held) {
+            sc->decisions[sc->held_decision]++;
+            log_decision(e, t, pool, (eng_adm_decision)sc->held_decision, NULL);
+        }
+        t->adm_held = true;
+        return false;
+    }
     /* What it will add: its suffix and generation, never more than its
      * context can take (past that it stops, truncated). */
     int32_t room = e->n_ctx_slot - (pool > 0 ? eng_pool_prefix_len(e, pool) : 0);
@@ -218,14 +237,19 @@ bool eng_admit_gate(eng *e, eng_task *t, int32_t p_share, bool *failed)
         log_decision(e, t, pool, ENG_ADM_WARN, &a);
         t->adm_warned = true;
         return true;
-    case ADM_HOLD:
+    case ADM_HOLD: {
+        eng_adm_decision d = a.arm == 6 ? ENG_ADM_HOLD : ENG_ADM_QUEUE;
         if (!t->adm_held) {
-            eng_adm_decision d = a.arm == 6 ? ENG_ADM_HOLD : ENG_ADM_QUEUE;
             sc->decisions[d]++;
             log_decision(e, t, pool, d, &a);
         }
         t->adm_held = true;
+        if (a.arm != 1) {                  /* held for the scope, not for its own size */
+            sc->held_pass = e->place_pass;
+            sc->held_decision = (int32_t)d;
+        }
         return false;
+    }
     case ADM_REFUSE:
         sc->decisions[ENG_ADM_REJECT]++;
         log_decision(e, t, pool, ENG_ADM_REJECT, &a);

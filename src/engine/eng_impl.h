@@ -53,6 +53,8 @@ typedef struct eng_scope {
     adm_policy policy;
     adm_settle settle;
     uint64_t decisions[ENG_ADM_N];
+    uint64_t held_pass;         /* the placement pass that held a NEW session of it */
+    int32_t held_decision;      /* what that hold was (ENG_ADM_HOLD or ENG_ADM_QUEUE) */
 } eng_scope;
 
 /* One slot as admission sees it, and every input of a capacity answer. */
@@ -147,6 +149,7 @@ typedef struct parked {
     int32_t marker_pos;
     double last_use_s;          /* kept from its slot: no renewed protection */
     char session[ENG_SESSION_CAP];
+    double max_gap_ms;          /* kept from its slot (adm_live_ms) */
 } parked;
 
 /* A history spilled to RAM: its K/V rows copied out of the cache, its cells
@@ -158,6 +161,8 @@ typedef struct spilled {
     int32_t n_tokens;
     int32_t marker_pos;
     double last_use_s;
+    char session[ENG_SESSION_CAP];  /* still a known session's context: never gated as new */
+    double max_gap_ms;
     uint8_t *rows;              /* [n_tokens][n_layer][K row, V row] */
 } spilled;
 
@@ -193,6 +198,8 @@ struct eng {
     struct eng_persist *persist; /* eng_save.c */
     eng_scope adm;              /* eng_admit.c: the server scope */
     eng_adm_in adm_in;          /* scratch for snapshots (engine thread) */
+    uint64_t place_pass;        /* eng_place_waiting calls */
+    bool nap;                   /* the last step had nothing to do but hold requests */
     pthread_mutex_t pub_mu;     /* guards *pub */
     eng_pub *pub;
     _Atomic double pub_want_ms; /* a reader asked at this time: publish while recent */
@@ -255,7 +262,8 @@ size_t eng_spill_row_bytes(const eng *e);            /* per token */
 /* Copies the rows of seq's cells at positions [0, n) into a new RAM entry
  * (evicting RAM entries worth less when the budget is short).  The caller
  * then removes seq from the cache.  Returns the entry or -1. */
-int32_t eng_spill(eng *e, kv_seq seq, const int32_t *tokens, int32_t n, int32_t marker_pos, double last_use_s);
+int32_t eng_spill(eng *e, kv_seq seq, const int32_t *tokens, int32_t n, int32_t marker_pos, double last_use_s,
+                  const char *session, double max_gap_ms);
 /* Copies entry i's rows for positions [p0, p1) into free cells joined to
  * dst.  The caller has made room.  false when cells are missing. */
 bool eng_restore(eng *e, int32_t i, kv_seq dst, int32_t p0, int32_t p1);

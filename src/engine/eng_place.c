@@ -188,8 +188,10 @@ static void drop_hist(eng *e, const snap *sn, int32_t h, const char *why, bool s
         eng_pool_evict_seq(e, i, why);
         return;
     }
+    const char *session = kind == H_SLOT ? e->slots[i].session : e->parked[i].session;
+    double gap = kind == H_SLOT ? e->slots[i].max_gap_ms : e->parked[i].max_gap_ms;
     if (spill && worth_ram(ph->n_tokens, value) &&
-        eng_spill(e, ph->seq, ph->tokens, ph->n_tokens, ph->marker_pos, ph->last_use_s) >= 0) {
+        eng_spill(e, ph->seq, ph->tokens, ph->n_tokens, ph->marker_pos, ph->last_use_s, session, gap) >= 0) {
         ev.kind = ENG_CACHE_PARK;
         snprintf(ev.reason, sizeof ev.reason, "%s: spilled to RAM", why);
     }
@@ -222,6 +224,7 @@ static bool park(eng *e, slot *s, uint64_t task_id)
     }
     memcpy(p->tokens, s->cache, (size_t)s->n_cache * sizeof(int32_t));
     memcpy(p->session, s->session, sizeof p->session);
+    p->max_gap_ms = s->max_gap_ms;
     p->used = true;
     p->n_tokens = s->n_cache;
     p->marker_pos = s->marker_pos;
@@ -270,9 +273,20 @@ static void admitted(eng *e, eng_task *t, slot *s, int32_t src_seq, const char *
         }
     }
     /* The pause this turn ends, for how long its history stays live
-     * (adm_live_ms). */
-    double gap = from ? (eng_now_s() - from->last_use_s) * 1000.0 : 0;
-    s->max_gap_ms = from ? fmax(from->max_gap_ms, gap) : 0;
+     * (adm_live_ms): from the history it continues, wherever that was. */
+    double last_use_s = from ? from->last_use_s : 0, max_gap = from ? from->max_gap_ms : 0;
+    for (int32_t i = 0; t->req.session_id[0] && i < e->n_spill_max; i++) {
+        spilled *sp = &e->spill[i];
+        if (!sp->used || strcmp(sp->session, t->req.session_id)) continue;
+        if (sp->last_use_s > last_use_s) last_use_s = sp->last_use_s, max_gap = sp->max_gap_ms;
+        sp->session[0] = 0;
+    }
+    for (int32_t i = 0; t->req.session_id[0] && i < e->n_parked_max; i++) {
+        parked *p = &e->parked[i];
+        if (p->used && !strcmp(p->session, t->req.session_id) && p->last_use_s > last_use_s)
+            last_use_s = p->last_use_s, max_gap = p->max_gap_ms;
+    }
+    s->max_gap_ms = last_use_s > 0 ? fmax(max_gap, (eng_now_s() - last_use_s) * 1000.0) : 0;
     if (t->req.session_id[0]) {
         for (int32_t i = 0; i < e->n_parked_max; i++)
             if (e->parked[i].used && !strcmp(e->parked[i].session, t->req.session_id)) e->parked[i].session[0] = 0;
@@ -326,7 +340,7 @@ static int32_t apply(eng *e, snap *sn, eng_task *t, const pol_decision *d)
         double kept_at = e->p.policy.park_kept_share;
         if (pol_park(&sn->s, h, d->source, 0, &plan) == PK_OK &&
             !(kept_at > 0 && plan.kept_share >= kept_at) && worth_ram(s->n_cache, plan.value) &&
-            eng_spill(e, s->id, s->cache, s->n_cache, s->marker_pos, s->last_use_s) >= 0) {
+            eng_spill(e, s->id, s->cache, s->n_cache, s->marker_pos, s->last_use_s, s->session, s->max_gap_ms) >= 0) {
             eng_cache_event ev = { .kind = ENG_CACHE_PARK, .task_id = t->id, .slot = s->id, .seq = s->id,
                                    .n_tokens = s->n_cache, .value = plan.value };
             snprintf(ev.reason, sizeof ev.reason, "slot %d's history spilled to RAM (%s)", s->id, plan.why);
@@ -422,6 +436,7 @@ static void start(eng *e, eng_task *t, slot *s, int32_t src_seq, int32_t p_share
 
 void eng_place_waiting(eng *e)
 {
+    e->place_pass++;
     eng_admit_order(e);
     snap *sn = e->snap;
     eng_task **pp = &e->wait_head, *prev = NULL;

@@ -14,6 +14,7 @@
  * least valuable entries first, and is refused when even that cannot make
  * room for it.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,7 +61,8 @@ static bool make_ram(eng *e, size_t need, double value)
     return true;
 }
 
-int32_t eng_spill(eng *e, kv_seq seq, const int32_t *tokens, int32_t n, int32_t marker_pos, double last_use_s)
+int32_t eng_spill(eng *e, kv_seq seq, const int32_t *tokens, int32_t n, int32_t marker_pos, double last_use_s,
+                  const char *session, double max_gap_ms)
 {
     if (n <= 0) return -1;
     int32_t slot_i = -1;
@@ -83,7 +85,8 @@ int32_t eng_spill(eng *e, kv_seq seq, const int32_t *tokens, int32_t n, int32_t 
     size_t row = eng_spill_row_bytes(e), kb = kv_k_row_bytes(e->kv), vb = kv_v_row_bytes(e->kv);
     int n_layer = kv_get_params(e->kv)->n_layer;
     spilled sp = { .used = true, .n_tokens = m, .marker_pos = marker_pos < m ? marker_pos : -1,
-                   .last_use_s = last_use_s };
+                   .last_use_s = last_use_s, .max_gap_ms = max_gap_ms };
+    snprintf(sp.session, sizeof sp.session, "%s", session ? session : "");
     pol_hist h = { .n_tokens = m, .last_use_s = last_use_s, .valid = true };
     if (m == 0 || !make_ram(e, (size_t)m * row, pol_hist_state(&e->p.policy, &h, eng_now_s()).value) ||
         !(sp.tokens = malloc((size_t)m * sizeof(int32_t))) || !(sp.rows = malloc((size_t)m * row))) {

@@ -7,7 +7,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
-import { sharedModel, skipReason, startServer, post, get, words, readSSE, sleep } from './lib.mjs';
+import { sharedModel, skipReason, startServer, post, get, words, readSSE, sleep, cpuSeconds } from './lib.mjs';
 
 const QWEN = 'rand-qwen2-qwen2vocab-e64-l2-F16.gguf';
 const skip = skipReason(QWEN);
@@ -181,4 +181,43 @@ test('admission: a session quiet for three times its longest pause is done', { s
   assert.equal(await live(), 1, 'still live 1.2 s after it (the 2 s minimum)');
   await sleep(1500);
   assert.equal(await live(), 0, 'done 2.7 s after it: its longest pause was about 0.3 s');
+});
+
+// Queued NEW sessions go in arrival order also when the hold lifts by
+// itself (the live session's time runs out, and the guaranteed minimum
+// takes the next one): every waiting request used to be asked on its
+// own, a moment apart, and a later one could find the hold lifted first.
+// And while only held requests wait, the engine does not spin on them.
+test('admission: a queue lifted by time goes in arrival order, without spinning', { skip }, async () => {
+  const r = await post(srv.url + '/polykv/pools', { prompt: base + ' fifo pool' });
+  assert.equal(r.status, 201, r.text);
+  const pool = r.json.pool_id;
+  await setPolicy(pool, { target_tps_per_session: 1e5, mode: 'enforced', on_saturation: 'queue',
+                          queue_max_ms: 60000, settle_tokens: 0, settle_max_ms: 0 });
+  const order = [];
+  const agent = async (name) => {
+    let prompt = base + ' fifo pool. Agent ' + name + ': ' + words(10, name.charCodeAt(0));
+    for (let turn = 0; turn < 2; turn++) {
+      const j = await post(srv.url + '/completion', { prompt, pool_id: pool, session_id: 'fifo-' + name,
+                                                      n_predict: 8, temperature: 0 });
+      assert.equal(j.status, 200, j.text);
+      if (turn === 0) order.push(name);
+      prompt += j.json.content + ' Tool result ' + turn;
+      await sleep(300);
+    }
+  };
+  const all = [agent('A')];
+  for (const n of ['B', 'C', 'D', 'E']) {
+    await sleep(100);
+    all.push(agent(n));
+  }
+  // A is done after its two turns, the rest are held: each goes when the
+  // one before it has been quiet for 2 s (three times its 0.3 s pause).
+  await sleep(1500);
+  const c0 = cpuSeconds(srv.pid);
+  await sleep(1000);
+  const cpu = cpuSeconds(srv.pid) - c0;
+  await Promise.all(all);
+  assert.deepEqual(order, ['A', 'B', 'C', 'D', 'E']);
+  assert.ok(cpu < 0.3, `the server used ${cpu} s of CPU in 1 s with only held requests`);
 });
