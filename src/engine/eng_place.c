@@ -260,13 +260,18 @@ static void admitted(eng *e, eng_task *t, slot *s, int32_t src_seq, const char *
      * stay, but no longer answer to its name, and are no longer a session
      * between turns for admission (an agent whose turns land in new slots
      * would count once per turn).  The same for a history that t carries
-     * on past its pool's prefix without naming a session. */
-    const slot *from = s->n_cache > s->pool_shared && src_seq == s->id ? s : NULL;
+     * on past its pool's prefix without naming a session; a named one is
+     * known by its name only (agents' prompts share more than the pool's
+     * prefix: "Agent 3:" continues no history of "Agent 1:"). */
+    const char *sid = t->req.session_id;
+    bool carries_s = sid[0] ? !strcmp(s->session, sid) : s->n_cache > s->pool_shared && src_seq == s->id;
+    const slot *from = s->n_cache > 0 && carries_s ? s : NULL;
     for (int32_t i = 0; i < e->p.n_slots; i++) {
         slot *o = &e->slots[i];
-        if (o == s || o->state != ENG_SLOT_IDLE) continue;
-        bool named = t->req.session_id[0] && !strcmp(o->session, t->req.session_id);
-        if (named || (i == src_seq && s->n_cache > s->pool_shared)) {
+        if (o == s) continue;
+        bool named = sid[0] && !strcmp(o->session, sid);
+        bool carried = !sid[0] && i == src_seq && o->state == ENG_SLOT_IDLE && s->n_cache > s->pool_shared;
+        if (named || carried) {
             o->session[0] = 0;
             o->moved = true;
             if (!from || o->last_use_s > from->last_use_s) from = o;
