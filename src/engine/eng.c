@@ -322,10 +322,7 @@ static bool running(const eng *e)
 
 static bool has_work(const eng *e)
 {
-    if (e->n_waiting > 0 || eng_pool_busy(e)) return true;
-    for (int32_t i = 0; i < e->p.n_slots; i++)
-        if (e->slots[i].state != ENG_SLOT_IDLE) return true;
-    return false;
+    return e->n_waiting > 0 || eng_pool_busy(e) || running(e);
 }
 
 /* A control message is about to change what was published: readers ask
@@ -715,7 +712,7 @@ static void publish(eng *e)
     if (!e->pub || e->sleeping || t0 - atomic_load(&e->pub_want_ms) > PUB_WANT_MS) return;
     static __thread eng_stats st;          /* filled outside the lock */
     eng_stats_fill(e, &st);
-    eng_adm_inputs(e, &e->adm_in);
+    if (!e->adm_in_step) eng_adm_inputs(e, &e->adm_in);
     pthread_mutex_lock(&e->pub_mu);
     e->pub->stats = st;
     e->pub->in = e->adm_in;

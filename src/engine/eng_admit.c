@@ -114,13 +114,20 @@ int32_t eng_adm_scopes(eng *e, eng_pub_scope *out, int32_t cap)
     return 1 + eng_pool_scopes(e, out + 1, cap - 1);
 }
 
+/* The snapshot of pool_id's scope from e->adm_in as it was last read. */
+static void scope_snap(eng *e, int32_t pool_id, const eng_scope *sc, int32_t expected, bool known, adm_session *ss,
+                       adm_snapshot *o)
+{
+    eng_adm_snapshot(&e->adm_in, pool_id, pool_id > 0 ? eng_pool_prefix_len(e, pool_id) : 0, sc, expected, known,
+                     ss, o);
+}
+
 /* The snapshot of pool_id's scope, from the engine's state now. */
 static void snap(eng *e, int32_t pool_id, const eng_scope *sc, int32_t expected, bool known, adm_session *ss,
                  adm_snapshot *o)
 {
     eng_adm_inputs(e, &e->adm_in);
-    eng_adm_snapshot(&e->adm_in, pool_id, pool_id > 0 ? eng_pool_prefix_len(e, pool_id) : 0, sc, expected, known,
-                     ss, o);
+    scope_snap(e, pool_id, sc, expected, known, ss, o);
 }
 
 static void decide(eng *e, int32_t pool_id, const eng_scope *sc, int32_t expected, bool known, adm_answer *a)
@@ -274,18 +281,22 @@ void eng_admit_placed(eng *e, eng_task *t)
 }
 
 /* Every scope with a policy, after every step (its settled mean is the
- * last one seen); a scope without one records nothing. */
+ * last one seen); a scope without one records nothing.  The engine's state
+ * is read once for all of them: a settle step changes only its scope. */
 static void settle_scope(eng *e, int32_t pool_id, eng_scope *sc)
 {
     if (!sc->policy.set) return;
+    if (!e->adm_in_step) eng_adm_inputs(e, &e->adm_in);
+    e->adm_in_step = true;
     adm_session ss[ENG_MAX_SLOTS];
     adm_snapshot s;
-    snap(e, pool_id, sc, -1, false, ss, &s);
+    scope_snap(e, pool_id, sc, -1, false, ss, &s);
     adm_settle_step(&sc->settle, &s);
 }
 
 void eng_admit_step(eng *e)
 {
+    e->adm_in_step = false;
     settle_scope(e, 0, &e->adm);
     eng_pool_each_scope(e, settle_scope);
 }

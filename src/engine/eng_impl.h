@@ -198,6 +198,8 @@ struct eng {
     struct eng_persist *persist; /* eng_save.c */
     eng_scope adm;              /* eng_admit.c: the server scope */
     eng_adm_in adm_in;          /* scratch for snapshots (engine thread) */
+    bool adm_in_step;           /* adm_in is this step's, read once by eng_admit_step for all
+                                   scopes and by publish after it */
     uint64_t place_pass;        /* eng_place_waiting calls */
     bool nap;                   /* the last step had nothing to do but hold requests */
     pthread_mutex_t pub_mu;     /* guards *pub */

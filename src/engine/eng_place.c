@@ -280,22 +280,19 @@ static void admitted(eng *e, eng_task *t, slot *s, int32_t src_seq, const char *
     /* The pause this turn ends, for how long its history stays live
      * (adm_live_ms): from the history it continues, wherever that was. */
     double last_use_s = from ? from->last_use_s : 0, max_gap = from ? from->max_gap_ms : 0;
-    for (int32_t i = 0; t->req.session_id[0] && i < e->n_spill_max; i++) {
+    for (int32_t i = 0; sid[0] && i < e->n_spill_max; i++) {
         spilled *sp = &e->spill[i];
-        if (!sp->used || strcmp(sp->session, t->req.session_id)) continue;
+        if (!sp->used || strcmp(sp->session, sid)) continue;
         if (sp->last_use_s > last_use_s) last_use_s = sp->last_use_s, max_gap = sp->max_gap_ms;
         sp->session[0] = 0;
     }
-    for (int32_t i = 0; t->req.session_id[0] && i < e->n_parked_max; i++) {
+    for (int32_t i = 0; sid[0] && i < e->n_parked_max; i++) {
         parked *p = &e->parked[i];
-        if (p->used && !strcmp(p->session, t->req.session_id) && p->last_use_s > last_use_s)
-            last_use_s = p->last_use_s, max_gap = p->max_gap_ms;
+        if (!p->used || strcmp(p->session, sid)) continue;
+        if (p->last_use_s > last_use_s) last_use_s = p->last_use_s, max_gap = p->max_gap_ms;
+        p->session[0] = 0;
     }
     s->max_gap_ms = last_use_s > 0 ? fmax(max_gap, (eng_now_s() - last_use_s) * 1000.0) : 0;
-    if (t->req.session_id[0]) {
-        for (int32_t i = 0; i < e->n_parked_max; i++)
-            if (e->parked[i].used && !strcmp(e->parked[i].session, t->req.session_id)) e->parked[i].session[0] = 0;
-    }
     memcpy(s->session, t->req.session_id, sizeof s->session);
     s->last_source_seq = s->n_cache > 0 ? src_seq : -1;
     s->last_reused = s->n_cache;

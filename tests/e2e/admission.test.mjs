@@ -45,6 +45,14 @@ async function setPolicy(pool, p) {
   return r.json;
 }
 
+// A new pool on `base + ' ' + name`, with policy p; its id.
+async function policyPool(name, p) {
+  const r = await post(srv.url + '/polykv/pools', { prompt: base + ' ' + name });
+  assert.equal(r.status, 201, r.text);
+  await setPolicy(r.json.pool_id, p);
+  return r.json.pool_id;
+}
+
 test('admission: routes, capacity, reject / continuation / overcommit / warn / queue', { skip }, async () => {
   // The server scope and the routes' errors.
   let r = await get(srv.url + '/polykv/admission');
@@ -139,10 +147,7 @@ test('admission: routes, capacity, reject / continuation / overcommit / warn / q
 // still one session between turns, not one per slot it left behind: the
 // count the projection charges.
 test('admission: a session whose turns move to new slots counts once', { skip }, async () => {
-  const r = await post(srv.url + '/polykv/pools', { prompt: base + ' mover pool' });
-  assert.equal(r.status, 201, r.text);
-  const pool = r.json.pool_id;
-  await setPolicy(pool, { target_tps_per_session: 1, mode: 'advisory' });
+  const pool = await policyPool('mover pool', { target_tps_per_session: 1, mode: 'advisory' });
   let prompt = base + ' mover pool. Task: ' + words(20, 41);
   const used = new Set();
   for (let turn = 0; turn < 3; turn++) {
@@ -163,10 +168,7 @@ test('admission: a session whose turns move to new slots counts once', { skip },
 // pause (at least 2 s): an agent that took 0.3 s per tool call and has
 // been quiet for 3 s is done, and a gate waiting on it would wait 30 s.
 test('admission: a session quiet for three times its longest pause is done', { skip }, async () => {
-  const r = await post(srv.url + '/polykv/pools', { prompt: base + ' pauses pool' });
-  assert.equal(r.status, 201, r.text);
-  const pool = r.json.pool_id;
-  await setPolicy(pool, { target_tps_per_session: 1, mode: 'advisory' });
+  const pool = await policyPool('pauses pool', { target_tps_per_session: 1, mode: 'advisory' });
   let prompt = base + ' pauses pool. Task: ' + words(20, 61);
   const live = async () => (await get(srv.url + `/polykv/pools/${pool}/capacity`)).json.n_pool_sessions;
   for (let turn = 0; turn < 3; turn++) {
@@ -189,11 +191,8 @@ test('admission: a session quiet for three times its longest pause is done', { s
 // own, a moment apart, and a later one could find the hold lifted first.
 // And while only held requests wait, the engine does not spin on them.
 test('admission: a queue lifted by time goes in arrival order, without spinning', { skip }, async () => {
-  const r = await post(srv.url + '/polykv/pools', { prompt: base + ' fifo pool' });
-  assert.equal(r.status, 201, r.text);
-  const pool = r.json.pool_id;
-  await setPolicy(pool, { target_tps_per_session: 1e5, mode: 'enforced', on_saturation: 'queue',
-                          queue_max_ms: 60000, settle_tokens: 0, settle_max_ms: 0 });
+  const pool = await policyPool('fifo pool', { target_tps_per_session: 1e5, mode: 'enforced', on_saturation: 'queue',
+                                              queue_max_ms: 60000, settle_tokens: 0, settle_max_ms: 0 });
   const order = [];
   const agent = async (name) => {
     let prompt = base + ' fifo pool. Agent ' + name + ': ' + words(10, name.charCodeAt(0));
