@@ -103,7 +103,7 @@ static void projections(const adm_snapshot *s, adm_answer *a)
     int32_t n_all = n + a->n_paused + a->n_starting;
     a->idle_estimate = false;
     if (n > 0) {
-        M = st->has_drop ? fmax(0, M - st->drop_ewma * (n_all - n)) : M * n / n_all;
+        M = st->has_cost ? adm_add_sessions(M, st->cost_ms, n_all - n) : M * n / n_all;
         n = n_all;
     } else if (n_all > 0 && st->has_settled && s->now_ms - st->t_settled_ms < ADM_IDLE_MS) {
         a->idle_estimate = true;     /* nobody measured now: the last settled mean stands in */
@@ -111,8 +111,10 @@ static void projections(const adm_snapshot *s, adm_answer *a)
         n = n_all;
     }
     a->projected_model = n > 0 ? M * n / (n + 1) : NAN;
-    a->projected_measured = n > 0 && st->has_drop ? fmax(0, M - st->drop_ewma) : NAN;
-    a->projected = st->has_drop && n > 0 ? a->projected_measured : a->projected_model;
+    a->projected_measured = n > 0 && st->has_cost ? adm_add_sessions(M, st->cost_ms, 1) : NAN;
+    a->projected = st->has_cost && n > 0 ? a->projected_measured : a->projected_model;
+    a->step_cost_ms = st->has_cost ? st->cost_ms : 0;
+    a->drop_per_admit_ewma = st->has_cost && n > 0 ? M - a->projected_measured : 0;
 }
 
 static double retry_after(const adm_snapshot *s, const adm_answer *a)
@@ -150,7 +152,6 @@ pk_status adm_decide(const adm_snapshot *s, adm_answer *out)
     }
     a.n_pool_sessions = n_live;
     a.known_session = s->known_session;
-    a.drop_per_admit_ewma = st->has_drop ? st->drop_ewma : 0;
     a.n_starting = starting(s);
     projections(s, &a);
 
@@ -254,10 +255,12 @@ void adm_settle_step(adm_settle *st, const adm_snapshot *s)
     if (!due) return;
     st->active = false;
     if (n == 0) return;                          /* nobody to measure: no sample */
-    if (st->mean_at_admit > 0) {
-        double drop = fmax(0, st->mean_at_admit - absorbed_mean(st, s));
-        st->drop_ewma = st->has_drop ? st->drop_ewma + ADM_DROP_ALPHA * (drop - st->drop_ewma) : drop;
-        st->has_drop = true;
+    double m = absorbed_mean(st, s);
+    int32_t gained = n - st->n_warm_at_admit;
+    if (st->mean_at_admit > 0 && m > 0 && gained >= 1) {
+        double c = fmax(0, (1000.0 / m - 1000.0 / st->mean_at_admit) / gained);
+        st->cost_ms = st->has_cost ? st->cost_ms + ADM_COST_ALPHA * (c - st->cost_ms) : c;
+        st->has_cost = true;
     }
     st->has_settled = true;
     st->mean_settled = M;
@@ -273,6 +276,7 @@ void adm_record_admit(adm_settle *st, const adm_snapshot *s, uint64_t task_id)
     st->t_admit_ms = s->now_ms;
     st->task_id = task_id;
     st->mean_at_admit = n ? M : 0;
+    st->n_warm_at_admit = n;
     st->n_at = 0;
     for (int32_t i = 0; i < s->n_sessions && st->n_at < ADM_MAX_AT; i++)
         if (warm(&s->sessions[i]))

@@ -13,7 +13,7 @@
  *     adm_gate         what enforced mode does with a request, given the
  *                      answer (admit, hold, reject, warn, queue);
  *     adm_settle_step  completes a settle window when it is due, folding
- *                      the measured drop into its EWMA;
+ *                      the measured step cost into its EWMA;
  *     adm_record_admit starts a settle window for an admitted session.
  *
  *   Speeds are over the sessions decoding on the whole server (one
@@ -41,7 +41,7 @@
 #define ADM_IDLE_MS 30000.0        /* a settled mean this young stands in for an idle pool */
 #define ADM_PAUSE_FACTOR 3.0       /* a session idle this many times its longest pause is done */
 #define ADM_PAUSE_MIN_MS 2000.0
-#define ADM_DROP_ALPHA 0.3         /* EWMA weight of a new drop sample */
+#define ADM_COST_ALPHA 0.3         /* EWMA weight of a new step-cost sample */
 #define ADM_MAX_AT 64              /* sessions whose speed a settle record keeps */
 #define ADM_MIN_ABSORBED 0.25      /* the settle's lag correction multiplies by at most 4 */
 
@@ -67,6 +67,18 @@ static inline void adm_rate_add(adm_rate *r, double dt_ms, double win_tokens, do
 static inline double adm_rate_tps(const adm_rate *r)
 {
     return r->n > 0 && r->ms > 0 ? 1000.0 * r->n / r->ms : 0;
+}
+
+/* The mean speed after k more sessions, from M and the measured step
+ * cost: a session at M tok/s takes 1000/M ms a token, and each session
+ * more adds c ms to that.  A constant cost in time, not a constant drop in
+ * speed: on the 10 knee curves of docs/benchmarks.md a drop learned at one
+ * step and applied at another misses the speed by 15.5% at the median,
+ * the time cost by 9.5% (test_adm, test_cost_model), because the same
+ * added time costs a fast session more tokens/s than a slow one. */
+static inline double adm_add_sessions(double M, double c_ms, double k)
+{
+    return M > 0 ? 1000.0 / (1000.0 / M + c_ms * k) : 0;
 }
 
 /* How long a history stays a live session (one between turns) after its
@@ -135,8 +147,10 @@ typedef struct adm_settle {
     double mean_at_admit;           /* M when it was admitted, 0 unknown */
     adm_at at[ADM_MAX_AT];          /* the warm sessions then (the lag correction's base) */
     int32_t n_at;
-    bool has_drop;
-    double drop_ewma;               /* tokens/s one admit costs the mean */
+    int32_t n_warm_at_admit;        /* warm sessions then */
+    bool has_cost;
+    double cost_ms;                 /* EWMA: ms one more session adds to every session's
+                                       time per token (adm_add_sessions) */
     bool has_settled;
     double mean_settled, t_settled_ms;   /* the last mean seen outside a settle window */
     uint64_t n_settled;
@@ -167,7 +181,9 @@ typedef struct adm_answer {
     double projected;               /* what the floor arm compared (NAN: nothing to project) */
     double projected_model, projected_measured;   /* NAN when unknown */
     bool idle_estimate;
-    double drop_per_admit_ewma;     /* 0 before the first sample */
+    double drop_per_admit_ewma;     /* tok/s one admit costs the mean now (from cost_ms), 0 before
+                                       the first sample */
+    double step_cost_ms;            /* the settle record's cost_ms, 0 before the first sample */
     int32_t n_active, n_warming, n_pool_sessions;
     int32_t n_paused;               /* live sessions between turns (idle, history recent) */
     int32_t n_starting;             /* running, not warm yet (prefilling or warming), server-wide */
@@ -201,10 +217,11 @@ adm_action adm_gate(const adm_policy *p, const adm_answer *a, bool known_session
                     double waited_ms);
 
 /* After every step.  Completes the settle window when its session has
- * decoded settle_tokens tokens, has gone, or settle_max_ms passed: the drop
- * sample (when there was a mean at the admit and is one now) goes into the
- * EWMA, corrected for the part of the change the speeds' window has not
- * absorbed yet.  Outside a window, keeps the last mean seen as the settled
+ * decoded settle_tokens tokens, has gone, or settle_max_ms passed: the
+ * step-cost sample (the change in time per token between the mean at the
+ * admit and the mean now, corrected for the part of the change the speeds'
+ * window has not absorbed yet, over the warm sessions gained; none when
+ * none was gained) goes into the EWMA.  Outside a window, keeps the last mean seen as the settled
  * one (the idle estimate's). */
 void adm_settle_step(adm_settle *st, const adm_snapshot *s);
 /* Starts a settle window for task_id, admitted now with mean M. */
