@@ -10,7 +10,8 @@
  *     hold one history and do not push a third conversation out;
  *   - no wait: with every idle history protected a request is admitted at once;
  *   - pigeonhole: N+1 agents on N slots never re-read their histories;
- *   - busy source: a prompt sharing a prefix with a busy slot shares its cells.
+ *   - busy source: a prompt sharing a prefix with a busy slot shares its cells;
+ *   - spill table: more histories than RAM entries: the least valuable go.
  */
 #include "ref.h"
 
@@ -418,6 +419,46 @@ static void scenario_busy_source(void)
     eng_free(e);
 }
 
+/* More histories than the RAM tier has entries: each new one still finds
+ * a place, in the entry of the least valuable (the oldest here), so the
+ * last conversation's history survives the next one taking its slot.
+ * (A full table used to refuse every spill: past ~150 histories each
+ * agent lost its context whenever its slot was taken.) */
+static void scenario_spill_table(void)
+{
+    eng_params p = eng_default_params();
+    p.n_slots = 1; p.n_ctx = 4096; p.n_threads = 2;
+    p.policy.ttl_max_s = 100000;
+    p.policy.park_min_value = 1e9;             /* never parked in the cache: every history goes to RAM */
+    p.cache_ram_mib = 64;
+    eng *e;
+    ASSERT(eng_new(m, &p, &e) == PK_OK);
+    static int32_t prev[8192];
+    int n_prev = 0, n_hist = 300;
+    for (int k = 0; k < n_hist; k++) {
+        memset(&cc, 0, sizeof cc);
+        words(doc, sizeof doc, 80, 1000 + (unsigned)k);
+        conv_add(&cc, "system", "A short-lived agent.");
+        conv_add(&cc, "user", doc);
+        int n = conv_tokens(&cc, pc, 8192);
+        complete(e, pc, n, 1);
+        if (k == n_hist - 2) {
+            memcpy(prev, pc, sizeof(int32_t) * (size_t)n);
+            n_prev = n;
+        }
+    }
+    static eng_stats st;
+    CHECK(eng_get_stats(e, &st) == PK_OK);
+    int held = st.n_spilled;
+    /* The one before the last is in RAM, and comes back whole. */
+    result got = complete(e, prev, n_prev, 1);
+    CHECK_EQ_INT(got.n_cached, n_prev - 1);
+    CHECK(held >= 100 && held < n_hist);        /* the table was full: old entries made room */
+    printf("spill table: %d histories through one slot, %d held in RAM, the last but one reused %d of %d tokens\n",
+           n_hist, held, got.n_cached, n_prev);
+    eng_free(e);
+}
+
 int main(void)
 {
     const char *shared = test_shared_dir();
@@ -428,6 +469,7 @@ int main(void)
     voc = model_vocab(m);
     scenario_park();
     scenario_spill();
+    scenario_spill_table();
     scenario_alternation();
     scenario_rewrites();
     scenario_no_wait_and_pigeonhole();

@@ -328,7 +328,16 @@ static int32_t apply(eng *e, snap *sn, eng_task *t, const pol_decision *d)
     slot *s = &e->slots[d->slot];
     s->state = ENG_SLOT_PREFILL;       /* nothing below may evict the run slot */
     eng_pool_detach(e, s);
-    for (int32_t k = 0; k < d->n_drop; k++) drop_hist(e, sn, d->drop[k], "room for a park", true);
+    /* A spill below may free the least valuable RAM entries to make room,
+     * and reuse their places: the entry this task continues is pinned,
+     * and the RAM entries the decision drops go before any spill, while
+     * the snapshot's indices still name them. */
+    bool src_ram = d->source >= 0 && sn->kind[d->source] == H_RAM;
+    e->spill_pin = src_ram ? sn->idx[d->source] : -1;
+    for (int32_t k = 0; k < d->n_drop; k++)
+        if (sn->kind[d->drop[k]] == H_RAM) drop_hist(e, sn, d->drop[k], "room for a park", true);
+    for (int32_t k = 0; k < d->n_drop; k++)
+        if (sn->kind[d->drop[k]] != H_RAM) drop_hist(e, sn, d->drop[k], "room for a park", true);
     if (d->park >= 0 && !park(e, s, t->id)) {
         eng_cache_event ev = { .kind = ENG_CACHE_DROP, .task_id = t->id, .slot = s->id, .seq = s->id,
                                .n_tokens = s->n_cache, .value = hist_value(e, &sn->hists[d->park]) };
@@ -363,12 +372,10 @@ static int32_t apply(eng *e, snap *sn, eng_task *t, const pol_decision *d)
             if (kind == H_RAM) {
                 /* Rows come back by copy; the room is made first (it may
                  * move other histories out, never this slot or the entry). */
-                e->spill_pin = i;
                 if (eng_make_room(e, to - from) && eng_restore(e, i, s->id, from, to)) {
                     memcpy(s->cache + from, e->spill[i].tokens + from, (size_t)(to - from) * sizeof(int32_t));
                     s->n_cache = to;
                 }
-                e->spill_pin = -1;
             } else {
                 kv_seq_cp(e->kv, h->seq, s->id, from, to);
                 memcpy(s->cache + from, h->tokens + from, (size_t)(to - from) * sizeof(int32_t));
@@ -384,6 +391,7 @@ static int32_t apply(eng *e, snap *sn, eng_task *t, const pol_decision *d)
             else drop_hist(e, sn, d->source, "continued in a slot", false);
         }
     }
+    e->spill_pin = -1;
     if (s->n_cache >= t->req.n_prompt) {   /* the last prompt token gives the logits */
         kv_seq_rm(e->kv, s->id, t->req.n_prompt - 1, -1);
         s->n_cache = t->req.n_prompt - 1;

@@ -10,9 +10,13 @@
  *
  *   rows: [n_tokens][n_layer][ K row (k_row_bytes) | V row (v_row_bytes) ]
  *
- * The budget (cache_ram_mib) bounds the rows held; a new spill evicts the
- * least valuable entries first, and is refused when even that cannot make
- * room for it.
+ * The budget (cache_ram_mib) bounds the rows held, and the table its
+ * entries (n_spill_max); a new spill evicts the least valuable entries
+ * first, and is refused when even that cannot make room for it.  (Until
+ * the ninth session a full table refused every spill: a server that had
+ * spilled ~150 histories dropped each live agent's history the next time
+ * its slot was taken, and the agent's next turn read its whole context
+ * again, a multi-second stall for every session.)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,35 +45,42 @@ static double entry_value(const eng *e, const spilled *sp, double now)
     return pol_hist_state(&e->p.policy, &h, now).value;
 }
 
-/* Frees RAM entries worth less than `value`, least first, until `need`
- * more bytes fit the budget.  false when they cannot. */
-static bool make_ram(eng *e, size_t need, double value)
+/* The entry worth least, and less than `value`; -1 when none is. */
+static int32_t least_entry(const eng *e, double value, double now)
+{
+    int32_t least = -1;
+    for (int32_t i = 0; i < e->n_spill_max; i++) {
+        if (!e->spill[i].used || i == e->spill_pin) continue;
+        double v = entry_value(e, &e->spill[i], now);
+        if (v < value) {
+            value = v;
+            least = i;
+        }
+    }
+    return least;
+}
+
+/* A free entry, and room for `need` more bytes in the budget, freeing
+ * entries worth less than `value`, least first; -1 when they cannot. */
+static int32_t make_ram(eng *e, size_t need, double value)
 {
     size_t budget = (size_t)e->p.cache_ram_mib << 20;
     double now = eng_now_s();
-    while (e->spill_bytes + need > budget) {
-        int32_t least = -1;
-        double lv = value;
-        for (int32_t i = 0; i < e->n_spill_max; i++) {
-            if (!e->spill[i].used || i == e->spill_pin) continue;
-            double v = entry_value(e, &e->spill[i], now);
-            if (v < lv) { lv = v; least = i; }
-        }
-        if (least < 0) return false;
+    for (;;) {
+        int32_t free_i = -1;
+        for (int32_t i = 0; i < e->n_spill_max && free_i < 0; i++)
+            if (!e->spill[i].used) free_i = i;
+        if (free_i >= 0 && e->spill_bytes + need <= budget) return free_i;
+        int32_t least = least_entry(e, value, now);
+        if (least < 0) return -1;
         eng_spill_free(e, least);
     }
-    return true;
 }
 
 int32_t eng_spill(eng *e, kv_seq seq, const int32_t *tokens, int32_t n, int32_t marker_pos, double last_use_s,
                   const char *session, double max_gap_ms)
 {
-    if (n <= 0) return -1;
-    int32_t slot_i = -1;
-    for (int32_t i = 0; i < e->n_spill_max && slot_i < 0; i++)
-        if (!e->spill[i].used) slot_i = i;
-    if (slot_i < 0) return -1;
-
+    if (n <= 0 || e->n_spill_max <= 0) return -1;
     /* Where each position lives; a gap ends what can be spilled. */
     int32_t *cell_of = malloc((size_t)n * sizeof *cell_of);
     if (!cell_of) return -1;
@@ -88,8 +99,8 @@ int32_t eng_spill(eng *e, kv_seq seq, const int32_t *tokens, int32_t n, int32_t 
                    .last_use_s = last_use_s, .max_gap_ms = max_gap_ms };
     snprintf(sp.session, sizeof sp.session, "%s", session ? session : "");
     pol_hist h = { .n_tokens = m, .last_use_s = last_use_s, .valid = true };
-    if (m == 0 || !make_ram(e, (size_t)m * row, pol_hist_state(&e->p.policy, &h, eng_now_s()).value) ||
-        !(sp.tokens = malloc((size_t)m * sizeof(int32_t))) || !(sp.rows = malloc((size_t)m * row))) {
+    int32_t slot_i = m > 0 ? make_ram(e, (size_t)m * row, pol_hist_state(&e->p.policy, &h, eng_now_s()).value) : -1;
+    if (slot_i < 0 || !(sp.tokens = malloc((size_t)m * sizeof(int32_t))) || !(sp.rows = malloc((size_t)m * row))) {
         free(sp.tokens);
         free(cell_of);
         return -1;
