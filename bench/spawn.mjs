@@ -2,8 +2,8 @@
 // server (docs/admission.md): how three spawners keep agents above a speed
 // floor on one pool.
 //
-//   node bench/spawn.mjs --url http://127.0.0.1:8080 [--floor F] [--agents 8] [--every-s 3] [--seed S]
-//                        [--strategies naive,advisory,enforced] [--json] [--trace FILE]
+//   node bench/spawn.mjs --url http://127.0.0.1:8080 [--floor F | --knee-from K] [--agents 8] [--every-s 3]
+//                        [--seed S] [--strategies naive,advisory,enforced] [--json] [--trace FILE]
 //   (--floor skips the knee; FILE gets every sample and admit, as JSON;
 //   --verbose logs every turn to stderr)
 //
@@ -12,7 +12,10 @@
 //              the floor is read from.  --floor defaults to the knee,
 //              halfway down the step where one more agent costs most, so
 //              the count before the step is above the floor and the one
-//              after it below, each by half the step.
+//              after it below, each by half the step; --knee-from K takes
+//              the steepest step from K agents on (the first step is
+//              often the steepest: a floor between one agent and two
+//              makes every gate run the agents one at a time).
 //   naive:     a spawn every --every-s seconds up to --agents
 //   advisory:  the same, but each spawn waits until GET /capacity says
 //              can_admit (polling every 250 ms; "measurement settling" waits)
@@ -37,6 +40,7 @@ const { values: a } = parseArgs({ options: {
   reply: { type: 'string', default: '96' },
   'pause-ms': { type: 'string', default: '1500' },
   'knee-max': { type: 'string', default: '6' },
+  'knee-from': { type: 'string', default: '1' },
   seed: { type: 'string' },
   trace: { type: 'string' },
   strategies: { type: 'string', default: 'naive,advisory,enforced' },
@@ -220,8 +224,9 @@ const pool = root.json.pool_id;
 const curve = a.floor ? [] : await knee(pool, Number(a['knee-max']));
 let floor = Number(a.floor);
 if (!a.floor) {   /* the knee: halfway down the step where one more session costs the most */
-  let best = 1;
-  for (let i = 1; i < curve.length; i++)
+  const from = Math.min(Math.max(1, Number(a['knee-from'])), curve.length - 1);
+  let best = from;
+  for (let i = from; i < curve.length; i++)
     if (curve[i - 1].mean_tps - curve[i].mean_tps > curve[best - 1].mean_tps - curve[best].mean_tps) best = i;
   floor = Math.round((curve[best - 1].mean_tps + curve[best].mean_tps) * 5) / 10;
 }
