@@ -74,7 +74,7 @@ static void test_arms(void)
     CHECK_NEAR(a.projected_model, 92.0 / 3 * 3 / 4 * 4 / 5, 1e-9);   /* 18.4: still ok */
     CHECK_STR(a.reason, "ok");
     w.st = (adm_settle){ .has_cost = true, .cost_ms = 40 };
-    a = decide(&w);                                /* measured: 1000 / (1000 / 30.67 + 40 (the warming one) + 40) < 10 */
+    a = decide(&w);                                /* 1000 / (1000 / 30.67 + 40 (the warming one) + 40) < 10 */
     CHECK_STR(a.reason, "projected mean tps below floor");
     CHECK_NEAR(a.projected, 1000 / (3000.0 / 92 + 80), 1e-9);
     CHECK_NEAR(a.step_cost_ms, 40, 0);
@@ -449,12 +449,13 @@ static void test_worked_example(void)
     CHECK_NEAR(d.projected_measured, 1000 / (1000 / 28.0 + 36), 1e-12);
     CHECK_STR(d.reason, "projected mean tps below floor");
     if (getenv("POLYKV_ADM_VERBOSE")) {
-        printf("worked example: M %.2f over n %d (n_warming %d), M' %.2f, model %.2f, measured %.2f (drop %.2f) -> %s; "
-               "headroom %d sessions, kv %.1f%%, pressure %.3f, retry %.0f s\n",
+        printf("worked example: M %.2f over n %d (n_warming %d), M' %.2f, model %.2f, measured %.2f "
+               "(drop %.2f) -> %s; headroom %d sessions, kv %.1f%%, pressure %.3f, retry %.0f s\n",
                a.mean_active_tps, a.n_active, a.n_warming, m4, a.projected_model, a.projected_measured,
                a.drop_per_admit_ewma, a.reason, a.headroom_sessions, a.kv_headroom_pct, a.compaction_pressure,
                a.retry_after_s);
-        printf("  cost 16 ms: model %.2f, measured %.2f -> %s; settling 1.2 s in: %s, %.0f ms left, Retry-After %.0f s\n",
+        printf("  cost 16 ms: model %.2f, measured %.2f -> %s; settling 1.2 s in: %s, %.0f ms left, "
+               "Retry-After %.0f s\n",
                b.projected_model, b.projected_measured, b.reason, c.reason, c.settle_remaining_ms, c.retry_after_s);
         printf("  a fifth between turns: model %.2f, measured %.2f -> %s\n", d.projected_model,
                d.projected_measured, d.reason);

@@ -419,25 +419,27 @@ static void scenario_busy_source(void)
     eng_free(e);
 }
 
-/* More histories than the RAM tier has entries: each new one still finds
- * a place, in the entry of the least valuable (the oldest here), so the
- * last conversation's history survives the next one taking its slot.
- * (A full table used to refuse every spill: past ~150 histories each
- * agent lost its context whenever its slot was taken.) */
+/* More histories than the RAM tier has entries: each new one takes the
+ * place of the entry used longest ago, so the last conversation's history
+ * survives the next one taking its slot, even where it is shorter (worth
+ * less) than every older one.  (A full table used to refuse every spill:
+ * past ~150 histories each agent lost its context whenever its slot was
+ * taken.) */
 static void scenario_spill_table(void)
 {
     eng_params p = eng_default_params();
     p.n_slots = 1; p.n_ctx = 4096; p.n_threads = 2;
     p.policy.ttl_max_s = 100000;
     p.policy.park_min_value = 1e9;             /* never parked in the cache: every history goes to RAM */
-    p.cache_ram_mib = 64;
+    p.cache_ram_mib = 256;
     eng *e;
     ASSERT(eng_new(m, &p, &e) == PK_OK);
     static int32_t prev[8192];
-    int n_prev = 0, n_hist = 300;
+    int n_prev = 0, n_hist = 250;
     for (int k = 0; k < n_hist; k++) {
         memset(&cc, 0, sizeof cc);
-        words(doc, sizeof doc, 80, 1000 + (unsigned)k);
+        bool last_two = k >= n_hist - 2;     /* short ones, after 248 long ones */
+        words(doc, sizeof doc, last_two ? 80 : 300, 1000 + (unsigned)k);
         conv_add(&cc, "system", "A short-lived agent.");
         conv_add(&cc, "user", doc);
         int n = conv_tokens(&cc, pc, 8192);
@@ -454,8 +456,8 @@ static void scenario_spill_table(void)
     result got = complete(e, prev, n_prev, 1);
     CHECK_EQ_INT(got.n_cached, n_prev - 1);
     CHECK(held >= 100 && held < n_hist);        /* the table was full: old entries made room */
-    printf("spill table: %d histories through one slot, %d held in RAM, the last but one reused %d of %d tokens\n",
-           n_hist, held, got.n_cached, n_prev);
+    printf("spill table: %d histories through one slot, %d held in RAM, the last but one (%d tokens, the others "
+           "300+) reused %d\n", n_hist, held, n_prev, got.n_cached);
     eng_free(e);
 }
 

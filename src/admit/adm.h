@@ -221,8 +221,8 @@ adm_action adm_gate(const adm_policy *p, const adm_answer *a, bool known_session
  * step-cost sample (the change in time per token between the mean at the
  * admit and the mean now, corrected for the part of the change the speeds'
  * window has not absorbed yet, over the warm sessions gained; none when
- * none was gained) goes into the EWMA.  Outside a window, keeps the last mean seen as the settled
- * one (the idle estimate's). */
+ * none was gained) goes into the EWMA.  Outside a window, keeps the last
+ * mean seen as the settled one (the idle estimate's). */
 void adm_settle_step(adm_settle *st, const adm_snapshot *s);
 /* Starts a settle window for task_id, admitted now with mean M. */
 void adm_record_admit(adm_settle *st, const adm_snapshot *s, uint64_t task_id);

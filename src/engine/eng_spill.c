@@ -10,13 +10,17 @@
  *
  *   rows: [n_tokens][n_layer][ K row (k_row_bytes) | V row (v_row_bytes) ]
  *
- * The budget (cache_ram_mib) bounds the rows held, and the table its
- * entries (n_spill_max); a new spill evicts the least valuable entries
- * first, and is refused when even that cannot make room for it.  (Until
- * the ninth session a full table refused every spill: a server that had
- * spilled ~150 histories dropped each live agent's history the next time
- * its slot was taken, and the agent's next turn read its whole context
- * again, a multi-second stall for every session.)
+ * The budget (cache_ram_mib) bounds the rows held: a new spill evicts the
+ * least valuable entries first, and is refused when even that cannot make
+ * room for it.  The table (n_spill_max entries) holds the most recent
+ * histories: when it is full, a new spill takes the place of the entry
+ * used longest ago, if that is older than itself.  Not by value there:
+ * value grows with size, so a live agent's fresh 700-token context lost to
+ * the 1,300-token ones of agents finished minutes before.  (Until the
+ * ninth session a full table refused every spill: a server that had
+ * spilled ~150 histories dropped a live agent's context whenever its slot
+ * was taken, and its next turn read the context again, a stall for every
+ * session.)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,9 +64,20 @@ static int32_t least_entry(const eng *e, double value, double now)
     return least;
 }
 
-/* A free entry, and room for `need` more bytes in the budget, freeing
- * entries worth less than `value`, least first; -1 when they cannot. */
-static int32_t make_ram(eng *e, size_t need, double value)
+/* The entry used longest ago, and before `last_use_s`; -1 when none is. */
+static int32_t oldest_entry(const eng *e, double last_use_s)
+{
+    int32_t oldest = -1;
+    for (int32_t i = 0; i < e->n_spill_max; i++) {
+        if (!e->spill[i].used || i == e->spill_pin || e->spill[i].last_use_s >= last_use_s) continue;
+        if (oldest < 0 || e->spill[i].last_use_s < e->spill[oldest].last_use_s) oldest = i;
+    }
+    return oldest;
+}
+
+/* A free entry, and room for `need` more bytes in the budget, for a
+ * history worth `value` last used at `last_use_s`; -1 when there is none. */
+static int32_t make_ram(eng *e, size_t need, double value, double last_use_s)
 {
     size_t budget = (size_t)e->p.cache_ram_mib << 20;
     double now = eng_now_s();
@@ -71,9 +86,9 @@ static int32_t make_ram(eng *e, size_t need, double value)
         for (int32_t i = 0; i < e->n_spill_max && free_i < 0; i++)
             if (!e->spill[i].used) free_i = i;
         if (free_i >= 0 && e->spill_bytes + need <= budget) return free_i;
-        int32_t least = least_entry(e, value, now);
-        if (least < 0) return -1;
-        eng_spill_free(e, least);
+        int32_t victim = free_i < 0 ? oldest_entry(e, last_use_s) : least_entry(e, value, now);
+        if (victim < 0) return -1;
+        eng_spill_free(e, victim);
     }
 }
 
@@ -99,7 +114,8 @@ int32_t eng_spill(eng *e, kv_seq seq, const int32_t *tokens, int32_t n, int32_t 
                    .last_use_s = last_use_s, .max_gap_ms = max_gap_ms };
     snprintf(sp.session, sizeof sp.session, "%s", session ? session : "");
     pol_hist h = { .n_tokens = m, .last_use_s = last_use_s, .valid = true };
-    int32_t slot_i = m > 0 ? make_ram(e, (size_t)m * row, pol_hist_state(&e->p.policy, &h, eng_now_s()).value) : -1;
+    double value = pol_hist_state(&e->p.policy, &h, eng_now_s()).value;
+    int32_t slot_i = m > 0 ? make_ram(e, (size_t)m * row, value, last_use_s) : -1;
     if (slot_i < 0 || !(sp.tokens = malloc((size_t)m * sizeof(int32_t))) || !(sp.rows = malloc((size_t)m * row))) {
         free(sp.tokens);
         free(cell_of);
