@@ -11,8 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/server/srv_impl.h"
-#include "test.h"
+#include "sse_gen.h"
 
 /* The chat request of an Anthropic body given as JSON text (NULL: refused,
  * with *e). */
@@ -234,31 +233,9 @@ static void test_error_shape(void)
 /* ---- answers ---- */
 
 /* A generation fed text[0..n) as if it were one token event. */
-static void feed(srv_gen *g, const char *text, size_t n)
-{
-    g->text = realloc(g->text, g->n_text + n + 1);
-    memcpy(g->text + g->n_text, text, n);
-    g->n_text += n;
-    g->text[g->n_text] = 0;
-    g->n_tokens++;
-    eng_event ev = { .kind = ENG_EV_TOKEN, .text = (char *)text, .text_len = n, .token = 1 };
-    srv_anth_stream_token(g, &ev);
-}
+static void feed(srv_gen *g, const char *text, size_t n) { sse_feed(g, srv_anth_stream_token, text, n); }
 
-/* The events of g's output, each {"event": name, "data": {...}}. */
-static json_t *events(const srv_gen *g)
-{
-    json_t *a = json_array();
-    const char *p = g->out, *end = g->out + g->n_out;
-    while (p < end) {
-        const char *nl = strchr(p, '\n'), *q = strstr(p, "\n\n");
-        ASSERT(nl && q && !strncmp(p, "event: ", 7) && !strncmp(nl + 1, "data: ", 6));
-        json_t *data = json_loadb(nl + 7, (size_t)(q - nl - 7), 0, NULL);
-        json_array_append_new(a, json_pack("{s:s%, s:o}", "event", p + 7, (size_t)(nl - p - 7), "data", data));
-        p = q + 2;
-    }
-    return a;
-}
+static json_t *events(const srv_gen *g) { return sse_events(g); }
 
 /* Plays a stream's events back into content blocks (the grammar of the
  * stream checked on the way: one block open at a time, indices in order,

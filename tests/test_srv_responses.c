@@ -11,8 +11,7 @@
  *     deltas adding up to the done texts and to the completed response;
  *   - Vertex AI's @requestFormat aliases of route paths.
  */
-#include "../src/server/srv_impl.h"
-#include "test.h"
+#include "sse_gen.h"
 
 static json_t *J(const char *text)
 {
@@ -115,31 +114,19 @@ static void test_request(void)
     }
 }
 
-static void feed(srv_gen *g, const char *text)
-{
-    size_t n = strlen(text);
-    g->text = realloc(g->text, g->n_text + n + 1);
-    memcpy(g->text + g->n_text, text, n + 1);
-    g->n_text += n;
-    g->n_tokens++;
-    eng_event ev = { .kind = ENG_EV_TOKEN, .text = (char *)text, .text_len = n, .token = 1 };
-    srv_resp_stream_token(g, &ev);
-}
+static void feed(srv_gen *g, const char *text) { sse_feed(g, srv_resp_stream_token, text, strlen(text)); }
 
-/* The stream's events; each "event:" line must name its data's type. */
+/* The stream's data objects; each "event:" line must name its data's type. */
 static json_t *events(const srv_gen *g)
 {
-    json_t *a = json_array();
-    const char *p = g->out, *end = g->out + g->n_out;
-    while (p < end) {
-        const char *nl = strchr(p, '\n'), *q = strstr(p, "\n\n");
-        ASSERT(nl && q && !strncmp(p, "event: ", 7) && !strncmp(nl + 1, "data: ", 6));
-        json_t *d = json_loadb(nl + 7, (size_t)(q - nl - 7), 0, NULL);
-        ASSERT(d);
-        CHECK(strlen(S(d, "type")) == (size_t)(nl - p - 7) && !strncmp(S(d, "type"), p + 7, (size_t)(nl - p - 7)));
-        json_array_append_new(a, d);
-        p = q + 2;
+    json_t *named = sse_events(g), *a = json_array();
+    for (size_t i = 0; i < json_array_size(named); i++) {
+        const json_t *e = json_array_get(named, i), *d = json_object_get(e, "data");
+        const char *type = S(d, "type");
+        CHECK(type && !strcmp(type, json_string_value(json_object_get(e, "event"))));
+        json_array_append(a, (json_t *)d);
     }
+    json_decref(named);
     return a;
 }
 
