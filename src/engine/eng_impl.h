@@ -262,8 +262,9 @@ void eng_fail_waiting_pool(eng *e, int32_t pool_id, pk_status st, const char *ms
 /* eng_spill.c */
 size_t eng_spill_row_bytes(const eng *e);            /* per token */
 /* Copies the rows of seq's cells at positions [0, n) into a new RAM entry
- * (evicting RAM entries worth less when the budget is short).  The caller
- * then removes seq from the cache.  Returns the entry or -1. */
+ * (evicting RAM entries worth less when the budget is short, the one used
+ * longest ago when the table is full).  The caller then removes seq from
+ * the cache.  Returns the entry or -1. */
 int32_t eng_spill(eng *e, kv_seq seq, const int32_t *tokens, int32_t n, int32_t marker_pos, double last_use_s,
                   const char *session, double max_gap_ms);
 /* Copies entry i's rows for positions [p0, p1) into free cells joined to

@@ -113,9 +113,7 @@ int32_t eng_spill(eng *e, kv_seq seq, const int32_t *tokens, int32_t n, int32_t 
     spilled sp = { .used = true, .n_tokens = m, .marker_pos = marker_pos < m ? marker_pos : -1,
                    .last_use_s = last_use_s, .max_gap_ms = max_gap_ms };
     snprintf(sp.session, sizeof sp.session, "%s", session ? session : "");
-    pol_hist h = { .n_tokens = m, .last_use_s = last_use_s, .valid = true };
-    double value = pol_hist_state(&e->p.policy, &h, eng_now_s()).value;
-    int32_t slot_i = m > 0 ? make_ram(e, (size_t)m * row, value, last_use_s) : -1;
+    int32_t slot_i = m > 0 ? make_ram(e, (size_t)m * row, entry_value(e, &sp, eng_now_s()), last_use_s) : -1;
     if (slot_i < 0 || !(sp.tokens = malloc((size_t)m * sizeof(int32_t))) || !(sp.rows = malloc((size_t)m * row))) {
         free(sp.tokens);
         free(cell_of);
