@@ -10,6 +10,8 @@
 import http from 'node:http';
 import { parseArgs } from 'node:util';
 
+import { SYSTEM as system, words } from './spawn_workload.mjs';
+
 const { values: a } = parseArgs({ options: { url: { type: 'string', default: 'http://127.0.0.1:8080' } } });
 function req(method, path, body, signal) {
   return new Promise((resolve, reject) => {
@@ -23,13 +25,6 @@ function req(method, path, body, signal) {
     r.end(body ? JSON.stringify(body) : undefined);
   });
 }
-const WORDS = ['agent', 'tool', 'plan', 'file', 'search', 'result', 'query', 'answer', 'code', 'test', 'build'];
-const words = (n, seed) => {
-  let s = seed >>> 0, out = [];
-  for (let i = 0; i < n; i++) { s = (Math.imul(s, 1103515245) + 12345) >>> 0; out.push(WORDS[(s >>> 16) % WORDS.length]); }
-  return out.join(' ');
-};
-const system = 'You are one of many sub-agents. Tools: ' + words(600, 1);   /* bench/spawn.mjs's */
 const pool = (await req('POST', '/polykv/pools', { prompt: system })).json.pool_id;
 const run = Date.now() % 1000000;   /* new sessions and prompts on every run */
 

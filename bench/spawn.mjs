@@ -31,6 +31,8 @@
 // realized one (the mean 3 s after).
 import { parseArgs } from 'node:util';
 
+import { SYSTEM as system, words } from './spawn_workload.mjs';
+
 const { values: a } = parseArgs({ options: {
   url: { type: 'string', default: 'http://127.0.0.1:8080' },
   floor: { type: 'string' },
@@ -55,12 +57,6 @@ const PAUSE = Number(a['pause-ms']), EVERY = Number(a['every-s']) * 1000;
  * instead of 40-130) and every agent a known session, never gated. */
 const SEED = a.seed ? Number(a.seed) : Date.now() % 1000000;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-const WORDS = ['agent', 'tool', 'plan', 'file', 'search', 'result', 'query', 'answer', 'code', 'test', 'build'];
-const words = (n, seed) => {
-  let s = seed >>> 0, out = [];
-  for (let i = 0; i < n; i++) { s = (Math.imul(s, 1103515245) + 12345) >>> 0; out.push(WORDS[(s >>> 16) % WORDS.length]); }
-  return out.join(' ');
-};
 
 /* node:http, not fetch: a request the enforced gate holds for minutes
  * must not meet fetch's 300 s headers timeout. */
@@ -92,8 +88,6 @@ async function complete(prompt, pool, session, n) {
     await sleep(1000 * Number(r.headers.get('retry-after') || 1));
   }
 }
-
-const system = 'You are one of many sub-agents. Tools: ' + words(600, 1);
 
 /* /polykv/tps every 100 ms until stop(): the mean session speed over
  * time.  For enforced, the server's admits (its admission events carry the
