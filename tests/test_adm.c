@@ -85,6 +85,22 @@ static void test_arms(void)
     CHECK_NEAR(a.settle_remaining_ms, 4000, 1e-9);
     CHECK_NEAR(a.retry_after_s, 4, 0);
     w.st = (adm_settle){0};
+    /* Sent and not placed yet (a long step delays the placement): a NEW
+     * session of the scope is an admit in flight, the rest load. */
+    w.snap.n_pending = 2;
+    a = decide(&w);
+    CHECK_STR(a.reason, "ok");
+    CHECK_EQ_INT(a.n_starting, 3);
+    CHECK_NEAR(a.projected_model, 92.0 / 3 * 3 / 6 * 6 / 7, 1e-9);   /* 3 warm, 1 warming, 2 sent */
+    w.snap.n_pending_new = 1;
+    a = decide(&w);
+    CHECK_STR(a.reason, "measurement settling");
+    CHECK(a.settling && a.n_pending_new == 1);
+    CHECK_NEAR(a.settle_remaining_ms, w.p.settle_max_ms, 0);
+    CHECK(adm_gate(&w.p, &a, false, false, 0) != ADM_REFUSE);
+    w.snap.n_pending_new = 3;                      /* more than were sent */
+    CHECK_EQ_INT(adm_decide(&w.snap, &a), PK_EINVAL);
+    w.snap.n_pending = w.snap.n_pending_new = 0;
     w.snap.kv_free_cells = 150;                    /* 200 owned per session */
     a = decide(&w);
     CHECK_STR(a.reason, "kv headroom exhausted");
@@ -262,7 +278,7 @@ static const char *oracle(const adm_snapshot *s, bool *can)
 {
     const adm_policy *p = s->policy;
     double sum = 0, owned = 0, now = s->now_ms;
-    int n = 0, live = 0, paused = 0, starting = 0;
+    int n = 0, live = 0, paused = 0, starting = s->n_pending;   /* sent, not placed: load too */
     for (int i = 0; i < s->n_sessions; i++) {
         const adm_session *x = &s->sessions[i];
         bool warm = x->decoding && x->n_decoded >= 4 && x->tps_ewma > 0;
@@ -287,7 +303,8 @@ static const char *oracle(const adm_snapshot *s, bool *can)
     if (head < 0) head = 0;
     double marg = s->expected_tokens > 0 ? s->expected_tokens : live > 0 && owned > 0 ? owned / live : head;
     double hs = marg > 0 ? floor(s->kv_free_cells / marg) : s->kv_free_cells;
-    bool settling = s->settle->active && p->settle_max_ms - (now - s->settle->t_admit_ms) > 0;
+    bool settling = (s->settle->active && p->settle_max_ms - (now - s->settle->t_admit_ms) > 0) ||
+                    (s->n_pending_new > 0 && p->settle_max_ms > 0);   /* an admit in flight */
     *can = false;
     if (s->expected_tokens > head) return "context headroom exhausted";
     *can = true;
@@ -335,6 +352,8 @@ static void test_property(int n_cases)
         w.snap.prefix_len = (int)rnd(2500);
         w.snap.expected_tokens = rnd(2) ? (int)rnd(2000) : -1;
         w.snap.known_session = rnd(5) == 0;
+        w.snap.n_pending = rnd(3) ? 0 : (int)rnd(4);
+        w.snap.n_pending_new = rnd(2) ? 0 : (int)rnd((uint32_t)w.snap.n_pending + 1);
         w.st.active = rnd(3) == 0;
         w.st.t_admit_ms = w.snap.now_ms - rnd(9000);
         w.st.has_cost = rnd(2);
@@ -360,6 +379,7 @@ static void test_property(int n_cases)
         bool ok = true;
         if (w.snap.known_session || over || w.p.mode == ADM_ADVISORY) ok &= act == ADM_ADMIT;
         if (a.arm == 6) ok &= act != ADM_REFUSE;
+        if (w.snap.n_pending_new > 0 && w.p.settle_max_ms > 0) ok &= a.settling;
         if (a.can_admit) ok &= act == ADM_ADMIT;
         if (a.guaranteed) ok &= act == ADM_ADMIT;
         if (act == ADM_REFUSE) ok &= w.p.on_saturation == ADM_REJECT || (w.p.on_saturation == ADM_QUEUE &&

@@ -74,15 +74,16 @@ static bool snapshot_ok(const adm_snapshot *s)
     return s && s->policy && adm_policy_check(s->policy) == PK_OK && s->settle && s->n_sessions >= 0 &&
            (s->n_sessions == 0 || s->sessions) && isfinite(s->now_ms) && s->n_slots >= 1 &&
            s->n_busy_slots >= 0 && s->kv_total >= 1 && s->kv_used >= 0 && s->kv_free_cells >= 0 &&
-           s->ctx_slot >= 1 && s->prefix_len >= 0;
+           s->ctx_slot >= 1 && s->prefix_len >= 0 && s->n_pending >= 0 && s->n_pending_new >= 0 &&
+           s->n_pending_new <= s->n_pending;
 }
 
 /* Sessions that will share the compute but have no speed to count yet:
- * running and not warm (prefilling a turn, or its first tokens), on the
- * whole server like the mean. */
+ * running and not warm (prefilling a turn, or its first tokens), or sent
+ * and not placed yet, on the whole server like the mean. */
 static int32_t starting(const adm_snapshot *s)
 {
-    int32_t k = 0;
+    int32_t k = s->n_pending;
     for (int32_t i = 0; i < s->n_sessions; i++)
         k += s->sessions[i].running && !warm(&s->sessions[i]);
     return k;
@@ -167,6 +168,14 @@ pk_status adm_decide(const adm_snapshot *s, adm_answer *out)
         double left = p->settle_max_ms - (s->now_ms - st->t_admit_ms);
         a.settling = left > 0;
         a.settle_remaining_ms = fmax(left, 0);
+    }
+    /* A NEW session sent and not placed yet is an admit whose window has
+     * not opened: a spawner that asks right after its spawn, while a long
+     * step delays the placement, was told "ok" and spawned again. */
+    a.n_pending_new = s->n_pending_new;
+    if (s->n_pending_new > 0 && p->settle_max_ms > 0) {
+        a.settling = true;
+        a.settle_remaining_ms = p->settle_max_ms;
     }
 
     bool floor_fails = p->target_tps > 0 && isfinite(a.projected) && a.projected < p->target_tps;

@@ -169,6 +169,9 @@ typedef struct adm_snapshot {
     int32_t prefix_len;             /* the pool's prefix, 0 for the server scope */
     int32_t expected_tokens;        /* the new session's suffix + generation, -1 unknown */
     bool known_session;             /* its session_id names a context the engine holds */
+    int32_t n_pending;              /* requests submitted and not placed yet, not held by a
+                                       gate, and not sessions counted above (server-wide) */
+    int32_t n_pending_new;          /*   of them: NEW sessions of this scope (admits in flight) */
     double rate_window_ms;          /* the speeds' window (adm_rate_add), 0 = unknown: */
     int32_t rate_window_tokens;     /*   a settle then takes the speeds as they are */
 } adm_snapshot;
@@ -186,11 +189,13 @@ typedef struct adm_answer {
     double step_cost_ms;            /* the settle record's cost_ms, 0 before the first sample */
     int32_t n_active, n_warming, n_pool_sessions;
     int32_t n_paused;               /* live sessions between turns (idle, history recent) */
-    int32_t n_starting;             /* running, not warm yet (prefilling or warming), server-wide */
+    int32_t n_starting;             /* running, not warm yet (prefilling or warming), or submitted
+                                       and not placed yet (n_pending), server-wide */
+    int32_t n_pending_new;          /* NEW sessions of the scope submitted, not placed yet */
     int32_t headroom_sessions;
     double kv_headroom_pct;
     int32_t kv_free_cells;
-    bool settling;
+    bool settling;                  /* a settle window is open, or an admit is in flight */
     double settle_remaining_ms;
     bool guaranteed, known_session;
     int32_t ctx_headroom_tokens;

@@ -340,6 +340,7 @@ static void refuse_msg(eng *e, eng_msg *m, pk_status st, const char *why)
 {
     if (m->kind == ENG_MSG_TASK) {
         eng_task *t = container_of(m, eng_task, msg);
+        eng_pend_drop(e, t, false);
         eng_task_fail(t, st, why);
         eng_task_unref(t);
         return;
@@ -709,7 +710,14 @@ static void sample_and_emit(eng *e, int32_t n)
 static void publish(eng *e)
 {
     double t0 = pk_time_ms();
-    if (!e->pub || e->sleeping || t0 - atomic_load(&e->pub_want_ms) > PUB_WANT_MS) return;
+    if (!e->pub || e->sleeping || t0 - atomic_load(&e->pub_want_ms) > PUB_WANT_MS) {
+        if (e->n_pend_placed > 0) {            /* a copy this old is not read */
+            pthread_mutex_lock(&e->pub_mu);
+            eng_pend_flush(e);
+            pthread_mutex_unlock(&e->pub_mu);
+        }
+        return;
+    }
     static __thread eng_stats st;          /* filled outside the lock */
     eng_stats_fill(e, &st);
     if (!e->adm_in_step) eng_adm_inputs(e, &e->adm_in);
@@ -717,6 +725,7 @@ static void publish(eng *e)
     e->pub->stats = st;
     e->pub->in = e->adm_in;
     e->pub->n_scope = eng_adm_scopes(e, e->pub->scope, ENG_MAX_POOLS + 1);
+    eng_pend_flush(e);                     /* the copy shows their slots now */
     e->pub->t_ms = pk_time_ms();
     e->pub->valid = true;
     pthread_mutex_unlock(&e->pub_mu);
@@ -732,6 +741,9 @@ static void *engine_main(void *arg)
         eng_place_waiting(e);
         int32_t n_dec, n = build_batch(e, &n_dec);
         while (n > 0 && !eng_make_room(e, n) && shed_newest(e)) n = build_batch(e, &n_dec);
+        if (n > 0 && e->test_step_ms > 0)
+            nanosleep(&(struct timespec){ .tv_sec = e->test_step_ms / 1000,
+                                          .tv_nsec = (long)(e->test_step_ms % 1000) * 1000000 }, NULL);
         if (n > 0 && decode(e, n, n_dec) == PK_OK) sample_and_emit(e, n);
         if (n > 0 || has_work(e)) e->idle_since_ms = pk_time_ms();
         e->nap = n == 0 && e->n_waiting > 0 && !running(e) && !eng_pool_busy(e);
@@ -857,7 +869,7 @@ static bool from_pub_capacity(eng *e, int32_t pool_id, int32_t expected, const c
         if (!sc.policy.set) sc.policy = e->p.admission;
         adm_session ss[ENG_MAX_SLOTS];
         adm_snapshot s;
-        eng_adm_snapshot(&p->in, pool_id, ps->prefix_len, &sc, expected, eng_adm_known(&p->in, session), ss, &s);
+        eng_adm_snapshot(&p->in, e->pend, pool_id, ps->prefix_len, &sc, expected, eng_adm_known(&p->in, session), ss, &s);
         s.now_ms = pk_time_ms();         /* settle windows run on the reader's clock too */
         out->status = adm_decide(&s, &out->a);
         out->policy = sc.policy;
@@ -966,7 +978,9 @@ pk_status eng_submit(eng *e, const eng_completion *c, eng_task **out)
     eng_task *t = eng_task_new(id, c);
     if (!t) return PK_ENOMEM;
     t->t_submit_ms = pk_time_ms();
+    eng_pend_add(e, t);
     if (!post(e, &t->msg)) {
+        eng_pend_drop(e, t, false);
         eng_task_unref(t);
         eng_task_unref(t);
         return PK_ECANCELLED;
@@ -1021,6 +1035,8 @@ pk_status eng_new(const model *m, const eng_params *p, eng **out)
 #endif
     const char *chk = getenv("POLYKV_CHECK");
     if (chk && *chk) e->check = strcmp(chk, "0") != 0;
+    const char *delay = getenv("POLYKV_TEST_STEP_DELAY_MS");
+    e->test_step_ms = delay ? MAX(atoi(delay), 0) : 0;
     if (!(e->pub = calloc(1, sizeof *e->pub))) goto fail;
     atomic_init(&e->pub_want_ms, -1e12);
     pthread_mutex_init(&e->mu, NULL);

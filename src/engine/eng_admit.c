@@ -58,6 +58,7 @@ void eng_adm_inputs(eng *e, eng_adm_in *in)
             .tps_ewma = adm_rate_tps(&s->rate), .n_decoded = running ? s->n_gen : 0,
             .tokens_left = rq && rq->n_predict >= 0 ? rq->n_predict - s->n_gen : -1, .ctx_used = s->n_cache,
             .kv_owned = kv_seq_owned(e->kv, s->id), .task_id = running ? s->task->id : 0 };
+        memcpy(in->slot[i].session, s->session, ENG_SESSION_CAP);
         if ((running || s->n_cache > 0) && s->session[0])
             memcpy(in->known[in->n_known++], s->session, ENG_SESSION_CAP);
     }
@@ -89,8 +90,32 @@ bool eng_adm_known(const eng_adm_in *in, const char *session)
     return false;
 }
 
-void eng_adm_snapshot(const eng_adm_in *in, int32_t pool_id, int32_t prefix_len, const eng_scope *sc,
-                      int32_t expected, bool known, adm_session *ss, adm_snapshot *o)
+/* Requests sent and not placed yet, not held: the load they bring that
+ * the slots do not show (n), and the NEW sessions of pool_id's scope among
+ * them (n_new).  A continuation whose history waits in a slot of the scope
+ * is counted between turns already. */
+static void pending(const eng_adm_in *in, const eng_pend *pend, int32_t pool_id, int32_t *n, int32_t *n_new)
+{
+    *n = *n_new = 0;
+    for (int32_t i = 0; pend && i < ENG_PEND_MAX; i++) {
+        const eng_pend *p = &pend[i];
+        if (!p->task_id || p->held) continue;
+        if (!eng_adm_known(in, p->session)) {
+            (*n)++;
+            *n_new += p->pool_id == pool_id;
+            continue;
+        }
+        bool paused = false;
+        for (int32_t k = 0; k < in->n_slots && !paused; k++) {
+            const eng_adm_slot *x = &in->slot[k];
+            paused = x->pool_id == pool_id && !x->running && x->recent && !strcmp(x->session, p->session);
+        }
+        *n += !paused;
+    }
+}
+
+void eng_adm_snapshot(const eng_adm_in *in, const eng_pend *pend, int32_t pool_id, int32_t prefix_len,
+                      const eng_scope *sc, int32_t expected, bool known, adm_session *ss, adm_snapshot *o)
 {
     for (int32_t i = 0; i < in->n_slots; i++) {
         const eng_adm_slot *x = &in->slot[i];
@@ -106,6 +131,53 @@ void eng_adm_snapshot(const eng_adm_in *in, int32_t pool_id, int32_t prefix_len,
                          .ctx_slot = in->ctx_slot, .prefix_len = prefix_len, .expected_tokens = expected,
                          .known_session = known, .rate_window_ms = in->rate_window_ms,
                          .rate_window_tokens = in->rate_window_tokens };
+    pending(in, pend, pool_id, &o->n_pending, &o->n_pending_new);
+}
+
+void eng_pend_add(eng *e, eng_task *t)
+{
+    pthread_mutex_lock(&e->pub_mu);
+    for (int32_t i = 0; i < ENG_PEND_MAX && !t->pend; i++) {
+        eng_pend *p = &e->pend[i];
+        if (p->task_id) continue;
+        *p = (eng_pend){ .task_id = t->id, .pool_id = MAX(t->req.pool_id, 0) };
+        memcpy(p->session, t->req.session_id, ENG_SESSION_CAP);
+        t->pend = i + 1;
+    }
+    pthread_mutex_unlock(&e->pub_mu);
+}
+
+void eng_pend_drop(eng *e, eng_task *t, bool placed)
+{
+    if (!t->pend) return;
+    pthread_mutex_lock(&e->pub_mu);
+    eng_pend *p = &e->pend[t->pend - 1];
+    if (placed) {
+        p->placed = true;
+        p->held = false;
+        e->n_pend_placed++;
+    } else {
+        p->task_id = 0;
+    }
+    t->pend = 0;
+    pthread_mutex_unlock(&e->pub_mu);
+}
+
+void eng_pend_flush(eng *e)
+{
+    for (int32_t i = 0; i < ENG_PEND_MAX && e->n_pend_placed > 0; i++)
+        if (e->pend[i].task_id && e->pend[i].placed) {
+            e->pend[i] = (eng_pend){ 0 };
+            e->n_pend_placed--;
+        }
+}
+
+void eng_pend_held(eng *e, eng_task *t)
+{
+    if (!t->pend || e->pend[t->pend - 1].held) return;   /* (only the engine writes held) */
+    pthread_mutex_lock(&e->pub_mu);
+    e->pend[t->pend - 1].held = true;
+    pthread_mutex_unlock(&e->pub_mu);
 }
 
 int32_t eng_adm_scopes(eng *e, eng_pub_scope *out, int32_t cap)
@@ -118,7 +190,7 @@ int32_t eng_adm_scopes(eng *e, eng_pub_scope *out, int32_t cap)
 static void scope_snap(eng *e, int32_t pool_id, const eng_scope *sc, int32_t expected, bool known, adm_session *ss,
                        adm_snapshot *o)
 {
-    eng_adm_snapshot(&e->adm_in, pool_id, pool_id > 0 ? eng_pool_prefix_len(e, pool_id) : 0, sc, expected, known,
+    eng_adm_snapshot(&e->adm_in, NULL, pool_id, pool_id > 0 ? eng_pool_prefix_len(e, pool_id) : 0, sc, expected, known,
                      ss, o);
 }
 
@@ -173,7 +245,16 @@ void eng_capacity_msg(eng *e, eng_call *c)
     if (!tmp.policy.set) tmp.policy = e->p.admission;
     o->status = PK_OK;
     o->policy = tmp.policy;
-    decide(e, c->pool_id, &tmp, c->expected_tokens, eng_session_known(e, c->session), &o->a);
+    /* As a reader would answer it (from_pub_capacity): with the requests
+     * not placed yet, which the gate's answers leave out. */
+    adm_session ss[ENG_MAX_SLOTS];
+    adm_snapshot s;
+    eng_adm_inputs(e, &e->adm_in);
+    pthread_mutex_lock(&e->pub_mu);
+    eng_adm_snapshot(&e->adm_in, e->pend, c->pool_id, c->pool_id > 0 ? eng_pool_prefix_len(e, c->pool_id) : 0, &tmp,
+                     c->expected_tokens, eng_session_known(e, c->session), ss, &s);
+    ASSERT(adm_decide(&s, &o->a) == PK_OK);
+    pthread_mutex_unlock(&e->pub_mu);
 }
 
 /* ---- the gate --------------------------------------------------------- */
@@ -223,6 +304,7 @@ bool eng_admit_gate(eng *e, eng_task *t, int32_t p_share, bool *failed)
             log_decision(e, t, pool, (eng_adm_decision)sc->held_decision, NULL);
         }
         t->adm_held = true;
+        eng_pend_held(e, t);
         return false;
     }
     /* What it will add: its suffix and generation, never more than its
@@ -251,6 +333,7 @@ bool eng_admit_gate(eng *e, eng_task *t, int32_t p_share, bool *failed)
             log_decision(e, t, pool, d, &a);
         }
         t->adm_held = true;
+        eng_pend_held(e, t);
         if (a.arm != 1) {                  /* held for the scope, not for its own size */
             sc->held_pass = e->place_pass;
             sc->held_decision = (int32_t)d;

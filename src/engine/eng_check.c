@@ -6,7 +6,9 @@
  *
  *   cells      kv_check: counts, owners, free cells blank; every charge
  *              belongs to an id the allocator gave out
- *   queue      n_waiting is the wait list's length
+ *   queue      n_waiting is the wait list's length; a waiting task's
+ *              pending entry is its own, no placed entry outlives the
+ *              publish after its step (eng_pend_flush)
  *   slots      busy <=> a task; the slot's cells are exactly its n_cache
  *              positions [0, n_cache)
  *   parked     used <=> a parking id, holding its n_tokens cells
@@ -43,13 +45,19 @@ void eng_check(eng *e)
     ASSERT(n_used_ids == e->seqs.n_used && owned == kv_used(e->kv));
 
     int32_t n = 0;
-    for (const eng_task *t = e->wait_head; t; t = t->next) n++;
+    for (const eng_task *t = e->wait_head; t; t = t->next) {
+        n++;
+        ASSERT(t->pend >= 0 && t->pend <= ENG_PEND_MAX);
+        ASSERT(!t->pend || (e->pend[t->pend - 1].task_id == t->id && !e->pend[t->pend - 1].placed));
+    }
     ASSERT(n == e->n_waiting);
+    ASSERT(e->n_pend_placed == 0);
 
     for (int32_t i = 0; i < e->p.n_slots; i++) {
         const slot *s = &e->slots[i];
         ASSERT(e->seqs.kind[i] == ENG_SEQ_SLOT);
         ASSERT((s->state != ENG_SLOT_IDLE) == (s->task != NULL));
+        ASSERT(!s->task || !s->task->pend);
         ASSERT(s->n_cache >= 0 && s->n_cache <= e->n_ctx_slot);
         ASSERT(kv_seq_cells(e->kv, s->id) == s->n_cache);
         ASSERT(s->n_cache == 0 || kv_seq_pos_max(e->kv, s->id) == s->n_cache - 1);

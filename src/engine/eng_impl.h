@@ -61,6 +61,7 @@ typedef struct eng_scope {
 typedef struct eng_adm_slot {
     int32_t pool_id;
     bool running, decoding, recent;
+    char session[ENG_SESSION_CAP];
     double tps_ewma;
     int32_t n_decoded, tokens_left, ctx_used, kv_owned;
     uint64_t task_id;
@@ -77,6 +78,18 @@ typedef struct eng_adm_in {
     char known[ENG_ADM_KNOWN][ENG_SESSION_CAP];   /* session ids with a context here */
     int32_t n_known;
 } eng_adm_in;
+
+/* A request submitted and not placed yet: in the mailbox or the wait
+ * queue.  The capacity answer counts it (readers answer from what the
+ * last step published, and a request sent during a step is in neither). */
+#define ENG_PEND_MAX 256
+typedef struct eng_pend {
+    uint64_t task_id;           /* 0: a free entry */
+    int32_t pool_id;            /* 0: no pool */
+    bool held;                  /* held by its admission gate: not load, not an admit */
+    bool placed;                /* placed since the last publish, which cannot show it yet */
+    char session[ENG_SESSION_CAP];
+} eng_pend;
 
 /* A scope as published for readers. */
 typedef struct eng_pub_scope {
@@ -182,6 +195,8 @@ struct eng {
     bool stop;
     uint64_t next_id;
     bool check;                 /* eng_check after every step (debug builds, POLYKV_CHECK=1) */
+    int32_t test_step_ms;       /* tests: every batch lasts this much longer (POLYKV_TEST_STEP_DELAY_MS),
+                                   what a big model's steps do to the answers served between them */
     atomic_bool asleep;         /* eng_is_sleeping: written by the engine thread */
 
     /* Sleeping (eng_sleep.c), engine thread only. */
@@ -202,8 +217,10 @@ struct eng {
                                    scopes and by publish after it */
     uint64_t place_pass;        /* eng_place_waiting calls */
     bool nap;                   /* the last step had nothing to do but hold requests */
-    pthread_mutex_t pub_mu;     /* guards *pub */
+    pthread_mutex_t pub_mu;     /* guards *pub and pend */
     eng_pub *pub;
+    eng_pend pend[ENG_PEND_MAX]; /* requests submitted and not published placed yet (eng_admit.c) */
+    int32_t n_pend_placed;      /* entries marked placed */
     _Atomic double pub_want_ms; /* a reader asked at this time: publish while recent */
     parked *parked;             /* [n_parked_max], each under a parking id */
     int32_t n_parked_max;
@@ -331,8 +348,21 @@ void eng_pool_each_scope(eng *e, void (*fn)(eng *e, int32_t pool_id, eng_scope *
 /* eng_admit.c */
 void eng_adm_inputs(eng *e, eng_adm_in *in);
 bool eng_adm_known(const eng_adm_in *in, const char *session);
-void eng_adm_snapshot(const eng_adm_in *in, int32_t pool_id, int32_t prefix_len, const eng_scope *sc,
-                      int32_t expected, bool known, adm_session *ss, adm_snapshot *o);
+/* pend: e->pend under pub_mu, or NULL (the gate: the engine sees its own
+ * queue, and places in order). */
+void eng_adm_snapshot(const eng_adm_in *in, const eng_pend *pend, int32_t pool_id, int32_t prefix_len,
+                      const eng_scope *sc, int32_t expected, bool known, adm_session *ss, adm_snapshot *o);
+/* The pending-request registry (e->pend): add at submission (any thread);
+ * drop when the task leaves the mailbox and queue: failed, or placed (its
+ * entry then stays until the next publish shows its slot, eng_pend_flush);
+ * mark held by the gate (engine thread).  A full registry lists nothing
+ * more: the answer is then as it was without it. */
+void eng_pend_add(eng *e, eng_task *t);
+void eng_pend_drop(eng *e, eng_task *t, bool placed);
+void eng_pend_held(eng *e, eng_task *t);
+/* Frees the entries of placed tasks; the caller holds pub_mu and has
+ * published (or will not: a copy nobody asked for in 2 s is not read). */
+void eng_pend_flush(eng *e);
 /* Fills the published scopes (server + every pool). */
 int32_t eng_adm_scopes(eng *e, eng_pub_scope *out, int32_t cap);
 void eng_admission_msg(eng *e, eng_call *c);

@@ -409,14 +409,16 @@ static void apply_fixed(eng *e, eng_task *t, slot *s)
     s->n_cache = keep;
 }
 
-/* Unlinks t (*pp == t, prev its predecessor or NULL) from the wait queue. */
-static void unlink_waiting(eng *e, eng_task **pp, eng_task *prev)
+/* Unlinks t (*pp == t, prev its predecessor or NULL) from the wait queue,
+ * placed in a slot or failed (eng_pend_drop). */
+static void unlink_waiting(eng *e, eng_task **pp, eng_task *prev, bool placed)
 {
     eng_task *t = *pp;
     *pp = t->next;
     if (e->wait_tail == t) e->wait_tail = prev;
     t->next = NULL;
     e->n_waiting--;
+    eng_pend_drop(e, t, placed);
 }
 
 /* True when a slot is still prefilling a prompt that shares with t's a
@@ -455,7 +457,7 @@ void eng_place_waiting(eng *e)
         /* A task leaves the queue before anything may drop the engine's
          * reference to it (the submitter may have released its own). */
         if (atomic_load(&t->cancelled)) {
-            unlink_waiting(e, pp, prev);
+            unlink_waiting(e, pp, prev, false);
             eng_task_fail(t, PK_ECANCELLED, "cancelled");
             eng_task_unref(t);
             continue;
@@ -463,7 +465,7 @@ void eng_place_waiting(eng *e)
         int32_t p_share = 0;
         int ready = t->req.pool_id > 0 ? eng_pool_ready(e, t, &p_share) : 1;
         if (ready < 0) {                          /* its ERROR is queued */
-            unlink_waiting(e, pp, prev);
+            unlink_waiting(e, pp, prev, false);
             eng_task_unref(t);
             continue;
         }
@@ -471,7 +473,7 @@ void eng_place_waiting(eng *e)
         bool refused = false;
         if (!waits && !eng_admit_gate(e, t, p_share, &refused)) {
             if (refused) {                        /* its ERROR is queued */
-                unlink_waiting(e, pp, prev);
+                unlink_waiting(e, pp, prev, false);
                 eng_task_unref(t);
                 continue;
             }
@@ -480,7 +482,7 @@ void eng_place_waiting(eng *e)
         if (!waits && t->req.id_slot >= 0) {
             slot *s = &e->slots[t->req.id_slot];
             if (s->state == ENG_SLOT_IDLE) {
-                unlink_waiting(e, pp, prev);
+                unlink_waiting(e, pp, prev, true);
                 s->state = ENG_SLOT_PREFILL;
                 apply_fixed(e, t, s);
                 char reason[64];
@@ -500,7 +502,7 @@ void eng_place_waiting(eng *e)
         snapshot(e, t, sn);
         pk_status st = pol_place(&sn->s, &d);
         if (st == PK_OK && d.kind == POL_WAIT) return;   /* every slot busy */
-        unlink_waiting(e, pp, prev);
+        unlink_waiting(e, pp, prev, st == PK_OK);
         if (st != PK_OK) {
             eng_task_fail(t, PK_EINVAL, "placement failed");
             eng_task_unref(t);
@@ -540,7 +542,7 @@ void eng_fail_waiting_pool(eng *e, int32_t pool_id, pk_status st, const char *ms
             pp = &t->next;
             continue;
         }
-        unlink_waiting(e, pp, prev);
+        unlink_waiting(e, pp, prev, false);
         eng_task_fail(t, st, msg);
         eng_task_unref(t);
     }

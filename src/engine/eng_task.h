@@ -50,6 +50,7 @@ struct eng_task {
      * held once (counted once), admitted over a "no". */
     bool adm_new, adm_held, adm_warned;
     int32_t adm_remaining;       /* X-Sessions-Remaining under "warn", -1 none */
+    int32_t pend;                /* 1 + its entry in eng.pend while not placed, 0 none (under pub_mu) */
 
     atomic_bool cancelled;
     atomic_int refs;

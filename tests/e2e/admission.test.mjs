@@ -220,3 +220,66 @@ test('admission: a queue lifted by time goes in arrival order, without spinning'
   assert.deepEqual(order, ['A', 'B', 'C', 'D', 'E']);
   assert.ok(cpu < 0.3, `the server used ${cpu} s of CPU in 1 s with only held requests`);
 });
+
+// A spawn the engine has not placed yet, or has placed in the step still
+// running, is an admit in flight: a spawner that asks right after it must
+// hear "measurement settling", not "ok".  The answers served between
+// batches come from a copy made after the last one; with a real model's
+// long steps (a turn's prompt), a spawn sent during one was in neither
+// that copy nor the settle record, and an advisory spawner that asked
+// 500 ms after its spawn was told "ok" and spawned again (ninth-session
+// spawn ramp).  Every step is stretched to 150 ms here to make the window
+// certain.
+test('admission: a spawn not placed, or placed in the running step, is an admit in flight', { skip }, async () => {
+  const slow = await startServer(sharedModel(QWEN), ['-c', '4096', '-np', '4', '-t', '1'],
+                                 { env: { POLYKV_TEST_STEP_DELAY_MS: '150' } });
+  try {
+    const r = await post(slow.url + '/polykv/pools', { prompt: base + ' slow pool' });
+    assert.equal(r.status, 201, r.text);
+    const pool = r.json.pool_id;
+    const p = await post(slow.url + `/polykv/pools/${pool}/admission`,
+                         { target_tps_per_session: 0.1, mode: 'advisory', settle_tokens: 2, settle_max_ms: 4000 });
+    assert.equal(p.status, 200, p.text);
+    const cap = async () => (await get(slow.url + `/polykv/pools/${pool}/capacity`)).json;
+    const settled = async () => {
+      for (let i = 0; i < 200; i++) {
+        const c = await cap();
+        if (c.reason === 'ok') return c;
+        await sleep(50);
+      }
+      assert.fail(`never settled: ${JSON.stringify(await cap())}`);
+    };
+    const body = (name, n, stream) => JSON.stringify({ prompt: base + ' slow pool. Agent ' + name, pool_id: pool,
+                                                       session_id: name, n_predict: n, ignore_eos: true, stream,
+                                                       temperature: 0 });
+    // One agent at work, so the guaranteed minimum does not answer.
+    const ac = new AbortController();
+    const first = await fetch(slow.url + '/completion', { method: 'POST', signal: ac.signal, body: body('A', 100000, true),
+                                                          headers: { 'content-type': 'application/json' } });
+    assert.equal(first.status, 200);
+    const reading = readSSE(first, () => {}).catch(() => {});
+    await settled();
+    for (let k = 0; k < 3; k++) {
+      // Sent: in the mailbox while a step runs.
+      const sent = post(slow.url + '/completion', body('sent-' + k, 2, false)).catch((e) => ({ status: String(e) }));
+      await sleep(30);
+      let c = await cap();
+      assert.equal(c.reason, 'measurement settling', `sent ${k}: ${JSON.stringify(c)}`);
+      assert.ok(c.settling && c.n_starting >= 1, JSON.stringify(c));
+      assert.equal((await sent).status, 200);
+      await settled();
+      // Placed (a stream's headers wait for its placement), the step running.
+      const resp = await fetch(slow.url + '/completion', { method: 'POST', body: body('placed-' + k, 2, true),
+                                                           headers: { 'content-type': 'application/json' } });
+      assert.equal(resp.status, 200);
+      c = await cap();
+      assert.equal(c.reason, 'measurement settling', `placed ${k}: ${JSON.stringify(c)}`);
+      await readSSE(resp, () => {});
+      await settled();
+    }
+    ac.abort();
+    await reading;
+  } finally {
+    assert.equal(await slow.stop(), 0);
+  }
+});
