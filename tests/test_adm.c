@@ -182,6 +182,61 @@ static void test_ramp(void)
     CHECK(held > 0);
 }
 
+/* A check in a lull: three agents at work, each turn prompt a stall in
+ * everyone's window; the one moment nobody's window holds one, a lone
+ * decoder at 42 tok/s and two agents between turns, looks like room for
+ * a fourth.  The long-run mean, which saw the stalls in proportion, says
+ * no; it fades once the load is gone. */
+static void test_long_mean(void)
+{
+    world w;
+    world_init(&w, 6);
+    w.p.target_tps = 24;
+    w.st = (adm_settle){ .has_cost = true, .cost_ms = 5 };
+    for (int i = 0; i < 3; i++) decoding(&w, i, 30, 60);
+    double sum = 0, ms = 0;
+    for (int t = 0; t < 400; t++) {              /* 20 s: 400 ms at 30 tok/s, 100 ms of a stall at 12 */
+        w.snap.now_ms += 50;
+        double v = t % 10 < 8 ? 30 : 12, d = exp(-50 / ADM_LONG_MS);
+        for (int i = 0; i < 3; i++) w.s[i].tps_ewma = v;
+        adm_settle_step(&w.st, &w.snap);
+        if (t > 0) {
+            sum = sum * d + v * 50;
+            ms = ms * d + 50;
+        }
+    }
+    CHECK_NEAR(w.st.long_sum / w.st.long_ms, sum / ms, 1e-9);
+    CHECK_NEAR(w.st.long_share / w.st.long_ms, 3, 1e-9);
+    w.s[0].tps_ewma = 42;                        /* the lull */
+    for (int i = 1; i < 3; i++) w.s[i].running = w.s[i].decoding = false;
+    w.snap.n_busy_slots = 1;
+    adm_answer a = decide(&w);
+    double carried = 1000 / (1000 / 42.0 + 10);  /* 29.6 over three: the instant says 25.8 after a fourth */
+    CHECK(sum / ms < carried);
+    CHECK_NEAR(a.mean_long_tps, sum / ms, 1e-9);
+    CHECK_NEAR(a.projected, 1000 / (1000 * ms / sum + 5), 1e-9);
+    CHECK_STR(a.reason, "projected mean tps below floor");
+    if (getenv("POLYKV_ADM_VERBOSE"))
+        printf("lull: instant %.1f, long-run %.1f over 3; projected %.1f (instant %.1f), floor 24\n", carried,
+               sum / ms, a.projected, 1000 / (1000 / carried + 5));
+    adm_settle none = w.st;
+    none.long_ms = none.long_sum = none.long_share = 0;
+    w.snap.settle = &none;
+    a = decide(&w);
+    CHECK_STR(a.reason, "ok");                   /* what the instant alone said */
+    CHECK(isnan(a.mean_long_tps));
+    w.snap.settle = &w.st;
+    /* Gone quiet: nothing folds in, the window decays, the mean is no more. */
+    for (int i = 0; i < 3; i++) w.s[i] = (adm_session){0};
+    w.snap.n_busy_slots = 0;
+    for (int t = 0; t < 30; t++) {
+        w.snap.now_ms += 1000;
+        adm_settle_step(&w.st, &w.snap);
+    }
+    CHECK(w.st.long_ms < ADM_LONG_MIN_MS);
+    CHECK(isnan(decide(&w).mean_long_tps));
+}
+
 static void test_settle(void)
 {
     world w;
@@ -205,8 +260,9 @@ static void test_settle(void)
     w.s[0].tps_ewma = w.s[1].tps_ewma = 10;       /* the next admit cost 66.7 ms a token */
     w.snap.now_ms += 6000;                        /* settle_max_ms passed */
     adm_settle_step(&w.st, &w.snap);
-    double c1 = 1000.0 / 30 - 1000.0 / 40, c2 = 100 - 1000.0 / 30;
-    CHECK_NEAR(w.st.cost_ms, c1 + 0.3 * (c2 - c1), 1e-12);
+    double c1 = 1000.0 / 30 - 1000.0 / 40, c2 = 1000.0 / 30;      /* 66.7 is more than doubling 33.3 */
+    CHECK_NEAR(w.st.cost_sample[1], c2, 1e-12);
+    CHECK_NEAR(w.st.cost_ms, (c1 + c2) / 2, 1e-12);                /* the median of two */
     /* Nobody gained (a session paused as the new one came): no sample. */
     adm_record_admit(&w.st, &w.snap, 103);
     double keep = w.st.cost_ms;
@@ -216,6 +272,7 @@ static void test_settle(void)
     adm_settle_step(&w.st, &w.snap);
     CHECK(!w.st.active);
     CHECK_NEAR(w.st.cost_ms, keep, 0);
+    CHECK_EQ_INT(w.st.n_cost, 2);
     adm_record_admit(&w.st, &w.snap, 999);        /* its session is gone at once */
     w.snap.now_ms += 1;
     adm_settle_step(&w.st, &w.snap);
@@ -289,8 +346,16 @@ static const char *oracle(const adm_snapshot *s, bool *can)
     double M = n ? sum / n : 0;
     int nn = n + paused + starting;          /* the manual: they all share the mean */
     bool idle = false;
+    const adm_settle *st = s->settle;
+    double Ml = NAN;                         /* the long-run mean, carried to nn */
+    if (st->long_ms >= 2000 && st->long_sum > 0 && st->long_share > 0 && nn > 0) {
+        double m = st->long_sum / st->long_ms, k = st->long_share / st->long_ms;
+        double ms = st->has_cost ? 1000 / m + st->cost_ms * (nn - k) : 0;
+        Ml = !st->has_cost ? m * k / nn : ms > 0 ? 1000 / ms : NAN;
+    }
     if (n > 0) {
         M = s->settle->has_cost ? 1000 / (1000 / M + s->settle->cost_ms * (nn - n)) : M * n / nn;
+        if (Ml < M) M = Ml;
     } else if (nn > 0 && s->settle->has_settled && now - s->settle->t_settled_ms < 30000) {
         idle = true;
         M = s->settle->mean_settled;
@@ -361,6 +426,11 @@ static void test_property(int n_cases)
         w.st.has_settled = rnd(2);
         w.st.mean_settled = rndu() * 50;
         w.st.t_settled_ms = w.snap.now_ms - rnd(60000);
+        if (rnd(2)) {
+            w.st.long_ms = rndu() * 12000;
+            w.st.long_sum = w.st.long_ms * rndu() * 50;
+            w.st.long_share = w.st.long_ms * rndu() * 6;
+        }
         adm_answer a;
         CHECK_EQ_INT(adm_decide(&w.snap, &a), PK_OK);
         bool can;
@@ -591,6 +661,7 @@ int main(void)
     test_policy();
     test_arms();
     test_settle();
+    test_long_mean();
     test_ramp();
     test_cost_model();
     test_worked_example();

@@ -89,6 +89,29 @@ static int32_t starting(const adm_snapshot *s)
     return k;
 }
 
+/* Sessions sharing the compute with the n warm ones: live sessions of the
+ * scope between turns, and those starting (starting()). */
+static int32_t sharing(const adm_snapshot *s, int32_t n)
+{
+    int32_t k = n + starting(s);
+    for (int32_t i = 0; i < s->n_sessions; i++) k += s->sessions[i].live && !s->sessions[i].running;
+    return k;
+}
+
+/* The long-run mean, carried from the load it was measured at to n_all
+ * sessions (by the step cost, or the model's 1/n); NAN when there is too
+ * little of it, or when carrying it down a load that fell is more than the
+ * cost can say (the instant mean speaks for that). */
+static double long_mean(const adm_settle *st, int32_t n_all)
+{
+    if (st->long_ms < ADM_LONG_MIN_MS || st->long_sum <= 0 || n_all < 1) return NAN;
+    double Ml = st->long_sum / st->long_ms, nl = st->long_share / st->long_ms;
+    if (nl <= 0) return NAN;
+    if (!st->has_cost) return Ml * nl / n_all;
+    double ms = 1000.0 / Ml + st->cost_ms * (n_all - nl);
+    return ms > 0 ? 1000.0 / ms : NAN;
+}
+
 static void projections(const adm_snapshot *s, adm_answer *a)
 {
     const adm_settle *st = s->settle;
@@ -101,10 +124,16 @@ static void projections(const adm_snapshot *s, adm_answer *a)
      * finds a moment that looks free; charging them 1/n on a machine
      * where a session costs the others a few percent (a CPU: one weight
      * read per step for all) holds agents back for nothing. */
-    int32_t n_all = n + a->n_paused + a->n_starting;
+    int32_t n_all = sharing(s, n);
     a->idle_estimate = false;
+    a->mean_long_tps = long_mean(st, n_all);
     if (n > 0) {
         M = st->has_cost ? adm_add_sessions(M, st->cost_ms, n_all - n) : M * n / n_all;
+        /* The lower of the two: a check that falls in a lull (the agents'
+         * turn prompts all read, nobody's window holding a stall) sees the
+         * speed of a moment the load does not keep; an advisory client
+         * that polls finds such a moment, an enforced gate every one. */
+        if (a->mean_long_tps < M) M = a->mean_long_tps;
         n = n_all;
     } else if (n_all > 0 && st->has_settled && s->now_ms - st->t_settled_ms < ADM_IDLE_MS) {
         a->idle_estimate = true;     /* nobody measured now: the last settled mean stands in */
@@ -245,10 +274,36 @@ static double absorbed_mean(const adm_settle *st, const adm_snapshot *s)
     return n ? sum / n : 0;
 }
 
+/* The median of the samples kept (of the middle two for an even count). */
+static double cost_median(const adm_settle *st)
+{
+    int32_t k = MIN(st->n_cost, ADM_COST_N);
+    double v[ADM_COST_N];
+    for (int32_t i = 0; i < k; i++) {
+        int32_t j = i;
+        for (; j > 0 && v[j - 1] > st->cost_sample[i]; j--) v[j] = v[j - 1];
+        v[j] = st->cost_sample[i];
+    }
+    return k % 2 ? v[k / 2] : (v[k / 2 - 1] + v[k / 2]) / 2;
+}
+
 void adm_settle_step(adm_settle *st, const adm_snapshot *s)
 {
     int32_t n;
     double M = mean_warm(s, &n);
+    double dt = st->t_long_ms > 0 ? s->now_ms - st->t_long_ms : 0;
+    st->t_long_ms = s->now_ms;
+    if (dt > 0) {                                /* the step just run, as it ended */
+        double d = exp(-dt / ADM_LONG_MS);
+        st->long_ms *= d;
+        st->long_sum *= d;
+        st->long_share *= d;
+        if (n > 0) {
+            st->long_ms += dt;
+            st->long_sum += M * dt;
+            st->long_share += sharing(s, n) * dt;
+        }
+    }
     if (!st->active) {
         if (n > 0) {
             st->has_settled = true;
@@ -267,8 +322,14 @@ void adm_settle_step(adm_settle *st, const adm_snapshot *s)
     double m = absorbed_mean(st, s);
     int32_t gained = n - st->n_warm_at_admit;
     if (st->mean_at_admit > 0 && m > 0 && gained >= 1) {
-        double c = fmax(0, (1000.0 / m - 1000.0 / st->mean_at_admit) / gained);
-        st->cost_ms = st->has_cost ? st->cost_ms + ADM_COST_ALPHA * (c - st->cost_ms) : c;
+        /* At most doubling the time per token at the admit (compute shared
+         * evenly by two): a turn prompt read in the window, magnified by
+         * the lag correction, made samples of 40 ms where admits cost 9,
+         * and an EWMA of them held every later spawner to one agent
+         * (tenth session, run 10c).  The median leaves such a one out. */
+        double c = fmin(fmax(0, (1000.0 / m - 1000.0 / st->mean_at_admit) / gained), 1000.0 / st->mean_at_admit);
+        st->cost_sample[st->n_cost++ % ADM_COST_N] = c;
+        st->cost_ms = cost_median(st);
         st->has_cost = true;
     }
     st->has_settled = true;

@@ -13,7 +13,7 @@
  *     adm_gate         what enforced mode does with a request, given the
  *                      answer (admit, hold, reject, warn, queue);
  *     adm_settle_step  completes a settle window when it is due, folding
- *                      the measured step cost into its EWMA;
+ *                      the measured step cost into its median;
  *     adm_record_admit starts a settle window for an admitted session.
  *
  *   Speeds are over the sessions decoding on the whole server (one
@@ -41,9 +41,11 @@
 #define ADM_IDLE_MS 30000.0        /* a settled mean this young stands in for an idle pool */
 #define ADM_PAUSE_FACTOR 3.0       /* a session idle this many times its longest pause is done */
 #define ADM_PAUSE_MIN_MS 2000.0
-#define ADM_COST_ALPHA 0.3         /* EWMA weight of a new step-cost sample */
+#define ADM_COST_N 7               /* step-cost samples whose median is the cost */
 #define ADM_MAX_AT 64              /* sessions whose speed a settle record keeps */
 #define ADM_MIN_ABSORBED 0.25      /* the settle's lag correction multiplies by at most 4 */
+#define ADM_LONG_MS 10000.0        /* the long-run mean's window ... */
+#define ADM_LONG_MIN_MS 2000.0     /* ... and the warm time it needs before it counts */
 
 /* A session's experienced decode speed: tokens over the time they took,
  * both decayed over the last win_tokens tokens or win_ms ms, whichever is
@@ -149,11 +151,21 @@ typedef struct adm_settle {
     int32_t n_at;
     int32_t n_warm_at_admit;        /* warm sessions then */
     bool has_cost;
-    double cost_ms;                 /* EWMA: ms one more session adds to every session's
-                                       time per token (adm_add_sessions) */
+    double cost_ms;                 /* the median of the last ADM_COST_N samples: ms one more
+                                       session adds to every session's time per token
+                                       (adm_add_sessions) */
+    double cost_sample[ADM_COST_N]; /* a ring, cost_sample[n_cost % ADM_COST_N] the next */
+    int32_t n_cost;
     bool has_settled;
     double mean_settled, t_settled_ms;   /* the last mean seen outside a settle window */
     uint64_t n_settled;
+    /* The long-run mean: the warm mean and the sessions sharing it (n'),
+     * time-weighted over the steps where someone was warm, decayed over
+     * ADM_LONG_MS.  It sees the stalls of turn prompts in the proportion
+     * the load brings them; the speeds' 2 s window sees one or none. */
+    double long_ms;                 /* decayed warm time */
+    double long_sum, long_share;    /* decayed sums of M dt and n' dt */
+    double t_long_ms;               /* the last step folded in, 0 none */
 } adm_settle;
 
 typedef struct adm_snapshot {
@@ -181,6 +193,7 @@ typedef struct adm_answer {
     const char *reason;             /* static: one of the manual's reasons */
     int arm;                        /* 1..8, the row of the manual's table */
     double mean_active_tps;         /* M, 0 when nobody is warm */
+    double mean_long_tps;           /* the long-run mean at the load of now, NAN none */
     double projected;               /* what the floor arm compared (NAN: nothing to project) */
     double projected_model, projected_measured;   /* NAN when unknown */
     bool idle_estimate;
@@ -221,13 +234,15 @@ typedef enum adm_action {
 adm_action adm_gate(const adm_policy *p, const adm_answer *a, bool known_session, bool overcommit,
                     double waited_ms);
 
-/* After every step.  Completes the settle window when its session has
+/* After every step.  Folds the step into the long-run mean; completes
+ * the settle window when its session has
  * decoded settle_tokens tokens, has gone, or settle_max_ms passed: the
  * step-cost sample (the change in time per token between the mean at the
  * admit and the mean now, corrected for the part of the change the speeds'
  * window has not absorbed yet, over the warm sessions gained; none when
- * none was gained) goes into the EWMA.  Outside a window, keeps the last
- * mean seen as the settled one (the idle estimate's). */
+ * none was gained; at most the time per token at the admit) joins the
+ * last ADM_COST_N, whose median is the cost.  Outside a window, keeps the
+ * last mean seen as the settled one (the idle estimate's). */
 void adm_settle_step(adm_settle *st, const adm_snapshot *s);
 /* Starts a settle window for task_id, admitted now with mean M. */
 void adm_record_admit(adm_settle *st, const adm_snapshot *s, uint64_t task_id);

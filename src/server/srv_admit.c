@@ -48,6 +48,7 @@ json_t *srv_capacity_json(const adm_answer *a)
     if (o) json_object_set_new(o, "n_starting", json_integer(a->n_starting));
     if (o) json_object_set_new(o, "step_cost_ms", json_real(a->step_cost_ms));
     if (o) json_object_set_new(o, "n_pending_new", json_integer(a->n_pending_new));
+    if (o) json_object_set_new(o, "mean_long_tps", num_or_null(a->mean_long_tps));
     return o;
 }
 
