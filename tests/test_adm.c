@@ -226,8 +226,23 @@ static void test_long_mean(void)
     CHECK_STR(a.reason, "ok");                   /* what the instant alone said */
     CHECK(isnan(a.mean_long_tps));
     w.snap.settle = &w.st;
+    /* An admit while nobody is warm (the three between turns): its settle
+     * measures against the long-run mean and the load it was read at. */
+    for (int i = 0; i < 3; i++) w.s[i].running = w.s[i].decoding = false;
+    w.snap.n_busy_slots = 0;
+    w.st.has_cost = false;
+    adm_record_admit(&w.st, &w.snap, 200);
+    CHECK(w.st.long_base);
+    CHECK_NEAR(w.st.mean_at_admit, sum / ms, 1e-9);
+    CHECK_NEAR(w.st.share_at_admit, 3, 1e-9);
+    for (int i = 0; i < 4; i++) decoding(&w, i, 20, 60);   /* all four back, at 20 */
+    w.s[3].task_id = 200;
+    w.snap.now_ms += 2000;
+    adm_settle_step(&w.st, &w.snap);
+    CHECK(!w.st.active && w.st.has_cost);
+    CHECK_NEAR(w.st.cost_ms, 1000.0 / 20 - 1000 * ms / sum, 1e-9);   /* 11.9 ms over one more */
     /* Gone quiet: nothing folds in, the window decays, the mean is no more. */
-    for (int i = 0; i < 3; i++) w.s[i] = (adm_session){0};
+    for (int i = 0; i < 4; i++) w.s[i] = (adm_session){0};
     w.snap.n_busy_slots = 0;
     for (int t = 0; t < 30; t++) {
         w.snap.now_ms += 1000;

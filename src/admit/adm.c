@@ -320,8 +320,14 @@ void adm_settle_step(adm_settle *st, const adm_snapshot *s)
     st->active = false;
     if (n == 0) return;                          /* nobody to measure: no sample */
     double m = absorbed_mean(st, s);
-    int32_t gained = n - st->n_warm_at_admit;
-    if (st->mean_at_admit > 0 && m > 0 && gained >= 1) {
+    /* Against the long-run mean when nobody was warm at the admit: the
+     * load it was read at, and the load now, as sessions sharing the mean
+     * (n').  An agent workload places its new sessions when the others
+     * are between turns or reading their prompts as often as not; without
+     * this, six of the eight admits of a naive ramp gave no sample, and a
+     * spawner with none is left to the model's 1/n (tenth session, 10e). */
+    double gained = st->long_base ? sharing(s, n) - st->share_at_admit : n - st->n_warm_at_admit;
+    if (st->mean_at_admit > 0 && m > 0 && gained >= (st->long_base ? 0.5 : 1)) {
         /* At most doubling the time per token at the admit (compute shared
          * evenly by two): a turn prompt read in the window, magnified by
          * the lag correction, made samples of 40 ms where admits cost 9,
@@ -347,6 +353,11 @@ void adm_record_admit(adm_settle *st, const adm_snapshot *s, uint64_t task_id)
     st->task_id = task_id;
     st->mean_at_admit = n ? M : 0;
     st->n_warm_at_admit = n;
+    st->long_base = n == 0 && st->long_ms >= ADM_LONG_MIN_MS && st->long_sum > 0;
+    if (st->long_base) {
+        st->mean_at_admit = st->long_sum / st->long_ms;
+        st->share_at_admit = st->long_share / st->long_ms;
+    }
     st->n_at = 0;
     for (int32_t i = 0; i < s->n_sessions && st->n_at < ADM_MAX_AT; i++)
         if (warm(&s->sessions[i]))

@@ -150,6 +150,8 @@ typedef struct adm_settle {
     adm_at at[ADM_MAX_AT];          /* the warm sessions then (the lag correction's base) */
     int32_t n_at;
     int32_t n_warm_at_admit;        /* warm sessions then */
+    bool long_base;                 /* nobody was warm: mean_at_admit is the long-run mean, */
+    double share_at_admit;          /*   read at this many sessions sharing it (n') */
     bool has_cost;
     double cost_ms;                 /* the median of the last ADM_COST_N samples: ms one more
                                        session adds to every session's time per token
