@@ -182,6 +182,41 @@ static void test_ramp(void)
     CHECK(held > 0);
 }
 
+/* One settle: a session at `before`, an admit, both at `after` once the
+ * new one has its 48 tokens.  The sample is 1000/after - 1000/before. */
+static void one_sample(world *w, double before, double after)
+{
+    decoding(w, 0, before, 100);
+    w->s[1] = (adm_session){0};
+    adm_record_admit(&w->st, &w->snap, 101);
+    decoding(w, 1, after, 48);
+    w->s[0].tps_ewma = after;
+    w->snap.now_ms += 1000;
+    adm_settle_step(&w->st, &w->snap);
+}
+
+/* The cost is the trimmed mean of the samples: a negative one (the mean
+ * rose across the admit) counts as it is, each is bounded by the time per
+ * token at its admit, and the lowest and highest are left out. */
+static void test_cost_samples(void)
+{
+    world w;
+    world_init(&w, 4);
+    one_sample(&w, 40, 30);                       /*  8.33 */
+    one_sample(&w, 40, 50);                       /* -5 */
+    CHECK_NEAR(w.st.cost_sample[1], -5, 1e-12);
+    CHECK_NEAR(w.st.cost_ms, (25.0 / 3 - 5) / 2, 1e-12);
+    one_sample(&w, 40, 1000.0 / 35);              /* 10 */
+    one_sample(&w, 40, 10);                       /* 75, bounded at 25 */
+    CHECK_NEAR(w.st.cost_sample[3], 25, 1e-12);
+    one_sample(&w, 40, 32);                       /*  6.25 */
+    CHECK_EQ_INT(w.st.n_cost, 5);
+    CHECK_NEAR(w.st.cost_ms, (6.25 + 25.0 / 3 + 10) / 3, 1e-9);
+    for (int i = 0; i < 9; i++) one_sample(&w, 40, 80);   /* the mean doubles each time: a ring of -12.5 */
+    CHECK_EQ_INT(w.st.n_cost, 14);
+    CHECK_NEAR(w.st.cost_ms, 0, 0);               /* never below 0 */
+}
+
 /* A check in a lull: three agents at work, each turn prompt a stall in
  * everyone's window; the one moment nobody's window holds one, a lone
  * decoder at 42 tok/s and two agents between turns, looks like room for
@@ -676,6 +711,7 @@ int main(void)
     test_policy();
     test_arms();
     test_settle();
+    test_cost_samples();
     test_long_mean();
     test_ramp();
     test_cost_model();

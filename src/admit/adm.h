@@ -13,7 +13,7 @@
  *     adm_gate         what enforced mode does with a request, given the
  *                      answer (admit, hold, reject, warn, queue);
  *     adm_settle_step  completes a settle window when it is due, folding
- *                      the measured step cost into its median;
+ *                      the measured step cost into its samples;
  *     adm_record_admit starts a settle window for an admitted session.
  *
  *   Speeds are over the sessions decoding on the whole server (one
@@ -41,7 +41,7 @@
 #define ADM_IDLE_MS 30000.0        /* a settled mean this young stands in for an idle pool */
 #define ADM_PAUSE_FACTOR 3.0       /* a session idle this many times its longest pause is done */
 #define ADM_PAUSE_MIN_MS 2000.0
-#define ADM_COST_N 7               /* step-cost samples whose median is the cost */
+#define ADM_COST_N 7               /* step-cost samples whose trimmed mean is the cost */
 #define ADM_MAX_AT 64              /* sessions whose speed a settle record keeps */
 #define ADM_MIN_ABSORBED 0.25      /* the settle's lag correction multiplies by at most 4 */
 #define ADM_LONG_MS 10000.0        /* the long-run mean's window ... */
@@ -153,7 +153,8 @@ typedef struct adm_settle {
     bool long_base;                 /* nobody was warm: mean_at_admit is the long-run mean, */
     double share_at_admit;          /*   read at this many sessions sharing it (n') */
     bool has_cost;
-    double cost_ms;                 /* the median of the last ADM_COST_N samples: ms one more
+    double cost_ms;                 /* the trimmed mean of the last ADM_COST_N samples (without
+                                       the lowest and highest), at least 0: ms one more
                                        session adds to every session's time per token
                                        (adm_add_sessions) */
     double cost_sample[ADM_COST_N]; /* a ring, cost_sample[n_cost % ADM_COST_N] the next */
@@ -242,8 +243,8 @@ adm_action adm_gate(const adm_policy *p, const adm_answer *a, bool known_session
  * step-cost sample (the change in time per token between the mean at the
  * admit and the mean now, corrected for the part of the change the speeds'
  * window has not absorbed yet, over the warm sessions gained; none when
- * none was gained; at most the time per token at the admit) joins the
- * last ADM_COST_N, whose median is the cost.  Outside a window, keeps the
+ * none was gained; within the time per token at the admit either way)
+ * joins the last ADM_COST_N, whose trimmed mean is the cost.  Outside a window, keeps the
  * last mean seen as the settled one (the idle estimate's). */
 void adm_settle_step(adm_settle *st, const adm_snapshot *s);
 /* Starts a settle window for task_id, admitted now with mean M. */
