@@ -124,7 +124,7 @@ static void projections(const adm_snapshot *s, adm_answer *a)
      * finds a moment that looks free; charging them 1/n on a machine
      * where a session costs the others a few percent (a CPU: one weight
      * read per step for all) holds agents back for nothing. */
-    int32_t n_all = sharing(s, n);
+    int32_t n_all = n + a->n_paused + a->n_starting;   /* sharing(), counted already */
     a->idle_estimate = false;
     a->mean_long_tps = long_mean(st, n_all);
     if (n > 0) {

@@ -202,12 +202,20 @@ static void snap(eng *e, int32_t pool_id, const eng_scope *sc, int32_t expected,
     scope_snap(e, pool_id, sc, expected, known, ss, o);
 }
 
-static void decide(eng *e, int32_t pool_id, const eng_scope *sc, int32_t expected, bool known, adm_answer *a)
+/* The answer for pool_id's scope now.  with_pending: as a reader would
+ * answer it (from_pub_capacity), counting the requests not placed yet;
+ * the gate leaves them out (it places in order). */
+static void decide(eng *e, int32_t pool_id, const eng_scope *sc, int32_t expected, bool known, bool with_pending,
+                   adm_answer *a)
 {
     adm_session ss[ENG_MAX_SLOTS];
     adm_snapshot s;
-    snap(e, pool_id, sc, expected, known, ss, &s);
+    eng_adm_inputs(e, &e->adm_in);
+    if (with_pending) pthread_mutex_lock(&e->pub_mu);
+    eng_adm_snapshot(&e->adm_in, with_pending ? e->pend : NULL, pool_id,
+                     pool_id > 0 ? eng_pool_prefix_len(e, pool_id) : 0, sc, expected, known, ss, &s);
     ASSERT(adm_decide(&s, a) == PK_OK);
+    if (with_pending) pthread_mutex_unlock(&e->pub_mu);
 }
 
 /* ---- messages --------------------------------------------------------- */
@@ -245,16 +253,7 @@ void eng_capacity_msg(eng *e, eng_call *c)
     if (!tmp.policy.set) tmp.policy = e->p.admission;
     o->status = PK_OK;
     o->policy = tmp.policy;
-    /* As a reader would answer it (from_pub_capacity): with the requests
-     * not placed yet, which the gate's answers leave out. */
-    adm_session ss[ENG_MAX_SLOTS];
-    adm_snapshot s;
-    eng_adm_inputs(e, &e->adm_in);
-    pthread_mutex_lock(&e->pub_mu);
-    eng_adm_snapshot(&e->adm_in, e->pend, c->pool_id, c->pool_id > 0 ? eng_pool_prefix_len(e, c->pool_id) : 0, &tmp,
-                     c->expected_tokens, eng_session_known(e, c->session), ss, &s);
-    ASSERT(adm_decide(&s, &o->a) == PK_OK);
-    pthread_mutex_unlock(&e->pub_mu);
+    decide(e, c->pool_id, &tmp, c->expected_tokens, eng_session_known(e, c->session), true, &o->a);
 }
 
 /* ---- the gate --------------------------------------------------------- */
@@ -313,7 +312,7 @@ bool eng_admit_gate(eng *e, eng_task *t, int32_t p_share, bool *failed)
     int64_t want = (int64_t)t->req.n_prompt - p_share + MAX(t->req.n_predict, 0);
     int32_t expected = (int32_t)MIN(want, (int64_t)room);
     adm_answer a;
-    decide(e, pool, sc, expected, known, &a);
+    decide(e, pool, sc, expected, known, false, &a);
     adm_action act = adm_gate(&sc->policy, &a, known, false, pk_time_ms() - t->t_submit_ms);
     if (sc->policy.on_saturation == ADM_WARN) t->adm_remaining = a.can_admit ? MAX(a.headroom_sessions - 1, 0) : 0;
     switch (act) {
