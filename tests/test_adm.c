@@ -378,7 +378,207 @@ static void test_settle(void)
     CHECK_NEAR(w.st.cost_ms, 2000 / (30 + w.s[0].tps_ewma) - 1000.0 / 40, 1e-9);
 }
 
+
+/* The floor arm's margin: half the mean's long-run spread, relative, at
+ * the projection. */
+static void test_margin(void)
+{
+    world w;
+    world_init(&w, 4);
+    w.st = (adm_settle){ .has_cost = true, .cost_ms = 4 };
+    decoding(&w, 0, 30, 60);
+    decoding(&w, 1, 30, 60);
+    for (int t = 0; t < 400; t++) {              /* 20 s of a mean at 20 and 30 in turn */
+        w.snap.now_ms += 50;
+        w.s[0].tps_ewma = w.s[1].tps_ewma = t % 2 ? 30 : 20;
+        adm_settle_step(&w.st, &w.snap);
+    }
+    w.s[0].tps_ewma = w.s[1].tps_ewma = 25;
+    adm_answer a = decide(&w);
+    double m = w.st.long_sum / w.st.long_ms, sd = sqrt(w.st.long_sq / w.st.long_ms - m * m);
+    CHECK_NEAR(m, 25, 0.05);
+    CHECK_NEAR(sd, 5, 0.05);
+    CHECK_NEAR(a.floor_margin_tps, 0.5 * sd / m * a.projected, 1e-9);   /* a tenth of it */
+    w.p.target_tps = a.projected - 0.5 * a.floor_margin_tps;          /* under the projection, inside the margin */
+    CHECK_STR(decide(&w).reason, "projected mean tps below floor");
+    w.p.target_tps = a.projected - 1.5 * a.floor_margin_tps;
+    CHECK_STR(decide(&w).reason, "ok");
+    if (getenv("POLYKV_ADM_VERBOSE"))
+        printf("margin: long-run mean %.1f +- %.1f, projected %.2f, margin %.2f\n", m, sd, a.projected,
+               a.floor_margin_tps);
+}
+
+/* ---- the load curve ------------------------------------------------------- */
+
+static void curve_fill(adm_curve *c, double now_ms, int k, int steps, double ms, bool prompt, int active)
+{
+    for (int i = 0; i < steps; i++) adm_curve_add(c, k, ms, prompt, active, now_ms + i * 1e-3);
+}
+
+static void test_curve(void)
+{
+    adm_curve c = { 0 };
+    double ms = -1, p, act;
+    CHECK(!adm_curve_at(&c, 2, &ms) && ms == -1);          /* nothing measured */
+    CHECK(!adm_curve_at(NULL, 2, &ms) && !adm_curve_prompts(NULL, &p, &act));
+    curve_fill(&c, 1000, 2, 50, 34, false, 2);
+    CHECK(!adm_curve_at(&c, 2, &ms));                       /* one count says no slope */
+    curve_fill(&c, 1000, 3, 5, 40, false, 3);
+    CHECK(!adm_curve_at(&c, 2, &ms));                       /* under ADM_CURVE_MIN steps */
+    adm_curve_add(&c, 0, 10, false, 1, 1000);               /* no decoder: not a point */
+    adm_curve_add(&c, 3, NAN, false, 1, 1000);
+    CHECK_NEAR(c.n[3], 5, 1e-6);
+    curve_fill(&c, 1000, 3, 5, 40, false, 3);
+    CHECK(adm_curve_at(&c, 2.5, &ms));
+    CHECK_NEAR(ms, 37, 1e-6);                               /* two points: the line through them */
+    CHECK(adm_curve_at(&c, 5, &ms));
+    CHECK_NEAR(ms, 52, 1e-6);
+    CHECK(adm_curve_prompts(&c, &p, &act));
+    CHECK_NEAR(p, 0, 0);                                    /* no prompt read */
+    CHECK_NEAR(act, (50 * 34 * 2 + 10 * 40 * 3) / (50 * 34 + 10 * 40.0), 1e-6);
+    /* Steps that also read a prompt: what they take beyond the decode
+     * step at their count is the prompts' time. */
+    curve_fill(&c, 1000, 2, 10, 134, true, 4);              /* 100 ms over the 34 of a step */
+    CHECK(adm_curve_at(&c, 2, &ms));
+    CHECK_NEAR(ms, 34, 1e-6);                               /* the decode curve is unmoved */
+    CHECK(adm_curve_prompts(&c, &p, &act));
+    CHECK_NEAR(p, 1000 / (50 * 34 + 10 * 40 + 1340.0), 1e-6);
+    /* A machine at 22 + 6 ms per decoder, read through +-15% noise at the
+     * counts an agent workload visits: the fit holds between and beyond. */
+    memset(&c, 0, sizeof c);
+    double t = 1000;
+    for (int i = 0; i < 3000; i++) {
+        int k = 1 + (int)rnd(4);
+        t += 20;
+        adm_curve_add(&c, k, (22 + 6 * k) * (1 + 0.15 * (2 * rndu() - 1)), false, k, t);
+    }
+    CHECK(adm_curve_at(&c, 2.5, &ms));
+    CHECK_NEAR(ms, 37, 37 * 0.03);
+    CHECK(adm_curve_at(&c, 6, &ms));
+    CHECK_NEAR(ms, 58, 58 * 0.06);
+    /* Its window: 150 s on, a step at one count leaves that count alone. */
+    adm_curve_add(&c, 1, 28, false, 1, t + 150000);
+    CHECK(c.n[2] < ADM_CURVE_MIN && c.n[1] >= 1);
+    CHECK(!adm_curve_at(&c, 2, &ms) && !adm_curve_prompts(&c, &p, &act));
+    /* Faster with more decoders is noise: the slope is at least 0, and
+     * what is read beyond the points is a weighted mean of them. */
+    memset(&c, 0, sizeof c);
+    curve_fill(&c, 1000, 1, 20, 40, false, 1);
+    curve_fill(&c, 1000, 2, 20, 30, false, 2);
+    double t1, t5;
+    CHECK(adm_curve_at(&c, 1, &t1) && adm_curve_at(&c, 5, &t5));
+    CHECK(t1 <= 40 && t5 >= 30 && t5 <= t1);
+    /* Counts over ADM_CURVE_K share its last point. */
+    adm_curve_add(&c, ADM_CURVE_K + 5, 90, false, 1, 1000);
+    CHECK_NEAR(c.n[ADM_CURVE_K], 1, 1e-9);
+}
+
+/* The test curve's speed at a agents active, decoding share d, prompt
+ * share p over the curve's 5 agents: decode steps of 20 + 2x ms. */
+static double curve_v(double a, double d, double p)
+{
+    return 1000 * (1 - p * a / 5) / (20 + 2 * fmax(1, d * a));
+}
+
+/* The projection from the curve: the agents decode at a time in the
+ * long-run share, the decode curve says a step's time at that many, their
+ * prompts take the curve's share in proportion to the agents, and the
+ * long-run mean sets the level. */
+static void test_curve_projection(void)
+{
+    world w;
+    world_init(&w, 8);
+    adm_curve c = { 0 };
+    for (int k = 1; k <= 5; k++) curve_fill(&c, 99000, k, 20, 20 + 2 * k, false, 5);
+    curve_fill(&c, 99000, 2, 10, 120, true, 5);              /* 96 ms over a step of 24 */
+    w.snap.curve = &c;
+    for (int i = 0; i < 3; i++) decoding(&w, i, 30, 60);
+    for (int i = 3; i < 5; i++)                              /* two between turns */
+        w.s[i] = (adm_session){ .in_scope = true, .live = true, .pausing = true, .ctx_used = 700, .ctx_total = 2048,
+                                .kv_owned = 200 };
+    /* The last 10 s: a mean of 25 with four agents active, decoding 70% of the time. */
+    w.st = (adm_settle){ .has_cost = true, .cost_ms = 3, .long_ms = 10000, .long_sum = 10000 * 25.0,
+                         .long_share = 10000 * 4.0, .long_active = 10000 * 4.0, .long_dec = 10000 * 2.8 };
+    double p = 960 / 3800.0;                                 /* the prompts' part of the steps' time */
+    double scale = 25 / curve_v(4, 0.7, p), now = scale * curve_v(5, 0.7, p), proj = scale * curve_v(6, 0.7, p);
+    w.p.target_tps = 20;
+    adm_answer a = decide(&w);
+    CHECK_STR(a.projection_basis, "load curve");
+    CHECK_NEAR(a.decoding_share, 0.7, 1e-9);
+    CHECK_NEAR(a.prompt_share, p, 1e-6);
+    CHECK_NEAR(a.decoders_if_admitted, 0.7 * 6, 1e-9);
+    CHECK_NEAR(a.projected, proj, 1e-6);                     /* 19.68: under 20 */
+    CHECK_NEAR(a.projected_measured, a.projected, 0);
+    CHECK_NEAR(a.drop_per_admit_ewma, now - proj, 1e-6);
+    CHECK_NEAR(a.curve_tps[3], 1000 / 26.0, 1e-6);
+    CHECK(a.curve_tps[6] == 0);
+    CHECK_STR(a.reason, "projected mean tps below floor");
+    w.p.target_tps = 19;
+    CHECK_STR(decide(&w).reason, "ok");
+    if (getenv("POLYKV_ADM_VERBOSE"))
+        printf("load curve: prompts %.3f of the time; curve at 4, 5, 6 agents %.2f, %.2f, %.2f; long-run 25.00 at 4: "
+               "now %.2f, projected %.2f (%.2f decoding), drop %.2f\n", p, curve_v(4, 0.7, p), curve_v(5, 0.7, p),
+               curve_v(6, 0.7, p), now, proj, a.decoders_if_admitted, now - proj);
+    /* Before the long-run record counts (2 s), no share: the step cost. */
+    adm_settle young = w.st;
+    young.long_ms = young.long_sum = 1000;
+    young.long_active = 4000, young.long_dec = 2800;
+    w.snap.settle = &young;
+    CHECK_STR(decide(&w).projection_basis, "step cost");
+    w.snap.settle = &w.st;
+    /* Nobody warm now (idle estimate): the curve still says it. */
+    for (int i = 0; i < 3; i++) w.s[i].running = w.s[i].decoding = false, w.s[i].pausing = true;
+    w.snap.n_busy_slots = 0;
+    w.st.has_settled = true;
+    w.st.mean_settled = 30;
+    w.st.t_settled_ms = w.snap.now_ms - 1000;
+    w.p.target_tps = 20;
+    a = decide(&w);
+    CHECK(a.idle_estimate);
+    CHECK_STR(a.projection_basis, "load curve");
+    CHECK_NEAR(a.projected, proj, 1e-6);
+    CHECK_STR(a.reason, "projected mean tps below floor (idle estimate)");
+    /* A lone agent that decodes a fifth of the time: at least one decodes;
+     * its prompts are its own, and a second agent's double them. */
+    for (int i = 1; i < 5; i++) w.s[i] = (adm_session){ 0 };
+    decoding(&w, 0, 40, 60);
+    w.st.long_dec = w.st.long_active * 0.2;
+    a = decide(&w);
+    CHECK_NEAR(a.decoders_if_admitted, 1, 0);
+    CHECK_NEAR(a.projected, 25 * curve_v(2, 0.2, p) / curve_v(4, 0.2, p), 1e-6);
+    /* Without a second count the step cost speaks. */
+    memset(&c, 0, sizeof c);
+    curve_fill(&c, 99000, 2, 40, 34, false, 2);
+    CHECK_STR(decide(&w).projection_basis, "step cost");
+    w.snap.curve = NULL;
+    w.st.has_cost = false;
+    CHECK_STR(decide(&w).projection_basis, "model");
+}
+
 /* ---- the property test ---------------------------------------------------- */
+
+/* The manual's load-curve fit: weighted least squares over the counts
+ * with ADM_CURVE_MIN steps, weights n_k / (1 + (k - x)^2), slope >= 0. */
+static bool oracle_curve(const adm_curve *c, double x, double *t)
+{
+    if (!c) return false;
+    double W = 0, K = 0, Y = 0, sxx = 0, sxy = 0;
+    int m = 0;
+    for (int k = 1; k <= ADM_CURVE_K; k++)
+        if (c->n[k] >= 8) {
+            double wk = c->n[k] / (1 + (k - x) * (k - x));
+            W += wk, K += wk * k, Y += wk * c->ms[k] / c->n[k], m++;
+        }
+    if (m < 2) return false;
+    K /= W, Y /= W;
+    for (int k = 1; k <= ADM_CURVE_K; k++)
+        if (c->n[k] >= 8) {
+            double wk = c->n[k] / (1 + (k - x) * (k - x));
+            sxx += wk * (k - K) * (k - K), sxy += wk * (k - K) * (c->ms[k] / c->n[k] - Y);
+        }
+    *t = Y + (sxy > 0 ? sxy / sxx : 0) * (x - K);
+    return *t > 0;
+}
 
 /* The manual's table, from its formulas. */
 static const char *oracle(const adm_snapshot *s, bool *can)
@@ -414,6 +614,33 @@ static const char *oracle(const adm_snapshot *s, bool *can)
     }
     double proj = nn == 0 ? NAN : !s->settle->has_cost ? M * nn / (nn + 1)
                 : M > 0 ? 1000 / (1000 / M + s->settle->cost_ms) : 0;
+    double share = st->long_ms >= 2000 && st->long_active > 0 ? fmin(1, st->long_dec / st->long_active) : NAN;
+    int A = s->n_pending;                    /* the agents active */
+    for (int i = 0; i < s->n_sessions; i++) A += s->sessions[i].running || s->sessions[i].pausing;
+    double pw = 0, pe = 0;                   /* the load curve, when it and the share are known */
+    int counts = 0;
+    for (int k = 1; s->curve && k <= ADM_CURVE_K; k++) counts += s->curve->n[k] >= 8;
+    bool fit = nn > 0 && share > 0 && counts >= 2;
+    for (int k = 1; fit && k <= ADM_CURVE_K; k++) {
+        double tk;
+        pw += s->curve->ms[k] + s->curve->mm[k];
+        if (s->curve->m[k] <= 0) continue;
+        if (!oracle_curve(s->curve, k, &tk)) fit = false;
+        else pe += fmax(0, s->curve->mm[k] - s->curve->m[k] * tk);
+    }
+    if (fit && pw > 0) {
+        double pa = s->curve->active_ms / pw, ps = pe / pw, v[3], at[3] = { A, A + 1, 0 };
+        bool lng = st->long_ms >= 2000 && st->long_sum > 0 && st->long_active > 0;
+        at[2] = lng ? st->long_active / st->long_ms : 0;
+        for (int j = 0; j < 3; j++) {
+            double q = pa > 0 ? ps * at[j] / pa : ps, t;
+            v[j] = oracle_curve(s->curve, fmax(1, share * at[j]), &t) ? 1000 * (1 - fmin(q, 0.9)) / t : 0;
+        }
+        if (v[0] > 0 && v[1] > 0) {
+            double scale = lng && v[2] > 0 ? st->long_sum / st->long_ms / v[2] : 1;
+            proj = scale * fmin(v[0], v[1]);
+        }
+    }
     int head = s->ctx_slot - s->prefix_len;
     if (head < 0) head = 0;
     double marg = s->expected_tokens > 0 ? s->expected_tokens : live > 0 && owned > 0 ? owned / live : head;
@@ -429,7 +656,12 @@ static const char *oracle(const adm_snapshot *s, bool *can)
     if (s->n_busy_slots >= s->n_slots) return "no sequence id left";
     if (hs < 1) return "kv headroom exhausted";
     if (settling) return "measurement settling";
-    if (p->target_tps > 0 && !isnan(proj) && proj < p->target_tps)
+    double margin = 0;                       /* half the mean's long-run spread, relative */
+    if (st->long_ms >= 2000 && st->long_sum > 0 && !isnan(proj)) {
+        double m = st->long_sum / st->long_ms, var = st->long_sq / st->long_ms - m * m;
+        margin = 0.5 * sqrt(var > 0 ? var : 0) / m * proj;
+    }
+    if (p->target_tps > 0 && !isnan(proj) && proj - margin < p->target_tps)
         return idle ? "projected mean tps below floor (idle estimate)" : "projected mean tps below floor";
     *can = true;
     return "ok";
@@ -437,7 +669,7 @@ static const char *oracle(const adm_snapshot *s, bool *can)
 
 static void test_property(int n_cases)
 {
-    int bad_reason = 0, bad_gate = 0, n_guar = 0, n_settle = 0, n_floor = 0, n_ctx = 0;
+    int bad_reason = 0, bad_gate = 0, n_guar = 0, n_settle = 0, n_floor = 0, n_ctx = 0, n_curve = 0;
     for (int it = 0; it < n_cases; it++) {
         world w;
         int n_slots = 1 + (int)rnd(12);
@@ -453,6 +685,7 @@ static void test_property(int n_cases)
             x->running = x->decoding || rnd(3) == 0;
             x->in_scope = rnd(2);
             x->live = x->in_scope && (x->running || rnd(2));
+            x->pausing = x->live && !x->running && rnd(2);
             x->tps_ewma = rnd(5) ? rndu() * 60 : 0;
             x->n_decoded = (int)rnd(10);
             x->tokens_left = (int)rnd(100) - 1;
@@ -479,7 +712,26 @@ static void test_property(int n_cases)
         if (rnd(2)) {
             w.st.long_ms = rndu() * 12000;
             w.st.long_sum = w.st.long_ms * rndu() * 50;
+            double m = w.st.long_sum / fmax(w.st.long_ms, 1e-9);
+            w.st.long_sq = rnd(2) ? 0 : w.st.long_ms * m * m * (0.8 + 0.4 * rndu());
             w.st.long_share = w.st.long_ms * rndu() * 6;
+            w.st.long_active = rnd(8) ? w.st.long_ms * rndu() * 6 : 0;
+            w.st.long_dec = w.st.long_active * rndu() * 1.1;
+        }
+        adm_curve cv = { 0 };
+        if (rnd(2)) {
+            for (int k = 1; k <= 6; k++) {
+                if (rnd(3)) {
+                    cv.n[k] = rnd(2) ? 8 + rndu() * 40 : rndu() * 8;
+                    cv.ms[k] = cv.n[k] * (10 + 8 * k) * (0.6 + 0.8 * rndu());
+                }
+                if (rnd(3) == 0) {
+                    cv.m[k] = rndu() * 10;
+                    cv.mm[k] = cv.m[k] * (10 + 8 * k) * (0.5 + 3 * rndu());
+                }
+            }
+            for (int k = 1; k <= 6; k++) cv.active_ms += (cv.ms[k] + cv.mm[k]) * rndu() * 6;
+            w.snap.curve = &cv;
         }
         adm_answer a;
         CHECK_EQ_INT(adm_decide(&w.snap, &a), PK_OK);
@@ -492,6 +744,7 @@ static void test_property(int n_cases)
         n_settle += a.arm == 6;
         n_floor += a.arm == 7;
         n_ctx += a.arm == 1;
+        n_curve += !strcmp(a.projection_basis, "load curve");
         /* The gate's promises. */
         double waited = rnd(40000);
         bool over = rnd(8) == 0;
@@ -510,9 +763,9 @@ static void test_property(int n_cases)
     }
     CHECK_EQ_INT(bad_reason, 0);
     CHECK_EQ_INT(bad_gate, 0);
-    CHECK(n_guar > 1000 && n_settle > 1000 && n_floor > 1000 && n_ctx > 1000);   /* every arm is exercised */
-    printf("property: %d random snapshots (guaranteed %d, settling %d, below floor %d, context %d)\n", n_cases,
-           n_guar, n_settle, n_floor, n_ctx);
+    CHECK(n_guar > 1000 && n_settle > 1000 && n_floor > 1000 && n_ctx > 1000 && n_curve > 1000);   /* every arm and basis */
+    printf("property: %d random snapshots (guaranteed %d, settling %d, below floor %d, context %d, load curve %d)\n",
+           n_cases, n_guar, n_settle, n_floor, n_ctx, n_curve);
 }
 
 static void test_live(void)
@@ -713,6 +966,9 @@ int main(void)
     test_settle();
     test_cost_samples();
     test_long_mean();
+    test_margin();
+    test_curve();
+    test_curve_projection();
     test_ramp();
     test_cost_model();
     test_worked_example();

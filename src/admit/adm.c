@@ -112,6 +112,127 @@ static double long_mean(const adm_settle *st, int32_t n_all)
     return ms > 0 ? 1000.0 / ms : NAN;
 }
 
+void adm_curve_add(adm_curve *c, int32_t k, double ms, bool prompt, int32_t active, double now_ms)
+{
+    if (k < 1 || !(ms > 0) || !isfinite(ms) || !isfinite(now_ms) || active < 0) return;
+    if (c->t_ms > 0 && now_ms > c->t_ms) {
+        double d = exp(-(now_ms - c->t_ms) / ADM_CURVE_MS);
+        for (int32_t i = 0; i <= ADM_CURVE_K; i++) {
+            c->n[i] *= d;
+            c->ms[i] *= d;
+            c->m[i] *= d;
+            c->mm[i] *= d;
+        }
+        c->active_ms *= d;
+    }
+    c->t_ms = fmax(c->t_ms, now_ms);
+    k = MIN(k, ADM_CURVE_K);
+    if (prompt) {
+        c->m[k] += 1;
+        c->mm[k] += ms;
+    } else {
+        c->n[k] += 1;
+        c->ms[k] += ms;
+    }
+    c->active_ms += active * ms;
+}
+
+bool adm_curve_at(const adm_curve *c, double x, double *ms)
+{
+    if (!c || !isfinite(x)) return false;
+    double w[ADM_CURVE_K + 1] = { 0 }, sw = 0, sk = 0, sy = 0;
+    int32_t m = 0;
+    for (int32_t k = 1; k <= ADM_CURVE_K; k++) {
+        if (!(c->n[k] >= ADM_CURVE_MIN)) continue;
+        w[k] = c->n[k] / (1 + (k - x) * (k - x));
+        sw += w[k];
+        sk += w[k] * k;
+        sy += w[k] * c->ms[k] / c->n[k];
+        m++;
+    }
+    if (m < 2) return false;
+    double kb = sk / sw, yb = sy / sw, sxx = 0, sxy = 0;
+    for (int32_t k = 1; k <= ADM_CURVE_K; k++) {
+        if (w[k] <= 0) continue;
+        sxx += w[k] * (k - kb) * (k - kb);
+        sxy += w[k] * (k - kb) * (c->ms[k] / c->n[k] - yb);
+    }
+    double t = yb + fmax(0, sxy / sxx) * (x - kb);
+    if (!(t > 0) || !isfinite(t)) return false;
+    *ms = t;
+    return true;
+}
+
+bool adm_curve_prompts(const adm_curve *c, double *share, double *active)
+{
+    double w = 0, extra = 0, t;
+    int32_t counts = 0;
+    for (int32_t k = 1; c && k <= ADM_CURVE_K; k++) counts += c->n[k] >= ADM_CURVE_MIN;
+    if (counts < 2) return false;                /* no decode curve to measure against */
+    for (int32_t k = 1; k <= ADM_CURVE_K; k++) {
+        w += c->ms[k] + c->mm[k];
+        if (c->m[k] <= 0) continue;
+        if (!adm_curve_at(c, k, &t)) return false;
+        extra += fmax(0, c->mm[k] - c->m[k] * t);
+    }
+    if (!(w > 0)) return false;
+    *share = extra / w;
+    *active = c->active_ms / w;
+    return true;
+}
+
+/* Agents active: running anywhere on the server (the compute is one),
+ * between turns on the scope for less than adm_turn_ms, or sent and not
+ * placed yet. */
+static int32_t active(const adm_snapshot *s)
+{
+    int32_t k = s->n_pending;
+    for (int32_t i = 0; i < s->n_sessions; i++) k += s->sessions[i].running || s->sessions[i].pausing;
+    return k;
+}
+
+/* The speed the load curve says for a agents active: they decode at a
+ * time in the share d, at least one, and their prompts take the share
+ * the curve saw in proportion to the agents that send them; the time per
+ * token at x decoding and a prompt share q is T(x) / (1 - q), the decode
+ * step and the prompt time every decoding session waits through.  0 when
+ * the curve says nothing at x. */
+static double curve_speed(const adm_curve *c, double d, double a, double p, double act)
+{
+    double t, q = act > 0 ? p * a / act : p;
+    return adm_curve_at(c, fmax(1, d * a), &t) ? 1000.0 * (1 - fmin(q, ADM_PROMPT_MAX)) / t : 0;
+}
+
+/* The load curve's projection: its speed at A + 1 agents (A active now:
+ * running, between turns, sent), scaled to the long-run mean by the
+ * curve's speed at the load that mean was read at.  The curve gives the
+ * shape, what was measured the level: the curve's parts leave out the
+ * time between steps and whatever else the speeds see (run 11e: the
+ * curve alone projected a third agent at 33.8 tok/s, the mean ran at 24.8
+ * after it).  false when the curve or the decoding share (the same
+ * long-run record) is unknown. */
+static bool curve_projection(const adm_snapshot *s, adm_answer *a)
+{
+    const adm_settle *st = s->settle;
+    double p, act, d = a->decoding_share;
+    int32_t A = active(s);
+    if (!(d > 0) || !adm_curve_prompts(s->curve, &p, &act)) return false;
+    double v0 = curve_speed(s->curve, d, A, p, act), v1 = curve_speed(s->curve, d, A + 1, p, act);
+    if (!(v0 > 0) || !(v1 > 0)) return false;
+    double scale = 1;
+    if (st->long_ms >= ADM_LONG_MIN_MS && st->long_sum > 0 && st->long_active > 0) {
+        double vl = curve_speed(s->curve, d, st->long_active / st->long_ms, p, act);
+        if (vl > 0) scale = st->long_sum / st->long_ms / vl;
+    }
+    v1 = fmin(v1, v0);                     /* one more never speeds the others up */
+    a->prompt_share = p;
+    a->decoders_if_admitted = fmax(1, d * (A + 1));
+    a->projected_measured = scale * v1;
+    a->drop_per_admit_ewma = scale * (v0 - v1);
+    a->projection_basis = "load curve";
+    return true;
+}
+
 static void projections(const adm_snapshot *s, adm_answer *a)
 {
     const adm_settle *st = s->settle;
@@ -126,7 +247,12 @@ static void projections(const adm_snapshot *s, adm_answer *a)
      * read per step for all) holds agents back for nothing. */
     int32_t n_all = n + a->n_paused + a->n_starting;   /* sharing(), counted already */
     a->idle_estimate = false;
+    for (int32_t k = 1; s->curve && k <= ADM_CURVE_K; k++)
+        if (s->curve->n[k] >= ADM_CURVE_MIN) a->curve_tps[k] = 1000.0 * s->curve->n[k] / s->curve->ms[k];
+    a->prompt_share = NAN;
     a->mean_long_tps = long_mean(st, n_all);
+    a->decoding_share = st->long_ms >= ADM_LONG_MIN_MS && st->long_active > 0 ? fmin(1, st->long_dec / st->long_active)
+                      : NAN;
     if (n > 0) {
         M = st->has_cost ? adm_add_sessions(M, st->cost_ms, n_all - n) : M * n / n_all;
         /* The lower of the two: a check that falls in a lull (the agents'
@@ -141,10 +267,18 @@ static void projections(const adm_snapshot *s, adm_answer *a)
         n = n_all;
     }
     a->projected_model = n > 0 ? M * n / (n + 1) : NAN;
-    a->projected_measured = n > 0 && st->has_cost ? adm_add_sessions(M, st->cost_ms, 1) : NAN;
-    a->projected = st->has_cost && n > 0 ? a->projected_measured : a->projected_model;
     a->step_cost_ms = st->has_cost ? st->cost_ms : 0;
-    a->drop_per_admit_ewma = st->has_cost && n > 0 ? M - a->projected_measured : 0;
+    a->decoders_if_admitted = a->projected_measured = NAN;
+    a->drop_per_admit_ewma = 0;
+    a->projection_basis = "none";
+    if (n > 0 && !curve_projection(s, a)) {
+        a->projection_basis = st->has_cost ? "step cost" : "model";
+        if (st->has_cost) {
+            a->projected_measured = adm_add_sessions(M, st->cost_ms, 1);
+            a->drop_per_admit_ewma = M - a->projected_measured;
+        }
+    }
+    a->projected = isfinite(a->projected_measured) ? a->projected_measured : a->projected_model;
 }
 
 static double retry_after(const adm_snapshot *s, const adm_answer *a)
@@ -207,7 +341,15 @@ pk_status adm_decide(const adm_snapshot *s, adm_answer *out)
         a.settle_remaining_ms = p->settle_max_ms;
     }
 
-    bool floor_fails = p->target_tps > 0 && isfinite(a.projected) && a.projected < p->target_tps;
+    /* The floor is a floor, not a target: a projection right at it puts
+     * the mean under it half the time after the admit, as the turns of
+     * the agents move it about.  The margin is ADM_MARGIN_Z of the mean's
+     * long-run spread, relative, at the projection. */
+    if (st->long_ms >= ADM_LONG_MIN_MS && st->long_sum > 0 && isfinite(a.projected)) {
+        double m = st->long_sum / st->long_ms, var = st->long_sq / st->long_ms - m * m;
+        a.floor_margin_tps = ADM_MARGIN_Z * sqrt(fmax(var, 0)) / m * a.projected;
+    }
+    bool floor_fails = p->target_tps > 0 && isfinite(a.projected) && a.projected - a.floor_margin_tps < p->target_tps;
     if (s->expected_tokens > a.ctx_headroom_tokens) {
         a.arm = 1, a.reason = "context headroom exhausted";
     } else if (s->known_session) {
@@ -302,11 +444,19 @@ void adm_settle_step(adm_settle *st, const adm_snapshot *s)
         double d = exp(-dt / ADM_LONG_MS);
         st->long_ms *= d;
         st->long_sum *= d;
+        st->long_sq *= d;
         st->long_share *= d;
+        st->long_dec *= d;
+        st->long_active *= d;
         if (n > 0) {
+            int32_t dec = 0;
+            for (int32_t i = 0; i < s->n_sessions; i++) dec += s->sessions[i].decoding;
             st->long_ms += dt;
             st->long_sum += M * dt;
+            st->long_sq += M * M * dt;
             st->long_share += sharing(s, n) * dt;
+            st->long_dec += dec * dt;
+            st->long_active += active(s) * dt;
         }
     }
     if (!st->active) {

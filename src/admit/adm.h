@@ -46,6 +46,11 @@
 #define ADM_MIN_ABSORBED 0.25      /* the settle's lag correction multiplies by at most 4 */
 #define ADM_LONG_MS 10000.0        /* the long-run mean's window ... */
 #define ADM_LONG_MIN_MS 2000.0     /* ... and the warm time it needs before it counts */
+#define ADM_CURVE_K 16             /* the load curve's counts of decoding sessions, 1..ADM_CURVE_K */
+#define ADM_CURVE_MS 30000.0       /* its window (decay by time) ... */
+#define ADM_CURVE_MIN 8.0          /* ... and the decayed steps a count needs before it counts */
+#define ADM_PROMPT_MAX 0.9         /* the prompt share a projection scales to at most */
+#define ADM_MARGIN_Z 0.5           /* the floor arm's margin, in the mean's long-run spreads */
 
 /* A session's experienced decode speed: tokens over the time they took,
  * both decayed over the last win_tokens tokens or win_ms ms, whichever is
@@ -93,6 +98,58 @@ static inline double adm_live_ms(double max_gap_ms)
     return max_gap_ms > 0 ? fmin(ADM_IDLE_MS, fmax(ADM_PAUSE_MIN_MS, ADM_PAUSE_FACTOR * max_gap_ms)) : ADM_IDLE_MS;
 }
 
+/* The load curve: what a token costs a decoding session against the
+ * number of sessions decoding, over every step of the last ADM_CURVE_MS
+ * (decayed by time), in two parts.  The steps that only decode give the
+ * machine's decode step time at k decoding sessions; the steps that also
+ * read prompt tokens (a turn's new tokens: every decoding session waits
+ * for them) give the share of the time spent reading prompts, which grows
+ * with the agents that send them.  Kept apart because they move apart:
+ * on a CPU one more decoding session adds a millisecond to a step of 20,
+ * one more agent's turn prompts a few times that, and a curve of the two
+ * mixed, read off an agent workload, is flattened (few decode at once
+ * exactly while the others' prompts are read), so its extrapolation
+ * admitted into a mean 15-20% under the projection (eleventh session, run
+ * 11c).  Kept by the engine, server-wide (one machine's compute). */
+typedef struct adm_curve {
+    double n[ADM_CURVE_K + 1];      /* [k]: decayed decode-only steps with k sessions decoding */
+    double ms[ADM_CURVE_K + 1];     /*   and the decayed sum of their times */
+    double m[ADM_CURVE_K + 1];      /* [k]: decayed steps that also read prompt tokens */
+    double mm[ADM_CURVE_K + 1];     /*   and their times */
+    double active_ms;               /* decayed sum of (agents active) x step time */
+    double t_ms;                    /* the last step folded in, 0 none */
+} adm_curve;
+
+/* Folds one step of ms ms in which k sessions decoded a token (counts
+ * over ADM_CURVE_K go to the last), prompt tokens read or not (prompt),
+ * with active agents running or between turns on the server. */
+void adm_curve_add(adm_curve *c, int32_t k, double ms, bool prompt, int32_t active, double now_ms);
+/* The decode step time at x decoding sessions (x may be fractional): a
+ * linear fit over the decode-only counts measured (each with
+ * ADM_CURVE_MIN steps at least), weighted by their steps and by nearness
+ * to x (1 / (1 + (k - x)^2): the curve bends, and the counts near x say
+ * most about it), its slope at least 0.  false, *ms untouched, with fewer
+ * than two counts. */
+bool adm_curve_at(const adm_curve *c, double x, double *ms);
+/* The share of the steps' time spent reading prompts beyond what their
+ * decoding alone takes (adm_curve_at), and the mean count of agents active
+ * over it.  false when the curve has no fit or no time. */
+bool adm_curve_prompts(const adm_curve *c, double *share, double *active);
+
+/* How long a history idle between turns is counted as an agent on a tool
+ * call where the share of sessions decoding at a time is measured:
+ * ADM_TURN_FACTOR times its longest pause, ADM_PAUSE_MIN_MS before one is
+ * seen.  Shorter than adm_live_ms: a finished agent stays live (load) for
+ * three of its pauses, and counted so long as one that does not decode it
+ * dilutes the share each agent decodes (tenth session, run 11b: a share
+ * of 0.14 read where the agents decoded three quarters of the time, and
+ * an enforced gate admitted five where the floor had room for two). */
+#define ADM_TURN_FACTOR 1.5
+static inline double adm_turn_ms(double max_gap_ms)
+{
+    return max_gap_ms > 0 ? fmax(ADM_PAUSE_MIN_MS, ADM_TURN_FACTOR * max_gap_ms) : ADM_PAUSE_MIN_MS;
+}
+
 typedef enum adm_mode { ADM_ADVISORY = 0, ADM_ENFORCED } adm_mode;
 typedef enum adm_sat { ADM_REJECT = 0, ADM_WARN, ADM_QUEUE } adm_sat;
 
@@ -126,6 +183,7 @@ typedef struct adm_session {
     bool live;                      /* in scope and busy, or between turns: idle with its
                                        history for less than ADM_IDLE_MS (an agent waiting
                                        on a tool); older histories are finished work */
+    bool pausing;                   /* live, not running, idle for less than adm_turn_ms */
     double tps_ewma;                /* 0 when unknown */
     int32_t n_decoded;              /* tokens its current task decoded */
     int32_t tokens_left;            /* of its current task, -1 when unknown */
@@ -168,6 +226,10 @@ typedef struct adm_settle {
      * the load brings them; the speeds' 2 s window sees one or none. */
     double long_ms;                 /* decayed warm time */
     double long_sum, long_share;    /* decayed sums of M dt and n' dt */
+    double long_sq;                 /* decayed sum of M^2 dt (the mean's spread) */
+    double long_dec;                /* decayed sums of (sessions decoding, warm or not) dt and */
+    double long_active;             /*   (running or pausing) dt: their ratio is the share of
+                                       the agents decoding at a time */
     double t_long_ms;               /* the last step folded in, 0 none */
 } adm_settle;
 
@@ -187,6 +249,7 @@ typedef struct adm_snapshot {
     int32_t n_pending;              /* requests submitted and not placed yet, not held by a
                                        gate, and not sessions counted above (server-wide) */
     int32_t n_pending_new;          /*   of them: NEW sessions of this scope (admits in flight) */
+    const adm_curve *curve;         /* the server's load curve, NULL none */
     double rate_window_ms;          /* the speeds' window (adm_rate_add), 0 = unknown: */
     int32_t rate_window_tokens;     /*   a settle then takes the speeds as they are */
 } adm_snapshot;
@@ -197,8 +260,17 @@ typedef struct adm_answer {
     int arm;                        /* 1..8, the row of the manual's table */
     double mean_active_tps;         /* M, 0 when nobody is warm */
     double mean_long_tps;           /* the long-run mean at the load of now, NAN none */
-    double projected;               /* what the floor arm compared (NAN: nothing to project) */
+    double projected;               /* the projected mean (NAN: nothing to project) */
+    double floor_margin_tps;        /* the floor arm compares projected - this with the floor */
     double projected_model, projected_measured;   /* NAN when unknown */
+    const char *projection_basis;   /* static: "load curve", "step cost", "model", or "none" */
+    double decoding_share;          /* of the sessions sharing the mean, the part decoding at a
+                                       time (long-run), NAN unknown */
+    double decoders_if_admitted;    /* the sessions decoding at a time after the admit, as the
+                                       load curve is read at, NAN when it is not */
+    double curve_tps[ADM_CURVE_K + 1];   /* [k]: decode-only steps a second at k decoding
+                                            sessions, 0 where too few were measured */
+    double prompt_share;            /* of the steps' time, reading prompts (NAN unknown) */
     bool idle_estimate;
     double drop_per_admit_ewma;     /* tok/s one admit costs the mean now (from cost_ms), 0 before
                                        the first sample */

@@ -630,7 +630,7 @@ static pk_status decode(eng *e, int32_t n, int32_t n_dec)
 
 /* Records what entered the slots' caches, then samples where logits came
  * back and emits the tokens. */
-static void sample_and_emit(eng *e, int32_t n)
+static void sample_and_emit(eng *e, int32_t n, int32_t n_dec_batch)
 {
     double now = pk_time_ms();
     for (int32_t i = 0; i < n; i++) {
@@ -650,7 +650,7 @@ static void sample_and_emit(eng *e, int32_t n)
                          .prompt_ms = now - s->t_start_ms };
         eng_task_push(s->task, &pe);
     }
-    int32_t busy = 0;
+    int32_t busy = 0, n_dec = 0, active = 0;
     for (int32_t i = 0; i < e->p.n_slots; i++) {
         slot *s = &e->slots[i];
         if (s->state != ENG_SLOT_IDLE) busy++;
@@ -658,6 +658,7 @@ static void sample_and_emit(eng *e, int32_t n)
         if (s->state == ENG_SLOT_DECODE) {
             /* Experienced speed: time since this slot's previous token. */
             adm_rate_add(&s->rate, now - s->t_last_ms, e->p.tps_window_tokens, e->p.tps_window_ms);
+            n_dec++;
         } else {
             s->t_prompt_ms = now;
             s->state = ENG_SLOT_DECODE;
@@ -699,6 +700,15 @@ static void sample_and_emit(eng *e, int32_t n)
         int32_t id = smp_sample(s->smp, row, nt > 0 ? top : NULL, nt, &lp);
         on_token(e, s, id, lp, top, nt);
     }
+    if (n_dec > 0) {                       /* the load curve: agents running or between turns */
+        double now_s = eng_now_s();
+        for (int32_t i = 0; i < e->p.n_slots; i++) {
+            const slot *s = &e->slots[i];
+            active += s->state != ENG_SLOT_IDLE ||
+                      (s->n_cache > 0 && !s->moved && (now_s - s->last_use_s) * 1000.0 < adm_turn_ms(s->max_gap_ms));
+        }
+        adm_curve_add(&e->curve, n_dec, now - e->t_step_ms, n > n_dec_batch, active, now);
+    }
     e->n_busy_slots_sum += (uint64_t)busy;
 }
 
@@ -737,6 +747,7 @@ static void *engine_main(void *arg)
     eng *e = arg;
     pthread_setname_np(pthread_self(), "pk-engine");     /* per-thread CPU in /proc, profilers */
     while (take_mailbox(e)) {
+        e->t_step_ms = pk_time_ms();       /* the step's time, placement and prompt work included */
         drop_cancelled(e);
         eng_place_waiting(e);
         int32_t n_dec, n = build_batch(e, &n_dec);
@@ -744,7 +755,7 @@ static void *engine_main(void *arg)
         if (n > 0 && e->test_step_ms > 0)
             nanosleep(&(struct timespec){ .tv_sec = e->test_step_ms / 1000,
                                           .tv_nsec = (long)(e->test_step_ms % 1000) * 1000000 }, NULL);
-        if (n > 0 && decode(e, n, n_dec) == PK_OK) sample_and_emit(e, n);
+        if (n > 0 && decode(e, n, n_dec) == PK_OK) sample_and_emit(e, n, n_dec);
         if (n > 0 || has_work(e)) e->idle_since_ms = pk_time_ms();
         e->nap = n == 0 && e->n_waiting > 0 && !running(e) && !eng_pool_busy(e);
         eng_admit_step(e);

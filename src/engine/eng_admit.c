@@ -55,6 +55,7 @@ void eng_adm_inputs(eng *e, eng_adm_in *in)
         in->slot[i] = (eng_adm_slot){
             .pool_id = s->pool_id, .running = running, .decoding = s->state == ENG_SLOT_DECODE,
             .recent = s->n_cache > 0 && !s->moved && (now_s - s->last_use_s) * 1000.0 < adm_live_ms(s->max_gap_ms),
+            .pausing = s->n_cache > 0 && !s->moved && (now_s - s->last_use_s) * 1000.0 < adm_turn_ms(s->max_gap_ms),
             .tps_ewma = adm_rate_tps(&s->rate), .n_decoded = running ? s->n_gen : 0,
             .tokens_left = rq && rq->n_predict >= 0 ? rq->n_predict - s->n_gen : -1, .ctx_used = s->n_cache,
             .kv_owned = kv_seq_owned(e->kv, s->id), .task_id = running ? s->task->id : 0 };
@@ -80,6 +81,7 @@ void eng_adm_inputs(eng *e, eng_adm_in *in)
     in->now_ms = pk_time_ms();
     in->rate_window_ms = e->p.tps_window_ms;
     in->rate_window_tokens = e->p.tps_window_tokens;
+    in->curve = e->curve;
 }
 
 bool eng_adm_known(const eng_adm_in *in, const char *session)
@@ -121,7 +123,8 @@ void eng_adm_snapshot(const eng_adm_in *in, const eng_pend *pend, int32_t pool_i
         const eng_adm_slot *x = &in->slot[i];
         bool in_scope = x->pool_id == pool_id;
         ss[i] = (adm_session){ .running = x->running, .decoding = x->decoding, .in_scope = in_scope,
-                               .live = in_scope && (x->running || x->recent), .tps_ewma = x->tps_ewma,
+                               .live = in_scope && (x->running || x->recent),
+                               .pausing = in_scope && !x->running && x->recent && x->pausing, .tps_ewma = x->tps_ewma,
                                .n_decoded = x->n_decoded, .tokens_left = x->tokens_left, .ctx_used = x->ctx_used,
                                .ctx_total = in->ctx_slot, .kv_owned = x->kv_owned, .task_id = x->task_id };
     }
@@ -129,7 +132,7 @@ void eng_adm_snapshot(const eng_adm_in *in, const eng_pend *pend, int32_t pool_i
                          .now_ms = in->now_ms, .n_slots = in->n_slots, .n_busy_slots = in->n_busy,
                          .kv_free_cells = in->kv_free_cells, .kv_used = in->kv_used, .kv_total = in->kv_total,
                          .ctx_slot = in->ctx_slot, .prefix_len = prefix_len, .expected_tokens = expected,
-                         .known_session = known, .rate_window_ms = in->rate_window_ms,
+                         .known_session = known, .curve = &in->curve, .rate_window_ms = in->rate_window_ms,
                          .rate_window_tokens = in->rate_window_tokens };
     pending(in, pend, pool_id, &o->n_pending, &o->n_pending_new);
 }

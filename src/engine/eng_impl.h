@@ -60,7 +60,7 @@ typedef struct eng_scope {
 /* One slot as admission sees it, and every input of a capacity answer. */
 typedef struct eng_adm_slot {
     int32_t pool_id;
-    bool running, decoding, recent;
+    bool running, decoding, recent, pausing;
     char session[ENG_SESSION_CAP];
     double tps_ewma;
     int32_t n_decoded, tokens_left, ctx_used, kv_owned;
@@ -75,6 +75,7 @@ typedef struct eng_adm_in {
     double now_ms;
     double rate_window_ms;
     int32_t rate_window_tokens;
+    adm_curve curve;                              /* e->curve */
     char known[ENG_ADM_KNOWN][ENG_SESSION_CAP];   /* session ids with a context here */
     int32_t n_known;
 } eng_adm_in;
@@ -212,6 +213,8 @@ struct eng {
     struct eng_pools *pools;    /* eng_pool.c */
     struct eng_persist *persist; /* eng_save.c */
     eng_scope adm;              /* eng_admit.c: the server scope */
+    adm_curve curve;            /* the load curve, folded after every step (sample_and_emit) */
+    double t_step_ms;           /* when the running step began (after the mailbox) */
     eng_adm_in adm_in;          /* scratch for snapshots (engine thread) */
     bool adm_in_step;           /* adm_in is this step's, read once by eng_admit_step for all
                                    scopes and by publish after it */

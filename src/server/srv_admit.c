@@ -49,6 +49,15 @@ json_t *srv_capacity_json(const adm_answer *a)
     if (o) json_object_set_new(o, "step_cost_ms", json_real(a->step_cost_ms));
     if (o) json_object_set_new(o, "n_pending_new", json_integer(a->n_pending_new));
     if (o) json_object_set_new(o, "mean_long_tps", num_or_null(a->mean_long_tps));
+    if (o) json_object_set_new(o, "projection_basis", json_string(a->projection_basis));
+    if (o) json_object_set_new(o, "decoding_share", num_or_null(a->decoding_share));
+    if (o) json_object_set_new(o, "prompt_share", num_or_null(a->prompt_share));
+    if (o) json_object_set_new(o, "floor_margin_tps", json_real(a->floor_margin_tps));
+    if (o) json_object_set_new(o, "decoders_if_admitted", num_or_null(a->decoders_if_admitted));
+    json_t *curve = o ? json_array() : NULL;
+    for (int32_t k = 1; curve && k <= ADM_CURVE_K; k++)
+        if (a->curve_tps[k] > 0) json_array_append_new(curve, json_pack("{s:i, s:f}", "decoding", k, "tps", a->curve_tps[k]));
+    if (curve) json_object_set_new(o, "load_curve", curve);
     return o;
 }
 

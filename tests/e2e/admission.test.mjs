@@ -85,6 +85,11 @@ test('admission: routes, capacity, reject / continuation / overcommit / warn / q
   cap = (await get(srv.url + `/polykv/pools/${pool}/capacity`)).json;
   assert.equal(cap.reason, 'projected mean tps below floor', JSON.stringify(cap));
   assert.ok(cap.n_active >= 1 && cap.projected_mean_tps_model > 0);
+  // One session has decoded alone: the load curve holds one count at most,
+  // too few for a fit, so the projection is not read off it.
+  assert.ok(Array.isArray(cap.load_curve) && cap.load_curve.length <= 1, JSON.stringify(cap.load_curve));
+  for (const p of cap.load_curve) assert.ok(p.decoding === 1 && p.tps > 0, JSON.stringify(p));
+  assert.ok(['step cost', 'model'].includes(cap.projection_basis), cap.projection_basis);
   await assert.rejects(
     client.completions.create({ model: 'x', prompt: base + ' newcomer', max_tokens: 4, pool_id: pool }),
     (err) => {
