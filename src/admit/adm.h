@@ -264,8 +264,9 @@ typedef struct adm_answer {
     double floor_margin_tps;        /* the floor arm compares projected - this with the floor */
     double projected_model, projected_measured;   /* NAN when unknown */
     const char *projection_basis;   /* static: "load curve", "step cost", "model", or "none" */
-    double decoding_share;          /* of the sessions sharing the mean, the part decoding at a
-                                       time (long-run), NAN unknown */
+    double decoding_share;          /* of the agents active (running, sent, between turns for
+                                       under adm_turn_ms), the part decoding at a time
+                                       (long-run), NAN unknown */
     double decoders_if_admitted;    /* the sessions decoding at a time after the admit, as the
                                        load curve is read at, NAN when it is not */
     double curve_tps[ADM_CURVE_K + 1];   /* [k]: decode-only steps a second at k decoding

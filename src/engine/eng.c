@@ -650,10 +650,12 @@ static void sample_and_emit(eng *e, int32_t n, int32_t n_dec_batch)
                          .prompt_ms = now - s->t_start_ms };
         eng_task_push(s->task, &pe);
     }
-    int32_t busy = 0, n_dec = 0, active = 0;
+    int32_t busy = 0, pausing = 0, n_dec = 0;
+    double now_s = eng_now_s();
     for (int32_t i = 0; i < e->p.n_slots; i++) {
         slot *s = &e->slots[i];
         if (s->state != ENG_SLOT_IDLE) busy++;
+        else pausing += slot_history_within(s, now_s, adm_turn_ms(s->max_gap_ms));
         if (s->logits_row < 0) continue;
         if (s->state == ENG_SLOT_DECODE) {
             /* Experienced speed: time since this slot's previous token. */
@@ -700,15 +702,9 @@ static void sample_and_emit(eng *e, int32_t n, int32_t n_dec_batch)
         int32_t id = smp_sample(s->smp, row, nt > 0 ? top : NULL, nt, &lp);
         on_token(e, s, id, lp, top, nt);
     }
-    if (n_dec > 0) {                       /* the load curve: agents running or between turns */
-        double now_s = eng_now_s();
-        for (int32_t i = 0; i < e->p.n_slots; i++) {
-            const slot *s = &e->slots[i];
-            active += s->state != ENG_SLOT_IDLE ||
-                      (s->n_cache > 0 && !s->moved && (now_s - s->last_use_s) * 1000.0 < adm_turn_ms(s->max_gap_ms));
-        }
-        adm_curve_add(&e->curve, n_dec, now - e->t_step_ms, n > n_dec_batch, active, now);
-    }
+    /* The load curve, with the agents running or between turns (as the
+     * step began: a slot that finished in it counts as running). */
+    if (n_dec > 0) adm_curve_add(&e->curve, n_dec, now - e->t_step_ms, n > n_dec_batch, busy + pausing, now);
     e->n_busy_slots_sum += (uint64_t)busy;
 }
 

@@ -54,8 +54,8 @@ void eng_adm_inputs(eng *e, eng_adm_in *in)
         const eng_completion *rq = running ? &s->task->req : NULL;
         in->slot[i] = (eng_adm_slot){
             .pool_id = s->pool_id, .running = running, .decoding = s->state == ENG_SLOT_DECODE,
-            .recent = s->n_cache > 0 && !s->moved && (now_s - s->last_use_s) * 1000.0 < adm_live_ms(s->max_gap_ms),
-            .pausing = s->n_cache > 0 && !s->moved && (now_s - s->last_use_s) * 1000.0 < adm_turn_ms(s->max_gap_ms),
+            .recent = slot_history_within(s, now_s, adm_live_ms(s->max_gap_ms)),
+            .pausing = slot_history_within(s, now_s, adm_turn_ms(s->max_gap_ms)),
             .tps_ewma = adm_rate_tps(&s->rate), .n_decoded = running ? s->n_gen : 0,
             .tokens_left = rq && rq->n_predict >= 0 ? rq->n_predict - s->n_gen : -1, .ctx_used = s->n_cache,
             .kv_owned = kv_seq_owned(e->kv, s->id), .task_id = running ? s->task->id : 0 };

@@ -154,6 +154,13 @@ typedef struct slot {
     int32_t pool_id, pool_shared;   /* attached pool (0 none) and its tokens shared */
 } slot;
 
+/* An idle slot whose history its conversation left for less than ms ago
+ * (adm_live_ms: a live session; adm_turn_ms: an agent between turns). */
+static inline bool slot_history_within(const slot *s, double now_s, double ms)
+{
+    return s->n_cache > 0 && !s->moved && (now_s - s->last_use_s) * 1000.0 < ms;
+}
+
 /* A parked history: cells under reserve sequence id `seq`. */
 typedef struct parked {
     bool used;
