@@ -4,8 +4,9 @@
 //
 //   node bench/spawn.mjs --url http://127.0.0.1:8080 [--floor F | --knee-from K] [--agents 8] [--every-s 3]
 //                        [--seed S] [--strategies naive,advisory,enforced] [--json] [--trace FILE]
-//   (--floor skips the knee; FILE gets every sample and admit, as JSON;
-//   --verbose logs every turn to stderr)
+//   (--floor skips the knee; FILE gets every sample and admit, as JSON,
+//   and for enforced what /capacity said at each sample: the gate's inputs
+//   as a reader sees them; --verbose logs every turn to stderr)
 //
 //   knee:      mean session tok/s with 1..N agents at work together (the
 //              agents below, turn prompts and pauses included): the curve
@@ -102,9 +103,17 @@ function sampler(pool, t0wall, admitsOf) {
       /* n: the sessions in the mean (decoding and warm).  Where the only
        * decoding ones are in their first tokens the mean is undefined, not
        * 0 (a lone agent's every turn start was counted as deep time). */
-      samples.push({ t: performance.now(), mean: t.mean_active_tps,
-                     n: t.sessions.filter((s) => s.state === 'decode' && !s.warming).length,
-                     pre: t.sessions.filter((s) => s.state === 'prefill').length });
+      const sample = { t: performance.now(), mean: t.mean_active_tps,
+                       n: t.sessions.filter((s) => s.state === 'decode' && !s.warming).length,
+                       pre: t.sessions.filter((s) => s.state === 'prefill').length };
+      if (a.trace && admitsOf) {   /* what a reader is told at each sample: the gate's inputs, for the trace */
+        const c = (await req('GET', `/polykv/pools/${pool}/capacity`)).json;
+        sample.cap = { proj: c.projected_mean_tps_if_admitted, basis: c.projection_basis, M: c.mean_active_tps,
+                       Ml: c.mean_long_tps, d: c.decoding_share, p: c.prompt_share, x: c.decoders_if_admitted,
+                       m: c.floor_margin_tps, n: c.n_active, paused: c.n_paused, settling: c.settling,
+                       curve: c.load_curve };
+      }
+      samples.push(sample);
       if (admitsOf) {
         for (const e of (await req('GET', '/polykv/cache')).json.events) {
           const key = `${e.ts}/${e.id_task}/${e.kind}/${e.decision}`;

@@ -704,7 +704,9 @@ static void sample_and_emit(eng *e, int32_t n, int32_t n_dec_batch)
     }
     /* The load curve, with the agents running or between turns (as the
      * step began: a slot that finished in it counts as running). */
-    if (n_dec > 0) adm_curve_add(&e->curve, n_dec, now - e->t_step_ms, n > n_dec_batch, busy + pausing, now);
+    if (n_dec > 0)
+        adm_curve_add(&e->curve, n_dec, now - e->t_step_ms, n > n_dec_batch, busy + pausing + eng_away_pausing(e, now_s),
+                      now);
     e->n_busy_slots_sum += (uint64_t)busy;
 }
 
@@ -874,7 +876,7 @@ static bool from_pub_capacity(eng *e, int32_t pool_id, int32_t expected, const c
     if (ok && ps) {
         eng_scope sc = ps->sc;
         if (!sc.policy.set) sc.policy = e->p.admission;
-        adm_session ss[ENG_MAX_SLOTS];
+        adm_session ss[ENG_ADM_ROWS];
         adm_snapshot s;
         eng_adm_snapshot(&p->in, e->pend, pool_id, ps->prefix_len, &sc, expected, eng_adm_known(&p->in, session), ss, &s);
         s.now_ms = pk_time_ms();         /* settle windows run on the reader's clock too */

@@ -35,6 +35,36 @@ bool eng_session_known(const eng *e, const char *session)
     return false;
 }
 
+/* A history out of its slot, as a row after the slots: a session between
+ * turns like an idle slot's, while it is recent (adm_live_ms). */
+static void away(eng_adm_in *in, const char *session, int32_t pool_id, double last_use_s, double max_gap_ms,
+                 int32_t n_tokens, int32_t owned, double now_s)
+{
+    double idle_ms = (now_s - last_use_s) * 1000.0;
+    if (!session[0] || idle_ms >= adm_live_ms(max_gap_ms) || in->n_rows >= ENG_ADM_ROWS) return;
+    for (int32_t i = 0; i < in->n_rows; i++)     /* a session counts once, where it runs or was last */
+        if (!strcmp(in->slot[i].session, session) && (i >= in->n_slots || in->slot[i].running || in->slot[i].recent))
+            return;
+    eng_adm_slot *x = &in->slot[in->n_rows++];
+    *x = (eng_adm_slot){ .pool_id = pool_id, .recent = true, .pausing = idle_ms < adm_turn_ms(max_gap_ms),
+                         .tokens_left = -1, .ctx_used = n_tokens, .kv_owned = owned };
+    memcpy(x->session, session, ENG_SESSION_CAP);
+}
+
+int32_t eng_away_pausing(const eng *e, double now_s)
+{
+    int32_t n = 0;
+    for (int32_t i = 0; i < e->n_parked_max; i++) {
+        const parked *p = &e->parked[i];
+        n += p->used && p->session[0] && (now_s - p->last_use_s) * 1000.0 < adm_turn_ms(p->max_gap_ms);
+    }
+    for (int32_t i = 0; i < e->n_spill_max; i++) {
+        const spilled *sp = &e->spill[i];
+        n += sp->used && sp->session[0] && (now_s - sp->last_use_s) * 1000.0 < adm_turn_ms(sp->max_gap_ms);
+    }
+    return n;
+}
+
 /* What every capacity answer is computed from, for all scopes at once:
  * filled by the engine (now, or after each step into e->pub, so that
  * readers answer without waiting for a step). */
@@ -63,16 +93,19 @@ void eng_adm_inputs(eng *e, eng_adm_in *in)
         if ((running || s->n_cache > 0) && s->session[0])
             memcpy(in->known[in->n_known++], s->session, ENG_SESSION_CAP);
     }
+    in->n_rows = in->n_slots;
     for (int32_t i = 0; i < e->n_parked_max; i++) {
         const parked *p = &e->parked[i];
         if (!p->used) continue;
         reclaim += excl[p->seq];
         if (p->session[0] && in->n_known < ENG_ADM_KNOWN) memcpy(in->known[in->n_known++], p->session, ENG_SESSION_CAP);
+        away(in, p->session, p->pool_id, p->last_use_s, p->max_gap_ms, p->n_tokens, excl[p->seq], now_s);
     }
     for (int32_t i = 0; i < e->n_spill_max; i++) {
         const spilled *sp = &e->spill[i];
-        if (sp->used && sp->session[0] && in->n_known < ENG_ADM_KNOWN)
-            memcpy(in->known[in->n_known++], sp->session, ENG_SESSION_CAP);
+        if (!sp->used || !sp->session[0]) continue;
+        if (in->n_known < ENG_ADM_KNOWN) memcpy(in->known[in->n_known++], sp->session, ENG_SESSION_CAP);
+        away(in, sp->session, sp->pool_id, sp->last_use_s, sp->max_gap_ms, sp->n_tokens, 0, now_s);
     }
     in->kv_free_cells = e->p.n_ctx - kv_used(e->kv) + reclaim;
     in->kv_used = kv_used(e->kv);
@@ -108,7 +141,7 @@ static void pending(const eng_adm_in *in, const eng_pend *pend, int32_t pool_id,
             continue;
         }
         bool paused = false;
-        for (int32_t k = 0; k < in->n_slots && !paused; k++) {
+        for (int32_t k = 0; k < in->n_rows && !paused; k++) {
             const eng_adm_slot *x = &in->slot[k];
             paused = x->pool_id == pool_id && !x->running && x->recent && !strcmp(x->session, p->session);
         }
@@ -119,7 +152,7 @@ static void pending(const eng_adm_in *in, const eng_pend *pend, int32_t pool_id,
 void eng_adm_snapshot(const eng_adm_in *in, const eng_pend *pend, int32_t pool_id, int32_t prefix_len,
                       const eng_scope *sc, int32_t expected, bool known, adm_session *ss, adm_snapshot *o)
 {
-    for (int32_t i = 0; i < in->n_slots; i++) {
+    for (int32_t i = 0; i < in->n_rows; i++) {
         const eng_adm_slot *x = &in->slot[i];
         bool in_scope = x->pool_id == pool_id;
         ss[i] = (adm_session){ .running = x->running, .decoding = x->decoding, .in_scope = in_scope,
@@ -128,7 +161,7 @@ void eng_adm_snapshot(const eng_adm_in *in, const eng_pend *pend, int32_t pool_i
                                .n_decoded = x->n_decoded, .tokens_left = x->tokens_left, .ctx_used = x->ctx_used,
                                .ctx_total = in->ctx_slot, .kv_owned = x->kv_owned, .task_id = x->task_id };
     }
-    *o = (adm_snapshot){ .policy = &sc->policy, .sessions = ss, .n_sessions = in->n_slots, .settle = &sc->settle,
+    *o = (adm_snapshot){ .policy = &sc->policy, .sessions = ss, .n_sessions = in->n_rows, .settle = &sc->settle,
                          .now_ms = in->now_ms, .n_slots = in->n_slots, .n_busy_slots = in->n_busy,
                          .kv_free_cells = in->kv_free_cells, .kv_used = in->kv_used, .kv_total = in->kv_total,
                          .ctx_slot = in->ctx_slot, .prefix_len = prefix_len, .expected_tokens = expected,
@@ -211,7 +244,7 @@ static void snap(eng *e, int32_t pool_id, const eng_scope *sc, int32_t expected,
 static void decide(eng *e, int32_t pool_id, const eng_scope *sc, int32_t expected, bool known, bool with_pending,
                    adm_answer *a)
 {
-    adm_session ss[ENG_MAX_SLOTS];
+    adm_session ss[ENG_ADM_ROWS];
     adm_snapshot s;
     eng_adm_inputs(e, &e->adm_in);
     if (with_pending) pthread_mutex_lock(&e->pub_mu);
@@ -357,7 +390,7 @@ void eng_admit_placed(eng *e, eng_task *t)
     int32_t pool = t->req.pool_id > 0 ? t->req.pool_id : 0;
     eng_scope *sc = eng_pool_scope(e, pool);
     if (!sc || !sc->policy.set || !t->adm_new) return;
-    adm_session ss[ENG_MAX_SLOTS];
+    adm_session ss[ENG_ADM_ROWS];
     adm_snapshot s;
     snap(e, pool, sc, -1, false, ss, &s);
     /* The mean at the admit leaves the new session out: it is not decoding
@@ -373,7 +406,7 @@ static void settle_scope(eng *e, int32_t pool_id, eng_scope *sc)
     if (!sc->policy.set) return;
     if (!e->adm_in_step) eng_adm_inputs(e, &e->adm_in);
     e->adm_in_step = true;
-    adm_session ss[ENG_MAX_SLOTS];
+    adm_session ss[ENG_ADM_ROWS];
     adm_snapshot s;
     scope_snap(e, pool_id, sc, -1, false, ss, &s);
     adm_settle_step(&sc->settle, &s);

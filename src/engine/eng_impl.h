@@ -68,9 +68,16 @@ typedef struct eng_adm_slot {
 } eng_adm_slot;
 
 #define ENG_ADM_KNOWN (ENG_MAX_SLOTS + 96)
+#define ENG_ADM_AWAY 96         /* histories out of their slots that admission still counts */
+#define ENG_ADM_ROWS (ENG_MAX_SLOTS + ENG_ADM_AWAY)
 typedef struct eng_adm_in {
-    eng_adm_slot slot[ENG_MAX_SLOTS];
-    int32_t n_slots, n_busy;
+    /* The slots, then (up to n_rows) the recent histories that left theirs
+     * for a parked reserve id or RAM: an agent between turns whose cells
+     * made room for another is still an agent between turns (run 12h: the
+     * gate admitted a third agent on the count of two, a spilled history
+     * had dropped out of it). */
+    eng_adm_slot slot[ENG_ADM_ROWS];
+    int32_t n_slots, n_rows, n_busy;
     int32_t kv_free_cells, kv_used, kv_total, ctx_slot;
     double now_ms;
     double rate_window_ms;
@@ -161,6 +168,10 @@ static inline bool slot_history_within(const slot *s, double now_s, double ms)
     return s->n_cache > 0 && !s->moved && (now_s - s->last_use_s) * 1000.0 < ms;
 }
 
+/* Agents between turns whose histories left their slots (parked, in RAM)
+ * for less than adm_turn_ms: with the slots', the load curve's count. */
+int32_t eng_away_pausing(const eng *e, double now_s);
+
 /* A parked history: cells under reserve sequence id `seq`. */
 typedef struct parked {
     bool used;
@@ -171,6 +182,7 @@ typedef struct parked {
     double last_use_s;          /* kept from its slot: no renewed protection */
     char session[ENG_SESSION_CAP];
     double max_gap_ms;          /* kept from its slot (adm_live_ms) */
+    int32_t pool_id;            /* kept from its slot: its agent's admission scope */
 } parked;
 
 /* A history spilled to RAM: its K/V rows copied out of the cache, its cells
@@ -184,6 +196,7 @@ typedef struct spilled {
     double last_use_s;
     char session[ENG_SESSION_CAP];  /* still a known session's context: never gated as new */
     double max_gap_ms;
+    int32_t pool_id;
     uint8_t *rows;              /* [n_tokens][n_layer][K row, V row] */
 } spilled;
 
@@ -293,7 +306,7 @@ size_t eng_spill_row_bytes(const eng *e);            /* per token */
  * longest ago when the table is full).  The caller then removes seq from
  * the cache.  Returns the entry or -1. */
 int32_t eng_spill(eng *e, kv_seq seq, const int32_t *tokens, int32_t n, int32_t marker_pos, double last_use_s,
-                  const char *session, double max_gap_ms);
+                  const char *session, double max_gap_ms, int32_t pool_id);
 /* Copies entry i's rows for positions [p0, p1) into free cells joined to
  * dst.  The caller has made room.  false when cells are missing. */
 bool eng_restore(eng *e, int32_t i, kv_seq dst, int32_t p0, int32_t p1);

@@ -190,8 +190,9 @@ static void drop_hist(eng *e, const snap *sn, int32_t h, const char *why, bool s
     }
     const char *session = kind == H_SLOT ? e->slots[i].session : e->parked[i].session;
     double gap = kind == H_SLOT ? e->slots[i].max_gap_ms : e->parked[i].max_gap_ms;
+    int32_t pool = kind == H_SLOT ? e->slots[i].pool_id : e->parked[i].pool_id;
     if (spill && worth_ram(ph->n_tokens, value) &&
-        eng_spill(e, ph->seq, ph->tokens, ph->n_tokens, ph->marker_pos, ph->last_use_s, session, gap) >= 0) {
+        eng_spill(e, ph->seq, ph->tokens, ph->n_tokens, ph->marker_pos, ph->last_use_s, session, gap, pool) >= 0) {
         ev.kind = ENG_CACHE_PARK;
         snprintf(ev.reason, sizeof ev.reason, "%s: spilled to RAM", why);
     }
@@ -211,7 +212,7 @@ static void drop_hist(eng *e, const snap *sn, int32_t h, const char *why, bool s
 }
 
 /* Keeps slot s's history under a free reserve id; false when none is free. */
-static bool park(eng *e, slot *s, uint64_t task_id)
+static bool park(eng *e, slot *s, int32_t pool_id, uint64_t task_id)
 {
     parked *p = NULL;
     for (int32_t i = 0; i < e->n_parked_max && !p; i++)
@@ -225,6 +226,7 @@ static bool park(eng *e, slot *s, uint64_t task_id)
     memcpy(p->tokens, s->cache, (size_t)s->n_cache * sizeof(int32_t));
     memcpy(p->session, s->session, sizeof p->session);
     p->max_gap_ms = s->max_gap_ms;
+    p->pool_id = pool_id;
     p->used = true;
     p->n_tokens = s->n_cache;
     p->marker_pos = s->marker_pos;
@@ -327,6 +329,7 @@ static int32_t apply(eng *e, snap *sn, eng_task *t, const pol_decision *d)
 {
     slot *s = &e->slots[d->slot];
     s->state = ENG_SLOT_PREFILL;       /* nothing below may evict the run slot */
+    int32_t pool = s->pool_id;         /* the scope of the history it parks or spills */
     eng_pool_detach(e, s);
     /* A spill below may free the least valuable RAM entries to make room,
      * and reuse their places: the entry this task continues is pinned,
@@ -338,7 +341,7 @@ static int32_t apply(eng *e, snap *sn, eng_task *t, const pol_decision *d)
         if (sn->kind[d->drop[k]] == H_RAM) drop_hist(e, sn, d->drop[k], "room for a park", true);
     for (int32_t k = 0; k < d->n_drop; k++)
         if (sn->kind[d->drop[k]] != H_RAM) drop_hist(e, sn, d->drop[k], "room for a park", true);
-    if (d->park >= 0 && !park(e, s, t->id)) {
+    if (d->park >= 0 && !park(e, s, pool, t->id)) {
         eng_cache_event ev = { .kind = ENG_CACHE_DROP, .task_id = t->id, .slot = s->id, .seq = s->id,
                                .n_tokens = s->n_cache, .value = hist_value(e, &sn->hists[d->park]) };
         snprintf(ev.reason, sizeof ev.reason, "overwritten: no reserve id or memory to park it");
@@ -351,7 +354,8 @@ static int32_t apply(eng *e, snap *sn, eng_task *t, const pol_decision *d)
         double kept_at = e->p.policy.park_kept_share;
         if (pol_park(&sn->s, h, d->source, 0, &plan) == PK_OK &&
             !(kept_at > 0 && plan.kept_share >= kept_at) && worth_ram(s->n_cache, plan.value) &&
-            eng_spill(e, s->id, s->cache, s->n_cache, s->marker_pos, s->last_use_s, s->session, s->max_gap_ms) >= 0) {
+            eng_spill(e, s->id, s->cache, s->n_cache, s->marker_pos, s->last_use_s, s->session, s->max_gap_ms,
+                      pool) >= 0) {
             eng_cache_event ev = { .kind = ENG_CACHE_PARK, .task_id = t->id, .slot = s->id, .seq = s->id,
                                    .n_tokens = s->n_cache, .value = plan.value };
             snprintf(ev.reason, sizeof ev.reason, "slot %d's history spilled to RAM (%s)", s->id, plan.why);

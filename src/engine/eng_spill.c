@@ -93,7 +93,7 @@ static int32_t make_ram(eng *e, size_t need, double value, double last_use_s)
 }
 
 int32_t eng_spill(eng *e, kv_seq seq, const int32_t *tokens, int32_t n, int32_t marker_pos, double last_use_s,
-                  const char *session, double max_gap_ms)
+                  const char *session, double max_gap_ms, int32_t pool_id)
 {
     if (n <= 0 || e->n_spill_max <= 0) return -1;
     /* Where each position lives; a gap ends what can be spilled. */
@@ -111,7 +111,7 @@ int32_t eng_spill(eng *e, kv_seq seq, const int32_t *tokens, int32_t n, int32_t 
     size_t row = eng_spill_row_bytes(e), kb = kv_k_row_bytes(e->kv), vb = kv_v_row_bytes(e->kv);
     int n_layer = kv_get_params(e->kv)->n_layer;
     spilled sp = { .used = true, .n_tokens = m, .marker_pos = marker_pos < m ? marker_pos : -1,
-                   .last_use_s = last_use_s, .max_gap_ms = max_gap_ms };
+                   .last_use_s = last_use_s, .max_gap_ms = max_gap_ms, .pool_id = pool_id };
     snprintf(sp.session, sizeof sp.session, "%s", session ? session : "");
     int32_t slot_i = m > 0 ? make_ram(e, (size_t)m * row, entry_value(e, &sp, eng_now_s()), last_use_s) : -1;
     if (slot_i < 0 || !(sp.tokens = malloc((size_t)m * sizeof(int32_t))) || !(sp.rows = malloc((size_t)m * row))) {

@@ -168,6 +168,31 @@ test('admission: a session whose turns move to new slots counts once', { skip },
   assert.ok(used.size > 1, `every turn stayed in slot ${[...used]}: nothing here moved (the check needs a move)`);
 });
 
+// An agent between turns whose history left its slot (parked under a
+// reserve id, or spilled to RAM, to make room for another) is still an
+// agent between turns: it used to drop out of the count, and the gate
+// admitted a third agent on a count of two (twelfth session's spawn runs).
+test('admission: an agent whose history left its slot still counts', { skip }, async () => {
+  const pool = await policyPool('away pool', { target_tps_per_session: 1, mode: 'advisory' });
+  const j = await post(srv.url + '/completion', { prompt: base + ' away pool. Task: ' + words(30, 81), pool_id: pool,
+                                                  session_id: 'away-agent', n_predict: 8, temperature: 0 });
+  assert.equal(j.status, 200, j.text);
+  let cap = (await get(srv.url + `/polykv/pools/${pool}/capacity`)).json;
+  assert.equal(cap.n_pool_sessions, 1, JSON.stringify(cap));
+  const filler = (await post(srv.url + '/polykv/pools', { prompt: base + ' filler pool' })).json.pool_id;
+  const longs = [];
+  for (let k = 0; k < 4; k++) longs.push(await longSession(filler, `filler-${k}`, 4));   // every slot
+  try {
+    const slots = (await get(srv.url + '/slots')).json;
+    assert.ok(slots.every((x) => x.is_processing), 'every slot runs a filler: the agent\'s history is out of them');
+    cap = (await get(srv.url + `/polykv/pools/${pool}/capacity`)).json;
+    assert.equal(cap.n_pool_sessions, 1, JSON.stringify(cap));
+    assert.equal(cap.n_paused, 1, JSON.stringify(cap));
+  } finally {
+    for (const l of longs) await l.stop();
+  }
+});
+
 // A session stays live (an agent between turns) for 30 s after its last
 // turn, or, once it has paused between turns, three times its longest
 // pause (at least 2 s): an agent that took 0.3 s per tool call and has
