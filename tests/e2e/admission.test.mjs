@@ -248,7 +248,11 @@ test('admission: a queue lifted by time goes in arrival order, without spinning'
   const cpu = cpuSeconds(srv.pid) - c0;
   await Promise.all(all);
   assert.deepEqual(order, ['A', 'B', 'C', 'D', 'E']);
-  assert.ok(cpu < 0.3, `the server used ${cpu} s of CPU in 1 s with only held requests`);
+  // A spin takes a whole core (1 s of CPU a second).  The 5 ms looks take
+  // a few percent of one, and under ThreadSanitizer's instrumentation
+  // about 0.4 (twelfth session: 0.38), so the bound there is 0.7.
+  const bound = process.env.TSAN_OPTIONS ? 0.7 : 0.3;
+  assert.ok(cpu < bound, `the server used ${cpu} s of CPU in 1 s with only held requests (bound ${bound})`);
 });
 
 // A spawn the engine has not placed yet, or has placed in the step still
