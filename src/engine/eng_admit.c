@@ -40,15 +40,34 @@ bool eng_session_known(const eng *e, const char *session)
 static void away(eng_adm_in *in, const char *session, int32_t pool_id, double last_use_s, double max_gap_ms,
                  int32_t n_tokens, int32_t owned, double now_s)
 {
-    double idle_ms = (now_s - last_use_s) * 1000.0;
-    if (!session[0] || idle_ms >= adm_live_ms(max_gap_ms) || in->n_rows >= ENG_ADM_ROWS) return;
+    if (!session[0] || !history_within(last_use_s, now_s, adm_live_ms(max_gap_ms)) || in->n_rows >= ENG_ADM_ROWS)
+        return;
     for (int32_t i = 0; i < in->n_rows; i++)     /* a session counts once, where it runs or was last */
         if (!strcmp(in->slot[i].session, session) && (i >= in->n_slots || in->slot[i].running || in->slot[i].recent))
             return;
     eng_adm_slot *x = &in->slot[in->n_rows++];
-    *x = (eng_adm_slot){ .pool_id = pool_id, .recent = true, .pausing = idle_ms < adm_turn_ms(max_gap_ms),
+    *x = (eng_adm_slot){ .pool_id = pool_id, .recent = true,
+                         .pausing = history_within(last_use_s, now_s, adm_turn_ms(max_gap_ms)),
                          .tokens_left = -1, .ctx_used = n_tokens, .kv_owned = owned };
     memcpy(x->session, session, ENG_SESSION_CAP);
+}
+
+/* True when a slot runs session or holds its live history: away()'s rule
+ * that a session counts once, where it runs or was last. */
+static bool in_slot(const eng *e, const char *session, double now_s)
+{
+    for (int32_t i = 0; i < e->p.n_slots; i++) {
+        const slot *s = &e->slots[i];
+        if (!strcmp(s->session, session) &&
+            ((s->state != ENG_SLOT_IDLE && s->task) || slot_history_within(s, now_s, adm_live_ms(s->max_gap_ms))))
+            return true;
+    }
+    return false;
+}
+
+static bool away_pausing(const eng *e, const char *session, double last_use_s, double max_gap_ms, double now_s)
+{
+    return session[0] && history_within(last_use_s, now_s, adm_turn_ms(max_gap_ms)) && !in_slot(e, session, now_s);
 }
 
 int32_t eng_away_pausing(const eng *e, double now_s)
@@ -56,11 +75,11 @@ int32_t eng_away_pausing(const eng *e, double now_s)
     int32_t n = 0;
     for (int32_t i = 0; i < e->n_parked_max; i++) {
         const parked *p = &e->parked[i];
-        n += p->used && p->session[0] && (now_s - p->last_use_s) * 1000.0 < adm_turn_ms(p->max_gap_ms);
+        n += p->used && away_pausing(e, p->session, p->last_use_s, p->max_gap_ms, now_s);
     }
     for (int32_t i = 0; i < e->n_spill_max; i++) {
         const spilled *sp = &e->spill[i];
-        n += sp->used && sp->session[0] && (now_s - sp->last_use_s) * 1000.0 < adm_turn_ms(sp->max_gap_ms);
+        n += sp->used && away_pausing(e, sp->session, sp->last_use_s, sp->max_gap_ms, now_s);
     }
     return n;
 }

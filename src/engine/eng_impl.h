@@ -163,9 +163,14 @@ typedef struct slot {
 
 /* An idle slot whose history its conversation left for less than ms ago
  * (adm_live_ms: a live session; adm_turn_ms: an agent between turns). */
+static inline bool history_within(double last_use_s, double now_s, double ms)
+{
+    return (now_s - last_use_s) * 1000.0 < ms;
+}
+
 static inline bool slot_history_within(const slot *s, double now_s, double ms)
 {
-    return s->n_cache > 0 && !s->moved && (now_s - s->last_use_s) * 1000.0 < ms;
+    return s->n_cache > 0 && !s->moved && history_within(s->last_use_s, now_s, ms);
 }
 
 /* Agents between turns whose histories left their slots (parked, in RAM)
