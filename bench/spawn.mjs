@@ -111,7 +111,7 @@ function sampler(pool, t0wall, admitsOf) {
         sample.cap = { proj: c.projected_mean_tps_if_admitted, basis: c.projection_basis, M: c.mean_active_tps,
                        Ml: c.mean_long_tps, d: c.decoding_share, p: c.prompt_share, x: c.decoders_if_admitted,
                        m: c.floor_margin_tps, n: c.n_active, paused: c.n_paused, settling: c.settling,
-                       curve: c.load_curve };
+                       curve: c.load_curve, knee: c.knee, kl: c.knee_level, ksd: c.knee_low_sd };
       }
       samples.push(sample);
       if (admitsOf) {

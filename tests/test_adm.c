@@ -555,6 +555,115 @@ static void test_curve_projection(void)
     CHECK_STR(decide(&w).projection_basis, "model");
 }
 
+/* ---- the knee ---------------------------------------------------------------- */
+
+static void knee_fill(adm_curve *c, double now_ms, int agents, double mean, double ms)
+{
+    for (double t = 0; t < ms; t += 20) adm_knee_add(c, agents, mean, 20, now_ms + t * 1e-3);
+}
+
+/* The experienced mean by agents active: each count its own record,
+ * read between the counts measured, never beyond them. */
+static void test_knee(void)
+{
+    adm_curve c = { 0 };
+    double v = -1;
+    CHECK(!adm_knee_at(&c, 1, &v) && v == -1 && adm_knee_below(&c, 5, &v) == 0);
+    CHECK(!adm_knee_at(NULL, 1, &v) && adm_knee_below(NULL, 1, &v) == 0);
+    knee_fill(&c, 1000, 1, 60, 1000);
+    CHECK(!adm_knee_at(&c, 1, &v));                          /* under ADM_KNEE_MIN_MS */
+    adm_knee_add(&c, 0, 50, 20, 1000);                       /* nobody active, no mean, no time: no point */
+    adm_knee_add(&c, 2, 0, 20, 1000);
+    adm_knee_add(&c, 2, 50, NAN, 1000);
+    CHECK(c.kn_ms[0] == 0 && c.kn_ms[2] == 0);
+    knee_fill(&c, 1000, 1, 60, 4000);
+    knee_fill(&c, 1000, 3, 40, 5000);
+    CHECK(adm_knee_at(&c, 1, &v));
+    CHECK_NEAR(v, 60, 1e-9);
+    CHECK(adm_knee_at(&c, 2, &v));
+    CHECK_NEAR(v, 50, 1e-9);                                 /* between 1 and 3 */
+    CHECK(adm_knee_at(&c, 2.5, &v));
+    CHECK_NEAR(v, 45, 1e-9);
+    CHECK(!adm_knee_at(&c, 3.5, &v) && !adm_knee_at(&c, 0.5, &v));
+    CHECK_EQ_INT(adm_knee_below(&c, 5, &v), 3);
+    CHECK_NEAR(v, 40, 1e-9);
+    /* A count keeps its own last ADM_KNEE_MS: a minute at 30 after 5 s at
+     * 60 has all but replaced it, and the other count is untouched. */
+    knee_fill(&c, 1000, 1, 30, 60000);
+    CHECK(adm_knee_at(&c, 1, &v) && v < 31);
+    CHECK(adm_knee_at(&c, 3, &v));
+    CHECK_NEAR(v, 40, 1e-9);
+    /* Counts over ADM_CURVE_K share the last, which speaks for itself only. */
+    knee_fill(&c, 1000, ADM_CURVE_K + 4, 10, 3000);
+    CHECK(c.kn_ms[ADM_CURVE_K] > 2000);
+    CHECK(!adm_knee_at(&c, ADM_CURVE_K - 1, &v));
+    /* By wall time, a count not visited for 20 minutes no longer counts. */
+    adm_knee_add(&c, 2, 50, 20, 1000 + 1200000);
+    CHECK(!adm_knee_at(&c, 3, &v) && !adm_knee_at(&c, 1, &v));
+
+    /* The projection: three agents decode; the knee measured 40 at three
+     * and 32 at four agents active. */
+    world w;
+    world_init(&w, 8);
+    memset(&c, 0, sizeof c);
+    knee_fill(&c, 99000, 3, 40, 5000);
+    knee_fill(&c, 99000, 4, 32, 5000);
+    w.snap.curve = &c;
+    for (int i = 0; i < 3; i++) decoding(&w, i, 42, 60);
+    w.st = (adm_settle){ .has_cost = true, .cost_ms = 1, .long_ms = 10000, .long_sum = 10000 * 36.0,
+                         .long_share = 10000 * 3.0, .long_active = 10000 * 3.0, .long_dec = 10000 * 3.0 };
+    w.p.target_tps = 30;
+    adm_answer a = decide(&w);
+    CHECK_STR(a.projection_basis, "knee");
+    CHECK_NEAR(a.knee_level, 0.9, 1e-9);                     /* the last 10 s: 36 where the knee says 40 */
+    CHECK_NEAR(a.projected, 0.9 * 32, 1e-9);                 /* 28.8: under 30 */
+    CHECK_NEAR(a.drop_per_admit_ewma, 0.9 * 8, 1e-9);
+    CHECK_NEAR(a.knee_tps[3], 40, 1e-9);
+    CHECK(a.knee_tps[2] == 0);
+    CHECK_STR(a.reason, "projected mean tps below floor");
+    adm_answer first = a;
+    /* A long-run mean over the knee's (a run's tail: agents finishing, no
+     * more prompts) does not scale it up. */
+    w.st.long_sum = 10000 * 44.0;
+    a = decide(&w);
+    CHECK_NEAR(a.knee_level, 1, 0);
+    CHECK_NEAR(a.projected, 32, 1e-9);
+    CHECK(isnan(a.knee_low_sd));                             /* never under its mean: no spread */
+    CHECK_STR(a.reason, "ok");
+    /* The same mean, read as 28 and 36 by turns: 4 under it half the
+     * time.  The margin is that low side, and 32 - 4 is under 30. */
+    memset(c.kn_ms + 4, 0, sizeof c.kn_ms[4]);
+    c.kn_sum[4] = 0;
+    for (int i = 0; i < 500; i++) adm_knee_add(&c, 4, i % 2 ? 36 : 28, 20, 99000 + i * 1e-3);
+    a = decide(&w);
+    CHECK_NEAR(a.projected, 32, 0.1);
+    CHECK_NEAR(a.knee_low_sd, 4, 0.2);
+    CHECK_NEAR(a.floor_margin_tps, ADM_KNEE_Z * a.knee_low_sd, 1e-12);
+    CHECK_STR(a.reason, "projected mean tps below floor");
+    adm_answer spread = a;
+    w.p.target_tps = 27;
+    CHECK_STR(decide(&w).reason, "ok");
+    w.p.target_tps = 30;
+    /* Without a measured fourth count, the step cost projects (34.75:
+     * 1000 / (1000 / 36 + 1)), capped by a count below that was measured
+     * slower (30 at two agents, with no level: three is not measured):
+     * one more agent never speeds the others up. */
+    c.kn_ms[4] = c.kn_sum[4] = 0;
+    w.st.long_sum = 10000 * 36.0;
+    CHECK_NEAR(decide(&w).projected, 1000 / (1000 / 36.0 + 1), 1e-9);
+    CHECK_STR(decide(&w).projection_basis, "step cost");
+    c.kn_ms[3] = c.kn_sum[3] = 0;
+    knee_fill(&c, 99000, 2, 30, 5000);
+    a = decide(&w);
+    CHECK_STR(a.projection_basis, "step cost");
+    CHECK(isnan(a.knee_level));
+    CHECK_NEAR(a.projected, 30, 1e-9);
+    if (getenv("POLYKV_ADM_VERBOSE"))
+        printf("knee: 40 at three agents, 32 at four; long-run 36 at three: level %.2f, projected %.2f, drop %.2f; "
+               "32 read as 28 and 36 by turns: low side %.2f, margin %.2f\n", first.knee_level, first.projected,
+               first.drop_per_admit_ewma, spread.knee_low_sd, spread.floor_margin_tps);
+}
+
 /* ---- the property test ---------------------------------------------------- */
 
 /* The manual's load-curve fit: weighted least squares over the counts
@@ -578,6 +687,24 @@ static bool oracle_curve(const adm_curve *c, double x, double *t)
         }
     *t = Y + (sxy > 0 ? sxy / sxx : 0) * (x - K);
     return *t > 0;
+}
+
+/* The manual's knee: a count measured with 2 s at least; between two
+ * such, the line through them; the last count only for itself. */
+static bool oracle_knee(const adm_curve *c, double x, double *v)
+{
+    int lo = 0, hi = 0;
+    for (int k = 1; k <= ADM_CURVE_K; k++) {
+        bool known = c->kn_ms[k] >= 2000 && c->kn_sum[k] > 0;
+        if (known && k <= x) lo = k;
+        if (known && k > x && k < ADM_CURVE_K && !hi) hi = k;
+    }
+    if (!lo) return false;
+    double vl = c->kn_sum[lo] / c->kn_ms[lo];
+    if (lo == x) return *v = vl, true;
+    if (!hi) return false;
+    *v = vl + (c->kn_sum[hi] / c->kn_ms[hi] - vl) * (x - lo) / (hi - lo);
+    return true;
 }
 
 /* The manual's table, from its formulas. */
@@ -614,6 +741,8 @@ static const char *oracle(const adm_snapshot *s, bool *can)
     }
     double proj = nn == 0 ? NAN : !s->settle->has_cost ? M * nn / (nn + 1)
                 : M > 0 ? 1000 / (1000 / M + s->settle->cost_ms) : 0;
+    bool measured = nn > 0 && s->settle->has_cost;
+    double ksd = NAN;                        /* the knee's low-side spread at A + 1 */
     double share = st->long_ms >= 2000 && st->long_active > 0 ? fmin(1, st->long_dec / st->long_active) : NAN;
     int A = s->n_pending;                    /* the agents active */
     for (int i = 0; i < s->n_sessions; i++) A += s->sessions[i].running || s->sessions[i].pausing;
@@ -639,6 +768,24 @@ static const char *oracle(const adm_snapshot *s, bool *can)
         if (v[0] > 0 && v[1] > 0) {
             double scale = lng && v[2] > 0 ? st->long_sum / st->long_ms / v[2] : 1;
             proj = scale * fmin(v[0], v[1]);
+            measured = true;
+        }
+    }
+    if (nn > 0 && s->curve) {                /* the knee, scaled down by the long-run mean */
+        double lv = 1, kl, k1, kb = 0;
+        if (st->long_ms >= 2000 && st->long_sum > 0 && st->long_active > 0 &&
+            oracle_knee(s->curve, st->long_active / st->long_ms, &kl))
+            lv = fmin(1, st->long_sum / st->long_ms / kl);
+        for (int k = A + 1 < ADM_CURVE_K ? A + 1 : ADM_CURVE_K; k >= 1 && !kb; k--)
+            if (s->curve->kn_ms[k] >= 2000 && s->curve->kn_sum[k] > 0) kb = s->curve->kn_sum[k] / s->curve->kn_ms[k];
+        if (oracle_knee(s->curve, A + 1, &k1)) {
+            proj = lv * k1;
+            const adm_curve *c = s->curve;
+            int b = A + 1;
+            if (b <= ADM_CURVE_K && c->kn_ms[b] >= 2000 && c->kn_sum[b] > 0 && c->kn_lo_ms[b] >= 500)
+                ksd = lv * sqrt(c->kn_lo[b] / c->kn_lo_ms[b]);
+        } else if (measured && kb > 0) {
+            proj = fmin(proj, lv * kb);
         }
     }
     int head = s->ctx_slot - s->prefix_len;
@@ -656,8 +803,10 @@ static const char *oracle(const adm_snapshot *s, bool *can)
     if (s->n_busy_slots >= s->n_slots) return "no sequence id left";
     if (hs < 1) return "kv headroom exhausted";
     if (settling) return "measurement settling";
-    double margin = 0;                       /* half the mean's long-run spread, relative */
-    if (st->long_ms >= 2000 && st->long_sum > 0 && !isnan(proj)) {
+    double margin = 0;                       /* the knee's low side at A + 1, or half the mean's */
+    if (isfinite(ksd)) {                     /* long-run spread, relative */
+        margin = ksd;
+    } else if (st->long_ms >= 2000 && st->long_sum > 0 && !isnan(proj)) {
         double m = st->long_sum / st->long_ms, var = st->long_sq / st->long_ms - m * m;
         margin = 0.5 * sqrt(var > 0 ? var : 0) / m * proj;
     }
@@ -669,7 +818,7 @@ static const char *oracle(const adm_snapshot *s, bool *can)
 
 static void test_property(int n_cases)
 {
-    int bad_reason = 0, bad_gate = 0, n_guar = 0, n_settle = 0, n_floor = 0, n_ctx = 0, n_curve = 0;
+    int bad_reason = 0, bad_gate = 0, n_guar = 0, n_settle = 0, n_floor = 0, n_ctx = 0, n_curve = 0, n_knee = 0;
     for (int it = 0; it < n_cases; it++) {
         world w;
         int n_slots = 1 + (int)rnd(12);
@@ -733,6 +882,15 @@ static void test_property(int n_cases)
             for (int k = 1; k <= 6; k++) cv.active_ms += (cv.ms[k] + cv.mm[k]) * rndu() * 6;
             w.snap.curve = &cv;
         }
+        if (w.snap.curve && rnd(2)) {
+            for (int k = 1; k <= ADM_CURVE_K; k++)
+                if (k <= 8 || k == ADM_CURVE_K ? rnd(2) : 0) {
+                    cv.kn_ms[k] = rnd(2) ? 2000 + rndu() * 18000 : rndu() * 2000;
+                    cv.kn_sum[k] = cv.kn_ms[k] * rndu() * 60;
+                    cv.kn_lo_ms[k] = cv.kn_ms[k] * rndu() * 0.6;
+                    cv.kn_lo[k] = cv.kn_lo_ms[k] * pow(rndu() * 10, 2);
+                }
+        }
         adm_answer a;
         CHECK_EQ_INT(adm_decide(&w.snap, &a), PK_OK);
         bool can;
@@ -745,6 +903,7 @@ static void test_property(int n_cases)
         n_floor += a.arm == 7;
         n_ctx += a.arm == 1;
         n_curve += !strcmp(a.projection_basis, "load curve");
+        n_knee += !strcmp(a.projection_basis, "knee");
         /* The gate's promises. */
         double waited = rnd(40000);
         bool over = rnd(8) == 0;
@@ -763,9 +922,10 @@ static void test_property(int n_cases)
     }
     CHECK_EQ_INT(bad_reason, 0);
     CHECK_EQ_INT(bad_gate, 0);
-    CHECK(n_guar > 1000 && n_settle > 1000 && n_floor > 1000 && n_ctx > 1000 && n_curve > 1000);   /* every arm and basis */
-    printf("property: %d random snapshots (guaranteed %d, settling %d, below floor %d, context %d, load curve %d)\n",
-           n_cases, n_guar, n_settle, n_floor, n_ctx, n_curve);
+    CHECK(n_guar > 1000 && n_settle > 1000 && n_floor > 1000 && n_ctx > 1000 && n_curve > 1000 &&
+          n_knee > 1000);   /* every arm and basis */
+    printf("property: %d random snapshots (guaranteed %d, settling %d, below floor %d, context %d, load curve %d, "
+           "knee %d)\n", n_cases, n_guar, n_settle, n_floor, n_ctx, n_curve, n_knee);
 }
 
 static void test_live(void)
@@ -969,6 +1129,7 @@ int main(void)
     test_margin();
     test_curve();
     test_curve_projection();
+    test_knee();
     test_ramp();
     test_cost_model();
     test_worked_example();

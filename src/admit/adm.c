@@ -181,6 +181,69 @@ bool adm_curve_prompts(const adm_curve *c, double *share, double *active)
     return true;
 }
 
+void adm_knee_add(adm_curve *c, int32_t active, double mean, double ms, double now_ms)
+{
+    if (active < 1 || !(mean > 0) || !isfinite(mean) || !(ms > 0) || !isfinite(ms) || !isfinite(now_ms)) return;
+    if (c->kn_t_ms > 0 && now_ms > c->kn_t_ms) {
+        double d = exp(-(now_ms - c->kn_t_ms) / ADM_KNEE_AGE_MS);
+        for (int32_t i = 0; i <= ADM_CURVE_K; i++) {
+            c->kn_ms[i] *= d;
+            c->kn_sum[i] *= d;
+            c->kn_lo_ms[i] *= d;
+            c->kn_lo[i] *= d;
+        }
+    }
+    c->kn_t_ms = fmax(c->kn_t_ms, now_ms);
+    int32_t a = MIN(active, ADM_CURVE_K);
+    double d = exp(-ms / ADM_KNEE_MS), mu = c->kn_ms[a] > 0 ? c->kn_sum[a] / c->kn_ms[a] : mean;
+    c->kn_ms[a] = c->kn_ms[a] * d + ms;
+    c->kn_sum[a] = c->kn_sum[a] * d + mean * ms;
+    c->kn_lo_ms[a] *= d;
+    c->kn_lo[a] *= d;
+    if (mean < mu) {                     /* against the mean before this step: one pass */
+        c->kn_lo_ms[a] += ms;
+        c->kn_lo[a] += (mu - mean) * (mu - mean) * ms;
+    }
+}
+
+static bool knee_known(const adm_curve *c, int32_t a)
+{
+    return a >= 1 && a <= ADM_CURVE_K && c->kn_ms[a] >= ADM_KNEE_MIN_MS && c->kn_sum[a] > 0;
+}
+
+static double knee_mean(const adm_curve *c, int32_t a) { return c->kn_sum[a] / c->kn_ms[a]; }
+
+int32_t adm_knee_below(const adm_curve *c, double x, double *tps)
+{
+    for (int32_t a = c && isfinite(x) ? (int32_t)fmin(floor(x), ADM_CURVE_K) : 0; a >= 1; a--)
+        if (knee_known(c, a)) {
+            *tps = knee_mean(c, a);
+            return a;
+        }
+    return 0;
+}
+
+double adm_knee_low_sd(const adm_curve *c, int32_t a)
+{
+    return c && knee_known(c, a) && c->kn_lo_ms[a] >= ADM_KNEE_LOW_MIN_MS ? sqrt(c->kn_lo[a] / c->kn_lo_ms[a]) : NAN;
+}
+
+bool adm_knee_at(const adm_curve *c, double x, double *tps)
+{
+    double lo_t, hi_t = 0;
+    int32_t lo = adm_knee_below(c, x, &lo_t), hi = 0;
+    if (lo == 0) return false;
+    if (lo == x) {
+        *tps = lo_t;
+        return true;
+    }
+    for (int32_t a = lo + 1; a < ADM_CURVE_K && !hi; a++)   /* the last holds the counts above it */
+        if (knee_known(c, a)) hi = a, hi_t = knee_mean(c, a);
+    if (!hi || hi < x) return false;
+    *tps = lo_t + (hi_t - lo_t) * (x - lo) / (hi - lo);
+    return true;
+}
+
 /* Agents active: running anywhere on the server (the compute is one),
  * between turns on the scope for less than adm_turn_ms, or sent and not
  * placed yet. */
@@ -233,6 +296,37 @@ static bool curve_projection(const adm_snapshot *s, adm_answer *a)
     return true;
 }
 
+/* The knee's projection: the mean the sessions experienced with A + 1
+ * agents active (A now), where that count was measured.  What the floor
+ * is about, read directly: the load curve models the same from its parts
+ * (decode steps, prompt share, decoding share) and understates what an
+ * agent's turn prompts cost the others (twelfth session: the enforced
+ * gate's projections 13-24% over what followed, in 6 of 8 runs).  Scaled
+ * by the long-run mean over the knee's at the load it was read at, down
+ * only: the machine is slower now than when the knee was measured, or
+ * the load heavier in prompts; never up, for the tail of a run (agents
+ * finishing, no more turn prompts) reads fast and is no sign of room.
+ * Where A + 1 was not measured, a measured count below it still caps the
+ * other projections: one more agent never speeds the others up. */
+static void knee_projection(const adm_snapshot *s, adm_answer *a, double M)
+{
+    const adm_settle *st = s->settle;
+    const adm_curve *c = s->curve;
+    double level = 1, kl, k0, k1;
+    int32_t A = active(s);
+    if (st->long_ms >= ADM_LONG_MIN_MS && st->long_sum > 0 && st->long_active > 0 &&
+        adm_knee_at(c, st->long_active / st->long_ms, &kl))
+        level = a->knee_level = fmin(1, st->long_sum / st->long_ms / kl);
+    if (adm_knee_at(c, A + 1, &k1)) {
+        a->projected_measured = level * k1;
+        a->knee_low_sd = level * adm_knee_low_sd(c, A + 1);
+        a->drop_per_admit_ewma = fmax(0, (adm_knee_at(c, A, &k0) ? level * k0 : M) - a->projected_measured);
+        a->projection_basis = "knee";
+    } else if (isfinite(a->projected_measured) && adm_knee_below(c, A + 1, &k0) > 0) {
+        a->projected_measured = fmin(a->projected_measured, level * k0);
+    }
+}
+
 static void projections(const adm_snapshot *s, adm_answer *a)
 {
     const adm_settle *st = s->settle;
@@ -247,8 +341,11 @@ static void projections(const adm_snapshot *s, adm_answer *a)
      * read per step for all) holds agents back for nothing. */
     int32_t n_all = n + a->n_paused + a->n_starting;   /* sharing(), counted already */
     a->idle_estimate = false;
-    for (int32_t k = 1; s->curve && k <= ADM_CURVE_K; k++)
+    a->knee_level = a->knee_low_sd = NAN;
+    for (int32_t k = 1; s->curve && k <= ADM_CURVE_K; k++) {
         if (s->curve->n[k] >= ADM_CURVE_MIN) a->curve_tps[k] = 1000.0 * s->curve->n[k] / s->curve->ms[k];
+        if (knee_known(s->curve, k)) a->knee_tps[k] = knee_mean(s->curve, k);
+    }
     a->prompt_share = NAN;
     a->mean_long_tps = long_mean(st, n_all);
     a->decoding_share = st->long_ms >= ADM_LONG_MIN_MS && st->long_active > 0 ? fmin(1, st->long_dec / st->long_active)
@@ -278,6 +375,7 @@ static void projections(const adm_snapshot *s, adm_answer *a)
             a->drop_per_admit_ewma = M - a->projected_measured;
         }
     }
+    if (n > 0 && s->curve) knee_projection(s, a, M);
     a->projected = isfinite(a->projected_measured) ? a->projected_measured : a->projected_model;
 }
 
@@ -343,9 +441,15 @@ pk_status adm_decide(const adm_snapshot *s, adm_answer *out)
 
     /* The floor is a floor, not a target: a projection right at it puts
      * the mean under it half the time after the admit, as the turns of
-     * the agents move it about.  The margin is ADM_MARGIN_Z of the mean's
-     * long-run spread, relative, at the projection. */
-    if (st->long_ms >= ADM_LONG_MIN_MS && st->long_sum > 0 && isfinite(a.projected)) {
+     * the agents move it about.  The margin is ADM_KNEE_Z of the knee's
+     * low-side spread at the load after the admit, where the knee
+     * projects (the time a load spends under a floor is what the floor
+     * arm answers for: about a sixth of it, for a normal spread); else
+     * ADM_MARGIN_Z of the mean's long-run spread, relative, at the
+     * projection. */
+    if (isfinite(a.knee_low_sd)) {
+        a.floor_margin_tps = ADM_KNEE_Z * a.knee_low_sd;
+    } else if (st->long_ms >= ADM_LONG_MIN_MS && st->long_sum > 0 && isfinite(a.projected)) {
         double m = st->long_sum / st->long_ms, var = st->long_sq / st->long_ms - m * m;
         a.floor_margin_tps = ADM_MARGIN_Z * sqrt(fmax(var, 0)) / m * a.projected;
     }

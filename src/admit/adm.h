@@ -16,6 +16,11 @@
  *                      the measured step cost into its samples;
  *     adm_record_admit starts a settle window for an admitted session.
  *
+ *   The engine also keeps, server-wide, the load curve and the knee
+ *   (adm_curve: what a token cost against sessions decoding, and the mean
+ *   the sessions experienced against agents active); the projection reads
+ *   the knee where it knows one more agent, the curve's shape where not.
+ *
  *   Speeds are over the sessions decoding on the whole server (one
  *   machine's compute); a session is warm after ADM_WARM_TOKENS decoded
  *   tokens: only warm ones count in the mean; sessions between turns and
@@ -51,6 +56,11 @@
 #define ADM_CURVE_MIN 8.0          /* ... and the decayed steps a count needs before it counts */
 #define ADM_PROMPT_MAX 0.9         /* the prompt share a projection scales to at most */
 #define ADM_MARGIN_Z 0.5           /* the floor arm's margin, in the mean's long-run spreads */
+#define ADM_KNEE_MS 20000.0        /* the knee: each count of agents keeps its last 20 s ... */
+#define ADM_KNEE_AGE_MS 300000.0   /* ... fading by wall time over 5 minutes ... */
+#define ADM_KNEE_MIN_MS 2000.0     /* ... and counts once it holds 2 s */
+#define ADM_KNEE_Z 1.0             /* the floor arm's margin on the knee, in its low-side spreads */
+#define ADM_KNEE_LOW_MIN_MS 500.0  /* the time under a count's mean its low-side spread needs */
 
 /* A session's experienced decode speed: tokens over the time they took,
  * both decayed over the last win_tokens tokens or win_ms ms, whichever is
@@ -118,6 +128,14 @@ typedef struct adm_curve {
     double mm[ADM_CURVE_K + 1];     /*   and their times */
     double active_ms;               /* decayed sum of (agents active) x step time */
     double t_ms;                    /* the last step folded in, 0 none */
+    /* The knee: the warm mean the sessions experienced, by agents active
+     * (adm_knee_add), what the floor is about, measured where the curve's
+     * parts only model it. */
+    double kn_ms[ADM_CURVE_K + 1];  /* [a]: decayed step time with a agents active, someone warm */
+    double kn_sum[ADM_CURVE_K + 1]; /*   and the decayed sum of the warm mean x step time; */
+    double kn_lo_ms[ADM_CURVE_K + 1];    /*   of it, the time the mean was under the count's */
+    double kn_lo[ADM_CURVE_K + 1];  /*   mean, and the sum of the squared shortfall x step time */
+    double kn_t_ms;                 /* the last step folded into them, 0 none */
 } adm_curve;
 
 /* Folds one step of ms ms in which k sessions decoded a token (counts
@@ -135,6 +153,27 @@ bool adm_curve_at(const adm_curve *c, double x, double *ms);
  * decoding alone takes (adm_curve_at), and the mean count of agents active
  * over it.  false when the curve has no fit or no time. */
 bool adm_curve_prompts(const adm_curve *c, double *share, double *active);
+/* Folds one step of ms ms after which the warm sessions' mean speed was
+ * mean, with active agents running or between turns on the server (counts
+ * over ADM_CURVE_K go to the last).  Each count keeps its own last
+ * ADM_KNEE_MS of such time (a count the load visits rarely is not washed
+ * out by one it holds for minutes), and all of them fade by wall time over
+ * ADM_KNEE_AGE_MS (a machine's speed moves; a count no longer visited
+ * stops speaking for it). */
+void adm_knee_add(adm_curve *c, int32_t active, double mean, double ms, double now_ms);
+/* The experienced mean at x agents active (x may be fractional: linear
+ * between the counts measured either side, each with ADM_KNEE_MIN_MS at
+ * least; the last count, which holds the ones above it, only for itself).
+ * false, *tps untouched, when no measured count lies at or either side of x. */
+bool adm_knee_at(const adm_curve *c, double x, double *tps);
+/* The highest count at most x that is measured, 0 none; *tps its mean. */
+int32_t adm_knee_below(const adm_curve *c, double x, double *tps);
+/* The low-side spread of the mean at a agents active: the root mean
+ * square of its shortfall under the count's mean, over the time it was
+ * under it (for a normal spread, the standard deviation).  What a floor
+ * cares about: the time a load spends under it, not above.  NAN when a
+ * is not measured or was under its mean for less than ADM_KNEE_LOW_MIN_MS. */
+double adm_knee_low_sd(const adm_curve *c, int32_t a);
 
 /* How long a history idle between turns is counted as an agent on a tool
  * call where the share of sessions decoding at a time is measured:
@@ -263,7 +302,7 @@ typedef struct adm_answer {
     double projected;               /* the projected mean (NAN: nothing to project) */
     double floor_margin_tps;        /* the floor arm compares projected - this with the floor */
     double projected_model, projected_measured;   /* NAN when unknown */
-    const char *projection_basis;   /* static: "load curve", "step cost", "model", or "none" */
+    const char *projection_basis;   /* static: "knee", "load curve", "step cost", "model", or "none" */
     double decoding_share;          /* of the agents active (running, sent, between turns for
                                        under adm_turn_ms), the part decoding at a time
                                        (long-run), NAN unknown */
@@ -271,6 +310,12 @@ typedef struct adm_answer {
                                        load curve is read at, NAN when it is not */
     double curve_tps[ADM_CURVE_K + 1];   /* [k]: decode-only steps a second at k decoding
                                             sessions, 0 where too few were measured */
+    double knee_tps[ADM_CURVE_K + 1];    /* [a]: the knee's mean at a agents active, 0 where
+                                            too little was measured */
+    double knee_level;              /* the long-run mean over the knee's at its load, at most 1
+                                       (NAN unknown): what the knee's projection is scaled by */
+    double knee_low_sd;             /* the knee's low-side spread at A + 1 agents, x the level
+                                       (NAN unknown): the floor arm's margin is ADM_KNEE_Z of it */
     double prompt_share;            /* of the steps' time, reading prompts (NAN unknown) */
     bool idle_estimate;
     double drop_per_admit_ewma;     /* tok/s one admit costs the mean now (from cost_ms), 0 before

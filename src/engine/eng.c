@@ -120,6 +120,14 @@ static gram_matcher *take_matcher(eng *e, gram_grammar *g)
     return gram_matcher_new(g, e->gvocab, &m) == PK_OK ? m : NULL;
 }
 
+static void unpublish(eng *e)
+{
+    if (!e->pub) return;
+    pthread_mutex_lock(&e->pub_mu);
+    e->pub->valid = false;
+    pthread_mutex_unlock(&e->pub_mu);
+}
+
 static void finish(eng *e, slot *s, eng_stop why, const char *word)
 {
     double now = pk_time_ms();
@@ -134,6 +142,11 @@ static void finish(eng *e, slot *s, eng_stop why, const char *word)
     e->n_predicted_tokens += (uint64_t)s->n_gen;
     e->predicted_ms_total += ev.gen_ms;
     e->n_done++;
+    /* The copy readers are answered from still shows this task running
+     * until the step ends; a client that asks right after its DONE must
+     * not be told so (it read its own agent as decoding, and a spawner
+     * the wrong count). */
+    unpublish(e);
     eng_task_push(s->task, &ev);
     slot_release(e, s);
 }
@@ -327,13 +340,6 @@ static bool has_work(const eng *e)
 
 /* A control message is about to change what was published: readers ask
  * the engine until the next step publishes again (read-your-writes). */
-static void unpublish(eng *e)
-{
-    pthread_mutex_lock(&e->pub_mu);
-    e->pub->valid = false;
-    pthread_mutex_unlock(&e->pub_mu);
-}
-
 /* A message the engine cannot serve because it could not wake up: the
  * task ends with an ERROR, a call is answered with st. */
 static void refuse_msg(eng *e, eng_msg *m, pk_status st, const char *why)
@@ -702,11 +708,20 @@ static void sample_and_emit(eng *e, int32_t n, int32_t n_dec_batch)
         int32_t id = smp_sample(s->smp, row, nt > 0 ? top : NULL, nt, &lp);
         on_token(e, s, id, lp, top, nt);
     }
-    /* The load curve, with the agents running or between turns (as the
-     * step began: a slot that finished in it counts as running). */
-    if (n_dec > 0)
-        adm_curve_add(&e->curve, n_dec, now - e->t_step_ms, n > n_dec_batch, busy + pausing + eng_away_pausing(e, now_s),
-                      now);
+    /* The load curve and the knee, with the agents running or between
+     * turns (as the step began: a slot that finished in it counts as
+     * running); the knee's mean is the admission mean (warm sessions). */
+    if (n_dec > 0) {
+        int32_t agents = busy + pausing + eng_away_pausing(e, now_s), n_warm = 0;
+        double sum = 0;
+        for (int32_t i = 0; i < e->p.n_slots; i++) {
+            const slot *s = &e->slots[i];
+            double tps = adm_rate_tps(&s->rate);
+            if (s->state == ENG_SLOT_DECODE && s->n_gen >= ADM_WARM_TOKENS && tps > 0) sum += tps, n_warm++;
+        }
+        adm_curve_add(&e->curve, n_dec, now - e->t_step_ms, n > n_dec_batch, agents, now);
+        if (n_warm > 0) adm_knee_add(&e->curve, agents, sum / n_warm, now - e->t_step_ms, now);
+    }
     e->n_busy_slots_sum += (uint64_t)busy;
 }
 

@@ -58,6 +58,12 @@ json_t *srv_capacity_json(const adm_answer *a)
     for (int32_t k = 1; curve && k <= ADM_CURVE_K; k++)
         if (a->curve_tps[k] > 0) json_array_append_new(curve, json_pack("{s:i, s:f}", "decoding", k, "tps", a->curve_tps[k]));
     if (curve) json_object_set_new(o, "load_curve", curve);
+    json_t *knee = o ? json_array() : NULL;
+    for (int32_t k = 1; knee && k <= ADM_CURVE_K; k++)
+        if (a->knee_tps[k] > 0) json_array_append_new(knee, json_pack("{s:i, s:f}", "agents", k, "tps", a->knee_tps[k]));
+    if (knee) json_object_set_new(o, "knee", knee);
+    if (o) json_object_set_new(o, "knee_level", num_or_null(a->knee_level));
+    if (o) json_object_set_new(o, "knee_low_sd", num_or_null(a->knee_low_sd));
     return o;
 }
 

@@ -89,6 +89,10 @@ test('admission: routes, capacity, reject / continuation / overcommit / warn / q
   // too few for a fit, so the projection is not read off it.
   assert.ok(Array.isArray(cap.load_curve) && cap.load_curve.length <= 1, JSON.stringify(cap.load_curve));
   for (const p of cap.load_curve) assert.ok(p.decoding === 1 && p.tps > 0, JSON.stringify(p));
+  // The knee: the mean each count of agents active saw.  No second agent
+  // was ever active beside this one for long, so it cannot project one.
+  assert.ok(Array.isArray(cap.knee), JSON.stringify(cap));
+  for (const p of cap.knee) assert.ok(p.agents >= 1 && p.tps > 0, JSON.stringify(p));
   assert.ok(['step cost', 'model'].includes(cap.projection_basis), cap.projection_basis);
   await assert.rejects(
     client.completions.create({ model: 'x', prompt: base + ' newcomer', max_tokens: 4, pool_id: pool }),
@@ -123,9 +127,14 @@ test('admission: routes, capacity, reject / continuation / overcommit / warn / q
   // pool's recent mean still says no), admitted in arrival order once the
   // floor comes down.
   await setPolicy(pool, { on_saturation: 'queue', queue_max_ms: 20000 });
-  const held = ['q-a', 'q-b'].map((sid) => post(srv.url + '/completion', { prompt: base + ' ' + sid, n_predict: 4,
-                                                                             pool_id: pool, session_id: sid }));
-  await sleep(300);
+  // Sent 100 ms apart: two sent at once reach the engine through two
+  // connection threads in either order, and "arrival" means the engine's.
+  const held = [];
+  for (const sid of ['q-a', 'q-b']) {
+    held.push(post(srv.url + '/completion', { prompt: base + ' ' + sid, n_predict: 4, pool_id: pool, session_id: sid }));
+    await sleep(100);
+  }
+  await sleep(200);
   const slots = (await get(srv.url + '/slots')).json;
   assert.ok(!slots.some((s) => s.session_id === 'q-a' || s.session_id === 'q-b'), 'held, not in a slot');
   await s1.stop();
