@@ -120,6 +120,9 @@ static gram_matcher *take_matcher(eng *e, gram_grammar *g)
     return gram_matcher_new(g, e->gvocab, &m) == PK_OK ? m : NULL;
 }
 
+/* What was published is about to change (a control message, a task's
+ * end): readers ask the engine until the next step publishes again
+ * (read-your-writes). */
 static void unpublish(eng *e)
 {
     if (!e->pub) return;
@@ -338,8 +341,6 @@ static bool has_work(const eng *e)
     return e->n_waiting > 0 || eng_pool_busy(e) || running(e);
 }
 
-/* A control message is about to change what was published: readers ask
- * the engine until the next step publishes again (read-your-writes). */
 /* A message the engine cannot serve because it could not wake up: the
  * task ends with an ERROR, a call is answered with st. */
 static void refuse_msg(eng *e, eng_msg *m, pk_status st, const char *why)
