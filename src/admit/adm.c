@@ -112,17 +112,21 @@ static double long_mean(const adm_settle *st, int32_t n_all)
     return ms > 0 ? 1000.0 / ms : NAN;
 }
 
+/* Scales one of the curve's per-count arrays by d (a decay). */
+static void scale_counts(double *v, double d)
+{
+    for (int32_t i = 0; i <= ADM_CURVE_K; i++) v[i] *= d;
+}
+
 void adm_curve_add(adm_curve *c, int32_t k, double ms, bool prompt, int32_t active, double now_ms)
 {
     if (k < 1 || !(ms > 0) || !isfinite(ms) || !isfinite(now_ms) || active < 0) return;
     if (c->t_ms > 0 && now_ms > c->t_ms) {
         double d = exp(-(now_ms - c->t_ms) / ADM_CURVE_MS);
-        for (int32_t i = 0; i <= ADM_CURVE_K; i++) {
-            c->n[i] *= d;
-            c->ms[i] *= d;
-            c->m[i] *= d;
-            c->mm[i] *= d;
-        }
+        scale_counts(c->n, d);
+        scale_counts(c->ms, d);
+        scale_counts(c->m, d);
+        scale_counts(c->mm, d);
         c->active_ms *= d;
     }
     c->t_ms = fmax(c->t_ms, now_ms);
@@ -186,12 +190,10 @@ void adm_knee_add(adm_curve *c, int32_t active, double mean, double ms, double n
     if (active < 1 || !(mean > 0) || !isfinite(mean) || !(ms > 0) || !isfinite(ms) || !isfinite(now_ms)) return;
     if (c->kn_t_ms > 0 && now_ms > c->kn_t_ms) {
         double d = exp(-(now_ms - c->kn_t_ms) / ADM_KNEE_AGE_MS);
-        for (int32_t i = 0; i <= ADM_CURVE_K; i++) {
-            c->kn_ms[i] *= d;
-            c->kn_sum[i] *= d;
-            c->kn_lo_ms[i] *= d;
-            c->kn_lo[i] *= d;
-        }
+        scale_counts(c->kn_ms, d);
+        scale_counts(c->kn_sum, d);
+        scale_counts(c->kn_lo_ms, d);
+        scale_counts(c->kn_lo, d);
     }
     c->kn_t_ms = fmax(c->kn_t_ms, now_ms);
     int32_t a = MIN(active, ADM_CURVE_K);

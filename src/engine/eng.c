@@ -713,15 +713,10 @@ static void sample_and_emit(eng *e, int32_t n, int32_t n_dec_batch)
      * turns (as the step began: a slot that finished in it counts as
      * running); the knee's mean is the admission mean (warm sessions). */
     if (n_dec > 0) {
-        int32_t agents = busy + pausing + eng_away_pausing(e, now_s), n_warm = 0;
-        double sum = 0;
-        for (int32_t i = 0; i < e->p.n_slots; i++) {
-            const slot *s = &e->slots[i];
-            double tps = adm_rate_tps(&s->rate);
-            if (s->state == ENG_SLOT_DECODE && s->n_gen >= ADM_WARM_TOKENS && tps > 0) sum += tps, n_warm++;
-        }
+        int32_t agents = busy + pausing + eng_away_pausing(e, now_s), n_warm;
+        double mean = eng_warm_mean(e, -1, &n_warm);
         adm_curve_add(&e->curve, n_dec, now - e->t_step_ms, n > n_dec_batch, agents, now);
-        if (n_warm > 0) adm_knee_add(&e->curve, agents, sum / n_warm, now - e->t_step_ms, now);
+        if (n_warm > 0) adm_knee_add(&e->curve, agents, mean, now - e->t_step_ms, now);
     }
     e->n_busy_slots_sum += (uint64_t)busy;
 }
@@ -815,10 +810,10 @@ void eng_stats_fill(eng *e, eng_stats *o)
         si->pool_shared = s->pool_shared;
         si->kv_owned = kv_seq_owned(e->kv, s->id);
         si->ttft_ms = s->state != ENG_SLOT_PREFILL && s->task_id ? s->t_prompt_ms - s->t_start_ms : 0;
-        si->warming = s->state == ENG_SLOT_DECODE && (s->n_gen < ADM_WARM_TOKENS || adm_rate_tps(&s->rate) <= 0);
+        si->warming = s->state == ENG_SLOT_DECODE && !slot_warm(s);
         o->n_warming += si->warming;
         if (s->state != ENG_SLOT_IDLE) o->n_running++;
-        if (s->state == ENG_SLOT_DECODE && si->tps_ewma > 0 && !si->warming) {   /* as the admission mean */
+        if (slot_warm(s)) {                        /* as the admission mean */
             sum += si->tps_ewma;
             n_active++;
         }

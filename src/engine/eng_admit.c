@@ -479,14 +479,17 @@ void eng_admit_stats(eng *e, int32_t pool_id, eng_adm_info *o)
     o->policy = sc->policy;
     memcpy(o->decisions, sc->decisions, sizeof o->decisions);
     o->settling = sc->settle.active;
+    o->mean_tps = eng_warm_mean(e, pool_id, NULL);
+}
+
+double eng_warm_mean(const eng *e, int32_t pool_id, int32_t *n)
+{
     double sum = 0;
-    int32_t n = 0;
+    int32_t k = 0;
     for (int32_t i = 0; i < e->p.n_slots; i++) {
         const slot *s = &e->slots[i];
-        if (s->pool_id != pool_id || s->state != ENG_SLOT_DECODE || s->n_gen < ADM_WARM_TOKENS || adm_rate_tps(&s->rate) <= 0)
-            continue;
-        sum += adm_rate_tps(&s->rate);
-        n++;
+        if ((pool_id < 0 || s->pool_id == pool_id) && slot_warm(s)) sum += adm_rate_tps(&s->rate), k++;
     }
-    o->mean_tps = n ? sum / n : 0;
+    if (n) *n = k;
+    return k ? sum / k : 0;
 }

@@ -173,6 +173,17 @@ static inline bool slot_history_within(const slot *s, double now_s, double ms)
     return s->n_cache > 0 && !s->moved && history_within(s->last_use_s, now_s, ms);
 }
 
+/* A slot decoding with a speed to count: admission's warm rule (adm.c's
+ * warm(), over the engine's slots). */
+static inline bool slot_warm(const slot *s)
+{
+    return s->state == ENG_SLOT_DECODE && s->n_gen >= ADM_WARM_TOKENS && adm_rate_tps(&s->rate) > 0;
+}
+
+/* The mean speed of the warm slots attached to pool_id (-1: every slot),
+ * 0 when none is warm; *n their count when n is not NULL. */
+double eng_warm_mean(const eng *e, int32_t pool_id, int32_t *n);
+
 /* Agents between turns whose histories left their slots (parked, in RAM)
  * for less than adm_turn_ms: with the slots', the load curve's count. */
 int32_t eng_away_pausing(const eng *e, double now_s);
