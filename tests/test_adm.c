@@ -656,8 +656,49 @@ static void test_knee(void)
     knee_fill(&c, 99000, 2, 30, 5000);
     a = decide(&w);
     CHECK_STR(a.projection_basis, "step cost");
-    CHECK(isnan(a.knee_level));
+    CHECK_NEAR(a.knee_level, 1, 0);                          /* no long-run knee, no drift known */
     CHECK_NEAR(a.projected, 30, 1e-9);
+
+    /* Drift: four agents read 32 while three read 40; the load is at
+     * three now, and three reads 30 (a slower minute, its own 20 s
+     * refreshed): the machine is at three quarters of the speed four was
+     * measured at, and four projects 24, not 32. */
+    memset(&c, 0, sizeof c);
+    knee_fill(&c, 99000, 3, 40, 5000);
+    knee_fill(&c, 99000, 4, 32, 5000);
+    CHECK_NEAR(c.kn_ref[4][3], 40, 1e-9);
+    CHECK_NEAR(adm_knee_drift(&c, 4, 3), 1, 0);
+    knee_fill(&c, 99000, 3, 30, 200000);                     /* 200 s: the 40 washed out */
+    CHECK_NEAR(c.kn_ref[4][3], 40, 1e-9);                    /* four not fed since */
+    CHECK_NEAR(adm_knee_drift(&c, 4, 3), 0.75, 1e-3);
+    CHECK_NEAR(adm_knee_drift(&c, 3, 3), 1, 0);
+    CHECK_NEAR(adm_knee_drift(&c, 4, 2), 1, 0);              /* two never measured */
+    CHECK_NEAR(adm_knee_drift(NULL, 4, 3), 1, 0);
+    w.st.long_ms = w.st.long_sum = 0;                        /* no long-run mean: the drift alone */
+    w.p.target_tps = 20;
+    a = decide(&w);
+    CHECK_STR(a.projection_basis, "knee");
+    CHECK_NEAR(a.knee_level, 0.75, 1e-3);
+    CHECK_NEAR(a.projected, 0.75 * 32, 0.05);
+    adm_answer drift = a;
+    /* Three faster now than when four was measured says nothing. */
+    knee_fill(&c, 99000, 3, 50, 200000);
+    CHECK_NEAR(adm_knee_drift(&c, 4, 3), 1, 0);
+    CHECK_NEAR(decide(&w).projected, 32, 1e-6);
+    /* Interpolated: five read 24 when three read 40, four not measured;
+     * three reads 30 now: the line at four runs from three's 30 to five's
+     * 24 x 0.75, each count scaled by its own drift. */
+    memset(&c, 0, sizeof c);
+    knee_fill(&c, 99000, 3, 40, 5000);
+    knee_fill(&c, 99000, 5, 24, 5000);
+    knee_fill(&c, 99000, 3, 30, 200000);
+    a = decide(&w);
+    CHECK_STR(a.projection_basis, "knee");
+    CHECK_NEAR(a.projected, (30 + 0.75 * 24) / 2, 0.05);
+    CHECK_NEAR(a.knee_level, a.projected / ((a.knee_tps[3] + a.knee_tps[5]) / 2), 1e-9);
+    if (getenv("POLYKV_ADM_VERBOSE"))
+        printf("knee drift: four read 32 when three read 40; three reads 30 now: level %.3f, projected %.2f\n",
+               drift.knee_level, drift.projected);
     if (getenv("POLYKV_ADM_VERBOSE"))
         printf("knee: 40 at three agents, 32 at four; long-run 36 at three: level %.2f, projected %.2f, drop %.2f; "
                "32 read as 28 and 36 by turns: low side %.2f, margin %.2f\n", first.knee_level, first.projected,
@@ -690,20 +731,30 @@ static bool oracle_curve(const adm_curve *c, double x, double *t)
 }
 
 /* The manual's knee: a count measured with 2 s at least; between two
- * such, the line through them; the last count only for itself. */
-static bool oracle_knee(const adm_curve *c, double x, double *v)
+ * such, the line through them; the last count only for itself.  With a
+ * count a of agents active (0 none), each count's mean x its drift: a's
+ * mean now over a's mean when it was fed, at most 1. */
+static bool oracle_known(const adm_curve *c, int k) { return k >= 1 && k <= ADM_CURVE_K && c->kn_ms[k] >= 2000 && c->kn_sum[k] > 0; }
+
+static double oracle_drift(const adm_curve *c, int k, int a)
+{
+    if (k == a || !oracle_known(c, k) || !oracle_known(c, a) || c->kn_ref[k][a] <= 0) return 1;
+    return fmin(1, c->kn_sum[a] / c->kn_ms[a] / c->kn_ref[k][a]);
+}
+
+static bool oracle_knee(const adm_curve *c, double x, int a, double *v)
 {
     int lo = 0, hi = 0;
     for (int k = 1; k <= ADM_CURVE_K; k++) {
-        bool known = c->kn_ms[k] >= 2000 && c->kn_sum[k] > 0;
+        bool known = oracle_known(c, k);
         if (known && k <= x) lo = k;
         if (known && k > x && k < ADM_CURVE_K && !hi) hi = k;
     }
     if (!lo) return false;
-    double vl = c->kn_sum[lo] / c->kn_ms[lo];
+    double vl = c->kn_sum[lo] / c->kn_ms[lo] * (a ? oracle_drift(c, lo, a) : 1);
     if (lo == x) return *v = vl, true;
     if (!hi) return false;
-    *v = vl + (c->kn_sum[hi] / c->kn_ms[hi] - vl) * (x - lo) / (hi - lo);
+    *v = vl + (c->kn_sum[hi] / c->kn_ms[hi] * (a ? oracle_drift(c, hi, a) : 1) - vl) * (x - lo) / (hi - lo);
     return true;
 }
 
@@ -771,21 +822,23 @@ static const char *oracle(const adm_snapshot *s, bool *can)
             measured = true;
         }
     }
-    if (nn > 0 && s->curve) {                /* the knee, scaled down by the long-run mean */
-        double lv = 1, kl, k1, kb = 0;
+    if (nn > 0 && s->curve) {                /* the knee, scaled down by the long-run mean and the drift */
+        double lv = 1, kl, k1, kd, kb = 0;
+        int kbk = 0;
         if (st->long_ms >= 2000 && st->long_sum > 0 && st->long_active > 0 &&
-            oracle_knee(s->curve, st->long_active / st->long_ms, &kl))
+            oracle_knee(s->curve, st->long_active / st->long_ms, 0, &kl))
             lv = fmin(1, st->long_sum / st->long_ms / kl);
         for (int k = A + 1 < ADM_CURVE_K ? A + 1 : ADM_CURVE_K; k >= 1 && !kb; k--)
-            if (s->curve->kn_ms[k] >= 2000 && s->curve->kn_sum[k] > 0) kb = s->curve->kn_sum[k] / s->curve->kn_ms[k];
-        if (oracle_knee(s->curve, A + 1, &k1)) {
+            if (oracle_known(s->curve, k)) kb = s->curve->kn_sum[k] / s->curve->kn_ms[k], kbk = k;
+        if (oracle_knee(s->curve, A + 1, 0, &k1) && oracle_knee(s->curve, A + 1, A, &kd)) {
+            lv = fmin(lv, kd / k1);
             proj = lv * k1;
             const adm_curve *c = s->curve;
             int b = A + 1;
             if (b <= ADM_CURVE_K && c->kn_ms[b] >= 2000 && c->kn_sum[b] > 0 && c->kn_lo_ms[b] >= 500)
                 ksd = lv * sqrt(c->kn_lo[b] / c->kn_lo_ms[b]);
         } else if (measured && kb > 0) {
-            proj = fmin(proj, lv * kb);
+            proj = fmin(proj, fmin(lv, oracle_drift(s->curve, kbk, A)) * kb);
         }
     }
     int head = s->ctx_slot - s->prefix_len;
@@ -890,6 +943,9 @@ static void test_property(int n_cases)
                     cv.kn_lo_ms[k] = cv.kn_ms[k] * rndu() * 0.6;
                     cv.kn_lo[k] = cv.kn_lo_ms[k] * pow(rndu() * 10, 2);
                 }
+            for (int k = 1; k <= ADM_CURVE_K; k++)   /* what the others read when k was fed */
+                for (int i = 1; cv.kn_ms[k] > 0 && i <= ADM_CURVE_K; i++)
+                    cv.kn_ref[k][i] = cv.kn_ms[i] > 0 && rnd(3) ? cv.kn_sum[i] / cv.kn_ms[i] * (0.5 + rndu()) : 0;
         }
         adm_answer a;
         CHECK_EQ_INT(adm_decide(&w.snap, &a), PK_OK);

@@ -206,6 +206,8 @@ void adm_knee_add(adm_curve *c, int32_t active, double mean, double ms, double n
         c->kn_lo_ms[a] += ms;
         c->kn_lo[a] += (mu - mean) * (mu - mean) * ms;
     }
+    for (int32_t i = 1; i <= ADM_CURVE_K; i++)
+        c->kn_ref[a][i] = c->kn_ms[i] >= ADM_KNEE_MIN_MS && c->kn_sum[i] > 0 ? c->kn_sum[i] / c->kn_ms[i] : 0;
 }
 
 static bool knee_known(const adm_curve *c, int32_t a)
@@ -230,21 +232,32 @@ double adm_knee_low_sd(const adm_curve *c, int32_t a)
     return c && knee_known(c, a) && c->kn_lo_ms[a] >= ADM_KNEE_LOW_MIN_MS ? sqrt(c->kn_lo[a] / c->kn_lo_ms[a]) : NAN;
 }
 
-bool adm_knee_at(const adm_curve *c, double x, double *tps)
+double adm_knee_drift(const adm_curve *c, int32_t j, int32_t a)
+{
+    if (!c || j == a || !knee_known(c, j) || !knee_known(c, a) || !(c->kn_ref[j][a] > 0)) return 1;
+    return fmin(1, knee_mean(c, a) / c->kn_ref[j][a]);
+}
+
+/* adm_knee_at, each count's mean scaled by its drift as count a reads it
+ * (a 0: none). */
+static bool knee_read(const adm_curve *c, double x, int32_t a, double *tps)
 {
     double lo_t, hi_t = 0;
     int32_t lo = adm_knee_below(c, x, &lo_t), hi = 0;
     if (lo == 0) return false;
+    if (a > 0) lo_t *= adm_knee_drift(c, lo, a);
     if (lo == x) {
         *tps = lo_t;
         return true;
     }
-    for (int32_t a = lo + 1; a < ADM_CURVE_K && !hi; a++)   /* the last holds the counts above it */
-        if (knee_known(c, a)) hi = a, hi_t = knee_mean(c, a);
+    for (int32_t k = lo + 1; k < ADM_CURVE_K && !hi; k++)   /* the last holds the counts above it */
+        if (knee_known(c, k)) hi = k, hi_t = knee_mean(c, k) * (a > 0 ? adm_knee_drift(c, k, a) : 1);
     if (!hi || hi < x) return false;
     *tps = lo_t + (hi_t - lo_t) * (x - lo) / (hi - lo);
     return true;
 }
+
+bool adm_knee_at(const adm_curve *c, double x, double *tps) { return knee_read(c, x, 0, tps); }
 
 /* Agents active: running anywhere on the server (the compute is one),
  * between turns on the scope for less than adm_turn_ms, or sent and not
@@ -304,27 +317,34 @@ static bool curve_projection(const adm_snapshot *s, adm_answer *a)
  * (decode steps, prompt share, decoding share) and understates what an
  * agent's turn prompts cost the others (twelfth session: the enforced
  * gate's projections 13-24% over what followed, in 6 of 8 runs).  Scaled
- * by the long-run mean over the knee's at the load it was read at, down
- * only: the machine is slower now than when the knee was measured, or
- * the load heavier in prompts; never up, for the tail of a run (agents
- * finishing, no more turn prompts) reads fast and is no sign of room.
+ * by the long-run mean over the knee's at the load it was read at, and by
+ * the drift since the count it reads was measured (adm_knee_drift: the
+ * counts are measured at different moments, and the one the load is at
+ * now is refreshed while the one above it may hold a faster minute: run
+ * 13h read three agents at 46.7 in a phase where one ran at 38-53), the
+ * lower.  Down only: the machine is slower now than when the knee was
+ * measured, or the load heavier in prompts; never up, for the tail of a
+ * run (agents finishing, no more turn prompts) reads fast and is no sign
+ * of room, and a faster count now is the same signal.
  * Where A + 1 was not measured, a measured count below it still caps the
  * other projections: one more agent never speeds the others up. */
 static void knee_projection(const adm_snapshot *s, adm_answer *a, double M)
 {
     const adm_settle *st = s->settle;
     const adm_curve *c = s->curve;
-    double level = 1, kl, k0, k1;
-    int32_t A = active(s);
+    double level = 1, kl, k0, k1, kd;
+    int32_t A = active(s), j;
     if (st->long_ms >= ADM_LONG_MIN_MS && st->long_sum > 0 && st->long_active > 0 &&
         adm_knee_at(c, st->long_active / st->long_ms, &kl))
-        level = a->knee_level = fmin(1, st->long_sum / st->long_ms / kl);
-    if (adm_knee_at(c, A + 1, &k1)) {
+        level = fmin(1, st->long_sum / st->long_ms / kl);
+    if (adm_knee_at(c, A + 1, &k1) && knee_read(c, A + 1, A, &kd)) {
+        level = a->knee_level = fmin(level, kd / k1);
         a->projected_measured = level * k1;
         a->knee_low_sd = level * adm_knee_low_sd(c, A + 1);
         a->drop_per_admit_ewma = fmax(0, (adm_knee_at(c, A, &k0) ? level * k0 : M) - a->projected_measured);
         a->projection_basis = "knee";
-    } else if (isfinite(a->projected_measured) && adm_knee_below(c, A + 1, &k0) > 0) {
+    } else if (isfinite(a->projected_measured) && (j = adm_knee_below(c, A + 1, &k0)) > 0) {
+        level = a->knee_level = fmin(level, adm_knee_drift(c, j, A));
         a->projected_measured = fmin(a->projected_measured, level * k0);
     }
 }

@@ -136,6 +136,9 @@ typedef struct adm_curve {
     double kn_lo_ms[ADM_CURVE_K + 1];    /*   of it, the time the mean was under the count's */
     double kn_lo[ADM_CURVE_K + 1];  /*   mean, and the sum of the squared shortfall x step time */
     double kn_t_ms;                 /* the last step folded into them, 0 none */
+    /* [a][i]: count i's mean as it stood when count a was last fed, 0 not
+     * known then: how far the machine has moved since a was measured. */
+    double kn_ref[ADM_CURVE_K + 1][ADM_CURVE_K + 1];
 } adm_curve;
 
 /* Folds one step of ms ms in which k sessions decoded a token (counts
@@ -174,6 +177,11 @@ int32_t adm_knee_below(const adm_curve *c, double x, double *tps);
  * cares about: the time a load spends under it, not above.  NAN when a
  * is not measured or was under its mean for less than ADM_KNEE_LOW_MIN_MS. */
 double adm_knee_low_sd(const adm_curve *c, int32_t a);
+/* The drift since count j was measured, as the count a agents active now
+ * reads it: a's mean now over a's mean when j was last fed, at most 1 (a
+ * faster count a says nothing: see knee_projection).  1 when j is a, when
+ * either is not measured, or a was not measured when j was fed. */
+double adm_knee_drift(const adm_curve *c, int32_t j, int32_t a);
 
 /* How long a history idle between turns is counted as an agent on a tool
  * call where the share of sessions decoding at a time is measured:
@@ -312,8 +320,9 @@ typedef struct adm_answer {
                                             sessions, 0 where too few were measured */
     double knee_tps[ADM_CURVE_K + 1];    /* [a]: the knee's mean at a agents active, 0 where
                                             too little was measured */
-    double knee_level;              /* the long-run mean over the knee's at its load, at most 1
-                                       (NAN unknown): what the knee's projection is scaled by */
+    double knee_level;              /* what the knee's projection (or cap) is scaled by: the
+                                       long-run mean over the knee's at its load and the drift
+                                       (adm_knee_drift), the lower, at most 1; NAN unused */
     double knee_low_sd;             /* the knee's low-side spread at A + 1 agents, x the level
                                        (NAN unknown): the floor arm's margin is ADM_KNEE_Z of it */
     double prompt_share;            /* of the steps' time, reading prompts (NAN unknown) */
