@@ -170,11 +170,11 @@ async function agent(pool, id, k) {
  * over a turn's cycle, as tried in the tenth session, two agents rarely
  * decoded at once and read 35.7 tok/s beside one's 36.1 (run 10d): the
  * floor landed on a lone agent's speed.) */
-async function knee(pool, maxN) {
+async function knee(pool, maxN, minN = 1, tag = 'knee') {
   const curve = [];
-  for (let n = 1; n <= maxN; n++) {
+  for (let n = minN; n <= maxN; n++) {
     const sm = sampler(pool, 0, null);
-    await Promise.all([...Array(n).keys()].map((k) => agent(pool, `knee-${SEED}-${n}-${k}`, k)));
+    await Promise.all([...Array(n).keys()].map((k) => agent(pool, `${tag}-${SEED}-${n}-${k}`, k)));
     await sm.stop();
     curve.push({ n, mean_tps: summarize(sm.samples, 0).mean });
   }
@@ -241,10 +241,10 @@ const root = await req('POST', '/polykv/pools', { prompt: system });
 if (root.status !== 201) throw new Error(root.text);
 const pool = root.json.pool_id;
 const curve = a.floor ? [] : await knee(pool, Number(a['knee-max']));
-let floor = Number(a.floor);
+let floor = Number(a.floor), best = 0;
 if (!a.floor) {   /* the knee: halfway down the step where one more session costs the most */
   const from = Math.min(Math.max(1, Number(a['knee-from'])), curve.length - 1);
-  let best = from;
+  best = from;
   for (let i = from; i < curve.length; i++)
     if (curve[i - 1].mean_tps - curve[i].mean_tps > curve[best - 1].mean_tps - curve[best].mean_tps) best = i;
   floor = Math.round((curve[best - 1].mean_tps + curve[best].mean_tps) * 5) / 10;
@@ -255,10 +255,28 @@ for (const name of a.strategies.split(',')) {
   await req('POST', `/polykv/pools/${pool}/admission`, { target_tps_per_session: floor, ...policy });
   rows.push(await strategy(name, pool, floor));
 }
-if (a.trace) (await import('node:fs')).writeFileSync(a.trace, JSON.stringify({ seed: SEED, curve, floor, traces }));
-if (a.json) console.log(JSON.stringify({ seed: SEED, curve, floor, rows }));
+/* The two counts the floor sits between, read again after the
+ * strategies: the machine's speed moves between phases (a lone agent at
+ * 52-96 tok/s from one run to the next in the thirteenth session), and a
+ * floor is only where the knee is while the knee stays there.  A count
+ * that moved by more than half the step (the floor's distance from it)
+ * says the floor was on the other side of it for part of the run: the
+ * run compares the gates on a floor that was not where it was set. */
+let recheck = null;
+if (best > 0) {
+  await req('POST', `/polykv/pools/${pool}/admission`, { target_tps_per_session: 0, mode: 'advisory' });
+  const again = await knee(pool, curve[best].n, curve[best - 1].n, 'recheck');
+  const half = (curve[best - 1].mean_tps - curve[best].mean_tps) / 2;
+  const moved = again.map((c, i) => c.mean_tps - curve[best - 1 + i].mean_tps);
+  recheck = { curve: again, half_step: half, moved, stable: moved.every((m) => Math.abs(m) <= half) };
+}
+if (a.trace) (await import('node:fs')).writeFileSync(a.trace, JSON.stringify({ seed: SEED, curve, floor, recheck, traces }));
+if (a.json) console.log(JSON.stringify({ seed: SEED, curve, floor, recheck, rows }));
 else {
   console.log(`seed ${SEED}; knee: ` + (curve.length ? '' : 'not measured') + curve.map((c) => `${c.n}: ${c.mean_tps.toFixed(1)}`).join(', ') + ` tok/s; floor ${floor}`);
+  if (recheck)
+    console.log(`knee after: ` + recheck.curve.map((c, i) => `${c.n}: ${c.mean_tps.toFixed(1)} (${recheck.moved[i] >= 0 ? '+' : ''}${recheck.moved[i].toFixed(1)})`).join(', ') +
+                ` tok/s; half step ${recheck.half_step.toFixed(1)}: ` + (recheck.stable ? 'floor stable' : 'FLOOR MOVED: the machine changed speed during the run'));
   const pct = (x) => x == null ? '-' : (100 * x).toFixed(1) + '%';
   for (const r of rows)
     console.log(`${r.name.padEnd(9)} wall ${r.wall_s.toFixed(1)} s, tokens ${r.tokens}, finished ${r.finished}/${N}, ` +
