@@ -17,6 +17,9 @@
 //              the steepest step from K agents on (the first step is
 //              often the steepest: a floor between one agent and two
 //              makes every gate run the agents one at a time).
+//   recheck:   after the strategies, the two counts the floor sits
+//              between are read again: "floor stable" unless either moved
+//              by more than half the step (then the run is to discard)
 //   naive:     a spawn every --every-s seconds up to --agents
 //   advisory:  the same, but each spawn waits until GET /capacity says
 //              can_admit (polling every 250 ms; "measurement settling" waits)
