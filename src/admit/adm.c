@@ -185,6 +185,13 @@ bool adm_curve_prompts(const adm_curve *c, double *share, double *active)
     return true;
 }
 
+static bool knee_known(const adm_curve *c, int32_t a)
+{
+    return a >= 1 && a <= ADM_CURVE_K && c->kn_ms[a] >= ADM_KNEE_MIN_MS && c->kn_sum[a] > 0;
+}
+
+static double knee_mean(const adm_curve *c, int32_t a) { return c->kn_sum[a] / c->kn_ms[a]; }
+
 void adm_knee_add(adm_curve *c, int32_t active, double mean, double ms, double now_ms)
 {
     if (active < 1 || !(mean > 0) || !isfinite(mean) || !(ms > 0) || !isfinite(ms) || !isfinite(now_ms)) return;
@@ -207,15 +214,8 @@ void adm_knee_add(adm_curve *c, int32_t active, double mean, double ms, double n
         c->kn_lo[a] += (mu - mean) * (mu - mean) * ms;
     }
     for (int32_t i = 1; i <= ADM_CURVE_K; i++)
-        c->kn_ref[a][i] = c->kn_ms[i] >= ADM_KNEE_MIN_MS && c->kn_sum[i] > 0 ? c->kn_sum[i] / c->kn_ms[i] : 0;
+        c->kn_ref[a][i] = knee_known(c, i) ? knee_mean(c, i) : 0;
 }
-
-static bool knee_known(const adm_curve *c, int32_t a)
-{
-    return a >= 1 && a <= ADM_CURVE_K && c->kn_ms[a] >= ADM_KNEE_MIN_MS && c->kn_sum[a] > 0;
-}
-
-static double knee_mean(const adm_curve *c, int32_t a) { return c->kn_sum[a] / c->kn_ms[a]; }
 
 int32_t adm_knee_below(const adm_curve *c, double x, double *tps)
 {
