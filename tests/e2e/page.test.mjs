@@ -223,14 +223,21 @@ test('page: the chat box streams a reply, attached to a pool', { skip }, async (
   assert.match(await page.textContent('#chat-status'), new RegExp(`pool #${pool}`));
   await shot('chat', page.locator('#chat'));
   // sessions, pools, events and the chat came and went: still no shift
-  const cls = await page.evaluate(() => new Promise((resolve) => {
-    let sum = 0;
-    new PerformanceObserver((l) => { for (const e of l.getEntries()) if (!e.hadRecentInput) sum += e.value; })
-      .observe({ type: 'layout-shift', buffered: true });
-    setTimeout(() => resolve(sum), 100);
+  const shifts = await page.evaluate(() => new Promise((resolve) => {
+    const out = [];
+    const where = (n) => !n ? '?' : n.id ? '#' + n.id : n.nodeName + (n.className ? '.' + String(n.className).split(' ')[0] : '') +
+      (n.parentElement ? ' in ' + where(n.parentElement) : '');
+    const rect = (r) => `${Math.round(r.x)},${Math.round(r.y)} ${Math.round(r.width)}x${Math.round(r.height)}`;
+    new PerformanceObserver((l) => {
+      for (const e of l.getEntries()) if (!e.hadRecentInput)
+        out.push({ value: e.value, at: Math.round(e.startTime),
+                   sources: (e.sources || []).map((s) => `${where(s.node)}: ${rect(s.previousRect)} -> ${rect(s.currentRect)}`) });
+    }).observe({ type: 'layout-shift', buffered: true });
+    setTimeout(() => resolve(out), 100);
   }));
+  const cls = shifts.reduce((a, e) => a + e.value, 0);
   console.log(`# page: cumulative layout shift after every view updated ${cls.toFixed(4)}`);
-  assert.ok(cls < 0.01, `cumulative layout shift ${cls}`);
+  assert.ok(cls < 0.01, `cumulative layout shift ${cls}: ${JSON.stringify(shifts, null, 1)}`);
   await page.click('#theme');
   assert.equal(await page.evaluate(() => document.documentElement.dataset.theme), 'dark');
   await shot('page-dark');

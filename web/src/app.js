@@ -22,7 +22,7 @@ const fmt = (x, d = 1) => (x == null || !isFinite(x) ? '–' : Number(x).toFixed
 const POLL_MS = 500;          // the JSON routes, at most twice a second
 const SPARK_S = 300;          // sparkline window: the last five minutes
 const CHART_S = 600;          // throughput chart window
-const DONE_KEEP_MS = 60000;   // a finished session's row stays this long
+const DONE_KEEP_MS = 60000;   // a finished session's row stays at least this long
 const MAX_EVENTS = 1000;
 
 /* ---- API key and requests ---- */
@@ -269,16 +269,22 @@ function newSessionRow(key) {
   return { key, row, cells, canvas, hist: [], done_ms: 0, visible: false, stale: true };
 }
 
+/* Rows never move, so the table never shifts under the reader: a finished
+ * row stays DONE_KEEP_MS, then a new session takes its place, or it goes
+ * once nothing follows it; a new session with no such place goes last. */
 function updateSessions(s, t) {
   const now = Date.now();
+  const body = $('sess-body');
   const seen = new Set();
-  for (const x of s.sessions) {
+  const fresh = [];
+  for (const x of [...s.sessions].sort((a, b) => a.slot - b.slot)) {
     const key = sessionKey(x);
     seen.add(key);
     let e = sessions.get(key);
     if (!e) {
       e = newSessionRow(key);
       sessions.set(key, e);
+      fresh.push(e);
     }
     const pool = s.pools.find((p) => p.pool_id === x.pool_id);
     e.slot = x.slot;
@@ -301,24 +307,37 @@ function updateSessions(s, t) {
     if (e.visible) drawSpark(e);
     else e.stale = true;
   }
+  const finished = [];
   for (const [key, e] of sessions) {
     if (seen.has(key)) continue;
     if (!e.done_ms) {
       e.done_ms = now;
       e.row.className = 'done';
       e.row.dataset.state = 'done';
-      e.cells.state.innerHTML = '<span class="badge">done</span>';
-    } else if (now - e.done_ms > DONE_KEEP_MS) {
-      sparkSeen.unobserve(e.row);
-      e.row.remove();
-      sessions.delete(key);
+      setHtml(e.cells.state, '<span class="badge">done</span>');
+    }
+    if (now - e.done_ms > DONE_KEEP_MS) finished.push(e);
+  }
+  finished.sort((a, b) => a.done_ms - b.done_ms);
+  const drop = (e) => {
+    sparkSeen.unobserve(e.row);
+    sessions.delete(e.key);
+  };
+  for (const e of fresh) {
+    const old = finished.shift();
+    if (old) {
+      body.replaceChild(e.row, old.row);
+      drop(old);
+    } else {
+      body.appendChild(e.row);
     }
   }
-  const body = $('sess-body');
-  const order = [...sessions.values()].sort((a, b) => (!!a.done_ms - !!b.done_ms) || a.slot - b.slot);
-  order.forEach((e, i) => {
-    if (body.children[i] !== e.row) body.insertBefore(e.row, body.children[i] || null);
-  });
+  for (let last = body.lastElementChild; last; last = body.lastElementChild) {
+    const e = sessions.get(last.dataset.key);
+    if (!e || !e.done_ms || now - e.done_ms <= DONE_KEEP_MS) break;
+    last.remove();
+    drop(e);
+  }
   $('sess-empty').hidden = sessions.size > 0;
 }
 
