@@ -26,7 +26,7 @@ bool eng_session_known(const eng *e, const char *session)
     if (!session || !session[0]) return false;
     for (int32_t i = 0; i < e->p.n_slots; i++) {
         const slot *s = &e->slots[i];
-        if ((s->state != ENG_SLOT_IDLE || s->n_cache > 0) && !strcmp(s->session, session)) return true;
+        if (slot_knows(s) && !strcmp(s->session, session)) return true;
     }
     for (int32_t i = 0; i < e->n_parked_max; i++)
         if (e->parked[i].used && !strcmp(e->parked[i].session, session)) return true;
@@ -109,7 +109,7 @@ void eng_adm_inputs(eng *e, eng_adm_in *in)
             .tokens_left = rq && rq->n_predict >= 0 ? rq->n_predict - s->n_gen : -1, .ctx_used = s->n_cache,
             .kv_owned = kv_seq_owned(e->kv, s->id), .task_id = running ? s->task->id : 0 };
         memcpy(in->slot[i].session, s->session, ENG_SESSION_CAP);
-        if ((running || s->n_cache > 0) && s->session[0])
+        if (slot_knows(s) && s->session[0])
             memcpy(in->known[in->n_known++], s->session, ENG_SESSION_CAP);
     }
     in->n_rows = in->n_slots;

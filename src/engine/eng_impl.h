@@ -168,6 +168,13 @@ static inline bool history_within(double last_use_s, double now_s, double ms)
     return (now_s - last_use_s) * 1000.0 < ms;
 }
 
+/* A slot that runs a session or keeps its history: the session is known,
+ * its next request a continuation (eng_session_known, eng_adm_inputs). */
+static inline bool slot_knows(const slot *s)
+{
+    return s->state != ENG_SLOT_IDLE || s->n_cache > 0;
+}
+
 static inline bool slot_history_within(const slot *s, double now_s, double ms)
 {
     return s->n_cache > 0 && !s->moved && history_within(s->last_use_s, now_s, ms);
