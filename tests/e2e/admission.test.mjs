@@ -233,29 +233,39 @@ test('admission: a queue lifted by time goes in arrival order, without spinning'
   const pool = await policyPool('fifo pool', { target_tps_per_session: 1e5, mode: 'enforced', on_saturation: 'queue',
                                               queue_max_ms: 60000, settle_tokens: 0, settle_max_ms: 0 });
   const order = [];
+  let answered;
+  const firstAnswer = new Promise((res) => { answered = res; });
   const agent = async (name) => {
     let prompt = base + ' fifo pool. Agent ' + name + ': ' + words(10, name.charCodeAt(0));
     for (let turn = 0; turn < 2; turn++) {
       const j = await post(srv.url + '/completion', { prompt, pool_id: pool, session_id: 'fifo-' + name,
                                                       n_predict: 8, temperature: 0 });
       assert.equal(j.status, 200, j.text);
-      if (turn === 0) order.push(name);
+      if (turn === 0) order.push(name), answered();
       prompt += j.json.content + ' Tool result ' + turn;
       await sleep(300);
     }
   };
+  // The rest come once A's first turn is answered: before that A may be
+  // still warming (slow builds), and a pool whose only session is warming
+  // and that never settled has nothing to project from, so it admits.
   const all = [agent('A')];
+  await firstAnswer;
   for (const n of ['B', 'C', 'D', 'E']) {
     await sleep(100);
     all.push(agent(n));
   }
-  // A is done after its two turns, the rest are held: each goes when the
-  // one before it has been quiet for 2 s (three times its 0.3 s pause).
-  await sleep(1500);
+  // Once A is done after its two turns, the rest are held: each goes when
+  // the one before it has been quiet for 2 s (three times its 0.3 s
+  // pause).  The second after A's last pause is one with only held
+  // requests, however slow the build (a fixed time was not, under ASan).
+  await all[0];
   const c0 = cpuSeconds(srv.pid);
   await sleep(1000);
   const cpu = cpuSeconds(srv.pid) - c0;
+  const placed = order.length;
   await Promise.all(all);
+  assert.equal(placed, 1, `no held request was answered while the CPU was read (${order})`);
   assert.deepEqual(order, ['A', 'B', 'C', 'D', 'E']);
   // A spin takes a whole core (1 s of CPU a second).  The 5 ms looks take
   // a few percent of one, and under ThreadSanitizer's instrumentation
