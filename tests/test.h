@@ -19,6 +19,14 @@
 #include <string.h>
 #include <unistd.h>
 
+/* 1 in an ASan or TSan build, whose instrumentation makes hot loops 20-40x
+ * slower: a speed bound says what the plain build must reach. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define TEST_SANITIZED 1
+#else
+#define TEST_SANITIZED 0
+#endif
+
 static int test_n_pass, test_n_fail, test_n_skip;
 static char test_skip_reason[32][200];
 

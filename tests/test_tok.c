@@ -591,11 +591,7 @@ static void test_speed(const char *shared, const char *model)
         if (dt < best) best = dt;
     }
     printf("speed %-45s %zu bytes -> %d tokens in %.2f ms\n", model, len, got, best);
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-    CHECK(best < 200.0);
-#else
-    CHECK(best < 10.0);
-#endif
+    CHECK(best < (TEST_SANITIZED ? 200.0 : 10.0));
     tok_free(v);
     free(prompts);
 }
