@@ -184,12 +184,9 @@ static bool ctx_shift(eng *e, slot *s)
     int32_t left = s->n_cache - n_keep;
     int32_t n_discard = rq->n_discard > 0 ? MIN(rq->n_discard, left - 1) : left / 2;
     if (n_discard < 1) return false;
-    int32_t excl[KV_MAX_SEQ];
-    kv_excl_counts(e->kv, excl);
-    if (excl[s->id] != kv_seq_cells(e->kv, s->id)) return false;
-    kv_seq_rm(e->kv, s->id, n_keep, n_keep + n_discard);
-    if (model_kv_shift(e->ctx, s->id, n_keep + n_discard, -1, -n_discard) != PK_OK) {
-        kv_seq_rm(e->kv, s->id, n_keep, -1);      /* nothing half-moved stays */
+    pk_status st = mem_shift(e->mem, s->id, n_keep, n_discard);
+    if (st == PK_ECONFLICT) return false;
+    if (st != PK_OK) {
         s->n_cache = n_keep;
         return false;
     }
@@ -586,7 +583,7 @@ static bool shed_newest(eng *e)
     if (!v) return false;
     eng_task_fail(v->task, PK_EFULL, "the context size has been exceeded: no free KV cell is left for this "
                                     "request (older requests and pools hold them)");
-    kv_seq_rm(e->kv, v->id, -1, -1);
+    mem_drop(e->mem, v->id);
     v->n_cache = 0;
     v->session[0] = 0;
     eng_pool_detach(e, v);
@@ -614,7 +611,7 @@ static pk_status decode(eng *e, int32_t n, int32_t n_dec)
             slot *s = &e->slots[i];
             if (s->state == ENG_SLOT_IDLE) continue;
             eng_task_fail(s->task, st, st == PK_EFULL ? "the KV cache is full" : "decode failed");
-            kv_seq_rm(e->kv, s->id, s->n_cache, -1);
+            mem_keep(e->mem, s->id, s->n_cache);
             slot_release(e, s);
         }
         return st;
@@ -808,7 +805,7 @@ void eng_stats_fill(eng *e, eng_stats *o)
         snprintf(si->session_id, sizeof si->session_id, "%s", s->session);
         si->pool_id = s->pool_id;
         si->pool_shared = s->pool_shared;
-        si->kv_owned = kv_seq_owned(e->kv, s->id);
+        si->kv_owned = mem_seq_owned(e->mem, s->id);
         si->ttft_ms = s->state != ENG_SLOT_PREFILL && s->task_id ? s->t_prompt_ms - s->t_start_ms : 0;
         si->warming = s->state == ENG_SLOT_DECODE && !slot_warm(s);
         o->n_warming += si->warming;
@@ -828,7 +825,7 @@ void eng_stats_fill(eng *e, eng_stats *o)
     }
     o->aggregate_tps = toks > 0 ? toks * 1000.0 / fmax(now - oldest, e->p.tps_window_ms / 4.0) : 0;
     o->n_waiting = e->n_waiting;
-    o->kv_used = kv_used(e->kv);
+    o->kv_used = mem_used(e->mem);
     o->kv_total = e->p.n_ctx;
     o->n_prompt_tokens = e->n_prompt_tokens;
     o->n_predicted_tokens = e->n_predicted_tokens;
@@ -839,7 +836,7 @@ void eng_stats_fill(eng *e, eng_stats *o)
     o->n_requests_done = e->n_done;
     o->prompt_ms_total = e->prompt_ms_total;
     o->predicted_ms_total = e->predicted_ms_total;
-    o->kv_cell_bytes = eng_spill_row_bytes(e);
+    o->kv_cell_bytes = mem_pos_bytes(e->mem);
     o->seq_ids_used = e->seqs.n_used;
     o->seq_ids_max = eng_seq_max(e);
     eng_place_stats(e, o);
@@ -1029,8 +1026,7 @@ pk_status eng_new(const model *m, const eng_params *p, eng **out)
     e->adm.policy = p->admission;
     model_ctx_params cp = eng_ctx_params(e);
     pk_status st = model_ctx_new(m, &cp, &e->ctx);
-    if (st) goto fail;
-    e->kv = model_ctx_kv(e->ctx);
+    if (st || (st = mem_new(e->ctx, &e->mem))) goto fail;
     st = PK_ENOMEM;
     e->slots = calloc((size_t)p->n_slots, sizeof *e->slots);
     e->b_tok = malloc((size_t)p->n_batch * sizeof *e->b_tok);
@@ -1087,6 +1083,7 @@ fail:
         for (int32_t i = 0; i < p->n_slots; i++) free(e->slots[i].cache);
     free(e->slots); free(e->b_tok); free(e->b_pos); free(e->b_nseq); free(e->b_seq);
     free(e->b_want); free(e->logits); free(e->bias_logits);
+    mem_free(e->mem);
     model_ctx_free(e->ctx);
     free(e);
     return st;
@@ -1143,6 +1140,7 @@ void eng_free(eng *e)
     eng_place_free(e);
     free(e->slots); free(e->b_tok); free(e->b_pos); free(e->b_nseq); free(e->b_seq);
     free(e->b_want); free(e->logits);
+    mem_free(e->mem);
     model_ctx_free(e->ctx);
     pthread_mutex_destroy(&e->mu);
     pthread_mutex_destroy(&e->pub_mu);

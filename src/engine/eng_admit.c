@@ -90,7 +90,7 @@ int32_t eng_away_pausing(const eng *e, double now_s)
 void eng_adm_inputs(eng *e, eng_adm_in *in)
 {
     int32_t excl[KV_MAX_SEQ], reclaim = 0;
-    kv_excl_counts(e->kv, excl);
+    mem_excl_counts(e->mem, excl);
     double now_s = eng_now_s();
     in->n_slots = e->p.n_slots;
     in->n_busy = 0;
@@ -107,7 +107,7 @@ void eng_adm_inputs(eng *e, eng_adm_in *in)
             .pausing = slot_history_within(s, now_s, adm_turn_ms(s->max_gap_ms)),
             .tps_ewma = adm_rate_tps(&s->rate), .n_decoded = running ? s->n_gen : 0,
             .tokens_left = rq && rq->n_predict >= 0 ? rq->n_predict - s->n_gen : -1, .ctx_used = s->n_cache,
-            .kv_owned = kv_seq_owned(e->kv, s->id), .task_id = running ? s->task->id : 0 };
+            .kv_owned = mem_seq_owned(e->mem, s->id), .task_id = running ? s->task->id : 0 };
         memcpy(in->slot[i].session, s->session, ENG_SESSION_CAP);
         if (slot_knows(s) && s->session[0])
             memcpy(in->known[in->n_known++], s->session, ENG_SESSION_CAP);
@@ -126,8 +126,8 @@ void eng_adm_inputs(eng *e, eng_adm_in *in)
         if (in->n_known < ENG_ADM_KNOWN) memcpy(in->known[in->n_known++], sp->session, ENG_SESSION_CAP);
         away(in, sp->session, sp->pool_id, sp->last_use_s, sp->max_gap_ms, sp->n_tokens, 0, now_s);
     }
-    in->kv_free_cells = e->p.n_ctx - kv_used(e->kv) + reclaim;
-    in->kv_used = kv_used(e->kv);
+    in->kv_free_cells = e->p.n_ctx - mem_used(e->mem) + reclaim;
+    in->kv_used = mem_used(e->mem);
     in->kv_total = e->p.n_ctx;
     in->ctx_slot = e->n_ctx_slot;
     in->now_ms = pk_time_ms();

@@ -21,7 +21,7 @@
 
 static void check_asleep(const eng *e)
 {
-    ASSERT(!e->ctx && !e->kv && e->n_waiting == 0 && model_weights_released(e->m));
+    ASSERT(!e->ctx && !e->mem && e->n_waiting == 0 && model_weights_released(e->m));
     for (int32_t i = 0; i < e->p.n_slots; i++)
         ASSERT(e->slots[i].state == ENG_SLOT_IDLE && e->slots[i].n_cache == 0 && !e->slots[i].pool_id);
     for (int32_t i = 0; i < e->n_parked_max; i++) ASSERT(!e->parked[i].used);
@@ -34,15 +34,15 @@ void eng_check(eng *e)
         check_asleep(e);
         return;
     }
-    ASSERT(kv_check(e->kv));
+    ASSERT(mem_check(e->mem));
     int32_t n_used_ids = 0, owned = 0;
     for (kv_seq s = 0; s < KV_MAX_SEQ; s++) {
         bool held = e->seqs.kind[s] != ENG_SEQ_FREE;
         n_used_ids += held;
-        if (!held) ASSERT(kv_seq_cells(e->kv, s) == 0);
-        owned += kv_seq_owned(e->kv, s);
+        if (!held) ASSERT(mem_seq_cells(e->mem, s) == 0);
+        owned += mem_seq_owned(e->mem, s);
     }
-    ASSERT(n_used_ids == e->seqs.n_used && owned == kv_used(e->kv));
+    ASSERT(n_used_ids == e->seqs.n_used && owned == mem_used(e->mem));
 
     int32_t n = 0;
     for (const eng_task *t = e->wait_head; t; t = t->next) {
@@ -59,8 +59,7 @@ void eng_check(eng *e)
         ASSERT((s->state != ENG_SLOT_IDLE) == (s->task != NULL));
         ASSERT(!s->task || !s->task->pend);
         ASSERT(s->n_cache >= 0 && s->n_cache <= e->n_ctx_slot);
-        ASSERT(kv_seq_cells(e->kv, s->id) == s->n_cache);
-        ASSERT(s->n_cache == 0 || kv_seq_pos_max(e->kv, s->id) == s->n_cache - 1);
+        ASSERT(mem_holds(e->mem, s->id, s->n_cache));
     }
     for (int32_t i = 0; i < e->n_parked_max; i++) {
         const parked *p = &e->parked[i];
@@ -69,11 +68,11 @@ void eng_check(eng *e)
             continue;
         }
         ASSERT(e->seqs.kind[p->seq] == ENG_SEQ_PARKED);
-        ASSERT(kv_seq_cells(e->kv, p->seq) == p->n_tokens);
+        ASSERT(mem_seq_cells(e->mem, p->seq) == p->n_tokens);
     }
     size_t bytes = 0;
     for (int32_t i = 0; i < e->n_spill_max; i++)
-        if (e->spill[i].used) bytes += (size_t)e->spill[i].n_tokens * eng_spill_row_bytes(e);
+        if (e->spill[i].used) bytes += mem_image_bytes(e->mem, e->spill[i].n_tokens);
     ASSERT(bytes == e->spill_bytes);
     ASSERT(eng_pool_check(e));
 }

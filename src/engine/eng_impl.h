@@ -13,6 +13,7 @@
 
 #include "eng.h"
 #include "eng_task.h"
+#include "../mem/mem.h"
 
 #define AGG_RING 512   /* decode steps remembered for the aggregate rate */
 
@@ -73,9 +74,9 @@ typedef struct eng_adm_slot {
 typedef struct eng_adm_in {
     /* The slots, then (up to n_rows) the recent histories that left theirs
      * for a parked reserve id or RAM: an agent between turns whose cells
-     * made room for another is still an agent between turns (run 12h: the
-     * gate admitted a third agent on the count of two, a spilled history
-     * had dropped out of it). */
+     * made room for another is still an agent between turns (without them
+     * the gate admitted a third agent on the count of two: a spilled
+     * history had dropped out of it). */
     eng_adm_slot slot[ENG_ADM_ROWS];
     int32_t n_slots, n_rows, n_busy;
     int32_t kv_free_cells, kv_used, kv_total, ctx_slot;
@@ -229,7 +230,7 @@ struct eng {
     eng_params p;
     int32_t n_ctx_slot, n_vocab;
     model_ctx *ctx;
-    kv_cache *kv;
+    mem *mem;                   /* the sequences' state (src/mem), NULL asleep */
     pthread_t thread;
 
     pthread_mutex_t mu;         /* guards the mailbox: inbox, stop, next_id, calls' done */
@@ -323,7 +324,6 @@ void eng_erase_msg(eng *e, eng_call *c);
 void eng_fail_waiting_pool(eng *e, int32_t pool_id, pk_status st, const char *msg);
 
 /* eng_spill.c */
-size_t eng_spill_row_bytes(const eng *e);            /* per token */
 /* Copies the rows of seq's cells at positions [0, n) into a new RAM entry
  * (evicting RAM entries worth less when the budget is short, the one used
  * longest ago when the table is full).  The caller then removes seq from
@@ -439,13 +439,6 @@ void eng_slot_file_msg(eng *e, eng_call *c);
  * file could not be written (the reason in why[cap], the pool left to the
  * next sync), else PK_OK. */
 pk_status eng_persist_sync(eng *e, char *why, size_t cap);
-/* The K/V rows of seq's positions [p0, p1), [p1 - p0][n_layer][K | V]
- * (malloc'ed), NULL when a position has no cell or out of memory. */
-uint8_t *eng_rows_get(eng *e, kv_seq seq, int32_t p0, int32_t p1);
-/* Copies rows for positions [p0, p1) into free cells joined to (and
- * charged to) seq; the caller has made room.  false when cells are short. */
-bool eng_rows_put(eng *e, kv_seq seq, int32_t p0, int32_t p1, const uint8_t *rows);
-
 /* eng_pool.c, for eng_save.c */
 struct pool_tree *eng_pool_tree(eng *e);
 /* A pool read from a file: node `id` (above every id so far) under parent

@@ -100,7 +100,7 @@ static void snapshot(eng *e, const eng_task *t, snap *sn)
 {
     double now = eng_now_s();
     int32_t nh = 0;
-    kv_excl_counts(e->kv, sn->excl);
+    mem_excl_counts(e->mem, sn->excl);
     for (int32_t i = 0; i < e->p.n_slots; i++) {
         slot *s = &e->slots[i];
         bool busy = s->state != ENG_SLOT_IDLE;
@@ -151,7 +151,7 @@ static void snapshot(eng *e, const eng_task *t, snap *sn)
     sn->s = (pol_snapshot){ .slots = sn->slots, .n_slots = e->p.n_slots, .hists = sn->hists,
                             .n_hists = nh, .prompt = t ? t->prompt : NULL,
                             .n_prompt = t ? t->req.n_prompt : 0, .prompt_tps = e->prompt_tps,
-                            .now_s = now, .n_cells_free = e->p.n_ctx - kv_used(e->kv),
+                            .now_s = now, .n_cells_free = e->p.n_ctx - mem_used(e->mem),
                             .n_cells_extra = MAX(extra, 0), .n_reserve_free = n_free_ids,
                             .params = &e->p.policy };
 }
@@ -196,7 +196,7 @@ static void drop_hist(eng *e, const snap *sn, int32_t h, const char *why, bool s
         ev.kind = ENG_CACHE_PARK;
         snprintf(ev.reason, sizeof ev.reason, "%s: spilled to RAM", why);
     }
-    kv_seq_rm(e->kv, ph->seq, -1, -1);
+    mem_drop(e->mem, ph->seq);
     if (kind == H_SLOT) {
         slot *s = &e->slots[i];
         s->n_cache = 0;
@@ -231,7 +231,7 @@ static bool park(eng *e, slot *s, int32_t pool_id, uint64_t task_id)
     p->n_tokens = s->n_cache;
     p->marker_pos = s->marker_pos;
     p->last_use_s = s->last_use_s;
-    kv_seq_cp(e->kv, s->id, p->seq, 0, s->n_cache);
+    mem_share(e->mem, s->id, p->seq, 0, s->n_cache);
     pol_hist h = { .n_tokens = p->n_tokens, .last_use_s = p->last_use_s, .valid = true };
     eng_cache_event ev = { .kind = ENG_CACHE_PARK, .task_id = task_id, .slot = s->id, .seq = p->seq,
                            .n_tokens = p->n_tokens, .value = hist_value(e, &h) };
@@ -242,14 +242,14 @@ static bool park(eng *e, slot *s, int32_t pool_id, uint64_t task_id)
 
 bool eng_make_room(eng *e, int32_t n)
 {
-    if (e->p.n_ctx - kv_used(e->kv) >= n) return true;
+    if (e->p.n_ctx - mem_used(e->mem) >= n) return true;
     snap *sn = e->snap;
     snapshot(e, NULL, sn);
     int32_t order[POL_MAX_HIST], n_order = 0;
     if (pol_drop_order(&sn->s, NULL, 0, order, POL_MAX_HIST, &n_order) != PK_OK) return false;
-    for (int32_t k = 0; k < n_order && e->p.n_ctx - kv_used(e->kv) < n; k++)
+    for (int32_t k = 0; k < n_order && e->p.n_ctx - mem_used(e->mem) < n; k++)
         if (sn->kind[order[k]] != H_RAM) drop_hist(e, sn, order[k], "KV cells ran short", true);
-    return e->p.n_ctx - kv_used(e->kv) >= n;
+    return e->p.n_ctx - mem_used(e->mem) >= n;
 }
 
 /* Task t goes into slot s, whose cache now holds what it reuses (from
@@ -363,7 +363,7 @@ static int32_t apply(eng *e, snap *sn, eng_task *t, const pol_decision *d)
         }
     }
     int32_t keep = t->req.cache_prompt ? d->n_keep : 0;
-    kv_seq_rm(e->kv, s->id, keep, -1);
+    mem_keep(e->mem, s->id, keep);
     s->n_cache = MIN(s->n_cache, keep);
     int32_t src_seq = -1;
     if (d->source >= 0 && t->req.cache_prompt) {
@@ -381,7 +381,7 @@ static int32_t apply(eng *e, snap *sn, eng_task *t, const pol_decision *d)
                     s->n_cache = to;
                 }
             } else {
-                kv_seq_cp(e->kv, h->seq, s->id, from, to);
+                mem_share(e->mem, h->seq, s->id, from, to);
                 memcpy(s->cache + from, h->tokens + from, (size_t)(to - from) * sizeof(int32_t));
                 s->n_cache = to;
             }
@@ -397,7 +397,7 @@ static int32_t apply(eng *e, snap *sn, eng_task *t, const pol_decision *d)
     }
     e->spill_pin = -1;
     if (s->n_cache >= t->req.n_prompt) {   /* the last prompt token gives the logits */
-        kv_seq_rm(e->kv, s->id, t->req.n_prompt - 1, -1);
+        mem_keep(e->mem, s->id, t->req.n_prompt - 1);
         s->n_cache = t->req.n_prompt - 1;
     }
     return src_seq;
@@ -409,7 +409,7 @@ static void apply_fixed(eng *e, eng_task *t, slot *s)
     eng_pool_detach(e, s);
     int32_t keep = t->req.cache_prompt ? pol_common_prefix(s->cache, s->n_cache, t->prompt, t->req.n_prompt) : 0;
     keep = MIN(keep, t->req.n_prompt - 1);
-    kv_seq_rm(e->kv, s->id, keep, -1);
+    mem_keep(e->mem, s->id, keep);
     s->n_cache = keep;
 }
 
@@ -601,7 +601,7 @@ void eng_place_stats(eng *e, eng_stats *o)
         if (e->parked[i].used) {
             o->n_parked++;
             o->parked_tokens += e->parked[i].n_tokens;
-            o->parked_owned_cells += kv_seq_owned(e->kv, e->parked[i].seq);
+            o->parked_owned_cells += mem_seq_owned(e->mem, e->parked[i].seq);
         }
     for (int32_t i = 0; i < e->n_spill_max; i++)
         if (e->spill[i].used) {

@@ -192,18 +192,18 @@ static void mat_start(eng *e, const pool_node *p, kv_seq hint)
 {
     pmech *pm = mech(e, p);
     int32_t D = p->branch_pos, L = p->prefix_len;
-    if (p->parent >= 0) kv_seq_cp(e->kv, pool_get(e->pools->tree, p->parent)->seq, p->seq, 0, D);
+    if (p->parent >= 0) mem_share(e->mem, pool_get(e->pools->tree, p->parent)->seq, p->seq, 0, D);
     pm->mat_pos = D;
     int32_t k;
     kv_seq src = best_source(e, p, hint, &k);
     if (src >= 0) {
         /* Histories hold every cell of their tokens (eng_check), so this
          * joins k - D cells; anything else is a bug caught here. */
-        kv_seq_cp(e->kv, src, p->seq, D, k);
-        ASSERT(kv_seq_cells(e->kv, p->seq) == k);
+        mem_share(e->mem, src, p->seq, D, k);
+        ASSERT(mem_seq_cells(e->mem, p->seq) == k);
         /* Cells a history computed become the pool's charge; cells another
          * pool computed stay that pool's (it owns its range for good). */
-        if (e->seqs.kind[src] != ENG_SEQ_POOL) kv_seq_take(e->kv, p->seq, D, k);
+        if (e->seqs.kind[src] != ENG_SEQ_POOL) mem_charge(e->mem, p->seq, D, k);
         pm->mat_pos = k;
     }
     pm->n_prefilled = L - pm->mat_pos;
@@ -239,7 +239,7 @@ static void drop_pool(eng *e, const pool_node *p, pk_status st, const char *msg)
     reply_all(e, pm, st, msg);
     for (int32_t i = 0; i < e->p.n_slots; i++)
         if (e->slots[i].pool_id == id) e->slots[i].pool_id = e->slots[i].pool_shared = 0;
-    kv_seq_rm(e->kv, seq, -1, -1);
+    mem_drop(e->mem, seq);
     ASSERT(pool_remove(e->pools->tree, id) == PK_OK);
     eng_seq_give(e, seq);
     *pm = (pmech){0};
@@ -256,7 +256,7 @@ static void mat_fail(eng *e, const pool_node *p, pk_status st, const char *msg)
         return;
     }
     reply_all(e, pm, st, msg);
-    kv_seq_rm(e->kv, p->seq, -1, -1);
+    mem_drop(e->mem, p->seq);
     pm->mat_pos = -1;
     pm->mat_n = 0;
     pool_set_residency(e->pools->tree, p->id, POOL_EVICTED);
@@ -520,8 +520,8 @@ pk_status eng_pool_adopt(eng *e, int32_t id, int32_t parent, int32_t D, const in
     *pm = (pmech){ .id = id, .mat_pos = n, .was_resident = true };
     pm->adm.policy = e->p.admission;
     pm->adm.policy.set = false;
-    if (parent >= 0) kv_seq_cp(e->kv, pool_get(t, parent)->seq, seq, 0, D);
-    if (!eng_make_room(e, n - D) || !eng_rows_put(e, seq, D, n, rows)) {
+    if (parent >= 0) mem_share(e->mem, pool_get(t, parent)->seq, seq, 0, D);
+    if (!eng_make_room(e, n - D) || mem_copy_in(e->mem, seq, D, n, rows) != PK_OK) {
         snprintf(why, cap, "the KV cache has no room for its %d cells", n - D);
         drop_pool(e, pool_get(t, id), PK_EFULL, why);
         return PK_EFULL;
@@ -572,15 +572,15 @@ void eng_pool_attach(eng *e, slot *s, eng_task *t, int32_t P)
     pm->queries++;
     pm->hits += P > 0;
     if (s->n_cache < P) {
-        kv_seq_rm(e->kv, s->id, -1, -1);
-        kv_seq_cp(e->kv, p->seq, s->id, 0, P);
+        mem_drop(e->mem, s->id);
+        mem_share(e->mem, p->seq, s->id, 0, P);
         memcpy(s->cache, p->tokens, (size_t)P * sizeof *s->cache);
         s->n_cache = P;
-    } else if (kv_seq_common(e->kv, s->id, p->seq, 0, P) != P) {
+    } else if (mem_common(e->mem, s->id, p->seq, 0, P) != P) {
         /* Another copy of the same tokens: swap it for the pool's cells
          * (equal tokens at equal positions, so the rest stays valid). */
-        kv_seq_rm(e->kv, s->id, 0, P);
-        kv_seq_cp(e->kv, p->seq, s->id, 0, P);
+        mem_drop_prefix(e->mem, s->id, P);
+        mem_share(e->mem, p->seq, s->id, 0, P);
     }
     s->pool_id = p->id;
     s->pool_shared = P;
@@ -651,7 +651,7 @@ void eng_pool_evict_seq(eng *e, kv_seq seq, const char *why)
     ASSERT(p && p->residency == POOL_RESIDENT);
     eng_cache_event ev = { .kind = ENG_CACHE_DROP, .slot = -1, .seq = seq, .n_tokens = p->prefix_len };
     snprintf(ev.reason, sizeof ev.reason, "pool %d evicted: %s", p->id, why);
-    kv_seq_rm(e->kv, seq, -1, -1);
+    mem_drop(e->mem, seq);
     pool_set_residency(e->pools->tree, p->id, POOL_EVICTED);
     e->pools->m[seq].mat_pos = -1;
     eng_cache_event_add(e, &ev);
@@ -681,7 +681,7 @@ void eng_pool_stats(eng *e, eng_stats *o)
                                .auto_pinned = pool_auto_pinned(p, ns), .orphaned_pin = pool_orphaned_pin(p, ns),
                                .kept = pool_kept(p, ns, now, grace_s(e)),
                                .last_access_ms = (int64_t)(p->last_access_s * 1000.0 + wall_off),
-                               .own_cells = kv_seq_owned(e->kv, p->seq), .n_sessions = ns,
+                               .own_cells = mem_seq_owned(e->mem, p->seq), .n_sessions = ns,
                                .n_children = p->n_children, .n_prefix_hits = pm->hits,
                                .n_queries = pm->queries };
         own[i] = pi->own_cells;
@@ -710,13 +710,11 @@ bool eng_pool_check(const eng *e)
     for (int32_t i = 0; i < pool_count(t); i++) {
         const pool_node *p = pool_at(t, i);
         const pmech *pm = &ps->m[p->seq];
-        int32_t cells = kv_seq_cells(e->kv, p->seq);
+        int32_t cells = mem_seq_cells(e->mem, p->seq);
         if (e->seqs.kind[p->seq] != ENG_SEQ_POOL || pm->id != p->id || pm->mat_n != 0) return false;
         switch (p->residency) {
         case POOL_RESIDENT:
-            if (cells != p->prefix_len || kv_seq_pos_min(e->kv, p->seq) != 0 ||
-                kv_seq_pos_max(e->kv, p->seq) != p->prefix_len - 1)
-                return false;
+            if (!mem_holds(e->mem, p->seq, p->prefix_len)) return false;
             break;
         case POOL_EVICTED:
             if (cells != 0) return false;

@@ -63,10 +63,10 @@ static uint64_t fingerprint(const model *m)
 
 static sav_expect expect(const eng *e)
 {
-    const kv_params *kp = kv_get_params(e->kv);
-    return (sav_expect){ .fingerprint = e->persist->fingerprint, .kv_type = (uint32_t)kp->type,
-                         .n_layer = (uint32_t)kp->n_layer, .k_row_bytes = (uint32_t)kv_k_row_bytes(e->kv),
-                         .v_row_bytes = (uint32_t)kv_v_row_bytes(e->kv),
+    mem_layout l = mem_get_layout(e->mem);
+    return (sav_expect){ .fingerprint = e->persist->fingerprint, .kv_type = (uint32_t)l.type,
+                         .n_layer = (uint32_t)l.n_layer, .k_row_bytes = (uint32_t)l.k_row_bytes,
+                         .v_row_bytes = (uint32_t)l.v_row_bytes,
                          .max_tokens = (uint32_t)e->n_ctx_slot - 1, .n_vocab = (uint32_t)e->n_vocab };
 }
 
@@ -76,59 +76,6 @@ static sav_header header(const eng *e, sav_kind kind, int32_t n, int32_t row_fir
     return (sav_header){ .version = SAV_VERSION, .kind = kind, .fingerprint = w.fingerprint, .kv_type = w.kv_type,
                          .n_layer = w.n_layer, .k_row_bytes = w.k_row_bytes, .v_row_bytes = w.v_row_bytes,
                          .n_tokens = (uint32_t)n, .row_first = (uint32_t)row_first, .parent = -1 };
-}
-
-/* ---- rows in and out of the cache ------------------------------------- */
-
-uint8_t *eng_rows_get(eng *e, kv_seq seq, int32_t p0, int32_t p1)
-{
-    int32_t n = p1 - p0;
-    int *cell_of = malloc((size_t)n * sizeof *cell_of);
-    size_t kb = kv_k_row_bytes(e->kv), vb = kv_v_row_bytes(e->kv), row = eng_spill_row_bytes(e);
-    uint8_t *rows = malloc((size_t)n * row);
-    if (!cell_of || !rows) goto fail;
-    for (int32_t k = 0; k < n; k++) cell_of[k] = -1;
-    for (int c = 0, end = kv_cells_end(e->kv); c < end; c++) {
-        kv_pos pos = kv_cell_pos(e->kv, c);
-        if (pos >= p0 && pos < p1 && kv_seqset_has(kv_cell_seqs(e->kv, c), seq)) cell_of[pos - p0] = c;
-    }
-    int n_layer = kv_get_params(e->kv)->n_layer;
-    for (int32_t k = 0; k < n; k++) {
-        if (cell_of[k] < 0) goto fail;
-        uint8_t *dst = rows + (size_t)k * row;
-        for (int il = 0; il < n_layer; il++, dst += kb + vb) {
-            memcpy(dst, kv_k_row(e->kv, il, cell_of[k]), kb);
-            memcpy(dst + kb, kv_v_row(e->kv, il, cell_of[k]), vb);
-        }
-    }
-    free(cell_of);
-    return rows;
-fail:
-    free(cell_of);
-    free(rows);
-    return NULL;
-}
-
-bool eng_rows_put(eng *e, kv_seq seq, int32_t p0, int32_t p1, const uint8_t *rows)
-{
-    int32_t n = p1 - p0;
-    int *cells = malloc((size_t)MAX(n, 1) * sizeof *cells);
-    if (!cells || kv_find_slot(e->kv, n, cells) != PK_OK) {
-        free(cells);
-        return false;
-    }
-    size_t kb = kv_k_row_bytes(e->kv), vb = kv_v_row_bytes(e->kv), row = eng_spill_row_bytes(e);
-    int n_layer = kv_get_params(e->kv)->n_layer;
-    for (int32_t k = 0; k < n; k++) {
-        const uint8_t *src = rows + (size_t)k * row;
-        for (int il = 0; il < n_layer; il++, src += kb + vb) {
-            memcpy(kv_k_row(e->kv, il, cells[k]), src, kb);
-            memcpy(kv_v_row(e->kv, il, cells[k]), src + kb, vb);
-        }
-        kv_cell_set(e->kv, cells[k], p0 + k, &seq, 1);
-    }
-    free(cells);
-    return true;
 }
 
 /* ---- slots ------------------------------------------------------------ */
@@ -147,7 +94,7 @@ static void slot_save(eng *e, slot *s, eng_call *c)
         o->status = PK_EINVAL;
         return;
     }
-    uint8_t *rows = eng_rows_get(e, s->id, 0, s->n_cache);
+    uint8_t *rows = mem_copy_out(e->mem, s->id, 0, s->n_cache);
     if (!rows) {
         reply(o, PK_ENOMEM, "%s", "out of memory for the slot's rows");
         return;
@@ -188,9 +135,9 @@ static void slot_restore(eng *e, slot *s, eng_call *c)
     /* Its old history goes first, as llama-server's restore replaces it. */
     eng_call er = { .erase_slot = s->id };
     eng_erase_msg(e, &er);
-    ASSERT(s->n_cache == 0 && kv_seq_cells(e->kv, s->id) == 0);
+    ASSERT(s->n_cache == 0 && mem_seq_cells(e->mem, s->id) == 0);
     int32_t n = (int32_t)h.n_tokens;
-    if (!eng_make_room(e, n) || !eng_rows_put(e, s->id, 0, n, rows)) {
+    if (!eng_make_room(e, n) || mem_copy_in(e->mem, s->id, 0, n, rows) != PK_OK) {
         free(buf);
         reply(o, PK_EFULL, "%s", "Unable to restore slot: no room in the KV cache");
         return;
@@ -259,7 +206,7 @@ static pk_status save_pool(eng *e, const pool_node *p, char *why, size_t cap)
     struct eng_persist *ps = e->persist;
     char name[64];
     pool_file(p->id, name, sizeof name);
-    uint8_t *rows = eng_rows_get(e, p->seq, p->branch_pos, p->prefix_len);
+    uint8_t *rows = mem_copy_out(e->mem, p->seq, p->branch_pos, p->prefix_len);
     if (!rows) {
         snprintf(why, cap, "pool %d: its rows cannot be read (out of memory)", p->id);
         fprintf(stderr, "eng: pool-dir: %s\n", why);

@@ -33,7 +33,7 @@ kv_seq eng_seq_take(eng *e, eng_seq_kind kind)
     ASSERT(kind == ENG_SEQ_POOL || kind == ENG_SEQ_PARKED);
     for (int32_t i = q->lo[kind]; i < q->hi[kind]; i++)
         if (q->kind[i] == ENG_SEQ_FREE) {
-            ASSERT(kv_seq_cells(e->kv, i) == 0);
+            ASSERT(mem_seq_cells(e->mem, i) == 0);
             q->kind[i] = (int8_t)kind;
             q->n_used++;
             return i;
@@ -45,7 +45,7 @@ void eng_seq_give(eng *e, kv_seq seq)
 {
     eng_seqs *q = &e->seqs;
     ASSERT(seq >= e->p.n_slots && seq < KV_MAX_SEQ && q->kind[seq] != ENG_SEQ_FREE);
-    ASSERT(kv_seq_cells(e->kv, seq) == 0);
+    ASSERT(mem_seq_cells(e->mem, seq) == 0);
     q->kind[seq] = ENG_SEQ_FREE;
     q->n_used--;
 }

@@ -8,7 +8,7 @@
  *
  * Both transitions run on the engine thread between two steps, the only
  * thread that runs forward passes, so no pass ever sees weights or cells
- * that are half there.  While asleep: e->ctx and e->kv are NULL, no slot,
+ * that are half there.  While asleep: e->ctx and e->mem are NULL, no slot,
  * parked or RAM history exists, every pool is evicted (its tokens, id, pin
  * and files kept: the next task that needs it materializes it again, as
  * after an eviction under pressure), and stats answer e->sleep_stats.
@@ -33,9 +33,10 @@ bool eng_sleep_enter(eng *e)
     for (int32_t i = 0; i < e->p.n_slots; i++) eng_pool_detach(e, &e->slots[i]);
     eng_pool_evict_all(e, "the server sleeps");
     eng_stats_fill(e, e->sleep_stats);
+    mem_free(e->mem);
+    e->mem = NULL;
     model_ctx_free(e->ctx);
     e->ctx = NULL;
-    e->kv = NULL;
     model_weights_release(e->m);
     e->sleeping = true;
     atomic_store(&e->asleep, true);
@@ -50,13 +51,16 @@ pk_status eng_sleep_wake(eng *e)
     model_weights_reload(e->m);
     model_ctx_params cp = eng_ctx_params(e);
     pk_status st = model_ctx_new(e->m, &cp, &e->ctx);
+    if (st == PK_OK && (st = mem_new(e->ctx, &e->mem)) != PK_OK) {
+        model_ctx_free(e->ctx);
+        e->ctx = NULL;
+    }
     if (st != PK_OK) {
         e->ctx = NULL;
         model_weights_release(e->m);
         fprintf(stderr, "polykv: cannot wake up: %s\n", pk_status_str(st));
         return st;
     }
-    e->kv = model_ctx_kv(e->ctx);
     e->sleeping = false;
     atomic_store(&e->asleep, false);
     fprintf(stderr, "polykv: awake in %.0f ms\n", pk_time_ms() - t0);

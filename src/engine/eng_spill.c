@@ -8,7 +8,7 @@
  * for the reused positions are copied back into free cells under the slot's
  * sequence.  A copy costs far less than recomputing the prefix.
  *
- *   rows: [n_tokens][n_layer][ K row (k_row_bytes) | V row (v_row_bytes) ]
+ *   rows: an image of positions [0, n_tokens) (mem.h)
  *
  * The budget (cache_ram_mib) bounds the rows held: a new spill evicts the
  * least valuable entries first, and is refused when even that cannot make
@@ -16,11 +16,10 @@
  * histories: when it is full, a new spill takes the place of the entry
  * used longest ago, if that is older than itself.  Not by value there:
  * value grows with size, so a live agent's fresh 700-token context lost to
- * the 1,300-token ones of agents finished minutes before.  (Until the
- * ninth session a full table refused every spill: a server that had
- * spilled ~150 histories dropped a live agent's context whenever its slot
- * was taken, and its next turn read the context again, a stall for every
- * session.)
+ * the 1,300-token ones of agents finished minutes before.  (A table that
+ * refused every spill once full dropped a live agent's context whenever its
+ * slot was taken on a server that had spilled ~150 histories, and its next
+ * turn read the context again: a stall for every session.)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,16 +27,11 @@
 
 #include "eng_impl.h"
 
-size_t eng_spill_row_bytes(const eng *e)
-{
-    return (size_t)kv_get_params(e->kv)->n_layer * (kv_k_row_bytes(e->kv) + kv_v_row_bytes(e->kv));
-}
-
 void eng_spill_free(eng *e, int32_t i)
 {
     spilled *sp = &e->spill[i];
     if (!sp->used) return;
-    e->spill_bytes -= (size_t)sp->n_tokens * eng_spill_row_bytes(e);
+    e->spill_bytes -= mem_image_bytes(e->mem, sp->n_tokens);
     free(sp->tokens);
     free(sp->rows);
     *sp = (spilled){0};
@@ -96,41 +90,20 @@ int32_t eng_spill(eng *e, kv_seq seq, const int32_t *tokens, int32_t n, int32_t 
                   const char *session, double max_gap_ms, int32_t pool_id)
 {
     if (n <= 0 || e->n_spill_max <= 0) return -1;
-    /* Where each position lives; a gap ends what can be spilled. */
-    int32_t *cell_of = malloc((size_t)n * sizeof *cell_of);
-    if (!cell_of) return -1;
-    for (int32_t p = 0; p < n; p++) cell_of[p] = -1;
-    int end = kv_cells_end(e->kv);
-    for (int c = 0; c < end; c++) {
-        kv_pos pos = kv_cell_pos(e->kv, c);
-        if (pos >= 0 && pos < n && kv_seqset_has(kv_cell_seqs(e->kv, c), seq)) cell_of[pos] = c;
-    }
-    int32_t m = 0;
-    while (m < n && cell_of[m] >= 0) m++;
-
-    size_t row = eng_spill_row_bytes(e), kb = kv_k_row_bytes(e->kv), vb = kv_v_row_bytes(e->kv);
-    int n_layer = kv_get_params(e->kv)->n_layer;
+    int32_t m = mem_extent(e->mem, seq, n);       /* a gap ends what can be spilled */
     spilled sp = { .used = true, .n_tokens = m, .marker_pos = marker_pos < m ? marker_pos : -1,
                    .last_use_s = last_use_s, .max_gap_ms = max_gap_ms, .pool_id = pool_id };
     snprintf(sp.session, sizeof sp.session, "%s", session ? session : "");
-    int32_t slot_i = m > 0 ? make_ram(e, (size_t)m * row, entry_value(e, &sp, eng_now_s()), last_use_s) : -1;
-    if (slot_i < 0 || !(sp.tokens = malloc((size_t)m * sizeof(int32_t))) || !(sp.rows = malloc((size_t)m * row))) {
+    size_t need = mem_image_bytes(e->mem, m);
+    int32_t slot_i = m > 0 ? make_ram(e, need, entry_value(e, &sp, eng_now_s()), last_use_s) : -1;
+    if (slot_i < 0 || !(sp.tokens = malloc((size_t)m * sizeof(int32_t))) ||
+        !(sp.rows = mem_copy_out(e->mem, seq, 0, m))) {
         free(sp.tokens);
-        free(cell_of);
         return -1;
     }
     memcpy(sp.tokens, tokens, (size_t)m * sizeof(int32_t));
-    for (int32_t p = 0; p < m; p++) {
-        uint8_t *dst = sp.rows + (size_t)p * row;
-        for (int il = 0; il < n_layer; il++) {
-            memcpy(dst, kv_k_row(e->kv, il, cell_of[p]), kb);
-            memcpy(dst + kb, kv_v_row(e->kv, il, cell_of[p]), vb);
-            dst += kb + vb;
-        }
-    }
-    free(cell_of);
     e->spill[slot_i] = sp;
-    e->spill_bytes += (size_t)m * row;
+    e->spill_bytes += need;
     return slot_i;
 }
 
@@ -140,23 +113,7 @@ bool eng_restore(eng *e, int32_t i, kv_seq dst, int32_t p0, int32_t p1)
     int32_t n = p1 - p0;
     if (n <= 0) return true;
     if (p1 > sp->n_tokens) return false;
-    int *cells = malloc((size_t)n * sizeof *cells);
-    if (!cells || kv_find_slot(e->kv, n, cells) != PK_OK) {
-        free(cells);
-        return false;
-    }
-    size_t row = eng_spill_row_bytes(e), kb = kv_k_row_bytes(e->kv), vb = kv_v_row_bytes(e->kv);
-    int n_layer = kv_get_params(e->kv)->n_layer;
-    for (int32_t k = 0; k < n; k++) {
-        const uint8_t *src = sp->rows + (size_t)(p0 + k) * row;
-        for (int il = 0; il < n_layer; il++) {
-            memcpy(kv_k_row(e->kv, il, cells[k]), src, kb);
-            memcpy(kv_v_row(e->kv, il, cells[k]), src + kb, vb);
-            src += kb + vb;
-        }
-        kv_cell_set(e->kv, cells[k], p0 + k, &dst, 1);
-    }
-    free(cells);
+    if (mem_copy_in(e->mem, dst, p0, p1, sp->rows + mem_image_bytes(e->mem, p0)) != PK_OK) return false;
     e->n_tokens_restored += (uint64_t)n;
     return true;
 }

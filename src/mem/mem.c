@@ -1,0 +1,224 @@
+/*
+ * mem.c - a sequence's memory over the KV cells (mem.h).
+ *
+ * Every operation maps to the cells' membership operations; the K/V row
+ * copies of images are written once here (the RAM tier, slot files and
+ * --pool-dir all move rows through mem_copy_out / mem_copy_in).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "mem.h"
+
+struct mem {
+    model_ctx *ctx;             /* borrowed: the forward pass owns the storage */
+    kv_cache *kv;               /* model_ctx_kv(ctx) */
+};
+
+pk_status mem_new(model_ctx *ctx, mem **out)
+{
+    mem *m = calloc(1, sizeof *m);
+    *out = m;
+    if (!m) return PK_ENOMEM;
+    m->ctx = ctx;
+    m->kv = model_ctx_kv(ctx);
+    return PK_OK;
+}
+
+void mem_free(mem *m)
+{
+    free(m);
+}
+
+void mem_share(mem *m, kv_seq src, kv_seq dst, kv_pos p0, kv_pos p1)
+{
+    kv_seq_cp(m->kv, src, dst, p0, p1);
+}
+
+void mem_keep(mem *m, kv_seq seq, kv_pos n)
+{
+    kv_seq_rm(m->kv, seq, n, -1);
+}
+
+void mem_drop(mem *m, kv_seq seq)
+{
+    kv_seq_rm(m->kv, seq, -1, -1);
+}
+
+void mem_drop_prefix(mem *m, kv_seq seq, kv_pos n)
+{
+    kv_seq_rm(m->kv, seq, 0, n);
+}
+
+void mem_charge(mem *m, kv_seq seq, kv_pos p0, kv_pos p1)
+{
+    kv_seq_take(m->kv, seq, p0, p1);
+}
+
+pk_status mem_shift(mem *m, kv_seq seq, kv_pos n_keep, kv_pos n_discard)
+{
+    int32_t excl[KV_MAX_SEQ];
+    kv_excl_counts(m->kv, excl);
+    if (excl[seq] != kv_seq_cells(m->kv, seq)) return PK_ECONFLICT;
+    kv_seq_rm(m->kv, seq, n_keep, n_keep + n_discard);
+    pk_status st = model_kv_shift(m->ctx, seq, n_keep + n_discard, -1, -n_discard);
+    if (st != PK_OK) kv_seq_rm(m->kv, seq, n_keep, -1);   /* nothing half-moved stays */
+    return st;
+}
+
+void mem_clear(mem *m)
+{
+    kv_clear(m->kv);
+}
+
+bool mem_can_resume(const mem *m, kv_seq seq, kv_pos pos)
+{
+    (void)m, (void)seq, (void)pos;
+    return true;
+}
+
+/* ---- images ---- */
+
+size_t mem_pos_bytes(const mem *m)
+{
+    return (size_t)kv_get_params(m->kv)->n_layer * (kv_k_row_bytes(m->kv) + kv_v_row_bytes(m->kv));
+}
+
+size_t mem_image_bytes(const mem *m, int32_t n)
+{
+    return (size_t)MAX(n, 0) * mem_pos_bytes(m);
+}
+
+mem_layout mem_get_layout(const mem *m)
+{
+    const kv_params *kp = kv_get_params(m->kv);
+    return (mem_layout){ .type = kp->type, .n_layer = kp->n_layer, .k_row_bytes = kv_k_row_bytes(m->kv),
+                         .v_row_bytes = kv_v_row_bytes(m->kv) };
+}
+
+/* cell_of[pos - p0] = the cell of seq at pos, -1 where it holds none. */
+static void cells_of(const kv_cache *kv, kv_seq seq, kv_pos p0, kv_pos p1, int *cell_of)
+{
+    for (kv_pos k = 0; k < p1 - p0; k++) cell_of[k] = -1;
+    for (int c = 0, end = kv_cells_end(kv); c < end; c++) {
+        kv_pos pos = kv_cell_pos(kv, c);
+        if (pos >= p0 && pos < p1 && kv_seqset_has(kv_cell_seqs(kv, c), seq)) cell_of[pos - p0] = c;
+    }
+}
+
+int32_t mem_extent(const mem *m, kv_seq seq, int32_t n)
+{
+    if (n <= 0) return 0;
+    int *cell_of = malloc((size_t)n * sizeof *cell_of);
+    if (!cell_of) return 0;
+    cells_of(m->kv, seq, 0, n, cell_of);
+    int32_t k = 0;
+    while (k < n && cell_of[k] >= 0) k++;
+    free(cell_of);
+    return k;
+}
+
+uint8_t *mem_copy_out(const mem *m, kv_seq seq, kv_pos p0, kv_pos p1)
+{
+    ASSERT(p0 >= 0 && p1 >= p0);
+    int32_t n = p1 - p0;
+    int *cell_of = malloc((size_t)MAX(n, 1) * sizeof *cell_of);
+    uint8_t *image = malloc(MAX(mem_image_bytes(m, n), 1));
+    if (!cell_of || !image) goto fail;
+    cells_of(m->kv, seq, p0, p1, cell_of);
+    kv_cache *kv = m->kv;
+    size_t kb = kv_k_row_bytes(kv), vb = kv_v_row_bytes(kv);
+    int n_layer = kv_get_params(kv)->n_layer;
+    uint8_t *dst = image;
+    for (int32_t k = 0; k < n; k++) {
+        if (cell_of[k] < 0) goto fail;
+        for (int il = 0; il < n_layer; il++, dst += kb + vb) {
+            memcpy(dst, kv_k_row(kv, il, cell_of[k]), kb);
+            memcpy(dst + kb, kv_v_row(kv, il, cell_of[k]), vb);
+        }
+    }
+    free(cell_of);
+    return image;
+fail:
+    free(cell_of);
+    free(image);
+    return NULL;
+}
+
+pk_status mem_copy_in(mem *m, kv_seq seq, kv_pos p0, kv_pos p1, const uint8_t *image)
+{
+    ASSERT(p0 >= 0 && p1 >= p0);
+    int32_t n = p1 - p0;
+    if (n == 0) return PK_OK;
+    int *cells = malloc((size_t)n * sizeof *cells);
+    if (!cells) return PK_ENOMEM;
+    pk_status st = kv_find_slot(m->kv, n, cells);
+    if (st != PK_OK) {
+        free(cells);
+        return st;
+    }
+    kv_cache *kv = m->kv;
+    size_t kb = kv_k_row_bytes(kv), vb = kv_v_row_bytes(kv);
+    int n_layer = kv_get_params(kv)->n_layer;
+    const uint8_t *src = image;
+    for (int32_t k = 0; k < n; k++) {
+        for (int il = 0; il < n_layer; il++, src += kb + vb) {
+            memcpy(kv_k_row(kv, il, cells[k]), src, kb);
+            memcpy(kv_v_row(kv, il, cells[k]), src + kb, vb);
+        }
+        kv_cell_set(kv, cells[k], p0 + k, &seq, 1);
+    }
+    free(cells);
+    return PK_OK;
+}
+
+/* ---- what is held ---- */
+
+int32_t mem_n_cells(const mem *m)
+{
+    return kv_get_params(m->kv)->n_ctx;
+}
+
+int32_t mem_used(const mem *m)
+{
+    return kv_used(m->kv);
+}
+
+int32_t mem_seq_cells(const mem *m, kv_seq seq)
+{
+    return kv_seq_cells(m->kv, seq);
+}
+
+int32_t mem_seq_owned(const mem *m, kv_seq seq)
+{
+    return kv_seq_owned(m->kv, seq);
+}
+
+size_t mem_seq_bytes(const mem *m, kv_seq seq)
+{
+    return (size_t)kv_seq_owned(m->kv, seq) * mem_pos_bytes(m);
+}
+
+int32_t mem_common(const mem *m, kv_seq a, kv_seq b, kv_pos p0, kv_pos p1)
+{
+    return kv_seq_common(m->kv, a, b, p0, p1);
+}
+
+void mem_excl_counts(const mem *m, int32_t *out)
+{
+    kv_excl_counts(m->kv, out);
+}
+
+bool mem_holds(const mem *m, kv_seq seq, int32_t n)
+{
+    if (kv_seq_cells(m->kv, seq) != n) return false;
+    return n == 0 || (kv_seq_pos_min(m->kv, seq) == 0 && kv_seq_pos_max(m->kv, seq) == n - 1);
+}
+
+bool mem_check(const mem *m)
+{
+    if (!kv_check(m->kv)) return false;
+    int32_t owned = 0;
+    for (kv_seq s = 0; s < KV_MAX_SEQ; s++) owned += kv_seq_owned(m->kv, s);
+    return owned == kv_used(m->kv);
+}
