@@ -97,27 +97,27 @@ static void park_matcher(eng *e, gram_matcher *m)
 {
     if (!m) return;
     if (!gram_matcher_reset(m)) { gram_matcher_free(m); return; }
-    int32_t cap = (int32_t)ARRAY_LEN(e->gram_idle);
-    if (e->n_gram_idle == cap) {
-        gram_matcher_free(e->gram_idle[0]);
-        memmove(e->gram_idle, e->gram_idle + 1, (size_t)(cap - 1) * sizeof *e->gram_idle);
-        e->n_gram_idle--;
+    int32_t cap = (int32_t)ARRAY_LEN(e->batch.gram_idle);
+    if (e->batch.n_gram_idle == cap) {
+        gram_matcher_free(e->batch.gram_idle[0]);
+        memmove(e->batch.gram_idle, e->batch.gram_idle + 1, (size_t)(cap - 1) * sizeof *e->batch.gram_idle);
+        e->batch.n_gram_idle--;
     }
-    e->gram_idle[e->n_gram_idle++] = m;
+    e->batch.gram_idle[e->batch.n_gram_idle++] = m;
 }
 
 /* A parked matcher for g (newest first), or a new one; NULL out of memory. */
 static gram_matcher *take_matcher(eng *e, gram_grammar *g)
 {
-    for (int32_t i = e->n_gram_idle - 1; i >= 0; i--) {
-        gram_matcher *m = e->gram_idle[i];
+    for (int32_t i = e->batch.n_gram_idle - 1; i >= 0; i--) {
+        gram_matcher *m = e->batch.gram_idle[i];
         if (!gram_equal(gram_matcher_grammar(m), g)) continue;
-        memmove(e->gram_idle + i, e->gram_idle + i + 1, (size_t)(e->n_gram_idle - i - 1) * sizeof *e->gram_idle);
-        e->n_gram_idle--;
+        memmove(e->batch.gram_idle + i, e->batch.gram_idle + i + 1, (size_t)(e->batch.n_gram_idle - i - 1) * sizeof *e->batch.gram_idle);
+        e->batch.n_gram_idle--;
         return m;
     }
     gram_matcher *m = NULL;
-    return gram_matcher_new(g, e->gvocab, &m) == PK_OK ? m : NULL;
+    return gram_matcher_new(g, e->batch.gvocab, &m) == PK_OK ? m : NULL;
 }
 
 /* What was published is about to change (a control message, a task's
@@ -125,10 +125,10 @@ static gram_matcher *take_matcher(eng *e, gram_grammar *g)
  * (read-your-writes). */
 static void unpublish(eng *e)
 {
-    if (!e->pub) return;
-    pthread_mutex_lock(&e->pub_mu);
-    e->pub->valid = false;
-    pthread_mutex_unlock(&e->pub_mu);
+    if (!e->pub.copy) return;
+    pthread_mutex_lock(&e->pub.pub_mu);
+    e->pub.copy->valid = false;
+    pthread_mutex_unlock(&e->pub.pub_mu);
 }
 
 static void finish(eng *e, slot *s, eng_stop why, const char *word)
@@ -142,9 +142,9 @@ static void finish(eng *e, slot *s, eng_stop why, const char *word)
     if (word) snprintf(ev.stop_word, sizeof ev.stop_word, "%s", word);
     park_matcher(e, s->gm);
     s->gm = NULL;
-    e->n_predicted_tokens += (uint64_t)s->n_gen;
-    e->predicted_ms_total += ev.gen_ms;
-    e->n_done++;
+    e->stat.n_predicted_tokens += (uint64_t)s->n_gen;
+    e->stat.predicted_ms_total += ev.gen_ms;
+    e->stat.n_done++;
     /* The copy readers are answered from still shows this task running
      * until the step ends; a client that asks right after its DONE must
      * not be told so (it read its own agent as decoding, and a spawner
@@ -180,7 +180,7 @@ static bool ctx_shift(eng *e, slot *s)
     s->truncated = true;
     const eng_completion *rq = &s->task->req;
     int32_t n_keep = rq->n_keep < 0 ? s->n_prompt : MIN(rq->n_keep, s->n_cache - 2);
-    n_keep = MAX(n_keep, s->n_cache > 0 && s->cache[0] == tok_bos(e->vocab) ? 1 : 0);   /* BOS stays */
+    n_keep = MAX(n_keep, s->n_cache > 0 && s->cache[0] == tok_bos(model_vocab(e->m)) ? 1 : 0);   /* BOS stays */
     int32_t left = s->n_cache - n_keep;
     int32_t n_discard = rq->n_discard > 0 ? MIN(rq->n_discard, left - 1) : left / 2;
     if (n_discard < 1) return false;
@@ -201,13 +201,13 @@ static void on_token(eng *e, slot *s, int32_t id, float lp, const smp_logprob *t
 {
     eng_task *t = s->task;
     s->n_gen++;
-    if (tok_is_eog(e->vocab, id) && !t->req.ignore_eos) {
+    if (tok_is_eog(model_vocab(e->m), id) && !t->req.ignore_eos) {
         emit_token(s, id, lp, top, n_top, s->text_len);
         finish(e, s, ENG_STOP_EOS, NULL);
         return;
     }
     char piece[256];
-    int32_t n = tok_piece(e->vocab, id, piece, sizeof piece, false);
+    int32_t n = tok_piece(model_vocab(e->m), id, piece, sizeof piece, false);
     if (n < 0 || !text_append(s, piece, (size_t)n)) {
         /* Out of memory is an error, never a "length" stop. */
         eng_task_fail(t, PK_ENOMEM, "out of memory for the generated text");
@@ -252,7 +252,7 @@ static void on_token(eng *e, slot *s, int32_t id, float lp, const smp_logprob *t
  * tokens), and the masked row.  False on memory exhaustion. */
 static bool gram_ready(eng *e)
 {
-    if (e->gvocab) return true;
+    if (e->batch.gvocab) return true;
     int64_t *off = malloc((size_t)(e->n_vocab + 1) * sizeof *off);
     bool *eog = calloc((size_t)e->n_vocab, sizeof *eog);
     pk_buf b = {0};
@@ -260,18 +260,18 @@ static bool gram_ready(eng *e)
     for (int32_t i = 0; i < e->n_vocab; i++) {
         char piece[256];
         off[i] = (int64_t)b.n;
-        eog[i] = tok_is_eog(e->vocab, i);
-        int32_t n = tok_piece(e->vocab, i, piece, sizeof piece, false);
+        eog[i] = tok_is_eog(model_vocab(e->m), i);
+        int32_t n = tok_piece(model_vocab(e->m), i, piece, sizeof piece, false);
         if (n > 0 && !eog[i]) pk_buf_put(&b, piece, (size_t)n);   /* longer pieces: never allowed */
     }
     off[e->n_vocab] = (int64_t)b.n;
-    if (!b.oom && !(e->gram_logits = malloc((size_t)e->n_vocab * sizeof *e->gram_logits))) b.oom = true;
-    if (!b.oom) gram_vocab_new(e->n_vocab, b.p ? b.p : "", off, eog, &e->gvocab);
+    if (!b.oom && !(e->batch.gram_logits = malloc((size_t)e->n_vocab * sizeof *e->batch.gram_logits))) b.oom = true;
+    if (!b.oom) gram_vocab_new(e->n_vocab, b.p ? b.p : "", off, eog, &e->batch.gvocab);
 out:
     free(off);
     free(eog);
     pk_buf_free(&b);
-    return e->gvocab != NULL;
+    return e->batch.gvocab != NULL;
 }
 
 /* Starts task t in slot s, whose cache the placement has already cut to
@@ -320,10 +320,10 @@ bool eng_slot_start(eng *e, slot *s, eng_task *t)
 
 void eng_call_done(eng *e, eng_call *c)
 {
-    pthread_mutex_lock(&e->mu);
+    pthread_mutex_lock(&e->mb.mu);
     c->done = true;
-    pthread_cond_broadcast(&e->reply_cv);
-    pthread_mutex_unlock(&e->mu);
+    pthread_cond_broadcast(&e->mb.reply_cv);
+    pthread_mutex_unlock(&e->mb.mu);
 }
 
 static bool running(const eng *e)
@@ -335,7 +335,7 @@ static bool running(const eng *e)
 
 static bool has_work(const eng *e)
 {
-    return e->n_waiting > 0 || eng_pool_busy(e) || running(e);
+    return e->wq.n_waiting > 0 || eng_pool_busy(e) || running(e);
 }
 
 /* A message the engine cannot serve because it could not wake up: the
@@ -367,7 +367,7 @@ static void refuse_msg(eng *e, eng_msg *m, pk_status st, const char *why)
  * been idle for sleep_idle_ms and should sleep. */
 static bool wait_mail(eng *e)
 {
-    if (e->nap && !e->stop && !e->inbox_head) {
+    if (e->wq.nap && !e->mb.stop && !e->mb.inbox_head) {
         /* Only requests held by admission wait, and nothing runs: what
          * lifts a hold is mail or time (a settle's or a session's), so the
          * next look comes with the mail or in 5 ms, not in a spin. */
@@ -376,21 +376,21 @@ static bool wait_mail(eng *e)
         ts.tv_nsec += 5 * 1000000L;
         ts.tv_sec += ts.tv_nsec / 1000000000L;
         ts.tv_nsec %= 1000000000L;
-        pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+        pthread_cond_timedwait(&e->mb.cv, &e->mb.mu, &ts);
     }
-    while (!e->stop && !e->inbox_head && !has_work(e)) {
-        if (e->p.sleep_idle_ms <= 0 || e->sleeping) {
-            pthread_cond_wait(&e->cv, &e->mu);
+    while (!e->mb.stop && !e->mb.inbox_head && !has_work(e)) {
+        if (e->p.sleep_idle_ms <= 0 || e->sleep.sleeping) {
+            pthread_cond_wait(&e->mb.cv, &e->mb.mu);
             continue;
         }
-        double due = e->idle_since_ms + e->p.sleep_idle_ms;
+        double due = e->sleep.idle_since_ms + e->p.sleep_idle_ms;
         if (pk_time_ms() >= due) return true;
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);   /* cv waits on the monotonic clock (eng_new) */
         double ns = ts.tv_nsec + (due - pk_time_ms()) * 1e6 + 1e6;
         ts.tv_sec += (time_t)(ns / 1e9);
         ts.tv_nsec = (long)fmod(ns, 1e9);
-        pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+        pthread_cond_timedwait(&e->mb.cv, &e->mb.mu, &ts);
     }
     return false;
 }
@@ -401,28 +401,28 @@ static bool wait_mail(eng *e)
  * the engine before it is looked at. */
 static bool take_mailbox(eng *e)
 {
-    pthread_mutex_lock(&e->mu);
+    pthread_mutex_lock(&e->mb.mu);
     while (wait_mail(e)) {
-        pthread_mutex_unlock(&e->mu);
+        pthread_mutex_unlock(&e->mb.mu);
         unpublish(e);
-        if (!eng_sleep_enter(e)) e->idle_since_ms = pk_time_ms();   /* no memory: try again later */
-        pthread_mutex_lock(&e->mu);
+        if (!eng_sleep_enter(e)) e->sleep.idle_since_ms = pk_time_ms();   /* no memory: try again later */
+        pthread_mutex_lock(&e->mb.mu);
     }
-    if (e->stop) {
-        pthread_mutex_unlock(&e->mu);
+    if (e->mb.stop) {
+        pthread_mutex_unlock(&e->mb.mu);
         return false;
     }
-    eng_msg *m = e->inbox_head;
-    e->inbox_head = e->inbox_tail = NULL;
-    pthread_mutex_unlock(&e->mu);
+    eng_msg *m = e->mb.inbox_head;
+    e->mb.inbox_head = e->mb.inbox_tail = NULL;
+    pthread_mutex_unlock(&e->mb.mu);
 
     for (eng_msg *next; m; m = next) {
         next = m->next;
         m->next = NULL;
         double t0 = m->kind == ENG_MSG_TASK ? 0 : pk_time_ms();
         if (m->kind != ENG_MSG_STATS) {
-            e->idle_since_ms = pk_time_ms();
-            pk_status st = e->sleeping ? eng_sleep_wake(e) : PK_OK;
+            e->sleep.idle_since_ms = pk_time_ms();
+            pk_status st = e->sleep.sleeping ? eng_sleep_wake(e) : PK_OK;
             if (st != PK_OK) {
                 refuse_msg(e, m, st, "the model could not be reloaded after sleeping");
                 continue;
@@ -431,10 +431,10 @@ static bool take_mailbox(eng *e)
         switch (m->kind) {
         case ENG_MSG_TASK: {
             eng_task *t = container_of(m, eng_task, msg);
-            if (e->wait_tail) e->wait_tail->next = t;
-            else e->wait_head = t;
-            e->wait_tail = t;
-            e->n_waiting++;
+            if (e->wq.wait_tail) e->wq.wait_tail->next = t;
+            else e->wq.wait_head = t;
+            e->wq.wait_tail = t;
+            e->wq.n_waiting++;
             break;
         }
         case ENG_MSG_STATS: {
@@ -477,7 +477,7 @@ static bool take_mailbox(eng *e)
             break;
         }
         }
-        if (t0 > 0) e->control_ms += pk_time_ms() - t0;
+        if (t0 > 0) e->stat.control_ms += pk_time_ms() - t0;
     }
     return true;
 }
@@ -485,17 +485,17 @@ static bool take_mailbox(eng *e)
 /* Posts m to the mailbox; false when the engine is stopping. */
 static bool post(eng *e, eng_msg *m)
 {
-    pthread_mutex_lock(&e->mu);
-    if (e->stop) {
-        pthread_mutex_unlock(&e->mu);
+    pthread_mutex_lock(&e->mb.mu);
+    if (e->mb.stop) {
+        pthread_mutex_unlock(&e->mb.mu);
         return false;
     }
     m->next = NULL;
-    if (e->inbox_tail) e->inbox_tail->next = m;
-    else e->inbox_head = m;
-    e->inbox_tail = m;
-    pthread_cond_signal(&e->cv);
-    pthread_mutex_unlock(&e->mu);
+    if (e->mb.inbox_tail) e->mb.inbox_tail->next = m;
+    else e->mb.inbox_head = m;
+    e->mb.inbox_tail = m;
+    pthread_cond_signal(&e->mb.cv);
+    pthread_mutex_unlock(&e->mb.mu);
     return true;
 }
 
@@ -505,9 +505,9 @@ static pk_status call(eng *e, eng_call *c)
 {
     c->t0_ms = pk_time_ms();
     if (!post(e, &c->msg)) return PK_ECANCELLED;
-    pthread_mutex_lock(&e->mu);
-    while (!c->done) pthread_cond_wait(&e->reply_cv, &e->mu);
-    pthread_mutex_unlock(&e->mu);
+    pthread_mutex_lock(&e->mb.mu);
+    while (!c->done) pthread_cond_wait(&e->mb.reply_cv, &e->mb.mu);
+    pthread_mutex_unlock(&e->mb.mu);
     return PK_OK;
 }
 
@@ -524,11 +524,11 @@ static void drop_cancelled(eng *e)
 
 void eng_batch_add(eng *e, int32_t *n, int32_t tok, kv_pos pos, kv_seq seq, bool want)
 {
-    e->b_tok[*n] = tok;
-    e->b_pos[*n] = pos;
-    e->b_nseq[*n] = 1;
-    e->b_seq[*n][0] = seq;
-    e->b_want[*n] = want;
+    e->batch.b_tok[*n] = tok;
+    e->batch.b_pos[*n] = pos;
+    e->batch.b_nseq[*n] = 1;
+    e->batch.b_seq[*n][0] = seq;
+    e->batch.b_want[*n] = want;
     (*n)++;
 }
 
@@ -596,15 +596,15 @@ static bool shed_newest(eng *e)
 static pk_status decode(eng *e, int32_t n, int32_t n_dec)
 {
     eng_make_room(e, n);
-    model_batch b = { n, e->b_tok, e->b_pos, e->b_nseq,
-                      (const kv_seq (*)[MODEL_MAX_TOKEN_SEQS])e->b_seq, e->b_want };
+    model_batch b = { n, e->batch.b_tok, e->batch.b_pos, e->batch.b_nseq,
+                      (const kv_seq (*)[MODEL_MAX_TOKEN_SEQS])e->batch.b_seq, e->batch.b_want };
     double t0 = pk_time_ms();
-    pk_status st = model_decode(e->ctx, &b, e->logits);
+    pk_status st = model_decode(e->ctx, &b, e->batch.logits);
     double now = pk_time_ms();
-    e->step++;
-    e->n_decode_calls++;
+    e->stat.step++;
+    e->stat.n_decode_calls++;
     for (int32_t i = 0; st == PK_OK && i < e->p.n_slots; i++)
-        e->n_tokens_max = MAX(e->n_tokens_max, e->slots[i].n_cache);
+        e->stat.n_tokens_max = MAX(e->stat.n_tokens_max, e->slots[i].n_cache);
     eng_pool_decoded(e, st);
     if (st != PK_OK) {
         for (int32_t i = 0; i < e->p.n_slots; i++) {
@@ -616,17 +616,17 @@ static pk_status decode(eng *e, int32_t n, int32_t n_dec)
         }
         return st;
     }
-    e->agg[e->agg_head].t_ms = now;
-    e->agg[e->agg_head].n = n_dec;
-    e->agg_head = (e->agg_head + 1) % AGG_RING;
+    e->stat.agg[e->stat.agg_head].t_ms = now;
+    e->stat.agg[e->stat.agg_head].n = n_dec;
+    e->stat.agg_head = (e->stat.agg_head + 1) % AGG_RING;
     if (n > n_dec) {
-        e->n_prompt_tokens += (uint64_t)(n - n_dec);
-        e->prompt_ms_total += now - t0;
+        e->stat.n_prompt_tokens += (uint64_t)(n - n_dec);
+        e->stat.prompt_ms_total += now - t0;
         /* Prompt rate for the policy's "within one second" near matches;
          * only chunks of some size say anything about it. */
         if (n - n_dec >= 32) {
             double tps = (n - n_dec) * 1000.0 / fmax(now - t0, 1e-3);
-            e->prompt_tps = e->prompt_tps > 0 ? 0.8 * e->prompt_tps + 0.2 * tps : tps;
+            e->stat.prompt_tps = e->stat.prompt_tps > 0 ? 0.8 * e->stat.prompt_tps + 0.2 * tps : tps;
         }
     }
     return PK_OK;
@@ -638,10 +638,10 @@ static void sample_and_emit(eng *e, int32_t n, int32_t n_dec_batch)
 {
     double now = pk_time_ms();
     for (int32_t i = 0; i < n; i++) {
-        if (e->b_seq[i][0] >= e->p.n_slots) continue;   /* a pool's: eng_pool_decoded */
-        slot *s = &e->slots[e->b_seq[i][0]];
-        s->cache[e->b_pos[i]] = e->b_tok[i];
-        s->n_cache = e->b_pos[i] + 1;
+        if (e->batch.b_seq[i][0] >= e->p.n_slots) continue;   /* a pool's: eng_pool_decoded */
+        slot *s = &e->slots[e->batch.b_seq[i][0]];
+        s->cache[e->batch.b_pos[i]] = e->batch.b_tok[i];
+        s->n_cache = e->batch.b_pos[i] + 1;
         if (s->state == ENG_SLOT_PREFILL) s->n_prefilled = s->n_cache;
     }
     for (int32_t i = 0; i < e->p.n_slots; i++) {
@@ -677,7 +677,7 @@ static void sample_and_emit(eng *e, int32_t n, int32_t n_dec_batch)
         smp_logprob top[ENG_MAX_PROBS];
         float lp = 0;
         int32_t nt = MIN(s->task->req.n_probs, ENG_MAX_PROBS);
-        const float *row = e->logits + (size_t)s->logits_row * e->n_vocab;
+        const float *row = e->batch.logits + (size_t)s->logits_row * e->n_vocab;
         if (s->gm) {
             /* The grammar's mask as -inf logits: every sampler after it
              * (penalties, top-k/p, min-p, temperature) sees only allowed tokens. */
@@ -691,17 +691,17 @@ static void sample_and_emit(eng *e, int32_t n, int32_t n_dec_batch)
             for (int32_t v0 = 0; v0 < e->n_vocab; v0 += 64) {   /* by words: most are all-0 or all-1 */
                 uint64_t w = mask[v0 >> 6];
                 int32_t nw = MIN(64, e->n_vocab - v0);
-                float *o = e->gram_logits + v0;
+                float *o = e->batch.gram_logits + v0;
                 if (w == ~0ULL) memcpy(o, row + v0, (size_t)nw * sizeof *o);
                 else for (int32_t k = 0; k < nw; k++) o[k] = w >> k & 1 ? row[v0 + k] : -INFINITY;
             }
-            row = e->gram_logits;
+            row = e->batch.gram_logits;
         }
         if (s->task->req.n_bias > 0) {
-            memcpy(e->bias_logits, row, (size_t)e->n_vocab * sizeof *row);
+            memcpy(e->batch.bias_logits, row, (size_t)e->n_vocab * sizeof *row);
             for (int32_t k = 0; k < s->task->req.n_bias; k++)
-                e->bias_logits[s->task->req.bias[k].token] += s->task->req.bias[k].bias;
-            row = e->bias_logits;
+                e->batch.bias_logits[s->task->req.bias[k].token] += s->task->req.bias[k].bias;
+            row = e->batch.bias_logits;
         }
         int32_t id = smp_sample(s->smp, row, nt > 0 ? top : NULL, nt, &lp);
         on_token(e, s, id, lp, top, nt);
@@ -712,10 +712,10 @@ static void sample_and_emit(eng *e, int32_t n, int32_t n_dec_batch)
     if (n_dec > 0) {
         int32_t agents = busy + pausing + eng_away_pausing(e, now_s), n_warm;
         double mean = eng_warm_mean(e, -1, &n_warm);
-        adm_curve_add(&e->curve, n_dec, now - e->t_step_ms, n > n_dec_batch, agents, now);
-        if (n_warm > 0) adm_knee_add(&e->curve, agents, mean, now - e->t_step_ms, now);
+        adm_curve_add(&e->adm.curve, n_dec, now - e->adm.t_step_ms, n > n_dec_batch, agents, now);
+        if (n_warm > 0) adm_knee_add(&e->adm.curve, agents, mean, now - e->adm.t_step_ms, now);
     }
-    e->n_busy_slots_sum += (uint64_t)busy;
+    e->stat.n_busy_slots_sum += (uint64_t)busy;
 }
 
 /* Readers that asked in the last 2 s get what they read refreshed after
@@ -726,26 +726,26 @@ static void sample_and_emit(eng *e, int32_t n, int32_t n_dec_batch)
 static void publish(eng *e)
 {
     double t0 = pk_time_ms();
-    if (!e->pub || e->sleeping || t0 - atomic_load(&e->pub_want_ms) > PUB_WANT_MS) {
-        if (e->n_pend_placed > 0) {            /* a copy this old is not read */
-            pthread_mutex_lock(&e->pub_mu);
+    if (!e->pub.copy || e->sleep.sleeping || t0 - atomic_load(&e->pub.pub_want_ms) > PUB_WANT_MS) {
+        if (e->pub.n_pend_placed > 0) {            /* a copy this old is not read */
+            pthread_mutex_lock(&e->pub.pub_mu);
             eng_pend_flush(e);
-            pthread_mutex_unlock(&e->pub_mu);
+            pthread_mutex_unlock(&e->pub.pub_mu);
         }
         return;
     }
     static __thread eng_stats st;          /* filled outside the lock */
     eng_stats_fill(e, &st);
-    if (!e->adm_in_step) eng_adm_inputs(e, &e->adm_in);
-    pthread_mutex_lock(&e->pub_mu);
-    e->pub->stats = st;
-    e->pub->in = e->adm_in;
-    e->pub->n_scope = eng_adm_scopes(e, e->pub->scope, ENG_MAX_POOLS + 1);
+    if (!e->adm.adm_in_step) eng_adm_inputs(e, &e->adm.adm_in);
+    pthread_mutex_lock(&e->pub.pub_mu);
+    e->pub.copy->stats = st;
+    e->pub.copy->in = e->adm.adm_in;
+    e->pub.copy->n_scope = eng_adm_scopes(e, e->pub.copy->scope, ENG_MAX_POOLS + 1);
     eng_pend_flush(e);                     /* the copy shows their slots now */
-    e->pub->t_ms = pk_time_ms();
-    e->pub->valid = true;
-    pthread_mutex_unlock(&e->pub_mu);
-    e->control_ms += pk_time_ms() - t0;
+    e->pub.copy->t_ms = pk_time_ms();
+    e->pub.copy->valid = true;
+    pthread_mutex_unlock(&e->pub.pub_mu);
+    e->stat.control_ms += pk_time_ms() - t0;
 }
 
 static void *engine_main(void *arg)
@@ -753,20 +753,20 @@ static void *engine_main(void *arg)
     eng *e = arg;
     pthread_setname_np(pthread_self(), "pk-engine");     /* per-thread CPU in /proc, profilers */
     while (take_mailbox(e)) {
-        e->t_step_ms = pk_time_ms();       /* the step's time, placement and prompt work included */
+        e->adm.t_step_ms = pk_time_ms();       /* the step's time, placement and prompt work included */
         drop_cancelled(e);
         eng_place_waiting(e);
         int32_t n_dec, n = build_batch(e, &n_dec);
         while (n > 0 && !eng_make_room(e, n) && shed_newest(e)) n = build_batch(e, &n_dec);
-        if (n > 0 && e->test_step_ms > 0)
-            nanosleep(&(struct timespec){ .tv_sec = e->test_step_ms / 1000,
-                                          .tv_nsec = (long)(e->test_step_ms % 1000) * 1000000 }, NULL);
+        if (n > 0 && e->dbg.test_step_ms > 0)
+            nanosleep(&(struct timespec){ .tv_sec = e->dbg.test_step_ms / 1000,
+                                          .tv_nsec = (long)(e->dbg.test_step_ms % 1000) * 1000000 }, NULL);
         if (n > 0 && decode(e, n, n_dec) == PK_OK) sample_and_emit(e, n, n_dec);
-        if (n > 0 || has_work(e)) e->idle_since_ms = pk_time_ms();
-        e->nap = n == 0 && e->n_waiting > 0 && !running(e) && !eng_pool_busy(e);
+        if (n > 0 || has_work(e)) e->sleep.idle_since_ms = pk_time_ms();
+        e->wq.nap = n == 0 && e->wq.n_waiting > 0 && !running(e) && !eng_pool_busy(e);
         eng_admit_step(e);
         publish(e);
-        if (e->check) eng_check(e);
+        if (e->dbg.check) eng_check(e);
     }
     return NULL;
 }
@@ -775,8 +775,8 @@ static void *engine_main(void *arg)
 
 void eng_stats_fill(eng *e, eng_stats *o)
 {
-    if (e->sleeping) {                     /* nothing changes while asleep but the clock */
-        *o = *e->sleep_stats;
+    if (e->sleep.sleeping) {                     /* nothing changes while asleep but the clock */
+        *o = *e->sleep.sleep_stats;
         o->ts_ms = pk_wall_ms();
         return;
     }
@@ -819,23 +819,23 @@ void eng_stats_fill(eng *e, eng_stats *o)
     int32_t toks = 0;
     double oldest = now;
     for (int32_t k = 0; k < AGG_RING; k++) {
-        if (e->agg[k].t_ms <= 0 || now - e->agg[k].t_ms > e->p.tps_window_ms) continue;
-        toks += e->agg[k].n;
-        oldest = fmin(oldest, e->agg[k].t_ms);
+        if (e->stat.agg[k].t_ms <= 0 || now - e->stat.agg[k].t_ms > e->p.tps_window_ms) continue;
+        toks += e->stat.agg[k].n;
+        oldest = fmin(oldest, e->stat.agg[k].t_ms);
     }
     o->aggregate_tps = toks > 0 ? toks * 1000.0 / fmax(now - oldest, e->p.tps_window_ms / 4.0) : 0;
-    o->n_waiting = e->n_waiting;
+    o->n_waiting = e->wq.n_waiting;
     o->kv_used = mem_used(e->mem);
     o->kv_total = e->p.n_ctx;
-    o->n_prompt_tokens = e->n_prompt_tokens;
-    o->n_predicted_tokens = e->n_predicted_tokens;
-    o->n_decode_calls = e->n_decode_calls;
-    o->n_tokens_max = e->n_tokens_max;
-    o->n_busy_slots_sum = e->n_busy_slots_sum;
-    o->control_ms_total = e->control_ms;
-    o->n_requests_done = e->n_done;
-    o->prompt_ms_total = e->prompt_ms_total;
-    o->predicted_ms_total = e->predicted_ms_total;
+    o->n_prompt_tokens = e->stat.n_prompt_tokens;
+    o->n_predicted_tokens = e->stat.n_predicted_tokens;
+    o->n_decode_calls = e->stat.n_decode_calls;
+    o->n_tokens_max = e->stat.n_tokens_max;
+    o->n_busy_slots_sum = e->stat.n_busy_slots_sum;
+    o->control_ms_total = e->stat.control_ms;
+    o->n_requests_done = e->stat.n_done;
+    o->prompt_ms_total = e->stat.prompt_ms_total;
+    o->predicted_ms_total = e->stat.predicted_ms_total;
     o->kv_cell_bytes = mem_pos_bytes(e->mem);
     o->seq_ids_used = e->seqs.n_used;
     o->seq_ids_max = eng_seq_max(e);
@@ -850,16 +850,16 @@ void eng_stats_fill(eng *e, eng_stats *o)
  * The caller unlocks pub_mu. */
 static bool pub_lock(eng *e)
 {
-    atomic_store(&e->pub_want_ms, pk_time_ms());
-    pthread_mutex_lock(&e->pub_mu);
-    return e->pub->valid && pk_time_ms() - e->pub->t_ms < PUB_FRESH_MS;
+    atomic_store(&e->pub.pub_want_ms, pk_time_ms());
+    pthread_mutex_lock(&e->pub.pub_mu);
+    return e->pub.copy->valid && pk_time_ms() - e->pub.copy->t_ms < PUB_FRESH_MS;
 }
 
 static bool from_pub_stats(eng *e, eng_stats *out)
 {
     bool ok = pub_lock(e);
-    if (ok) *out = e->pub->stats;
-    pthread_mutex_unlock(&e->pub_mu);
+    if (ok) *out = e->pub.copy->stats;
+    pthread_mutex_unlock(&e->pub.pub_mu);
     return ok;
 }
 
@@ -877,7 +877,7 @@ pk_status eng_get_stats_recent(eng *e, eng_stats *out)
 static bool from_pub_capacity(eng *e, int32_t pool_id, int32_t expected, const char *session, eng_capacity_reply *out)
 {
     bool ok = pub_lock(e);
-    eng_pub *p = e->pub;
+    eng_pub *p = e->pub.copy;
     const eng_pub_scope *ps = NULL;
     for (int32_t i = 0; ok && i < p->n_scope && !ps; i++)
         if (p->scope[i].pool_id == pool_id) ps = &p->scope[i];
@@ -886,12 +886,12 @@ static bool from_pub_capacity(eng *e, int32_t pool_id, int32_t expected, const c
         if (!sc.policy.set) sc.policy = e->p.admission;
         adm_session ss[ENG_ADM_ROWS];
         adm_snapshot s;
-        eng_adm_snapshot(&p->in, e->pend, pool_id, ps->prefix_len, &sc, expected, eng_adm_known(&p->in, session), ss, &s);
+        eng_adm_snapshot(&p->in, e->pub.pend, pool_id, ps->prefix_len, &sc, expected, eng_adm_known(&p->in, session), ss, &s);
         s.now_ms = pk_time_ms();         /* settle windows run on the reader's clock too */
         out->status = adm_decide(&s, &out->a);
         out->policy = sc.policy;
     }
-    pthread_mutex_unlock(&e->pub_mu);
+    pthread_mutex_unlock(&e->pub.pub_mu);
     return ok && ps;   /* a pool the copy does not know yet: ask the engine */
 }
 
@@ -989,9 +989,9 @@ pk_status eng_submit(eng *e, const eng_completion *c, eng_task **out)
     if (c->n_bias < 0 || (c->n_bias > 0 && !c->bias)) return PK_EINVAL;
     for (int32_t i = 0; i < c->n_bias; i++)
         if (c->bias[i].token < 0 || c->bias[i].token >= e->n_vocab || isnan(c->bias[i].bias)) return PK_EINVAL;
-    pthread_mutex_lock(&e->mu);
-    uint64_t id = ++e->next_id;
-    pthread_mutex_unlock(&e->mu);
+    pthread_mutex_lock(&e->mb.mu);
+    uint64_t id = ++e->mb.next_id;
+    pthread_mutex_unlock(&e->mb.mu);
     eng_task *t = eng_task_new(id, c);
     if (!t) return PK_ENOMEM;
     t->t_submit_ms = pk_time_ms();
@@ -1019,25 +1019,24 @@ pk_status eng_new(const model *m, const eng_params *p, eng **out)
     eng *e = calloc(1, sizeof *e);
     if (!e) return PK_ENOMEM;
     e->m = m;
-    e->vocab = model_vocab(m);
     e->p = *p;
     e->n_ctx_slot = p->kv_unified ? p->n_ctx : p->n_ctx / p->n_slots;
     e->n_vocab = model_get_hparams(m)->n_vocab;
-    e->adm.policy = p->admission;
+    e->adm.server.policy = p->admission;
     model_ctx_params cp = eng_ctx_params(e);
     pk_status st = model_ctx_new(m, &cp, &e->ctx);
     if (st || (st = mem_new(e->ctx, &e->mem))) goto fail;
     st = PK_ENOMEM;
     e->slots = calloc((size_t)p->n_slots, sizeof *e->slots);
-    e->b_tok = malloc((size_t)p->n_batch * sizeof *e->b_tok);
-    e->b_pos = malloc((size_t)p->n_batch * sizeof *e->b_pos);
-    e->b_nseq = malloc((size_t)p->n_batch * sizeof *e->b_nseq);
-    e->b_seq = calloc((size_t)p->n_batch, sizeof *e->b_seq);
-    e->b_want = malloc((size_t)p->n_batch * sizeof *e->b_want);
-    e->logits = malloc((size_t)p->n_slots * e->n_vocab * sizeof(float));
-    e->bias_logits = malloc((size_t)e->n_vocab * sizeof *e->bias_logits);
-    if (!e->slots || !e->b_tok || !e->b_pos || !e->b_nseq || !e->b_seq || !e->b_want || !e->logits ||
-        !e->bias_logits)
+    e->batch.b_tok = malloc((size_t)p->n_batch * sizeof *e->batch.b_tok);
+    e->batch.b_pos = malloc((size_t)p->n_batch * sizeof *e->batch.b_pos);
+    e->batch.b_nseq = malloc((size_t)p->n_batch * sizeof *e->batch.b_nseq);
+    e->batch.b_seq = calloc((size_t)p->n_batch, sizeof *e->batch.b_seq);
+    e->batch.b_want = malloc((size_t)p->n_batch * sizeof *e->batch.b_want);
+    e->batch.logits = malloc((size_t)p->n_slots * e->n_vocab * sizeof(float));
+    e->batch.bias_logits = malloc((size_t)e->n_vocab * sizeof *e->batch.bias_logits);
+    if (!e->slots || !e->batch.b_tok || !e->batch.b_pos || !e->batch.b_nseq || !e->batch.b_seq || !e->batch.b_want || !e->batch.logits ||
+        !e->batch.bias_logits)
         goto fail;
     for (int32_t i = 0; i < p->n_slots; i++) {
         e->slots[i].id = i;
@@ -1047,42 +1046,42 @@ pk_status eng_new(const model *m, const eng_params *p, eng **out)
     if ((st = eng_place_init(e)) || (st = eng_pool_init(e)) || (st = eng_save_init(e))) goto fail;
     st = PK_ENOMEM;
 #ifdef PK_DEBUG
-    e->check = true;
+    e->dbg.check = true;
 #endif
     const char *chk = getenv("POLYKV_CHECK");
-    if (chk && *chk) e->check = strcmp(chk, "0") != 0;
+    if (chk && *chk) e->dbg.check = strcmp(chk, "0") != 0;
     const char *delay = getenv("POLYKV_TEST_STEP_DELAY_MS");
-    e->test_step_ms = delay ? MAX(atoi(delay), 0) : 0;
-    if (!(e->pub = calloc(1, sizeof *e->pub))) goto fail;
-    atomic_init(&e->pub_want_ms, -1e12);
-    pthread_mutex_init(&e->mu, NULL);
-    pthread_mutex_init(&e->pub_mu, NULL);
+    e->dbg.test_step_ms = delay ? MAX(atoi(delay), 0) : 0;
+    if (!(e->pub.copy = calloc(1, sizeof *e->pub.copy))) goto fail;
+    atomic_init(&e->pub.pub_want_ms, -1e12);
+    pthread_mutex_init(&e->mb.mu, NULL);
+    pthread_mutex_init(&e->pub.pub_mu, NULL);
     pthread_condattr_t ca;                 /* wait_mail's deadlines are on pk_time_ms's clock */
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&e->cv, &ca);
+    pthread_cond_init(&e->mb.cv, &ca);
     pthread_condattr_destroy(&ca);
-    atomic_init(&e->asleep, false);
-    e->idle_since_ms = pk_time_ms();
-    pthread_cond_init(&e->reply_cv, NULL);
+    atomic_init(&e->sleep.asleep, false);
+    e->sleep.idle_since_ms = pk_time_ms();
+    pthread_cond_init(&e->mb.reply_cv, NULL);
     if (pthread_create(&e->thread, NULL, engine_main, e)) {
-        pthread_mutex_destroy(&e->mu);
-        pthread_mutex_destroy(&e->pub_mu);
-        pthread_cond_destroy(&e->cv);
-        pthread_cond_destroy(&e->reply_cv);
+        pthread_mutex_destroy(&e->mb.mu);
+        pthread_mutex_destroy(&e->pub.pub_mu);
+        pthread_cond_destroy(&e->mb.cv);
+        pthread_cond_destroy(&e->mb.reply_cv);
         goto fail;
     }
     *out = e;
     return PK_OK;
 fail:
-    free(e->pub);
+    free(e->pub.copy);
     eng_save_free(e);
     eng_pool_free(e);
     eng_place_free(e);
     if (e->slots)
         for (int32_t i = 0; i < p->n_slots; i++) free(e->slots[i].cache);
-    free(e->slots); free(e->b_tok); free(e->b_pos); free(e->b_nseq); free(e->b_seq);
-    free(e->b_want); free(e->logits); free(e->bias_logits);
+    free(e->slots); free(e->batch.b_tok); free(e->batch.b_pos); free(e->batch.b_nseq); free(e->batch.b_seq);
+    free(e->batch.b_want); free(e->batch.logits); free(e->batch.bias_logits);
     mem_free(e->mem);
     model_ctx_free(e->ctx);
     free(e);
@@ -1092,28 +1091,28 @@ fail:
 void eng_free(eng *e)
 {
     if (!e) return;
-    pthread_mutex_lock(&e->mu);
-    e->stop = true;
-    pthread_cond_broadcast(&e->cv);
-    pthread_mutex_unlock(&e->mu);
+    pthread_mutex_lock(&e->mb.mu);
+    e->mb.stop = true;
+    pthread_cond_broadcast(&e->mb.cv);
+    pthread_mutex_unlock(&e->mb.mu);
     pthread_join(e->thread, NULL);
 
     /* What the loop never took: tasks join the wait queue, control
      * messages are answered "stopping" (post refuses new ones now). */
-    for (eng_msg *m = e->inbox_head, *nx; m; m = nx) {
+    for (eng_msg *m = e->mb.inbox_head, *nx; m; m = nx) {
         nx = m->next;
         if (m->kind == ENG_MSG_TASK) {
             eng_task *t = container_of(m, eng_task, msg);
             t->next = NULL;
-            if (e->wait_tail) e->wait_tail->next = t;
-            else e->wait_head = t;
-            e->wait_tail = t;
+            if (e->wq.wait_tail) e->wq.wait_tail->next = t;
+            else e->wq.wait_head = t;
+            e->wq.wait_tail = t;
             continue;
         }
         refuse_msg(e, m, PK_ECANCELLED, "the engine is stopping");
     }
-    e->inbox_head = e->inbox_tail = NULL;
-    for (eng_task *t = e->wait_head, *nx; t; t = nx) {
+    e->mb.inbox_head = e->mb.inbox_tail = NULL;
+    for (eng_task *t = e->wq.wait_head, *nx; t; t = nx) {
         nx = t->next;
         eng_task_fail(t, PK_ECANCELLED, "the server is shutting down");
         eng_task_unref(t);
@@ -1132,21 +1131,21 @@ void eng_free(eng *e)
     /* A clean shutdown: whatever pinned pool has no file yet gets one. */
     eng_persist_sync(e, NULL, 0);             /* a failure is logged: nobody to answer */
     eng_save_free(e);
-    for (int32_t i = 0; i < e->n_gram_idle; i++) gram_matcher_free(e->gram_idle[i]);
-    gram_vocab_free(e->gvocab);
-    free(e->gram_logits);
-    free(e->bias_logits);
+    for (int32_t i = 0; i < e->batch.n_gram_idle; i++) gram_matcher_free(e->batch.gram_idle[i]);
+    gram_vocab_free(e->batch.gvocab);
+    free(e->batch.gram_logits);
+    free(e->batch.bias_logits);
     eng_pool_free(e);
     eng_place_free(e);
-    free(e->slots); free(e->b_tok); free(e->b_pos); free(e->b_nseq); free(e->b_seq);
-    free(e->b_want); free(e->logits);
+    free(e->slots); free(e->batch.b_tok); free(e->batch.b_pos); free(e->batch.b_nseq); free(e->batch.b_seq);
+    free(e->batch.b_want); free(e->batch.logits);
     mem_free(e->mem);
     model_ctx_free(e->ctx);
-    pthread_mutex_destroy(&e->mu);
-    pthread_mutex_destroy(&e->pub_mu);
-    pthread_cond_destroy(&e->cv);
-    pthread_cond_destroy(&e->reply_cv);
-    free(e->pub);
-    free(e->sleep_stats);
+    pthread_mutex_destroy(&e->mb.mu);
+    pthread_mutex_destroy(&e->pub.pub_mu);
+    pthread_cond_destroy(&e->mb.cv);
+    pthread_cond_destroy(&e->mb.reply_cv);
+    free(e->pub.copy);
+    free(e->sleep.sleep_stats);
     free(e);
 }

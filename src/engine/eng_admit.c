@@ -5,7 +5,7 @@
  * placement, records admits and completes settle windows after each step.
  *
  * Scopes: each pool has one (eng_pool.c keeps it beside the pool), and the
- * server has one for sessions on no pool (e->adm).  A scope whose policy is
+ * server has one for sessions on no pool (e->adm.server).  A scope whose policy is
  * not set records and gates nothing: a server with no policy behaves as
  * before.  Engine thread only.
  */
@@ -28,10 +28,10 @@ bool eng_session_known(const eng *e, const char *session)
         const slot *s = &e->slots[i];
         if (slot_knows(s) && !strcmp(s->session, session)) return true;
     }
-    for (int32_t i = 0; i < e->n_parked_max; i++)
-        if (e->parked[i].used && !strcmp(e->parked[i].session, session)) return true;
-    for (int32_t i = 0; i < e->n_spill_max; i++)
-        if (e->spill[i].used && !strcmp(e->spill[i].session, session)) return true;
+    for (int32_t i = 0; i < e->hist.n_parked_max; i++)
+        if (e->hist.parked[i].used && !strcmp(e->hist.parked[i].session, session)) return true;
+    for (int32_t i = 0; i < e->hist.n_spill_max; i++)
+        if (e->hist.spill[i].used && !strcmp(e->hist.spill[i].session, session)) return true;
     return false;
 }
 
@@ -73,19 +73,19 @@ static bool away_pausing(const eng *e, const char *session, double last_use_s, d
 int32_t eng_away_pausing(const eng *e, double now_s)
 {
     int32_t n = 0;
-    for (int32_t i = 0; i < e->n_parked_max; i++) {
-        const parked *p = &e->parked[i];
+    for (int32_t i = 0; i < e->hist.n_parked_max; i++) {
+        const parked *p = &e->hist.parked[i];
         n += p->used && away_pausing(e, p->session, p->last_use_s, p->max_gap_ms, now_s);
     }
-    for (int32_t i = 0; i < e->n_spill_max; i++) {
-        const spilled *sp = &e->spill[i];
+    for (int32_t i = 0; i < e->hist.n_spill_max; i++) {
+        const spilled *sp = &e->hist.spill[i];
         n += sp->used && away_pausing(e, sp->session, sp->last_use_s, sp->max_gap_ms, now_s);
     }
     return n;
 }
 
 /* What every capacity answer is computed from, for all scopes at once:
- * filled by the engine (now, or after each step into e->pub, so that
+ * filled by the engine (now, or after each step into e->pub.copy, so that
  * readers answer without waiting for a step). */
 void eng_adm_inputs(eng *e, eng_adm_in *in)
 {
@@ -113,15 +113,15 @@ void eng_adm_inputs(eng *e, eng_adm_in *in)
             memcpy(in->known[in->n_known++], s->session, ENG_SESSION_CAP);
     }
     in->n_rows = in->n_slots;
-    for (int32_t i = 0; i < e->n_parked_max; i++) {
-        const parked *p = &e->parked[i];
+    for (int32_t i = 0; i < e->hist.n_parked_max; i++) {
+        const parked *p = &e->hist.parked[i];
         if (!p->used) continue;
         reclaim += excl[p->seq];
         if (p->session[0] && in->n_known < ENG_ADM_KNOWN) memcpy(in->known[in->n_known++], p->session, ENG_SESSION_CAP);
         away(in, p->session, p->pool_id, p->last_use_s, p->max_gap_ms, p->n_tokens, excl[p->seq], now_s);
     }
-    for (int32_t i = 0; i < e->n_spill_max; i++) {
-        const spilled *sp = &e->spill[i];
+    for (int32_t i = 0; i < e->hist.n_spill_max; i++) {
+        const spilled *sp = &e->hist.spill[i];
         if (!sp->used || !sp->session[0]) continue;
         if (in->n_known < ENG_ADM_KNOWN) memcpy(in->known[in->n_known++], sp->session, ENG_SESSION_CAP);
         away(in, sp->session, sp->pool_id, sp->last_use_s, sp->max_gap_ms, sp->n_tokens, 0, now_s);
@@ -133,7 +133,7 @@ void eng_adm_inputs(eng *e, eng_adm_in *in)
     in->now_ms = pk_time_ms();
     in->rate_window_ms = e->p.tps_window_ms;
     in->rate_window_tokens = e->p.tps_window_tokens;
-    in->curve = e->curve;
+    in->curve = e->adm.curve;
 }
 
 bool eng_adm_known(const eng_adm_in *in, const char *session)
@@ -191,61 +191,61 @@ void eng_adm_snapshot(const eng_adm_in *in, const eng_pend *pend, int32_t pool_i
 
 void eng_pend_add(eng *e, eng_task *t)
 {
-    pthread_mutex_lock(&e->pub_mu);
+    pthread_mutex_lock(&e->pub.pub_mu);
     for (int32_t i = 0; i < ENG_PEND_MAX && !t->pend; i++) {
-        eng_pend *p = &e->pend[i];
+        eng_pend *p = &e->pub.pend[i];
         if (p->task_id) continue;
         *p = (eng_pend){ .task_id = t->id, .pool_id = MAX(t->req.pool_id, 0) };
         memcpy(p->session, t->req.session_id, ENG_SESSION_CAP);
         t->pend = i + 1;
     }
-    pthread_mutex_unlock(&e->pub_mu);
+    pthread_mutex_unlock(&e->pub.pub_mu);
 }
 
 void eng_pend_drop(eng *e, eng_task *t, bool placed)
 {
     if (!t->pend) return;
-    pthread_mutex_lock(&e->pub_mu);
-    eng_pend *p = &e->pend[t->pend - 1];
+    pthread_mutex_lock(&e->pub.pub_mu);
+    eng_pend *p = &e->pub.pend[t->pend - 1];
     if (placed) {
         p->placed = true;
         p->held = false;
-        e->n_pend_placed++;
+        e->pub.n_pend_placed++;
     } else {
         p->task_id = 0;
     }
     t->pend = 0;
-    pthread_mutex_unlock(&e->pub_mu);
+    pthread_mutex_unlock(&e->pub.pub_mu);
 }
 
 void eng_pend_flush(eng *e)
 {
-    for (int32_t i = 0; i < ENG_PEND_MAX && e->n_pend_placed > 0; i++)
-        if (e->pend[i].task_id && e->pend[i].placed) {
-            e->pend[i] = (eng_pend){ 0 };
-            e->n_pend_placed--;
+    for (int32_t i = 0; i < ENG_PEND_MAX && e->pub.n_pend_placed > 0; i++)
+        if (e->pub.pend[i].task_id && e->pub.pend[i].placed) {
+            e->pub.pend[i] = (eng_pend){ 0 };
+            e->pub.n_pend_placed--;
         }
 }
 
 void eng_pend_held(eng *e, eng_task *t)
 {
-    if (!t->pend || e->pend[t->pend - 1].held) return;   /* (only the engine writes held) */
-    pthread_mutex_lock(&e->pub_mu);
-    e->pend[t->pend - 1].held = true;
-    pthread_mutex_unlock(&e->pub_mu);
+    if (!t->pend || e->pub.pend[t->pend - 1].held) return;   /* (only the engine writes held) */
+    pthread_mutex_lock(&e->pub.pub_mu);
+    e->pub.pend[t->pend - 1].held = true;
+    pthread_mutex_unlock(&e->pub.pub_mu);
 }
 
 int32_t eng_adm_scopes(eng *e, eng_pub_scope *out, int32_t cap)
 {
-    out[0] = (eng_pub_scope){ .pool_id = 0, .prefix_len = 0, .sc = e->adm };
+    out[0] = (eng_pub_scope){ .pool_id = 0, .prefix_len = 0, .sc = e->adm.server };
     return 1 + eng_pool_scopes(e, out + 1, cap - 1);
 }
 
-/* The snapshot of pool_id's scope from e->adm_in as it was last read. */
+/* The snapshot of pool_id's scope from e->adm.adm_in as it was last read. */
 static void scope_snap(eng *e, int32_t pool_id, const eng_scope *sc, int32_t expected, bool known, adm_session *ss,
                        adm_snapshot *o)
 {
-    eng_adm_snapshot(&e->adm_in, NULL, pool_id, pool_id > 0 ? eng_pool_prefix_len(e, pool_id) : 0, sc, expected, known,
+    eng_adm_snapshot(&e->adm.adm_in, NULL, pool_id, pool_id > 0 ? eng_pool_prefix_len(e, pool_id) : 0, sc, expected, known,
                      ss, o);
 }
 
@@ -253,7 +253,7 @@ static void scope_snap(eng *e, int32_t pool_id, const eng_scope *sc, int32_t exp
 static void snap(eng *e, int32_t pool_id, const eng_scope *sc, int32_t expected, bool known, adm_session *ss,
                  adm_snapshot *o)
 {
-    eng_adm_inputs(e, &e->adm_in);
+    eng_adm_inputs(e, &e->adm.adm_in);
     scope_snap(e, pool_id, sc, expected, known, ss, o);
 }
 
@@ -265,12 +265,12 @@ static void decide(eng *e, int32_t pool_id, const eng_scope *sc, int32_t expecte
 {
     adm_session ss[ENG_ADM_ROWS];
     adm_snapshot s;
-    eng_adm_inputs(e, &e->adm_in);
-    if (with_pending) pthread_mutex_lock(&e->pub_mu);
-    eng_adm_snapshot(&e->adm_in, with_pending ? e->pend : NULL, pool_id,
+    eng_adm_inputs(e, &e->adm.adm_in);
+    if (with_pending) pthread_mutex_lock(&e->pub.pub_mu);
+    eng_adm_snapshot(&e->adm.adm_in, with_pending ? e->pub.pend : NULL, pool_id,
                      pool_id > 0 ? eng_pool_prefix_len(e, pool_id) : 0, sc, expected, known, ss, &s);
     ASSERT(adm_decide(&s, a) == PK_OK);
-    if (with_pending) pthread_mutex_unlock(&e->pub_mu);
+    if (with_pending) pthread_mutex_unlock(&e->pub.pub_mu);
 }
 
 /* ---- messages --------------------------------------------------------- */
@@ -352,7 +352,7 @@ bool eng_admit_gate(eng *e, eng_task *t, int32_t p_share, bool *failed)
      * pass held for the scope's sake (not its own size) waits too.  Asked
      * on its own, a moment later, it could find the hold just lifted (a
      * live session's time ran out between the two answers) and go first. */
-    if (sc->held_pass == e->place_pass) {
+    if (sc->held_pass == e->wq.place_pass) {
         if (!t->adm_held) {
             sc->decisions[sc->held_decision]++;
             log_decision(e, t, pool, (eng_adm_decision)sc->held_decision, NULL);
@@ -389,7 +389,7 @@ bool eng_admit_gate(eng *e, eng_task *t, int32_t p_share, bool *failed)
         t->adm_held = true;
         eng_pend_held(e, t);
         if (a.arm != 1) {                  /* held for the scope, not for its own size */
-            sc->held_pass = e->place_pass;
+            sc->held_pass = e->wq.place_pass;
             sc->held_decision = (int32_t)d;
         }
         return false;
@@ -423,8 +423,8 @@ void eng_admit_placed(eng *e, eng_task *t)
 static void settle_scope(eng *e, int32_t pool_id, eng_scope *sc)
 {
     if (!sc->policy.set) return;
-    if (!e->adm_in_step) eng_adm_inputs(e, &e->adm_in);
-    e->adm_in_step = true;
+    if (!e->adm.adm_in_step) eng_adm_inputs(e, &e->adm.adm_in);
+    e->adm.adm_in_step = true;
     adm_session ss[ENG_ADM_ROWS];
     adm_snapshot s;
     scope_snap(e, pool_id, sc, -1, false, ss, &s);
@@ -433,16 +433,16 @@ static void settle_scope(eng *e, int32_t pool_id, eng_scope *sc)
 
 void eng_admit_step(eng *e)
 {
-    e->adm_in_step = false;
-    settle_scope(e, 0, &e->adm);
+    e->adm.adm_in_step = false;
+    settle_scope(e, 0, &e->adm.server);
     eng_pool_each_scope(e, settle_scope);
 }
 
 /* Any scope with a policy?  Only then do continuations go first. */
 static bool any_policy(eng *e)
 {
-    if (e->adm.policy.set) return true;
-    for (eng_task *t = e->wait_head; t; t = t->next) {
+    if (e->adm.server.policy.set) return true;
+    for (eng_task *t = e->wq.wait_head; t; t = t->next) {
         eng_scope *sc = t->req.pool_id > 0 ? eng_pool_scope(e, t->req.pool_id) : NULL;
         if (sc && sc->policy.set) return true;
     }
@@ -451,9 +451,9 @@ static bool any_policy(eng *e)
 
 void eng_admit_order(eng *e)
 {
-    if (!e->wait_head || !e->wait_head->next || !any_policy(e)) return;
+    if (!e->wq.wait_head || !e->wq.wait_head->next || !any_policy(e)) return;
     eng_task *cont = NULL, **ct = &cont, *rest = NULL, **rt = &rest;
-    for (eng_task *t = e->wait_head, *nx; t; t = nx) {
+    for (eng_task *t = e->wq.wait_head, *nx; t; t = nx) {
         nx = t->next;
         t->next = NULL;
         if (eng_session_known(e, t->req.session_id)) {
@@ -465,10 +465,10 @@ void eng_admit_order(eng *e)
         }
     }
     *ct = rest;
-    e->wait_head = cont;
+    e->wq.wait_head = cont;
     eng_task *last = NULL;
-    for (eng_task *t = e->wait_head; t; t = t->next) last = t;
-    e->wait_tail = last;
+    for (eng_task *t = e->wq.wait_head; t; t = t->next) last = t;
+    e->wq.wait_tail = last;
 }
 
 void eng_admit_stats(eng *e, int32_t pool_id, eng_adm_info *o)

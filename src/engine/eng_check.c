@@ -21,16 +21,16 @@
 
 static void check_asleep(const eng *e)
 {
-    ASSERT(!e->ctx && !e->mem && e->n_waiting == 0 && model_weights_released(e->m));
+    ASSERT(!e->ctx && !e->mem && e->wq.n_waiting == 0 && model_weights_released(e->m));
     for (int32_t i = 0; i < e->p.n_slots; i++)
         ASSERT(e->slots[i].state == ENG_SLOT_IDLE && e->slots[i].n_cache == 0 && !e->slots[i].pool_id);
-    for (int32_t i = 0; i < e->n_parked_max; i++) ASSERT(!e->parked[i].used);
-    ASSERT(e->spill_bytes == 0);
+    for (int32_t i = 0; i < e->hist.n_parked_max; i++) ASSERT(!e->hist.parked[i].used);
+    ASSERT(e->hist.spill_bytes == 0);
 }
 
 void eng_check(eng *e)
 {
-    if (e->sleeping) {
+    if (e->sleep.sleeping) {
         check_asleep(e);
         return;
     }
@@ -45,13 +45,13 @@ void eng_check(eng *e)
     ASSERT(n_used_ids == e->seqs.n_used && owned == mem_used(e->mem));
 
     int32_t n = 0;
-    for (const eng_task *t = e->wait_head; t; t = t->next) {
+    for (const eng_task *t = e->wq.wait_head; t; t = t->next) {
         n++;
         ASSERT(t->pend >= 0 && t->pend <= ENG_PEND_MAX);
-        ASSERT(!t->pend || (e->pend[t->pend - 1].task_id == t->id && !e->pend[t->pend - 1].placed));
+        ASSERT(!t->pend || (e->pub.pend[t->pend - 1].task_id == t->id && !e->pub.pend[t->pend - 1].placed));
     }
-    ASSERT(n == e->n_waiting);
-    ASSERT(e->n_pend_placed == 0);
+    ASSERT(n == e->wq.n_waiting);
+    ASSERT(e->pub.n_pend_placed == 0);
 
     for (int32_t i = 0; i < e->p.n_slots; i++) {
         const slot *s = &e->slots[i];
@@ -61,8 +61,8 @@ void eng_check(eng *e)
         ASSERT(s->n_cache >= 0 && s->n_cache <= e->n_ctx_slot);
         ASSERT(mem_holds(e->mem, s->id, s->n_cache));
     }
-    for (int32_t i = 0; i < e->n_parked_max; i++) {
-        const parked *p = &e->parked[i];
+    for (int32_t i = 0; i < e->hist.n_parked_max; i++) {
+        const parked *p = &e->hist.parked[i];
         if (!p->used) {
             ASSERT(p->seq == -1);
             continue;
@@ -71,8 +71,8 @@ void eng_check(eng *e)
         ASSERT(mem_seq_cells(e->mem, p->seq) == p->n_tokens);
     }
     size_t bytes = 0;
-    for (int32_t i = 0; i < e->n_spill_max; i++)
-        if (e->spill[i].used) bytes += mem_image_bytes(e->mem, e->spill[i].n_tokens);
-    ASSERT(bytes == e->spill_bytes);
+    for (int32_t i = 0; i < e->hist.n_spill_max; i++)
+        if (e->hist.spill[i].used) bytes += mem_image_bytes(e->mem, e->hist.spill[i].n_tokens);
+    ASSERT(bytes == e->hist.spill_bytes);
     ASSERT(eng_pool_check(e));
 }

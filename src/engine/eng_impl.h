@@ -224,60 +224,48 @@ typedef struct spilled {
     uint8_t *rows;              /* [n_tokens][n_layer][K row, V row] */
 } spilled;
 
-struct eng {
-    const model *m;
-    const tok_vocab *vocab;
-    eng_params p;
-    int32_t n_ctx_slot, n_vocab;
-    model_ctx *ctx;
-    mem *mem;                   /* the sequences' state (src/mem), NULL asleep */
-    pthread_t thread;
+/* ---- the engine, by owner ----
+ *
+ * Each sub-object is written by the file named beside it and checked by
+ * eng_check; "engine" means the engine thread only.  Other threads touch
+ * only the mailbox (under mb.mu), the published copy (under pub.pub_mu) and
+ * sleep.asleep (atomic). */
 
-    pthread_mutex_t mu;         /* guards the mailbox: inbox, stop, next_id, calls' done */
+/* The mailbox (eng.c): posted by any thread, taken by the engine. */
+typedef struct eng_mailbox {
+    pthread_mutex_t mu;         /* guards everything below and calls' done */
     pthread_cond_t cv;          /* wakes the engine */
     pthread_cond_t reply_cv;    /* wakes askers of control messages */
     eng_msg *inbox_head, *inbox_tail;
     bool stop;
     uint64_t next_id;
-    bool check;                 /* eng_check after every step (debug builds, POLYKV_CHECK=1) */
-    int32_t test_step_ms;       /* tests: every batch lasts this much longer (POLYKV_TEST_STEP_DELAY_MS),
-                                   what a big model's steps do to the answers served between them */
-    atomic_bool asleep;         /* eng_is_sleeping: written by the engine thread */
+} eng_mailbox;
 
-    /* Sleeping (eng_sleep.c), engine thread only. */
-    bool sleeping;              /* ctx, kv NULL, the weights released */
-    double idle_since_ms;       /* the last step with work, or message other than stats */
-    eng_stats *sleep_stats;     /* what stats answer while sleeping */
-
-    /* Engine thread only below. */
+/* Tasks taken from the mailbox and not placed yet, in placement order
+ * (eng_place.c places them; eng.c adds and drops cancelled ones; engine). */
+typedef struct eng_waitq {
     eng_task *wait_head, *wait_tail;
-    int32_t n_waiting;
-    slot *slots;
-    eng_seqs seqs;              /* eng_seq.c */
-    struct eng_pools *pools;    /* eng_pool.c */
-    struct eng_persist *persist; /* eng_save.c */
-    eng_scope adm;              /* eng_admit.c: the server scope */
-    adm_curve curve;            /* the load curve, folded after every step (sample_and_emit) */
-    double t_step_ms;           /* when the running step began (after the mailbox) */
-    eng_adm_in adm_in;          /* scratch for snapshots (engine thread) */
-    bool adm_in_step;           /* adm_in is this step's, read once by eng_admit_step for all
-                                   scopes and by publish after it */
+    int32_t n_waiting;          /* the list's length */
     uint64_t place_pass;        /* eng_place_waiting calls */
     bool nap;                   /* the last step had nothing to do but hold requests */
-    pthread_mutex_t pub_mu;     /* guards *pub and pend */
-    eng_pub *pub;
-    eng_pend pend[ENG_PEND_MAX]; /* requests submitted and not published placed yet (eng_admit.c) */
-    int32_t n_pend_placed;      /* entries marked placed */
-    _Atomic double pub_want_ms; /* a reader asked at this time: publish while recent */
+} eng_waitq;
+
+/* Histories out of their slots (eng_place.c parks, eng_spill.c the RAM
+ * tier; engine). */
+typedef struct eng_hists {
     parked *parked;             /* [n_parked_max], each under a parking id */
     int32_t n_parked_max;
-    spilled *spill;             /* [n_spill_max] the RAM tier (eng_spill.c) */
+    spilled *spill;             /* [n_spill_max] the RAM tier */
     int32_t n_spill_max;
-    size_t spill_bytes;         /* rows held now, at most p.cache_ram_mib */
+    size_t spill_bytes;         /* images held now, at most p.cache_ram_mib */
     int32_t spill_pin;          /* entry being restored: never evicted, -1 none */
-    struct eng_snap *snap;      /* placement scratch (eng_place.c) */
+    struct eng_snap *snap;      /* placement scratch */
     int32_t marker[16];         /* turn marker tokens */
     int32_t n_marker;
+} eng_hists;
+
+/* One step's batch and sampling scratch (eng.c; engine). */
+typedef struct eng_batch {
     int32_t *b_tok;             /* [n_batch] */
     kv_pos *b_pos;
     int32_t *b_nseq;
@@ -290,17 +278,81 @@ struct eng {
     struct gram_matcher *gram_idle[8];  /* finished tasks' matchers, oldest first: a task on an
                                            equal grammar takes one, warm (states, masks) */
     int32_t n_gram_idle;
+} eng_batch;
+
+/* Counters and the cache-event ring (eng.c, eng_place.c's events and
+ * eng_spill.c's restores; engine). */
+typedef struct eng_counters {
     int64_t step;
     struct { double t_ms; int32_t n; } agg[AGG_RING];
     int32_t agg_head;
     double prompt_tps;          /* EWMA of prefill tokens/s */
     uint64_t n_prompt_tokens, n_predicted_tokens, n_decode_calls, n_busy_slots_sum, n_done;
-    double control_ms;                     /* see eng_stats.control_ms_total */
+    double control_ms;          /* see eng_stats.control_ms_total */
     int32_t n_tokens_max;       /* largest slot n_cache seen after a decode */
     uint64_t n_tokens_reused, n_tokens_read, n_tokens_restored;
     double prompt_ms_total, predicted_ms_total;
     eng_cache_event events[ENG_CACHE_EVENTS];
     int32_t ev_head, ev_n;
+} eng_counters;
+
+/* Admission's state (eng_admit.c; the curve is folded by eng.c's
+ * sample_and_emit; engine). */
+typedef struct eng_adm_state {
+    eng_scope server;           /* the server scope */
+    adm_curve curve;            /* the load curve, folded after every step */
+    double t_step_ms;           /* when the running step began (after the mailbox) */
+    eng_adm_in adm_in;          /* scratch for snapshots */
+    bool adm_in_step;           /* adm_in is this step's, read once by eng_admit_step for all
+                                   scopes and by publish after it */
+} eng_adm_state;
+
+/* What readers take without waiting for a step (eng_admit.c): under
+ * pub_mu, except pub_want_ms (atomic). */
+typedef struct eng_published {
+    pthread_mutex_t pub_mu;
+    eng_pub *copy;
+    eng_pend pend[ENG_PEND_MAX]; /* requests submitted and not published placed yet */
+    int32_t n_pend_placed;      /* entries marked placed */
+    _Atomic double pub_want_ms; /* a reader asked at this time: publish while recent */
+} eng_published;
+
+/* Sleeping (eng_sleep.c; engine, except asleep). */
+typedef struct eng_sleeper {
+    atomic_bool asleep;         /* eng_is_sleeping: written by the engine thread */
+    bool sleeping;              /* ctx, mem NULL, the weights released */
+    double idle_since_ms;       /* the last step with work, or message other than stats */
+    eng_stats *sleep_stats;     /* what stats answer while sleeping */
+} eng_sleeper;
+
+/* Switches read from the environment at start (eng.c). */
+typedef struct eng_debug {
+    bool check;                 /* eng_check after every step (debug builds, POLYKV_CHECK=1) */
+    int32_t test_step_ms;       /* tests: every batch lasts this much longer (POLYKV_TEST_STEP_DELAY_MS),
+                                   what a big model's steps do to the answers served between them */
+} eng_debug;
+
+struct eng {
+    const model *m;
+    eng_params p;
+    int32_t n_ctx_slot, n_vocab;
+    model_ctx *ctx;             /* the forward pass; NULL asleep */
+    mem *mem;                   /* the sequences' state (src/mem); NULL asleep */
+    pthread_t thread;
+
+    eng_mailbox mb;
+    eng_waitq wq;
+    slot *slots;                /* [p.n_slots] (eng.c runs tasks, eng_place.c places) */
+    eng_hists hist;
+    eng_seqs seqs;              /* eng_seq.c */
+    struct eng_pools *pools;    /* eng_pool.c */
+    struct eng_persist *persist; /* eng_save.c */
+    eng_batch batch;
+    eng_counters stat;
+    eng_adm_state adm;
+    eng_published pub;
+    eng_sleeper sleep;
+    eng_debug dbg;
 };
 
 /* eng_place.c */

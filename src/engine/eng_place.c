@@ -42,9 +42,9 @@ double eng_now_s(void)
 
 void eng_cache_event_add(eng *e, const eng_cache_event *ev)
 {
-    eng_cache_event *d = &e->events[(e->ev_head + e->ev_n) % ENG_CACHE_EVENTS];
-    if (e->ev_n == ENG_CACHE_EVENTS) e->ev_head = (e->ev_head + 1) % ENG_CACHE_EVENTS;
-    else e->ev_n++;
+    eng_cache_event *d = &e->stat.events[(e->stat.ev_head + e->stat.ev_n) % ENG_CACHE_EVENTS];
+    if (e->stat.ev_n == ENG_CACHE_EVENTS) e->stat.ev_head = (e->stat.ev_head + 1) % ENG_CACHE_EVENTS;
+    else e->stat.ev_n++;
     *d = *ev;
     d->ts_ms = pk_wall_ms();
 }
@@ -53,29 +53,29 @@ pk_status eng_place_init(eng *e)
 {
     /* The snapshot holds every history (slots, parked, in RAM) and every
      * pool: POL_MAX_HIST in all. */
-    e->n_parked_max = MIN(KV_MAX_SEQ - e->p.n_slots - e->p.n_pools, 96);
-    e->n_spill_max = POL_MAX_HIST - e->p.n_slots - e->n_parked_max - e->p.n_pools;
-    if (e->n_parked_max < 0 || e->n_spill_max < 0 || eng_seq_init(e, e->n_parked_max) != PK_OK)
+    e->hist.n_parked_max = MIN(KV_MAX_SEQ - e->p.n_slots - e->p.n_pools, 96);
+    e->hist.n_spill_max = POL_MAX_HIST - e->p.n_slots - e->hist.n_parked_max - e->p.n_pools;
+    if (e->hist.n_parked_max < 0 || e->hist.n_spill_max < 0 || eng_seq_init(e, e->hist.n_parked_max) != PK_OK)
         return PK_EINVAL;
-    e->parked = calloc((size_t)MAX(e->n_parked_max, 1), sizeof *e->parked);
-    e->spill = calloc((size_t)MAX(e->n_spill_max, 1), sizeof *e->spill);
-    e->snap = calloc(1, sizeof *e->snap);
-    e->spill_pin = -1;
-    if (!e->parked || !e->spill || !e->snap) return PK_ENOMEM;
-    for (int32_t i = 0; i < e->n_parked_max; i++) e->parked[i].seq = -1;
+    e->hist.parked = calloc((size_t)MAX(e->hist.n_parked_max, 1), sizeof *e->hist.parked);
+    e->hist.spill = calloc((size_t)MAX(e->hist.n_spill_max, 1), sizeof *e->hist.spill);
+    e->hist.snap = calloc(1, sizeof *e->hist.snap);
+    e->hist.spill_pin = -1;
+    if (!e->hist.parked || !e->hist.spill || !e->hist.snap) return PK_ENOMEM;
+    for (int32_t i = 0; i < e->hist.n_parked_max; i++) e->hist.parked[i].seq = -1;
 
     /* The turn marker as tokens: "auto" follows the model's chat template. */
     const char *text = e->p.policy.turn_marker;
     if (!strcmp(text, "auto")) {
-        tmpl_kind k = tmpl_detect(tok_chat_template(e->vocab));
+        tmpl_kind k = tmpl_detect(tok_chat_template(model_vocab(e->m)));
         text = k == TMPL_UNKNOWN ? "" : pol_turn_marker_for(tmpl_name(k));
     }
-    e->n_marker = 0;
+    e->hist.n_marker = 0;
     if (text[0]) {
         int32_t n = 0;
-        if (tok_encode(e->vocab, text, strlen(text), false, true, e->marker,
-                       (int32_t)ARRAY_LEN(e->marker), &n) == PK_OK)
-            e->n_marker = n;
+        if (tok_encode(model_vocab(e->m), text, strlen(text), false, true, e->hist.marker,
+                       (int32_t)ARRAY_LEN(e->hist.marker), &n) == PK_OK)
+            e->hist.n_marker = n;
     }
     for (int32_t i = 0; i < e->p.n_slots; i++) e->slots[i].marker_pos = -1;
     return PK_OK;
@@ -83,16 +83,16 @@ pk_status eng_place_init(eng *e)
 
 void eng_place_free(eng *e)
 {
-    free(e->snap);
-    e->snap = NULL;
-    if (e->spill)
-        for (int32_t i = 0; i < e->n_spill_max; i++) eng_spill_free(e, i);
-    free(e->spill);
-    e->spill = NULL;
-    if (!e->parked) return;
-    for (int32_t i = 0; i < e->n_parked_max; i++) free(e->parked[i].tokens);
-    free(e->parked);
-    e->parked = NULL;
+    free(e->hist.snap);
+    e->hist.snap = NULL;
+    if (e->hist.spill)
+        for (int32_t i = 0; i < e->hist.n_spill_max; i++) eng_spill_free(e, i);
+    free(e->hist.spill);
+    e->hist.spill = NULL;
+    if (!e->hist.parked) return;
+    for (int32_t i = 0; i < e->hist.n_parked_max; i++) free(e->hist.parked[i].tokens);
+    free(e->hist.parked);
+    e->hist.parked = NULL;
 }
 
 /* Fills sn from the engine's state, for prompt t (NULL: none). */
@@ -106,7 +106,7 @@ static void snapshot(eng *e, const eng_task *t, snap *sn)
         bool busy = s->state != ENG_SLOT_IDLE;
         sn->slots[i] = (pol_slot){ .id = i, .busy = busy, .hist = -1 };
         if (s->n_cache <= 0) continue;
-        int32_t marker = busy ? pol_last_marker(s->cache, s->n_cache, e->marker, e->n_marker) : s->marker_pos;
+        int32_t marker = busy ? pol_last_marker(s->cache, s->n_cache, e->hist.marker, e->hist.n_marker) : s->marker_pos;
         sn->hists[nh] = (pol_hist){ .seq = s->id, .tokens = s->cache, .n_tokens = s->n_cache,
                                     .marker_pos = marker, .last_use_s = busy ? now : s->last_use_s,
                                     .valid = true, .n_cells_excl = sn->excl[s->id] };
@@ -115,8 +115,8 @@ static void snapshot(eng *e, const eng_task *t, snap *sn)
         sn->slots[i].hist = nh++;
     }
     int32_t n_free_ids = 0;
-    for (int32_t i = 0; i < e->n_parked_max; i++) {
-        parked *p = &e->parked[i];
+    for (int32_t i = 0; i < e->hist.n_parked_max; i++) {
+        parked *p = &e->hist.parked[i];
         if (!p->used) {
             n_free_ids++;
             continue;
@@ -127,8 +127,8 @@ static void snapshot(eng *e, const eng_task *t, snap *sn)
         sn->kind[nh] = H_PARKED;
         sn->idx[nh++] = i;
     }
-    for (int32_t i = 0; i < e->n_spill_max; i++) {
-        spilled *sp = &e->spill[i];
+    for (int32_t i = 0; i < e->hist.n_spill_max; i++) {
+        spilled *sp = &e->hist.spill[i];
         if (!sp->used) continue;
         /* In RAM: no cells (dropping it frees none); its id is for reasons only. */
         sn->hists[nh] = (pol_hist){ .seq = KV_MAX_SEQ + i, .tokens = sp->tokens, .n_tokens = sp->n_tokens,
@@ -150,7 +150,7 @@ static void snapshot(eng *e, const eng_task *t, snap *sn)
     }
     sn->s = (pol_snapshot){ .slots = sn->slots, .n_slots = e->p.n_slots, .hists = sn->hists,
                             .n_hists = nh, .prompt = t ? t->prompt : NULL,
-                            .n_prompt = t ? t->req.n_prompt : 0, .prompt_tps = e->prompt_tps,
+                            .n_prompt = t ? t->req.n_prompt : 0, .prompt_tps = e->stat.prompt_tps,
                             .now_s = now, .n_cells_free = e->p.n_ctx - mem_used(e->mem),
                             .n_cells_extra = MAX(extra, 0), .n_reserve_free = n_free_ids,
                             .params = &e->p.policy };
@@ -188,9 +188,9 @@ static void drop_hist(eng *e, const snap *sn, int32_t h, const char *why, bool s
         eng_pool_evict_seq(e, i, why);
         return;
     }
-    const char *session = kind == H_SLOT ? e->slots[i].session : e->parked[i].session;
-    double gap = kind == H_SLOT ? e->slots[i].max_gap_ms : e->parked[i].max_gap_ms;
-    int32_t pool = kind == H_SLOT ? e->slots[i].pool_id : e->parked[i].pool_id;
+    const char *session = kind == H_SLOT ? e->slots[i].session : e->hist.parked[i].session;
+    double gap = kind == H_SLOT ? e->slots[i].max_gap_ms : e->hist.parked[i].max_gap_ms;
+    int32_t pool = kind == H_SLOT ? e->slots[i].pool_id : e->hist.parked[i].pool_id;
     if (spill && worth_ram(ph->n_tokens, value) &&
         eng_spill(e, ph->seq, ph->tokens, ph->n_tokens, ph->marker_pos, ph->last_use_s, session, gap, pool) >= 0) {
         ev.kind = ENG_CACHE_PARK;
@@ -203,7 +203,7 @@ static void drop_hist(eng *e, const snap *sn, int32_t h, const char *why, bool s
         s->session[0] = 0;
         eng_pool_detach(e, s);
     } else {
-        parked *p = &e->parked[i];
+        parked *p = &e->hist.parked[i];
         free(p->tokens);
         eng_seq_give(e, p->seq);
         *p = (parked){ .seq = -1 };
@@ -215,8 +215,8 @@ static void drop_hist(eng *e, const snap *sn, int32_t h, const char *why, bool s
 static bool park(eng *e, slot *s, int32_t pool_id, uint64_t task_id)
 {
     parked *p = NULL;
-    for (int32_t i = 0; i < e->n_parked_max && !p; i++)
-        if (!e->parked[i].used) p = &e->parked[i];
+    for (int32_t i = 0; i < e->hist.n_parked_max && !p; i++)
+        if (!e->hist.parked[i].used) p = &e->hist.parked[i];
     if (!p || !(p->tokens = malloc((size_t)s->n_cache * sizeof(int32_t)))) return false;
     if ((p->seq = eng_seq_take(e, ENG_SEQ_PARKED)) < 0) {
         free(p->tokens);
@@ -243,7 +243,7 @@ static bool park(eng *e, slot *s, int32_t pool_id, uint64_t task_id)
 bool eng_make_room(eng *e, int32_t n)
 {
     if (e->p.n_ctx - mem_used(e->mem) >= n) return true;
-    snap *sn = e->snap;
+    snap *sn = e->hist.snap;
     snapshot(e, NULL, sn);
     int32_t order[POL_MAX_HIST], n_order = 0;
     if (pol_drop_order(&sn->s, NULL, 0, order, POL_MAX_HIST, &n_order) != PK_OK) return false;
@@ -282,14 +282,14 @@ static void admitted(eng *e, eng_task *t, slot *s, int32_t src_seq, const char *
     /* The pause this turn ends, for how long its history stays live
      * (adm_live_ms): from the history it continues, wherever that was. */
     double last_use_s = from ? from->last_use_s : 0, max_gap = from ? from->max_gap_ms : 0;
-    for (int32_t i = 0; sid[0] && i < e->n_spill_max; i++) {
-        spilled *sp = &e->spill[i];
+    for (int32_t i = 0; sid[0] && i < e->hist.n_spill_max; i++) {
+        spilled *sp = &e->hist.spill[i];
         if (!sp->used || strcmp(sp->session, sid)) continue;
         if (sp->last_use_s > last_use_s) last_use_s = sp->last_use_s, max_gap = sp->max_gap_ms;
         sp->session[0] = 0;
     }
-    for (int32_t i = 0; sid[0] && i < e->n_parked_max; i++) {
-        parked *p = &e->parked[i];
+    for (int32_t i = 0; sid[0] && i < e->hist.n_parked_max; i++) {
+        parked *p = &e->hist.parked[i];
         if (!p->used || strcmp(p->session, sid)) continue;
         if (p->last_use_s > last_use_s) last_use_s = p->last_use_s, max_gap = p->max_gap_ms;
         p->session[0] = 0;
@@ -307,8 +307,8 @@ static void admitted(eng *e, eng_task *t, slot *s, int32_t src_seq, const char *
                             .n_read = t->req.n_prompt - s->n_cache };
     snprintf(ev.reason, sizeof ev.reason, "%s", reason);
     eng_cache_event_add(e, &ev);
-    e->n_tokens_reused += (uint64_t)s->n_cache;
-    e->n_tokens_read += (uint64_t)(t->req.n_prompt - s->n_cache);
+    e->stat.n_tokens_reused += (uint64_t)s->n_cache;
+    e->stat.n_tokens_read += (uint64_t)(t->req.n_prompt - s->n_cache);
     if (t->req.report_placed) {
         eng_event pe = { .kind = ENG_EV_PLACED, .slot = s->id, .n_prompt = t->req.n_prompt,
                          .n_cached = s->n_cache, .pool_id = s->pool_id, .pool_shared = s->pool_shared,
@@ -336,7 +336,7 @@ static int32_t apply(eng *e, snap *sn, eng_task *t, const pol_decision *d)
      * and the RAM entries the decision drops go before any spill, while
      * the snapshot's indices still name them. */
     bool src_ram = d->source >= 0 && sn->kind[d->source] == H_RAM;
-    e->spill_pin = src_ram ? sn->idx[d->source] : -1;
+    e->hist.spill_pin = src_ram ? sn->idx[d->source] : -1;
     for (int32_t k = 0; k < d->n_drop; k++)
         if (sn->kind[d->drop[k]] == H_RAM) drop_hist(e, sn, d->drop[k], "room for a park", true);
     for (int32_t k = 0; k < d->n_drop; k++)
@@ -377,7 +377,7 @@ static int32_t apply(eng *e, snap *sn, eng_task *t, const pol_decision *d)
                 /* Rows come back by copy; the room is made first (it may
                  * move other histories out, never this slot or the entry). */
                 if (eng_make_room(e, to - from) && eng_restore(e, i, s->id, from, to)) {
-                    memcpy(s->cache + from, e->spill[i].tokens + from, (size_t)(to - from) * sizeof(int32_t));
+                    memcpy(s->cache + from, e->hist.spill[i].tokens + from, (size_t)(to - from) * sizeof(int32_t));
                     s->n_cache = to;
                 }
             } else {
@@ -395,7 +395,7 @@ static int32_t apply(eng *e, snap *sn, eng_task *t, const pol_decision *d)
             else drop_hist(e, sn, d->source, "continued in a slot", false);
         }
     }
-    e->spill_pin = -1;
+    e->hist.spill_pin = -1;
     if (s->n_cache >= t->req.n_prompt) {   /* the last prompt token gives the logits */
         mem_keep(e->mem, s->id, t->req.n_prompt - 1);
         s->n_cache = t->req.n_prompt - 1;
@@ -419,9 +419,9 @@ static void unlink_waiting(eng *e, eng_task **pp, eng_task *prev, bool placed)
 {
     eng_task *t = *pp;
     *pp = t->next;
-    if (e->wait_tail == t) e->wait_tail = prev;
+    if (e->wq.wait_tail == t) e->wq.wait_tail = prev;
     t->next = NULL;
-    e->n_waiting--;
+    e->wq.n_waiting--;
     eng_pend_drop(e, t, placed);
 }
 
@@ -452,10 +452,10 @@ static void start(eng *e, eng_task *t, slot *s, int32_t src_seq, int32_t p_share
 
 void eng_place_waiting(eng *e)
 {
-    e->place_pass++;
+    e->wq.place_pass++;
     eng_admit_order(e);
-    snap *sn = e->snap;
-    eng_task **pp = &e->wait_head, *prev = NULL;
+    snap *sn = e->hist.snap;
+    eng_task **pp = &e->wq.wait_head, *prev = NULL;
     while (*pp) {
         eng_task *t = *pp;
         /* A task leaves the queue before anything may drop the engine's
@@ -519,7 +519,7 @@ void eng_place_waiting(eng *e)
 
 void eng_erase_msg(eng *e, eng_call *c)
 {
-    snap *sn = e->snap;
+    snap *sn = e->hist.snap;
     snapshot(e, NULL, sn);
     c->status = PK_OK;
     c->n_erased = 0;
@@ -538,7 +538,7 @@ void eng_erase_msg(eng *e, eng_call *c)
 
 void eng_fail_waiting_pool(eng *e, int32_t pool_id, pk_status st, const char *msg)
 {
-    eng_task **pp = &e->wait_head, *prev = NULL;
+    eng_task **pp = &e->wq.wait_head, *prev = NULL;
     while (*pp) {
         eng_task *t = *pp;
         if (t->req.pool_id != pool_id) {
@@ -563,8 +563,8 @@ kv_seq eng_session_find(eng *e, const char *session, const int32_t **tokens, int
             return s->id;
         }
     }
-    for (int32_t i = 0; i < e->n_parked_max; i++) {
-        parked *p = &e->parked[i];
+    for (int32_t i = 0; i < e->hist.n_parked_max; i++) {
+        parked *p = &e->hist.parked[i];
         if (p->used && !strcmp(p->session, session)) {
             *tokens = p->tokens;
             *n = p->n_tokens;
@@ -577,7 +577,7 @@ kv_seq eng_session_find(eng *e, const char *session, const int32_t **tokens, int
 void eng_history_done(eng *e, slot *s)
 {
     s->last_use_s = eng_now_s();
-    s->marker_pos = pol_last_marker(s->cache, s->n_cache, e->marker, e->n_marker);
+    s->marker_pos = pol_last_marker(s->cache, s->n_cache, e->hist.marker, e->hist.n_marker);
 }
 
 void eng_place_stats(eng *e, eng_stats *o)
@@ -597,21 +597,21 @@ void eng_place_stats(eng *e, eng_stats *o)
         si->last_reused = s->last_reused;
         snprintf(si->last_reason, sizeof si->last_reason, "%s", s->last_reason);
     }
-    for (int32_t i = 0; i < e->n_parked_max; i++)
-        if (e->parked[i].used) {
+    for (int32_t i = 0; i < e->hist.n_parked_max; i++)
+        if (e->hist.parked[i].used) {
             o->n_parked++;
-            o->parked_tokens += e->parked[i].n_tokens;
-            o->parked_owned_cells += mem_seq_owned(e->mem, e->parked[i].seq);
+            o->parked_tokens += e->hist.parked[i].n_tokens;
+            o->parked_owned_cells += mem_seq_owned(e->mem, e->hist.parked[i].seq);
         }
-    for (int32_t i = 0; i < e->n_spill_max; i++)
-        if (e->spill[i].used) {
+    for (int32_t i = 0; i < e->hist.n_spill_max; i++)
+        if (e->hist.spill[i].used) {
             o->n_spilled++;
-            o->spilled_tokens += e->spill[i].n_tokens;
+            o->spilled_tokens += e->hist.spill[i].n_tokens;
         }
-    o->spilled_mib = e->spill_bytes / 1048576.0;
-    o->n_tokens_reused = e->n_tokens_reused;
-    o->n_tokens_read = e->n_tokens_read;
-    o->n_tokens_restored = e->n_tokens_restored;
-    o->n_events = e->ev_n;
-    for (int32_t k = 0; k < e->ev_n; k++) o->events[k] = e->events[(e->ev_head + k) % ENG_CACHE_EVENTS];
+    o->spilled_mib = e->hist.spill_bytes / 1048576.0;
+    o->n_tokens_reused = e->stat.n_tokens_reused;
+    o->n_tokens_read = e->stat.n_tokens_read;
+    o->n_tokens_restored = e->stat.n_tokens_restored;
+    o->n_events = e->stat.ev_n;
+    for (int32_t k = 0; k < e->stat.ev_n; k++) o->events[k] = e->stat.events[(e->stat.ev_head + k) % ENG_CACHE_EVENTS];
 }

@@ -11,7 +11,7 @@
  * that are half there.  While asleep: e->ctx and e->mem are NULL, no slot,
  * parked or RAM history exists, every pool is evicted (its tokens, id, pin
  * and files kept: the next task that needs it materializes it again, as
- * after an eviction under pressure), and stats answer e->sleep_stats.
+ * after an eviction under pressure), and stats answer e->sleep.sleep_stats.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,26 +20,26 @@
 
 bool eng_is_sleeping(const eng *e)
 {
-    return atomic_load(&((eng *)e)->asleep);
+    return atomic_load(&((eng *)e)->sleep.asleep);
 }
 
 bool eng_sleep_enter(eng *e)
 {
-    if (!e->sleep_stats && !(e->sleep_stats = malloc(sizeof *e->sleep_stats))) return false;
+    if (!e->sleep.sleep_stats && !(e->sleep.sleep_stats = malloc(sizeof *e->sleep.sleep_stats))) return false;
     /* Histories first, with the cache still there: their cells go by the
      * sequence operations every other drop uses, so the counts stay true. */
     eng_call drop = { .erase_slot = -1, .erase_why = "the server sleeps" };
     eng_erase_msg(e, &drop);
     for (int32_t i = 0; i < e->p.n_slots; i++) eng_pool_detach(e, &e->slots[i]);
     eng_pool_evict_all(e, "the server sleeps");
-    eng_stats_fill(e, e->sleep_stats);
+    eng_stats_fill(e, e->sleep.sleep_stats);
     mem_free(e->mem);
     e->mem = NULL;
     model_ctx_free(e->ctx);
     e->ctx = NULL;
     model_weights_release(e->m);
-    e->sleeping = true;
-    atomic_store(&e->asleep, true);
+    e->sleep.sleeping = true;
+    atomic_store(&e->sleep.asleep, true);
     fprintf(stderr, "polykv: idle for %g s: sleeping (weights and KV cache released)\n",
             e->p.sleep_idle_ms / 1000.0);
     return true;
@@ -61,8 +61,8 @@ pk_status eng_sleep_wake(eng *e)
         fprintf(stderr, "polykv: cannot wake up: %s\n", pk_status_str(st));
         return st;
     }
-    e->sleeping = false;
-    atomic_store(&e->asleep, false);
+    e->sleep.sleeping = false;
+    atomic_store(&e->sleep.asleep, false);
     fprintf(stderr, "polykv: awake in %.0f ms\n", pk_time_ms() - t0);
     return PK_OK;
 }

@@ -29,9 +29,9 @@
 
 void eng_spill_free(eng *e, int32_t i)
 {
-    spilled *sp = &e->spill[i];
+    spilled *sp = &e->hist.spill[i];
     if (!sp->used) return;
-    e->spill_bytes -= mem_image_bytes(e->mem, sp->n_tokens);
+    e->hist.spill_bytes -= mem_image_bytes(e->mem, sp->n_tokens);
     free(sp->tokens);
     free(sp->rows);
     *sp = (spilled){0};
@@ -47,9 +47,9 @@ static double entry_value(const eng *e, const spilled *sp, double now)
 static int32_t least_entry(const eng *e, double value, double now)
 {
     int32_t least = -1;
-    for (int32_t i = 0; i < e->n_spill_max; i++) {
-        if (!e->spill[i].used || i == e->spill_pin) continue;
-        double v = entry_value(e, &e->spill[i], now);
+    for (int32_t i = 0; i < e->hist.n_spill_max; i++) {
+        if (!e->hist.spill[i].used || i == e->hist.spill_pin) continue;
+        double v = entry_value(e, &e->hist.spill[i], now);
         if (v < value) {
             value = v;
             least = i;
@@ -62,9 +62,9 @@ static int32_t least_entry(const eng *e, double value, double now)
 static int32_t oldest_entry(const eng *e, double last_use_s)
 {
     int32_t oldest = -1;
-    for (int32_t i = 0; i < e->n_spill_max; i++) {
-        if (!e->spill[i].used || i == e->spill_pin || e->spill[i].last_use_s >= last_use_s) continue;
-        if (oldest < 0 || e->spill[i].last_use_s < e->spill[oldest].last_use_s) oldest = i;
+    for (int32_t i = 0; i < e->hist.n_spill_max; i++) {
+        if (!e->hist.spill[i].used || i == e->hist.spill_pin || e->hist.spill[i].last_use_s >= last_use_s) continue;
+        if (oldest < 0 || e->hist.spill[i].last_use_s < e->hist.spill[oldest].last_use_s) oldest = i;
     }
     return oldest;
 }
@@ -77,9 +77,9 @@ static int32_t make_ram(eng *e, size_t need, double value, double last_use_s)
     double now = eng_now_s();
     for (;;) {
         int32_t free_i = -1;
-        for (int32_t i = 0; i < e->n_spill_max && free_i < 0; i++)
-            if (!e->spill[i].used) free_i = i;
-        if (free_i >= 0 && e->spill_bytes + need <= budget) return free_i;
+        for (int32_t i = 0; i < e->hist.n_spill_max && free_i < 0; i++)
+            if (!e->hist.spill[i].used) free_i = i;
+        if (free_i >= 0 && e->hist.spill_bytes + need <= budget) return free_i;
         int32_t victim = free_i < 0 ? oldest_entry(e, last_use_s) : least_entry(e, value, now);
         if (victim < 0) return -1;
         eng_spill_free(e, victim);
@@ -89,7 +89,7 @@ static int32_t make_ram(eng *e, size_t need, double value, double last_use_s)
 int32_t eng_spill(eng *e, kv_seq seq, const int32_t *tokens, int32_t n, int32_t marker_pos, double last_use_s,
                   const char *session, double max_gap_ms, int32_t pool_id)
 {
-    if (n <= 0 || e->n_spill_max <= 0) return -1;
+    if (n <= 0 || e->hist.n_spill_max <= 0) return -1;
     int32_t m = mem_extent(e->mem, seq, n);       /* a gap ends what can be spilled */
     spilled sp = { .used = true, .n_tokens = m, .marker_pos = marker_pos < m ? marker_pos : -1,
                    .last_use_s = last_use_s, .max_gap_ms = max_gap_ms, .pool_id = pool_id };
@@ -102,18 +102,18 @@ int32_t eng_spill(eng *e, kv_seq seq, const int32_t *tokens, int32_t n, int32_t 
         return -1;
     }
     memcpy(sp.tokens, tokens, (size_t)m * sizeof(int32_t));
-    e->spill[slot_i] = sp;
-    e->spill_bytes += need;
+    e->hist.spill[slot_i] = sp;
+    e->hist.spill_bytes += need;
     return slot_i;
 }
 
 bool eng_restore(eng *e, int32_t i, kv_seq dst, int32_t p0, int32_t p1)
 {
-    const spilled *sp = &e->spill[i];
+    const spilled *sp = &e->hist.spill[i];
     int32_t n = p1 - p0;
     if (n <= 0) return true;
     if (p1 > sp->n_tokens) return false;
     if (mem_copy_in(e->mem, dst, p0, p1, sp->rows + mem_image_bytes(e->mem, p0)) != PK_OK) return false;
-    e->n_tokens_restored += (uint64_t)n;
+    e->stat.n_tokens_restored += (uint64_t)n;
     return true;
 }
