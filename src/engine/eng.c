@@ -1,18 +1,14 @@
 /*
- * eng.c - the engine thread: mailbox, slots, continuous batching, sampling,
- * stop conditions and speed counters.  See eng.h for the design.
- *
- *   mailbox (mu):  messages ──switch──▶ TASK:  waiting (FIFO) ──▶ slot[i]
- *                                      STATS: answered between batches
- *                                      POOL:  eng_pool.c (now, or once
- *                                             the pool is materialized)
+ * eng.c - the engine thread's loop: slots, continuous batching, sampling,
+ * stop conditions and speed counters.  See eng.h for the design; the
+ * mailbox and the calls other threads make are eng_api.c.
  *
  *   One step, named as the loop calls them:
- *     take_mailbox -> drop_cancelled -> eng_place_waiting -> build_batch
- *     -> decode -> sample_and_emit [-> eng_check]
+ *     eng_take_mailbox -> drop_cancelled -> eng_place_waiting -> build_batch
+ *     -> decode -> sample_and_emit -> eng_admit_step -> publish [-> eng_check]
  *
- *   slot[i] decodes under KV sequence i.  Its `cache` mirrors the tokens
- *   whose K/V are in that sequence (positions 0..n_cache-1), which is what
+ *   slot[i] decodes under sequence i.  Its `cache` mirrors the tokens
+ *   whose state is in that sequence (positions 0..n_cache-1), which is what
  *   the prompt cache matches new prompts against.
  */
 #include "eng.h"
@@ -123,7 +119,7 @@ static gram_matcher *take_matcher(eng *e, gram_grammar *g)
 /* What was published is about to change (a control message, a task's
  * end): readers ask the engine until the next step publishes again
  * (read-your-writes). */
-static void unpublish(eng *e)
+void eng_unpublish(eng *e)
 {
     if (!e->pub.copy) return;
     pthread_mutex_lock(&e->pub.pub_mu);
@@ -149,7 +145,7 @@ static void finish(eng *e, slot *s, eng_stop why, const char *word)
      * until the step ends; a client that asks right after its DONE must
      * not be told so (it read its own agent as decoding, and a spawner
      * the wrong count). */
-    unpublish(e);
+    eng_unpublish(e);
     eng_task_push(s->task, &ev);
     slot_release(e, s);
 }
@@ -318,197 +314,16 @@ bool eng_slot_start(eng *e, slot *s, eng_task *t)
 
 /* ---- the loop ---- */
 
-void eng_call_done(eng *e, eng_call *c)
-{
-    pthread_mutex_lock(&e->mb.mu);
-    c->done = true;
-    pthread_cond_broadcast(&e->mb.reply_cv);
-    pthread_mutex_unlock(&e->mb.mu);
-}
-
-static bool running(const eng *e)
+bool eng_running(const eng *e)
 {
     for (int32_t i = 0; i < e->p.n_slots; i++)
         if (e->slots[i].state != ENG_SLOT_IDLE) return true;
     return false;
 }
 
-static bool has_work(const eng *e)
+bool eng_has_work(const eng *e)
 {
-    return e->wq.n_waiting > 0 || eng_pool_busy(e) || running(e);
-}
-
-/* A message the engine cannot serve because it could not wake up: the
- * task ends with an ERROR, a call is answered with st. */
-static void refuse_msg(eng *e, eng_msg *m, pk_status st, const char *why)
-{
-    if (m->kind == ENG_MSG_TASK) {
-        eng_task *t = container_of(m, eng_task, msg);
-        eng_pend_drop(e, t, false);
-        eng_task_fail(t, st, why);
-        eng_task_unref(t);
-        return;
-    }
-    eng_call *c = container_of(m, eng_call, msg);
-    c->status = st;
-    if (c->pool_out) {
-        c->pool_out->status = st;
-        snprintf(c->pool_out->message, sizeof c->pool_out->message, "%s", why);
-    }
-    if (c->file_out) {
-        c->file_out->status = st;
-        snprintf(c->file_out->message, sizeof c->file_out->message, "%s", why);
-    }
-    if (c->cap_out) c->cap_out->status = st;
-    eng_call_done(e, c);
-}
-
-/* Waits (under mu) for mail or work; true when, instead, the engine has
- * been idle for sleep_idle_ms and should sleep. */
-static bool wait_mail(eng *e)
-{
-    if (e->wq.nap && !e->mb.stop && !e->mb.inbox_head) {
-        /* Only requests held by admission wait, and nothing runs: what
-         * lifts a hold is mail or time (a settle's or a session's), so the
-         * next look comes with the mail or in 5 ms, not in a spin. */
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_nsec += 5 * 1000000L;
-        ts.tv_sec += ts.tv_nsec / 1000000000L;
-        ts.tv_nsec %= 1000000000L;
-        pthread_cond_timedwait(&e->mb.cv, &e->mb.mu, &ts);
-    }
-    while (!e->mb.stop && !e->mb.inbox_head && !has_work(e)) {
-        if (e->p.sleep_idle_ms <= 0 || e->sleep.sleeping) {
-            pthread_cond_wait(&e->mb.cv, &e->mb.mu);
-            continue;
-        }
-        double due = e->sleep.idle_since_ms + e->p.sleep_idle_ms;
-        if (pk_time_ms() >= due) return true;
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);   /* cv waits on the monotonic clock (eng_new) */
-        double ns = ts.tv_nsec + (due - pk_time_ms()) * 1e6 + 1e6;
-        ts.tv_sec += (time_t)(ns / 1e9);
-        ts.tv_nsec = (long)fmod(ns, 1e9);
-        pthread_cond_timedwait(&e->mb.cv, &e->mb.mu, &ts);
-    }
-    return false;
-}
-
-/* Takes the mailbox and answers it, one switch over the message kinds
- * (control before new work); returns false when the engine must stop.
- * Asleep, stats are answered from the snapshot and anything else wakes
- * the engine before it is looked at. */
-static bool take_mailbox(eng *e)
-{
-    pthread_mutex_lock(&e->mb.mu);
-    while (wait_mail(e)) {
-        pthread_mutex_unlock(&e->mb.mu);
-        unpublish(e);
-        if (!eng_sleep_enter(e)) e->sleep.idle_since_ms = pk_time_ms();   /* no memory: try again later */
-        pthread_mutex_lock(&e->mb.mu);
-    }
-    if (e->mb.stop) {
-        pthread_mutex_unlock(&e->mb.mu);
-        return false;
-    }
-    eng_msg *m = e->mb.inbox_head;
-    e->mb.inbox_head = e->mb.inbox_tail = NULL;
-    pthread_mutex_unlock(&e->mb.mu);
-
-    for (eng_msg *next; m; m = next) {
-        next = m->next;
-        m->next = NULL;
-        double t0 = m->kind == ENG_MSG_TASK ? 0 : pk_time_ms();
-        if (m->kind != ENG_MSG_STATS) {
-            e->sleep.idle_since_ms = pk_time_ms();
-            pk_status st = e->sleep.sleeping ? eng_sleep_wake(e) : PK_OK;
-            if (st != PK_OK) {
-                refuse_msg(e, m, st, "the model could not be reloaded after sleeping");
-                continue;
-            }
-        }
-        switch (m->kind) {
-        case ENG_MSG_TASK: {
-            eng_task *t = container_of(m, eng_task, msg);
-            if (e->wq.wait_tail) e->wq.wait_tail->next = t;
-            else e->wq.wait_head = t;
-            e->wq.wait_tail = t;
-            e->wq.n_waiting++;
-            break;
-        }
-        case ENG_MSG_STATS: {
-            eng_call *c = container_of(m, eng_call, msg);
-            eng_stats_fill(e, c->stats);
-            eng_call_done(e, c);
-            break;
-        }
-        case ENG_MSG_POOL:
-            unpublish(e);
-            eng_pool_msg(e, container_of(m, eng_call, msg));
-            break;
-        case ENG_MSG_ADMISSION:
-        case ENG_MSG_CAPACITY: {
-            eng_call *c = container_of(m, eng_call, msg);
-            if (m->kind == ENG_MSG_ADMISSION) unpublish(e);
-            if (m->kind == ENG_MSG_ADMISSION) eng_admission_msg(e, c);
-            else eng_capacity_msg(e, c);
-            eng_call_done(e, c);
-            break;
-        }
-        case ENG_MSG_ERASE: {
-            eng_call *c = container_of(m, eng_call, msg);
-            unpublish(e);
-            eng_erase_msg(e, c);
-            eng_call_done(e, c);
-            break;
-        }
-        case ENG_MSG_SLOT_FILE: {
-            eng_call *c = container_of(m, eng_call, msg);
-            unpublish(e);
-            eng_slot_file_msg(e, c);
-            eng_call_done(e, c);
-            break;
-        }
-        case ENG_MSG_WAKE: {                /* awake by now (above) */
-            eng_call *c = container_of(m, eng_call, msg);
-            c->status = PK_OK;
-            eng_call_done(e, c);
-            break;
-        }
-        }
-        if (t0 > 0) e->stat.control_ms += pk_time_ms() - t0;
-    }
-    return true;
-}
-
-/* Posts m to the mailbox; false when the engine is stopping. */
-static bool post(eng *e, eng_msg *m)
-{
-    pthread_mutex_lock(&e->mb.mu);
-    if (e->mb.stop) {
-        pthread_mutex_unlock(&e->mb.mu);
-        return false;
-    }
-    m->next = NULL;
-    if (e->mb.inbox_tail) e->mb.inbox_tail->next = m;
-    else e->mb.inbox_head = m;
-    e->mb.inbox_tail = m;
-    pthread_cond_signal(&e->mb.cv);
-    pthread_mutex_unlock(&e->mb.mu);
-    return true;
-}
-
-/* Posts a control message and waits for its answer.  PK_ECANCELLED when
- * the engine stops first (eng_free answers what it still holds). */
-static pk_status call(eng *e, eng_call *c)
-{
-    c->t0_ms = pk_time_ms();
-    if (!post(e, &c->msg)) return PK_ECANCELLED;
-    pthread_mutex_lock(&e->mb.mu);
-    while (!c->done) pthread_cond_wait(&e->mb.reply_cv, &e->mb.mu);
-    pthread_mutex_unlock(&e->mb.mu);
-    return PK_OK;
+    return e->wq.n_waiting > 0 || eng_pool_busy(e) || eng_running(e);
 }
 
 static void drop_cancelled(eng *e)
@@ -538,7 +353,7 @@ void eng_batch_add(eng *e, int32_t *n, int32_t tok, kv_pos pos, kv_seq seq, bool
  * n_batch tokens, or --batch-decoding prompt tokens while sessions
  * decode: every session waits for its step, and a 512-token chunk makes a
  * step of the 0.5B benchmark model about 1 s long.  Off by default: the
- * spawn-ramp runs with 128 and without (docs/benchmarks.md) did not show
+ * spawn-ramp runs with 128 and without did not show
  * a gain larger than the machine's run-to-run noise.
  * Returns the count; *n_dec the decode tokens. */
 static int32_t build_batch(eng *e, int32_t *n_dec)
@@ -718,11 +533,6 @@ static void sample_and_emit(eng *e, int32_t n, int32_t n_dec_batch)
     e->stat.n_busy_slots_sum += (uint64_t)busy;
 }
 
-/* Readers that asked in the last 2 s get what they read refreshed after
- * every step, so they never wait for a batch to end. */
-#define PUB_WANT_MS 2000.0
-#define PUB_FRESH_MS 250.0
-
 static void publish(eng *e)
 {
     double t0 = pk_time_ms();
@@ -748,11 +558,11 @@ static void publish(eng *e)
     e->stat.control_ms += pk_time_ms() - t0;
 }
 
-static void *engine_main(void *arg)
+void *eng_main(void *arg)
 {
     eng *e = arg;
     pthread_setname_np(pthread_self(), "pk-engine");     /* per-thread CPU in /proc, profilers */
-    while (take_mailbox(e)) {
+    while (eng_take_mailbox(e)) {
         e->adm.t_step_ms = pk_time_ms();       /* the step's time, placement and prompt work included */
         drop_cancelled(e);
         eng_place_waiting(e);
@@ -762,8 +572,8 @@ static void *engine_main(void *arg)
             nanosleep(&(struct timespec){ .tv_sec = e->dbg.test_step_ms / 1000,
                                           .tv_nsec = (long)(e->dbg.test_step_ms % 1000) * 1000000 }, NULL);
         if (n > 0 && decode(e, n, n_dec) == PK_OK) sample_and_emit(e, n, n_dec);
-        if (n > 0 || has_work(e)) e->sleep.idle_since_ms = pk_time_ms();
-        e->wq.nap = n == 0 && e->wq.n_waiting > 0 && !running(e) && !eng_pool_busy(e);
+        if (n > 0 || eng_has_work(e)) e->sleep.idle_since_ms = pk_time_ms();
+        e->wq.nap = n == 0 && e->wq.n_waiting > 0 && !eng_running(e) && !eng_pool_busy(e);
         eng_admit_step(e);
         publish(e);
         if (e->dbg.check) eng_check(e);
@@ -844,308 +654,3 @@ void eng_stats_fill(eng *e, eng_stats *o)
     eng_admit_stats(e, 0, &o->adm);
 }
 
-/* The published copy when it is fresh, so a reader never waits for a
- * batch; false: ask the engine (which then publishes for the next ones). */
-/* Says a reader wants the copy and takes its lock; true when it is fresh.
- * The caller unlocks pub_mu. */
-static bool pub_lock(eng *e)
-{
-    atomic_store(&e->pub.pub_want_ms, pk_time_ms());
-    pthread_mutex_lock(&e->pub.pub_mu);
-    return e->pub.copy->valid && pk_time_ms() - e->pub.copy->t_ms < PUB_FRESH_MS;
-}
-
-static bool from_pub_stats(eng *e, eng_stats *out)
-{
-    bool ok = pub_lock(e);
-    if (ok) *out = e->pub.copy->stats;
-    pthread_mutex_unlock(&e->pub.pub_mu);
-    return ok;
-}
-
-pk_status eng_get_stats(eng *e, eng_stats *out)
-{
-    eng_call c = { .msg.kind = ENG_MSG_STATS, .stats = out };
-    return call(e, &c);
-}
-
-pk_status eng_get_stats_recent(eng *e, eng_stats *out)
-{
-    return from_pub_stats(e, out) ? PK_OK : eng_get_stats(e, out);
-}
-
-static bool from_pub_capacity(eng *e, int32_t pool_id, int32_t expected, const char *session, eng_capacity_reply *out)
-{
-    bool ok = pub_lock(e);
-    eng_pub *p = e->pub.copy;
-    const eng_pub_scope *ps = NULL;
-    for (int32_t i = 0; ok && i < p->n_scope && !ps; i++)
-        if (p->scope[i].pool_id == pool_id) ps = &p->scope[i];
-    if (ok && ps) {
-        eng_scope sc = ps->sc;
-        if (!sc.policy.set) sc.policy = e->p.admission;
-        adm_session ss[ENG_ADM_ROWS];
-        adm_snapshot s;
-        eng_adm_snapshot(&p->in, e->pub.pend, pool_id, ps->prefix_len, &sc, expected, eng_adm_known(&p->in, session), ss, &s);
-        s.now_ms = pk_time_ms();         /* settle windows run on the reader's clock too */
-        out->status = adm_decide(&s, &out->a);
-        out->policy = sc.policy;
-    }
-    pthread_mutex_unlock(&e->pub.pub_mu);
-    return ok && ps;   /* a pool the copy does not know yet: ask the engine */
-}
-
-pk_status eng_erase(eng *e, int32_t slot_id, int32_t *n_erased)
-{
-    eng_call c = { .msg.kind = ENG_MSG_ERASE, .erase_slot = slot_id };
-    if (slot_id < -1 || slot_id >= e->p.n_slots) return PK_EINVAL;
-    pk_status st = call(e, &c);
-    if (n_erased) *n_erased = c.n_erased;
-    return st != PK_OK ? st : c.status;
-}
-
-static pk_status slot_file(eng *e, int32_t slot_id, const char *dir, const char *name, bool save,
-                           eng_file_reply *out)
-{
-    memset(out, 0, sizeof *out);
-    eng_call c = { .msg.kind = ENG_MSG_SLOT_FILE, .erase_slot = slot_id, .file_dir = dir, .file_name = name,
-                   .file_save = save, .file_out = out };
-    out->status = PK_EINVAL;
-    if (slot_id < 0 || slot_id >= e->p.n_slots) snprintf(out->message, sizeof out->message, "Invalid slot ID");
-    else if (!dir || !name || !sav_name_ok(name, strlen(name)))
-        snprintf(out->message, sizeof out->message, "Invalid filename");
-    else if (call(e, &c) != PK_OK) {
-        out->status = PK_ECANCELLED;
-        snprintf(out->message, sizeof out->message, "the engine is stopping");
-    }
-    return out->status;
-}
-
-pk_status eng_slot_save(eng *e, int32_t slot_id, const char *dir, const char *name, eng_file_reply *out)
-{
-    return slot_file(e, slot_id, dir, name, true, out);
-}
-
-pk_status eng_slot_restore(eng *e, int32_t slot_id, const char *dir, const char *name, eng_file_reply *out)
-{
-    return slot_file(e, slot_id, dir, name, false, out);
-}
-
-pk_status eng_admission(eng *e, int32_t pool_id, const adm_policy *set, adm_policy *out)
-{
-    eng_call c = { .msg.kind = ENG_MSG_ADMISSION, .pool_id = pool_id, .adm_set = set, .adm_out = out };
-    pk_status st = call(e, &c);
-    return st != PK_OK ? st : c.status;
-}
-
-pk_status eng_capacity(eng *e, int32_t pool_id, int32_t expected_tokens, const char *session,
-                       eng_capacity_reply *out)
-{
-    memset(out, 0, sizeof *out);
-    if (from_pub_capacity(e, pool_id, expected_tokens, session, out)) return out->status;
-    eng_call c = { .msg.kind = ENG_MSG_CAPACITY, .pool_id = pool_id, .expected_tokens = expected_tokens,
-                   .session = session, .cap_out = out };
-    pk_status st = call(e, &c);
-    return st != PK_OK ? st : out->status;
-}
-
-pk_status eng_pool_op(eng *e, const eng_pool_req *rq, eng_pool_reply *out)
-{
-    memset(out, 0, sizeof *out);
-    eng_call c = { .msg.kind = ENG_MSG_POOL, .pool_rq = rq, .pool_out = out };
-    if (call(e, &c) != PK_OK) {
-        out->status = PK_ECANCELLED;
-        snprintf(out->message, sizeof out->message, "the engine is stopping");
-    }
-    return out->status;
-}
-
-pk_status eng_wake(eng *e)
-{
-    if (!eng_is_sleeping(e)) return PK_OK;
-    eng_call c = { .msg.kind = ENG_MSG_WAKE };
-    pk_status st = call(e, &c);
-    return st != PK_OK ? st : c.status;
-}
-
-/* ---- lifecycle ---- */
-
-model_ctx_params eng_ctx_params(const eng *e)
-{
-    return (model_ctx_params){ .n_ctx = e->p.n_ctx, .n_ubatch = MIN(e->p.n_batch, 512),
-                               .n_threads = e->p.n_threads, .kv_type = e->p.kv_type };
-}
-
-pk_status eng_submit(eng *e, const eng_completion *c, eng_task **out)
-{
-    *out = NULL;
-    for (int i = 0; i < ENG_MAX_STOP && c->stop[i]; i++)
-        if (strlen(c->stop[i]) >= ENG_STOP_CAP) return PK_EINVAL;
-    if (!c->prompt || c->n_prompt < 1 || c->n_prompt >= e->n_ctx_slot || !smp_params_valid(&c->sp) ||
-        c->id_slot >= e->p.n_slots || c->id_slot < -1 || c->n_probs < 0 || c->n_probs > ENG_MAX_PROBS)
-        return PK_EINVAL;
-    for (int32_t i = 0; i < c->n_prompt; i++)
-        if (c->prompt[i] < 0 || c->prompt[i] >= e->n_vocab) return PK_EINVAL;
-    if (c->n_bias < 0 || (c->n_bias > 0 && !c->bias)) return PK_EINVAL;
-    for (int32_t i = 0; i < c->n_bias; i++)
-        if (c->bias[i].token < 0 || c->bias[i].token >= e->n_vocab || isnan(c->bias[i].bias)) return PK_EINVAL;
-    pthread_mutex_lock(&e->mb.mu);
-    uint64_t id = ++e->mb.next_id;
-    pthread_mutex_unlock(&e->mb.mu);
-    eng_task *t = eng_task_new(id, c);
-    if (!t) return PK_ENOMEM;
-    t->t_submit_ms = pk_time_ms();
-    eng_pend_add(e, t);
-    if (!post(e, &t->msg)) {
-        eng_pend_drop(e, t, false);
-        eng_task_unref(t);
-        eng_task_unref(t);
-        return PK_ECANCELLED;
-    }
-    *out = t;
-    return PK_OK;
-}
-
-pk_status eng_new(const model *m, const eng_params *p, eng **out)
-{
-    *out = NULL;
-    if (p->n_slots < 1 || p->n_slots > ENG_MAX_SLOTS || p->n_ctx < p->n_slots * 2 || p->n_batch < 1 ||
-        p->n_batch_decoding < 0 ||
-        p->n_threads < 1 || p->tps_window_tokens < 1 || p->tps_window_ms < 1 || p->cache_ram_mib < 0 ||
-        p->n_pools < 0 || p->n_pools > ENG_MAX_POOLS || p->n_slots + p->n_pools > KV_MAX_SEQ ||
-        p->pool_grace_ms < 0 || p->sleep_idle_ms < 0 || adm_policy_check(&p->admission) != PK_OK ||
-        pol_params_check(&p->policy) != PK_OK)
-        return PK_EINVAL;
-    eng *e = calloc(1, sizeof *e);
-    if (!e) return PK_ENOMEM;
-    e->m = m;
-    e->p = *p;
-    e->n_ctx_slot = p->kv_unified ? p->n_ctx : p->n_ctx / p->n_slots;
-    e->n_vocab = model_get_hparams(m)->n_vocab;
-    e->adm.server.policy = p->admission;
-    model_ctx_params cp = eng_ctx_params(e);
-    pk_status st = model_ctx_new(m, &cp, &e->ctx);
-    if (st || (st = mem_new(e->ctx, &e->mem))) goto fail;
-    st = PK_ENOMEM;
-    e->slots = calloc((size_t)p->n_slots, sizeof *e->slots);
-    e->batch.b_tok = malloc((size_t)p->n_batch * sizeof *e->batch.b_tok);
-    e->batch.b_pos = malloc((size_t)p->n_batch * sizeof *e->batch.b_pos);
-    e->batch.b_nseq = malloc((size_t)p->n_batch * sizeof *e->batch.b_nseq);
-    e->batch.b_seq = calloc((size_t)p->n_batch, sizeof *e->batch.b_seq);
-    e->batch.b_want = malloc((size_t)p->n_batch * sizeof *e->batch.b_want);
-    e->batch.logits = malloc((size_t)p->n_slots * e->n_vocab * sizeof(float));
-    e->batch.bias_logits = malloc((size_t)e->n_vocab * sizeof *e->batch.bias_logits);
-    if (!e->slots || !e->batch.b_tok || !e->batch.b_pos || !e->batch.b_nseq || !e->batch.b_seq || !e->batch.b_want || !e->batch.logits ||
-        !e->batch.bias_logits)
-        goto fail;
-    for (int32_t i = 0; i < p->n_slots; i++) {
-        e->slots[i].id = i;
-        e->slots[i].last_source_seq = -1;
-        if (!(e->slots[i].cache = malloc((size_t)e->n_ctx_slot * sizeof(int32_t)))) goto fail;
-    }
-    if ((st = eng_place_init(e)) || (st = eng_pool_init(e)) || (st = eng_save_init(e))) goto fail;
-    st = PK_ENOMEM;
-#ifdef PK_DEBUG
-    e->dbg.check = true;
-#endif
-    const char *chk = getenv("POLYKV_CHECK");
-    if (chk && *chk) e->dbg.check = strcmp(chk, "0") != 0;
-    const char *delay = getenv("POLYKV_TEST_STEP_DELAY_MS");
-    e->dbg.test_step_ms = delay ? MAX(atoi(delay), 0) : 0;
-    if (!(e->pub.copy = calloc(1, sizeof *e->pub.copy))) goto fail;
-    atomic_init(&e->pub.pub_want_ms, -1e12);
-    pthread_mutex_init(&e->mb.mu, NULL);
-    pthread_mutex_init(&e->pub.pub_mu, NULL);
-    pthread_condattr_t ca;                 /* wait_mail's deadlines are on pk_time_ms's clock */
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&e->mb.cv, &ca);
-    pthread_condattr_destroy(&ca);
-    atomic_init(&e->sleep.asleep, false);
-    e->sleep.idle_since_ms = pk_time_ms();
-    pthread_cond_init(&e->mb.reply_cv, NULL);
-    if (pthread_create(&e->thread, NULL, engine_main, e)) {
-        pthread_mutex_destroy(&e->mb.mu);
-        pthread_mutex_destroy(&e->pub.pub_mu);
-        pthread_cond_destroy(&e->mb.cv);
-        pthread_cond_destroy(&e->mb.reply_cv);
-        goto fail;
-    }
-    *out = e;
-    return PK_OK;
-fail:
-    free(e->pub.copy);
-    eng_save_free(e);
-    eng_pool_free(e);
-    eng_place_free(e);
-    if (e->slots)
-        for (int32_t i = 0; i < p->n_slots; i++) free(e->slots[i].cache);
-    free(e->slots); free(e->batch.b_tok); free(e->batch.b_pos); free(e->batch.b_nseq); free(e->batch.b_seq);
-    free(e->batch.b_want); free(e->batch.logits); free(e->batch.bias_logits);
-    mem_free(e->mem);
-    model_ctx_free(e->ctx);
-    free(e);
-    return st;
-}
-
-void eng_free(eng *e)
-{
-    if (!e) return;
-    pthread_mutex_lock(&e->mb.mu);
-    e->mb.stop = true;
-    pthread_cond_broadcast(&e->mb.cv);
-    pthread_mutex_unlock(&e->mb.mu);
-    pthread_join(e->thread, NULL);
-
-    /* What the loop never took: tasks join the wait queue, control
-     * messages are answered "stopping" (post refuses new ones now). */
-    for (eng_msg *m = e->mb.inbox_head, *nx; m; m = nx) {
-        nx = m->next;
-        if (m->kind == ENG_MSG_TASK) {
-            eng_task *t = container_of(m, eng_task, msg);
-            t->next = NULL;
-            if (e->wq.wait_tail) e->wq.wait_tail->next = t;
-            else e->wq.wait_head = t;
-            e->wq.wait_tail = t;
-            continue;
-        }
-        refuse_msg(e, m, PK_ECANCELLED, "the engine is stopping");
-    }
-    e->mb.inbox_head = e->mb.inbox_tail = NULL;
-    for (eng_task *t = e->wq.wait_head, *nx; t; t = nx) {
-        nx = t->next;
-        eng_task_fail(t, PK_ECANCELLED, "the server is shutting down");
-        eng_task_unref(t);
-    }
-    for (int32_t i = 0; i < e->p.n_slots; i++) {
-        slot *s = &e->slots[i];
-        if (s->task) {
-            eng_task_fail(s->task, PK_ECANCELLED, "the server is shutting down");
-            eng_task_unref(s->task);
-        }
-        smp_free(s->smp);
-        gram_matcher_free(s->gm);
-        free(s->cache);
-        free(s->text);
-    }
-    /* A clean shutdown: whatever pinned pool has no file yet gets one. */
-    eng_persist_sync(e, NULL, 0);             /* a failure is logged: nobody to answer */
-    eng_save_free(e);
-    for (int32_t i = 0; i < e->batch.n_gram_idle; i++) gram_matcher_free(e->batch.gram_idle[i]);
-    gram_vocab_free(e->batch.gvocab);
-    free(e->batch.gram_logits);
-    free(e->batch.bias_logits);
-    eng_pool_free(e);
-    eng_place_free(e);
-    free(e->slots); free(e->batch.b_tok); free(e->batch.b_pos); free(e->batch.b_nseq); free(e->batch.b_seq);
-    free(e->batch.b_want); free(e->batch.logits);
-    mem_free(e->mem);
-    model_ctx_free(e->ctx);
-    pthread_mutex_destroy(&e->mb.mu);
-    pthread_mutex_destroy(&e->pub.pub_mu);
-    pthread_cond_destroy(&e->mb.cv);
-    pthread_cond_destroy(&e->mb.reply_cv);
-    free(e->pub.copy);
-    free(e->sleep.sleep_stats);
-    free(e);
-}

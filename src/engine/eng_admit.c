@@ -277,14 +277,14 @@ static void decide(eng *e, int32_t pool_id, const eng_scope *sc, int32_t expecte
 
 void eng_admission_msg(eng *e, eng_call *c)
 {
-    eng_scope *sc = eng_pool_scope(e, c->pool_id);
+    eng_scope *sc = eng_pool_scope(e, c->u.admission.pool_id);
     c->status = PK_OK;
     if (!sc) {
         c->status = PK_ENOTFOUND;
         return;
     }
-    if (c->adm_set) {
-        adm_policy p = *c->adm_set;
+    if (c->u.admission.set) {
+        adm_policy p = *c->u.admission.set;
         p.set = true;
         if (adm_policy_check(&p) != PK_OK) {
             c->status = PK_EINVAL;
@@ -292,13 +292,13 @@ void eng_admission_msg(eng *e, eng_call *c)
         }
         sc->policy = p;
     }
-    *c->adm_out = sc->policy;
+    *c->u.admission.out = sc->policy;
 }
 
 void eng_capacity_msg(eng *e, eng_call *c)
 {
-    eng_scope *sc = eng_pool_scope(e, c->pool_id);
-    eng_capacity_reply *o = c->cap_out;
+    eng_scope *sc = eng_pool_scope(e, c->u.capacity.pool_id);
+    eng_capacity_reply *o = c->u.capacity.out;
     if (!sc) {
         o->status = PK_ENOTFOUND;
         return;
@@ -308,7 +308,7 @@ void eng_capacity_msg(eng *e, eng_call *c)
     if (!tmp.policy.set) tmp.policy = e->p.admission;
     o->status = PK_OK;
     o->policy = tmp.policy;
-    decide(e, c->pool_id, &tmp, c->expected_tokens, eng_session_known(e, c->session), true, &o->a);
+    decide(e, c->u.capacity.pool_id, &tmp, c->u.capacity.expected_tokens, eng_session_known(e, c->u.capacity.session), true, &o->a);
 }
 
 /* ---- the gate --------------------------------------------------------- */

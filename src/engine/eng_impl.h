@@ -20,29 +20,37 @@
 /* ---- the mailbox ---- */
 
 /* A control message (eng_msg, eng_task.h) is an eng_call on the asker's
- * stack, which waits until `done`. */
+ * stack, which waits until `done`; its arguments and answer are the union
+ * member of its kind (eng_api.c's table says how each kind is answered). */
 typedef struct eng_call {
     eng_msg msg;
-    bool done;                  /* under eng.mu; the asker waits on reply_cv */
-    eng_stats *stats;           /* ENG_MSG_STATS */
-    const eng_pool_req *pool_rq;   /* ENG_MSG_POOL */
-    eng_pool_reply *pool_out;
-    int32_t erase_slot;         /* ENG_MSG_ERASE: a slot, or -1 for every idle history */
-    const char *erase_why;      /* the drops' reason in the cache events, NULL: "erased" */
-    int32_t pool_id;            /* ENG_MSG_ADMISSION, ENG_MSG_CAPACITY: 0 = the server scope */
-    const adm_policy *adm_set;  /* ENG_MSG_ADMISSION: the new policy, NULL to read */
-    adm_policy *adm_out;
-    int32_t expected_tokens;    /* ENG_MSG_CAPACITY */
-    const char *session;
-    eng_capacity_reply *cap_out;
-    const char *file_dir, *file_name;  /* ENG_MSG_SLOT_FILE: slot erase_slot */
-    bool file_save;             /* save, else restore */
-    eng_file_reply *file_out;
-    pk_status status;           /* ENG_MSG_ERASE's and ENG_MSG_WAKE's answer */
-    int32_t n_erased;
-    double t0_ms;
+    bool done;                  /* under mb.mu; the asker waits on reply_cv */
+    pk_status status;           /* the answer of every kind */
+    double t0_ms;               /* when it was posted */
     struct eng_call *next_wait; /* a deferred answer's queue (engine thread) */
+    union {
+        eng_stats *stats;                                                   /* STATS */
+        struct { const eng_pool_req *rq; eng_pool_reply *out; } pool;       /* POOL */
+        struct { int32_t slot; int32_t n_erased; } erase;                   /* ERASE: -1 every idle one */
+        struct { int32_t pool_id; const adm_policy *set; adm_policy *out; } admission;  /* 0: server */
+        struct {
+            int32_t pool_id, expected_tokens;
+            const char *session;
+            eng_capacity_reply *out;
+        } capacity;                                                         /* CAPACITY */
+        struct {
+            int32_t slot;
+            const char *dir, *name;
+            bool save;          /* save, else restore */
+            eng_file_reply *out;
+        } file;                                                             /* SLOT_FILE */
+    } u;
 } eng_call;
+
+/* Readers that asked in the last 2 s get what they read refreshed after
+ * every step, so they never wait for a batch to end. */
+#define PUB_WANT_MS 2000.0
+#define PUB_FRESH_MS 250.0
 
 /* Marks c answered and wakes its asker (engine thread). */
 void eng_call_done(struct eng *e, eng_call *c);
@@ -369,9 +377,10 @@ void eng_history_done(eng *e, slot *s);
 void eng_cache_event_add(eng *e, const eng_cache_event *ev);
 void eng_place_stats(eng *e, eng_stats *o);
 double eng_now_s(void);
-/* Drops the history of slot c->erase_slot (PK_ECONFLICT while busy), or
- * with -1 every idle slot's, parked and RAM history. */
-void eng_erase_msg(eng *e, eng_call *c);
+/* Drops the history of slot slot_id (PK_ECONFLICT while it runs), or with
+ * -1 every idle slot's, parked and RAM history; why names the drops in the
+ * cache events; *n_erased the tokens dropped. */
+pk_status eng_drop_histories(eng *e, int32_t slot_id, const char *why, int32_t *n_erased);
 /* Ends every waiting task attached to pool_id with an ERROR. */
 void eng_fail_waiting_pool(eng *e, int32_t pool_id, pk_status st, const char *msg);
 
@@ -387,7 +396,13 @@ int32_t eng_spill(eng *e, kv_seq seq, const int32_t *tokens, int32_t n, int32_t 
 bool eng_restore(eng *e, int32_t i, kv_seq dst, int32_t p0, int32_t p1);
 void eng_spill_free(eng *e, int32_t i);
 
-/* eng.c */
+/* eng.c: the loop */
+void *eng_main(void *arg);                      /* the engine thread */
+bool eng_running(const eng *e);                 /* a slot runs a task */
+bool eng_has_work(const eng *e);                /* waiting, running or materializing */
+/* What was published is about to change (a control message, a task's
+ * end): readers ask the engine until the next step publishes again. */
+void eng_unpublish(eng *e);
 bool eng_slot_start(eng *e, slot *s, eng_task *t);
 /* Adds one token to this step's batch (n: its count so far). */
 void eng_batch_add(eng *e, int32_t *n, int32_t tok, kv_pos pos, kv_seq seq, bool want);
@@ -498,6 +513,9 @@ struct pool_tree *eng_pool_tree(eng *e);
  * resident at once.  PK_OK, else the reason in why (nothing kept). */
 pk_status eng_pool_adopt(eng *e, int32_t id, int32_t parent, int32_t D, const int32_t *tokens, int32_t n,
                          bool pinned, const uint8_t *rows, char *why, size_t cap);
+
+/* eng_api.c: the mailbox; false when the engine must stop. */
+bool eng_take_mailbox(eng *e);
 
 /* eng.c: the stats snapshot (engine thread, awake). */
 void eng_stats_fill(eng *e, eng_stats *o);

@@ -517,23 +517,20 @@ void eng_place_waiting(eng *e)
     }
 }
 
-void eng_erase_msg(eng *e, eng_call *c)
+pk_status eng_drop_histories(eng *e, int32_t slot_id, const char *why, int32_t *n_erased)
 {
     snap *sn = e->hist.snap;
     snapshot(e, NULL, sn);
-    c->status = PK_OK;
-    c->n_erased = 0;
-    if (c->erase_slot >= 0 && e->slots[c->erase_slot].state != ENG_SLOT_IDLE) {
-        c->status = PK_ECONFLICT;
-        return;
-    }
+    *n_erased = 0;
+    if (slot_id >= 0 && e->slots[slot_id].state != ENG_SLOT_IDLE) return PK_ECONFLICT;
     for (int32_t h = 0; h < sn->s.n_hists; h++) {
         int kind = sn->kind[h], i = sn->idx[h];
-        if (kind == H_POOL || (c->erase_slot >= 0 && !(kind == H_SLOT && i == c->erase_slot))) continue;
+        if (kind == H_POOL || (slot_id >= 0 && !(kind == H_SLOT && i == slot_id))) continue;
         if (kind == H_SLOT && e->slots[i].state != ENG_SLOT_IDLE) continue;
-        c->n_erased += sn->hists[h].n_tokens;
-        drop_hist(e, sn, h, c->erase_why ? c->erase_why : "erased", false);
+        *n_erased += sn->hists[h].n_tokens;
+        drop_hist(e, sn, h, why, false);
     }
+    return PK_OK;
 }
 
 void eng_fail_waiting_pool(eng *e, int32_t pool_id, pk_status st, const char *msg)

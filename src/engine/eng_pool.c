@@ -85,7 +85,7 @@ static int32_t n_sessions(const eng *e, int32_t id)
 
 static void fill_reply(const eng *e, const pool_node *p, const pmech *pm, eng_call *c)
 {
-    eng_pool_reply *o = c->pool_out;
+    eng_pool_reply *o = c->u.pool.out;
     o->pool_id = p->id;
     o->parent = p->parent;
     o->branch_pos = p->branch_pos;
@@ -99,11 +99,11 @@ static void answer(eng *e, eng_call *c, pk_status st, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static void answer(eng *e, eng_call *c, pk_status st, const char *fmt, ...)
 {
-    c->pool_out->status = st;
+    c->u.pool.out->status = st;
     if (fmt) {
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(c->pool_out->message, sizeof c->pool_out->message, fmt, ap);
+        vsnprintf(c->u.pool.out->message, sizeof c->u.pool.out->message, fmt, ap);
         va_end(ap);
     }
     eng_call_done(e, c);
@@ -319,7 +319,7 @@ void eng_pool_decoded(eng *e, pk_status st)
 
 static void op_make(eng *e, eng_call *c)
 {
-    const eng_pool_req *rq = c->pool_rq;
+    const eng_pool_req *rq = c->u.pool.rq;
     pool_tree *t = e->pools->tree;
     const int32_t *tok = rq->tokens;
     int32_t n = rq->n_tokens;
@@ -353,7 +353,7 @@ static void op_make(eng *e, eng_call *c)
         return;
     }
     if (st == PK_ECONFLICT) {
-        c->pool_out->conflict_pos = conflict;
+        c->u.pool.out->conflict_pos = conflict;
         answer(e, c, st, "the prefix differs from pool %d's at position %d (before branch_pos %d)", parent,
                conflict, rq->branch_pos);
         return;
@@ -400,7 +400,7 @@ static void op_release(eng *e, eng_call *c, const pool_node *p)
     int32_t ids[ENG_MAX_POOLS], n = 1;
     ids[0] = p->id;
     if (p->n_children > 0) {
-        if (!c->pool_rq->recursive) {
+        if (!c->u.pool.rq->recursive) {
             answer(e, c, PK_ECONFLICT, "pool %d has %d child pool%s: release them first, or use recursive=true",
                    p->id, p->n_children, p->n_children == 1 ? "" : "s");
             return;
@@ -413,14 +413,14 @@ static void op_release(eng *e, eng_call *c, const pool_node *p)
         eng_fail_waiting_pool(e, ids[k], PK_ENOTFOUND, msg);
         drop_pool(e, pool_get(t, ids[k]), PK_ENOTFOUND, msg);
     }
-    c->pool_out->n_released = n;
+    c->u.pool.out->n_released = n;
     eng_persist_sync(e, NULL, 0);             /* a failed save is logged, tried again at the next sync */
     answer(e, c, PK_OK, NULL);
 }
 
 void eng_pool_msg(eng *e, eng_call *c)
 {
-    const eng_pool_req *rq = c->pool_rq;
+    const eng_pool_req *rq = c->u.pool.rq;
     pool_tree *t = e->pools->tree;
     if (rq->verb == ENG_POOL_CREATE || rq->verb == ENG_POOL_FORK) {
         op_make(e, c);

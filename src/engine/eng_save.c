@@ -88,7 +88,7 @@ static void reply(eng_file_reply *o, pk_status st, const char *fmt, const char *
 
 static void slot_save(eng *e, slot *s, eng_call *c)
 {
-    eng_file_reply *o = c->file_out;
+    eng_file_reply *o = c->u.file.out;
     if (s->n_cache < 1) {
         snprintf(o->message, sizeof o->message, "slot %d holds no tokens to save", s->id);
         o->status = PK_EINVAL;
@@ -100,7 +100,7 @@ static void slot_save(eng *e, slot *s, eng_call *c)
         return;
     }
     sav_header h = header(e, SAV_SLOT, s->n_cache, 0);
-    o->status = sav_write(c->file_dir, c->file_name, &h, s->cache, rows, 0, o->message, sizeof o->message);
+    o->status = sav_write(c->u.file.dir, c->u.file.name, &h, s->cache, rows, 0, o->message, sizeof o->message);
     free(rows);
     if (o->status != PK_OK) return;
     o->n_tokens = s->n_cache;
@@ -109,9 +109,9 @@ static void slot_save(eng *e, slot *s, eng_call *c)
 
 static void slot_restore(eng *e, slot *s, eng_call *c)
 {
-    eng_file_reply *o = c->file_out;
+    eng_file_reply *o = c->u.file.out;
     char path[4096];
-    if ((size_t)snprintf(path, sizeof path, "%s/%s", c->file_dir, c->file_name) >= sizeof path) {
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", c->u.file.dir, c->u.file.name) >= sizeof path) {
         reply(o, PK_EINVAL, "%s", "path too long");
         return;
     }
@@ -128,13 +128,13 @@ static void slot_restore(eng *e, slot *s, eng_call *c)
     }
     if (st != PK_OK) {
         free(buf);
-        fprintf(stderr, "eng: slot %d: restore of '%s' refused: %s\n", s->id, c->file_name, why);
+        fprintf(stderr, "eng: slot %d: restore of '%s' refused: %s\n", s->id, c->u.file.name, why);
         reply(o, st, "Unable to restore slot: %s", why);
         return;
     }
     /* Its old history goes first, as llama-server's restore replaces it. */
-    eng_call er = { .erase_slot = s->id };
-    eng_erase_msg(e, &er);
+    int32_t n_dropped;
+    eng_drop_histories(e, s->id, "erased", &n_dropped);
     ASSERT(s->n_cache == 0 && mem_seq_cells(e->mem, s->id) == 0);
     int32_t n = (int32_t)h.n_tokens;
     if (!eng_make_room(e, n) || mem_copy_in(e->mem, s->id, 0, n, rows) != PK_OK) {
@@ -156,14 +156,14 @@ static void slot_restore(eng *e, slot *s, eng_call *c)
 void eng_slot_file_msg(eng *e, eng_call *c)
 {
     double t0 = pk_time_ms();
-    eng_file_reply *o = c->file_out;
-    slot *s = &e->slots[c->erase_slot];
+    eng_file_reply *o = c->u.file.out;
+    slot *s = &e->slots[c->u.file.slot];
     o->status = PK_OK;
     o->message[0] = 0;
     if (s->state != ENG_SLOT_IDLE) {
         snprintf(o->message, sizeof o->message, "slot %d is busy", s->id);
         o->status = PK_ECONFLICT;
-    } else if (c->file_save) {
+    } else if (c->u.file.save) {
         slot_save(e, s, c);
     } else {
         slot_restore(e, s, c);

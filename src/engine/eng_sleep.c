@@ -28,8 +28,8 @@ bool eng_sleep_enter(eng *e)
     if (!e->sleep.sleep_stats && !(e->sleep.sleep_stats = malloc(sizeof *e->sleep.sleep_stats))) return false;
     /* Histories first, with the cache still there: their cells go by the
      * sequence operations every other drop uses, so the counts stay true. */
-    eng_call drop = { .erase_slot = -1, .erase_why = "the server sleeps" };
-    eng_erase_msg(e, &drop);
+    int32_t n_dropped;
+    eng_drop_histories(e, -1, "the server sleeps", &n_dropped);
     for (int32_t i = 0; i < e->p.n_slots; i++) eng_pool_detach(e, &e->slots[i]);
     eng_pool_evict_all(e, "the server sleeps");
     eng_stats_fill(e, e->sleep.sleep_stats);
