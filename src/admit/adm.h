@@ -89,10 +89,10 @@ static inline double adm_rate_tps(const adm_rate *r)
 /* The mean speed after k more sessions, from M and the measured step
  * cost: a session at M tok/s takes 1000/M ms a token, and each session
  * more adds c ms to that.  A constant cost in time, not a constant drop in
- * speed: on the 10 knee curves of docs/benchmarks.md a drop learned at one
- * step and applied at another misses the speed by 15.5% at the median,
- * the time cost by 9.5% (test_adm, test_cost_model), because the same
- * added time costs a fast session more tokens/s than a slow one. */
+ * speed: on 10 measured knee curves a drop learned at one step and
+ * applied at another misses the speed by 15.5% at the median, the time
+ * cost by 9.5% (test_adm, test_cost_model), because the same added time
+ * costs a fast session more tokens/s than a slow one. */
 static inline double adm_add_sessions(double M, double c_ms, double k)
 {
     return M > 0 ? 1000.0 / (1000.0 / M + c_ms * k) : 0;
