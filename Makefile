@@ -91,8 +91,8 @@ $(BUILD)/venv/.jinja: tests/jinja/requirements.txt $(BUILD)/venv/.installed
 	@touch $@
 
 # A part's time limit (tests/run.sh, 600 s) is raised for the sanitized
-# runs: the e2e suite under ASan ran 409 s on the ninth session's 2-core
-# VM and past 600 s on the tenth's (its JSON Schema tests 5x their plain time).
+# runs: on a 2-core VM the e2e suite under ASan ran 409 s and past 600 s
+# (its JSON Schema tests 5x their plain time).
 test-asan: deps
 	$(MAKE) BUILD=build-asan OPT="-O1 -g -DPK_DEBUG -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all tests-only build-asan/venv/.installed build-asan/venv/.jinja
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 TEST_TIMEOUT=1500 sh tests/run.sh build-asan

@@ -1,6 +1,6 @@
 // bench/lone.mjs - one agent's decode speed alone on a polykv server, in
-// five states of the server (docs/benchmarks.md, "Spawn ramp", ninth
-// session): fresh; after 60 other agents' histories (spilled, parked,
+// five states of the server (is a lone agent under the spawn ramp's floor
+// the server's doing or the machine's?): fresh; after 60 other agents' histories (spilled, parked,
 // fragmenting the cache); with an admission policy on the pool; with 7 new
 // sessions held in its enforced queue; with /polykv/tps and /polykv/cache
 // read every 100 ms (what bench/spawn.mjs's sampler does).  Each is the

@@ -170,9 +170,9 @@ async function agent(pool, id, k) {
  * (turn prompts and pauses included, as in the strategies below).
  * Started together, they decode together: the curve is that of n
  * sessions decoding at once, the count the controller charges.  (Spread
- * over a turn's cycle, as tried in the tenth session, two agents rarely
- * decoded at once and read 35.7 tok/s beside one's 36.1 (run 10d): the
- * floor landed on a lone agent's speed.) */
+ * over a turn's cycle, as once tried, two agents rarely decoded at once
+ * and read 35.7 tok/s beside one's 36.1: the floor landed on a lone
+ * agent's speed.) */
 async function knee(pool, maxN, minN = 1, tag = 'knee') {
   const curve = [];
   for (let n = minN; n <= maxN; n++) {
@@ -260,7 +260,7 @@ for (const name of a.strategies.split(',')) {
 }
 /* The two counts the floor sits between, read again after the
  * strategies: the machine's speed moves between phases (a lone agent at
- * 52-96 tok/s from one run to the next in the thirteenth session), and a
+ * 52-96 tok/s from one run to the next on a 2-core AMD EPYC VM), and a
  * floor is only where the knee is while the knee stays there.  A count
  * that moved by more than half the step (the floor's distance from it)
  * says the floor was on the other side of it for part of the run: the

@@ -1137,13 +1137,12 @@ static void test_rate(void)
     CHECK(n_cmp > 5000 && err[n_cmp / 2] < 0.1 && err[n_cmp * 95 / 100] < 0.3);
 }
 
-/* The projection's model against the machine: the ten knee curves of
- * docs/benchmarks.md ("Spawn ramp", seventh and eighth sessions: the mean
- * session speed of n agents at work together, n = 1..6, on the 2-core
- * VM).  Learn one admit's cost at one step, predict every other step of
- * the same curve: a cost in time per token (adm_add_sessions) against a
- * constant drop in speed (what drop_per_admit_ewma was until the ninth
- * session). */
+/* The projection's model against the machine: ten knee curves measured
+ * by bench/spawn.mjs (the mean session speed of n agents at work
+ * together, n = 1..6, on a 2-core AMD EPYC VM).  Learn one admit's cost
+ * at one step, predict every other step of the same curve: a cost in
+ * time per token (adm_add_sessions) against a constant drop in speed
+ * (what drop_per_admit_ewma once was). */
 static void test_cost_model(void)
 {
     static const double curve[10][6] = {

@@ -285,9 +285,9 @@ static double curve_speed(const adm_curve *c, double d, double a, double p, doub
  * running, between turns, sent), scaled to the long-run mean by the
  * curve's speed at the load that mean was read at.  The curve gives the
  * shape, what was measured the level: the curve's parts leave out the
- * time between steps and whatever else the speeds see (run 11e: the
- * curve alone projected a third agent at 33.8 tok/s, the mean ran at 24.8
- * after it).  false when the curve or the decoding share (the same
+ * time between steps and whatever else the speeds see (in a spawn ramp
+ * the curve alone projected a third agent at 33.8 tok/s, the mean ran at
+ * 24.8 after it).  false when the curve or the decoding share (the same
  * long-run record) is unknown. */
 static bool curve_projection(const adm_snapshot *s, adm_answer *a)
 {
@@ -315,13 +315,14 @@ static bool curve_projection(const adm_snapshot *s, adm_answer *a)
  * agents active (A now), where that count was measured.  What the floor
  * is about, read directly: the load curve models the same from its parts
  * (decode steps, prompt share, decoding share) and understates what an
- * agent's turn prompts cost the others (twelfth session: the enforced
- * gate's projections 13-24% over what followed, in 6 of 8 runs).  Scaled
+ * agent's turn prompts cost the others (in spawn ramps the enforced
+ * gate's projections from the curve were 13-24% over what followed, in 6
+ * of 8 runs).  Scaled
  * by the long-run mean over the knee's at the load it was read at, and by
  * the drift since the count it reads was measured (adm_knee_drift: the
  * counts are measured at different moments, and the one the load is at
- * now is refreshed while the one above it may hold a faster minute: run
- * 13h read three agents at 46.7 in a phase where one ran at 38-53), the
+ * now is refreshed while the one above it may hold a faster minute: a
+ * ramp read three agents at 46.7 in a phase where one ran at 38-53), the
  * lower.  Down only: the machine is slower now than when the knee was
  * measured, or the load heavier in prompts; never up, for the tail of a
  * run (agents finishing, no more turn prompts) reads fast and is no sign
@@ -546,7 +547,7 @@ static double absorbed_mean(const adm_settle *st, const adm_snapshot *s)
  * three on), at least 0.  Not their median: when an admit often finds the
  * mean higher after it than before (a stall at the admit, none at the
  * settle), half the samples are 0 or less and a median says admits are
- * free (run 10g: projections at the instant mean, realized 20-35% lower). */
+ * free (projections at the instant mean, realized 20-35% lower). */
 static double cost_trimmed(const adm_settle *st)
 {
     int32_t k = MIN(st->n_cost, ADM_COST_N);
@@ -606,17 +607,16 @@ void adm_settle_step(adm_settle *st, const adm_snapshot *s)
      * (n').  An agent workload places its new sessions when the others
      * are between turns or reading their prompts as often as not; without
      * this, six of the eight admits of a naive ramp gave no sample, and a
-     * spawner with none is left to the model's 1/n (tenth session, 10e). */
+     * spawner with none is left to the model's 1/n. */
     double gained = st->long_base ? sharing(s, n) - st->share_at_admit : n - st->n_warm_at_admit;
     if (st->mean_at_admit > 0 && m > 0 && gained >= (st->long_base ? 0.5 : 1)) {
         /* Within the time per token at the admit either way (one more
          * session doubling it: compute shared evenly by two): a turn prompt
          * read in the window, magnified by the lag correction, made samples
          * of 40 ms where admits cost 9, and an EWMA of them held every
-         * later spawner to one agent (tenth session, run 10c).  A sample
-         * below 0 (the mean rose: a stall at the admit, none at the
-         * settle) is kept as it is: the trimmed mean averages the noise
-         * both ways. */
+         * later spawner to one agent.  A sample below 0 (the mean rose: a
+         * stall at the admit, none at the settle) is kept as it is: the
+         * trimmed mean averages the noise both ways. */
         double t0 = 1000.0 / st->mean_at_admit;
         double c = fmin(fmax((1000.0 / m - t0) / gained, -t0), t0);
         st->cost_sample[st->n_cost++ % ADM_COST_N] = c;

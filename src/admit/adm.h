@@ -89,10 +89,10 @@ static inline double adm_rate_tps(const adm_rate *r)
 /* The mean speed after k more sessions, from M and the measured step
  * cost: a session at M tok/s takes 1000/M ms a token, and each session
  * more adds c ms to that.  A constant cost in time, not a constant drop in
- * speed: on the 10 knee curves of docs/benchmarks.md a drop learned at one
- * step and applied at another misses the speed by 15.5% at the median,
- * the time cost by 9.5% (test_adm, test_cost_model), because the same
- * added time costs a fast session more tokens/s than a slow one. */
+ * speed: on 10 measured knee curves a drop learned at one step and
+ * applied at another misses the speed by 15.5% at the median, the time
+ * cost by 9.5% (test_adm, test_cost_model), because the same added time
+ * costs a fast session more tokens/s than a slow one. */
 static inline double adm_add_sessions(double M, double c_ms, double k)
 {
     return M > 0 ? 1000.0 / (1000.0 / M + c_ms * k) : 0;
@@ -119,8 +119,8 @@ static inline double adm_live_ms(double max_gap_ms)
  * one more agent's turn prompts a few times that, and a curve of the two
  * mixed, read off an agent workload, is flattened (few decode at once
  * exactly while the others' prompts are read), so its extrapolation
- * admitted into a mean 15-20% under the projection (eleventh session, run
- * 11c).  Kept by the engine, server-wide (one machine's compute). */
+ * admitted into a mean 15-20% under the projection.  Kept by the engine,
+ * server-wide (one machine's compute). */
 typedef struct adm_curve {
     double n[ADM_CURVE_K + 1];      /* [k]: decayed decode-only steps with k sessions decoding */
     double ms[ADM_CURVE_K + 1];     /*   and the decayed sum of their times */
@@ -188,9 +188,9 @@ double adm_knee_drift(const adm_curve *c, int32_t j, int32_t a);
  * ADM_TURN_FACTOR times its longest pause, ADM_PAUSE_MIN_MS before one is
  * seen.  Shorter than adm_live_ms: a finished agent stays live (load) for
  * three of its pauses, and counted so long as one that does not decode it
- * dilutes the share each agent decodes (tenth session, run 11b: a share
- * of 0.14 read where the agents decoded three quarters of the time, and
- * an enforced gate admitted five where the floor had room for two). */
+ * dilutes the share each agent decodes (a share of 0.14 read where the
+ * agents decoded three quarters of the time, and an enforced gate
+ * admitted five where the floor had room for two). */
 #define ADM_TURN_FACTOR 1.5
 static inline double adm_turn_ms(double max_gap_ms)
 {

@@ -4,7 +4,7 @@
  * WHY: decoding streams every weight once per token.  From 4 KiB pages
  * (a file mapping, or plain malloc) each page costs a TLB walk and stops
  * the hardware prefetcher at its edge; from 2 MiB pages the same loop
- * reads 5-15% faster here (docs/benchmarks.md).  The kernel gives huge
+ * reads 5-15% faster here (a 2-core Zen 4 VM).  The kernel gives huge
  * pages only to 2 MiB-aligned anonymous memory advised MADV_HUGEPAGE (the
  * "madvise" mode most distributions ship); where it gives none the buffer
  * is ordinary memory and everything still works.

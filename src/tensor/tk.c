@@ -164,7 +164,7 @@ const tk_ops *tk_ops_named(const char *isa)
  * case: tiles handed out round-robin decoded 22% slower), single tiles at
  * the end, so threads finish a product within a tile of each other.  1
  * (the first claim is half a product) beat 2 by a median 4% in 18
- * interleaved tg128 pairs (docs/benchmarks.md). */
+ * interleaved tg128 pairs. */
 #define TK_GUIDE 1
 
 static const tk_gemm *gemm_get(void)

@@ -16,7 +16,7 @@
  *
  * The avx512 table uses these too: versions with two groups per 512-bit
  * register (vpabsb and a masked negate in place of vpsignb) ran at 0.98x
- * (IQ4_NL) and 0.33x (IQ4_XS) of these on the Zen 4 of docs/benchmarks.md,
+ * (IQ4_NL) and 0.33x (IQ4_XS) of these on a Zen 4 (2-core EPYC VM),
  * 1 thread, interleaved medians.
  */
 #include "tk_impl.h"

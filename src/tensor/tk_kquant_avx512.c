@@ -3,7 +3,7 @@
  * and Q6_K dot products against Q8_K activations, and the Q8_K quantizer.
  * (Q3_K runs its AVX2 kernel here: a version of this file's shape, two runs
  * per register with the level signs moved onto the activations under a
- * mask, ran at 0.73x of it on the Zen 4 of docs/benchmarks.md.)
+ * mask, ran at 0.73x of it on a Zen 4 (2-core EPYC VM).)
  * Compiled with -mavx512f/bw/vl/dq/vnni; tk.c calls tk_fill_avx512_kquant()
  * only on CPUs that have them.
  *

@@ -180,7 +180,7 @@ test('admission: a session whose turns move to new slots counts once', { skip },
 // An agent between turns whose history left its slot (parked under a
 // reserve id, or spilled to RAM, to make room for another) is still an
 // agent between turns: it used to drop out of the count, and the gate
-// admitted a third agent on a count of two (twelfth session's spawn runs).
+// admitted a third agent on a count of two (seen in spawn-ramp traces).
 test('admission: an agent whose history left its slot still counts', { skip }, async () => {
   const pool = await policyPool('away pool', { target_tps_per_session: 1, mode: 'advisory' });
   const j = await post(srv.url + '/completion', { prompt: base + ' away pool. Task: ' + words(30, 81), pool_id: pool,
@@ -269,7 +269,7 @@ test('admission: a queue lifted by time goes in arrival order, without spinning'
   assert.deepEqual(order, ['A', 'B', 'C', 'D', 'E']);
   // A spin takes a whole core (1 s of CPU a second).  The 5 ms looks take
   // a few percent of one, and under ThreadSanitizer's instrumentation
-  // about 0.4 (twelfth session: 0.38), so the bound there is 0.7.
+  // about 0.4 (0.38 measured), so the bound there is 0.7.
   const bound = process.env.TSAN_OPTIONS ? 0.7 : 0.3;
   assert.ok(cpu < bound, `the server used ${cpu} s of CPU in 1 s with only held requests (bound ${bound})`);
 });
@@ -280,7 +280,7 @@ test('admission: a queue lifted by time goes in arrival order, without spinning'
 // batches come from a copy made after the last one; with a real model's
 // long steps (a turn's prompt), a spawn sent during one was in neither
 // that copy nor the settle record, and an advisory spawner that asked
-// 500 ms after its spawn was told "ok" and spawned again (ninth-session
+// 500 ms after its spawn was told "ok" and spawned again (seen in a
 // spawn ramp).  Every step is stretched to 150 ms here to make the window
 // certain.
 test('admission: a spawn not placed, or placed in the running step, is an admit in flight', { skip }, async () => {
