@@ -449,26 +449,14 @@ static bool any_policy(eng *e)
     return false;
 }
 
+static bool is_continuation(eng *e, const eng_task *t)
+{
+    return eng_session_known(e, t->req.session_id);
+}
+
 void eng_admit_order(eng *e)
 {
-    if (!e->wq.wait_head || !e->wq.wait_head->next || !any_policy(e)) return;
-    eng_task *cont = NULL, **ct = &cont, *rest = NULL, **rt = &rest;
-    for (eng_task *t = e->wq.wait_head, *nx; t; t = nx) {
-        nx = t->next;
-        t->next = NULL;
-        if (eng_session_known(e, t->req.session_id)) {
-            *ct = t;
-            ct = &t->next;
-        } else {
-            *rt = t;
-            rt = &t->next;
-        }
-    }
-    *ct = rest;
-    e->wq.wait_head = cont;
-    eng_task *last = NULL;
-    for (eng_task *t = e->wq.wait_head; t; t = t->next) last = t;
-    e->wq.wait_tail = last;
+    if (e->wq.n_waiting > 1 && any_policy(e)) eng_wait_first(e, is_continuation);
 }
 
 void eng_admit_stats(eng *e, int32_t pool_id, eng_adm_info *o)

@@ -95,16 +95,6 @@ static void refuse_msg(eng *e, eng_msg *m, pk_status st, const char *why)
     eng_call_done(e, c);
 }
 
-/* A task joins the wait queue, in arrival order. */
-static void queue_task(eng *e, eng_task *t)
-{
-    t->next = NULL;
-    if (e->wq.wait_tail) e->wq.wait_tail->next = t;
-    else e->wq.wait_head = t;
-    e->wq.wait_tail = t;
-    e->wq.n_waiting++;
-}
-
 /* Waits (under mu) for mail or work; true when, instead, the engine has
  * been idle for sleep_idle_ms and should sleep. */
 static bool wait_mail(eng *e)
@@ -171,7 +161,7 @@ bool eng_take_mailbox(eng *e)
             }
         }
         if (m->kind == ENG_MSG_TASK) {
-            queue_task(e, container_of(m, eng_task, msg));
+            eng_wait_push(e, container_of(m, eng_task, msg));
             continue;
         }
         eng_call *c = container_of(m, eng_call, msg);
@@ -496,7 +486,7 @@ void eng_free(eng *e)
      * messages are answered "stopping" (post refuses new ones now). */
     for (eng_msg *m = e->mb.inbox_head, *nx; m; m = nx) {
         nx = m->next;
-        if (m->kind == ENG_MSG_TASK) queue_task(e, container_of(m, eng_task, msg));
+        if (m->kind == ENG_MSG_TASK) eng_wait_push(e, container_of(m, eng_task, msg));
         else refuse_msg(e, m, PK_ECANCELLED, "the engine is stopping");
     }
     e->mb.inbox_head = e->mb.inbox_tail = NULL;

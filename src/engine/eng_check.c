@@ -4,15 +4,20 @@
  * (-DPK_DEBUG: make test-asan) and when POLYKV_CHECK=1 (tests/run.sh sets
  * it), so a broken invariant stops the run at the step that broke it.
  *
- *   cells      kv_check: counts, owners, free cells blank; every charge
+ *   mailbox    the inbox list ends at its tail; every message a known kind
+ *   memory     mem_check: counts, owners, free cells blank; every charge
  *              belongs to an id the allocator gave out
- *   queue      n_waiting is the wait list's length; a waiting task's
- *              pending entry is its own, no placed entry outlives the
- *              publish after its step (eng_pend_flush)
+ *   queue      n_waiting is the wait list's length, the tail its last; a
+ *              waiting task's pending entry is its own
+ *   published  no placed entry outlives the publish after its step
+ *              (eng_pend_flush)
+ *   scratch    the idle matchers, the event and rate rings in range; the
+ *              step's admission snapshot not left over; the server policy
+ *              valid; asleep (atomic) agrees with sleeping
  *   slots      busy <=> a task; the slot's cells are exactly its n_cache
  *              positions [0, n_cache)
- *   parked     used <=> a parking id, holding its n_tokens cells
- *   RAM tier   spill_bytes is the sum of its entries
+ *   parked     used <=> a parking id, holding exactly [0, n_tokens)
+ *   RAM tier   spill_bytes is the sum of its images; no entry left pinned
  *   pools      eng_pool_check: resident pools hold [0, L), evicted none,
  *              the allocator's pool ids are the tree's
  *   asleep     no cache, no history anywhere, the weights released
@@ -28,8 +33,87 @@ static void check_asleep(const eng *e)
     ASSERT(e->hist.spill_bytes == 0);
 }
 
+static void check_mailbox(eng *e)
+{
+    pthread_mutex_lock(&e->mb.mu);
+    const eng_msg *last = NULL;
+    for (const eng_msg *m = e->mb.inbox_head; m; m = m->next) {
+        ASSERT(m->kind >= ENG_MSG_TASK && m->kind <= ENG_MSG_WAKE);
+        last = m;
+    }
+    ASSERT(last == e->mb.inbox_tail);
+    pthread_mutex_unlock(&e->mb.mu);
+}
+
+static void check_queue(const eng *e)
+{
+    int32_t n = 0;
+    const eng_task *last = NULL;
+    for (const eng_task *t = e->wq.wait_head; t; t = t->next) {
+        n++;
+        last = t;
+        ASSERT(t->pend >= 0 && t->pend <= ENG_PEND_MAX);
+        ASSERT(!t->pend || (e->pub.pend[t->pend - 1].task_id == t->id && !e->pub.pend[t->pend - 1].placed));
+    }
+    ASSERT(n == e->wq.n_waiting && last == e->wq.wait_tail);
+}
+
+static void check_published(eng *e)
+{
+    pthread_mutex_lock(&e->pub.pub_mu);
+    ASSERT(e->pub.n_pend_placed == 0);          /* the publish after a step flushes them */
+    for (int32_t i = 0; i < ENG_PEND_MAX; i++) ASSERT(!e->pub.pend[i].task_id || !e->pub.pend[i].placed);
+    pthread_mutex_unlock(&e->pub.pub_mu);
+}
+
+static void check_slots(const eng *e)
+{
+    for (int32_t i = 0; i < e->p.n_slots; i++) {
+        const slot *s = &e->slots[i];
+        ASSERT(e->seqs.kind[i] == ENG_SEQ_SLOT);
+        ASSERT((s->state != ENG_SLOT_IDLE) == (s->task != NULL));
+        ASSERT(!s->task || !s->task->pend);
+        ASSERT(s->n_cache >= 0 && s->n_cache <= e->n_ctx_slot);
+        ASSERT(mem_holds(e->mem, s->id, s->n_cache));
+    }
+}
+
+static void check_hists(const eng *e)
+{
+    for (int32_t i = 0; i < e->hist.n_parked_max; i++) {
+        const parked *p = &e->hist.parked[i];
+        if (!p->used) {
+            ASSERT(p->seq == -1);
+            continue;
+        }
+        ASSERT(e->seqs.kind[p->seq] == ENG_SEQ_PARKED);
+        ASSERT(mem_holds(e->mem, p->seq, p->n_tokens));
+    }
+    size_t bytes = 0;
+    for (int32_t i = 0; i < e->hist.n_spill_max; i++)
+        if (e->hist.spill[i].used) bytes += mem_image_bytes(e->mem, e->hist.spill[i].n_tokens);
+    ASSERT(bytes == e->hist.spill_bytes);
+    ASSERT(e->hist.spill_pin == -1);            /* pinned only while a placement restores it */
+    ASSERT(e->hist.n_marker >= 0 && e->hist.n_marker <= (int32_t)ARRAY_LEN(e->hist.marker));
+}
+
+static void check_scratch(const eng *e)
+{
+    ASSERT(e->batch.n_gram_idle >= 0 && e->batch.n_gram_idle <= (int32_t)ARRAY_LEN(e->batch.gram_idle));
+    for (int32_t i = 0; i < e->batch.n_gram_idle; i++) ASSERT(e->batch.gram_idle[i]);
+    ASSERT(e->stat.ev_n >= 0 && e->stat.ev_n <= ENG_CACHE_EVENTS);
+    ASSERT(e->stat.ev_head >= 0 && e->stat.ev_head < ENG_CACHE_EVENTS);
+    ASSERT(e->stat.agg_head >= 0 && e->stat.agg_head < AGG_RING);
+    ASSERT(!e->adm.adm_in_step);                /* the step's snapshot is read within its step */
+    ASSERT(!e->adm.server.policy.set || adm_policy_check(&e->adm.server.policy) == PK_OK);
+    ASSERT(atomic_load(&e->sleep.asleep) == e->sleep.sleeping);
+}
+
 void eng_check(eng *e)
 {
+    check_mailbox(e);
+    check_published(e);
+    check_scratch(e);
     if (e->sleep.sleeping) {
         check_asleep(e);
         return;
@@ -43,36 +127,8 @@ void eng_check(eng *e)
         owned += mem_seq_owned(e->mem, s);
     }
     ASSERT(n_used_ids == e->seqs.n_used && owned == mem_used(e->mem));
-
-    int32_t n = 0;
-    for (const eng_task *t = e->wq.wait_head; t; t = t->next) {
-        n++;
-        ASSERT(t->pend >= 0 && t->pend <= ENG_PEND_MAX);
-        ASSERT(!t->pend || (e->pub.pend[t->pend - 1].task_id == t->id && !e->pub.pend[t->pend - 1].placed));
-    }
-    ASSERT(n == e->wq.n_waiting);
-    ASSERT(e->pub.n_pend_placed == 0);
-
-    for (int32_t i = 0; i < e->p.n_slots; i++) {
-        const slot *s = &e->slots[i];
-        ASSERT(e->seqs.kind[i] == ENG_SEQ_SLOT);
-        ASSERT((s->state != ENG_SLOT_IDLE) == (s->task != NULL));
-        ASSERT(!s->task || !s->task->pend);
-        ASSERT(s->n_cache >= 0 && s->n_cache <= e->n_ctx_slot);
-        ASSERT(mem_holds(e->mem, s->id, s->n_cache));
-    }
-    for (int32_t i = 0; i < e->hist.n_parked_max; i++) {
-        const parked *p = &e->hist.parked[i];
-        if (!p->used) {
-            ASSERT(p->seq == -1);
-            continue;
-        }
-        ASSERT(e->seqs.kind[p->seq] == ENG_SEQ_PARKED);
-        ASSERT(mem_seq_cells(e->mem, p->seq) == p->n_tokens);
-    }
-    size_t bytes = 0;
-    for (int32_t i = 0; i < e->hist.n_spill_max; i++)
-        if (e->hist.spill[i].used) bytes += mem_image_bytes(e->mem, e->hist.spill[i].n_tokens);
-    ASSERT(bytes == e->hist.spill_bytes);
+    check_queue(e);
+    check_slots(e);
+    check_hists(e);
     ASSERT(eng_pool_check(e));
 }

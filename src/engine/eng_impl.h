@@ -250,7 +250,8 @@ typedef struct eng_mailbox {
 } eng_mailbox;
 
 /* Tasks taken from the mailbox and not placed yet, in placement order
- * (eng_place.c places them; eng.c adds and drops cancelled ones; engine). */
+ * (eng_place.c's functions are the only writers of the list; nap is the
+ * loop's, eng.c; engine). */
 typedef struct eng_waitq {
     eng_task *wait_head, *wait_tail;
     int32_t n_waiting;          /* the list's length */
@@ -381,6 +382,11 @@ double eng_now_s(void);
  * -1 every idle slot's, parked and RAM history; why names the drops in the
  * cache events; *n_erased the tokens dropped. */
 pk_status eng_drop_histories(eng *e, int32_t slot_id, const char *why, int32_t *n_erased);
+/* The wait queue (e->wq) is written here only: a task joins at the end;
+ * the tasks for which first() is true move ahead of the others, each
+ * group in its order. */
+void eng_wait_push(eng *e, eng_task *t);
+void eng_wait_first(eng *e, bool (*first)(eng *e, const eng_task *t));
 /* Ends every waiting task attached to pool_id with an ERROR. */
 void eng_fail_waiting_pool(eng *e, int32_t pool_id, pk_status st, const char *msg);
 

@@ -413,6 +413,35 @@ static void apply_fixed(eng *e, eng_task *t, slot *s)
     s->n_cache = keep;
 }
 
+void eng_wait_push(eng *e, eng_task *t)
+{
+    t->next = NULL;
+    if (e->wq.wait_tail) e->wq.wait_tail->next = t;
+    else e->wq.wait_head = t;
+    e->wq.wait_tail = t;
+    e->wq.n_waiting++;
+}
+
+void eng_wait_first(eng *e, bool (*first)(eng *e, const eng_task *t))
+{
+    eng_task *head = NULL, **ht = &head, *rest = NULL, **rt = &rest;
+    for (eng_task *t = e->wq.wait_head, *nx; t; t = nx) {
+        nx = t->next;
+        t->next = NULL;
+        if (first(e, t)) {
+            *ht = t;
+            ht = &t->next;
+        } else {
+            *rt = t;
+            rt = &t->next;
+        }
+    }
+    *ht = rest;
+    e->wq.wait_head = head;
+    e->wq.wait_tail = NULL;
+    for (eng_task *t = head; t; t = t->next) e->wq.wait_tail = t;
+}
+
 /* Unlinks t (*pp == t, prev its predecessor or NULL) from the wait queue,
  * placed in a slot or failed (eng_pend_drop). */
 static void unlink_waiting(eng *e, eng_task **pp, eng_task *prev, bool placed)
