@@ -28,11 +28,7 @@ bool eng_session_known(const eng *e, const char *session)
         const slot *s = &e->slots[i];
         if (slot_knows(s) && !strcmp(s->session, session)) return true;
     }
-    for (int32_t i = 0; i < e->hist.n_parked_max; i++)
-        if (e->hist.parked[i].used && !strcmp(e->hist.parked[i].session, session)) return true;
-    for (int32_t i = 0; i < e->hist.n_spill_max; i++)
-        if (e->hist.spill[i].used && !strcmp(e->hist.spill[i].session, session)) return true;
-    return false;
+    return eng_hist_find(e, session) >= 0;
 }
 
 /* A history out of its slot, as a row after the slots: a session between
@@ -73,13 +69,9 @@ static bool away_pausing(const eng *e, const char *session, double last_use_s, d
 int32_t eng_away_pausing(const eng *e, double now_s)
 {
     int32_t n = 0;
-    for (int32_t i = 0; i < e->hist.n_parked_max; i++) {
-        const parked *p = &e->hist.parked[i];
-        n += p->used && away_pausing(e, p->session, p->last_use_s, p->max_gap_ms, now_s);
-    }
-    for (int32_t i = 0; i < e->hist.n_spill_max; i++) {
-        const spilled *sp = &e->hist.spill[i];
-        n += sp->used && away_pausing(e, sp->session, sp->last_use_s, sp->max_gap_ms, now_s);
+    for (int32_t i = 0; i < e->hist.n_rec; i++) {
+        const hrec *r = &e->hist.rec[i];
+        n += r->where != HIST_FREE && away_pausing(e, r->session, r->last_use_s, r->max_gap_ms, now_s);
     }
     return n;
 }
@@ -113,19 +105,17 @@ void eng_adm_inputs(eng *e, eng_adm_in *in)
             memcpy(in->known[in->n_known++], s->session, ENG_SESSION_CAP);
     }
     in->n_rows = in->n_slots;
-    for (int32_t i = 0; i < e->hist.n_parked_max; i++) {
-        const parked *p = &e->hist.parked[i];
-        if (!p->used) continue;
-        reclaim += excl[p->seq];
-        if (p->session[0] && in->n_known < ENG_ADM_KNOWN) memcpy(in->known[in->n_known++], p->session, ENG_SESSION_CAP);
-        away(in, p->session, p->pool_id, p->last_use_s, p->max_gap_ms, p->n_tokens, excl[p->seq], now_s);
-    }
-    for (int32_t i = 0; i < e->hist.n_spill_max; i++) {
-        const spilled *sp = &e->hist.spill[i];
-        if (!sp->used || !sp->session[0]) continue;
-        if (in->n_known < ENG_ADM_KNOWN) memcpy(in->known[in->n_known++], sp->session, ENG_SESSION_CAP);
-        away(in, sp->session, sp->pool_id, sp->last_use_s, sp->max_gap_ms, sp->n_tokens, 0, now_s);
-    }
+    /* Parked histories, then those in RAM (which own no cells). */
+    for (int where = HIST_PARKED; where <= HIST_RAM; where++)
+        for (int32_t i = 0; i < e->hist.n_rec; i++) {
+            const hrec *r = &e->hist.rec[i];
+            if ((int)r->where != where) continue;
+            int32_t owned = where == HIST_PARKED ? excl[r->seq] : 0;
+            reclaim += owned;
+            if (r->session[0] && in->n_known < ENG_ADM_KNOWN)
+                memcpy(in->known[in->n_known++], r->session, ENG_SESSION_CAP);
+            away(in, r->session, r->pool_id, r->last_use_s, r->max_gap_ms, r->n_tokens, owned, now_s);
+        }
     in->kv_free_cells = e->p.n_ctx - mem_used(e->mem) + reclaim;
     in->kv_used = mem_used(e->mem);
     in->kv_total = e->p.n_ctx;

@@ -16,8 +16,9 @@
  *              valid; asleep (atomic) agrees with sleeping
  *   slots      busy <=> a task; the slot's cells are exactly its n_cache
  *              positions [0, n_cache)
- *   parked     used <=> a parking id, holding exactly [0, n_tokens)
- *   RAM tier   spill_bytes is the sum of its images; no entry left pinned
+ *   histories  eng_hist_check: a parked record holds a parking id and
+ *              exactly [0, n_tokens) under it, a RAM record an image;
+ *              counts and spill_bytes add up; no entry left pinned
  *   pools      eng_pool_check: resident pools hold [0, L), evicted none,
  *              the allocator's pool ids are the tree's
  *   asleep     no cache, no history anywhere, the weights released
@@ -29,8 +30,7 @@ static void check_asleep(const eng *e)
     ASSERT(!e->ctx && !e->mem && e->wq.n_waiting == 0 && model_weights_released(e->m));
     for (int32_t i = 0; i < e->p.n_slots; i++)
         ASSERT(e->slots[i].state == ENG_SLOT_IDLE && e->slots[i].n_cache == 0 && !e->slots[i].pool_id);
-    for (int32_t i = 0; i < e->hist.n_parked_max; i++) ASSERT(!e->hist.parked[i].used);
-    ASSERT(e->hist.spill_bytes == 0);
+    ASSERT(e->hist.n_parked == 0 && e->hist.n_spilled == 0 && e->hist.spill_bytes == 0);
 }
 
 static void check_mailbox(eng *e)
@@ -80,20 +80,7 @@ static void check_slots(const eng *e)
 
 static void check_hists(const eng *e)
 {
-    for (int32_t i = 0; i < e->hist.n_parked_max; i++) {
-        const parked *p = &e->hist.parked[i];
-        if (!p->used) {
-            ASSERT(p->seq == -1);
-            continue;
-        }
-        ASSERT(e->seqs.kind[p->seq] == ENG_SEQ_PARKED);
-        ASSERT(mem_holds(e->mem, p->seq, p->n_tokens));
-    }
-    size_t bytes = 0;
-    for (int32_t i = 0; i < e->hist.n_spill_max; i++)
-        if (e->hist.spill[i].used) bytes += mem_image_bytes(e->mem, e->hist.spill[i].n_tokens);
-    ASSERT(bytes == e->hist.spill_bytes);
-    ASSERT(e->hist.spill_pin == -1);            /* pinned only while a placement restores it */
+    ASSERT(eng_hist_check(e));
     ASSERT(e->hist.n_marker >= 0 && e->hist.n_marker <= (int32_t)ARRAY_LEN(e->hist.marker));
 }
 

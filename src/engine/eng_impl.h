@@ -204,33 +204,22 @@ double eng_warm_mean(const eng *e, int32_t pool_id, int32_t *n);
  * for less than adm_turn_ms: with the slots', the load curve's count. */
 int32_t eng_away_pausing(const eng *e, double now_s);
 
-/* A parked history: cells under reserve sequence id `seq`. */
-typedef struct parked {
-    bool used;
-    kv_seq seq;
-    int32_t *tokens;            /* owned */
+/* A history out of its slot (eng_hist.c): parked, its state under a
+ * parking id, or in RAM, its state copied out as an image. */
+typedef enum hist_where { HIST_FREE = 0, HIST_PARKED, HIST_RAM } hist_where;
+
+typedef struct hrec {
+    hist_where where;
+    kv_seq seq;                 /* HIST_PARKED: its parking id; -1 otherwise */
+    uint8_t *image;             /* HIST_RAM: its state for [0, n_tokens) (mem.h) */
+    int32_t *tokens;            /* [n_tokens], owned */
     int32_t n_tokens;
-    int32_t marker_pos;
+    int32_t marker_pos;         /* its turn marker, -1 none */
     double last_use_s;          /* kept from its slot: no renewed protection */
-    char session[ENG_SESSION_CAP];
+    char session[ENG_SESSION_CAP];  /* still a known session's context: never gated as new */
     double max_gap_ms;          /* kept from its slot (adm_live_ms) */
     int32_t pool_id;            /* kept from its slot: its agent's admission scope */
-} parked;
-
-/* A history spilled to RAM: its K/V rows copied out of the cache, its cells
- * freed.  A later prompt that reuses it gets the rows copied back into free
- * cells, which costs a copy instead of a prefill. */
-typedef struct spilled {
-    bool used;
-    int32_t *tokens;            /* owned */
-    int32_t n_tokens;
-    int32_t marker_pos;
-    double last_use_s;
-    char session[ENG_SESSION_CAP];  /* still a known session's context: never gated as new */
-    double max_gap_ms;
-    int32_t pool_id;
-    uint8_t *rows;              /* [n_tokens][n_layer][K row, V row] */
-} spilled;
+} hrec;
 
 /* ---- the engine, by owner ----
  *
@@ -259,15 +248,16 @@ typedef struct eng_waitq {
     bool nap;                   /* the last step had nothing to do but hold requests */
 } eng_waitq;
 
-/* Histories out of their slots (eng_place.c parks, eng_spill.c the RAM
- * tier; engine). */
+/* Histories out of their slots (eng_hist.c: the store; eng_place.c the
+ * snapshot and markers; engine). */
 typedef struct eng_hists {
-    parked *parked;             /* [n_parked_max], each under a parking id */
-    int32_t n_parked_max;
-    spilled *spill;             /* [n_spill_max] the RAM tier */
-    int32_t n_spill_max;
+    hrec *rec;                  /* [n_rec]: parked and RAM histories, one table */
+    int32_t n_rec;              /* n_parked_max + n_spill_max */
+    int32_t n_parked_max;       /* parking ids */
+    int32_t n_spill_max;        /* RAM entries */
+    int32_t n_parked, n_spilled;
     size_t spill_bytes;         /* images held now, at most p.cache_ram_mib */
-    int32_t spill_pin;          /* entry being restored: never evicted, -1 none */
+    int32_t spill_pin;          /* RAM entry being restored: never evicted, -1 none */
     struct eng_snap *snap;      /* placement scratch */
     int32_t marker[16];         /* turn marker tokens */
     int32_t n_marker;
@@ -390,17 +380,28 @@ void eng_wait_first(eng *e, bool (*first)(eng *e, const eng_task *t));
 /* Ends every waiting task attached to pool_id with an ERROR. */
 void eng_fail_waiting_pool(eng *e, int32_t pool_id, pk_status st, const char *msg);
 
-/* eng_spill.c */
-/* Copies the rows of seq's cells at positions [0, n) into a new RAM entry
- * (evicting RAM entries worth less when the budget is short, the one used
- * longest ago when the table is full).  The caller then removes seq from
- * the cache.  Returns the entry or -1. */
+/* eng_hist.c: the history store */
+pk_status eng_hist_init(eng *e);                /* after n_parked_max, n_spill_max are set */
+void eng_hist_free(eng *e);
+/* Frees record i (its cells or its image, its parking id); a free record
+ * is a no-op. */
+void eng_hist_drop(eng *e, int32_t i);
+/* The record of session used last, -1 none: the one lookup by session. */
+int32_t eng_hist_find(const eng *e, const char *session);
+/* Keeps slot s's history under a new parking id (shared, no copy); the
+ * record, or -1 when no parking id or memory is free. */
+int32_t eng_hist_park(eng *e, const slot *s, int32_t pool_id);
+/* Copies seq's state at positions [0, n) (up to its first gap) into a new
+ * RAM record (evicting RAM entries worth less when the budget is short,
+ * the one used longest ago when the table is full).  The caller then
+ * drops seq.  Returns the record or -1. */
 int32_t eng_spill(eng *e, kv_seq seq, const int32_t *tokens, int32_t n, int32_t marker_pos, double last_use_s,
                   const char *session, double max_gap_ms, int32_t pool_id);
-/* Copies entry i's rows for positions [p0, p1) into free cells joined to
- * dst.  The caller has made room.  false when cells are missing. */
+/* Copies RAM record i's positions [p0, p1) into free cells joined to dst.
+ * The caller has made room.  false when cells are missing. */
 bool eng_restore(eng *e, int32_t i, kv_seq dst, int32_t p0, int32_t p1);
-void eng_spill_free(eng *e, int32_t i);
+bool eng_hist_check(const eng *e);
+void eng_hist_stats(eng *e, eng_stats *o);
 
 /* eng.c: the loop */
 void *eng_main(void *arg);                      /* the engine thread */

@@ -57,12 +57,8 @@ pk_status eng_place_init(eng *e)
     e->hist.n_spill_max = POL_MAX_HIST - e->p.n_slots - e->hist.n_parked_max - e->p.n_pools;
     if (e->hist.n_parked_max < 0 || e->hist.n_spill_max < 0 || eng_seq_init(e, e->hist.n_parked_max) != PK_OK)
         return PK_EINVAL;
-    e->hist.parked = calloc((size_t)MAX(e->hist.n_parked_max, 1), sizeof *e->hist.parked);
-    e->hist.spill = calloc((size_t)MAX(e->hist.n_spill_max, 1), sizeof *e->hist.spill);
     e->hist.snap = calloc(1, sizeof *e->hist.snap);
-    e->hist.spill_pin = -1;
-    if (!e->hist.parked || !e->hist.spill || !e->hist.snap) return PK_ENOMEM;
-    for (int32_t i = 0; i < e->hist.n_parked_max; i++) e->hist.parked[i].seq = -1;
+    if (!e->hist.snap || eng_hist_init(e) != PK_OK) return PK_ENOMEM;
 
     /* The turn marker as tokens: "auto" follows the model's chat template. */
     const char *text = e->p.policy.turn_marker;
@@ -85,14 +81,9 @@ void eng_place_free(eng *e)
 {
     free(e->hist.snap);
     e->hist.snap = NULL;
-    if (e->hist.spill)
-        for (int32_t i = 0; i < e->hist.n_spill_max; i++) eng_spill_free(e, i);
-    free(e->hist.spill);
-    e->hist.spill = NULL;
-    if (!e->hist.parked) return;
-    for (int32_t i = 0; i < e->hist.n_parked_max; i++) free(e->hist.parked[i].tokens);
-    free(e->hist.parked);
-    e->hist.parked = NULL;
+    if (e->mem) eng_hist_free(e);
+    else free(e->hist.rec);
+    e->hist.rec = NULL;
 }
 
 /* Fills sn from the engine's state, for prompt t (NULL: none). */
@@ -114,29 +105,21 @@ static void snapshot(eng *e, const eng_task *t, snap *sn)
         sn->idx[nh] = i;
         sn->slots[i].hist = nh++;
     }
-    int32_t n_free_ids = 0;
-    for (int32_t i = 0; i < e->hist.n_parked_max; i++) {
-        parked *p = &e->hist.parked[i];
-        if (!p->used) {
-            n_free_ids++;
-            continue;
+    /* Parked histories, then those in RAM (no cells: dropping one frees
+     * none; its id is for reasons only). */
+    for (int where = HIST_PARKED; where <= HIST_RAM; where++)
+        for (int32_t i = 0; i < e->hist.n_rec; i++) {
+            const hrec *r = &e->hist.rec[i];
+            if ((int)r->where != where) continue;
+            bool ram = where == HIST_RAM;
+            sn->hists[nh] = (pol_hist){ .seq = ram ? KV_MAX_SEQ + i : r->seq, .tokens = r->tokens,
+                                        .n_tokens = r->n_tokens, .marker_pos = r->marker_pos,
+                                        .last_use_s = r->last_use_s, .valid = true,
+                                        .n_cells_excl = ram ? 0 : sn->excl[r->seq] };
+            sn->kind[nh] = ram ? H_RAM : H_PARKED;
+            sn->idx[nh++] = i;
         }
-        sn->hists[nh] = (pol_hist){ .seq = p->seq, .tokens = p->tokens, .n_tokens = p->n_tokens,
-                                    .marker_pos = p->marker_pos, .last_use_s = p->last_use_s,
-                                    .valid = true, .n_cells_excl = sn->excl[p->seq] };
-        sn->kind[nh] = H_PARKED;
-        sn->idx[nh++] = i;
-    }
-    for (int32_t i = 0; i < e->hist.n_spill_max; i++) {
-        spilled *sp = &e->hist.spill[i];
-        if (!sp->used) continue;
-        /* In RAM: no cells (dropping it frees none); its id is for reasons only. */
-        sn->hists[nh] = (pol_hist){ .seq = KV_MAX_SEQ + i, .tokens = sp->tokens, .n_tokens = sp->n_tokens,
-                                    .marker_pos = sp->marker_pos, .last_use_s = sp->last_use_s,
-                                    .valid = true, .n_cells_excl = 0 };
-        sn->kind[nh] = H_RAM;
-        sn->idx[nh++] = i;
-    }
+    int32_t n_free_ids = e->hist.n_parked_max - e->hist.n_parked;
     int32_t pool_seq[ENG_MAX_POOLS];
     int32_t np = eng_pool_hists(e, sn->excl, sn->hists + nh, pool_seq, POL_MAX_HIST - nh);
     for (int32_t k = 0; k < np; k++) {
@@ -180,7 +163,7 @@ static void drop_hist(eng *e, const snap *sn, int32_t h, const char *why, bool s
                            .n_tokens = ph->n_tokens, .value = value };
     snprintf(ev.reason, sizeof ev.reason, "%s", why);
     if (kind == H_RAM) {
-        eng_spill_free(e, i);
+        eng_hist_drop(e, i);
         eng_cache_event_add(e, &ev);
         return;
     }
@@ -188,54 +171,36 @@ static void drop_hist(eng *e, const snap *sn, int32_t h, const char *why, bool s
         eng_pool_evict_seq(e, i, why);
         return;
     }
-    const char *session = kind == H_SLOT ? e->slots[i].session : e->hist.parked[i].session;
-    double gap = kind == H_SLOT ? e->slots[i].max_gap_ms : e->hist.parked[i].max_gap_ms;
-    int32_t pool = kind == H_SLOT ? e->slots[i].pool_id : e->hist.parked[i].pool_id;
+    const char *session = kind == H_SLOT ? e->slots[i].session : e->hist.rec[i].session;
+    double gap = kind == H_SLOT ? e->slots[i].max_gap_ms : e->hist.rec[i].max_gap_ms;
+    int32_t pool = kind == H_SLOT ? e->slots[i].pool_id : e->hist.rec[i].pool_id;
     if (spill && worth_ram(ph->n_tokens, value) &&
         eng_spill(e, ph->seq, ph->tokens, ph->n_tokens, ph->marker_pos, ph->last_use_s, session, gap, pool) >= 0) {
         ev.kind = ENG_CACHE_PARK;
         snprintf(ev.reason, sizeof ev.reason, "%s: spilled to RAM", why);
     }
-    mem_drop(e->mem, ph->seq);
     if (kind == H_SLOT) {
         slot *s = &e->slots[i];
+        mem_drop(e->mem, ph->seq);
         s->n_cache = 0;
         s->session[0] = 0;
         eng_pool_detach(e, s);
     } else {
-        parked *p = &e->hist.parked[i];
-        free(p->tokens);
-        eng_seq_give(e, p->seq);
-        *p = (parked){ .seq = -1 };
+        eng_hist_drop(e, i);
     }
     eng_cache_event_add(e, &ev);
 }
 
-/* Keeps slot s's history under a free reserve id; false when none is free. */
+/* Keeps slot s's history under a free parking id; false when none is free. */
 static bool park(eng *e, slot *s, int32_t pool_id, uint64_t task_id)
 {
-    parked *p = NULL;
-    for (int32_t i = 0; i < e->hist.n_parked_max && !p; i++)
-        if (!e->hist.parked[i].used) p = &e->hist.parked[i];
-    if (!p || !(p->tokens = malloc((size_t)s->n_cache * sizeof(int32_t)))) return false;
-    if ((p->seq = eng_seq_take(e, ENG_SEQ_PARKED)) < 0) {
-        free(p->tokens);
-        *p = (parked){ .seq = -1 };
-        return false;
-    }
-    memcpy(p->tokens, s->cache, (size_t)s->n_cache * sizeof(int32_t));
-    memcpy(p->session, s->session, sizeof p->session);
-    p->max_gap_ms = s->max_gap_ms;
-    p->pool_id = pool_id;
-    p->used = true;
-    p->n_tokens = s->n_cache;
-    p->marker_pos = s->marker_pos;
-    p->last_use_s = s->last_use_s;
-    mem_share(e->mem, s->id, p->seq, 0, s->n_cache);
-    pol_hist h = { .n_tokens = p->n_tokens, .last_use_s = p->last_use_s, .valid = true };
-    eng_cache_event ev = { .kind = ENG_CACHE_PARK, .task_id = task_id, .slot = s->id, .seq = p->seq,
-                           .n_tokens = p->n_tokens, .value = hist_value(e, &h) };
-    snprintf(ev.reason, sizeof ev.reason, "slot %d's history kept as sequence %d", s->id, p->seq);
+    int32_t i = eng_hist_park(e, s, pool_id);
+    if (i < 0) return false;
+    const hrec *r = &e->hist.rec[i];
+    pol_hist h = { .n_tokens = r->n_tokens, .last_use_s = r->last_use_s, .valid = true };
+    eng_cache_event ev = { .kind = ENG_CACHE_PARK, .task_id = task_id, .slot = s->id, .seq = r->seq,
+                           .n_tokens = r->n_tokens, .value = hist_value(e, &h) };
+    snprintf(ev.reason, sizeof ev.reason, "slot %d's history kept as sequence %d", s->id, r->seq);
     eng_cache_event_add(e, &ev);
     return true;
 }
@@ -282,17 +247,10 @@ static void admitted(eng *e, eng_task *t, slot *s, int32_t src_seq, const char *
     /* The pause this turn ends, for how long its history stays live
      * (adm_live_ms): from the history it continues, wherever that was. */
     double last_use_s = from ? from->last_use_s : 0, max_gap = from ? from->max_gap_ms : 0;
-    for (int32_t i = 0; sid[0] && i < e->hist.n_spill_max; i++) {
-        spilled *sp = &e->hist.spill[i];
-        if (!sp->used || strcmp(sp->session, sid)) continue;
-        if (sp->last_use_s > last_use_s) last_use_s = sp->last_use_s, max_gap = sp->max_gap_ms;
-        sp->session[0] = 0;
-    }
-    for (int32_t i = 0; sid[0] && i < e->hist.n_parked_max; i++) {
-        parked *p = &e->hist.parked[i];
-        if (!p->used || strcmp(p->session, sid)) continue;
-        if (p->last_use_s > last_use_s) last_use_s = p->last_use_s, max_gap = p->max_gap_ms;
-        p->session[0] = 0;
+    for (int32_t i; (i = eng_hist_find(e, sid)) >= 0;) {
+        hrec *r = &e->hist.rec[i];
+        if (r->last_use_s > last_use_s) last_use_s = r->last_use_s, max_gap = r->max_gap_ms;
+        r->session[0] = 0;
     }
     s->max_gap_ms = last_use_s > 0 ? fmax(max_gap, (eng_now_s() - last_use_s) * 1000.0) : 0;
     memcpy(s->session, t->req.session_id, sizeof s->session);
@@ -377,7 +335,7 @@ static int32_t apply(eng *e, snap *sn, eng_task *t, const pol_decision *d)
                 /* Rows come back by copy; the room is made first (it may
                  * move other histories out, never this slot or the entry). */
                 if (eng_make_room(e, to - from) && eng_restore(e, i, s->id, from, to)) {
-                    memcpy(s->cache + from, e->hist.spill[i].tokens + from, (size_t)(to - from) * sizeof(int32_t));
+                    memcpy(s->cache + from, e->hist.rec[i].tokens + from, (size_t)(to - from) * sizeof(int32_t));
                     s->n_cache = to;
                 }
             } else {
@@ -391,7 +349,7 @@ static int32_t apply(eng *e, snap *sn, eng_task *t, const pol_decision *d)
          * (sn may have been refilled by eng_make_room: only i and kind are
          * used here, and a restore happens only for H_RAM.) */
         if ((kind == H_PARKED || kind == H_RAM) && s->n_cache >= key) {
-            if (kind == H_RAM) eng_spill_free(e, i);
+            if (kind == H_RAM) eng_hist_drop(e, i);
             else drop_hist(e, sn, d->source, "continued in a slot", false);
         }
     }
@@ -589,15 +547,11 @@ kv_seq eng_session_find(eng *e, const char *session, const int32_t **tokens, int
             return s->id;
         }
     }
-    for (int32_t i = 0; i < e->hist.n_parked_max; i++) {
-        parked *p = &e->hist.parked[i];
-        if (p->used && !strcmp(p->session, session)) {
-            *tokens = p->tokens;
-            *n = p->n_tokens;
-            return p->seq;
-        }
-    }
-    return -1;
+    int32_t i = eng_hist_find(e, session);      /* a history in RAM has no cells to share */
+    if (i < 0 || e->hist.rec[i].where != HIST_PARKED) return -1;
+    *tokens = e->hist.rec[i].tokens;
+    *n = e->hist.rec[i].n_tokens;
+    return e->hist.rec[i].seq;
 }
 
 void eng_history_done(eng *e, slot *s)
@@ -623,18 +577,7 @@ void eng_place_stats(eng *e, eng_stats *o)
         si->last_reused = s->last_reused;
         snprintf(si->last_reason, sizeof si->last_reason, "%s", s->last_reason);
     }
-    for (int32_t i = 0; i < e->hist.n_parked_max; i++)
-        if (e->hist.parked[i].used) {
-            o->n_parked++;
-            o->parked_tokens += e->hist.parked[i].n_tokens;
-            o->parked_owned_cells += mem_seq_owned(e->mem, e->hist.parked[i].seq);
-        }
-    for (int32_t i = 0; i < e->hist.n_spill_max; i++)
-        if (e->hist.spill[i].used) {
-            o->n_spilled++;
-            o->spilled_tokens += e->hist.spill[i].n_tokens;
-        }
-    o->spilled_mib = e->hist.spill_bytes / 1048576.0;
+    eng_hist_stats(e, o);
     o->n_tokens_reused = e->stat.n_tokens_reused;
     o->n_tokens_read = e->stat.n_tokens_read;
     o->n_tokens_restored = e->stat.n_tokens_restored;

@@ -140,14 +140,14 @@ static bool source_at(eng *e, int32_t i, int32_t self, kv_seq *seq, const int32_
         return *n > 0;
     }
     i -= e->p.n_slots;
-    if (i < e->hist.n_parked_max) {
-        const parked *pk = &e->hist.parked[i];
-        *seq = pk->seq;
-        *tok = pk->tokens;
-        *n = pk->n_tokens;
-        return pk->used;
+    if (i < e->hist.n_rec) {
+        const hrec *r = &e->hist.rec[i];
+        *seq = r->seq;
+        *tok = r->tokens;
+        *n = r->n_tokens;
+        return r->where == HIST_PARKED;
     }
-    const pool_node *q = pool_at(e->pools->tree, i - e->hist.n_parked_max);
+    const pool_node *q = pool_at(e->pools->tree, i - e->hist.n_rec);
     *seq = q->seq;
     *tok = q->tokens;
     *n = q->prefix_len;
@@ -162,7 +162,7 @@ static kv_seq best_source(eng *e, const pool_node *p, kv_seq hint, int32_t *end)
     kv_seq best = -1, seq;
     int32_t best_n = p->branch_pos, L = p->prefix_len, n;
     const int32_t *tok;
-    int32_t n_src = e->p.n_slots + e->hist.n_parked_max + pool_count(e->pools->tree);
+    int32_t n_src = e->p.n_slots + e->hist.n_rec + pool_count(e->pools->tree);
     for (int32_t i = 0; i < n_src; i++) {
         if (!source_at(e, i, p->id, &seq, &tok, &n)) continue;
         int32_t k = pol_common_prefix(tok, MIN(n, L), p->tokens, L);
