@@ -1,9 +1,11 @@
 /*
- * eng_impl.h - the engine's private state, shared by eng.c (the loop,
- * batching, sampling), eng_place.c (histories, placement, parking),
- * eng_spill.c (the RAM tier), eng_seq.c (sequence ids), eng_pool.c (pools)
- * and eng_check.c (the invariants).  Everything below the mailbox is
- * touched by the engine thread only.
+ * eng_impl.h - the engine's private state, shared by its files: the loop
+ * (eng.c), its public face and mailbox (eng_api.c), placement
+ * (eng_place.c), the history store (eng_hist.c), sequence ids (eng_seq.c),
+ * pools (eng_pool.c), state on disk (eng_save.c), admission (eng_admit.c),
+ * sleeping (eng_sleep.c) and the invariants (eng_check.c).  struct eng is
+ * grouped by owner below: each sub-object says which file writes it and
+ * which threads may touch it.
  */
 #ifndef ENG_IMPL_H
 #define ENG_IMPL_H
@@ -280,7 +282,7 @@ typedef struct eng_batch {
 } eng_batch;
 
 /* Counters and the cache-event ring (eng.c, eng_place.c's events and
- * eng_spill.c's restores; engine). */
+ * eng_hist.c's restores; engine). */
 typedef struct eng_counters {
     int64_t step;
     struct { double t_ms; int32_t n; } agg[AGG_RING];

@@ -1,20 +1,17 @@
 /*
- * eng_place.c - histories, placement and parking: the mechanism behind the
- * pure policy (src/policy/pol.h).
+ * eng_place.c - placement: the mechanism behind the pure policy
+ * (src/policy/pol.h).
  *
- * A history is the tokens and cells a finished request left: in its slot
- * (sequence id = slot id) or parked (a reserve id n_slots + i).  For each
- * waiting request this file builds a pol_snapshot of every slot and history,
- * asks pol_place, and applies the decision with sequence operations only
- * (zero copy): drop, park (kv_seq_cp slot -> reserve), cut the slot to
- * n_keep, share [n_keep, n_reuse) from the source (kv_seq_cp source -> slot,
- * also from a busy slot), and then the slot prefills the rest.
- *
- *   A history lives in a slot (its sequence), parked (a reserve sequence),
- *   or in RAM (eng_spill.c: rows copied out, cells freed); the snapshot
- *   lists them all, and every resident pool beside them (eng_pool.c: a
- *   source like any history, pinned while in use), and kind[]/idx[] say
- *   where each one is.
+ * A history is the tokens and state a finished request left: in its slot
+ * (sequence id = slot id), or out of it in the history store (eng_hist.c:
+ * parked under a parking id, or copied to RAM).  For each waiting request
+ * this file builds a pol_snapshot of every slot and history, and every
+ * resident pool beside them (eng_pool.c: a source like any history, pinned
+ * while in use), asks pol_place, and applies the decision through the
+ * sequence-memory seam (src/mem): drop, park, cut the slot to n_keep,
+ * share [n_keep, n_reuse) from the source (also from a busy slot) or copy
+ * it back from RAM, and then the slot prefills the rest.  kind[]/idx[] say
+ * where each snapshot entry is.
  */
 #include <math.h>
 #include <stdio.h>
