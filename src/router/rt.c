@@ -4,14 +4,18 @@
  *   struct rt ── models[] (sorted by name, fixed after rt_new)
  *     │            name, path                      immutable
  *     │            status, pid, port, exit_code,   under mu
- *     │            last_used_ms, gen, n_users
+ *     │            last_used_ms, gen, n_users,
+ *     │            n_waiting, stop_gen, why
  *     ├ mu, changed (broadcast on every status change)
  *     ├ n_loads (load threads alive, under mu: rt_free waits for 0)
  *     └ stdin_pipe[2] (children's stdin; only the router holds the write end)
  *
  * Only reap() calls waitpid, always under mu, so a pid is waited for once.
  * An unload takes the pid out of its entry under mu before it signals and
- * waits outside, so neither reap() nor a load sees that child again.
+ * waits outside, so neither reap() nor a load sees that child again; it
+ * records the child's generation (stop_gen) first, so a request relayed by
+ * that child learns why its answer was cut (rt_lease_check).
+
  */
 #include <dirent.h>
 #include <errno.h>
@@ -49,6 +53,9 @@ typedef struct rt_model {
     double last_used_ms;
     uint64_t gen;                /* which child: one more at every spawn */
     int n_users;                 /* leases of this child not yet released: never evicted */
+    int n_waiting;               /* requests waiting for its load to end: never evicted */
+    uint64_t stop_gen;           /* the last child stopped on purpose (unload, eviction, rt_free) */
+    char why[200];               /* FAILED: what happened, for errors and the log */
 } rt_model;
 
 struct rt {
@@ -193,8 +200,18 @@ pk_status rt_new(const rt_params *p, rt **out, char *err, size_t err_len)
     return PK_OK;
 }
 
+/* Under mu: entry m's load failed (why: what happened); FAILED. */
+static void load_failed(rt *r, rt_model *m, const char *why)
+{
+    m->status = RT_FAILED;
+    snprintf(m->why, sizeof m->why, "%s", why);
+    fprintf(stderr, "router: model %s failed to load: %s\n", m->name, why);
+    pthread_cond_broadcast(&r->changed);
+}
+
 /* Waits for children that exited; under mu.  A child that ends while it is
- * LOADING or LOADED has failed (nobody asked it to stop). */
+ * LOADING or LOADED has failed (nobody asked it to stop); while LOADING,
+ * its load failed. */
 static void reap(rt *r)
 {
     for (int i = 0; i < r->n_models; i++) {
@@ -204,8 +221,20 @@ static void reap(rt *r)
         m->pid = 0;
         m->port = 0;
         m->exit_code = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+        char why[120];
+        if (WIFEXITED(ws))
+            snprintf(why, sizeof why, "its server exited with status %d", m->exit_code);
+        else
+            snprintf(why, sizeof why, "its server was killed by signal %d", WTERMSIG(ws));
+        if (m->status == RT_LOADING) {
+            snprintf(why + strlen(why), sizeof why - strlen(why), " before it was ready (its messages are in the "
+                     "router's log)");
+            load_failed(r, m, why);
+            continue;
+        }
         m->status = RT_FAILED;
-        fprintf(stderr, "router: model %s: its server exited (status %d)\n", m->name, m->exit_code);
+        snprintf(m->why, sizeof m->why, "%s", why);
+        fprintf(stderr, "router: model %s: %s\n", m->name, why);
         pthread_cond_broadcast(&r->changed);
     }
 }
@@ -213,6 +242,8 @@ static void reap(rt *r)
 int rt_count(rt *r) { return r->n_models; }
 
 const rt_params *rt_get_params(const rt *r) { return &r->p; }
+
+const char *rt_name(const rt *r, int i) { return r->models[i].name; }
 
 int rt_find(rt *r, const char *name)
 {
@@ -362,11 +393,12 @@ static void *load_main(void *arg)
             m->last_used_ms = pk_time_ms();
             fprintf(stderr, "router: model %s loaded (port %d)\n", m->name, m->port);
         } else if (timed_out) {
-            fprintf(stderr, "router: model %s: not healthy after %d ms; stopped\n", m->name, r->p.load_timeout_ms);
+            char why[120];
+            snprintf(why, sizeof why, "its server was not ready after %d ms and was stopped", r->p.load_timeout_ms);
             kill_pid = m->pid;
             m->pid = m->port = 0;
-            m->status = RT_FAILED;
             m->exit_code = -1;
+            load_failed(r, m, why);
         }
     }
     pthread_mutex_unlock(&r->mu);
@@ -393,7 +425,8 @@ static int lru_victim(const rt *r, int i)
     int v = -1;
     for (int k = 0; k < r->n_models; k++) {
         const rt_model *m = &r->models[k];
-        if (k != i && m->status == RT_LOADED && !m->n_users && (v < 0 || m->last_used_ms < r->models[v].last_used_ms))
+        if (k != i && m->status == RT_LOADED && !m->n_users && !m->n_waiting &&
+            (v < 0 || m->last_used_ms < r->models[v].last_used_ms))
             v = k;
     }
     return v;
@@ -405,6 +438,7 @@ static pid_t detach(rt *r, int i)
 {
     rt_model *m = &r->models[i];
     pid_t pid = m->pid;
+    m->stop_gen = m->gen;
     m->pid = m->port = 0;
     m->status = RT_UNLOADED;
     m->n_users = 0;              /* their leases are of the old generation */
@@ -445,8 +479,8 @@ static pk_status start_load(rt *r, int i, const struct timespec *until, char *er
     pk_status st = spawn_child(r, i, port, &pid, err, err_len);
     if (st) {
         free(j);
-        m->status = RT_FAILED;
         m->exit_code = -1;
+        load_failed(r, m, err);
         return st;
     }
     *j = (load_job){ .r = r, .i = i, .pid = pid, .port = port };
@@ -465,7 +499,9 @@ static pk_status start_load(rt *r, int i, const struct timespec *until, char *er
     if (rc) {
         free(j);
         pid_t p = detach(r, i);
-        m->status = RT_FAILED;
+        char why[120];
+        snprintf(why, sizeof why, "cannot start a load thread: %s", strerror(rc));
+        load_failed(r, m, why);
         pthread_mutex_unlock(&r->mu);
         stop_child(p);
         pthread_mutex_lock(&r->mu);
@@ -521,19 +557,50 @@ pk_status rt_acquire(rt *r, int i, bool autoload, int timeout_ms, rt_lease *out,
                       : pk_errf(err, err_len, PK_ECONFLICT, "model is not loaded");
     }
     /* A reap while waiting shows as a broadcast from the load thread, which
-     * reaps every PROBE_EVERY_MS. */
+     * reaps every PROBE_EVERY_MS.  Waiters keep the model from being the
+     * one --models-max evicts between its load and their lease. */
+    m->n_waiting++;
     while (!st && m->status == RT_LOADING && !r->stopping)
         if (pthread_cond_timedwait(&r->changed, &r->mu, &until) == ETIMEDOUT) {
             st = pk_errf(err, err_len, PK_ECANCELLED, "model %s is still loading", m->name);
             break;
         }
-    if (!st && m->status != RT_LOADED)
-        st = pk_errf(err, err_len, PK_EIO, "model %s failed to load (exit status %d)", m->name, m->exit_code);
+    m->n_waiting--;
+    if (!st && m->status != RT_LOADED) {
+        if (r->stopping)
+            st = pk_errf(err, err_len, PK_ECANCELLED, "the router is stopping");
+        else if (m->status == RT_FAILED)
+            st = pk_errf(err, err_len, PK_EIO, "model %s failed: %s", m->name, m->why);
+        else
+            st = pk_errf(err, err_len, PK_ECANCELLED, "model %s was unloaded (POST /models/unload) before it "
+                         "finished loading", m->name);
+    }
     if (!st) {
         m->last_used_ms = pk_time_ms();
         m->n_users++;
         *out = (rt_lease){ .i = i, .port = m->port, .gen = m->gen };
     }
+    pthread_mutex_unlock(&r->mu);
+    return st;
+}
+
+pk_status rt_lease_check(rt *r, const rt_lease *l, char *why, size_t cap)
+{
+    pthread_mutex_lock(&r->mu);
+    reap(r);
+    const rt_model *m = &r->models[l->i];
+    pk_status st = PK_OK;
+    if (m->gen == l->gen && m->status == RT_LOADED)
+        st = PK_OK;
+    else if (m->stop_gen == l->gen && r->stopping)
+        st = pk_errf(why, cap, PK_ECANCELLED, "the router is stopping");
+    else if (m->stop_gen == l->gen)
+        st = pk_errf(why, cap, PK_ECANCELLED, "model %s was unloaded while the request ran (POST /models/unload)",
+                     m->name);
+    else if (m->gen == l->gen && m->status == RT_FAILED)
+        st = pk_errf(why, cap, PK_EIO, "model %s: %s while the request ran", m->name, m->why);
+    else
+        st = pk_errf(why, cap, PK_EIO, "model %s: its server stopped while the request ran", m->name);
     pthread_mutex_unlock(&r->mu);
     return st;
 }

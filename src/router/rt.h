@@ -16,6 +16,10 @@
  *                                                                   (exit code kept;
  *                                                                    a load restarts it)
  *
+ *   An unload stops the child at once, leases or not.  A request waiting
+ *   for that load gets PK_ECANCELLED; one relayed by that child learns it
+ *   from rt_lease_check, so its answer ends with a reason, not a cut.
+ *
  *   A load runs on its own detached thread: pick a free port (the kernel's
  *   choice), posix_spawn the child, poll its /health until 200, the child
  *   exits, or the load times out.  Request threads that need the model wait
@@ -114,6 +118,8 @@ int rt_count(rt *r);
 bool rt_info_at(rt *r, int i, rt_info *out);
 /* The index of the model called name, -1 when none. */
 int rt_find(rt *r, const char *name);
+/* The name of model i (0 <= i < rt_count), owned by r; names never change. */
+const char *rt_name(const rt *r, int i);
 
 /* The flags a child of model i runs with, after the binary and `serve`
  * (for listings): written into argv (at most cap, NUL-terminated strings
@@ -143,10 +149,16 @@ typedef struct rt_lease {
  * first when it is not running and autoload is set, and leases it (*out;
  * rt_release when the request is done).  At --models-max with every loaded
  * model leased, it waits for one to be released.  PK_ECONFLICT when it
- * does not run and autoload is off, PK_EIO when the load failed (FAILED),
- * PK_EFULL when no model came free in time, PK_ECANCELLED when still
- * loading at the timeout. */
+ * does not run and autoload is off, PK_EIO when the load failed (FAILED;
+ * err says why), PK_EFULL when no model came free in time, PK_ECANCELLED
+ * when still loading at the timeout, unloaded while it loaded, or the
+ * router stops.  While it waits for the load, the model is not evicted. */
 pk_status rt_acquire(rt *r, int i, bool autoload, int timeout_ms, rt_lease *out, char *err, size_t err_len);
+
+/* Whether lease l's child still serves: PK_OK; PK_ECANCELLED when an
+ * unload (or the router's stop) ended it; PK_EIO when it exited on its own
+ * or was replaced.  The reason, naming the model, in why. */
+pk_status rt_lease_check(rt *r, const rt_lease *l, char *why, size_t cap);
 
 /* Ends a lease (a lease of a child since stopped is a no-op). */
 void rt_release(rt *r, const rt_lease *l);
