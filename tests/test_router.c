@@ -220,7 +220,10 @@ static void test_registry(void)
     CHECK_EQ_INT(in.status, RT_FAILED);
     CHECK_EQ_INT(in.exit_code, 1);
     CHECK_EQ_INT(in.pid, 0);
-    /* A failed model is not running: it can be loaded again (and fails again). */
+    /* A failed model is not running: it can be loaded again (and fails
+     * again), once the failure's back-off (1 s) passed. */
+    CHECK_EQ_INT(rt_load(r, 1, err, sizeof err), PK_EFULL);
+    nanosleep(&(struct timespec){ .tv_sec = 1, .tv_nsec = 100000000 }, NULL);
     CHECK_EQ_INT(rt_load(r, 1, err, sizeof err), PK_OK);
     for (int k = 0; k < 500 && rt_info_at(r, 1, &in) && in.status != RT_FAILED; k++)
         nanosleep(&(struct timespec){ .tv_nsec = 10000000 }, NULL);
@@ -386,6 +389,60 @@ static void test_leases(void)
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
         unlink(path);
     }
+    rmdir(dir);
+}
+
+static int count_lines(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    int n = 0;
+    for (int ch; f && (ch = fgetc(f)) != EOF;) n += ch == '\n';
+    if (f) fclose(f);
+    return n;
+}
+
+/* A model whose server exits at once: the failed load backs off (1 s,
+ * then 2 s), and requests meanwhile start no child; each error says why the
+ * load failed and when the next one is tried. */
+static void test_backoff(void)
+{
+    char dir[] = "/tmp/test_router_XXXXXX";
+    if (!mkdtemp(dir)) return;
+    char exe[600], starts[600];
+    snprintf(exe, sizeof exe, "%s/child.sh", dir);
+    snprintf(starts, sizeof starts, "%s/starts", dir);
+    FILE *f = fopen(exe, "w");
+    if (!f) return;
+    fprintf(f, "#!/bin/sh\necho start >> %s\nexit 3\n", starts);
+    fclose(f);
+    chmod(exe, 0700);
+    touch(dir, "a.gguf");
+    rt_params p = { .exe = exe, .models_dir = dir, .load_timeout_ms = 10000 };
+    rt *r = NULL;
+    char err[256] = "";
+    CHECK_EQ_INT(rt_new(&p, &r, err, sizeof err), PK_OK);
+    if (!r) return;
+    rt_lease l;
+    CHECK_EQ_INT(rt_acquire(r, 0, true, 10000, &l, err, sizeof err), PK_EIO);
+    CHECK(strstr(err, "exited with status 3 before it was ready") != NULL);
+    CHECK(strstr(err, "the next load is tried in 1.0 s") || strstr(err, "the next load is tried in 0.9 s"));
+    for (int k = 0; k < 20; k++) CHECK_EQ_INT(rt_acquire(r, 0, true, 10000, &l, err, sizeof err), PK_EFULL);
+    CHECK(strstr(err, "model a failed to load") && strstr(err, "exited with status 3"));
+    CHECK(strstr(err, " s ago: its server exited") && strstr(err, "; the next load is tried in "));
+    CHECK_EQ_INT(rt_load(r, 0, err, sizeof err), PK_EFULL);
+    CHECK_EQ_INT(count_lines(starts), 1);
+    nanosleep(&(struct timespec){ .tv_sec = 1, .tv_nsec = 100000000 }, NULL);
+    /* The second failure in a row waits twice as long. */
+    CHECK_EQ_INT(rt_acquire(r, 0, true, 10000, &l, err, sizeof err), PK_EIO);
+    CHECK(strstr(err, "tried in 2.0 s") || strstr(err, "tried in 1.9 s"));
+    CHECK_EQ_INT(rt_acquire(r, 0, true, 10000, &l, err, sizeof err), PK_EFULL);
+    CHECK_EQ_INT(count_lines(starts), 2);
+    rt_free(r);
+    unlink(exe);
+    unlink(starts);
+    char a[700];
+    snprintf(a, sizeof a, "%s/a.gguf", dir);
+    unlink(a);
     rmdir(dir);
 }
 
@@ -596,6 +653,7 @@ int main(void)
     test_registry();
     test_ini();
     test_leases();
+    test_backoff();
     test_unload_in_flight();
     return test_finish();
 }

@@ -16,6 +16,13 @@
  *                                                                   (exit code kept;
  *                                                                    a load restarts it)
  *
+ *   A load that fails (the child exits while LOADING, or is not healthy in
+ *   time) backs off: no load of that model starts for 1 s, then 2, 4, ...
+ *   up to 60 s after each further failure in a row (rt_load and rt_acquire
+ *   answer PK_EFULL meanwhile, saying why it failed and when the next load
+ *   is tried); a load that succeeds clears it.  A LOADED child that exits
+ *   is restarted by the next request at once: it did load.
+ *
  *   An unload stops the child at once, leases or not.  A request waiting
  *   for that load gets PK_ECANCELLED; one relayed by that child learns it
  *   from rt_lease_check, so its answer ends with a reason, not a cut.
@@ -129,8 +136,9 @@ int rt_child_argv(rt *r, int i, int port, char *port_buf, const char **argv, int
 
 /* Starts loading model i in the background.  PK_ECONFLICT when it is
  * LOADING or LOADED already, PK_EFULL when --models-max is reached and no
- * LOADED model can be unloaded for it, PK_ENOMEM / PK_EIO when no thread
- * could be started (reason in err). */
+ * LOADED model can be unloaded for it or while its last failed load backs
+ * off (err says why it failed and when the next load is tried), PK_ENOMEM
+ * / PK_EIO when no thread could be started (reason in err). */
 pk_status rt_load(rt *r, int i, char *err, size_t err_len);
 
 /* Stops model i's child (SIGTERM, SIGKILL after 5 s) and waits for it;
@@ -150,7 +158,8 @@ typedef struct rt_lease {
  * rt_release when the request is done).  At --models-max with every loaded
  * model leased, it waits for one to be released.  PK_ECONFLICT when it
  * does not run and autoload is off, PK_EIO when the load failed (FAILED;
- * err says why), PK_EFULL when no model came free in time, PK_ECANCELLED
+ * err says why and when the next load is tried), PK_EFULL when no model
+ * came free in time or while a failed load backs off, PK_ECANCELLED
  * when still loading at the timeout, unloaded while it loaded, or the
  * router stops.  While it waits for the load, the model is not evicted. */
 pk_status rt_acquire(rt *r, int i, bool autoload, int timeout_ms, rt_lease *out, char *err, size_t err_len);
