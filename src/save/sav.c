@@ -255,12 +255,23 @@ pk_status sav_read(const char *path, const sav_expect *want, uint8_t **buf, sav_
                    const int32_t **tokens, const uint8_t **rows, char *why, size_t cap)
 {
     *buf = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* The engine thread reads: nothing here may block it.  A FIFO's open
+     * waits for a writer unless O_NONBLOCK, and its read waits for data; a
+     * symbolic link could point anywhere.  So the open neither follows a
+     * link nor waits, and only a regular file is read (blocking again, as
+     * regular files always are). */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0 && errno == ELOOP) return fail(PK_EFORMAT, why, cap, "a symbolic link, not a regular file");
     if (fd < 0) return fail(errno == ENOENT ? PK_ENOTFOUND : PK_EIO, why, cap, "cannot open: %s", strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) {
         close(fd);
-        return fail(PK_EIO, why, cap, "not a regular file");
+        return fail(PK_EFORMAT, why, cap, "not a regular file");
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK)) {
+        close(fd);
+        return fail(PK_EIO, why, cap, "fcntl: %s", strerror(errno));
     }
     /* The header first: a size that disagrees is refused before reading
      * (or allocating) the rest. */
@@ -335,7 +346,14 @@ pk_status sav_write(const char *dir, const char *name, const sav_header *h, cons
     uint8_t *list = malloc((size_t)sav_head_bytes(h));
     if (!list) return fail(PK_ENOMEM, why, cap, "out of memory for the token list");
     encode_list(h, tokens, list);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    /* A fresh file, never one already there: whatever has the temporary's
+     * name (a symbolic link planted to redirect the write, a leftover) goes
+     * first, and O_EXCL creates without following a link that reappears. */
+    if (unlink(tmp) && errno != ENOENT) {
+        free(list);
+        return fail(PK_EIO, why, cap, "cannot remove %s: %s", tmp, strerror(errno));
+    }
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) {
         free(list);
         return fail(PK_EIO, why, cap, "cannot create %s: %s", tmp, strerror(errno));
