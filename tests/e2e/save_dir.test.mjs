@@ -1,10 +1,11 @@
 // save_dir.test.mjs - what others may have put in --slot-save-path and
 // --pool-dir, through the real server: FIFOs and symbolic links never block
-// or redirect the engine's file I/O.
+// or redirect the engine's file I/O; a save's temporary is never a client's
+// file.
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, symlinkSync, writeFileSync, lstatSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, symlinkSync, writeFileSync, lstatSync } from 'node:fs';
 import { spawnSync } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -47,6 +48,25 @@ test('FIFOs and symbolic links in the save directories: refused, never waited on
       r = await post(s.url + '/slots/1?action=restore', { filename: 'x' });
       assert.equal(r.status, 200, r.text);
     } finally {
+      await s.stop();
+    }
+  });
+
+test('saving a slot as NAME leaves a client\'s NAME.tmp alone, and no temporary behind', { skip }, async () => {
+  const slots = mkdtempSync(path.join(tmpdir(), 'polykv-slots-'));
+  const s = await startServer(sharedModel(STORIES), [...ARGS, '--slot-save-path', slots]);
+  try {
+    assert.equal((await fill(s.url)).status, 200);
+    let r = await post(s.url + '/slots/0?action=save', { filename: 'keep.tmp' });
+    assert.equal(r.status, 200, r.text);
+    const theirs = readFileSync(path.join(slots, 'keep.tmp'));
+    r = await post(s.url + '/slots/0?action=save', { filename: 'keep' });
+    assert.equal(r.status, 200, r.text);
+    assert.deepEqual(readFileSync(path.join(slots, 'keep.tmp')), theirs);   // before: gone
+    assert.deepEqual(readdirSync(slots).sort(), ['keep', 'keep.tmp']);
+    r = await post(s.url + '/slots/1?action=restore', { filename: 'keep.tmp' });
+    assert.equal(r.status, 200, r.text);
+  } finally {
       await s.stop();
     }
   });
