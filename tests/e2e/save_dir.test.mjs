@@ -1,15 +1,16 @@
 // save_dir.test.mjs - what others may have put in --slot-save-path and
 // --pool-dir, through the real server: FIFOs and symbolic links never block
 // or redirect the engine's file I/O; a save's temporary is never a client's
-// file.
+// file; --slot-save-path and --pool-dir apart, and no slot file named as a
+// pool's.
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, readdirSync, readFileSync, symlinkSync, writeFileSync, lstatSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, symlinkSync, writeFileSync, lstatSync } from 'node:fs';
 import { spawnSync } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { sharedModel, skipReason, startServer, post } from './lib.mjs';
+import { BIN, sharedModel, skipReason, startServer, post } from './lib.mjs';
 
 const STORIES = 'stories260K.gguf';
 const skip = skipReason(STORIES);
@@ -67,6 +68,38 @@ test('saving a slot as NAME leaves a client\'s NAME.tmp alone, and no temporary 
     r = await post(s.url + '/slots/1?action=restore', { filename: 'keep.tmp' });
     assert.equal(r.status, 200, r.text);
   } finally {
+      await s.stop();
+    }
+  });
+
+test('--slot-save-path and --pool-dir: one directory, or one inside the other, stops the start', { skip },
+  async () => {
+    const top = mkdtempSync(path.join(tmpdir(), 'polykv-dirs-'));
+    mkdirSync(path.join(top, 'inner'));
+    symlinkSync(top, path.join(top, 'alias'));
+    const cases = [[top, top], [top, path.join(top, 'inner')], [path.join(top, 'inner'), top],
+      [path.join(top, 'alias'), path.join(top, 'inner', '..')]];
+    for (const [slots, pools] of cases) {
+      const r = spawnSync(BIN, ['serve', '-m', sharedModel(STORIES), '--port', '0', ...ARGS, '--slot-save-path', slots,
+        '--pool-dir', pools], { encoding: 'utf8', timeout: 10000 });
+      assert.ok(r.status > 0, `${slots} ${pools}: exit ${r.status} ${r.stderr}`);
+      assert.match(r.stderr, /--slot-save-path .* and --pool-dir .* overlap/);
+    }
+    // Apart, even with a shared prefix of their names: it starts.
+    mkdirSync(path.join(top, 'inner2'));
+    const s = await startServer(sharedModel(STORIES), [...ARGS, '--slot-save-path', path.join(top, 'inner'),
+      '--pool-dir', path.join(top, 'inner2')]);
+    try {
+      assert.equal((await fill(s.url)).status, 200);
+      for (const filename of ['pool-1.pkv', 'pool-12.pkv.tmp']) {
+        for (const action of ['save', 'restore']) {
+          const r = await post(s.url + `/slots/0?action=${action}`, { filename });
+          assert.equal(r.status, 400, `${action} ${filename}: ${r.text}`);
+          assert.match(r.json.error.message, /--pool-dir's files/);
+        }
+      }
+      assert.equal((await post(s.url + '/slots/0?action=save', { filename: 'pool-1.pkv.bak' })).status, 200);
+    } finally {
       await s.stop();
     }
   });
