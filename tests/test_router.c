@@ -14,7 +14,10 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include <netinet/in.h>
+
 #include "../src/router/rt.h"
+#include "../src/server/srv.h"
 #include "test.h"
 
 typedef struct feed {
@@ -217,7 +220,10 @@ static void test_registry(void)
     CHECK_EQ_INT(in.status, RT_FAILED);
     CHECK_EQ_INT(in.exit_code, 1);
     CHECK_EQ_INT(in.pid, 0);
-    /* A failed model is not running: it can be loaded again (and fails again). */
+    /* A failed model is not running: it can be loaded again (and fails
+     * again), once the failure's back-off (1 s) passed. */
+    CHECK_EQ_INT(rt_load(r, 1, err, sizeof err), PK_EFULL);
+    nanosleep(&(struct timespec){ .tv_sec = 1, .tv_nsec = 100000000 }, NULL);
     CHECK_EQ_INT(rt_load(r, 1, err, sizeof err), PK_OK);
     for (int k = 0; k < 500 && rt_info_at(r, 1, &in) && in.status != RT_FAILED; k++)
         nanosleep(&(struct timespec){ .tv_nsec = 10000000 }, NULL);
@@ -284,18 +290,48 @@ static void test_registry(void)
     rmdir(dir);
 }
 
-/* A stand-in child: answers 200 to every GET on the --port it is given
- * (python3's http.server), so leases and eviction run without a model. */
+/* A stand-in child (python3's http.server) on the --port it is given, so
+ * leases and eviction run without a model: 200 to every GET; a POST whose
+ * body says "stream" gets an SSE stream of 400 chunked events 50 ms apart,
+ * any other POST an answer after 20 s.  --sleep S (a preset's flag) waits S
+ * seconds before it listens: a load that takes that long. */
 static const char fake_child[] =
     "#!/bin/sh\n"
-    "while [ $# -gt 0 ]; do [ \"$1\" = --port ] && port=$2; shift; done\n"
-    "exec python3 -c 'import http.server, sys\n"
+    "delay=0\n"
+    "while [ $# -gt 0 ]; do [ \"$1\" = --port ] && port=$2; [ \"$1\" = --sleep ] && delay=$2; shift; done\n"
+    "sleep $delay\n"
+    "exec python3 -c 'import http.server, sys, time\n"
     "class H(http.server.BaseHTTPRequestHandler):\n"
+    "    protocol_version = \"HTTP/1.1\"\n"
     "    def do_GET(self):\n"
     "        self.send_response(200); self.send_header(\"Content-Length\", \"2\"); self.end_headers()\n"
     "        self.wfile.write(b\"ok\")\n"
+    "    def do_POST(self):\n"
+    "        body = self.rfile.read(int(self.headers.get(\"Content-Length\", 0)))\n"
+    "        if b\"stream\" not in body:\n"
+    "            time.sleep(20)\n"
+    "            self.send_response(200); self.send_header(\"Content-Length\", \"2\"); self.end_headers()\n"
+    "            self.wfile.write(b\"{}\"); return\n"
+    "        self.send_response(200); self.send_header(\"Content-Type\", \"text/event-stream\")\n"
+    "        self.send_header(\"Transfer-Encoding\", \"chunked\"); self.end_headers()\n"
+    "        for i in range(400):\n"
+    "            ev = b\"data: {\\\"n\\\": %d}\\n\\n\" % i\n"
+    "            self.wfile.write(b\"%x\\r\\n%s\\r\\n\" % (len(ev), ev)); self.wfile.flush(); time.sleep(0.05)\n"
+    "        self.wfile.write(b\"0\\r\\n\\r\\n\")\n"
     "    def log_message(self, *a): pass\n"
-    "http.server.HTTPServer((\"127.0.0.1\", int(sys.argv[1])), H).serve_forever()' \"$port\"\n";
+    "http.server.ThreadingHTTPServer((\"127.0.0.1\", int(sys.argv[1])), H).serve_forever()' \"$port\"\n";
+
+/* Writes the stand-in child into dir; false when it cannot. */
+static bool write_child(const char *dir, char *exe, size_t cap)
+{
+    snprintf(exe, cap, "%s/child.sh", dir);
+    FILE *f = fopen(exe, "w");
+    if (!f) return false;
+    fputs(fake_child, f);
+    fclose(f);
+    chmod(exe, 0700);
+    return true;
+}
 
 static rt_status status_of(rt *r, int i)
 {
@@ -312,12 +348,7 @@ static void test_leases(void)
     char dir[] = "/tmp/test_router_XXXXXX";
     if (!mkdtemp(dir)) return;
     char exe[600];
-    snprintf(exe, sizeof exe, "%s/child.sh", dir);
-    FILE *f = fopen(exe, "w");
-    if (!f) return;
-    fputs(fake_child, f);
-    fclose(f);
-    chmod(exe, 0700);
+    if (!write_child(dir, exe, sizeof exe)) return;
     touch(dir, "a.gguf");
     touch(dir, "b.gguf");
     rt_params p = { .exe = exe, .models_dir = dir, .models_max = 1, .load_timeout_ms = 10000 };
@@ -352,6 +383,224 @@ static void test_leases(void)
     CHECK_EQ_INT(rt_acquire(r, 1, true, 10000, &b, err, sizeof err), PK_OK);
     rt_free(r);
     CHECK_EQ_INT(rt_http_get_status(b.port, "/health", NULL, 500), -1);
+    char path[700];
+    const char *names[] = { "a.gguf", "b.gguf", "child.sh" };
+    for (size_t i = 0; i < ARRAY_LEN(names); i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
+static int count_lines(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    int n = 0;
+    for (int ch; f && (ch = fgetc(f)) != EOF;) n += ch == '\n';
+    if (f) fclose(f);
+    return n;
+}
+
+/* A model whose server exits at once: the failed load backs off (1 s,
+ * then 2 s), and requests meanwhile start no child; each error says why the
+ * load failed and when the next one is tried. */
+static void test_backoff(void)
+{
+    char dir[] = "/tmp/test_router_XXXXXX";
+    if (!mkdtemp(dir)) return;
+    char exe[600], starts[600];
+    snprintf(exe, sizeof exe, "%s/child.sh", dir);
+    snprintf(starts, sizeof starts, "%s/starts", dir);
+    FILE *f = fopen(exe, "w");
+    if (!f) return;
+    fprintf(f, "#!/bin/sh\necho start >> %s\nexit 3\n", starts);
+    fclose(f);
+    chmod(exe, 0700);
+    touch(dir, "a.gguf");
+    rt_params p = { .exe = exe, .models_dir = dir, .load_timeout_ms = 10000 };
+    rt *r = NULL;
+    char err[256] = "";
+    CHECK_EQ_INT(rt_new(&p, &r, err, sizeof err), PK_OK);
+    if (!r) return;
+    rt_lease l;
+    CHECK_EQ_INT(rt_acquire(r, 0, true, 10000, &l, err, sizeof err), PK_EIO);
+    CHECK(strstr(err, "exited with status 3 before it was ready") != NULL);
+    CHECK(strstr(err, "the next load is tried in 1.0 s") || strstr(err, "the next load is tried in 0.9 s"));
+    for (int k = 0; k < 20; k++) CHECK_EQ_INT(rt_acquire(r, 0, true, 10000, &l, err, sizeof err), PK_EFULL);
+    CHECK(strstr(err, "model a failed to load") && strstr(err, "exited with status 3"));
+    CHECK(strstr(err, " s ago: its server exited") && strstr(err, "; the next load is tried in "));
+    CHECK_EQ_INT(rt_load(r, 0, err, sizeof err), PK_EFULL);
+    CHECK_EQ_INT(count_lines(starts), 1);
+    nanosleep(&(struct timespec){ .tv_sec = 1, .tv_nsec = 100000000 }, NULL);
+    /* The second failure in a row waits twice as long. */
+    CHECK_EQ_INT(rt_acquire(r, 0, true, 10000, &l, err, sizeof err), PK_EIO);
+    CHECK(strstr(err, "tried in 2.0 s") || strstr(err, "tried in 1.9 s"));
+    CHECK_EQ_INT(rt_acquire(r, 0, true, 10000, &l, err, sizeof err), PK_EFULL);
+    CHECK_EQ_INT(count_lines(starts), 2);
+    rt_free(r);
+    unlink(exe);
+    unlink(starts);
+    char a[700];
+    snprintf(a, sizeof a, "%s/a.gguf", dir);
+    unlink(a);
+    rmdir(dir);
+}
+
+/* ---- a router server (srv) over the stand-in children ---- */
+
+static int send_req(int port, const char *method, const char *path, const char *body)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a)) {
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    char head[512];
+    int n = snprintf(head, sizeof head, "%s %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                     "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s", method, path,
+                     strlen(body), body);
+    if (write(fd, head, (size_t)n) != n) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Reads fd into buf[cap] (NUL-terminated, *n bytes so far) until want is
+ * in it (true), or the peer closes or timeout_ms passes (false; want NULL:
+ * true at the close). */
+static bool read_until(int fd, char *buf, size_t cap, size_t *n, const char *want, int timeout_ms)
+{
+    struct timeval tv = { .tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000 };
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    for (;;) {
+        buf[*n] = 0;
+        if (want && strstr(buf, want)) return true;
+        if (*n + 1 >= cap) return false;
+        ssize_t k = read(fd, buf + *n, cap - 1 - *n);
+        if (k <= 0) return !want && k == 0;
+        *n += (size_t)k;
+    }
+}
+
+typedef struct call {
+    int port;
+    const char *method, *path, *body;
+    int status;
+    char text[8192];
+} call;
+
+static void *call_main(void *arg)
+{
+    call *c = arg;
+    c->status = -1;
+    c->text[0] = 0;
+    int fd = send_req(c->port, c->method, c->path, c->body);
+    if (fd < 0) return NULL;
+    size_t n = 0;
+    read_until(fd, c->text, sizeof c->text, &n, NULL, 60000);
+    close(fd);
+    sscanf(c->text, "HTTP/1.%*d %d", &c->status);
+    return NULL;
+}
+
+static int call_now(call *c, int port, const char *method, const char *path, const char *body)
+{
+    *c = (call){ .port = port, .method = method, .path = path, .body = body };
+    call_main(c);
+    return c->status;
+}
+
+static bool wait_status(rt *r, int i, rt_status want, int timeout_ms)
+{
+    rt_info in;
+    for (int t = 0; t < timeout_ms; t += 10) {
+        if (rt_info_at(r, i, &in) && in.status == want) return true;
+        nanosleep(&(struct timespec){ .tv_nsec = 10000000 }, NULL);
+    }
+    return false;
+}
+
+/* POST /models/unload under requests in flight: a stream ends with an
+ * error event naming the unload and its last chunk, an answer not begun
+ * is a 503 saying so, and a request waiting for the load it started gets
+ * a 503 too (not "failed to load (exit status 0)"); the model ends
+ * unloaded, whatever the order of a load and an unload. */
+static void test_unload_in_flight(void)
+{
+    if (system("python3 -c 1 2>/dev/null")) {
+        SKIP_PART("no python3 for the stand-in child");
+        return;
+    }
+    char dir[] = "/tmp/test_router_XXXXXX";
+    char exe[600];
+    if (!mkdtemp(dir) || !write_child(dir, exe, sizeof exe)) return;
+    touch(dir, "a.gguf");
+    touch(dir, "b.gguf");
+    const char *slow[] = { "--sleep", "3" };
+    rt_spec spec = { .name = "b", .args = slow, .n_args = 2 };
+    rt_params p = { .exe = exe, .models_dir = dir, .autoload = true, .specs = &spec, .n_specs = 1,
+                    .load_timeout_ms = 20000 };
+    rt *r = NULL;
+    srv *s = NULL;
+    char err[256] = "";
+    CHECK_EQ_INT(rt_new(&p, &r, err, sizeof err), PK_OK);
+    srv_params sp = srv_default_params();
+    sp.host = "127.0.0.1";
+    sp.port = 0;
+    sp.router = r;
+    if (r) CHECK_EQ_INT(srv_new(&sp, &s, err, sizeof err), PK_OK);
+    if (!s) {
+        rt_free(r);
+        return;
+    }
+    int port = srv_port(s);
+    call u;
+
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    int fd = send_req(port, "POST", "/completion", "{\"model\": \"a\", \"stream\": true}");
+    CHECK(fd >= 0 && read_until(fd, buf, cap, &n, "{\"n\": 2}", 20000));
+    CHECK_EQ_INT(call_now(&u, port, "POST", "/models/unload", "{\"model\": \"a\"}"), 200);
+    CHECK(read_until(fd, buf, cap, &n, "\r\n0\r\n\r\n", 10000));
+    CHECK(strstr(buf, "data: {\"error\": {\"code\": 503") || strstr(buf, "data: {\"error\":{\"code\":503"));
+    CHECK(strstr(buf, "model a was unloaded while the request ran") != NULL);
+    if (fd >= 0) close(fd);
+    free(buf);
+    CHECK_EQ_INT(status_of(r, 0), RT_UNLOADED);
+
+    /* Not streamed: the child answers after 20 s, the unload comes first. */
+    call c = { .port = port, .method = "POST", .path = "/completion", .body = "{\"model\": \"a\"}" };
+    pthread_t t;
+    pthread_create(&t, NULL, call_main, &c);
+    CHECK(wait_status(r, 0, RT_LOADED, 20000));
+    nanosleep(&(struct timespec){ .tv_nsec = 500000000 }, NULL);
+    CHECK_EQ_INT(call_now(&u, port, "POST", "/models/unload", "{\"model\": \"a\"}"), 200);
+    pthread_join(t, NULL);
+    CHECK_EQ_INT(c.status, 503);
+    CHECK(strstr(c.text, "model a was unloaded while the request ran") != NULL);
+
+    /* b takes 3 s to load: the request that started the load waits, and
+     * the unload ends that wait. */
+    c = (call){ .port = port, .method = "POST", .path = "/completion", .body = "{\"model\": \"b\"}" };
+    pthread_create(&t, NULL, call_main, &c);
+    CHECK(wait_status(r, 1, RT_LOADING, 5000));
+    CHECK_EQ_INT(call_now(&u, port, "POST", "/models/unload", "{\"model\": \"b\"}"), 200);
+    pthread_join(t, NULL);
+    CHECK_EQ_INT(c.status, 503);
+    CHECK(strstr(c.text, "model b was unloaded (POST /models/unload) before it finished loading") != NULL);
+    /* A load, then an unload before it is ready: unloaded it stays. */
+    CHECK_EQ_INT(call_now(&u, port, "POST", "/models/load", "{\"model\": \"b\"}"), 200);
+    CHECK_EQ_INT(call_now(&u, port, "POST", "/models/unload", "{\"model\": \"b\"}"), 200);
+    nanosleep(&(struct timespec){ .tv_sec = 1 }, NULL);
+    CHECK_EQ_INT(status_of(r, 1), RT_UNLOADED);
+    rt_info in;
+    CHECK(rt_info_at(r, 1, &in) && in.pid == 0);
+
+    srv_free(s);
+    rt_free(r);
     char path[700];
     const char *names[] = { "a.gguf", "b.gguf", "child.sh" };
     for (size_t i = 0; i < ARRAY_LEN(names); i++) {
@@ -404,5 +653,7 @@ int main(void)
     test_registry();
     test_ini();
     test_leases();
+    test_backoff();
+    test_unload_in_flight();
     return test_finish();
 }

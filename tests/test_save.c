@@ -6,6 +6,7 @@
  * are refused; the crash-safe write leaves no temporary behind and reads
  * back as written.
  */
+#include <dirent.h>
 #include <stdint.h>
 #include <sys/stat.h>
 
@@ -194,10 +195,131 @@ static void test_write_read(void)
     CHECK(buf == NULL && strstr(why, "truncated") != NULL);
     snprintf(tmp, sizeof tmp, "%s/none", dir);
     CHECK_EQ_INT(sav_read(tmp, &want, &buf, &got, &t, &r, why, sizeof why), PK_ENOTFOUND);
-    CHECK_EQ_INT(sav_read(dir, &want, &buf, &got, &t, &r, why, sizeof why), PK_EIO);
+    CHECK_EQ_INT(sav_read(dir, &want, &buf, &got, &t, &r, why, sizeof why), PK_EFORMAT);
     unlink(path);
     rmdir(dir);
     free(rows);
+}
+
+static void put_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+static bool file_is(const char *path, const char *text)
+{
+    char got[64] = "";
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(got, 1, sizeof got - 1, f) : 0;
+    if (f) fclose(f);
+    got[n] = 0;
+    return !strcmp(got, text);
+}
+
+/* Files planted in the directory: a symbolic link under the temporary's
+ * name does not redirect a write (the file it points to stays as it was,
+ * the save is a regular file); a read follows no link and opens no FIFO
+ * (which would block the engine thread for ever; alarm() ends the test if
+ * it does). */
+static void test_planted(void)
+{
+    char dir[] = "/tmp/test_save_XXXXXX", out[] = "/tmp/test_save_out_XXXXXX";
+    if (!mkdtemp(dir) || !mkdtemp(out)) {
+        CHECK(!"mkdtemp");
+        return;
+    }
+    char victim[300], link[300], path[300], fifo[300];
+    snprintf(victim, sizeof victim, "%s/victim", out);
+    snprintf(link, sizeof link, "%s/pool-3.pkv.tmp", dir);
+    snprintf(path, sizeof path, "%s/pool-3.pkv", dir);
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    put_file(victim, "keep");
+    CHECK(symlink(victim, link) == 0);
+    sav_header h = pool_header(4, 0);
+    int32_t tok[4] = { 1, 2, 3, 4 };
+    uint8_t rows[4 * 60] = { 0 };
+    char why[200] = "";
+    CHECK_EQ_INT(sav_write(dir, "pool-3.pkv", &h, tok, rows, 0, why, sizeof why), PK_OK);
+    CHECK(file_is(victim, "keep"));
+    struct stat sb;
+    CHECK(lstat(path, &sb) == 0 && S_ISREG(sb.st_mode));
+    CHECK(lstat(link, &sb) != 0);
+
+    uint8_t *buf;
+    sav_header got;
+    const int32_t *t;
+    const uint8_t *r;
+    char ln[300];
+    snprintf(ln, sizeof ln, "%s/ln", dir);
+    CHECK(symlink(path, ln) == 0);
+    CHECK_EQ_INT(sav_read(ln, &want, &buf, &got, &t, &r, why, sizeof why), PK_EFORMAT);
+    CHECK(strstr(why, "symbolic link") != NULL);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    alarm(10);
+    double t0 = pk_time_ms();
+    CHECK_EQ_INT(sav_read(fifo, &want, &buf, &got, &t, &r, why, sizeof why), PK_EFORMAT);
+    CHECK(strstr(why, "not a regular file") != NULL);
+    CHECK(pk_time_ms() - t0 < 1000);
+    alarm(0);
+    unlink(ln);
+    unlink(fifo);
+    unlink(path);
+    unlink(link);
+    unlink(victim);
+    rmdir(dir);
+    rmdir(out);
+}
+
+/* Number of entries in dir, "." and ".." aside. */
+static int n_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *de; d && (de = readdir(d));) n += strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
+    if (d) closedir(d);
+    return n;
+}
+
+/* A slot save's temporary can be no client's file: saving "keep" leaves
+ * the client's own "keep.tmp" (and a link of that name) as it was, and no
+ * temporary behind. */
+static void test_temp_names(void)
+{
+    char dir[] = "/tmp/test_save_XXXXXX";
+    if (!mkdtemp(dir)) {
+        CHECK(!"mkdtemp");
+        return;
+    }
+    char client[300], link[300], keep[300], x[300];
+    snprintf(client, sizeof client, "%s/keep.tmp", dir);
+    snprintf(keep, sizeof keep, "%s/keep", dir);
+    snprintf(link, sizeof link, "%s/x.tmp", dir);
+    snprintf(x, sizeof x, "%s/x", dir);
+    put_file(client, "client");
+    CHECK(symlink(client, link) == 0);
+    sav_header h = pool_header(4, 0);
+    h.kind = SAV_SLOT;
+    int32_t tok[4] = { 1, 2, 3, 4 };
+    uint8_t rows[4 * 60] = { 0 };
+    char why[200] = "";
+    for (int k = 0; k < 2; k++) {
+        CHECK_EQ_INT(sav_write(dir, "keep", &h, tok, rows, 0, why, sizeof why), PK_OK);
+        CHECK_EQ_INT(sav_write(dir, "x", &h, tok, rows, 0, why, sizeof why), PK_OK);
+    }
+    CHECK(file_is(client, "client"));
+    struct stat sb;
+    CHECK(lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode));
+    CHECK(lstat(x, &sb) == 0 && S_ISREG(sb.st_mode));
+    CHECK_EQ_INT(n_entries(dir), 4);
+    unlink(client);
+    unlink(keep);
+    unlink(link);
+    unlink(x);
+    rmdir(dir);
 }
 
 /* The token list ahead of the header: written packed, llama-server's
@@ -263,5 +385,7 @@ int main(void)
     test_foreign();
     test_names();
     test_write_read();
+    test_planted();
+    test_temp_names();
     return test_finish();
 }

@@ -10,6 +10,8 @@
  * Without -m it is a router (cli_router.c): no model of its own, one child
  * `polykv serve` per model it starts, with this command's flags.
  */
+#include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -177,6 +179,29 @@ static bool child_args(int argc, char **argv, serve_opts *o)
     return true;
 }
 
+/* --slot-save-path and --pool-dir must not be one directory, nor one inside
+ * the other: the pool-dir scan would read clients' files as pools (a
+ * client's "pool-9999.pkv" ran the pool ids past their range), and clients
+ * could overwrite the pools' files.  Compared after realpath, so links and
+ * "a/../b" spellings count.  False (with the message printed) when they
+ * overlap. */
+static bool dirs_apart(const char *slots, const char *pools)
+{
+    if (!slots || !pools) return true;
+    char a[PATH_MAX], b[PATH_MAX];
+    if (!realpath(slots, a) || !realpath(pools, b)) {
+        fprintf(stderr, "polykv serve: --slot-save-path %s / --pool-dir %s: %s\n", slots, pools, strerror(errno));
+        return false;
+    }
+    size_t na = strlen(a), nb = strlen(b), n = MIN(na, nb);
+    /* One is a prefix of the other at a '/' boundary (or they are equal; "/" holds everything). */
+    bool nested = !strncmp(a, b, n) && (na == nb || n == 1 || (na > nb ? a[n] : b[n]) == '/');
+    if (!nested) return true;
+    fprintf(stderr, "polykv serve: --slot-save-path %s and --pool-dir %s overlap (%s, %s): give each its own "
+            "directory, neither inside the other\n", slots, pools, a, b);
+    return false;
+}
+
 static bool parse(int argc, char **argv, serve_opts *o)
 {
     o->router.models_max = 4;
@@ -279,6 +304,7 @@ static bool parse(int argc, char **argv, serve_opts *o)
             return false;
         }
     }
+    if (!dirs_apart(o->sp.slot_save_path, o->ep.pool_dir)) return false;
     if (o->model && o->router_flag) {
         fprintf(stderr, "polykv serve: --models-dir, --models-preset, --models-max and --models-autoload are for "
                         "router mode (without -m)\n");

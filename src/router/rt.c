@@ -4,14 +4,24 @@
  *   struct rt ── models[] (sorted by name, fixed after rt_new)
  *     │            name, path                      immutable
  *     │            status, pid, port, exit_code,   under mu
- *     │            last_used_ms, gen, n_users
+ *     │            last_used_ms, gen, n_users,
+ *     │            n_waiting, stop_gen,
+ *     │            n_failed, retry_ms, why
  *     ├ mu, changed (broadcast on every status change)
  *     ├ n_loads (load threads alive, under mu: rt_free waits for 0)
  *     └ stdin_pipe[2] (children's stdin; only the router holds the write end)
  *
  * Only reap() calls waitpid, always under mu, so a pid is waited for once.
  * An unload takes the pid out of its entry under mu before it signals and
- * waits outside, so neither reap() nor a load sees that child again.
+ * waits outside, so neither reap() nor a load sees that child again; it
+ * records the child's generation (stop_gen) first, so a request relayed by
+ * that child learns why its answer was cut (rt_lease_check).
+ *
+ * A load that fails (the child exits before its /health answers, or never
+ * answers) holds the next one back: 1 s after the first failure, twice as
+ * long after each further one, at most BACKOFF_MAX_MS; one that succeeds
+ * clears the count.  Without it every request on a broken model spawned a
+ * child (20 processes in 1.1 s).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -36,6 +46,8 @@ extern char **environ;
 
 #define PROBE_EVERY_MS 50
 #define STOP_GRACE_MS 5000
+#define BACKOFF_FIRST_MS 1000
+#define BACKOFF_MAX_MS 60000
 
 typedef struct rt_model {
     char name[RT_MAX_NAME];
@@ -49,6 +61,12 @@ typedef struct rt_model {
     double last_used_ms;
     uint64_t gen;                /* which child: one more at every spawn */
     int n_users;                 /* leases of this child not yet released: never evicted */
+    int n_waiting;               /* requests waiting for its load to end: never evicted */
+    uint64_t stop_gen;           /* the last child stopped on purpose (unload, eviction, rt_free) */
+    int n_failed;                /* loads failed in a row; 0 after one that succeeds */
+    double failed_ms, retry_ms;  /* pk_time_ms() of the last failed load; no new one starts before
+                                    retry_ms */
+    char why[200];               /* FAILED: what happened, for errors and the log */
 } rt_model;
 
 struct rt {
@@ -193,8 +211,26 @@ pk_status rt_new(const rt_params *p, rt **out, char *err, size_t err_len)
     return PK_OK;
 }
 
+/* Under mu: entry m's load failed (why: what happened); FAILED, and the
+ * next load waits for the back-off. */
+static void load_failed(rt *r, rt_model *m, const char *why)
+{
+    m->status = RT_FAILED;
+    m->n_failed++;
+    double wait_ms = BACKOFF_FIRST_MS;
+    for (int k = 1; k < m->n_failed && wait_ms < BACKOFF_MAX_MS; k++) wait_ms *= 2;
+    wait_ms = MIN(wait_ms, BACKOFF_MAX_MS);
+    m->failed_ms = pk_time_ms();
+    m->retry_ms = m->failed_ms + wait_ms;
+    snprintf(m->why, sizeof m->why, "%s", why);
+    fprintf(stderr, "router: model %s failed to load (%d in a row): %s; the next load is tried in %.0f s\n",
+            m->name, m->n_failed, why, wait_ms / 1000);
+    pthread_cond_broadcast(&r->changed);
+}
+
 /* Waits for children that exited; under mu.  A child that ends while it is
- * LOADING or LOADED has failed (nobody asked it to stop). */
+ * LOADING or LOADED has failed (nobody asked it to stop); while LOADING,
+ * its load failed. */
 static void reap(rt *r)
 {
     for (int i = 0; i < r->n_models; i++) {
@@ -204,8 +240,20 @@ static void reap(rt *r)
         m->pid = 0;
         m->port = 0;
         m->exit_code = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+        char why[120];
+        if (WIFEXITED(ws))
+            snprintf(why, sizeof why, "its server exited with status %d", m->exit_code);
+        else
+            snprintf(why, sizeof why, "its server was killed by signal %d", WTERMSIG(ws));
+        if (m->status == RT_LOADING) {
+            snprintf(why + strlen(why), sizeof why - strlen(why), " before it was ready (its messages are in the "
+                     "router's log)");
+            load_failed(r, m, why);
+            continue;
+        }
         m->status = RT_FAILED;
-        fprintf(stderr, "router: model %s: its server exited (status %d)\n", m->name, m->exit_code);
+        snprintf(m->why, sizeof m->why, "%s", why);
+        fprintf(stderr, "router: model %s: %s\n", m->name, why);
         pthread_cond_broadcast(&r->changed);
     }
 }
@@ -213,6 +261,8 @@ static void reap(rt *r)
 int rt_count(rt *r) { return r->n_models; }
 
 const rt_params *rt_get_params(const rt *r) { return &r->p; }
+
+const char *rt_name(const rt *r, int i) { return r->models[i].name; }
 
 int rt_find(rt *r, const char *name)
 {
@@ -360,13 +410,15 @@ static void *load_main(void *arg)
         if (ready) {
             m->status = RT_LOADED;
             m->last_used_ms = pk_time_ms();
+            m->n_failed = 0;
             fprintf(stderr, "router: model %s loaded (port %d)\n", m->name, m->port);
         } else if (timed_out) {
-            fprintf(stderr, "router: model %s: not healthy after %d ms; stopped\n", m->name, r->p.load_timeout_ms);
+            char why[120];
+            snprintf(why, sizeof why, "its server was not ready after %d ms and was stopped", r->p.load_timeout_ms);
             kill_pid = m->pid;
             m->pid = m->port = 0;
-            m->status = RT_FAILED;
             m->exit_code = -1;
+            load_failed(r, m, why);
         }
     }
     pthread_mutex_unlock(&r->mu);
@@ -393,7 +445,8 @@ static int lru_victim(const rt *r, int i)
     int v = -1;
     for (int k = 0; k < r->n_models; k++) {
         const rt_model *m = &r->models[k];
-        if (k != i && m->status == RT_LOADED && !m->n_users && (v < 0 || m->last_used_ms < r->models[v].last_used_ms))
+        if (k != i && m->status == RT_LOADED && !m->n_users && !m->n_waiting &&
+            (v < 0 || m->last_used_ms < r->models[v].last_used_ms))
             v = k;
     }
     return v;
@@ -405,6 +458,7 @@ static pid_t detach(rt *r, int i)
 {
     rt_model *m = &r->models[i];
     pid_t pid = m->pid;
+    m->stop_gen = m->gen;
     m->pid = m->port = 0;
     m->status = RT_UNLOADED;
     m->n_users = 0;              /* their leases are of the old generation */
@@ -419,6 +473,11 @@ static pid_t detach(rt *r, int i)
 static pk_status start_load(rt *r, int i, const struct timespec *until, char *err, size_t err_len)
 {
     rt_model *m = &r->models[i];
+    double now = pk_time_ms();
+    if (m->status == RT_FAILED && now < m->retry_ms)
+        return pk_errf(err, err_len, PK_EFULL, "model %s failed to load %.1f s ago: %s; the next load is tried in "
+                       "%.1f s", m->name, (now - m->failed_ms) / 1000, m->why,
+                       (m->retry_ms - now) / 1000);
     while (r->p.models_max > 0 && n_running(r) >= r->p.models_max) {
         int v = lru_victim(r, i);
         if (v < 0) {
@@ -445,8 +504,8 @@ static pk_status start_load(rt *r, int i, const struct timespec *until, char *er
     pk_status st = spawn_child(r, i, port, &pid, err, err_len);
     if (st) {
         free(j);
-        m->status = RT_FAILED;
         m->exit_code = -1;
+        load_failed(r, m, err);
         return st;
     }
     *j = (load_job){ .r = r, .i = i, .pid = pid, .port = port };
@@ -465,7 +524,9 @@ static pk_status start_load(rt *r, int i, const struct timespec *until, char *er
     if (rc) {
         free(j);
         pid_t p = detach(r, i);
-        m->status = RT_FAILED;
+        char why[120];
+        snprintf(why, sizeof why, "cannot start a load thread: %s", strerror(rc));
+        load_failed(r, m, why);
         pthread_mutex_unlock(&r->mu);
         stop_child(p);
         pthread_mutex_lock(&r->mu);
@@ -521,19 +582,54 @@ pk_status rt_acquire(rt *r, int i, bool autoload, int timeout_ms, rt_lease *out,
                       : pk_errf(err, err_len, PK_ECONFLICT, "model is not loaded");
     }
     /* A reap while waiting shows as a broadcast from the load thread, which
-     * reaps every PROBE_EVERY_MS. */
+     * reaps every PROBE_EVERY_MS.  Waiters keep the model from being the
+     * one --models-max evicts between its load and their lease. */
+    m->n_waiting++;
     while (!st && m->status == RT_LOADING && !r->stopping)
         if (pthread_cond_timedwait(&r->changed, &r->mu, &until) == ETIMEDOUT) {
             st = pk_errf(err, err_len, PK_ECANCELLED, "model %s is still loading", m->name);
             break;
         }
-    if (!st && m->status != RT_LOADED)
-        st = pk_errf(err, err_len, PK_EIO, "model %s failed to load (exit status %d)", m->name, m->exit_code);
+    m->n_waiting--;
+    if (!st && m->status != RT_LOADED) {
+        double now = pk_time_ms();
+        if (r->stopping)
+            st = pk_errf(err, err_len, PK_ECANCELLED, "the router is stopping");
+        else if (m->status == RT_FAILED && now < m->retry_ms)
+            st = pk_errf(err, err_len, PK_EIO, "model %s failed to load: %s; the next load is tried in %.1f s",
+                         m->name, m->why, (m->retry_ms - now) / 1000);
+        else if (m->status == RT_FAILED)
+            st = pk_errf(err, err_len, PK_EIO, "model %s failed: %s", m->name, m->why);
+        else
+            st = pk_errf(err, err_len, PK_ECANCELLED, "model %s was unloaded (POST /models/unload) before it "
+                         "finished loading", m->name);
+    }
     if (!st) {
         m->last_used_ms = pk_time_ms();
         m->n_users++;
         *out = (rt_lease){ .i = i, .port = m->port, .gen = m->gen };
     }
+    pthread_mutex_unlock(&r->mu);
+    return st;
+}
+
+pk_status rt_lease_check(rt *r, const rt_lease *l, char *why, size_t cap)
+{
+    pthread_mutex_lock(&r->mu);
+    reap(r);
+    const rt_model *m = &r->models[l->i];
+    pk_status st = PK_OK;
+    if (m->gen == l->gen && m->status == RT_LOADED)
+        st = PK_OK;
+    else if (m->stop_gen == l->gen && r->stopping)
+        st = pk_errf(why, cap, PK_ECANCELLED, "the router is stopping");
+    else if (m->stop_gen == l->gen)
+        st = pk_errf(why, cap, PK_ECANCELLED, "model %s was unloaded while the request ran (POST /models/unload)",
+                     m->name);
+    else if (m->gen == l->gen && m->status == RT_FAILED)
+        st = pk_errf(why, cap, PK_EIO, "model %s: %s while the request ran", m->name, m->why);
+    else
+        st = pk_errf(why, cap, PK_EIO, "model %s: its server stopped while the request ran", m->name);
     pthread_mutex_unlock(&r->mu);
     return st;
 }

@@ -16,6 +16,17 @@
  *                                                                   (exit code kept;
  *                                                                    a load restarts it)
  *
+ *   A load that fails (the child exits while LOADING, or is not healthy in
+ *   time) backs off: no load of that model starts for 1 s, then 2, 4, ...
+ *   up to 60 s after each further failure in a row (rt_load and rt_acquire
+ *   answer PK_EFULL meanwhile, saying why it failed and when the next load
+ *   is tried); a load that succeeds clears it.  A LOADED child that exits
+ *   is restarted by the next request at once: it did load.
+ *
+ *   An unload stops the child at once, leases or not.  A request waiting
+ *   for that load gets PK_ECANCELLED; one relayed by that child learns it
+ *   from rt_lease_check, so its answer ends with a reason, not a cut.
+ *
  *   A load runs on its own detached thread: pick a free port (the kernel's
  *   choice), posix_spawn the child, poll its /health until 200, the child
  *   exits, or the load times out.  Request threads that need the model wait
@@ -114,6 +125,8 @@ int rt_count(rt *r);
 bool rt_info_at(rt *r, int i, rt_info *out);
 /* The index of the model called name, -1 when none. */
 int rt_find(rt *r, const char *name);
+/* The name of model i (0 <= i < rt_count), owned by r; names never change. */
+const char *rt_name(const rt *r, int i);
 
 /* The flags a child of model i runs with, after the binary and `serve`
  * (for listings): written into argv (at most cap, NUL-terminated strings
@@ -123,8 +136,9 @@ int rt_child_argv(rt *r, int i, int port, char *port_buf, const char **argv, int
 
 /* Starts loading model i in the background.  PK_ECONFLICT when it is
  * LOADING or LOADED already, PK_EFULL when --models-max is reached and no
- * LOADED model can be unloaded for it, PK_ENOMEM / PK_EIO when no thread
- * could be started (reason in err). */
+ * LOADED model can be unloaded for it or while its last failed load backs
+ * off (err says why it failed and when the next load is tried), PK_ENOMEM
+ * / PK_EIO when no thread could be started (reason in err). */
 pk_status rt_load(rt *r, int i, char *err, size_t err_len);
 
 /* Stops model i's child (SIGTERM, SIGKILL after 5 s) and waits for it;
@@ -143,10 +157,17 @@ typedef struct rt_lease {
  * first when it is not running and autoload is set, and leases it (*out;
  * rt_release when the request is done).  At --models-max with every loaded
  * model leased, it waits for one to be released.  PK_ECONFLICT when it
- * does not run and autoload is off, PK_EIO when the load failed (FAILED),
- * PK_EFULL when no model came free in time, PK_ECANCELLED when still
- * loading at the timeout. */
+ * does not run and autoload is off, PK_EIO when the load failed (FAILED;
+ * err says why and when the next load is tried), PK_EFULL when no model
+ * came free in time or while a failed load backs off, PK_ECANCELLED
+ * when still loading at the timeout, unloaded while it loaded, or the
+ * router stops.  While it waits for the load, the model is not evicted. */
 pk_status rt_acquire(rt *r, int i, bool autoload, int timeout_ms, rt_lease *out, char *err, size_t err_len);
+
+/* Whether lease l's child still serves: PK_OK; PK_ECANCELLED when an
+ * unload (or the router's stop) ended it; PK_EIO when it exited on its own
+ * or was replaced.  The reason, naming the model, in why. */
+pk_status rt_lease_check(rt *r, const rt_lease *l, char *why, size_t cap);
 
 /* Ends a lease (a lease of a child since stopped is a no-op). */
 void rt_release(rt *r, const rt_lease *l);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -255,12 +256,23 @@ pk_status sav_read(const char *path, const sav_expect *want, uint8_t **buf, sav_
                    const int32_t **tokens, const uint8_t **rows, char *why, size_t cap)
 {
     *buf = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* The engine thread reads: nothing here may block it.  A FIFO's open
+     * waits for a writer unless O_NONBLOCK, and its read waits for data; a
+     * symbolic link could point anywhere.  So the open neither follows a
+     * link nor waits, and only a regular file is read (blocking again, as
+     * regular files always are). */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0 && errno == ELOOP) return fail(PK_EFORMAT, why, cap, "a symbolic link, not a regular file");
     if (fd < 0) return fail(errno == ENOENT ? PK_ENOTFOUND : PK_EIO, why, cap, "cannot open: %s", strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) {
         close(fd);
-        return fail(PK_EIO, why, cap, "not a regular file");
+        return fail(PK_EFORMAT, why, cap, "not a regular file");
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK)) {
+        close(fd);
+        return fail(PK_EIO, why, cap, "fcntl: %s", strerror(errno));
     }
     /* The header first: a size that disagrees is refused before reading
      * (or allocating) the rest. */
@@ -309,6 +321,33 @@ pk_status sav_read(const char *path, const sav_expect *want, uint8_t **buf, sav_
     return PK_OK;
 }
 
+/* Creates the temporary that becomes dir/name, its path into tmp[cap].
+ * In --pool-dir only the server names files, and its start-up scan knows
+ * "NAME.tmp": that name, whatever had it (a leftover, a planted link)
+ * removed first.  In --slot-save-path clients name files, so "NAME.tmp"
+ * could be one of theirs: there the temporary is ".NAME.RANDOM.tmp", a
+ * name sav_name_ok never lets a client give (its leading '.'), so no
+ * client file is ever touched.  Either way O_EXCL makes a fresh file and
+ * follows no link.  The fd, or -1 with errno set. */
+static int create_temp(const char *dir, const char *name, sav_kind kind, char *tmp, size_t cap)
+{
+    if (kind != SAV_SLOT) {
+        snprintf(tmp, cap, "%s/%s.tmp", dir, name);
+        if (unlink(tmp) && errno != ENOENT) return -1;
+        return open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    }
+    int fd = -1;
+    for (int tries = 0; fd < 0 && tries < 16; tries++) {
+        uint64_t r;
+        if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r)
+            r = (uint64_t)(pk_time_ms() * 1e3) ^ ((uint64_t)getpid() << 40) ^ (uint64_t)tries;
+        snprintf(tmp, cap, "%s/.%s.%016llx.tmp", dir, name, (unsigned long long)r);
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0 && errno != EEXIST) break;
+    }
+    return fd;
+}
+
 static bool write_all(int fd, const void *p, size_t n)
 {
     const uint8_t *c = p;
@@ -326,16 +365,15 @@ pk_status sav_write(const char *dir, const char *name, const sav_header *h, cons
                     const uint8_t *rows, int delay_ms, char *why, size_t cap)
 {
     if (!sav_name_ok(name, strlen(name))) return fail(PK_EINVAL, why, cap, "invalid file name");
-    char path[4096], tmp[4096 + 8];
+    char path[4096], tmp[4096 + 32];
     if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, name) >= sizeof path)
         return fail(PK_EINVAL, why, cap, "path too long");
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
     uint8_t hb[SAV_HEADER_BYTES];
     encode_header(h, payload_xxh(h, tokens, rows), hb);
     uint8_t *list = malloc((size_t)sav_head_bytes(h));
     if (!list) return fail(PK_ENOMEM, why, cap, "out of memory for the token list");
     encode_list(h, tokens, list);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    int fd = create_temp(dir, name, (sav_kind)h->kind, tmp, sizeof tmp);
     if (fd < 0) {
         free(list);
         return fail(PK_EIO, why, cap, "cannot create %s: %s", tmp, strerror(errno));

@@ -32,7 +32,9 @@
  *
  *   Writes are crash-safe: a temporary file in the same directory, fsync,
  *   rename over the name, fsync of the directory.  A crash leaves either
- *   the old file, the new one, or a stray "*.tmp" that readers ignore.
+ *   the old file, the new one, or a stray "*.tmp" that readers ignore:
+ *   "pool-N.pkv.tmp" for a pool, ".NAME.RANDOM.tmp" for a slot save (a
+ *   name no client can give, so a save never touches a client's file).
  *
  * Threads: every function is reentrant; files are the caller's business.
  */

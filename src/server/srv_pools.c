@@ -262,6 +262,16 @@ static unsigned file_status(pk_status st)
     }
 }
 
+/* A name of --pool-dir's files ("pool-N.pkv", and "pool-N.pkv.tmp" while
+ * one is written), as its start-up scan reads them: a slot file must never
+ * pass for a pool, nor a pool's file be restored into a slot. */
+static bool pool_file_name(const char *name)
+{
+    int id, used = 0;
+    return sscanf(name, "pool-%d.pkv%n", &id, &used) == 1 && used > 0 &&
+           (!name[used] || !strcmp(name + used, ".tmp"));
+}
+
 /* save / restore: {"filename": NAME} inside --slot-save-path, nowhere else. */
 static enum MHD_Result slot_file(srv_req *r, json_t *body, int32_t id, bool save)
 {
@@ -274,6 +284,8 @@ static enum MHD_Result slot_file(srv_req *r, json_t *body, int32_t id, bool save
     if (!sav_name_ok(name, json_string_length(fn)) || strlen(name) != json_string_length(fn))
         return srv_reply_errorf(r, 400, "Invalid filename: 1 to %d printable ASCII bytes, no '/' or '\\', "
                                 "not starting with '.'", SAV_NAME_MAX);
+    if (pool_file_name(name))
+        return srv_reply_errorf(r, 400, "Invalid filename: '%s' is a name of --pool-dir's files", name);
     eng_file_reply rp;
     pk_status st = save ? eng_slot_save(srv_engine(s), id, s->save_dir, name, &rp)
                         : eng_slot_restore(srv_engine(s), id, s->save_dir, name, &rp);

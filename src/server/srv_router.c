@@ -18,6 +18,13 @@
  *
  * Only the child's content headers go back (Content-Type, Cache-Control and
  * polykv's own x-*, Retry-After): CORS and the rest are the router's.
+ *
+ * A child that goes away under a request (POST /models/unload stops it at
+ * once, or it dies) never leaves the client with a cut answer: before the
+ * child's headers came, the client gets a 503 (unloaded) or 502 (exited)
+ * naming why (rt_lease_check); in the middle of an event stream, an error
+ * event in the route's own format and the stream's proper end.  Only a
+ * body with a Content-Length, already promised, can only be cut.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,6 +138,12 @@ typedef struct relay {
     struct MHD_Connection *client;
     int probe;                   /* srv_conn_alive's, until the response began */
     bool began;
+    bool sse;                    /* the child's answer is an event stream */
+    bool anthropic;              /* ... of the Messages API, whose error events differ */
+    bool at_event_end;           /* the bytes relayed so far end with a blank line */
+    char *tail;                  /* the error event ending a stream the child cut, then NULL */
+    size_t tail_pos, tail_len;
+    bool tail_done;
 } relay;
 
 /* The watch on the child's connection: a client that left ends the wait,
@@ -141,13 +154,55 @@ static bool client_alive(void *arg)
     return srv_conn_alive(y->client, y->began ? NULL : &y->probe);
 }
 
+/* The SSE error event that ends a stream the child cut, into y->tail: a
+ * blank line first when the cut fell inside an event (that event is lost
+ * either way; the error must not merge into it).  False when out of memory. */
+static bool make_tail(relay *y)
+{
+    srv_err e = { .status = 502 };
+    pk_status gone = rt_lease_check(y->t, &y->lease, e.msg, sizeof e.msg);
+    if (gone == PK_ECANCELLED) e.status = 503;
+    if (gone == PK_OK)
+        snprintf(e.msg, sizeof e.msg, "model '%s': its server's answer broke off", rt_name(y->t, y->lease.i));
+    json_t *j = y->anthropic ? srv_anth_error_json(&e) : srv_error_json(&e);
+    char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    pk_buf b = {0};
+    if (text) pk_buf_printf(&b, "%s%sdata: %s\n\n", y->at_event_end ? "" : "\n\n",
+                            y->anthropic ? "event: error\n" : "", text);
+    free(text);
+    if (!text || b.oom) {
+        pk_buf_free(&b);
+        return false;
+    }
+    y->tail = b.p;
+    y->tail_len = b.n;
+    return true;
+}
+
 static ssize_t relay_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     relay *y = cls;
     y->began = true;
-    ssize_t n = rt_http_body(y->c, buf, max);
-    if (n > 0) return n;
-    return n == 0 ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+    if (!y->tail) {
+        ssize_t n = y->tail_done ? 0 : rt_http_body(y->c, buf, max);
+        if (n > 0) {
+            y->at_event_end = n >= 2 ? buf[n - 1] == '\n' && buf[n - 2] == '\n'
+                                     : buf[0] == '\n' && y->at_event_end;
+            return n;
+        }
+        if (n == 0) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (!y->sse || !make_tail(y)) return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    size_t k = MIN(max, y->tail_len - y->tail_pos);
+    memcpy(buf, y->tail + y->tail_pos, k);
+    y->tail_pos += k;
+    if (y->tail_pos == y->tail_len) {
+        free(y->tail);
+        y->tail = NULL;
+        y->tail_done = true;
+    }
+    return (ssize_t)k;
 }
 
 static void relay_free(void *cls)
@@ -155,6 +210,7 @@ static void relay_free(void *cls)
     relay *y = cls;
     rt_http_close(y->c);
     rt_release(y->t, &y->lease);
+    free(y->tail);
     free(y);
 }
 
@@ -247,9 +303,12 @@ static enum MHD_Result proxy(srv_req *r, const char *name)
         free(head);
         if (y) rt_http_close(y->c);
         free(y);
+        pk_status gone = st == PK_ENOMEM ? PK_OK : rt_lease_check(t, &lease, err, sizeof err);
         rt_release(t, &lease);
         if (left) return MHD_NO;
         if (st == PK_ENOMEM) return srv_reply_errorf(r, 500, "out of memory");
+        if (gone == PK_ECANCELLED) return srv_reply_errorf(r, 503, "%s", err);
+        if (gone) return srv_reply_errorf(r, 502, "%s", err);
         return srv_reply_errorf(r, 502, "model '%s': its server did not answer (%s)", name, pk_status_str(st));
     }
     const char *extra[2 * RT_MAX_HEADERS + 1];
@@ -261,6 +320,9 @@ static enum MHD_Result proxy(srv_req *r, const char *name)
         }
     extra[n] = NULL;
     const char *ct = rt_http_header(head, "Content-Type");
+    y->sse = ct && !strncasecmp(ct, "text/event-stream", 17);
+    y->anthropic = !strncmp(r->url, "/v1/messages", 12);
+    y->at_event_end = true;
     uint64_t size = head->content_length >= 0 ? (uint64_t)head->content_length : MHD_SIZE_UNKNOWN;
     /* MHD copies the headers into the response: head may go after. */
     enum MHD_Result ret = srv_reply_callback(r, (unsigned)head->status, ct ? ct : "application/octet-stream", size,
