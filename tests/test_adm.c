@@ -869,8 +869,122 @@ static const char *oracle(const adm_snapshot *s, bool *can)
     return "ok";
 }
 
+/* The values docs/admission.md's "Signals" and "projection" give, for a
+ * snapshot without a load curve or knee (whose projections the reason
+ * oracle above covers): written from the manual's formulas, each named
+ * after it, not from adm.c; test_property compares adm_decide's answer with
+ * them within VAL_TOL (relative; the formulas are the same arithmetic, so
+ * only the order of the operations may differ). */
+#define VAL_TOL 1e-9
+
+typedef struct doc_values {
+    double M_raw;                /* mean_active_tps: the warm mean, 0 none */
+    int n_warm, n_warming, n_paused, n_starting, n_pool;
+    double M_long;               /* mean_long_tps, NAN none */
+    double model, measured;      /* projected_model / projected_measured, NAN unknown */
+    bool idle;                   /* projected_idle_estimate */
+    double drop;                 /* drop_per_admit_ewma, step cost basis */
+    const char *basis;
+    int headroom;                /* headroom_sessions */
+    double kv_pct, pressure;
+    int ctx_head;
+    double cost;                 /* step_cost_ms */
+    bool no_long;                /* the manual's carried long-run mean is no speed here (below) */
+} doc_values;
+
+static doc_values doc_oracle(const adm_snapshot *s)
+{
+    const adm_settle *st = s->settle;
+    doc_values d = { .M_long = NAN, .model = NAN, .measured = NAN, .basis = "none" };
+    double sum = 0, owned = 0, pressure = 0;
+    /* warm: decoding, at least ADM_WARM_TOKENS (4) decoded and a speed;
+     * warming: the other decoding ones; paused: live sessions of the scope
+     * between turns; starting: running, not warm, and the requests sent
+     * and not placed yet. */
+    for (int i = 0; i < s->n_sessions; i++) {
+        const adm_session *x = &s->sessions[i];
+        bool warm = x->decoding && x->n_decoded >= 4 && x->tps_ewma > 0;
+        if (warm) sum += x->tps_ewma, d.n_warm++;
+        d.n_warming += x->decoding && !warm;
+        d.n_starting += x->running && !warm;
+        if (x->live) {
+            d.n_pool++, owned += x->kv_owned;
+            d.n_paused += !x->running;
+            if (x->ctx_total > 0) pressure = fmax(pressure, (double)x->ctx_used / x->ctx_total);
+        }
+    }
+    d.n_starting += s->n_pending;
+    d.M_raw = d.n_warm ? sum / d.n_warm : 0;
+    d.cost = st->has_cost ? st->cost_ms : 0;
+    /* n' = n + n_paused + n_starting share the mean; M' = 1000 / (1000 / M
+     * + c (n' - n)), or M n / n' before a cost is known. */
+    double n1 = d.n_warm + d.n_paused + d.n_starting, M1 = NAN;
+    /* The long-run mean counts once it holds 2 s, carried to n'. */
+    if (st->long_ms >= 2000 && n1 > 0) {
+        double Ml = st->long_sum / st->long_ms, nl = st->long_share / st->long_ms;
+        double ms = 1000 / Ml + st->cost_ms * (n1 - nl);
+        d.M_long = st->has_cost ? 1000 / ms : Ml * nl / n1;
+        /* With fewer sessions now than over the window and a large cost,
+         * the carried time per token is 0 or less: the manual's formula
+         * gives no speed (adm_decide says none), and says nothing else. */
+        d.no_long = st->has_cost && ms <= 0;
+    }
+    if (d.n_warm > 0) {
+        M1 = st->has_cost ? 1000 / (1000 / d.M_raw + st->cost_ms * (n1 - d.n_warm)) : d.M_raw * d.n_warm / n1;
+        if (d.M_long < M1) M1 = d.M_long;            /* the lower of the two */
+    } else if (n1 > 0 && st->has_settled && s->now_ms - st->t_settled_ms < 30000) {
+        d.idle = true;                               /* the settled mean, n = n' */
+        M1 = st->mean_settled;
+    }
+    if (!isnan(M1)) {
+        d.model = M1 * n1 / (n1 + 1);
+        d.basis = "model";
+        if (st->has_cost) {
+            d.measured = 1000 / (1000 / M1 + st->cost_ms);
+            d.basis = "step cost";
+            d.drop = M1 - d.measured;
+        }
+    }
+    /* KV: the marginal session is the mean suffix of the pool's sessions,
+     * or expected_tokens, or the slot's context past the prefix. */
+    d.ctx_head = s->ctx_slot - s->prefix_len;
+    double marg = s->expected_tokens > 0 ? s->expected_tokens : d.n_pool > 0 ? owned / d.n_pool : d.ctx_head;
+    d.headroom = marg > 0 ? (int)floor(s->kv_free_cells / marg) : -1;
+    d.kv_pct = 100.0 * s->kv_free_cells / s->kv_total;
+    d.pressure = d.n_pool > 0 ? fmax((double)s->kv_used / s->kv_total, pressure) : 0;
+    return d;
+}
+
+static bool near(double a, double b) { return (isnan(a) && isnan(b)) || fabs(a - b) <= VAL_TOL * fmax(1, fabs(b)); }
+
+/* Which of doc_oracle's values adm_decide's answer differs in; "" none. */
+static const char *doc_mismatch(const adm_answer *a, const doc_values *d)
+{
+    if (!near(a->mean_active_tps, d->M_raw)) return "mean_active_tps";
+    if (a->n_warming != d->n_warming) return "n_warming";
+    if (a->n_paused != d->n_paused) return "n_paused";
+    if (a->n_starting != d->n_starting) return "n_starting";
+    if (a->n_pool_sessions != d->n_pool) return "n_pool_sessions";
+    if (!near(a->step_cost_ms, d->cost)) return "step_cost_ms";
+    if (!near(a->mean_long_tps, d->M_long)) return "mean_long_tps";
+    if (a->idle_estimate != d->idle) return "idle_estimate";
+    if (!near(a->projected_model, d->model)) return "projected_model";
+    if (!near(a->projected_measured, d->measured)) return "projected_measured";
+    if (strcmp(a->projection_basis, d->basis)) return "projection_basis";
+    if (!strcmp(d->basis, "step cost") && !near(a->drop_per_admit_ewma, d->drop)) return "drop_per_admit_ewma";
+    if (d->headroom >= 0 && a->headroom_sessions != d->headroom) return "headroom_sessions";
+    if (!near(a->kv_headroom_pct, d->kv_pct)) return "kv_headroom_pct";
+    if (!near(a->compaction_pressure, d->pressure)) return "compaction_pressure";
+    /* The manual's "a slot's context minus the pool's prefix" is negative
+     * for a prefix longer than a slot; adm_decide says 0 there, which the
+     * manual does not say: compared where the difference is not negative. */
+    if (d->ctx_head >= 0 && a->ctx_headroom_tokens != d->ctx_head) return "ctx_headroom_tokens";
+    return "";
+}
+
 static void test_property(int n_cases)
 {
+    int bad_value = 0, n_values = 0;
     int bad_reason = 0, bad_gate = 0, n_guar = 0, n_settle = 0, n_floor = 0, n_ctx = 0, n_curve = 0, n_knee = 0;
     for (int it = 0; it < n_cases; it++) {
         world w;
@@ -954,6 +1068,15 @@ static void test_property(int n_cases)
         if (strcmp(a.reason, want) || a.can_admit != can) {
             if (bad_reason++ < 5) fprintf(stderr, "case %d: %s (%d) vs oracle %s (%d)\n", it, a.reason, a.can_admit, want, can);
         }
+        doc_values dv = doc_oracle(&w.snap);
+        if (!w.snap.curve && !dv.no_long) {  /* the projected values, from the manual's formulas */
+            const char *what = doc_mismatch(&a, &dv);
+            n_values++;
+            if (*what && bad_value++ < 8)
+                fprintf(stderr, "case %d: %s differs from the manual's (model %g/%g measured %g/%g long %g/%g)\n",
+                        it, what, a.projected_model, dv.model, a.projected_measured, dv.measured, a.mean_long_tps,
+                        dv.M_long);
+        }
         n_guar += a.guaranteed;
         n_settle += a.arm == 6;
         n_floor += a.arm == 7;
@@ -978,10 +1101,13 @@ static void test_property(int n_cases)
     }
     CHECK_EQ_INT(bad_reason, 0);
     CHECK_EQ_INT(bad_gate, 0);
+    CHECK_EQ_INT(bad_value, 0);
+    CHECK(n_values > 50000);
     CHECK(n_guar > 1000 && n_settle > 1000 && n_floor > 1000 && n_ctx > 1000 && n_curve > 1000 &&
           n_knee > 1000);   /* every arm and basis */
     printf("property: %d random snapshots (guaranteed %d, settling %d, below floor %d, context %d, load curve %d, "
-           "knee %d)\n", n_cases, n_guar, n_settle, n_floor, n_ctx, n_curve, n_knee);
+           "knee %d; projected values against the manual's in %d)\n", n_cases, n_guar, n_settle, n_floor, n_ctx,
+           n_curve, n_knee, n_values);
 }
 
 static void test_live(void)

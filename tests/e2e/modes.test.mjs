@@ -35,9 +35,18 @@ const sleeping = async (srv) => (await get(srv.url + '/props')).json.is_sleeping
 
 const rate = (m) => Number(m.text.match(/^llamacpp:predicted_tokens_seconds (\S+)$/m)[1]);
 
-async function waitSleeping(srv, ms = 10000) {
-  for (const t0 = Date.now(); Date.now() - t0 < ms; await sleep(100)) if (await sleeping(srv)) return true;
-  return false;
+// Polls /props until the server says it sleeps; the deadline only catches a
+// server that never does.  Returns the largest RSS read while it was still
+// awake (each read before a /props that said awake): its weights, whether
+// the copy into huge pages was done or still under way, are resident then.
+async function waitSleeping(srv, ms = 60000) {
+  let awake = 0;
+  for (const t0 = Date.now(); Date.now() - t0 < ms; await sleep(100)) {
+    const rss = rssKiB(srv.pid);
+    if (await sleeping(srv)) return { awake };
+    awake = Math.max(awake, rss);
+  }
+  return null;
 }
 
 test('--sleep-idle-seconds: memory back to the OS, read-only routes asleep, same tokens after', { skip }, async () => {
@@ -45,15 +54,14 @@ test('--sleep-idle-seconds: memory back to the OS, read-only routes asleep, same
   const first = await post(sleepy.url + '/completion', req);
   assert.equal(first.status, 200);
   assert.equal(first.json.tokens.length, 8);
+  const rss0 = rssKiB(sleepy.pid);                    // awake: the /props after it says so
   assert.equal(await sleeping(sleepy), false);
   // The throughput gauges are over the time since the last scrape, as llama-server's.
   assert.ok(rate(await get(sleepy.url + '/metrics')) > 0);
   assert.equal(rate(await get(sleepy.url + '/metrics')), 0);
-  await sleep(300);                                   // the weights' copy into huge pages completes
-  const awake = rssKiB(sleepy.pid);
-
-  assert.ok(await waitSleeping(sleepy), 'asleep after 1 s idle');
-  const asleep = rssKiB(sleepy.pid);
+  const went = await waitSleeping(sleepy);
+  assert.ok(went, 'asleep after 1 s idle');
+  const awake = Math.max(rss0, went.awake), asleep = rssKiB(sleepy.pid);
   const weightsKiB = statSync(sharedModel(BIG)).size / 1024;
   assert.ok(awake - asleep > weightsKiB / 2, `RSS ${awake} KiB awake, ${asleep} KiB asleep`);
 

@@ -2,6 +2,12 @@
 // playwright-core drives Debian's Chromium headless against a real `polykv
 // serve`.  Each test saves a screenshot under build/page/ (docs/monitor.md
 // shows them).  Skips with its reason when Chromium or the model is absent.
+//
+// The tests wait for what the page has done (polls answered, stream events
+// read, elements shown), counted by a script added before the page's own
+// (NET below), not for time: on a loaded machine a fixed pause or a 1 s
+// bound measures the machine.  Every wait has a deadline (HANG_MS) that only
+// catches a page that never gets there; the times are logged.
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -17,6 +23,29 @@ const skip = skipReason(QWEN) || (!existsSync(CHROMIUM) && `${CHROMIUM} absent (
 
 let srv, browser, page;
 const consoleErrors = [];
+const HANG_MS = 30000;
+
+// Runs in the page before its scripts: counts the polls of /polykv/pools
+// started and answered, and the SSE events the page decoded (its stream
+// and the chat read their bodies through TextDecoder).
+const NET = () => {
+  window.__net = { poolsStarted: 0, poolsAnswered: 0, events: 0 };
+  const f = window.fetch;
+  window.fetch = function (input, init) {
+    const pools = new URL(String(input instanceof Request ? input.url : input), location.href).pathname === '/polykv/pools';
+    if (pools) window.__net.poolsStarted++;
+    const p = f.call(this, input, init);
+    if (pools) p.then(() => window.__net.poolsAnswered++, () => {});
+    return p;
+  };
+  const decode = TextDecoder.prototype.decode;
+  TextDecoder.prototype.decode = function (...args) {
+    const t = decode.apply(this, args);
+    window.__net.events += (t.match(/^data: /gm) || []).length;
+    return t;
+  };
+};
+const net = (p = page) => p.evaluate(() => ({ ...window.__net }));
 
 before(async () => {
   if (skip) return;
@@ -25,6 +54,7 @@ before(async () => {
   srv = await startServer(sharedModel(QWEN), ['-c', '8192', '-np', '4', '-t', '2']);
   browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ['--no-sandbox'] });
   page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
+  await page.addInitScript(NET);
   page.on('console', (m) => { if (m.type() === 'error') consoleErrors.push(m.text()); });
   page.on('pageerror', (e) => consoleErrors.push(String(e)));
 });
@@ -36,7 +66,7 @@ after(async () => {
 const shot = (name, locator) => (locator || page).screenshot({ path: `${SHOTS}/${name}.png` });
 
 // Polls fn until it returns a truthy value or ms pass; returns the value.
-async function until(fn, ms, what) {
+async function until(fn, ms = HANG_MS, what = '') {
   const t0 = Date.now();
   for (;;) {
     const v = await fn();
@@ -51,11 +81,28 @@ const base = 'You are a careful agent. ' + words(60, 7);
 test('page: loads from the binary, small, live, no console error', { skip }, async () => {
   const t0 = Date.now();
   await page.goto(srv.url + '/');
-  await page.waitForSelector('#live.on', { timeout: 5000 });
+  await page.waitForSelector('#live.on', { timeout: HANG_MS });
   const paint = await page.evaluate(() =>
     performance.getEntriesByType('paint').find((e) => e.name === 'first-contentful-paint')?.startTime);
   console.log(`# page: first contentful paint ${paint?.toFixed(1)} ms, live after ${Date.now() - t0} ms`);
-  assert.ok(paint > 0 && paint < 1000, `first contentful paint ${paint} ms`);
+  assert.ok(paint > 0, `first contentful paint ${paint} ms`);
+  // The page paints its content before any script or data: with scripts
+  // off (no request to the server's routes) it still has a contentful
+  // paint.  A page that drew itself from its data would have none.  The
+  // time itself is logged above (docs/monitor.md: ~0.2 s); a bound in ms
+  // would measure the machine.
+  const bare = await browser.newContext({ javaScriptEnabled: false });
+  try {
+    const p0 = await bare.newPage();
+    await p0.goto(srv.url + '/');
+    const seen = await until(() => p0.evaluate(() => {
+      const fcp = performance.getEntriesByType('paint').some((e) => e.name === 'first-contentful-paint');
+      return fcp && performance.getEntriesByType('resource').map((e) => new URL(e.name).pathname);
+    }), HANG_MS, 'a contentful paint with scripts off');
+    assert.ok(!seen.some((x) => !x.startsWith('/assets/')), `with scripts off it asked for ${seen}`);
+  } finally {
+    await bare.close();
+  }
   // Every asset is served gzip-compressed, well under 200 KiB together
   // (node:http: fetch would inflate the body).
   const raw = (p) => new Promise((resolve, reject) => {
@@ -78,7 +125,9 @@ test('page: loads from the binary, small, live, no console error', { skip }, asy
   console.log(`# page: assets ${gz} bytes gzip`);
   assert.ok(gz < 200 * 1024, `${gz} bytes`);
   assert.equal((await get(srv.url + '/assets/none.js')).json.error.code, 404);
-  await sleep(1200);      // a few SSE events and polls
+  const n0 = await net();   // a few stream events and answered polls
+  await until(async () => { const n = await net(); return n.events >= n0.events + 2 && n.poolsAnswered >= n0.poolsAnswered + 2; },
+              HANG_MS, 'two stream events and two polls');
   assert.deepEqual(consoleErrors, []);
   // no layout shift when the data came in
   const cls = await page.evaluate(() => new Promise((resolve) => {
@@ -92,23 +141,42 @@ test('page: loads from the binary, small, live, no console error', { skip }, asy
   await shot('page');
 });
 
-test('page: a pool and its fork appear in the tree within 1 s; a click shows capacity and policy', { skip }, async () => {
+// Called once the server has made what sel shows: resolves when sel is in
+// the page, with the polls of /polykv/pools the page had started since
+// (counted in the page, so no poll can slip in between the two reads) and
+// the wall time.  The poll in flight when it was made may have missed it;
+// the one after it may not: a page that shows it no later than that one
+// answers with at most 1, whatever the machine's speed.
+async function shownAfterPolls(sel) {
+  const t0 = Date.now();
+  const polls = await page.evaluate(([sel, ms]) => new Promise((resolve) => {
+    const start = window.__net.poolsStarted;
+    const look = () => document.querySelector(sel) && (resolve(window.__net.poolsStarted - start), true);
+    if (look()) return;
+    const obs = new MutationObserver(() => look() && obs.disconnect());
+    obs.observe(document.body, { childList: true, subtree: true, attributes: true });
+    setTimeout(() => (obs.disconnect(), resolve(-1)), ms);
+  }), [sel, HANG_MS]);
+  assert.ok(polls >= 0, `${sel} not shown within ${HANG_MS} ms`);
+  return { polls, ms: Date.now() - t0 };
+}
+
+test('page: a pool and its fork appear in the tree at the first poll after they are made; a click shows capacity and policy', { skip }, async () => {
   let r = await post(srv.url + '/polykv/pools', { prompt: base });
   assert.equal(r.status, 201, r.text);
   const root = r.json.pool_id;
-  let t = Date.now();
-  await page.waitForSelector(`#pool-tree li[data-pool="${root}"]`, { timeout: 1000 });
-  const rootMs = Date.now() - t;
+  const shownRoot = await shownAfterPolls(`#pool-tree li[data-pool="${root}"]`);
   r = await post(srv.url + `/polykv/pools/${root}/fork`, { prompt: base + ' ' + words(20, 9) });
   assert.equal(r.status, 201, r.text);
   const fork = r.json.pool_id;
-  t = Date.now();
-  await page.waitForSelector(`#pool-tree li[data-pool="${root}"] > ul li[data-pool="${fork}"]`, { timeout: 1000 });
-  console.log(`# page: pool shown after ${rootMs} ms, fork after ${Date.now() - t} ms`);
+  const shownFork = await shownAfterPolls(`#pool-tree li[data-pool="${root}"] > ul li[data-pool="${fork}"]`);
+  console.log(`# page: pool shown after ${shownRoot.ms} ms (${shownRoot.polls} polls), ` +
+              `fork after ${shownFork.ms} ms (${shownFork.polls} polls)`);
+  assert.ok(shownRoot.polls <= 1 && shownFork.polls <= 1, JSON.stringify({ shownRoot, shownFork }));
   await page.click(`#pool-tree button[data-pool="${fork}"]`);
   const cap = (await get(srv.url + `/polykv/pools/${fork}/capacity`)).json;
   await page.waitForFunction((reason) => document.querySelector('#pool-detail [data-field=reason]')?.textContent === reason,
-                             cap.reason, { timeout: 2000 });
+                             cap.reason, { timeout: HANG_MS });
   assert.match(await page.textContent('#pool-detail'), /Admission policy/);
   // the fork's prompt extends the root's: D is the root's whole prefix
   assert.equal(r.json.branch_pos, (await get(srv.url + `/polykv/pools/${root}`)).json.pools.find((p) => p.pool_id === root).prefix_len);
@@ -116,7 +184,7 @@ test('page: a pool and its fork appear in the tree within 1 s; a click shows cap
   // keyboard: the pool buttons are reachable and activate with Enter
   await page.focus(`#pool-tree button[data-pool="${root}"]`);
   await page.keyboard.press('Enter');
-  await page.waitForSelector(`#pool-tree button[data-pool="${root}"][aria-selected="true"]`, { timeout: 2000 });
+  await page.waitForSelector(`#pool-tree button[data-pool="${root}"][aria-selected="true"]`, { timeout: HANG_MS });
   await shot('pools', page.locator('#pools'));
 });
 
@@ -128,18 +196,25 @@ test('page: a streaming session shows a rising sparkline and leaves "decoding" w
   assert.equal(resp.status, 200);
   const done = readSSE(resp, () => {});
   const row = 'tr[data-key="s:watched-agent"]';
-  await page.waitForSelector(`${row}[data-state="decode"]`, { timeout: 3000 });
-  const samples = [];
-  for (let i = 0; i < 4; i++) {
-    await sleep(500);
-    samples.push(await page.$eval(`${row} canvas`, (c) => ({ n: Number(c.dataset.points), tps: Number(c.dataset.last) })));
-  }
+  await page.waitForSelector(`${row}[data-state="decode"]`, { timeout: HANG_MS });
+  // Read at each stream event the page decodes, until the sparkline has
+  // grown by two points: rising while the session decodes, each point a
+  // speed.  (The session's 1200 tokens outlast that on any machine that
+  // runs this suite: it is still decoding at the end.)
+  const sample = () => page.$eval(`${row} canvas`, (c) => ({ n: Number(c.dataset.points), tps: Number(c.dataset.last) }));
+  const samples = [await sample()];
+  await until(async () => {
+    const ev = (await net()).events;
+    await page.waitForFunction((e) => window.__net.events > e, ev, { timeout: HANG_MS });
+    samples.push(await sample());
+    return samples.at(-1).n >= samples[0].n + 2;
+  }, HANG_MS, 'the sparkline grows by two points');
+  assert.equal(await page.$eval(row, (r) => r.dataset.state), 'decode', 'still decoding while it rose');
   await shot('sessions', page.locator('#sessions'));
   await shot('throughput', page.locator('#throughput'));
-  assert.ok(samples[3].n > samples[0].n, JSON.stringify(samples));
   assert.ok(samples.every((s) => s.tps > 0), JSON.stringify(samples));
   await done;
-  await page.waitForSelector(`${row}[data-state="done"]`, { timeout: 3000 });
+  await page.waitForSelector(`${row}[data-state="done"]`, { timeout: HANG_MS });
   assert.equal(await page.$(`${row}[data-state="decode"]`), null);
 });
 
@@ -153,7 +228,7 @@ test('page: the KV bar\'s owner segments add up to the server\'s used cells', { 
       segs: [...el.children].map((d) => ({ cls: d.className, cells: Number(d.dataset.cells) })),
     }));
     return b.used === cache.kv_used ? b : null;
-  }, 3000, `the bar shows ${cache.kv_used} used cells`);
+  }, HANG_MS, `the bar shows ${cache.kv_used} used cells`);
   const owned = bar.segs.filter((s) => s.cls !== 'free').reduce((a, s) => a + s.cells, 0);
   assert.equal(owned, cache.kv_used, JSON.stringify(bar));
   assert.equal(owned + bar.segs.find((s) => s.cls === 'free').cells, cache.kv_total);
@@ -188,7 +263,7 @@ test('page: a request refused by an enforced pool appears in the events log with
   assert.ok(reason, refusal);
   await firstDone;
   await page.fill('#ev-text', 'reject');
-  const row = await page.waitForSelector(`#ev-body tr[data-decision="reject"]:not([hidden])`, { timeout: 2000 });
+  const row = await page.waitForSelector(`#ev-body tr[data-decision="reject"]:not([hidden])`, { timeout: HANG_MS });
   const text = await row.textContent();
   assert.ok(text.includes(reason) && text.includes(`pool #${pool}`), text);
   // the filter hides the rest
@@ -216,7 +291,7 @@ test('page: the chat box streams a reply, attached to a pool', { skip }, async (
   });
   await page.click('#chat-send');
   await page.waitForFunction(() => /chunks/.test(document.getElementById('chat-status').textContent), null,
-                             { timeout: 10000 });
+                             { timeout: HANG_MS });
   const reply = await page.$eval('#chat-log .msg.assistant', (p) => ({ text: p.textContent, chunks: Number(p.dataset.chunks) }));
   const updates = await page.evaluate(() => window.__updates);
   assert.ok(reply.text.length > 0 && reply.chunks >= 2 && updates >= 3, JSON.stringify({ reply, updates }));
@@ -242,9 +317,12 @@ test('page: the chat box streams a reply, attached to a pool', { skip }, async (
   assert.equal(await page.evaluate(() => document.documentElement.dataset.theme), 'dark');
   await shot('page-dark');
   await page.setViewportSize({ width: 390, height: 844 });
-  await sleep(300);
+  // The charts follow the width in their resize handlers, a frame or more
+  // later: wait until the page fits (the deadline fails a page that never does).
+  const fits = await page.waitForFunction(() => document.documentElement.scrollWidth <= window.innerWidth, null,
+                                          { timeout: HANG_MS }).then(() => true, () => false);
   const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
-  assert.ok(overflow <= 0, `the page is ${overflow} px wider than a phone`);
+  assert.ok(fits && overflow <= 0, `the page is ${overflow} px wider than a phone`);
   await shot('phone');
   assert.deepEqual(consoleErrors, []);
 });
@@ -256,14 +334,14 @@ test('page: with --api-key, the key is typed once and kept for the tab', { skip 
   p2.on('pageerror', (e) => errors.push(String(e)));
   try {
     await p2.goto(keyed.url + '/');
-    await p2.waitForSelector('#key-needed:not([hidden])', { timeout: 3000 });
+    await p2.waitForSelector('#key-needed:not([hidden])', { timeout: HANG_MS });
     await p2.fill('#key', 'sekrit');
     await p2.press('#key', 'Enter');
-    await p2.waitForSelector('#live.on', { timeout: 3000 });
-    await p2.waitForSelector('#key-needed[hidden]', { state: 'attached', timeout: 3000 });
+    await p2.waitForSelector('#live.on', { timeout: HANG_MS });
+    await p2.waitForSelector('#key-needed[hidden]', { state: 'attached', timeout: HANG_MS });
     assert.equal(await p2.evaluate(() => sessionStorage.getItem('polykv.apikey')), 'sekrit');
     await p2.reload();
-    await p2.waitForSelector('#live.on', { timeout: 3000 });
+    await p2.waitForSelector('#live.on', { timeout: HANG_MS });
     assert.equal(await p2.$eval('#key-needed', (e) => e.hidden), true);
     assert.deepEqual(errors, []);
     await p2.screenshot({ path: `${SHOTS}/api-key.png` });
