@@ -889,7 +889,6 @@ typedef struct doc_values {
     double kv_pct, pressure;
     int ctx_head;
     double cost;                 /* step_cost_ms */
-    bool no_long;                /* the manual's carried long-run mean is no speed here (below) */
 } doc_values;
 
 static doc_values doc_oracle(const adm_snapshot *s)
@@ -923,11 +922,8 @@ static doc_values doc_oracle(const adm_snapshot *s)
     if (st->long_ms >= 2000 && n1 > 0) {
         double Ml = st->long_sum / st->long_ms, nl = st->long_share / st->long_ms;
         double ms = 1000 / Ml + st->cost_ms * (n1 - nl);
-        d.M_long = st->has_cost ? 1000 / ms : Ml * nl / n1;
-        /* With fewer sessions now than over the window and a large cost,
-         * the carried time per token is 0 or less: the manual's formula
-         * gives no speed (adm_decide says none), and says nothing else. */
-        d.no_long = st->has_cost && ms <= 0;
+        /* None when the carried time per token is 0 or less. */
+        d.M_long = !st->has_cost ? Ml * nl / n1 : ms > 0 ? 1000 / ms : NAN;
     }
     if (d.n_warm > 0) {
         M1 = st->has_cost ? 1000 / (1000 / d.M_raw + st->cost_ms * (n1 - d.n_warm)) : d.M_raw * d.n_warm / n1;
@@ -947,7 +943,7 @@ static doc_values doc_oracle(const adm_snapshot *s)
     }
     /* KV: the marginal session is the mean suffix of the pool's sessions,
      * or expected_tokens, or the slot's context past the prefix. */
-    d.ctx_head = s->ctx_slot - s->prefix_len;
+    d.ctx_head = MAX(s->ctx_slot - s->prefix_len, 0);
     double marg = s->expected_tokens > 0 ? s->expected_tokens : d.n_pool > 0 ? owned / d.n_pool : d.ctx_head;
     d.headroom = marg > 0 ? (int)floor(s->kv_free_cells / marg) : -1;
     d.kv_pct = 100.0 * s->kv_free_cells / s->kv_total;
@@ -975,10 +971,7 @@ static const char *doc_mismatch(const adm_answer *a, const doc_values *d)
     if (d->headroom >= 0 && a->headroom_sessions != d->headroom) return "headroom_sessions";
     if (!near(a->kv_headroom_pct, d->kv_pct)) return "kv_headroom_pct";
     if (!near(a->compaction_pressure, d->pressure)) return "compaction_pressure";
-    /* The manual's "a slot's context minus the pool's prefix" is negative
-     * for a prefix longer than a slot; adm_decide says 0 there, which the
-     * manual does not say: compared where the difference is not negative. */
-    if (d->ctx_head >= 0 && a->ctx_headroom_tokens != d->ctx_head) return "ctx_headroom_tokens";
+    if (a->ctx_headroom_tokens != d->ctx_head) return "ctx_headroom_tokens";
     return "";
 }
 
@@ -1069,7 +1062,7 @@ static void test_property(int n_cases)
             if (bad_reason++ < 5) fprintf(stderr, "case %d: %s (%d) vs oracle %s (%d)\n", it, a.reason, a.can_admit, want, can);
         }
         doc_values dv = doc_oracle(&w.snap);
-        if (!w.snap.curve && !dv.no_long) {  /* the projected values, from the manual's formulas */
+        if (!w.snap.curve) {  /* the projected values, from the manual's formulas */
             const char *what = doc_mismatch(&a, &dv);
             n_values++;
             if (*what && bad_value++ < 8)
