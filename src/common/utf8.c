@@ -40,3 +40,11 @@ size_t pk_utf8_sanitize(const char *in, size_t n, char *out)
     out[o] = 0;
     return o;
 }
+
+bool pk_utf8_valid(const char *in, size_t n)
+{
+    const unsigned char *s = (const unsigned char *)in;
+    for (size_t i = 0, l; i < n; i += l)
+        if (!(l = seq_len(s + i, n - i))) return false;
+    return true;
+}

@@ -11,5 +11,8 @@
  * UTF-8 sequence with U+FFFD; NUL-terminates.  out needs 3 * n + 1 bytes.
  * Returns the bytes written (without the NUL). */
 size_t pk_utf8_sanitize(const char *in, size_t n, char *out);
+/* Whether in[0..n) is valid UTF-8 as JSON takes it (no overlong forms,
+ * surrogates or code points past U+10FFFF); a NUL byte counts as valid. */
+bool pk_utf8_valid(const char *in, size_t n);
 
 #endif

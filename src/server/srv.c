@@ -189,18 +189,28 @@ enum MHD_Result srv_reply_text(srv_req *r, unsigned status, const char *content_
     return queue(r, status, resp, content_type);
 }
 
+enum MHD_Result srv_reply_json_text(srv_req *r, unsigned status, char *text, size_t len)
+{
+    if (!text) {
+        static const char oom[] = "{\"error\":{\"code\":500,\"message\":\"out of memory\",\"type\":\"server_error\"}}";
+        return srv_reply_text(r, 500, "application/json", oom, sizeof oom - 1);
+    }
+    if (r->capture) {
+        enum MHD_Result ret = srv_reply_text(r, status, "application/json; charset=utf-8", text, len);
+        free(text);
+        return ret;
+    }
+    struct MHD_Response *resp = MHD_create_response_from_buffer_with_free_callback(len, text, free);
+    if (!resp) free(text);
+    return queue(r, status, resp, "application/json; charset=utf-8");
+}
+
 enum MHD_Result srv_reply_json(srv_req *r, unsigned status, json_t *j)
 {
     if (r->capture && j) return capture(r, status, j);
     char *s = j ? json_dumps(j, SRV_JSON_DUMP) : NULL;
     json_decref(j);
-    if (!s) {
-        static const char oom[] = "{\"error\":{\"code\":500,\"message\":\"out of memory\",\"type\":\"server_error\"}}";
-        return srv_reply_text(r, 500, "application/json", oom, sizeof oom - 1);
-    }
-    struct MHD_Response *resp = MHD_create_response_from_buffer_with_free_callback(strlen(s), s, free);
-    if (!resp) free(s);
-    return queue(r, status, resp, "application/json; charset=utf-8");
+    return srv_reply_json_text(r, status, s, s ? strlen(s) : 0);
 }
 
 enum MHD_Result srv_reply_error(srv_req *r, const srv_err *e)

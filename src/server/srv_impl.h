@@ -143,6 +143,9 @@ bool srv_fail(srv_err *e, unsigned status, const char *param, const char *fmt, .
  * out of memory: a 500); srv_reply_error formats e.  The result is what the
  * access handler returns to MHD. */
 enum MHD_Result srv_reply_json(srv_req *r, unsigned status, json_t *j);
+/* The same for a JSON text the caller wrote: takes text (malloc'ed, len
+ * bytes; NULL: a 500) and sends it without a copy. */
+enum MHD_Result srv_reply_json_text(srv_req *r, unsigned status, char *text, size_t len);
 enum MHD_Result srv_reply_error(srv_req *r, const srv_err *e);
 enum MHD_Result srv_reply_errorf(srv_req *r, unsigned status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -280,9 +283,14 @@ bool srv_tools_grammar(const json_t *body, srv_tool_fmt f, struct gram_grammar *
  * the vocabulary and for an empty result. */
 bool srv_tokenize_prompt(const tok_vocab *v, const json_t *prompt, const char *field, bool add_special,
                          int32_t **out, int32_t *n_out, srv_err *e);
-/* Text -> tokens (parse_special on).  *out malloc'ed.  PK_ENOMEM. */
+/* Text -> tokens.  *out malloc'ed.  PK_ENOMEM. */
 pk_status srv_tokenize(const tok_vocab *v, const char *text, size_t len, bool add_special, bool parse_special,
                        int32_t **out, int32_t *n_out);
+/* srv_tokenize of a text that may give at most n_max tokens: PK_EFULL with
+ * *out NULL and *n_out the count it gives when that is more, found without
+ * holding more than n_max ids. */
+pk_status srv_tokenize_at_most(const tok_vocab *v, const char *text, size_t len, bool add_special,
+                               bool parse_special, int32_t n_max, int32_t **out, int32_t *n_out);
 
 /* The chat prompt of an OpenAI chat request (messages, tools, tool_choice,
  * add_generation_prompt) rendered with template kind k: *prompt malloc'ed;

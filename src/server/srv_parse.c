@@ -299,13 +299,21 @@ bool srv_parse_gen(const json_t *b, srv_api api, const srv_gen_defaults *d, eng_
 
 /* ---- prompts ---- */
 
-pk_status srv_tokenize(const tok_vocab *v, const char *text, size_t len, bool add_special, bool parse_special,
-                       int32_t **out, int32_t *n_out)
+pk_status srv_tokenize_at_most(const tok_vocab *v, const char *text, size_t len, bool add_special,
+                               bool parse_special, int32_t n_max, int32_t **out, int32_t *n_out)
 {
-    int32_t cap = (int32_t)MIN(len + 16, (size_t)INT32_MAX / 8), n = 0;
-    int32_t *ids = malloc((size_t)cap * sizeof *ids);
+    /* A token stands for at least one byte but for the few added around
+     * the text, so len + 16 is nearly always enough for one pass. */
+    int32_t cap = (int32_t)MIN(len + 16, (size_t)MIN(n_max, INT32_MAX / 8)), n = 0;
+    int32_t *ids = malloc((size_t)MAX(cap, 1) * sizeof *ids);
     if (!ids) return PK_ENOMEM;
     pk_status st = tok_encode(v, text, len, add_special, parse_special, ids, cap, &n);
+    if (st == PK_EFULL && n > n_max) {
+        free(ids);
+        *out = NULL;
+        *n_out = n;
+        return PK_EFULL;
+    }
     if (st == PK_EFULL) {
         int32_t *p = realloc(ids, (size_t)n * sizeof *ids);
         if (!p) {
@@ -323,6 +331,12 @@ pk_status srv_tokenize(const tok_vocab *v, const char *text, size_t len, bool ad
     *out = ids;
     *n_out = n;
     return PK_OK;
+}
+
+pk_status srv_tokenize(const tok_vocab *v, const char *text, size_t len, bool add_special, bool parse_special,
+                       int32_t **out, int32_t *n_out)
+{
+    return srv_tokenize_at_most(v, text, len, add_special, parse_special, INT32_MAX, out, n_out);
 }
 
 typedef struct ids_buf { int32_t *p; int32_t n, cap; } ids_buf;
