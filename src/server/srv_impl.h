@@ -276,6 +276,11 @@ bool srv_compile_schema(const json_t *schema, const char *param, struct gram_gra
  * function or a schema we cannot constrain. */
 bool srv_tools_grammar(const json_t *body, srv_tool_fmt f, struct gram_grammar **out, srv_err *e);
 
+/* A session id (len bytes from a body field, a header or a query, named
+ * param in the error) into out: 0-63 bytes of valid UTF-8 without control
+ * characters (NUL included), never cut.  400 naming param otherwise. */
+bool srv_session_id(const char *id, size_t len, const char *param, char out[ENG_SESSION_CAP], srv_err *e);
+
 /* Tokens of a prompt given as a string, an array of token ids, or a mixed
  * array of strings and ids (strings tokenized, BOS only before a leading
  * string when add_special); a one-element array holding one of those is

@@ -13,6 +13,7 @@
 
 #include "../grammar/gram.h"
 #include "../tokenizer/tmpl_tools.h"
+#include "../common/utf8.h"
 #include "srv_impl.h"
 
 /* ---- typed getters: false (with e set) only for a present, wrong value ---- */
@@ -259,10 +260,11 @@ bool srv_parse_gen(const json_t *b, srv_api api, const srv_gen_defaults *d, eng_
     if (spn && !get_i32(b, "shared_prefix_n_tokens", 0, INT32_MAX, &c->shared_prefix_n, e)) return false;
     c->shared_prefix_set = spn != NULL;
     const json_t *sid = srv_field(b, "session_id");
-    if (sid && (!json_is_string(sid) || json_string_length(sid) >= ENG_SESSION_CAP))
+    if (sid && !json_is_string(sid))
         return srv_fail(e, 400, "session_id", "'session_id' must be a string of at most %d bytes",
                         ENG_SESSION_CAP - 1);
-    if (sid) snprintf(c->session_id, sizeof c->session_id, "%s", json_string_value(sid));
+    if (sid && !srv_session_id(json_string_value(sid), json_string_length(sid), "session_id", c->session_id, e))
+        return false;
     if (!parse_logprobs(b, api, o, e)) return false;
     /* The engine computes log-probs only when asked for alternatives; one
      * alternative is the cheapest way to get the chosen token's. */
@@ -295,6 +297,26 @@ bool srv_parse_gen(const json_t *b, srv_api api, const srv_gen_defaults *d, eng_
     if (parse_constraint(b, c, e)) return true;
     srv_gen_req_free(c);
     return false;
+}
+
+/* ---- session ids ---- */
+
+bool srv_session_id(const char *id, size_t len, const char *param, char out[ENG_SESSION_CAP], srv_err *e)
+{
+    /* A cut id is another session's name (two ids sharing 63 bytes met in
+     * one), and one cut inside a character is not valid UTF-8, which no
+     * JSON answer can name: so nothing is cut, and every place an id comes
+     * from (body, header, query) is held to the same rule. */
+    if (len >= ENG_SESSION_CAP)
+        return srv_fail(e, 400, param, "'%s' is %zu bytes; a session id is at most %d", param, len,
+                        ENG_SESSION_CAP - 1);
+    if (!pk_utf8_valid(id, len)) return srv_fail(e, 400, param, "'%s' is not valid UTF-8", param);
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)id[i] < 0x20 || id[i] == 0x7f)
+            return srv_fail(e, 400, param, "'%s' holds a control character (byte %zu)", param, i);
+    memcpy(out, id, len);
+    out[len] = 0;
+    return true;
 }
 
 /* ---- prompts ---- */

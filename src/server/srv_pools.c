@@ -58,9 +58,11 @@ static bool body_prefix(srv *s, const json_t *b, int32_t **ids, int32_t *n, cons
     *session = NULL;
     const json_t *v;
     if ((v = json_object_get(b, "from_session"))) {
-        if (!json_is_string(v) || !json_string_length(v) || json_string_length(v) >= ENG_SESSION_CAP)
+        char sid[ENG_SESSION_CAP];
+        if (!json_is_string(v) || !json_string_length(v))
             return srv_fail(e, 400, "from_session", "'from_session' must be a session id of 1 to %d bytes",
                             ENG_SESSION_CAP - 1);
+        if (!srv_session_id(json_string_value(v), json_string_length(v), "from_session", sid, e)) return false;
         *session = json_string_value(v);
         return true;
     }

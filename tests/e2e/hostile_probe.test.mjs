@@ -5,7 +5,8 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { sharedModel, skipReason, startServer, post } from './lib.mjs';
+import net from 'node:net';
+import { sharedModel, skipReason, startServer, post, get } from './lib.mjs';
 
 const MODEL = 'rand-qwen2-qwen2vocab-e64-l2-F16.gguf';
 const skip = skipReason(MODEL);
@@ -61,4 +62,67 @@ test('/tokenize: memory stays a small multiple of the body; past the bounds a 40
                                                                                               : t.piece)));
   assert.equal(bytes.toString(), text);
   assert.ok(r.json.tokens.some((t) => Array.isArray(t.piece)), 'the llama splits into byte tokens');
+});
+
+/* One request on a socket of its own, its head given as raw bytes (a
+ * Buffer), so header values can hold any byte.  Resolves to
+ * { status, json, raw } when the server closes. */
+function rawRequest(head, body = Buffer.alloc(0)) {
+  const { port } = new URL(srv.url);
+  return new Promise((resolve, reject) => {
+    const s = net.connect(Number(port), '127.0.0.1');
+    const chunks = [];
+    s.on('connect', () => s.end(Buffer.concat([head, body])));
+    s.on('data', (d) => chunks.push(d));
+    s.on('error', reject);
+    s.on('close', () => {
+      /* The half-close makes the server probe with an interim 100 first. */
+      const raw = Buffer.concat(chunks).toString('latin1').replace(/^HTTP\/1\.1 100 Continue\r\n\r\n/, '');
+      const m = raw.match(/^HTTP\/1\.1 (\d+)/);
+      let json = null;
+      try { json = JSON.parse(raw.slice(raw.indexOf('\r\n\r\n') + 4)); } catch {}
+      resolve({ status: m ? Number(m[1]) : 0, json, raw });
+    });
+  });
+}
+
+/* A /completion whose x-session-id header is the given bytes. */
+function completionWithSession(idBytes) {
+  const body = Buffer.from(JSON.stringify({ prompt: 'Once', n_predict: 2, temperature: 0 }));
+  const head = Buffer.concat([Buffer.from('POST /completion HTTP/1.1\r\nHost: x\r\nConnection: close\r\n' +
+                                          `Content-Type: application/json\r\nContent-Length: ${body.length}\r\n` +
+                                          'x-session-id: '), idBytes, Buffer.from('\r\n\r\n')]);
+  return rawRequest(head, body);
+}
+
+test('x-session-id: the body\'s rule, nothing cut, no invalid UTF-8', { skip }, async () => {
+  const base = 'a'.repeat(63);
+  for (const id of [Buffer.from(base + 'x'), Buffer.from(base + 'y'),           /* shared 63 bytes: collided */
+                    Buffer.from('a'.repeat(62) + 'é'),                            /* a cut inside a character */
+                    Buffer.from([0x61, 0x62, 0xff]), Buffer.from([0xc3, 0x28])]) {  /* not UTF-8 */
+    const r = await completionWithSession(id);
+    assert.equal(r.status, 400, `${id.toString('hex')}: ${r.raw.slice(0, 300)}`);
+    assert.equal(r.json.error.param, 'x-session-id');
+  }
+  const ok = await completionWithSession(Buffer.from('sé-' + 'b'.repeat(59)));    /* 63 bytes */
+  assert.equal(ok.status, 200, ok.raw.slice(0, 300));
+  const slots = await get(srv.url + '/slots');
+  assert.ok(slots.json.some((s) => s.session_id === 'sé-' + 'b'.repeat(59)), JSON.stringify(slots.json));
+
+  /* The body, the pools' from_session and the capacity query, the same rule. */
+  for (const sid of ['a\u001bb', 'c'.repeat(64)]) {
+    const r = await post(srv.url + '/completion', { prompt: 'Once', n_predict: 2, session_id: sid });
+    assert.equal(r.status, 400, `${JSON.stringify(sid)}: ${r.text}`);
+    assert.equal(r.json.error.param, 'session_id');
+    const p = await post(srv.url + '/polykv/pools', { from_session: sid });
+    assert.equal(p.status, 400, p.text);
+    assert.equal(p.json.error.param, 'from_session');
+  }
+  /* A NUL is jansson's 400 before any field is read. */
+  assert.equal((await post(srv.url + '/completion', { prompt: 'Once', session_id: 'a\u0000b' })).status, 400);
+  for (const q of ['%ff', 'a%00b', 'd'.repeat(64)]) {
+    const r = await get(srv.url + '/polykv/capacity?session_id=' + q);
+    assert.equal(r.status, 400, `${q}: ${r.text}`);
+  }
+  assert.equal((await get(srv.url + '/polykv/capacity?session_id=' + encodeURIComponent('sé'))).status, 200);
 });
