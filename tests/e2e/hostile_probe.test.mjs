@@ -126,3 +126,33 @@ test('x-session-id: the body\'s rule, nothing cut, no invalid UTF-8', { skip }, 
   }
   assert.equal((await get(srv.url + '/polykv/capacity?session_id=' + encodeURIComponent('sé'))).status, 200);
 });
+
+test('logit_bias: a bias past ±1e9 is a 400; banning every token is a 400', { skip }, async () => {
+  const gen = (extra) => post(srv.url + '/completion', { prompt: 'Once', n_predict: 2, temperature: 0, n_probs: 2,
+                                                         return_tokens: true, ...extra });
+  for (const lb of [{ 5: 1e308 }, [[5, -1e308]], [[5, 1e10]], [['Once', 3e38]]]) {
+    const r = await gen({ logit_bias: lb });
+    assert.equal(r.status, 400, `${JSON.stringify(lb)}: ${r.text.slice(0, 300)}`);
+    assert.equal(r.json.error.param, 'logit_bias');
+  }
+  /* The bound itself: the token is forced, every log-probability a number. */
+  const top = await gen({ logit_bias: [[5, 1e9], [5, 1e9]] });
+  assert.equal(top.status, 200, top.text.slice(0, 300));
+  assert.deepEqual(top.json.tokens, [5, 5]);
+  for (const p of top.json.completion_probabilities)
+    for (const t of p.top_logprobs) assert.ok(Number.isFinite(t.logprob), JSON.stringify(p));
+
+  const n_vocab = Number((await gen({ logit_bias: [[1e8, 1]] })).json.error.message.match(/\[0, (\d+)\)/)[1]);
+  const all = Array.from({ length: n_vocab }, (_, i) => [i, false]);
+  const none = await gen({ logit_bias: all });
+  assert.equal(none.status, 400, none.text.slice(0, 300));
+  assert.equal(none.json.error.param, 'logit_bias');
+  assert.match(none.json.error.message, /bans every token/);
+  const one = await gen({ logit_bias: all.filter(([i]) => i !== 7) });
+  assert.equal(one.status, 200, one.text.slice(0, 300));
+  assert.deepEqual(one.json.tokens, [7, 7]);
+  /* ignore_eos bans the end-of-generation tokens: with every other one banned, nothing is left. */
+  const eog = (await post(srv.url + '/tokenize', { content: '<|endoftext|>' })).json.tokens;
+  const rest = await gen({ ignore_eos: true, logit_bias: all.filter(([i]) => !eog.includes(i)) });
+  assert.equal(rest.status, 400, rest.text.slice(0, 300));
+});
