@@ -25,6 +25,7 @@
 #include <xxhash.h>
 
 #include "../model/model.h"
+#include "../common/utf8.h"
 #include "srv_impl.h"
 
 static const srv_route routes[] = {
@@ -570,9 +571,15 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     srv *s = cls;
     srv_req *r = *con_cls;
     if (!r || r == &oom_req) return;
-    if (s->p.log_requests)
-        fprintf(stderr, "srv: %s %s %u %.1f ms%s\n", r->method, r->url, r->status, pk_time_ms() - r->t0_ms,
+    if (s->p.log_requests) {
+        /* The URL is decoded: a %0a in it would forge a log line of its
+         * own, an escape sequence would drive the reader's terminal. */
+        char method[48], url[1024];
+        pk_log_escape(r->method, strlen(r->method), method, sizeof method);
+        pk_log_escape(r->url, strlen(r->url), url, sizeof url);
+        fprintf(stderr, "srv: %s %s %u %.1f ms%s\n", method, url, r->status, pk_time_ms() - r->t0_ms,
                 code == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)");
+    }
     pk_buf_free(&r->body);
     json_decref(r->captured);
     free(r);
@@ -584,12 +591,17 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
     srv *s = cls;
-    char msg[512];
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    char msg[512], safe[1024];
+    int n = vsnprintf(msg, sizeof msg, fmt, ap);
     if (!s->p.log_requests && (strstr(msg, "application error generating response") ||
                                strstr(msg, "Application reported internal error")))
         return;
-    fprintf(stderr, "srv: %s", msg);
+    /* Its messages can quote a request (a header, the URL): escaped as
+     * the request log is, the line's own end kept. */
+    size_t len = n < 0 ? 0 : MIN((size_t)n, sizeof msg - 1);
+    if (len && msg[len - 1] == '\n') len--;
+    pk_log_escape(msg, len, safe, sizeof safe);
+    fprintf(stderr, "srv: %s\n", safe);
 }
 
 /* ---- life cycle ---- */

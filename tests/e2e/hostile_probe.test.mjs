@@ -6,7 +6,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import net from 'node:net';
-import { sharedModel, skipReason, startServer, post, get } from './lib.mjs';
+import { sharedModel, skipReason, startServer, post, get, sleep } from './lib.mjs';
 
 const MODEL = 'rand-qwen2-qwen2vocab-e64-l2-F16.gguf';
 const skip = skipReason(MODEL);
@@ -155,4 +155,21 @@ test('logit_bias: a bias past ±1e9 is a 400; banning every token is a 400', { s
   const eog = (await post(srv.url + '/tokenize', { content: '<|endoftext|>' })).json.tokens;
   const rest = await gen({ ignore_eos: true, logit_bias: all.filter(([i]) => !eog.includes(i)) });
   assert.equal(rest.status, 400, rest.text.slice(0, 300));
+});
+
+test('-v: a request cannot forge a log line or reach the terminal', { skip }, async () => {
+  const logged = await startServer(sharedModel(MODEL), ['-c', '256', '-np', '1', '-t', '1', '-v']);
+  try {
+    const forged = '/x%0asrv:%20POST%20/admin%20200%201.0%20ms%0d%1b[2J%1b]0;pwned%07%c2%9b%ff%5c';
+    assert.equal((await fetch(logged.url + forged)).status, 404);
+    /* A request's line is written once it is answered: wait for both. */
+    for (let i = 0; i < 200 && !/ 404 /.test(logged.log()); i++) await sleep(10);
+    const log = logged.log();
+    assert.ok(!/^srv: POST \/admin/m.test(log), log);
+    assert.ok(!/[\x00-\x08\x0b-\x1f\x7f\x9b]/.test(log), 'a control character in the log');
+    assert.ok(log.includes('srv: GET /x\\x0asrv: POST /admin 200 1.0 ms\\x0d\\x1b[2J\\x1b]0;pwned\\x07\\xc2\\x9b\\xff\\\\ 404'),
+              log);
+  } finally {
+    assert.equal(await logged.stop(), 0);
+  }
 });
