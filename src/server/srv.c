@@ -518,6 +518,30 @@ static enum MHD_Result dispatch(srv_req *r)
 /* The request context of a request whose own could not be allocated. */
 static srv_req oom_req;
 
+/* Query parameters a request may carry: every route reads a few. */
+#define SRV_MAX_QUERY_ARGS 64
+
+/* Marks a request whose query had more than SRV_MAX_QUERY_ARGS
+ * parameters (its context until on_request makes the real one). */
+static char too_many_args;
+
+/* MHD's URI callback: it sees the raw URI before the library parses the
+ * query.  MHD 0.9.75 stores every parameter in the connection's 32 KiB
+ * memory pool; about 500 of them (a 3.4 kB URL) exhaust it, and the
+ * library then closes the connection with no answer, having no memory
+ * left to build one.  So a query past the bound is emptied here (the
+ * URI is the library's own buffer, and the request is refused anyway),
+ * and on_request answers it with a 400. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    char *q = strchr(uri, '?');
+    size_t n_args = 0;
+    for (const char *p = q; p && (p = strchr(p + 1, '&'));) n_args++;
+    if (!q || n_args + 1 <= SRV_MAX_QUERY_ARGS) return NULL;
+    q[1] = 0;
+    return &too_many_args;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                   const char *version, const char *upload_data, size_t *upload_data_size,
                                   void **con_cls)
@@ -528,6 +552,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_data_size = 0;
         return MHD_YES;
     }
+    bool over_args = r == (srv_req *)(void *)&too_many_args;
+    if (over_args) r = NULL;
     if (!r) {
         r = calloc(1, sizeof *r);
         if (!r) {
@@ -552,6 +578,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->http11 = version && !strcmp(version, MHD_HTTP_VERSION_1_1);
         *con_cls = r;
         enum MHD_Result ret;
+        if (over_args) return srv_reply_errorf(r, 400, "more than %d query parameters", SRV_MAX_QUERY_ARGS);
         if (early_reply(r, &ret)) return ret;
         return MHD_YES;
     }
@@ -570,7 +597,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 {
     srv *s = cls;
     srv_req *r = *con_cls;
-    if (!r || r == &oom_req) return;
+    if (!r || r == &oom_req || r == (srv_req *)(void *)&too_many_args) return;
     if (s->p.log_requests) {
         /* The URL is decoded: a %0a in it would forge a log line of its
          * own, an escape sequence would drive the reader's terminal. */
@@ -643,6 +670,7 @@ static pk_status listen_on(srv *s, const char *host, int port, char *err, size_t
                             MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)MIN(p->header_timeout_s, p->timeout_s),
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)p->max_connections,
                             MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)p->max_per_ip,

@@ -173,3 +173,16 @@ test('-v: a request cannot forge a log line or reach the terminal', { skip }, as
     assert.equal(await logged.stop(), 0);
   }
 });
+
+test('hundreds of query parameters: a 400, not a closed connection', { skip }, async () => {
+  const get_ = (n) => rawRequest(Buffer.from(`GET /health?${Array.from({ length: n }, (_, i) => `a${i}=1`).join('&')} ` +
+                                             'HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n'));
+  for (const n of [65, 500, 3000]) {                   /* 500: a 3.4 kB URL */
+    const r = await get_(n);
+    assert.equal(r.status, 400, `${n}: ${JSON.stringify(r.raw.slice(0, 200))}`);
+    assert.match(r.json.error.message, /more than 64 query parameters/);
+  }
+  assert.equal((await get_(64)).status, 200);
+  const cap = await get(srv.url + '/polykv/capacity?expected_tokens=10&session_id=s1');
+  assert.equal(cap.status, 200, cap.text);
+});
