@@ -4,9 +4,10 @@
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
 import net from 'node:net';
-import { sharedModel, skipReason, startServer, post, get, sleep } from './lib.mjs';
+import path from 'node:path';
+import { WORK, sharedModel, skipReason, startServer, post, get, sleep } from './lib.mjs';
 
 const MODEL = 'rand-qwen2-qwen2vocab-e64-l2-F16.gguf';
 const skip = skipReason(MODEL);
@@ -185,4 +186,22 @@ test('hundreds of query parameters: a 400, not a closed connection', { skip }, a
   assert.equal((await get_(64)).status, 200);
   const cap = await get(srv.url + '/polykv/capacity?expected_tokens=10&session_id=s1');
   assert.equal(cap.status, 200, cap.text);
+});
+
+test('router: /v1/models never shows the API key in a model\'s arguments', { skip }, async () => {
+  const dir = path.join(WORK, 'probe-router');
+  rmSync(dir, { recursive: true, force: true });
+  mkdirSync(dir, { recursive: true });
+  symlinkSync(path.resolve(sharedModel('stories260K.gguf')), path.join(dir, 'stories260K.gguf'));
+  const key = 'sk-probe-secret-4242';
+  const router = await startServer(null, ['--models-dir', dir, '--api-key', key, '-c', '256', '-t', '1']);
+  try {
+    const r = await get(router.url + '/v1/models', { authorization: 'Bearer ' + key });
+    assert.equal(r.status, 200, r.text);
+    assert.ok(!r.text.includes(key), r.text);
+    const args = r.json.data[0].status.args;
+    assert.equal(args[args.indexOf('--api-key') + 1], '<hidden>', JSON.stringify(args));
+  } finally {
+    assert.equal(await router.stop(), 0);
+  }
 });
