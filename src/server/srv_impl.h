@@ -244,6 +244,10 @@ srv_gen_defaults srv_gen_defaults_of(srv *s);
  * present value that is not a boolean, and leaves *out when absent. */
 const json_t *srv_field(const json_t *o, const char *key);
 bool srv_get_bool(const json_t *o, const char *key, bool *out, srv_err *e);
+/* An integer field in [lo, hi], as every integer field is read: a real
+ * with no fraction (5.0) counts as one.  Absent or null leaves *out; a 400
+ * naming key otherwise. */
+bool srv_get_int(const json_t *o, const char *key, long long lo, long long hi, long long *out, srv_err *e);
 
 /* Reads the generation fields every completion endpoint shares (sampling,
  * max_tokens / n_predict, stop, seed, logprobs, stream, cache_prompt,
@@ -275,6 +279,11 @@ bool srv_compile_schema(const json_t *schema, const char *param, struct gram_gra
  * tool_choice does not force a call).  400 naming the field for an unknown
  * function or a schema we cannot constrain. */
 bool srv_tools_grammar(const json_t *body, srv_tool_fmt f, struct gram_grammar **out, srv_err *e);
+
+/* The id at the start of s, a URL's path segment: plain decimal digits, no
+ * sign, space or leading zero ("0" itself is one), at most max.  True with
+ * *id and *end (the first byte after the digits), false for anything else. */
+bool srv_url_id(const char *s, long max, long *id, const char **end);
 
 /* A session id (len bytes from a body field, a header or a query, named
  * param in the error) into out: 0-63 bytes of valid UTF-8 without control

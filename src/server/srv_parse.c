@@ -47,6 +47,11 @@ static bool get_int(const json_t *o, const char *key, long long lo, long long hi
     return true;
 }
 
+bool srv_get_int(const json_t *o, const char *key, long long lo, long long hi, long long *out, srv_err *e)
+{
+    return get_int(o, key, lo, hi, out, e);
+}
+
 static bool get_i32(const json_t *o, const char *key, long long lo, long long hi, int32_t *out, srv_err *e)
 {
     long long x = *out;
@@ -297,6 +302,23 @@ bool srv_parse_gen(const json_t *b, srv_api api, const srv_gen_defaults *d, eng_
     if (parse_constraint(b, c, e)) return true;
     srv_gen_req_free(c);
     return false;
+}
+
+/* ---- ids in URLs ---- */
+
+bool srv_url_id(const char *s, long max, long *id, const char **end)
+{
+    /* strtol would take a sign, leading spaces and zeros: "+1", " 1" and
+     * "01" would all name pool 1, so one pool had many URLs. */
+    if (*s < '0' || *s > '9' || (s[0] == '0' && s[1] >= '0' && s[1] <= '9')) return false;
+    long v = 0;
+    for (; *s >= '0' && *s <= '9'; s++) {
+        if (v > (max - (*s - '0')) / 10) return false;
+        v = v * 10 + (*s - '0');
+    }
+    *id = v;
+    *end = s;
+    return true;
 }
 
 /* ---- session ids ---- */

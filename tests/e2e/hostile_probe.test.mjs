@@ -205,3 +205,21 @@ test('router: /v1/models never shows the API key in a model\'s arguments', { ski
     assert.equal(await router.stop(), 0);
   }
 });
+
+test('ids in URLs are plain decimal; branch_pos takes 5.0 as every integer field does', { skip }, async () => {
+  const pool = await post(srv.url + '/polykv/pools', { prompt: 'Once upon a time there was a little girl' });
+  assert.equal(pool.status, 201, pool.text);
+  const id = pool.json.pool_id;
+  assert.equal((await get(srv.url + `/polykv/pools/${id}`)).status, 200);
+  for (const bad of [`+${id}`, `%20${id}`, `0${id}`, `${id}%20`, `-${id}`])
+    assert.equal((await get(srv.url + `/polykv/pools/${bad}`)).status, 404, bad);
+  for (const bad of ['%200', '+0', '00', '-0', '0x0'])
+    assert.equal((await post(srv.url + `/slots/${bad}?action=erase`, {})).status, 400, bad);
+  assert.equal((await post(srv.url + '/slots/0?action=erase', {})).status, 200);
+
+  const fork = await post(srv.url + `/polykv/pools/${id}/fork`, { prompt: 'Once upon a time there was a dog', branch_pos: 5.0 });
+  assert.equal(fork.status, 201, fork.text);
+  const half = await post(srv.url + `/polykv/pools/${id}/fork`, { prompt: 'Once upon a time there was a cat', branch_pos: 5.5 });
+  assert.equal(half.status, 400);
+  assert.equal(half.json.error.param, 'branch_pos');
+});
