@@ -258,9 +258,13 @@ pk_status sav_read(const char *path, const sav_expect *want, uint8_t **buf, sav_
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return fail(errno == ENOENT ? PK_ENOTFOUND : PK_EIO, why, cap, "cannot open: %s", strerror(errno));
     struct stat sb;
-    if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) {
+    if (fstat(fd, &sb)) {
         close(fd);
-        return fail(PK_EIO, why, cap, "not a regular file");
+        return fail(PK_EIO, why, cap, "cannot stat: %s", strerror(errno));
+    }
+    if (!S_ISREG(sb.st_mode)) {        /* a directory, a FIFO: named by the client, so its 400 */
+        close(fd);
+        return fail(PK_EFORMAT, why, cap, "not a regular file");
     }
     /* The header first: a size that disagrees is refused before reading
      * (or allocating) the rest. */

@@ -223,3 +223,18 @@ test('ids in URLs are plain decimal; branch_pos takes 5.0 as every integer field
   assert.equal(half.status, 400);
   assert.equal(half.json.error.param, 'branch_pos');
 });
+
+test('restoring a directory is a 400, the slot still usable', { skip }, async () => {
+  const dir = path.join(WORK, 'probe-slots');
+  rmSync(dir, { recursive: true, force: true });
+  mkdirSync(path.join(dir, 'sub'), { recursive: true });
+  const s = await startServer(sharedModel(MODEL), ['-c', '256', '-np', '1', '-t', '1', '--slot-save-path', dir]);
+  try {
+    const r = await post(s.url + '/slots/0?action=restore', { filename: 'sub' });
+    assert.equal(r.status, 400, r.text);
+    assert.match(r.json.error.message, /not a regular file/);
+    assert.equal((await post(s.url + '/completion', { prompt: 'Once', n_predict: 2 })).status, 200);
+  } finally {
+    assert.equal(await s.stop(), 0);
+  }
+});
