@@ -195,7 +195,9 @@ static void test_write_read(void)
     CHECK(buf == NULL && strstr(why, "truncated") != NULL);
     snprintf(tmp, sizeof tmp, "%s/none", dir);
     CHECK_EQ_INT(sav_read(tmp, &want, &buf, &got, &t, &r, why, sizeof why), PK_ENOTFOUND);
+    /* A directory is the caller's mistake (a 400 on restore), not an I/O error (a 500). */
     CHECK_EQ_INT(sav_read(dir, &want, &buf, &got, &t, &r, why, sizeof why), PK_EFORMAT);
+    CHECK(strstr(why, "not a regular file") != NULL);
     unlink(path);
     rmdir(dir);
     free(rows);

@@ -22,6 +22,7 @@
 #include <sys/socket.h>
 
 #include "../src/server/srv_impl.h"
+#include "../src/common/utf8.h"
 #include "../src/model/model.h"
 #include "test.h"
 
@@ -853,8 +854,31 @@ static void test_live(const char *model_path)
     free(r);
 }
 
+/* What the request log writes of a client's text: one line, nothing a
+ * terminal takes for a command, cut at a whole escape. */
+static void test_log_escape(void)
+{
+    char out[64];
+    static const char forged[] = "/x\nsrv: POST /admin 200\r\x1b[31mred\x7f\\";
+    pk_log_escape(forged, sizeof forged - 1, out, sizeof out);
+    CHECK(!strcmp(out, "/x\\x0asrv: POST /admin 200\\x0d\\x1b[31mred\\x7f\\\\"));
+    static const char bytes[] = "caf\xc3\xa9 \xff \xc2\x9b \xe2\x82";       /* é kept; 0xff, C1 CSI, a cut € */
+    pk_log_escape(bytes, sizeof bytes - 1, out, sizeof out);
+    CHECK(!strcmp(out, "caf\xc3\xa9 \\xff \\xc2\\x9b \\xe2\\x82"));
+    char small[8];
+    CHECK_EQ_INT(pk_log_escape("ab\ncdefgh", 9, small, sizeof small), 5);
+    CHECK(!strcmp(small, "ab..."));                  /* "\x0a" would not fit beside "..." */
+    CHECK_EQ_INT(pk_log_escape("abcdefgh", 8, small, sizeof small), 7);
+    CHECK(!strcmp(small, "abcd..."));
+    CHECK_EQ_INT(pk_log_escape("abc", 3, small, sizeof small), 3);
+    CHECK(!strcmp(small, "abc"));
+    CHECK_EQ_INT(pk_log_escape("abc", 3, small, 2), 0);
+    CHECK(!strcmp(small, ""));
+}
+
 int main(void)
 {
+    test_log_escape();
     test_parse_gen();
     test_errors();
     test_chat();

@@ -265,7 +265,11 @@ pk_status sav_read(const char *path, const sav_expect *want, uint8_t **buf, sav_
     if (fd < 0 && errno == ELOOP) return fail(PK_EFORMAT, why, cap, "a symbolic link, not a regular file");
     if (fd < 0) return fail(errno == ENOENT ? PK_ENOTFOUND : PK_EIO, why, cap, "cannot open: %s", strerror(errno));
     struct stat sb;
-    if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) {
+    if (fstat(fd, &sb)) {
+        close(fd);
+        return fail(PK_EIO, why, cap, "cannot stat: %s", strerror(errno));
+    }
+    if (!S_ISREG(sb.st_mode)) {        /* a directory, a FIFO: named by the client, so its 400 */
         close(fd);
         return fail(PK_EFORMAT, why, cap, "not a regular file");
     }

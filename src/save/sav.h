@@ -95,8 +95,9 @@ pk_status sav_parse(const void *buf, size_t n, const sav_expect *want, sav_heade
                     const uint8_t **rows, char *why, size_t cap);
 
 /* Reads path whole into *buf (malloc'ed, the caller frees it) and parses
- * it as sav_parse does; PK_EIO when it cannot be read, PK_EFORMAT when
- * its size is not the header's.  *buf is NULL on failure. */
+ * it as sav_parse does; PK_ENOTFOUND when it does not exist, PK_EIO when
+ * it cannot be read, PK_EFORMAT when it is not a regular file (a
+ * directory) or its size is not the header's.  *buf is NULL on failure. */
 pk_status sav_read(const char *path, const sav_expect *want, uint8_t **buf, sav_header *h,
                    const int32_t **tokens, const uint8_t **rows, char *why, size_t cap);
 

@@ -25,6 +25,7 @@
 #include <xxhash.h>
 
 #include "../model/model.h"
+#include "../common/utf8.h"
 #include "srv_impl.h"
 
 static const srv_route routes[] = {
@@ -189,18 +190,28 @@ enum MHD_Result srv_reply_text(srv_req *r, unsigned status, const char *content_
     return queue(r, status, resp, content_type);
 }
 
+enum MHD_Result srv_reply_json_text(srv_req *r, unsigned status, char *text, size_t len)
+{
+    if (!text) {
+        static const char oom[] = "{\"error\":{\"code\":500,\"message\":\"out of memory\",\"type\":\"server_error\"}}";
+        return srv_reply_text(r, 500, "application/json", oom, sizeof oom - 1);
+    }
+    if (r->capture) {
+        enum MHD_Result ret = srv_reply_text(r, status, "application/json; charset=utf-8", text, len);
+        free(text);
+        return ret;
+    }
+    struct MHD_Response *resp = MHD_create_response_from_buffer_with_free_callback(len, text, free);
+    if (!resp) free(text);
+    return queue(r, status, resp, "application/json; charset=utf-8");
+}
+
 enum MHD_Result srv_reply_json(srv_req *r, unsigned status, json_t *j)
 {
     if (r->capture && j) return capture(r, status, j);
     char *s = j ? json_dumps(j, SRV_JSON_DUMP) : NULL;
     json_decref(j);
-    if (!s) {
-        static const char oom[] = "{\"error\":{\"code\":500,\"message\":\"out of memory\",\"type\":\"server_error\"}}";
-        return srv_reply_text(r, 500, "application/json", oom, sizeof oom - 1);
-    }
-    struct MHD_Response *resp = MHD_create_response_from_buffer_with_free_callback(strlen(s), s, free);
-    if (!resp) free(s);
-    return queue(r, status, resp, "application/json; charset=utf-8");
+    return srv_reply_json_text(r, status, s, s ? strlen(s) : 0);
 }
 
 enum MHD_Result srv_reply_error(srv_req *r, const srv_err *e)
@@ -507,6 +518,30 @@ static enum MHD_Result dispatch(srv_req *r)
 /* The request context of a request whose own could not be allocated. */
 static srv_req oom_req;
 
+/* Query parameters a request may carry: every route reads a few. */
+#define SRV_MAX_QUERY_ARGS 64
+
+/* Marks a request whose query had more than SRV_MAX_QUERY_ARGS
+ * parameters (its context until on_request makes the real one). */
+static char too_many_args;
+
+/* MHD's URI callback: it sees the raw URI before the library parses the
+ * query.  MHD 0.9.75 stores every parameter in the connection's 32 KiB
+ * memory pool; about 500 of them (a 3.4 kB URL) exhaust it, and the
+ * library then closes the connection with no answer, having no memory
+ * left to build one.  So a query past the bound is emptied here (the
+ * URI is the library's own buffer, and the request is refused anyway),
+ * and on_request answers it with a 400. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    char *q = strchr(uri, '?');
+    size_t n_args = 0;
+    for (const char *p = q; p && (p = strchr(p + 1, '&'));) n_args++;
+    if (!q || n_args + 1 <= SRV_MAX_QUERY_ARGS) return NULL;
+    q[1] = 0;
+    return &too_many_args;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                   const char *version, const char *upload_data, size_t *upload_data_size,
                                   void **con_cls)
@@ -517,6 +552,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_data_size = 0;
         return MHD_YES;
     }
+    bool over_args = r == (srv_req *)(void *)&too_many_args;
+    if (over_args) r = NULL;
     if (!r) {
         r = calloc(1, sizeof *r);
         if (!r) {
@@ -541,6 +578,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->http11 = version && !strcmp(version, MHD_HTTP_VERSION_1_1);
         *con_cls = r;
         enum MHD_Result ret;
+        if (over_args) return srv_reply_errorf(r, 400, "more than %d query parameters", SRV_MAX_QUERY_ARGS);
         if (early_reply(r, &ret)) return ret;
         return MHD_YES;
     }
@@ -559,10 +597,16 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 {
     srv *s = cls;
     srv_req *r = *con_cls;
-    if (!r || r == &oom_req) return;
-    if (s->p.log_requests)
-        fprintf(stderr, "srv: %s %s %u %.1f ms%s\n", r->method, r->url, r->status, pk_time_ms() - r->t0_ms,
+    if (!r || r == &oom_req || r == (srv_req *)(void *)&too_many_args) return;
+    if (s->p.log_requests) {
+        /* The URL is decoded: a %0a in it would forge a log line of its
+         * own, an escape sequence would drive the reader's terminal. */
+        char method[48], url[1024];
+        pk_log_escape(r->method, strlen(r->method), method, sizeof method);
+        pk_log_escape(r->url, strlen(r->url), url, sizeof url);
+        fprintf(stderr, "srv: %s %s %u %.1f ms%s\n", method, url, r->status, pk_time_ms() - r->t0_ms,
                 code == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)");
+    }
     pk_buf_free(&r->body);
     json_decref(r->captured);
     free(r);
@@ -574,12 +618,17 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
     srv *s = cls;
-    char msg[512];
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    char msg[512], safe[1024];
+    int n = vsnprintf(msg, sizeof msg, fmt, ap);
     if (!s->p.log_requests && (strstr(msg, "application error generating response") ||
                                strstr(msg, "Application reported internal error")))
         return;
-    fprintf(stderr, "srv: %s", msg);
+    /* Its messages can quote a request (a header, the URL): escaped as
+     * the request log is, the line's own end kept. */
+    size_t len = n < 0 ? 0 : MIN((size_t)n, sizeof msg - 1);
+    if (len && msg[len - 1] == '\n') len--;
+    pk_log_escape(msg, len, safe, sizeof safe);
+    fprintf(stderr, "srv: %s\n", safe);
 }
 
 /* ---- life cycle ---- */
@@ -621,6 +670,7 @@ static pk_status listen_on(srv *s, const char *host, int port, char *err, size_t
                             MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)MIN(p->header_timeout_s, p->timeout_s),
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)p->max_connections,
                             MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)p->max_per_ip,

@@ -140,7 +140,8 @@ enum MHD_Result srv_capacity(srv_req *r, int32_t pool)
 {
     if (strcmp(r->method, "GET") && strcmp(r->method, "HEAD"))
         return srv_reply_errorf(r, 405, "%s %s: method not allowed (use GET)", r->method, r->url);
-    const char *et = srv_query(r, "expected_tokens"), *sid = srv_query(r, "session_id");
+    const char *et = srv_query(r, "expected_tokens"), *sid = NULL;
+    size_t sid_len = 0;
     long expected = -1;
     if (et) {
         char *end;
@@ -148,7 +149,11 @@ enum MHD_Result srv_capacity(srv_req *r, int32_t pool)
         if (end == et || *end || expected < 0 || expected > INT32_MAX)
             return srv_reply_errorf(r, 400, "'expected_tokens' must be an integer >= 0");
     }
-    if (sid && strlen(sid) >= ENG_SESSION_CAP) return srv_reply_errorf(r, 400, "'session_id' is too long");
+    char sid_buf[ENG_SESSION_CAP];
+    srv_err e;
+    if (MHD_lookup_connection_value_n(r->conn, MHD_GET_ARGUMENT_KIND, "session_id", 10, &sid, &sid_len) == MHD_YES &&
+        sid && !srv_session_id(sid, sid_len, "session_id", sid_buf, &e))
+        return srv_reply_error(r, &e);
     eng_capacity_reply cr;
     pk_status st = eng_capacity(srv_engine(r->s), pool, (int32_t)expected, sid, &cr);
     if (st != PK_OK) return reply_status(r, st, pool);

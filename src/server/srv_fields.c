@@ -63,14 +63,22 @@ static bool bias_put(bias_buf *b, int32_t token, float bias)
     return true;
 }
 
-/* A bias value: a finite number, or false (the token banned). */
+/* The largest bias, either sign.  A logit moved by more than about 30 is
+ * already certain or impossible, so this loses no meaning; it keeps the
+ * sum of every entry for one token (a few million at most in a body)
+ * finite in float, and so the log-probabilities: 1e308 became +inf, and
+ * inf - inf is NaN. */
+#define BIAS_MAX 1e9
+
+/* A bias value: a number in [-BIAS_MAX, BIAS_MAX], or false (the token
+ * banned). */
 static bool bias_value(const json_t *v, float *out)
 {
     if (json_is_false(v)) {
         *out = -INFINITY;
         return true;
     }
-    if (!json_is_number(v) || !isfinite(json_number_value(v))) return false;
+    if (!json_is_number(v) || !(fabs(json_number_value(v)) <= BIAS_MAX)) return false;
     *out = (float)json_number_value(v);
     return true;
 }
@@ -110,7 +118,8 @@ static bool parse_logit_bias(const json_t *body, const tok_vocab *voc, eng_compl
             const json_t *pair = json_array_get(lb, i);
             float bias;
             if (!json_is_array(pair) || json_array_size(pair) != 2 || !bias_value(json_array_get(pair, 1), &bias)) {
-                ok = srv_fail(e, 400, "logit_bias", "logit_bias[%zu] must be [token id or text, number or false]", i);
+                ok = srv_fail(e, 400, "logit_bias", "logit_bias[%zu] must be [token id or text, number in [-1e9, 1e9] "
+                              "or false]", i);
                 break;
             }
             const json_t *k = json_array_get(pair, 0);
@@ -122,7 +131,8 @@ static bool parse_logit_bias(const json_t *body, const tok_vocab *voc, eng_compl
         json_object_foreach((json_t *)lb, key, v) {
             float bias;
             if (!bias_value(v, &bias)) {
-                ok = srv_fail(e, 400, "logit_bias", "logit_bias['%.40s'] must be a number or false", key);
+                ok = srv_fail(e, 400, "logit_bias", "logit_bias['%.40s'] must be a number in [-1e9, 1e9] or false",
+                              key);
                 break;
             }
             char *end;
@@ -161,6 +171,29 @@ static bool ban_eog(const tok_vocab *voc, eng_completion *c, srv_err *e)
     c->bias = b.p;
     c->n_bias = b.n;
     return true;
+}
+
+/* A request whose biases ban every token (false, or ignore_eos's bans
+ * beside them) leaves the sampler nothing to draw: 400 rather than an
+ * answer of token 0. */
+static bool some_token_left(const tok_vocab *voc, const eng_completion *c, srv_err *e)
+{
+    int32_t n_vocab = voc ? tok_n_vocab(voc) : 0;
+    if (c->n_bias < n_vocab || n_vocab <= 0) return true;
+    unsigned char *banned = calloc((size_t)n_vocab, 1);
+    if (!banned) return srv_fail(e, 500, NULL, "out of memory");
+    int32_t n_banned = 0;
+    for (int32_t k = 0; k < c->n_bias; k++) {
+        int32_t t = c->bias[k].token;
+        if (c->bias[k].bias == -INFINITY && !banned[t]) {
+            banned[t] = 1;
+            n_banned++;
+        }
+    }
+    free(banned);
+    if (n_banned < n_vocab) return true;
+    return srv_fail(e, 400, "logit_bias", "logit_bias bans every token of the vocabulary (%d%s): nothing could be "
+                    "sampled", n_vocab, c->ignore_eos ? ", the end-of-generation ones by ignore_eos" : "");
 }
 
 void srv_gen_req_free(eng_completion *c)
@@ -218,5 +251,10 @@ bool srv_parse_llama_fields(const json_t *b, srv_api api, const tok_vocab *voc, 
         return srv_fail(e, 400, "post_sampling_probs", "'post_sampling_probs' is supported on /completion");
     c->sp.post_probs = o->post_sampling_probs;
     if (!parse_logit_bias(b, voc, c, e)) return false;
-    return !c->ignore_eos || ban_eog(voc, c, e);
+    if (c->ignore_eos && !ban_eog(voc, c, e)) return false;
+    if (some_token_left(voc, c, e)) return true;
+    free((void *)c->bias);               /* on failure nothing is left to free, as ban_eog's */
+    c->bias = NULL;
+    c->n_bias = 0;
+    return false;
 }

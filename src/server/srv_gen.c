@@ -459,9 +459,17 @@ static srv_gen *gen_submit(srv_req *r, const eng_completion *c, const srv_gen_op
 {
     srv *s = r->s;
     eng *e = srv_engine(s);
+    /* The header names the session when the body does not; either way it
+     * is held to the body's rule. */
+    const char *hdr = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "x-session-id");
+    char hdr_sid[ENG_SESSION_CAP] = "";
+    srv_err err;
+    if (hdr && !srv_session_id(hdr, strlen(hdr), "x-session-id", hdr_sid, &err)) {
+        *ret = srv_reply_error(r, &err);
+        return NULL;
+    }
     int32_t n_ctx = eng_n_ctx_slot(e);
     if (c->n_prompt >= n_ctx) {
-        srv_err err;
         over_context(&err, c->n_prompt, n_ctx, false);
         *ret = srv_reply_error(r, &err);
         return NULL;
@@ -498,8 +506,7 @@ static srv_gen *gen_submit(srv_req *r, const eng_completion *c, const srv_gen_op
     eng_completion sub = *c;
     sub.report_placed = true;
     sub.report_progress = o->return_progress && o->stream;
-    const char *sid = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "x-session-id");
-    if (!sub.session_id[0] && sid) snprintf(sub.session_id, sizeof sub.session_id, "%s", sid);
+    if (!sub.session_id[0]) memcpy(sub.session_id, hdr_sid, sizeof sub.session_id);
     pk_status st = eng_submit(e, &sub, &g->task);
     if (st != PK_OK) {
         gen_free(g);

@@ -143,6 +143,9 @@ bool srv_fail(srv_err *e, unsigned status, const char *param, const char *fmt, .
  * out of memory: a 500); srv_reply_error formats e.  The result is what the
  * access handler returns to MHD. */
 enum MHD_Result srv_reply_json(srv_req *r, unsigned status, json_t *j);
+/* The same for a JSON text the caller wrote: takes text (malloc'ed, len
+ * bytes; NULL: a 500) and sends it without a copy. */
+enum MHD_Result srv_reply_json_text(srv_req *r, unsigned status, char *text, size_t len);
 enum MHD_Result srv_reply_error(srv_req *r, const srv_err *e);
 enum MHD_Result srv_reply_errorf(srv_req *r, unsigned status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -241,6 +244,10 @@ srv_gen_defaults srv_gen_defaults_of(srv *s);
  * present value that is not a boolean, and leaves *out when absent. */
 const json_t *srv_field(const json_t *o, const char *key);
 bool srv_get_bool(const json_t *o, const char *key, bool *out, srv_err *e);
+/* An integer field in [lo, hi], as every integer field is read: a real
+ * with no fraction (5.0) counts as one.  Absent or null leaves *out; a 400
+ * naming key otherwise. */
+bool srv_get_int(const json_t *o, const char *key, long long lo, long long hi, long long *out, srv_err *e);
 
 /* Reads the generation fields every completion endpoint shares (sampling,
  * max_tokens / n_predict, stop, seed, logprobs, stream, cache_prompt,
@@ -273,6 +280,16 @@ bool srv_compile_schema(const json_t *schema, const char *param, struct gram_gra
  * function or a schema we cannot constrain. */
 bool srv_tools_grammar(const json_t *body, srv_tool_fmt f, struct gram_grammar **out, srv_err *e);
 
+/* The id at the start of s, a URL's path segment: plain decimal digits, no
+ * sign, space or leading zero ("0" itself is one), at most max.  True with
+ * *id and *end (the first byte after the digits), false for anything else. */
+bool srv_url_id(const char *s, long max, long *id, const char **end);
+
+/* A session id (len bytes from a body field, a header or a query, named
+ * param in the error) into out: 0-63 bytes of valid UTF-8 without control
+ * characters (NUL included), never cut.  400 naming param otherwise. */
+bool srv_session_id(const char *id, size_t len, const char *param, char out[ENG_SESSION_CAP], srv_err *e);
+
 /* Tokens of a prompt given as a string, an array of token ids, or a mixed
  * array of strings and ids (strings tokenized, BOS only before a leading
  * string when add_special); a one-element array holding one of those is
@@ -280,9 +297,14 @@ bool srv_tools_grammar(const json_t *body, srv_tool_fmt f, struct gram_grammar *
  * the vocabulary and for an empty result. */
 bool srv_tokenize_prompt(const tok_vocab *v, const json_t *prompt, const char *field, bool add_special,
                          int32_t **out, int32_t *n_out, srv_err *e);
-/* Text -> tokens (parse_special on).  *out malloc'ed.  PK_ENOMEM. */
+/* Text -> tokens.  *out malloc'ed.  PK_ENOMEM. */
 pk_status srv_tokenize(const tok_vocab *v, const char *text, size_t len, bool add_special, bool parse_special,
                        int32_t **out, int32_t *n_out);
+/* srv_tokenize of a text that may give at most n_max tokens: PK_EFULL with
+ * *out NULL and *n_out the count it gives when that is more, found without
+ * holding more than n_max ids. */
+pk_status srv_tokenize_at_most(const tok_vocab *v, const char *text, size_t len, bool add_special,
+                               bool parse_special, int32_t n_max, int32_t **out, int32_t *n_out);
 
 /* The chat prompt of an OpenAI chat request (messages, tools, tool_choice,
  * add_generation_prompt) rendered with template kind k: *prompt malloc'ed;

@@ -5,6 +5,7 @@
  * work unchanged.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -150,18 +151,73 @@ static bool opt_bool(const json_t *b, const char *key, bool def, bool *out, srv_
     return true;
 }
 
-/* A piece as a string when it is valid UTF-8, else its bytes (what
- * llama-server's with_pieces returns). */
-static json_t *piece_json(const tok_vocab *v, int32_t id)
+/* /tokenize's bounds (docs/security.md, "Limits one request is held to").
+ * The answer is written as text, sized before it is allocated, so a
+ * request holds its body, at most this many ids and at most this much
+ * answer: before, 8 MB of text with with_pieces built a JSON object per
+ * token and took 2.2 GB. */
+#define TOKENIZE_MAX_TOKENS (1 << 20)
+#define TOKENIZE_MAX_ANSWER_BYTES ((size_t)16 << 20)
+
+#define PIECE_BYTES 256
+#define PIECE_JSON_CAP (6 * PIECE_BYTES + 2)    /* every byte as \u00XX, and the quotes */
+
+/* A piece's JSON into out (PIECE_JSON_CAP bytes): a string when its bytes
+ * are valid UTF-8, else the array of its bytes (what llama-server's
+ * with_pieces returns).  Returns its length. */
+static size_t piece_json(const tok_vocab *v, int32_t id, char *out)
 {
-    char buf[256];
+    char buf[PIECE_BYTES];
     int32_t n = tok_piece(v, id, buf, sizeof buf, true);
     if (n < 0) n = 0;
-    json_t *s = json_stringn(buf, (size_t)n);
-    if (s) return s;
-    json_t *a = json_array();
-    for (int32_t i = 0; i < n; i++) json_array_append_new(a, json_integer((unsigned char)buf[i]));
-    return a;
+    size_t o = 0;
+    if (!pk_utf8_valid(buf, (size_t)n)) {
+        out[o++] = '[';
+        for (int32_t i = 0; i < n; i++) o += (size_t)sprintf(out + o, "%s%u", i ? "," : "", (unsigned char)buf[i]);
+        out[o++] = ']';
+        return o;
+    }
+    out[o++] = '"';
+    for (int32_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)buf[i];
+        if (c == '"' || c == '\\') {
+            out[o++] = '\\';
+            out[o++] = (char)c;
+        } else if (c == '\n' || c == '\t' || c == '\r') {
+            out[o++] = '\\';
+            out[o++] = c == '\n' ? 'n' : c == '\t' ? 't' : 'r';
+        } else if (c < 0x20) {
+            o += (size_t)sprintf(out + o, "\\u%04x", c);
+        } else {
+            out[o++] = (char)c;
+        }
+    }
+    out[o++] = '"';
+    return o;
+}
+
+/* The answer {"tokens": [...]} for ids[0..n) into out, or only its length
+ * when out is NULL (the first of two passes, so the text is allocated
+ * once at its size). */
+static size_t tokenize_answer(const tok_vocab *v, const int32_t *ids, int32_t n, bool with_pieces, char *out)
+{
+    static const char head[] = "{\"tokens\":[";
+    char item[PIECE_JSON_CAP + 48];
+    size_t o = sizeof head - 1;
+    if (out) memcpy(out, head, o);
+    for (int32_t i = 0; i < n; i++) {
+        size_t k = (size_t)sprintf(item, "%s%s%d", i ? "," : "", with_pieces ? "{\"id\":" : "", ids[i]);
+        if (with_pieces) {
+            memcpy(item + k, ",\"piece\":", 9);
+            k += 9;
+            k += piece_json(v, ids[i], item + k);
+            item[k++] = '}';
+        }
+        if (out) memcpy(out + o, item, k);
+        o += k;
+    }
+    if (out) memcpy(out + o, "]}", 2);
+    return o + 2;
 }
 
 enum MHD_Result srv_h_tokenize(srv_req *r, json_t *body)
@@ -176,9 +232,10 @@ enum MHD_Result srv_h_tokenize(srv_req *r, json_t *body)
     const json_t *content = json_object_get(body, "content");
     int32_t *ids = NULL, n = 0;
     if (json_is_string(content)) {
-        pk_status st = srv_tokenize(s->voc, json_string_value(content), json_string_length(content), add_special,
-                                    parse_special, &ids, &n);
-        if (st != PK_OK) return srv_reply_errorf(r, 500, "tokenization failed: %s", pk_status_str(st));
+        pk_status st = srv_tokenize_at_most(s->voc, json_string_value(content), json_string_length(content),
+                                            add_special, parse_special, TOKENIZE_MAX_TOKENS, &ids, &n);
+        if (st != PK_OK && st != PK_EFULL)
+            return srv_reply_errorf(r, 500, "tokenization failed: %s", pk_status_str(st));
     } else if (content && !json_is_null(content)) {
         /* Only empty strings: no tokens, as for "" (a prompt would refuse it). */
         bool all_empty = json_is_array(content) && json_array_size(content) > 0;
@@ -194,13 +251,23 @@ enum MHD_Result srv_h_tokenize(srv_req *r, json_t *body)
             return srv_reply_error(r, &e);
         }
     }
-    json_t *toks = json_array();
-    for (int32_t i = 0; toks && i < n; i++)
-        json_array_append_new(toks, with_pieces ? json_pack("{s:i, s:o}", "id", ids[i], "piece",
-                                                            piece_json(s->voc, ids[i]))
-                                                : json_integer(ids[i]));
+    if (n > TOKENIZE_MAX_TOKENS) {
+        free(ids);
+        srv_fail(&e, 400, "content", "'content' gives %d tokens; /tokenize answers at most %d: send the text in "
+                 "parts", n, TOKENIZE_MAX_TOKENS);
+        return srv_reply_error(r, &e);
+    }
+    size_t len = tokenize_answer(s->voc, ids, n, with_pieces, NULL);
+    if (len > TOKENIZE_MAX_ANSWER_BYTES) {
+        free(ids);
+        srv_fail(&e, 400, with_pieces ? "with_pieces" : "content", "the answer would take %zu bytes, past /tokenize's %zu: send the text "
+                 "in parts%s", len, TOKENIZE_MAX_ANSWER_BYTES, with_pieces ? ", or without 'with_pieces'" : "");
+        return srv_reply_error(r, &e);
+    }
+    char *text = malloc(len + 1);
+    if (text) text[tokenize_answer(s->voc, ids, n, with_pieces, text)] = 0;
     free(ids);
-    return srv_reply_json(r, 200, json_pack("{s:o}", "tokens", toks));
+    return srv_reply_json_text(r, 200, text, len);
 }
 
 enum MHD_Result srv_h_detokenize(srv_req *r, json_t *body)

@@ -13,6 +13,7 @@
 
 #include "../grammar/gram.h"
 #include "../tokenizer/tmpl_tools.h"
+#include "../common/utf8.h"
 #include "srv_impl.h"
 
 /* ---- typed getters: false (with e set) only for a present, wrong value ---- */
@@ -44,6 +45,11 @@ static bool get_int(const json_t *o, const char *key, long long lo, long long hi
     if (x < lo || x > hi) return srv_fail(e, 400, key, "'%s' must be in [%lld, %lld], got %lld", key, lo, hi, x);
     *out = x;
     return true;
+}
+
+bool srv_get_int(const json_t *o, const char *key, long long lo, long long hi, long long *out, srv_err *e)
+{
+    return get_int(o, key, lo, hi, out, e);
 }
 
 static bool get_i32(const json_t *o, const char *key, long long lo, long long hi, int32_t *out, srv_err *e)
@@ -259,10 +265,11 @@ bool srv_parse_gen(const json_t *b, srv_api api, const srv_gen_defaults *d, eng_
     if (spn && !get_i32(b, "shared_prefix_n_tokens", 0, INT32_MAX, &c->shared_prefix_n, e)) return false;
     c->shared_prefix_set = spn != NULL;
     const json_t *sid = srv_field(b, "session_id");
-    if (sid && (!json_is_string(sid) || json_string_length(sid) >= ENG_SESSION_CAP))
+    if (sid && !json_is_string(sid))
         return srv_fail(e, 400, "session_id", "'session_id' must be a string of at most %d bytes",
                         ENG_SESSION_CAP - 1);
-    if (sid) snprintf(c->session_id, sizeof c->session_id, "%s", json_string_value(sid));
+    if (sid && !srv_session_id(json_string_value(sid), json_string_length(sid), "session_id", c->session_id, e))
+        return false;
     if (!parse_logprobs(b, api, o, e)) return false;
     /* The engine computes log-probs only when asked for alternatives; one
      * alternative is the cheapest way to get the chosen token's. */
@@ -297,15 +304,60 @@ bool srv_parse_gen(const json_t *b, srv_api api, const srv_gen_defaults *d, eng_
     return false;
 }
 
+/* ---- ids in URLs ---- */
+
+bool srv_url_id(const char *s, long max, long *id, const char **end)
+{
+    /* strtol would take a sign, leading spaces and zeros: "+1", " 1" and
+     * "01" would all name pool 1, so one pool had many URLs. */
+    if (*s < '0' || *s > '9' || (s[0] == '0' && s[1] >= '0' && s[1] <= '9')) return false;
+    long v = 0;
+    for (; *s >= '0' && *s <= '9'; s++) {
+        if (v > (max - (*s - '0')) / 10) return false;
+        v = v * 10 + (*s - '0');
+    }
+    *id = v;
+    *end = s;
+    return true;
+}
+
+/* ---- session ids ---- */
+
+bool srv_session_id(const char *id, size_t len, const char *param, char out[ENG_SESSION_CAP], srv_err *e)
+{
+    /* A cut id is another session's name (two ids sharing 63 bytes met in
+     * one), and one cut inside a character is not valid UTF-8, which no
+     * JSON answer can name: so nothing is cut, and every place an id comes
+     * from (body, header, query) is held to the same rule. */
+    if (len >= ENG_SESSION_CAP)
+        return srv_fail(e, 400, param, "'%s' is %zu bytes; a session id is at most %d", param, len,
+                        ENG_SESSION_CAP - 1);
+    if (!pk_utf8_valid(id, len)) return srv_fail(e, 400, param, "'%s' is not valid UTF-8", param);
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)id[i] < 0x20 || id[i] == 0x7f)
+            return srv_fail(e, 400, param, "'%s' holds a control character (byte %zu)", param, i);
+    memcpy(out, id, len);
+    out[len] = 0;
+    return true;
+}
+
 /* ---- prompts ---- */
 
-pk_status srv_tokenize(const tok_vocab *v, const char *text, size_t len, bool add_special, bool parse_special,
-                       int32_t **out, int32_t *n_out)
+pk_status srv_tokenize_at_most(const tok_vocab *v, const char *text, size_t len, bool add_special,
+                               bool parse_special, int32_t n_max, int32_t **out, int32_t *n_out)
 {
-    int32_t cap = (int32_t)MIN(len + 16, (size_t)INT32_MAX / 8), n = 0;
-    int32_t *ids = malloc((size_t)cap * sizeof *ids);
+    /* A token stands for at least one byte but for the few added around
+     * the text, so len + 16 is nearly always enough for one pass. */
+    int32_t cap = (int32_t)MIN(len + 16, (size_t)MIN(n_max, INT32_MAX / 8)), n = 0;
+    int32_t *ids = malloc((size_t)MAX(cap, 1) * sizeof *ids);
     if (!ids) return PK_ENOMEM;
     pk_status st = tok_encode(v, text, len, add_special, parse_special, ids, cap, &n);
+    if (st == PK_EFULL && n > n_max) {
+        free(ids);
+        *out = NULL;
+        *n_out = n;
+        return PK_EFULL;
+    }
     if (st == PK_EFULL) {
         int32_t *p = realloc(ids, (size_t)n * sizeof *ids);
         if (!p) {
@@ -323,6 +375,12 @@ pk_status srv_tokenize(const tok_vocab *v, const char *text, size_t len, bool ad
     *out = ids;
     *n_out = n;
     return PK_OK;
+}
+
+pk_status srv_tokenize(const tok_vocab *v, const char *text, size_t len, bool add_special, bool parse_special,
+                       int32_t **out, int32_t *n_out)
+{
+    return srv_tokenize_at_most(v, text, len, add_special, parse_special, INT32_MAX, out, n_out);
 }
 
 typedef struct ids_buf { int32_t *p; int32_t n, cap; } ids_buf;

@@ -58,9 +58,11 @@ static bool body_prefix(srv *s, const json_t *b, int32_t **ids, int32_t *n, cons
     *session = NULL;
     const json_t *v;
     if ((v = json_object_get(b, "from_session"))) {
-        if (!json_is_string(v) || !json_string_length(v) || json_string_length(v) >= ENG_SESSION_CAP)
+        char sid[ENG_SESSION_CAP];
+        if (!json_is_string(v) || !json_string_length(v))
             return srv_fail(e, 400, "from_session", "'from_session' must be a session id of 1 to %d bytes",
                             ENG_SESSION_CAP - 1);
+        if (!srv_session_id(json_string_value(v), json_string_length(v), "from_session", sid, e)) return false;
         *session = json_string_value(v);
         return true;
     }
@@ -112,11 +114,14 @@ static enum MHD_Result make_pool(srv_req *r, json_t *body, int32_t parent)
             free(ids);
             return srv_reply_errorf(r, 400, "'branch_pos' applies to a fork");
         }
-        if (!json_is_integer(bp) || json_integer_value(bp) < 0 || json_integer_value(bp) > INT32_MAX) {
+        long long pos = -1;                 /* null is left there: refused as before */
+        bool ok = srv_get_int(body, "branch_pos", 0, INT32_MAX, &pos, &e);
+        if (ok && pos < 0) ok = srv_fail(&e, 400, "branch_pos", "'branch_pos' must be an integer >= 0");
+        if (!ok) {
             free(ids);
-            return srv_reply_errorf(r, 400, "'branch_pos' must be an integer >= 0");
+            return srv_reply_error(r, &e);
         }
-        rq.branch_pos = (int32_t)json_integer_value(bp);
+        rq.branch_pos = (int32_t)pos;
     }
     eng_pool_reply rp;
     eng_pool_op(srv_engine(s), &rq, &rp);
@@ -208,10 +213,9 @@ enum MHD_Result srv_h_pools(srv_req *r, json_t *body)
 /* /polykv/pools/{id}[/verb] */
 enum MHD_Result srv_h_pool(srv_req *r, json_t *body)
 {
-    const char *rest = r->url + strlen("/polykv/pools/");
-    char *end;
-    long id = strtol(rest, &end, 10);
-    if (end == rest || id < 1 || id > INT32_MAX || (*end && *end != '/'))
+    const char *rest = r->url + strlen("/polykv/pools/"), *end;
+    long id;
+    if (!srv_url_id(rest, INT32_MAX, &id, &end) || id < 1 || (*end && *end != '/'))
         return srv_reply_errorf(r, 404, "no such pool route: %s", r->url);
     const char *verb = *end == '/' ? end + 1 : "";
     bool get = !strcmp(r->method, "GET") || !strcmp(r->method, "HEAD"), del = !strcmp(r->method, "DELETE");
@@ -303,13 +307,13 @@ static enum MHD_Result slot_file(srv_req *r, json_t *body, int32_t id, bool save
 /* POST /slots/{id}?action=save|restore|erase (llama-server's). */
 enum MHD_Result srv_h_slot_action(srv_req *r, json_t *body)
 {
-    const char *rest = r->url + strlen("/slots/");
-    char *end;
-    long id = strtol(rest, &end, 10);
+    const char *rest = r->url + strlen("/slots/"), *end = rest;
+    long id = -1;
+    bool plain = srv_url_id(rest, INT32_MAX, &id, &end);
     const char *action = srv_query(r, "action");
     eng *e = srv_engine(r->s);
     if (strcmp(r->method, "POST")) return srv_reply_errorf(r, 405, "%s %s: method not allowed (use POST)", r->method, r->url);
-    if (end == rest || *end || id < 0 || id >= eng_get_params(e)->n_slots) return srv_reply_errorf(r, 400, "Invalid slot ID");
+    if (!plain || *end || id >= eng_get_params(e)->n_slots) return srv_reply_errorf(r, 400, "Invalid slot ID");
     if (action && (!strcmp(action, "save") || !strcmp(action, "restore")))
         return slot_file(r, body, (int32_t)id, !strcmp(action, "save"));
     if (!action || strcmp(action, "erase")) return srv_reply_errorf(r, 400, "Invalid action (save, restore or erase)");

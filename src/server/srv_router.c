@@ -57,7 +57,12 @@ static json_t *status_json(rt *t, int i, const rt_info *in)
     char port[16];
     int n = rt_child_argv(t, i, in->port, port, argv, (int)ARRAY_LEN(argv));
     json_t *args = json_array();
-    for (int k = 0; k < n; k++) json_array_append_new(args, json_string(argv[k]));
+    /* The router's key reaches every child on its command line; a listing
+     * shows that a key is given, never the key. */
+    for (int k = 0; k < n; k++)
+        json_array_append_new(args, json_string(k > 0 && !strcmp(argv[k - 1], "--api-key") ? "<hidden>"
+                                                : !strncmp(argv[k], "--api-key=", 10) ? "--api-key=<hidden>"
+                                                : argv[k]));
     json_t *st = json_pack("{s:s, s:o}", "value", rt_status_name(in->status), "args", args);
     if (st && in->status == RT_FAILED) {
         json_object_set_new(st, "exit_code", json_integer(in->exit_code));
