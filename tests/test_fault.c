@@ -79,6 +79,7 @@
  */
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <limits.h>
 #include <jansson.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -99,6 +100,8 @@ typedef struct run {
     int32_t tok[3][N_GEN + 1];
     int n_tok[3];
     eng_ev_kind end[3];          /* DONE, ERROR, or 0: never submitted */
+    bool placed[3];              /* its PLACED came */
+    bool late_refusal[3];        /* an ERROR for what a start needs, after its PLACED */
     pk_status pool_st, fork_st;
     bool hung;
 } run;
@@ -117,7 +120,14 @@ static bool drain(eng_task *t, run *r, int i)
         if (st == PK_EFULL) return false;
         if (st != PK_OK) return true;
         if (ev.kind == ENG_EV_TOKEN && r->n_tok[i] < N_GEN + 1) r->tok[i][r->n_tok[i]++] = ev.token;
+        if (ev.kind == ENG_EV_PLACED) r->placed[i] = true;
         if (ev.kind == ENG_EV_DONE || ev.kind == ENG_EV_ERROR) r->end[i] = ev.kind;
+        /* A task that cannot start (its sampler, its grammar) is refused
+         * before it is announced placed, never after. */
+        if (ev.kind == ENG_EV_ERROR && r->placed[i] &&
+            (!strcmp(ev.message, "out of memory for the sampler") ||
+             !strcmp(ev.message, "out of memory for the grammar")))
+            r->late_refusal[i] = true;
         eng_event_clear(&ev);
     }
 }
@@ -125,7 +135,7 @@ static bool drain(eng_task *t, run *r, int i)
 static eng_completion req(int i, int32_t pool_id)
 {
     eng_completion c = { .prompt = prompt[i], .n_prompt = n_prompt[i], .n_predict = N_GEN, .cache_prompt = true,
-                         .id_slot = -1, .pool_id = pool_id };
+                         .id_slot = -1, .pool_id = pool_id, .report_placed = true };
     c.sp = smp_default_params();
     c.sp.temp = 0;
     if (i == 2) {                /* sampled, with stop strings and log-probs */
@@ -240,7 +250,7 @@ static void sweep_engine(const char *path)
     long per_run = fault_allocs() - a0;
     CHECK(same_tokens(&r, &ref, 0) && same_tokens(&r, &ref, 1));
 
-    long n = 1, n_err = 0, n_hung = 0, n_damaged = 0;
+    long n = 1, n_err = 0, n_hung = 0, n_damaged = 0, n_late = 0;
     for (;; n++) {
         fault_arm(n);
         workload(e, &r);
@@ -252,6 +262,7 @@ static void sweep_engine(const char *path)
             if (r.end[i] == ENG_EV_ERROR) n_err++;
         }
         if (r.end[2] == ENG_EV_ERROR) n_err++;
+        for (int i = 0; i < 3; i++) n_late += r.late_refusal[i];
         CHECK(release_all(e) >= 0);
         workload(e, &after);                         /* the engine, fault-free, as before */
         if (after.hung || !same_tokens(&after, &ref, 0) || !same_tokens(&after, &ref, 1) ||
@@ -265,6 +276,7 @@ static void sweep_engine(const char *path)
     }
     CHECK_EQ_INT(n_hung, 0);
     CHECK_EQ_INT(n_damaged, 0);
+    CHECK_EQ_INT(n_late, 0);
     printf("fault: engine: N = 1..%ld (%ld allocations a run), %ld tasks ended with an ERROR, %ld hung, "
            "%ld damaged\n", n - 1, per_run, n_err, n_hung, n_damaged);
     eng_free(e);
@@ -833,7 +845,8 @@ static bool router_up(router *v, const char *gguf, const char *exe)
     snprintf(v->dir, sizeof v->dir, "/tmp/polykv-fault-XXXXXX");
     ASSERT(mkdtemp(v->dir));
     snprintf(link, sizeof link, "%s/m.gguf", v->dir);
-    ASSERT(symlink(gguf, link) == 0);
+    char target[PATH_MAX];                /* the link lives elsewhere: ../shared must not be relative */
+    ASSERT(realpath(gguf, target) && symlink(target, link) == 0);
     static const char *const args[] = { "-np", "2", "-c", "1024", "-t", "1" };
     rt_params p = { .exe = exe, .models_dir = v->dir, .models_max = 1, .autoload = true, .child_args = args,
                     .n_child_args = (int)ARRAY_LEN(args), .load_timeout_ms = 60000 };

@@ -150,6 +150,17 @@ static void finish(eng *e, slot *s, eng_stop why, const char *word)
     slot_release(e, s);
 }
 
+/* A running task ends with an ERROR (out of memory while it ran): its
+ * cells stay as the slot's history, as after a DONE. */
+static void fail_running(eng *e, slot *s, pk_status st, const char *why)
+{
+    gram_matcher_free(s->gm);
+    s->gm = NULL;
+    eng_unpublish(e);
+    eng_task_fail(s->task, st, why);
+    slot_release(e, s);
+}
+
 static bool text_append(slot *s, const char *p, size_t n)
 {
     if (s->text_len + n + 1 > s->text_cap) {
@@ -205,9 +216,7 @@ static void on_token(eng *e, slot *s, int32_t id, float lp, const smp_logprob *t
     char piece[256];
     int32_t n = tok_piece(model_vocab(e->m), id, piece, sizeof piece, false);
     if (n < 0 || !text_append(s, piece, (size_t)n)) {
-        /* Out of memory is an error, never a "length" stop. */
-        eng_task_fail(t, PK_ENOMEM, "out of memory for the generated text");
-        slot_release(e, s);
+        fail_running(e, s, PK_ENOMEM, "out of memory for the generated text");   /* never a "length" stop */
         return;
     }
     smp_accept(s->smp, id);
@@ -270,25 +279,25 @@ out:
     return e->batch.gvocab != NULL;
 }
 
-/* Starts task t in slot s, whose cache the placement has already cut to
- * the tokens it reuses. */
-bool eng_slot_start(eng *e, slot *s, eng_task *t)
+bool eng_slot_prepare(eng *e, eng_task *t, eng_slot_res *out)
 {
-    smp_ctx *smp;
-    gram_matcher *gm = NULL;
-    if (t->req.grammar && (!gram_ready(e) || !(gm = take_matcher(e, t->req.grammar)))) {
+    *out = (eng_slot_res){ 0 };
+    if (t->req.grammar && (!gram_ready(e) || !(out->gm = take_matcher(e, t->req.grammar)))) {
         eng_task_fail(t, PK_ENOMEM, "out of memory for the grammar");
-        eng_task_unref(t);
-        s->state = ENG_SLOT_IDLE;
         return false;
     }
-    if (smp_new(&t->req.sp, e->n_vocab, e->n_ctx_slot, &smp)) {
-        gram_matcher_free(gm);
+    if (smp_new(&t->req.sp, e->n_vocab, e->n_ctx_slot, &out->smp)) {
+        gram_matcher_free(out->gm);
         eng_task_fail(t, PK_ENOMEM, "out of memory for the sampler");
-        eng_task_unref(t);
-        s->state = ENG_SLOT_IDLE;
         return false;
     }
+    return true;
+}
+
+void eng_slot_start(eng *e, slot *s, eng_task *t, eng_slot_res *res)
+{
+    smp_ctx *smp = res->smp;
+    gram_matcher *gm = res->gm;
     gram_matcher_free(s->gm);
     s->gm = gm;
     smp_free(s->smp);
@@ -309,7 +318,6 @@ bool eng_slot_start(eng *e, slot *s, eng_task *t)
     s->last_sp = t->req.sp;
     s->last_n_predict = t->req.n_predict;
     for (int32_t i = 0; i < t->req.n_prompt; i++) smp_accept(smp, t->prompt[i]);
-    return true;
 }
 
 /* ---- the loop ---- */
@@ -499,8 +507,12 @@ static void sample_and_emit(eng *e, int32_t n, int32_t n_dec_batch)
             const uint64_t *mask = gram_matcher_mask(s->gm);
             bool any = false;
             for (int32_t w = 0; mask && w < (e->n_vocab + 63) / 64; w++) any |= mask[w] != 0;
-            if (!any) {                        /* out of memory, or nothing can follow */
-                finish(e, s, mask ? ENG_STOP_EOS : ENG_STOP_LIMIT, NULL);
+            if (!mask) {                       /* out of memory: an error, never a "length" stop */
+                fail_running(e, s, PK_ENOMEM, "out of memory for the grammar's mask");
+                continue;
+            }
+            if (!any) {                        /* nothing can follow: the grammar's output ends */
+                finish(e, s, ENG_STOP_EOS, NULL);
                 continue;
             }
             for (int32_t v0 = 0; v0 < e->n_vocab; v0 += 64) {   /* by words: most are all-0 or all-1 */

@@ -412,7 +412,17 @@ bool eng_has_work(const eng *e);                /* waiting, running or materiali
 /* What was published is about to change (a control message, a task's
  * end): readers ask the engine until the next step publishes again. */
 void eng_unpublish(eng *e);
-bool eng_slot_start(eng *e, slot *s, eng_task *t);
+/* What a task needs before it may start: its sampler and grammar matcher.
+ * eng_slot_prepare allocates them, or fails t (its ERROR queued, nothing
+ * announced or changed) and returns false; eng_slot_start, which cannot
+ * fail, then starts t in slot s, whose cache the placement has cut to the
+ * tokens it reuses. */
+typedef struct eng_slot_res {
+    smp_ctx *smp;
+    struct gram_matcher *gm;
+} eng_slot_res;
+bool eng_slot_prepare(eng *e, eng_task *t, eng_slot_res *out);
+void eng_slot_start(eng *e, slot *s, eng_task *t, eng_slot_res *res);
 /* Adds one token to this step's batch (n: its count so far). */
 void eng_batch_add(eng *e, int32_t *n, int32_t tok, kv_pos pos, kv_seq seq, bool want);
 

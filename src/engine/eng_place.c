@@ -425,13 +425,26 @@ static bool prefix_in_flight(const eng *e, const eng_task *t)
 }
 
 /* Task t, placed in slot s, joins its pool's cells, then starts. */
+/* Starts t in slot s, placed by apply (or apply_fixed).  What can fail
+ * (memory for its sampler and grammar) comes before anything is announced:
+ * a task that cannot start ends with its ERROR, never after a PLACED, and
+ * counts as no admit; the slot keeps the cells it holds as an unnamed
+ * history. */
 static void start(eng *e, eng_task *t, slot *s, int32_t src_seq, int32_t p_share, const char *kind,
                   const char *reason)
 {
+    eng_slot_res res;
+    if (!eng_slot_prepare(e, t, &res)) {
+        eng_task_unref(t);
+        s->state = ENG_SLOT_IDLE;
+        s->session[0] = 0;
+        eng_history_done(e, s);
+        return;
+    }
     if (t->req.pool_id > 0) eng_pool_attach(e, s, t, p_share);
     eng_admit_placed(e, t);
     admitted(e, t, s, src_seq, kind, reason);
-    eng_slot_start(e, s, t);
+    eng_slot_start(e, s, t, &res);
 }
 
 void eng_place_waiting(eng *e)
