@@ -85,6 +85,84 @@ static void wait_idle(eng *e, eng_stats *s)
     CHECK_EQ_INT(st, PK_OK);
 }
 
+/* A slot restore that cannot find room keeps the history it would have
+ * replaced: the file's rows go in beside it first.  Slot 1 holds a short
+ * history, slot 0 runs a long task, and the file (a 150-token history
+ * saved from slot 0 before) does not fit in what is left even with slot
+ * 1's history dropped; the restore is refused and slot 1 still holds its
+ * history.  A second restore into a slot with room replaces it. */
+static void test_restore_keeps_history(model *m)
+{
+    const tok_vocab *v = model_vocab(m);
+    char text[2048] = "";
+    while (strlen(text) < 600) strcat(text, "Lily and Tom went to the park to play with a big red ball. ");
+    int32_t lng[512], shrt[64];
+    int n_lng, n_shrt;
+    ASSERT(tok_encode(v, text, strlen(text), true, false, lng, 512, &n_lng) == PK_OK);
+    ASSERT(tok_encode(v, "Once upon a time", 16, true, false, shrt, 64, &n_shrt) == PK_OK);
+    n_lng = 150;
+    eng_params ep = eng_default_params();
+    ep.n_slots = 2;
+    ep.n_ctx = 256;
+    ep.kv_unified = true;
+    ep.n_threads = 1;
+    ep.cache_ram_mib = 0;                       /* a dropped history is gone, not spilled */
+    eng *e;
+    ASSERT(eng_new(m, &ep, &e) == PK_OK);
+    char dir[] = "/tmp/polykv-restore-XXXXXX";
+    ASSERT(mkdtemp(dir));
+    eng_task *t;
+    collected got;
+    eng_file_reply fr;
+    eng_stats s;
+
+    eng_completion c = greedy_req(lng, n_lng, 1);
+    c.id_slot = 0;
+    CHECK(eng_submit(e, &c, &t) == PK_OK);
+    collect(t, &got);
+    eng_task_release(t);
+    CHECK_EQ_INT(eng_slot_save(e, 0, dir, "long.bin", &fr), PK_OK);
+    int32_t n_file = fr.n_tokens;
+    CHECK(n_file >= n_lng);
+    CHECK_EQ_INT(eng_erase(e, 0, NULL), PK_OK);
+
+    c = greedy_req(shrt, n_shrt, 4);
+    c.id_slot = 1;
+    CHECK(eng_submit(e, &c, &t) == PK_OK);
+    collect(t, &got);
+    eng_task_release(t);
+    wait_idle(e, &s);
+    int32_t kept = s.slots[1].hist_tokens;
+    CHECK(kept > 0);
+
+    /* Slot 0 busy with a long prompt: free + slot 1's history < the file. */
+    c = greedy_req(lng, n_lng, -1);
+    c.id_slot = 0;
+    c.ignore_eos = true;
+    eng_task *busy;
+    CHECK(eng_submit(e, &c, &busy) == PK_OK);
+    eng_event ev;
+    while (eng_task_next(busy, &ev, 20000) == PK_OK) {        /* its first token: its cells are in */
+        bool tok = ev.kind == ENG_EV_TOKEN;
+        eng_event_clear(&ev);
+        if (tok) break;
+    }
+    CHECK_EQ_INT(eng_slot_restore(e, 1, dir, "long.bin", &fr), PK_EFULL);
+    CHECK(eng_get_stats(e, &s) == PK_OK);
+    CHECK_EQ_INT(s.slots[1].hist_tokens, kept);             /* not erased by the refused restore */
+    eng_task_cancel(busy);
+    eng_task_release(busy);
+    wait_idle(e, &s);
+    CHECK_EQ_INT(eng_slot_restore(e, 1, dir, "long.bin", &fr), PK_OK);
+    CHECK(eng_get_stats(e, &s) == PK_OK);
+    CHECK_EQ_INT(s.slots[1].hist_tokens, n_file);
+    char path[128];
+    snprintf(path, sizeof path, "%s/long.bin", dir);
+    unlink(path);
+    rmdir(dir);
+    eng_free(e);
+}
+
 int main(void)
 {
     const char *shared = test_shared_dir();
@@ -245,6 +323,7 @@ int main(void)
     CHECK_EQ_INT(s.n_running, 0);
 
     eng_free(e);
+    test_restore_keeps_history(m);
     model_free(m);
     return test_finish();
 }

@@ -107,6 +107,31 @@ static void slot_save(eng *e, slot *s, eng_call *c)
     o->n_bytes = sav_file_bytes(&h);
 }
 
+/* Slot s's history becomes the n positions of image: copied in under a
+ * spare id first, so that the history it replaces (as llama-server's
+ * restore does) goes only once nothing can fail; until then it is not room
+ * for its own replacement.  PK_EFULL (no spare id, or no room), PK_ENOMEM:
+ * the old history is kept. */
+static pk_status replace_history(eng *e, slot *s, int32_t n, const uint8_t *image)
+{
+    kv_seq tmp = eng_seq_take(e, ENG_SEQ_PARKED);
+    if (tmp < 0) return PK_EFULL;
+    s->state = ENG_SLOT_PREFILL;        /* busy: eng_make_room never drops it */
+    bool room = eng_make_room(e, n);
+    s->state = ENG_SLOT_IDLE;
+    pk_status st = room ? mem_copy_in(e->mem, tmp, 0, n, image) : PK_EFULL;
+    if (st == PK_OK) {
+        int32_t n_dropped;
+        eng_drop_histories(e, s->id, "replaced by a restore", &n_dropped);
+        ASSERT(s->n_cache == 0 && mem_seq_cells(e->mem, s->id) == 0);
+        mem_share(e->mem, tmp, s->id, 0, n);
+        mem_charge(e->mem, s->id, 0, n);
+        mem_drop(e->mem, tmp);
+    }
+    eng_seq_give(e, tmp);
+    return st;
+}
+
 static void slot_restore(eng *e, slot *s, eng_call *c)
 {
     eng_file_reply *o = c->u.file.out;
@@ -132,14 +157,12 @@ static void slot_restore(eng *e, slot *s, eng_call *c)
         reply(o, st, "Unable to restore slot: %s", why);
         return;
     }
-    /* Its old history goes first, as llama-server's restore replaces it. */
-    int32_t n_dropped;
-    eng_drop_histories(e, s->id, "erased", &n_dropped);
-    ASSERT(s->n_cache == 0 && mem_seq_cells(e->mem, s->id) == 0);
     int32_t n = (int32_t)h.n_tokens;
-    if (!eng_make_room(e, n) || mem_copy_in(e->mem, s->id, 0, n, rows) != PK_OK) {
+    st = replace_history(e, s, n, rows);
+    if (st != PK_OK) {
         free(buf);
-        reply(o, PK_EFULL, "%s", "Unable to restore slot: no room in the KV cache");
+        reply(o, st, "Unable to restore slot: %s",
+              st == PK_EFULL ? "no room in the KV cache beside the slot's history" : "out of memory");
         return;
     }
     memcpy(s->cache, tok, (size_t)n * sizeof *tok);
