@@ -117,7 +117,7 @@ static bool drain(eng_task *t, run *r, int i)
     eng_event ev;
     for (;;) {
         pk_status st = eng_task_next(t, &ev, 20000);
-        if (st == PK_EFULL) return false;
+        if (st == PK_ETIMEDOUT) return false;
         if (st != PK_OK) return true;
         if (ev.kind == ENG_EV_TOKEN && r->n_tok[i] < N_GEN + 1) r->tok[i][r->n_tok[i]++] = ev.token;
         if (ev.kind == ENG_EV_PLACED) r->placed[i] = true;

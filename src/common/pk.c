@@ -20,6 +20,8 @@ const char *pk_status_str(pk_status st)
     case PK_EUNSUPPORTED: return "unsupported";
     case PK_ENOTFOUND:    return "not found";
     case PK_ECONFLICT:    return "conflict";
+    case PK_ETIMEDOUT:    return "no answer in time";
+    case PK_EREFUSED:     return "refused by policy, retry later";
     }
     return "unknown status";
 }

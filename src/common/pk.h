@@ -26,6 +26,8 @@ typedef enum pk_status {
     PK_ENOTFOUND    = -8,  /* no such key / tensor / sequence */
     PK_ECONFLICT    = -9,  /* the object's state forbids it (children, users, a
                               different prefix) */
+    PK_ETIMEDOUT    = -10, /* nothing came within the wait: ask again */
+    PK_EREFUSED     = -11, /* a policy said no (admission): retry later */
 } pk_status;
 
 /* Returns a static, human-readable name for a status ("out of memory"). */

@@ -203,7 +203,7 @@ pk_status eng_submit(eng *e, const eng_completion *c, eng_task **out);
  * it cannot grow, the task ends with an ERROR (PK_ENOMEM) in the entry
  * kept for it, and the engine stops the task.
  * Waits up to timeout_ms (< 0: forever) for the task's next event.
- * PK_OK with *ev filled (clear it with eng_event_clear), PK_EFULL on timeout,
+ * PK_OK with *ev filled (clear it with eng_event_clear), PK_ETIMEDOUT on timeout,
  * PK_ENOTFOUND after the last event (DONE or ERROR) was read. */
 pk_status eng_task_next(eng_task *t, eng_event *ev, int timeout_ms);
 void eng_event_clear(eng_event *ev);

@@ -305,7 +305,7 @@ void eng_capacity_msg(eng *e, eng_call *c)
 
 static void refuse(eng_task *t, const adm_answer *a)
 {
-    eng_event ev = { .kind = ENG_EV_ERROR, .status = PK_EFULL, .has_cap = true, .cap = *a };
+    eng_event ev = { .kind = ENG_EV_ERROR, .status = PK_EREFUSED, .has_cap = true, .cap = *a };
     snprintf(ev.message, sizeof ev.message, "admission refused: %s", a->reason);
     eng_task_push(t, &ev);
 }

@@ -142,7 +142,7 @@ pk_status eng_task_next(eng_task *t, eng_event *ev, int timeout_ms)
         } else if (pthread_cond_timedwait(&t->cv, &t->mu, &until) == ETIMEDOUT) {
             if (t->q_n == 0 && !t->drained) {
                 pthread_mutex_unlock(&t->mu);
-                return PK_EFULL;
+                return PK_ETIMEDOUT;
             }
         }
     }

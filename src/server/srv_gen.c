@@ -38,7 +38,7 @@ static void gen_free(void *cls)
     free(g);
 }
 
-/* gen_next's wait, PK_EFULL when no event came within wait_ms. */
+/* gen_next's wait, PK_ETIMEDOUT when no event came within wait_ms. */
 static pk_status gen_wait(srv_gen *g, eng_event *ev, double wait_ms)
 {
     double t_end = pk_time_ms() + wait_ms;
@@ -51,9 +51,9 @@ static pk_status gen_wait(srv_gen *g, eng_event *ev, double wait_ms)
                 return PK_ECANCELLED;
             }
         }
-        if (now >= t_end) return PK_EFULL;
+        if (now >= t_end) return PK_ETIMEDOUT;
         pk_status st = eng_task_next(g->task, ev, (int)MIN(SRV_POLL_MS, t_end - now + 1));
-        if (st != PK_EFULL) return st;
+        if (st != PK_ETIMEDOUT) return st;
     }
 }
 
@@ -98,7 +98,8 @@ static void gen_take(srv_gen *g, const eng_event *ev)
         break;
     case ENG_EV_ERROR: {
         unsigned status = ev->status == PK_EINVAL ? 400 : ev->status == PK_ENOTFOUND ? 404
-                        : ev->status == PK_ECONFLICT ? 409 : ev->status == PK_ECANCELLED ? 503 : 500;
+                        : ev->status == PK_ECONFLICT ? 409 : ev->status == PK_EREFUSED ? 429
+                        : ev->status == PK_ECANCELLED ? 503 : 500;
         g->failed = true;
         if (ev->has_cap) {
             status = 429;
@@ -384,7 +385,7 @@ static ssize_t gen_read(void *cls, uint64_t pos, char *buf, size_t max)
         eng_event ev;
         pk_status st = gen_wait(g, &ev, keepalive_ms(g->s));
         if (st == PK_ECANCELLED) return MHD_CONTENT_READER_END_WITH_ERROR;
-        if (st == PK_EFULL) {
+        if (st == PK_ETIMEDOUT) {
             /* Queued or prefilling: an SSE comment keeps the connection
              * inside its idle timeout (clients skip comments). */
             static const char ping[] = ": keep-alive\n\n";
@@ -403,7 +404,7 @@ static ssize_t gen_read(void *cls, uint64_t pos, char *buf, size_t max)
             eng_event_clear(&ev);
             if (g->finished || g->n_out >= GEN_BATCH_BYTES) break;
             st = eng_task_next(g->task, &ev, 0);
-            if (st == PK_EFULL) break;
+            if (st == PK_ETIMEDOUT) break;
         }
     }
     size_t n = MIN(max, g->n_out - g->out_pos);
@@ -532,7 +533,7 @@ static bool gen_placed(srv_req *r, srv_gen *g, enum MHD_Result *ret)
         *ret = MHD_NO;
         return false;
     }
-    if (st == PK_EFULL) return true;
+    if (st == PK_ETIMEDOUT) return true;
     if (st != PK_OK || ev.kind != ENG_EV_PLACED) {
         if (st == PK_OK) gen_take(g, &ev);
         else srv_fail(&g->err, 500, NULL, "the task ended without a result");
