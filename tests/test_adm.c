@@ -1071,9 +1071,9 @@ static void test_property(int n_cases)
                         dv.M_long);
         }
         n_guar += a.guaranteed;
-        n_settle += a.arm == 6;
-        n_floor += a.arm == 7;
-        n_ctx += a.arm == 1;
+        n_settle += a.arm == ADM_ARM_SETTLING;
+        n_floor += a.arm == ADM_ARM_FLOOR;
+        n_ctx += a.arm == ADM_ARM_CONTEXT;
         n_curve += !strcmp(a.projection_basis, "load curve");
         n_knee += !strcmp(a.projection_basis, "knee");
         /* The gate's promises. */
@@ -1082,7 +1082,7 @@ static void test_property(int n_cases)
         adm_action act = adm_gate(&w.p, &a, w.snap.known_session, over, waited);
         bool ok = true;
         if (w.snap.known_session || over || w.p.mode == ADM_ADVISORY) ok &= act == ADM_ADMIT;
-        if (a.arm == 6) ok &= act != ADM_REFUSE;
+        if (a.arm == ADM_ARM_SETTLING) ok &= act != ADM_REFUSE;
         if (w.snap.n_pending_new > 0 && w.p.settle_max_ms > 0) ok &= a.settling;
         if (a.can_admit) ok &= act == ADM_ADMIT;
         if (a.guaranteed) ok &= act == ADM_ADMIT;

@@ -478,23 +478,23 @@ pk_status adm_decide(const adm_snapshot *s, adm_answer *out)
     }
     bool floor_fails = p->target_tps > 0 && isfinite(a.projected) && a.projected - a.floor_margin_tps < p->target_tps;
     if (s->expected_tokens > a.ctx_headroom_tokens) {
-        a.arm = 1, a.reason = "context headroom exhausted";
+        a.arm = ADM_ARM_CONTEXT, a.reason = "context headroom exhausted";
     } else if (s->known_session) {
-        a.arm = 2, a.can_admit = true, a.reason = "ok";
+        a.arm = ADM_ARM_KNOWN, a.can_admit = true, a.reason = "ok";
     } else if (n_live < p->guarantee_min_sessions) {
-        a.arm = 3, a.can_admit = true, a.guaranteed = true, a.reason = "guaranteed minimum";
+        a.arm = ADM_ARM_GUARANTEED, a.can_admit = true, a.guaranteed = true, a.reason = "guaranteed minimum";
     } else if (s->n_busy_slots >= s->n_slots) {
-        a.arm = 4, a.reason = "no sequence id left";
+        a.arm = ADM_ARM_NO_SLOT, a.reason = "no sequence id left";
     } else if (a.headroom_sessions < 1) {
-        a.arm = 5, a.reason = "kv headroom exhausted";
+        a.arm = ADM_ARM_KV, a.reason = "kv headroom exhausted";
     } else if (a.settling) {
-        a.arm = 6, a.reason = "measurement settling";
+        a.arm = ADM_ARM_SETTLING, a.reason = "measurement settling";
     } else if (floor_fails) {
-        a.arm = 7;
+        a.arm = ADM_ARM_FLOOR;
         a.reason = a.idle_estimate ? "projected mean tps below floor (idle estimate)"
                                    : "projected mean tps below floor";
     } else {
-        a.arm = 8, a.can_admit = true, a.reason = "ok";
+        a.arm = ADM_ARM_OK, a.can_admit = true, a.reason = "ok";
     }
     a.retry_after_s = retry_after(s, &a);
     *out = a;
@@ -505,7 +505,7 @@ adm_action adm_gate(const adm_policy *p, const adm_answer *a, bool known_session
                     double waited_ms)
 {
     if (!p->set || p->mode != ADM_ENFORCED || known_session || overcommit || a->can_admit) return ADM_ADMIT;
-    if (a->arm == 6) return ADM_HOLD;                       /* settling: bounded by settle_max_ms */
+    if (a->arm == ADM_ARM_SETTLING) return ADM_HOLD;                       /* settling: bounded by settle_max_ms */
     switch (p->on_saturation) {
     case ADM_WARN: return ADM_ADMIT_WARN;
     case ADM_QUEUE: return waited_ms < p->queue_max_ms ? ADM_HOLD : ADM_REFUSE;

@@ -301,10 +301,23 @@ typedef struct adm_snapshot {
     int32_t rate_window_tokens;     /*   a settle then takes the speeds as they are */
 } adm_snapshot;
 
+/* The arms of the decision, in the order they are tried: the first that
+ * applies answers (docs/admission.md's table, rows 1..8). */
+typedef enum adm_arm {
+    ADM_ARM_CONTEXT = 1,        /* expected_tokens over the context headroom: no */
+    ADM_ARM_KNOWN,              /* a known session continues: yes */
+    ADM_ARM_GUARANTEED,         /* under the guaranteed minimum: yes */
+    ADM_ARM_NO_SLOT,            /* every slot busy: no */
+    ADM_ARM_KV,                 /* KV headroom under one session: no */
+    ADM_ARM_SETTLING,           /* an admit's drop not measured yet: no, held */
+    ADM_ARM_FLOOR,              /* projected mean below the floor: no */
+    ADM_ARM_OK,                 /* yes */
+} adm_arm;
+
 typedef struct adm_answer {
     bool can_admit;
     const char *reason;             /* static: one of the manual's reasons */
-    int arm;                        /* 1..8, the row of the manual's table */
+    adm_arm arm;                    /* the row of the manual's table that answered */
     double mean_active_tps;         /* M, 0 when nobody is warm */
     double mean_long_tps;           /* the long-run mean at the load of now, NAN none */
     double projected;               /* the projected mean (NAN: nothing to project) */

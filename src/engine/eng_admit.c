@@ -371,14 +371,14 @@ bool eng_admit_gate(eng *e, eng_task *t, int32_t p_share, bool *failed)
         t->adm_warned = true;
         return true;
     case ADM_HOLD: {
-        eng_adm_decision d = a.arm == 6 ? ENG_ADM_HOLD : ENG_ADM_QUEUE;
+        eng_adm_decision d = a.arm == ADM_ARM_SETTLING ? ENG_ADM_HOLD : ENG_ADM_QUEUE;
         if (!t->adm_held) {
             sc->decisions[d]++;
             log_decision(e, t, pool, d, &a);
         }
         t->adm_held = true;
         eng_pend_held(e, t);
-        if (a.arm != 1) {                  /* held for the scope, not for its own size */
+        if (a.arm != ADM_ARM_CONTEXT) {                  /* held for the scope, not for its own size */
             sc->held_pass = e->wq.place_pass;
             sc->held_decision = (int32_t)d;
         }
