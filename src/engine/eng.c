@@ -8,7 +8,7 @@
  *     -> decode -> sample_and_emit -> eng_admit_step -> publish [-> eng_check]
  *
  *   slot[i] decodes under sequence i.  Its `cache` mirrors the tokens
- *   whose state is in that sequence (positions 0..n_cache-1), which is what
+ *   whose state is in that sequence (positions 0..n_hist-1), which is what
  *   the prompt cache matches new prompts against.
  */
 #include "eng.h"
@@ -186,20 +186,20 @@ static bool ctx_shift(eng *e, slot *s)
     if (!e->p.ctx_shift) return false;
     s->truncated = true;
     const eng_completion *rq = &s->task->req;
-    int32_t n_keep = rq->n_keep < 0 ? s->n_prompt : MIN(rq->n_keep, s->n_cache - 2);
-    n_keep = MAX(n_keep, s->n_cache > 0 && s->cache[0] == tok_bos(model_vocab(e->m)) ? 1 : 0);   /* BOS stays */
-    int32_t left = s->n_cache - n_keep;
+    int32_t n_keep = rq->n_keep < 0 ? s->n_prompt : MIN(rq->n_keep, s->n_hist - 2);
+    n_keep = MAX(n_keep, s->n_hist > 0 && s->hist[0] == tok_bos(model_vocab(e->m)) ? 1 : 0);   /* BOS stays */
+    int32_t left = s->n_hist - n_keep;
     int32_t n_discard = rq->n_discard > 0 ? MIN(rq->n_discard, left - 1) : left / 2;
     if (n_discard < 1) return false;
     pk_status st = mem_shift(e->mem, s->id, n_keep, n_discard);
     if (st == PK_ECONFLICT) return false;
     if (st != PK_OK) {
-        s->n_cache = n_keep;
+        s->n_hist = n_keep;
         return false;
     }
-    memmove(s->cache + n_keep, s->cache + n_keep + n_discard,
-            (size_t)(s->n_cache - n_keep - n_discard) * sizeof *s->cache);
-    s->n_cache -= n_discard;
+    memmove(s->hist + n_keep, s->hist + n_keep + n_discard,
+            (size_t)(s->n_hist - n_keep - n_discard) * sizeof *s->hist);
+    s->n_hist -= n_discard;
     return true;
 }
 
@@ -242,7 +242,7 @@ static void on_token(eng *e, slot *s, int32_t id, float lp, const smp_logprob *t
     /* llama-server's rule: a slot stops (or shifts) once its cache plus the
      * token just sampled would fill the context, so the last token sampled
      * always has a cell to go to: a prompt of P tokens gets n_ctx - P. */
-    bool full = !done && s->n_cache + 1 >= e->n_ctx_slot;
+    bool full = !done && s->n_hist + 1 >= e->n_ctx_slot;
     if (full && ctx_shift(e, s)) full = false;
     if (full) s->truncated = true;                /* it ends here: say so */
     emit_token(s, id, lp, top, n_top, done || full ? s->text_len : upto);
@@ -302,8 +302,8 @@ void eng_slot_start(eng *e, slot *s, eng_task *t, eng_slot_res *res)
     s->gm = gm;
     smp_free(s->smp);
     s->smp = smp;
-    s->n_prefilled = s->n_cache;
-    s->n_cached = s->n_cache;
+    s->n_prefilled = s->n_hist;
+    s->n_cached = s->n_hist;
     s->n_prompt = t->req.n_prompt;
     s->n_gen = 0;
     s->truncated = false;
@@ -371,7 +371,7 @@ static int32_t build_batch(eng *e, int32_t *n_dec)
     for (int32_t i = 0; i < e->p.n_slots && n < e->p.n_batch; i++) {
         slot *s = &e->slots[i];
         if (s->state != ENG_SLOT_DECODE) continue;
-        eng_batch_add(e, &n, s->next_token, s->n_cache, s->id, true);
+        eng_batch_add(e, &n, s->next_token, s->n_hist, s->id, true);
         s->logits_row = n_rows++;
     }
     *n_dec = n;
@@ -407,7 +407,7 @@ static bool shed_newest(eng *e)
     eng_task_fail(v->task, PK_EFULL, "the context size has been exceeded: no free KV cell is left for this "
                                     "request (older requests and pools hold them)");
     mem_drop(e->mem, v->id);
-    v->n_cache = 0;
+    v->n_hist = 0;
     v->session[0] = 0;
     eng_pool_detach(e, v);
     slot_release(e, v);
@@ -427,14 +427,14 @@ static pk_status decode(eng *e, int32_t n, int32_t n_dec)
     e->stat.step++;
     e->stat.n_decode_calls++;
     for (int32_t i = 0; st == PK_OK && i < e->p.n_slots; i++)
-        e->stat.n_tokens_max = MAX(e->stat.n_tokens_max, e->slots[i].n_cache);
+        e->stat.n_tokens_max = MAX(e->stat.n_tokens_max, e->slots[i].n_hist);
     eng_pool_decoded(e, st);
     if (st != PK_OK) {
         for (int32_t i = 0; i < e->p.n_slots; i++) {
             slot *s = &e->slots[i];
             if (s->state == ENG_SLOT_IDLE) continue;
             eng_task_fail(s->task, st, st == PK_EFULL ? "the KV cache is full" : "decode failed");
-            mem_keep(e->mem, s->id, s->n_cache);
+            mem_keep(e->mem, s->id, s->n_hist);
             slot_release(e, s);
         }
         return st;
@@ -463,9 +463,9 @@ static void sample_and_emit(eng *e, int32_t n, int32_t n_dec_batch)
     for (int32_t i = 0; i < n; i++) {
         if (e->batch.b_seq[i][0] >= e->p.n_slots) continue;   /* a pool's: eng_pool_decoded */
         slot *s = &e->slots[e->batch.b_seq[i][0]];
-        s->cache[e->batch.b_pos[i]] = e->batch.b_tok[i];
-        s->n_cache = e->batch.b_pos[i] + 1;
-        if (s->state == ENG_SLOT_PREFILL) s->n_prefilled = s->n_cache;
+        s->hist[e->batch.b_pos[i]] = e->batch.b_tok[i];
+        s->n_hist = e->batch.b_pos[i] + 1;
+        if (s->state == ENG_SLOT_PREFILL) s->n_prefilled = s->n_hist;
     }
     for (int32_t i = 0; i < e->p.n_slots; i++) {
         slot *s = &e->slots[i];
@@ -613,7 +613,7 @@ void eng_stats_fill(eng *e, eng_stats *o)
         si->id = i;
         si->state = s->state;
         si->n_ctx = e->n_ctx_slot;
-        si->n_past = s->n_cache;
+        si->n_past = s->n_hist;
         si->n_cached = s->n_cached;
         si->n_prompt = s->n_prompt;
         si->n_decoded = s->n_gen;

@@ -98,7 +98,7 @@ void eng_adm_inputs(eng *e, eng_adm_in *in)
             .recent = slot_history_within(s, now_s, adm_live_ms(s->max_gap_ms)),
             .pausing = slot_history_within(s, now_s, adm_turn_ms(s->max_gap_ms)),
             .tps_ewma = adm_rate_tps(&s->rate), .n_decoded = running ? s->n_gen : 0,
-            .tokens_left = rq && rq->n_predict >= 0 ? rq->n_predict - s->n_gen : -1, .ctx_used = s->n_cache,
+            .tokens_left = rq && rq->n_predict >= 0 ? rq->n_predict - s->n_gen : -1, .ctx_used = s->n_hist,
             .kv_owned = mem_seq_owned(e->mem, s->id), .task_id = running ? s->task->id : 0 };
         memcpy(in->slot[i].session, s->session, ENG_SESSION_CAP);
         if (slot_knows(s) && s->session[0])

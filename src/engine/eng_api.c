@@ -376,7 +376,7 @@ static void teardown(eng *e)
         slot *s = &e->slots[i];
         smp_free(s->smp);
         gram_matcher_free(s->gm);
-        free(s->cache);
+        free(s->hist);
         free(s->text);
     }
     for (int32_t i = 0; i < e->batch.n_gram_idle; i++) gram_matcher_free(e->batch.gram_idle[i]);
@@ -453,7 +453,7 @@ pk_status eng_new(const model *m, const eng_params *p, eng **out)
     for (int32_t i = 0; i < p->n_slots; i++) {
         e->slots[i].id = i;
         e->slots[i].last_source_seq = -1;
-        if (!(e->slots[i].cache = malloc((size_t)e->n_ctx_slot * sizeof(int32_t)))) goto fail;
+        if (!(e->slots[i].hist = malloc((size_t)e->n_ctx_slot * sizeof(int32_t)))) goto fail;
     }
     if ((st = eng_place_init(e)) || (st = eng_pool_init(e)) || (st = eng_save_init(e))) goto fail;
     st = PK_ENOMEM;

@@ -14,8 +14,8 @@
  *   scratch    the idle matchers, the event and rate rings in range; the
  *              step's admission snapshot not left over; the server policy
  *              valid; asleep (atomic) agrees with sleeping
- *   slots      busy <=> a task; the slot's cells are exactly its n_cache
- *              positions [0, n_cache)
+ *   slots      busy <=> a task; the slot's cells are exactly its n_hist
+ *              positions [0, n_hist)
  *   histories  eng_hist_check: a parked record holds a parking id and
  *              exactly [0, n_tokens) under it, a RAM record an image;
  *              counts and spill_bytes add up; no entry left pinned
@@ -29,7 +29,7 @@ static void check_asleep(const eng *e)
 {
     ASSERT(!e->ctx && !e->mem && e->wq.n_waiting == 0 && model_weights_released(e->m));
     for (int32_t i = 0; i < e->p.n_slots; i++)
-        ASSERT(e->slots[i].state == ENG_SLOT_IDLE && e->slots[i].n_cache == 0 && !e->slots[i].pool_id);
+        ASSERT(e->slots[i].state == ENG_SLOT_IDLE && e->slots[i].n_hist == 0 && !e->slots[i].pool_id);
     ASSERT(e->hist.n_parked == 0 && e->hist.n_spilled == 0 && e->hist.spill_bytes == 0);
 }
 
@@ -73,8 +73,8 @@ static void check_slots(const eng *e)
         ASSERT(e->seqs.kind[i] == ENG_SEQ_SLOT);
         ASSERT((s->state != ENG_SLOT_IDLE) == (s->task != NULL));
         ASSERT(!s->task || !s->task->pend);
-        ASSERT(s->n_cache >= 0 && s->n_cache <= e->n_ctx_slot);
-        ASSERT(mem_holds(e->mem, s->id, s->n_cache));
+        ASSERT(s->n_hist >= 0 && s->n_hist <= e->n_ctx_slot);
+        ASSERT(mem_holds(e->mem, s->id, s->n_hist));
     }
 }
 

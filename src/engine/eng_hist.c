@@ -118,7 +118,7 @@ static int32_t take_rec(eng *e, const int32_t *tokens, int32_t n, int32_t marker
 int32_t eng_hist_park(eng *e, const slot *s, int32_t pool_id)
 {
     if (e->hist.n_parked >= e->hist.n_parked_max) return -1;
-    int32_t i = take_rec(e, s->cache, s->n_cache, s->marker_pos, s->last_use_s, s->session, s->max_gap_ms,
+    int32_t i = take_rec(e, s->hist, s->n_hist, s->marker_pos, s->last_use_s, s->session, s->max_gap_ms,
                          pool_id);
     if (i < 0) return -1;
     hrec *r = &e->hist.rec[i];
@@ -129,7 +129,7 @@ int32_t eng_hist_park(eng *e, const slot *s, int32_t pool_id)
     }
     r->where = HIST_PARKED;
     e->hist.n_parked++;
-    mem_share(e->mem, s->id, r->seq, 0, s->n_cache);
+    mem_share(e->mem, s->id, r->seq, 0, s->n_hist);
     return i;
 }
 
@@ -207,7 +207,7 @@ int32_t eng_spill(eng *e, kv_seq seq, const int32_t *tokens, int32_t n, int32_t 
     return i;
 }
 
-bool eng_restore(eng *e, int32_t i, kv_seq dst, int32_t p0, int32_t p1)
+bool eng_hist_copy_in(eng *e, int32_t i, kv_seq dst, int32_t p0, int32_t p1)
 {
     const hrec *r = &e->hist.rec[i];
     int32_t n = p1 - p0;

@@ -144,8 +144,8 @@ typedef struct slot {
     int32_t id;                 /* also its KV sequence id */
     eng_slot_state state;
     eng_task *task;
-    int32_t *cache;             /* [n_ctx_slot] tokens in KV sequence id: the history */
-    int32_t n_cache;
+    int32_t *hist;              /* [n_ctx_slot] its history's tokens, state under sequence id */
+    int32_t n_hist;             /* the history's length: positions [0, n_hist) */
     double last_use_s;          /* end of the history's last actual use */
     bool moved;                 /* its conversation went on in another slot */
     double max_gap_ms;          /* its conversation's longest pause between turns, 0 none */
@@ -183,12 +183,12 @@ static inline bool history_within(double last_use_s, double now_s, double ms)
  * its next request a continuation (eng_session_known, eng_adm_inputs). */
 static inline bool slot_knows(const slot *s)
 {
-    return s->state != ENG_SLOT_IDLE || s->n_cache > 0;
+    return s->state != ENG_SLOT_IDLE || s->n_hist > 0;
 }
 
 static inline bool slot_history_within(const slot *s, double now_s, double ms)
 {
-    return s->n_cache > 0 && !s->moved && history_within(s->last_use_s, now_s, ms);
+    return s->n_hist > 0 && !s->moved && history_within(s->last_use_s, now_s, ms);
 }
 
 /* A slot decoding with a speed to count: admission's warm rule (adm.c's
@@ -290,7 +290,7 @@ typedef struct eng_counters {
     double prompt_tps;          /* EWMA of prefill tokens/s */
     uint64_t n_prompt_tokens, n_predicted_tokens, n_decode_calls, n_busy_slots_sum, n_done;
     double control_ms;          /* see eng_stats.control_ms_total */
-    int32_t n_tokens_max;       /* largest slot n_cache seen after a decode */
+    int32_t n_tokens_max;       /* largest slot n_hist seen after a decode */
     uint64_t n_tokens_reused, n_tokens_read, n_tokens_restored;
     double prompt_ms_total, predicted_ms_total;
     eng_cache_event events[ENG_CACHE_EVENTS];
@@ -401,7 +401,7 @@ int32_t eng_spill(eng *e, kv_seq seq, const int32_t *tokens, int32_t n, int32_t 
                   const char *session, double max_gap_ms, int32_t pool_id);
 /* Copies RAM record i's positions [p0, p1) into free cells joined to dst.
  * The caller has made room.  false when cells are missing. */
-bool eng_restore(eng *e, int32_t i, kv_seq dst, int32_t p0, int32_t p1);
+bool eng_hist_copy_in(eng *e, int32_t i, kv_seq dst, int32_t p0, int32_t p1);
 bool eng_hist_check(const eng *e);
 void eng_hist_stats(eng *e, eng_stats *o);
 

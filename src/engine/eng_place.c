@@ -93,9 +93,9 @@ static void snapshot(eng *e, const eng_task *t, snap *sn)
         slot *s = &e->slots[i];
         bool busy = s->state != ENG_SLOT_IDLE;
         sn->slots[i] = (pol_slot){ .id = i, .busy = busy, .hist = -1 };
-        if (s->n_cache <= 0) continue;
-        int32_t marker = busy ? pol_last_marker(s->cache, s->n_cache, e->hist.marker, e->hist.n_marker) : s->marker_pos;
-        sn->hists[nh] = (pol_hist){ .seq = s->id, .tokens = s->cache, .n_tokens = s->n_cache,
+        if (s->n_hist <= 0) continue;
+        int32_t marker = busy ? pol_last_marker(s->hist, s->n_hist, e->hist.marker, e->hist.n_marker) : s->marker_pos;
+        sn->hists[nh] = (pol_hist){ .seq = s->id, .tokens = s->hist, .n_tokens = s->n_hist,
                                     .marker_pos = marker, .last_use_s = busy ? now : s->last_use_s,
                                     .valid = true, .n_cells_excl = sn->excl[s->id] };
         sn->kind[nh] = H_SLOT;
@@ -179,7 +179,7 @@ static void drop_hist(eng *e, const snap *sn, int32_t h, const char *why, bool s
     if (kind == H_SLOT) {
         slot *s = &e->slots[i];
         mem_drop(e->mem, ph->seq);
-        s->n_cache = 0;
+        s->n_hist = 0;
         s->session[0] = 0;
         eng_pool_detach(e, s);
     } else {
@@ -228,13 +228,13 @@ static void admitted(eng *e, eng_task *t, slot *s, int32_t src_seq, const char *
      * known by its name only (agents' prompts share more than the pool's
      * prefix: "Agent 3:" continues no history of "Agent 1:"). */
     const char *sid = t->req.session_id;
-    bool carries_s = sid[0] ? !strcmp(s->session, sid) : s->n_cache > s->pool_shared && src_seq == s->id;
-    const slot *from = s->n_cache > 0 && carries_s ? s : NULL;
+    bool carries_s = sid[0] ? !strcmp(s->session, sid) : s->n_hist > s->pool_shared && src_seq == s->id;
+    const slot *from = s->n_hist > 0 && carries_s ? s : NULL;
     for (int32_t i = 0; i < e->p.n_slots; i++) {
         slot *o = &e->slots[i];
         if (o == s) continue;
         bool named = sid[0] && !strcmp(o->session, sid);
-        bool carried = !sid[0] && i == src_seq && o->state == ENG_SLOT_IDLE && s->n_cache > s->pool_shared;
+        bool carried = !sid[0] && i == src_seq && o->state == ENG_SLOT_IDLE && s->n_hist > s->pool_shared;
         if (named || carried) {
             o->session[0] = 0;
             o->moved = true;
@@ -251,29 +251,29 @@ static void admitted(eng *e, eng_task *t, slot *s, int32_t src_seq, const char *
     }
     s->max_gap_ms = last_use_s > 0 ? fmax(max_gap, (eng_now_s() - last_use_s) * 1000.0) : 0;
     memcpy(s->session, t->req.session_id, sizeof s->session);
-    s->last_source_seq = s->n_cache > 0 ? src_seq : -1;
-    s->last_reused = s->n_cache;
+    s->last_source_seq = s->n_hist > 0 ? src_seq : -1;
+    s->last_reused = s->n_hist;
     snprintf(s->last_reason, sizeof s->last_reason, "%s", reason);
     eng_cache_event ev = { .kind = ENG_CACHE_PLACE, .task_id = t->id, .slot = s->id, .seq = s->id };
     snprintf(ev.reason, sizeof ev.reason, "%s", kind);
     eng_cache_event_add(e, &ev);
     ev = (eng_cache_event){ .kind = ENG_CACHE_ADMIT, .task_id = t->id, .slot = s->id,
-                            .seq = s->last_source_seq, .n_reused = s->n_cache,
-                            .n_read = t->req.n_prompt - s->n_cache };
+                            .seq = s->last_source_seq, .n_reused = s->n_hist,
+                            .n_read = t->req.n_prompt - s->n_hist };
     snprintf(ev.reason, sizeof ev.reason, "%s", reason);
     eng_cache_event_add(e, &ev);
-    e->stat.n_tokens_reused += (uint64_t)s->n_cache;
-    e->stat.n_tokens_read += (uint64_t)(t->req.n_prompt - s->n_cache);
+    e->stat.n_tokens_reused += (uint64_t)s->n_hist;
+    e->stat.n_tokens_read += (uint64_t)(t->req.n_prompt - s->n_hist);
     if (t->req.report_placed) {
         eng_event pe = { .kind = ENG_EV_PLACED, .slot = s->id, .n_prompt = t->req.n_prompt,
-                         .n_cached = s->n_cache, .pool_id = s->pool_id, .pool_shared = s->pool_shared,
+                         .n_cached = s->n_hist, .pool_id = s->pool_id, .pool_shared = s->pool_shared,
                          .warned = t->adm_warned, .sessions_remaining = t->adm_remaining };
         eng_task_push(t, &pe);
     }
-    s->n_progress = s->n_cache;
+    s->n_progress = s->n_hist;
     if (t->req.report_progress) {
         eng_event pe = { .kind = ENG_EV_PROGRESS, .slot = s->id, .n_prompt = t->req.n_prompt,
-                         .n_cached = s->n_cache, .n_processed = s->n_cache };
+                         .n_cached = s->n_hist, .n_processed = s->n_hist };
         eng_task_push(t, &pe);
     }
 }
@@ -298,62 +298,62 @@ static int32_t apply(eng *e, snap *sn, eng_task *t, const pol_decision *d)
         if (sn->kind[d->drop[k]] != H_RAM) drop_hist(e, sn, d->drop[k], "room for a park", true);
     if (d->park >= 0 && !park(e, s, pool, t->id)) {
         eng_cache_event ev = { .kind = ENG_CACHE_DROP, .task_id = t->id, .slot = s->id, .seq = s->id,
-                               .n_tokens = s->n_cache, .value = hist_value(e, &sn->hists[d->park]) };
+                               .n_tokens = s->n_hist, .value = hist_value(e, &sn->hists[d->park]) };
         snprintf(ev.reason, sizeof ev.reason, "overwritten: no reserve id or memory to park it");
         eng_cache_event_add(e, &ev);
-    } else if (d->park < 0 && s->n_cache > d->n_keep && sn->slots[d->slot].hist >= 0) {
+    } else if (d->park < 0 && s->n_hist > d->n_keep && sn->slots[d->slot].hist >= 0) {
         /* Not parked in the cache: when it is still worth keeping and no
          * other history or the request itself holds it, keep it in RAM. */
         int32_t h = sn->slots[d->slot].hist;
         pol_park_plan plan;
         double kept_at = e->p.policy.park_kept_share;
         if (pol_park(&sn->s, h, d->source, 0, &plan) == PK_OK &&
-            !(kept_at > 0 && plan.kept_share >= kept_at) && worth_ram(s->n_cache, plan.value) &&
-            eng_spill(e, s->id, s->cache, s->n_cache, s->marker_pos, s->last_use_s, s->session, s->max_gap_ms,
+            !(kept_at > 0 && plan.kept_share >= kept_at) && worth_ram(s->n_hist, plan.value) &&
+            eng_spill(e, s->id, s->hist, s->n_hist, s->marker_pos, s->last_use_s, s->session, s->max_gap_ms,
                       pool) >= 0) {
             eng_cache_event ev = { .kind = ENG_CACHE_PARK, .task_id = t->id, .slot = s->id, .seq = s->id,
-                                   .n_tokens = s->n_cache, .value = plan.value };
+                                   .n_tokens = s->n_hist, .value = plan.value };
             snprintf(ev.reason, sizeof ev.reason, "slot %d's history spilled to RAM (%s)", s->id, plan.why);
             eng_cache_event_add(e, &ev);
         }
     }
     int32_t keep = t->req.cache_prompt ? d->n_keep : 0;
     mem_keep(e->mem, s->id, keep);
-    s->n_cache = MIN(s->n_cache, keep);
+    s->n_hist = MIN(s->n_hist, keep);
     int32_t src_seq = -1;
     if (d->source >= 0 && t->req.cache_prompt) {
         const pol_hist *h = &sn->hists[d->source];
         int kind = sn->kind[d->source], i = sn->idx[d->source];
         int32_t key = h->marker_pos > 0 ? h->marker_pos : h->n_tokens;
         src_seq = h->seq;
-        if (h->seq != s->id && d->n_reuse > s->n_cache) {
-            int32_t from = s->n_cache, to = d->n_reuse;
+        if (h->seq != s->id && d->n_reuse > s->n_hist) {
+            int32_t from = s->n_hist, to = d->n_reuse;
             if (kind == H_RAM) {
                 /* Rows come back by copy; the room is made first (it may
                  * move other histories out, never this slot or the entry). */
-                if (eng_make_room(e, to - from) && eng_restore(e, i, s->id, from, to)) {
-                    memcpy(s->cache + from, e->hist.rec[i].tokens + from, (size_t)(to - from) * sizeof(int32_t));
-                    s->n_cache = to;
+                if (eng_make_room(e, to - from) && eng_hist_copy_in(e, i, s->id, from, to)) {
+                    memcpy(s->hist + from, e->hist.rec[i].tokens + from, (size_t)(to - from) * sizeof(int32_t));
+                    s->n_hist = to;
                 }
             } else {
                 mem_share(e->mem, h->seq, s->id, from, to);
-                memcpy(s->cache + from, h->tokens + from, (size_t)(to - from) * sizeof(int32_t));
-                s->n_cache = to;
+                memcpy(s->hist + from, h->tokens + from, (size_t)(to - from) * sizeof(int32_t));
+                s->n_hist = to;
             }
         }
         /* A parked or spilled history the prompt continues is superseded:
          * the slot holds it now (shared cells stay; its own tail is freed).
          * (sn may have been refilled by eng_make_room: only i and kind are
          * used here, and a restore happens only for H_RAM.) */
-        if ((kind == H_PARKED || kind == H_RAM) && s->n_cache >= key) {
+        if ((kind == H_PARKED || kind == H_RAM) && s->n_hist >= key) {
             if (kind == H_RAM) eng_hist_drop(e, i);
             else drop_hist(e, sn, d->source, "continued in a slot", false);
         }
     }
     e->hist.spill_pin = -1;
-    if (s->n_cache >= t->req.n_prompt) {   /* the last prompt token gives the logits */
+    if (s->n_hist >= t->req.n_prompt) {   /* the last prompt token gives the logits */
         mem_keep(e->mem, s->id, t->req.n_prompt - 1);
-        s->n_cache = t->req.n_prompt - 1;
+        s->n_hist = t->req.n_prompt - 1;
     }
     return src_seq;
 }
@@ -362,10 +362,10 @@ static int32_t apply(eng *e, snap *sn, eng_task *t, const pol_decision *d)
 static void apply_fixed(eng *e, eng_task *t, slot *s)
 {
     eng_pool_detach(e, s);
-    int32_t keep = t->req.cache_prompt ? pol_common_prefix(s->cache, s->n_cache, t->prompt, t->req.n_prompt) : 0;
+    int32_t keep = t->req.cache_prompt ? pol_common_prefix(s->hist, s->n_hist, t->prompt, t->req.n_prompt) : 0;
     keep = MIN(keep, t->req.n_prompt - 1);
     mem_keep(e->mem, s->id, keep);
-    s->n_cache = keep;
+    s->n_hist = keep;
 }
 
 void eng_wait_push(eng *e, eng_task *t)
@@ -419,7 +419,7 @@ static bool prefix_in_flight(const eng *e, const eng_task *t)
         const slot *s = &e->slots[i];
         if (s->state != ENG_SLOT_PREFILL) continue;
         int32_t shared = pol_common_prefix(s->task->prompt, s->n_prompt, t->prompt, t->req.n_prompt);
-        if (shared > s->n_cache + 64) return true;
+        if (shared > s->n_hist + 64) return true;
     }
     return false;
 }
@@ -551,9 +551,9 @@ kv_seq eng_session_find(eng *e, const char *session, const int32_t **tokens, int
     if (!session || !session[0]) return -1;
     for (int32_t i = 0; i < e->p.n_slots; i++) {
         slot *s = &e->slots[i];
-        if (s->n_cache > 0 && !strcmp(s->session, session)) {
-            *tokens = s->cache;
-            *n = s->n_cache;
+        if (s->n_hist > 0 && !strcmp(s->session, session)) {
+            *tokens = s->hist;
+            *n = s->n_hist;
             return s->id;
         }
     }
@@ -567,7 +567,7 @@ kv_seq eng_session_find(eng *e, const char *session, const int32_t **tokens, int
 void eng_history_done(eng *e, slot *s)
 {
     s->last_use_s = eng_now_s();
-    s->marker_pos = pol_last_marker(s->cache, s->n_cache, e->hist.marker, e->hist.n_marker);
+    s->marker_pos = pol_last_marker(s->hist, s->n_hist, e->hist.marker, e->hist.n_marker);
 }
 
 void eng_place_stats(eng *e, eng_stats *o)
@@ -576,11 +576,11 @@ void eng_place_stats(eng *e, eng_stats *o)
     for (int32_t i = 0; i < e->p.n_slots; i++) {
         const slot *s = &e->slots[i];
         eng_slot_info *si = &o->slots[i];
-        pol_hist h = { .n_tokens = s->n_cache, .last_use_s = s->state == ENG_SLOT_IDLE ? s->last_use_s : now,
-                       .valid = s->n_cache > 0 };
+        pol_hist h = { .n_tokens = s->n_hist, .last_use_s = s->state == ENG_SLOT_IDLE ? s->last_use_s : now,
+                       .valid = s->n_hist > 0 };
         pol_state ps = pol_hist_state(&e->p.policy, &h, now);
-        si->hist_tokens = s->n_cache;
-        si->hist_age_s = s->n_cache > 0 ? ps.age_s : 0;
+        si->hist_tokens = s->n_hist;
+        si->hist_age_s = s->n_hist > 0 ? ps.age_s : 0;
         si->protected_for_s = ps.is_protected ? ps.ttl_s - ps.age_s : 0;
         si->hist_value = ps.value;
         si->last_source_seq = s->last_source_seq;

@@ -76,7 +76,7 @@ static int32_t n_sessions(const eng *e, int32_t id)
     int32_t n = 0;
     for (int32_t i = 0; i < e->p.n_slots; i++) {
         const slot *s = &e->slots[i];
-        n += s->pool_id == id && (s->state != ENG_SLOT_IDLE || s->n_cache > 0);
+        n += s->pool_id == id && (s->state != ENG_SLOT_IDLE || s->n_hist > 0);
     }
     return n;
 }
@@ -135,8 +135,8 @@ static bool source_at(eng *e, int32_t i, int32_t self, kv_seq *seq, const int32_
 {
     if (i < e->p.n_slots) {
         *seq = i;
-        *tok = e->slots[i].cache;
-        *n = e->slots[i].n_cache;
+        *tok = e->slots[i].hist;
+        *n = e->slots[i].n_hist;
         return *n > 0;
     }
     i -= e->p.n_slots;
@@ -571,11 +571,11 @@ void eng_pool_attach(eng *e, slot *s, eng_task *t, int32_t P)
     pmech *pm = mech(e, p);
     pm->queries++;
     pm->hits += P > 0;
-    if (s->n_cache < P) {
+    if (s->n_hist < P) {
         mem_drop(e->mem, s->id);
         mem_share(e->mem, p->seq, s->id, 0, P);
-        memcpy(s->cache, p->tokens, (size_t)P * sizeof *s->cache);
-        s->n_cache = P;
+        memcpy(s->hist, p->tokens, (size_t)P * sizeof *s->hist);
+        s->n_hist = P;
     } else if (mem_common(e->mem, s->id, p->seq, 0, P) != P) {
         /* Another copy of the same tokens: swap it for the pool's cells
          * (equal tokens at equal positions, so the rest stays valid). */

@@ -4,7 +4,7 @@
  * The file format and its checks are src/save (sav.h); this file moves
  * rows between the cache and those files.
  *
- *   slot save     slot's cells, positions [0, n_cache) ──rows──▶ file
+ *   slot save     slot's cells, positions [0, n_hist) ──rows──▶ file
  *   slot restore  file ──▶ free cells under the slot's sequence, its cache
  *                 tokens set: the next prompt with that prefix reuses them
  *   pool dir      the saved set = explicitly pinned pools + their ancestors;
@@ -89,21 +89,21 @@ static void reply(eng_file_reply *o, pk_status st, const char *fmt, const char *
 static void slot_save(eng *e, slot *s, eng_call *c)
 {
     eng_file_reply *o = c->u.file.out;
-    if (s->n_cache < 1) {
+    if (s->n_hist < 1) {
         snprintf(o->message, sizeof o->message, "slot %d holds no tokens to save", s->id);
         o->status = PK_EINVAL;
         return;
     }
-    uint8_t *rows = mem_copy_out(e->mem, s->id, 0, s->n_cache);
+    uint8_t *rows = mem_copy_out(e->mem, s->id, 0, s->n_hist);
     if (!rows) {
         reply(o, PK_ENOMEM, "%s", "out of memory for the slot's rows");
         return;
     }
-    sav_header h = header(e, SAV_SLOT, s->n_cache, 0);
-    o->status = sav_write(c->u.file.dir, c->u.file.name, &h, s->cache, rows, 0, o->message, sizeof o->message);
+    sav_header h = header(e, SAV_SLOT, s->n_hist, 0);
+    o->status = sav_write(c->u.file.dir, c->u.file.name, &h, s->hist, rows, 0, o->message, sizeof o->message);
     free(rows);
     if (o->status != PK_OK) return;
-    o->n_tokens = s->n_cache;
+    o->n_tokens = s->n_hist;
     o->n_bytes = sav_file_bytes(&h);
 }
 
@@ -123,7 +123,7 @@ static pk_status replace_history(eng *e, slot *s, int32_t n, const uint8_t *imag
     if (st == PK_OK) {
         int32_t n_dropped;
         eng_drop_histories(e, s->id, "replaced by a restore", &n_dropped);
-        ASSERT(s->n_cache == 0 && mem_seq_cells(e->mem, s->id) == 0);
+        ASSERT(s->n_hist == 0 && mem_seq_cells(e->mem, s->id) == 0);
         mem_share(e->mem, tmp, s->id, 0, n);
         mem_charge(e->mem, s->id, 0, n);
         mem_drop(e->mem, tmp);
@@ -165,8 +165,8 @@ static void slot_restore(eng *e, slot *s, eng_call *c)
               st == PK_EFULL ? "no room in the KV cache beside the slot's history" : "out of memory");
         return;
     }
-    memcpy(s->cache, tok, (size_t)n * sizeof *tok);
-    s->n_cache = n;
+    memcpy(s->hist, tok, (size_t)n * sizeof *tok);
+    s->n_hist = n;
     s->session[0] = 0;
     s->moved = false;
     s->max_gap_ms = 0;
