@@ -240,8 +240,8 @@ static void scope_snap(eng *e, int32_t pool_id, const eng_scope *sc, int32_t exp
 }
 
 /* The snapshot of pool_id's scope, from the engine's state now. */
-static void snap(eng *e, int32_t pool_id, const eng_scope *sc, int32_t expected, bool known, adm_session *ss,
-                 adm_snapshot *o)
+static void scope_snapshot_now(eng *e, int32_t pool_id, const eng_scope *sc, int32_t expected, bool known,
+                               adm_session *ss, adm_snapshot *o)
 {
     eng_adm_inputs(e, &e->adm.adm_in);
     scope_snap(e, pool_id, sc, expected, known, ss, o);
@@ -401,7 +401,7 @@ void eng_admit_placed(eng *e, eng_task *t)
     if (!sc || !sc->policy.set || !t->adm_new) return;
     adm_session ss[ENG_ADM_ROWS];
     adm_snapshot s;
-    snap(e, pool, sc, -1, false, ss, &s);
+    scope_snapshot_now(e, pool, sc, -1, false, ss, &s);
     /* The mean at the admit leaves the new session out: it is not decoding
      * yet, so mean_warm cannot see it. */
     adm_record_admit(&sc->settle, &s, t->id);

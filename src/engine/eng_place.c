@@ -30,7 +30,7 @@ struct eng_snap {
     int32_t excl[KV_MAX_SEQ];
     pol_snapshot s;
 };
-typedef struct eng_snap snap;
+typedef struct eng_snap place_snap;
 
 double eng_now_s(void)
 {
@@ -84,7 +84,7 @@ void eng_place_free(eng *e)
 }
 
 /* Fills sn from the engine's state, for prompt t (NULL: none). */
-static void snapshot(eng *e, const eng_task *t, snap *sn)
+static void snapshot(eng *e, const eng_task *t, place_snap *sn)
 {
     double now = eng_now_s();
     int32_t nh = 0;
@@ -151,7 +151,7 @@ static bool worth_ram(int32_t n_tokens, double value)
 
 /* Drops history h of the snapshot: its sequence leaves every cell.  With
  * `spill`, a history worth keeping is first copied to RAM (and kept there). */
-static void drop_hist(eng *e, const snap *sn, int32_t h, const char *why, bool spill)
+static void drop_hist(eng *e, const place_snap *sn, int32_t h, const char *why, bool spill)
 {
     const pol_hist *ph = &sn->hists[h];
     int kind = sn->kind[h], i = sn->idx[h];
@@ -205,7 +205,7 @@ static bool park(eng *e, slot *s, int32_t pool_id, uint64_t task_id)
 bool eng_make_room(eng *e, int32_t n)
 {
     if (e->p.n_ctx - mem_used(e->mem) >= n) return true;
-    snap *sn = e->hist.snap;
+    place_snap *sn = e->hist.snap;
     snapshot(e, NULL, sn);
     int32_t order[POL_MAX_HIST], n_order = 0;
     if (pol_drop_order(&sn->s, NULL, 0, order, POL_MAX_HIST, &n_order) != PK_OK) return false;
@@ -280,7 +280,7 @@ static void admitted(eng *e, eng_task *t, slot *s, int32_t src_seq, const char *
 
 /* Applies decision d for task t (see pol_decision for the order); returns
  * the source sequence reused (-1 none). */
-static int32_t apply(eng *e, snap *sn, eng_task *t, const pol_decision *d)
+static int32_t apply(eng *e, place_snap *sn, eng_task *t, const pol_decision *d)
 {
     slot *s = &e->slots[d->slot];
     s->state = ENG_SLOT_PREFILL;       /* nothing below may evict the run slot */
@@ -451,7 +451,7 @@ void eng_place_waiting(eng *e)
 {
     e->wq.place_pass++;
     eng_admit_order(e);
-    snap *sn = e->hist.snap;
+    place_snap *sn = e->hist.snap;
     eng_task **pp = &e->wq.wait_head, *prev = NULL;
     while (*pp) {
         eng_task *t = *pp;
@@ -516,7 +516,7 @@ void eng_place_waiting(eng *e)
 
 pk_status eng_drop_histories(eng *e, int32_t slot_id, const char *why, int32_t *n_erased)
 {
-    snap *sn = e->hist.snap;
+    place_snap *sn = e->hist.snap;
     snapshot(e, NULL, sn);
     *n_erased = 0;
     if (slot_id >= 0 && e->slots[slot_id].state != ENG_SLOT_IDLE) return PK_ECONFLICT;
