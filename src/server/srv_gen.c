@@ -289,13 +289,7 @@ json_t *srv_gen_prompt_text(const srv_gen *g)
  * (and, with timings_per_token, the prompt's timings so far). */
 static json_t *progress_chunk(srv_gen *g, const eng_event *ev)
 {
-    json_t *j = g->o.api == SRV_API_OAI_RESP ? srv_resp_progress_event(g)
-              : g->o.api == SRV_API_NATIVE
-              ? json_pack("{s:i, s:s, s:[], s:b, s:i, s:i, s:i}", "index", 0, "content", "", "tokens", "stop", 0,
-                          "id_slot", ev->slot, "tokens_predicted", 0, "tokens_evaluated", ev->n_prompt)
-              : json_pack("{s:s, s:s, s:I, s:s, s:[]}", "id", g->id, "object", g->o.api == SRV_API_OAI_CHAT
-                          ? "chat.completion.chunk" : "text_completion", "created", (json_int_t)g->created,
-                          "model", g->o.model, "choices");
+    json_t *j = srv_fmt_of(g->o.api)->progress(g, ev);
     if (!j) return NULL;
     json_object_set_new(j, "prompt_progress", json_pack("{s:i, s:i, s:i, s:f}", "total", ev->n_prompt, "cache",
                                                         ev->n_cached, "processed", ev->n_processed, "time_ms",
@@ -314,9 +308,7 @@ static json_t *progress_chunk(srv_gen *g, const eng_event *ev)
 /* The event that ends a stream with g->err, in its API's shape. */
 static void stream_error(srv_gen *g)
 {
-    if (g->o.api == SRV_API_ANTHROPIC) srv_anth_stream_error(g);
-    else if (g->o.api == SRV_API_OAI_RESP) srv_resp_sse(g, srv_resp_error_event(&g->err));
-    else srv_gen_sse(g, srv_error_json(&g->err));
+    srv_fmt_of(g->o.api)->stream_error(g);
     g->finished = true;
 }
 
@@ -327,19 +319,13 @@ static void stream_event(srv_gen *g, const eng_event *ev)
         stream_error(g);
         return;
     }
+    const srv_fmt *f = srv_fmt_of(g->o.api);
     if (ev->kind == ENG_EV_PROGRESS) {
-        if (g->o.return_progress && g->o.api == SRV_API_OAI_RESP) srv_resp_sse(g, progress_chunk(g, ev));
-        else if (g->o.return_progress) srv_gen_sse(g, progress_chunk(g, ev));
+        if (g->o.return_progress) f->send(g, progress_chunk(g, ev));
     } else if (ev->kind == ENG_EV_TOKEN) {
-        if (g->o.api == SRV_API_NATIVE) srv_native_stream_token(g, ev);
-        else if (g->o.api == SRV_API_OAI_RESP) srv_resp_stream_token(g, ev);
-        else if (g->o.api == SRV_API_ANTHROPIC) srv_anth_stream_token(g, ev);
-        else srv_oai_stream_token(g, ev);
+        f->stream_token(g, ev);
     } else if (ev->kind == ENG_EV_DONE) {
-        if (g->o.api == SRV_API_NATIVE) srv_native_stream_end(g);
-        else if (g->o.api == SRV_API_OAI_RESP) srv_resp_stream_end(g);
-        else if (g->o.api == SRV_API_ANTHROPIC) srv_anth_stream_end(g);
-        else srv_oai_stream_end(g);
+        f->stream_end(g);
         g->finished = true;
     }
 }
@@ -362,17 +348,12 @@ static double placement_wait_ms(const srv *s)
     return s->p.timeout_s > 0 ? MAX(1e3 * s->p.timeout_s / 2, SRV_POLL_MS) : 1e18;
 }
 
-static const char oom_event[] =
-    "data: {\"error\":{\"code\":500,\"message\":\"out of memory\",\"type\":\"server_error\"}}\n\n";
-static const char oom_event_anth[] =
-    "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"out of memory\"}}\n\n";
-
 static ssize_t gen_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     srv_gen *g = cls;
     (void)pos;
     while (g->out_pos == g->n_out) {
-        const char *oom = g->o.api == SRV_API_ANTHROPIC ? oom_event_anth : oom_event;
+        const char *oom = srv_fmt_of(g->o.api)->oom_event;
         size_t n_oom = strlen(oom);
         if (g->finished && g->out_oom && !g->oom_sent && max >= n_oom) {
             /* Needs no memory: a stream never ends without its last event. */
@@ -494,14 +475,13 @@ static srv_gen *gen_submit(srv_req *r, const eng_completion *c, const srv_gen_op
         g->req.bias = g->bias;
     }
     if (!g->req.bias) g->req.n_bias = 0;
-    if ((o->api == SRV_API_NATIVE || o->verbose) && (g->prompt = malloc((size_t)c->n_prompt * sizeof *g->prompt)))
+    if ((srv_fmt_of(o->api)->echoes_prompt || o->verbose) && (g->prompt = malloc((size_t)c->n_prompt * sizeof *g->prompt)))
         memcpy(g->prompt, c->prompt, (size_t)c->n_prompt * sizeof *g->prompt);
     memset(g->req.stop, 0, sizeof g->req.stop);
     g->created = (int64_t)time(NULL);
     g->n_prompt = c->n_prompt;
     if (!g->o.model[0]) snprintf(g->o.model, sizeof g->o.model, "%s", s->model_name);
-    srv_random_id(g->id, sizeof g->id, o->api == SRV_API_OAI_CHAT ? "chatcmpl-" : o->api == SRV_API_OAI_RESP ? "resp_"
-                                            : o->api == SRV_API_ANTHROPIC ? "msg_" : "cmpl-");
+    srv_random_id(g->id, sizeof g->id, srv_fmt_of(o->api)->id_prefix);
     g->resp.rs_index = g->resp.msg_index = -1;
     if (o->logprobs && !o->stream) g->probs = json_array();
     eng_completion sub = *c;
@@ -580,9 +560,7 @@ static bool gen_collect(srv_gen *g)
 
 static json_t *gen_response(srv_gen *g)
 {
-    return g->o.api == SRV_API_NATIVE ? srv_native_response(g)
-         : g->o.api == SRV_API_OAI_RESP ? srv_resp_response(g)
-         : g->o.api == SRV_API_ANTHROPIC ? srv_anth_response(g) : srv_oai_response(g);
+    return srv_fmt_of(g->o.api)->response(g);
 }
 
 enum MHD_Result srv_gen_run(srv_req *r, const eng_completion *c, const srv_gen_opts *o)
@@ -606,7 +584,7 @@ enum MHD_Result srv_gen_run(srv_req *r, const eng_completion *c, const srv_gen_o
  * (index i), usage summed over the completions. */
 static json_t *multi_response(srv_gen **gs, int k)
 {
-    if (gs[0]->o.api == SRV_API_NATIVE) {
+    if (srv_fmt_of(gs[0]->o.api)->answers_as_array) {
         json_t *a = json_array();
         for (int i = 0; a && i < k; i++) {
             json_t *one = gen_response(gs[i]);

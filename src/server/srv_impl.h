@@ -518,6 +518,25 @@ void srv_anth_stream_token(srv_gen *g, const eng_event *ev);
 void srv_anth_stream_end(srv_gen *g);
 void srv_anth_stream_error(srv_gen *g);    /* an "error" event of g->err */
 
+/* ---- the formats' table (srv_fmt.c) ---- */
+
+/* How one API shapes a generation's answer; srv_gen.c uses nothing else
+ * of the formats. */
+typedef struct srv_fmt {
+    const char *id_prefix;                               /* "chatcmpl-", "resp_", "msg_", "cmpl-" */
+    json_t *(*response)(srv_gen *g);                     /* the whole answer (not streamed) */
+    void (*stream_token)(srv_gen *g, const eng_event *ev);
+    void (*stream_end)(srv_gen *g);
+    void (*stream_error)(srv_gen *g);                    /* the event that ends a stream with g->err */
+    json_t *(*progress)(srv_gen *g, const eng_event *ev);   /* a progress chunk's envelope */
+    void (*send)(srv_gen *g, json_t *j);                 /* how the progress chunk goes out */
+    const char *oom_event;                               /* a stream's last event, needing no memory */
+    bool answers_as_array;                               /* several completions: an array (native) */
+    bool echoes_prompt;                                  /* the answer carries the prompt's text */
+} srv_fmt;
+
+const srv_fmt *srv_fmt_of(srv_api api);
+
 /* ---- handlers (one per route) ---- */
 
 typedef enum MHD_Result (*srv_handler)(srv_req *r, json_t *body);
