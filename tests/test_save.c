@@ -4,10 +4,14 @@
  * another model, KV type, row layout or version is refused by name; the
  * tree fields must agree; client file names that could leave the directory
  * are refused; the crash-safe write leaves no temporary behind and reads
- * back as written; the directory's bound (--slot-save-max-bytes) holds.
+ * back as written; the directory's bound (--slot-save-max-bytes) holds
+ * and a full file system is PK_EFULL.
  */
 #include <dirent.h>
 #include <fcntl.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -396,6 +400,68 @@ static void test_dir_bound(void)
     rmdir(out);
 }
 
+static bool put_proc(const char *path, const char *text)
+{
+    int fd = open(path, O_WRONLY);
+    bool ok = fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text);
+    if (fd >= 0) close(fd);
+    return ok;
+}
+
+/* A full file system is "no room" (PK_EFULL, the 507), not an I/O error,
+ * and the failed save leaves nothing: a 16 KiB tmpfs mounted in a child
+ * that has its own user and mount namespaces (no privilege needed where
+ * the kernel allows them; skipped where it does not). */
+static void test_disk_full(void)
+{
+    char dir[] = "/tmp/test_save_XXXXXX";
+    if (!mkdtemp(dir)) {
+        CHECK(!"mkdtemp");
+        return;
+    }
+    int fds[2];
+    ASSERT(pipe(fds) == 0);
+    pid_t pid = fork();
+    ASSERT(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        int r[2] = { -100, 0 };           /* -100: no namespace or mount here */
+        char uid_map[64], gid_map[64];
+        snprintf(uid_map, sizeof uid_map, "%u %u 1", (unsigned)getuid(), (unsigned)getuid());
+        snprintf(gid_map, sizeof gid_map, "%u %u 1", (unsigned)getgid(), (unsigned)getgid());
+        /* unmapped ids cannot own a new file: map ours to themselves */
+        if (!unshare(CLONE_NEWUSER | CLONE_NEWNS) && put_proc("/proc/self/setgroups", "deny") &&
+            put_proc("/proc/self/uid_map", uid_map) && put_proc("/proc/self/gid_map", gid_map) &&
+            !mount("none", "/", NULL, MS_REC | MS_PRIVATE, NULL) && !mount("tmpfs", dir, "tmpfs", 0, "size=16k")) {
+            sav_header h = pool_header(1000, 0);      /* 64 KB */
+            h.kind = SAV_SLOT;
+            h.pool_id = 0;
+            h.flags = 0;
+            static int32_t tok[1000];
+            static uint8_t rows[1000 * 60];
+            char why[200] = "";
+            r[0] = sav_write(dir, "big", &h, tok, rows, 0, 0, why, sizeof why);
+            r[1] = n_entries(dir);
+            if (r[0] != PK_EFULL) fprintf(stderr, "  disk full: %s\n", why);
+        }
+        ssize_t w = write(fds[1], r, sizeof r);
+        _exit(w == (ssize_t)sizeof r ? 0 : 1);
+    }
+    close(fds[1]);
+    int r[2] = { 0, 0 }, status = 0;
+    ssize_t n = read(fds[0], r, sizeof r);
+    close(fds[0]);
+    waitpid(pid, &status, 0);
+    rmdir(dir);
+    CHECK(n == (ssize_t)sizeof r && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    if (r[0] == -100) {
+        SKIP_PART("disk full: no user and mount namespace to mount a small tmpfs in");
+        return;
+    }
+    CHECK_EQ_INT(r[0], PK_EFULL);
+    CHECK_EQ_INT(r[1], 0);
+}
+
 /* The token list ahead of the header: written packed, llama-server's
  * layout; rewritten plain (its older files' layout, as llama.cpp's
  * test_slot_restore_legacy_token_list does) it still reads, from memory
@@ -462,5 +528,6 @@ int main(void)
     test_planted();
     test_temp_names();
     test_dir_bound();
+    test_disk_full();
     return test_finish();
 }
