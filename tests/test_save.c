@@ -337,7 +337,8 @@ static uint64_t dir_total(const char *dir)
     uint64_t n = 0;
     for (struct dirent *de; d && (de = readdir(d));) {
         struct stat sb;
-        if (!fstatat(dirfd(d), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) && S_ISREG(sb.st_mode)) n += (uint64_t)sb.st_size;
+        if (!fstatat(dirfd(d), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) && S_ISREG(sb.st_mode))
+            n += (uint64_t)sb.st_size;
     }
     if (d) closedir(d);
     return n;
@@ -369,7 +370,8 @@ static void test_dir_bound(void)
     if (f) fclose(f);
     CHECK(symlink(big, ln) == 0);
     const char *names[] = { "a", "b", "c", "d" };
-    for (int i = 0; i < 3; i++) CHECK_EQ_INT(sav_write(dir, names[i], &h, tok, rows, bound, 0, why, sizeof why), PK_OK);
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ_INT(sav_write(dir, names[i], &h, tok, rows, bound, 0, why, sizeof why), PK_OK);
     CHECK_EQ_INT(dir_total(dir), 3 * one);
     CHECK_EQ_INT(sav_write(dir, "d", &h, tok, rows, bound, 0, why, sizeof why), PK_EFULL);
     CHECK(strstr(why, "bound") != NULL);
