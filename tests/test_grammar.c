@@ -76,6 +76,16 @@ static void test_constructs(void)
     check_sets("root ::= \"(\" root \")\" | \"\"", SET("", "()", "((()))"), SET("(", "())", ")("));
     check_sets("root ::= item (\",\" item)*\nitem ::= [0-9]+ | \"[\" root \"]\"",
                SET("1", "1,22", "[1,[2]],3"), SET("", "1,", "[1", "1,,2"));
+    /* repetitions of what may match nothing: (x)* is (x without "")* */
+    check_sets("root ::= (\"a\"*)* \"b\"", SET("b", "ab", "aab", "aaab"), SET("", "a", "ba", "abb"));
+    check_sets("root ::= (\"a\" | \"b\"*)* \"c\"", SET("c", "ac", "bbc", "abbac", "bbbaaac"), SET("", "ca", "ab", "acc"));
+    check_sets("root ::= (\"a\"?)*", SET("", "a", "aaaa"), SET("b", "ab"));
+    check_sets("root ::= (\"a\"? \"b\"? \"c\"? \"d\"?)* \".\"", SET(".", "abcd.", "dcba.", "bd.", "aaab."),
+               SET("", "e.", "abcd", ".."));
+    check_sets("root ::= (\"a\"? \"b\"?)+ \"c\"", SET("c", "abc", "bac", "aabbc"), SET("", "ab", "cc"));
+    check_sets("root ::= (\"a\"*){2,} \"b\"", SET("b", "aaab"), SET("a", "ba"));
+    check_sets("root ::= (\"\")* \"b\"", SET("b"), SET("", "bb"));
+    check_sets("root ::= x* \"!\"\nx ::= y \"x\"? | \"\"\ny ::= \"y\"*", SET("!", "yyx!", "xx!", "yxy!"), SET("x", "z!"));
     /* a grammar whose rules span lines and whose group spans lines */
     check_sets("root ::= (\n  \"a\" |\n  \"b\"\n) \"c\"", SET("ac", "bc"), SET("c", "abc"));
 }
@@ -108,6 +118,8 @@ static void test_errors(void)
     check_error("root := \"a\"", 1, 6, "expected '::='");
     check_error("root ::= [z-a]", 1, 13, "range end below");
     check_error("root ::= a\na ::= b? a \"x\"\nb ::= \"y\"", 2, 1, "left recursion");
+    /* a star of a nullable body that reaches itself first: left recursion still */
+    check_error("root ::= (\"a\" | root)*", 1, 1, "left recursion");
     /* a grammar that is garbage bytes: an error, not a crash */
     check_error("\xff\xfe ::=", 1, 1, "expected a rule name");
 }
@@ -249,6 +261,8 @@ static node pool[4096];
 static int n_pool;
 static int rule_root[6], n_rules_made;
 
+static int n_null_stars;        /* unbounded repetitions of a nullable node generated */
+
 static bool nullable(int i)
 {
     node *n = &pool[i];
@@ -282,7 +296,7 @@ static int gen_node(int depth)
         n->n_kids = 1;
         n->min = (int)rnd(3);
         n->max = rnd(3) == 0 ? -1 : n->min + (int)rnd(3);
-        if (n->max < 0 && nullable(c)) n->max = n->min + 1;   /* x* of a nullable x is left recursion */
+        n_null_stars += n->max < 0 && nullable(c);           /* (x)* with x nullable: primed */
     } else n->rule = (int)rnd((uint32_t)n_rules_made);
     return i;
 }
@@ -441,7 +455,9 @@ static void test_property(void)
     CHECK_EQ_INT(n_agree, n_mut);
     CHECK(n_gen > 3000);
     /* mutations of random grammars' sentences are mostly not sentences */
-    printf("property: %d generated accepted, %d mutants, %d rejected\n", n_gen, n_mut, n_mut_rejected);
+    printf("property: %d generated accepted, %d mutants, %d rejected, %d stars of a nullable node\n", n_gen, n_mut,
+           n_mut_rejected, n_null_stars);
+    CHECK(n_null_stars > 20);
     CHECK(n_mut_rejected * 2 > n_mut);
     /* random bytes as grammar text: never a crash */
     for (int k = 0; k < 3000; k++) {
@@ -498,6 +514,7 @@ static void check_schema_refused(const char *s, pk_status want, const char *need
     CHECK(gbnf == NULL);
     if (!strstr(e.msg, needle)) fprintf(stderr, "  message \"%s\" lacks \"%s\"\n", e.msg, needle);
     CHECK(strstr(e.msg, needle) != NULL);
+    CHECK(strstr(e.msg, "rule '") == NULL);       /* the generated grammar's names mean nothing to a client */
 }
 
 static void test_schema(void)
@@ -524,6 +541,13 @@ static void test_schema(void)
                  SET("\"a\"", "\"abcd\""));
     check_schema("{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}-\\\\d+(x|yz)?$\"}", SET("\"AB-12\"", "\"QQ-1yz\""),
                  SET("\"A-1\"", "\"AB-\"", "\"AB-1y\""));
+    /* patterns with stars over what may match nothing */
+    check_schema("{\"type\":\"string\",\"pattern\":\"^(a*)*b$\"}", SET("\"b\"", "\"aab\"", "\"aaab\""),
+                 SET("\"a\"", "\"ba\"", "\"\""));
+    check_schema("{\"type\":\"string\",\"pattern\":\"^(a|b*)*c$\"}", SET("\"c\"", "\"abbc\"", "\"bbac\""),
+                 SET("\"ca\"", "\"ab\"", "\"\""));
+    check_schema("{\"type\":\"string\",\"pattern\":\"^(a?)*$\"}", SET("\"\"", "\"a\"", "\"aaa\""),
+                 SET("\"b\"", "\"ab\""));
     check_schema("{\"type\":\"string\",\"format\":\"date\"}", SET("\"2024-02-28\"", "\"1999-12-31\""),
                  SET("\"2024-02-30\"", "\"2024-13-01\"", "\"2024-04-31\""));
     check_schema("{\"type\":\"string\",\"format\":\"date-time\"}", SET("\"2024-01-05T10:20:30Z\"", "\"2024-01-05T23:59:59.5+02:00\""),
@@ -560,6 +584,27 @@ static void test_schema(void)
     check_schema_refused("{\"type\":\"number\",\"maximum\":3}", PK_EUNSUPPORTED, "'maximum'");
     check_schema_refused("{\"$ref\":\"http://x/y\"}", PK_EUNSUPPORTED, "$ref");
     check_schema_refused("{\"type\":\"string\",\"pattern\":\"(?=a)\"}", PK_EUNSUPPORTED, "(?");
+    /* patterns the grammar cannot hold: refused in the pattern's terms, never a rule of the generated text */
+    check_schema_refused("{\"type\":\"string\",\"pattern\":\"*a\"}", PK_EFORMAT, "'*' at offset 0 has nothing to repeat");
+    check_schema_refused("{\"type\":\"string\",\"pattern\":\"a+*\"}", PK_EFORMAT, "'*' at offset 2 has nothing");
+    check_schema_refused("{\"type\":\"string\",\"pattern\":\"(|?)\"}", PK_EFORMAT, "'?' at offset 2 has nothing");
+    check_schema_refused("{\"type\":\"string\",\"pattern\":\"a{2}{3}\"}", PK_EFORMAT, "'{' at offset 4 has nothing");
+    check_schema_refused("{\"type\":\"string\",\"pattern\":\"a{3,2}\"}", PK_EFORMAT, "repetition '{3,2}' at offset 1");
+    check_schema_refused("{\"type\":\"string\",\"pattern\":\"a{20000}\"}", PK_EUNSUPPORTED, "m <= n <= 10000");
+    check_schema_refused("{\"type\":\"string\",\"pattern\":\"a{1,2,3}\"}", PK_EUNSUPPORTED, "unsupported pattern '{'");
+    check_schema_refused("{\"type\":\"string\",\"pattern\":\"[z-a]\"}", PK_EUNSUPPORTED,
+                         "pattern '[z-a]' cannot be compiled: range end below its start");
+    {
+        char deep[700] = "{\"type\":\"string\",\"pattern\":\"";
+        size_t l = strlen(deep);
+        for (int k = 0; k < 300; k++) deep[l++] = '(';
+        deep[l++] = 'a';
+        for (int k = 0; k < 300; k++) deep[l++] = ')';
+        snprintf(deep + l, sizeof deep - l, "\"}");
+        check_schema_refused(deep, PK_EUNSUPPORTED, "cannot be compiled: groups nested deeper than 200");
+    }
+    check_schema("{\"type\":\"string\",\"pattern\":\"^a{2,}b{1,2}?c{2}$\"}", SET("\"aabcc\"", "\"aaabbcc\""),
+                 SET("\"abcc\"", "\"aabbbcc\"", "\"aabc\""));
     check_schema_refused("{\"type\":", PK_EFORMAT, "not JSON");
     check_schema_refused("{\"type\":\"blob\"}", PK_EUNSUPPORTED, "type 'blob'");
     /* json_object */

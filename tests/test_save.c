@@ -4,9 +4,15 @@
  * another model, KV type, row layout or version is refused by name; the
  * tree fields must agree; client file names that could leave the directory
  * are refused; the crash-safe write leaves no temporary behind and reads
- * back as written.
+ * back as written; the directory's bound (--slot-save-max-bytes) holds
+ * and a full file system is PK_EFULL.
  */
 #include <dirent.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <sys/stat.h>
 
@@ -174,8 +180,8 @@ static void test_write_read(void)
     uint8_t *rows = malloc(nr);
     for (size_t i = 0; i < nr; i++) rows[i] = (uint8_t)i;
     char why[200];
-    CHECK_EQ_INT(sav_write(dir, "pool-3.pkv", &h, tok, rows, 0, why, sizeof why), PK_OK);
-    CHECK_EQ_INT(sav_write(dir, "../escape", &h, tok, rows, 0, why, sizeof why), PK_EINVAL);
+    CHECK_EQ_INT(sav_write(dir, "pool-3.pkv", &h, tok, rows, 0, 0, why, sizeof why), PK_OK);
+    CHECK_EQ_INT(sav_write(dir, "../escape", &h, tok, rows, 0, 0, why, sizeof why), PK_EINVAL);
     char path[256], tmp[300];
     snprintf(path, sizeof path, "%s/pool-3.pkv", dir);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -245,7 +251,7 @@ static void test_planted(void)
     int32_t tok[4] = { 1, 2, 3, 4 };
     uint8_t rows[4 * 60] = { 0 };
     char why[200] = "";
-    CHECK_EQ_INT(sav_write(dir, "pool-3.pkv", &h, tok, rows, 0, why, sizeof why), PK_OK);
+    CHECK_EQ_INT(sav_write(dir, "pool-3.pkv", &h, tok, rows, 0, 0, why, sizeof why), PK_OK);
     CHECK(file_is(victim, "keep"));
     struct stat sb;
     CHECK(lstat(path, &sb) == 0 && S_ISREG(sb.st_mode));
@@ -309,8 +315,8 @@ static void test_temp_names(void)
     uint8_t rows[4 * 60] = { 0 };
     char why[200] = "";
     for (int k = 0; k < 2; k++) {
-        CHECK_EQ_INT(sav_write(dir, "keep", &h, tok, rows, 0, why, sizeof why), PK_OK);
-        CHECK_EQ_INT(sav_write(dir, "x", &h, tok, rows, 0, why, sizeof why), PK_OK);
+        CHECK_EQ_INT(sav_write(dir, "keep", &h, tok, rows, 0, 0, why, sizeof why), PK_OK);
+        CHECK_EQ_INT(sav_write(dir, "x", &h, tok, rows, 0, 0, why, sizeof why), PK_OK);
     }
     CHECK(file_is(client, "client"));
     struct stat sb;
@@ -322,6 +328,140 @@ static void test_temp_names(void)
     unlink(link);
     unlink(x);
     rmdir(dir);
+}
+
+/* Total bytes of the regular files in dir. */
+static uint64_t dir_total(const char *dir)
+{
+    DIR *d = opendir(dir);
+    uint64_t n = 0;
+    for (struct dirent *de; d && (de = readdir(d));) {
+        struct stat sb;
+        if (!fstatat(dirfd(d), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) && S_ISREG(sb.st_mode))
+            n += (uint64_t)sb.st_size;
+    }
+    if (d) closedir(d);
+    return n;
+}
+
+/* --slot-save-max-bytes: saves fill the directory up to the bound and the
+ * next one is refused with PK_EFULL, writing nothing; a save that replaces
+ * a file of its size still fits at the bound; a leftover temporary counts,
+ * a symbolic link to a large file elsewhere does not. */
+static void test_dir_bound(void)
+{
+    char dir[] = "/tmp/test_save_XXXXXX", out[] = "/tmp/test_save_out_XXXXXX";
+    if (!mkdtemp(dir) || !mkdtemp(out)) {
+        CHECK(!"mkdtemp");
+        return;
+    }
+    sav_header h = pool_header(10, 0);
+    h.kind = SAV_SLOT;
+    h.pool_id = 0;
+    h.flags = 0;
+    int32_t tok[10] = { 0 };
+    uint8_t rows[10 * 60] = { 0 };
+    uint64_t one = sav_file_bytes(&h), bound = 3 * one + one / 2;
+    char big[300], ln[300], why[200] = "";
+    snprintf(big, sizeof big, "%s/big", out);
+    snprintf(ln, sizeof ln, "%s/ln", dir);
+    FILE *f = fopen(big, "w");
+    CHECK(f && ftruncate(fileno(f), (off_t)(10 * one)) == 0);
+    if (f) fclose(f);
+    CHECK(symlink(big, ln) == 0);
+    const char *names[] = { "a", "b", "c", "d" };
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ_INT(sav_write(dir, names[i], &h, tok, rows, bound, 0, why, sizeof why), PK_OK);
+    CHECK_EQ_INT(dir_total(dir), 3 * one);
+    CHECK_EQ_INT(sav_write(dir, "d", &h, tok, rows, bound, 0, why, sizeof why), PK_EFULL);
+    CHECK(strstr(why, "bound") != NULL);
+    CHECK_EQ_INT(n_entries(dir), 4);                /* a, b, c and the link: no d, no temporary */
+    CHECK_EQ_INT(dir_total(dir), 3 * one);
+    /* at the bound exactly: 3 files, "b" rewritten in place of itself */
+    CHECK_EQ_INT(sav_write(dir, "b", &h, tok, rows, 3 * one, 0, why, sizeof why), PK_OK);
+    CHECK_EQ_INT(sav_write(dir, "d", &h, tok, rows, 3 * one, 0, why, sizeof why), PK_EFULL);
+    /* unbounded: 0 */
+    CHECK_EQ_INT(sav_write(dir, "d", &h, tok, rows, 0, 0, why, sizeof why), PK_OK);
+    CHECK(unlink(ln) == 0);
+    /* a leftover temporary holds disk space: it counts */
+    char tmp[300];
+    snprintf(tmp, sizeof tmp, "%s/.d.0123456789abcdef.tmp", dir);
+    char d[300];
+    snprintf(d, sizeof d, "%s/d", dir);
+    CHECK(rename(d, tmp) == 0);
+    CHECK_EQ_INT(sav_write(dir, "b", &h, tok, rows, 3 * one, 0, why, sizeof why), PK_EFULL);
+    CHECK_EQ_INT(sav_write(dir, "b", &h, tok, rows, 4 * one, 0, why, sizeof why), PK_OK);
+    for (int i = 0; i < 3; i++) {
+        char p[300];
+        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+        unlink(p);
+    }
+    unlink(tmp);
+    unlink(big);
+    CHECK(rmdir(dir) == 0);
+    rmdir(out);
+}
+
+static bool put_proc(const char *path, const char *text)
+{
+    int fd = open(path, O_WRONLY);
+    bool ok = fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text);
+    if (fd >= 0) close(fd);
+    return ok;
+}
+
+/* A full file system is "no room" (PK_EFULL, the 507), not an I/O error,
+ * and the failed save leaves nothing: a 16 KiB tmpfs mounted in a child
+ * that has its own user and mount namespaces (no privilege needed where
+ * the kernel allows them; skipped where it does not). */
+static void test_disk_full(void)
+{
+    char dir[] = "/tmp/test_save_XXXXXX";
+    if (!mkdtemp(dir)) {
+        CHECK(!"mkdtemp");
+        return;
+    }
+    int fds[2];
+    ASSERT(pipe(fds) == 0);
+    pid_t pid = fork();
+    ASSERT(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        int r[2] = { -100, 0 };           /* -100: no namespace or mount here */
+        char uid_map[64], gid_map[64];
+        snprintf(uid_map, sizeof uid_map, "%u %u 1", (unsigned)getuid(), (unsigned)getuid());
+        snprintf(gid_map, sizeof gid_map, "%u %u 1", (unsigned)getgid(), (unsigned)getgid());
+        /* unmapped ids cannot own a new file: map ours to themselves */
+        if (!unshare(CLONE_NEWUSER | CLONE_NEWNS) && put_proc("/proc/self/setgroups", "deny") &&
+            put_proc("/proc/self/uid_map", uid_map) && put_proc("/proc/self/gid_map", gid_map) &&
+            !mount("none", "/", NULL, MS_REC | MS_PRIVATE, NULL) && !mount("tmpfs", dir, "tmpfs", 0, "size=16k")) {
+            sav_header h = pool_header(1000, 0);      /* 64 KB */
+            h.kind = SAV_SLOT;
+            h.pool_id = 0;
+            h.flags = 0;
+            static int32_t tok[1000];
+            static uint8_t rows[1000 * 60];
+            char why[200] = "";
+            r[0] = sav_write(dir, "big", &h, tok, rows, 0, 0, why, sizeof why);
+            r[1] = n_entries(dir);
+            if (r[0] != PK_EFULL) fprintf(stderr, "  disk full: %s\n", why);
+        }
+        ssize_t w = write(fds[1], r, sizeof r);
+        _exit(w == (ssize_t)sizeof r ? 0 : 1);
+    }
+    close(fds[1]);
+    int r[2] = { 0, 0 }, status = 0;
+    ssize_t n = read(fds[0], r, sizeof r);
+    close(fds[0]);
+    waitpid(pid, &status, 0);
+    rmdir(dir);
+    CHECK(n == (ssize_t)sizeof r && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    if (r[0] == -100) {
+        SKIP_PART("disk full: no user and mount namespace to mount a small tmpfs in");
+        return;
+    }
+    CHECK_EQ_INT(r[0], PK_EFULL);
+    CHECK_EQ_INT(r[1], 0);
 }
 
 /* The token list ahead of the header: written packed, llama-server's
@@ -389,5 +529,7 @@ int main(void)
     test_write_read();
     test_planted();
     test_temp_names();
+    test_dir_bound();
+    test_disk_full();
     return test_finish();
 }

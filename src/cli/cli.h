@@ -53,6 +53,9 @@ const char *cli_arg(int argc, char **argv, int *i);
 /* Parses an integer / float option value; false (with a message) when bad. */
 bool cli_int(const char *opt, const char *s, long lo, long hi, long *out);
 bool cli_float(const char *opt, const char *s, double *out);
+/* A byte count: digits, optionally followed by one of K, M, G, T (either
+ * case: 2^10 ... 2^40); false (with a message) when bad or past 2^64. */
+bool cli_bytes(const char *opt, const char *s, uint64_t *out);
 /* Default thread count: the CPUs this process may run on. */
 int cli_default_threads(void);
 

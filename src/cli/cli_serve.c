@@ -54,6 +54,8 @@ static void usage(void)
         "                          but the page's files at / and /assets/\n"
         "  --public-probes         with --api-key: leave /health and /metrics open (probes, scrapers)\n"
         "  --slot-save-path DIR    POST /slots/{id}?action=save|restore read and write files in DIR\n"
+        "  --slot-save-max-bytes N the files in --slot-save-path may hold at most N bytes (K, M, G, T\n"
+        "                          suffixes); a save past it answers 507 (default 0: no bound)\n"
         "  --pool-dir DIR          pinned pools are saved in DIR and restored at start (docs/pools.md)\n"
         "  -a, --alias NAME        the model's name in responses (default: file name)\n"
         "  --jinja / --no-jinja    render the chat template with the Jinja engine (default on;\n"
@@ -254,6 +256,10 @@ static bool parse(int argc, char **argv, serve_opts *o)
             }
             if (a[2] == 's') o->sp.slot_save_path = v;
             else o->ep.pool_dir = v;
+            continue;
+        }
+        if (!strcmp(a, "--slot-save-max-bytes")) {
+            if (!cli_bytes(a, v, &o->ep.slot_save_max_bytes)) return false;
             continue;
         }
         if (!strncmp(a, "--slot-", 7)) {

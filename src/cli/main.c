@@ -1,6 +1,7 @@
 /*
  * main.c - the polykv binary: dispatches to a sub-command.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <sched.h>
 #include <stdio.h>
@@ -41,6 +42,28 @@ bool cli_int(const char *opt, const char *s, long lo, long hi, long *out)
         return false;
     }
     *out = v;
+    return true;
+}
+
+bool cli_bytes(const char *opt, const char *s, uint64_t *out)
+{
+    static const char units[] = "KMGT";
+    char *end = NULL;
+    errno = 0;
+    bool digits = s[0] >= '0' && s[0] <= '9';       /* strtoull would take a sign and wrap "-1" */
+    unsigned long long v = digits ? strtoull(s, &end, 10) : 0;
+    int shift = 0;
+    const char *u = digits && *end ? strchr(units, toupper((unsigned char)*end)) : NULL;
+    if (u) {
+        shift = 10 * (int)(u - units + 1);
+        end++;
+    }
+    if (!digits || errno || *end || v > UINT64_MAX >> shift) {
+        fprintf(stderr, "polykv: %s: '%s' is not a byte count (digits, optionally followed by K, M, G or T: "
+                "powers of 1024)\n", opt, s);
+        return false;
+    }
+    *out = (uint64_t)v << shift;
     return true;
 }
 

@@ -93,6 +93,9 @@ typedef struct eng_params {
                                    tokens after n_keep and goes on (cells of its own only) */
     const char *pool_dir;       /* --pool-dir: pinned pools are saved here and restored at
                                    start (eng_save.c); NULL: none.  Copied. */
+    uint64_t slot_save_max_bytes; /* --slot-save-max-bytes: a slot save that would bring its
+                                     directory's files past this fails with PK_EFULL; 0 (default):
+                                     no bound */
     adm_policy admission;       /* server-wide, for sessions on no pool (--admission-*);
                                    also the defaults of a pool's policy */
 } eng_params;
@@ -383,7 +386,8 @@ typedef struct eng_file_reply {
  * name); PK_ECONFLICT (a task runs in the slot); PK_ENOTFOUND (no such
  * file); PK_EFORMAT / PK_EUNSUPPORTED (a file that is damaged, or from
  * another model or KV type: refused, the slot's history kept); PK_EFULL (no
- * KV room); PK_EIO; PK_ECANCELLED.  Any thread. */
+ * KV room for a restore; for a save, the directory's bound or a full disk);
+ * PK_EIO; PK_ECANCELLED.  Any thread. */
 pk_status eng_slot_save(eng *e, int32_t slot, const char *dir, const char *name, eng_file_reply *out);
 pk_status eng_slot_restore(eng *e, int32_t slot, const char *dir, const char *name, eng_file_reply *out);
 

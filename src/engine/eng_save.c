@@ -100,7 +100,8 @@ static void slot_save(eng *e, slot *s, eng_call *c)
         return;
     }
     sav_header h = header(e, SAV_SLOT, s->n_hist, 0);
-    o->status = sav_write(c->u.file.dir, c->u.file.name, &h, s->hist, rows, 0, o->message, sizeof o->message);
+    o->status = sav_write(c->u.file.dir, c->u.file.name, &h, s->hist, rows, e->p.slot_save_max_bytes, 0,
+                          o->message, sizeof o->message);
     free(rows);
     if (o->status != PK_OK) return;
     o->n_tokens = s->n_hist;
@@ -241,7 +242,7 @@ static pk_status save_pool(eng *e, const pool_node *p, char *why, size_t cap)
     h.branch_pos = p->branch_pos;
     h.flags = p->pinned ? SAV_FLAG_PINNED : 0;
     char reason[160];
-    pk_status st = sav_write(ps->dir, name, &h, p->tokens, rows, ps->delay_ms, reason, sizeof reason);
+    pk_status st = sav_write(ps->dir, name, &h, p->tokens, rows, 0, ps->delay_ms, reason, sizeof reason);
     free(rows);
     if (st != PK_OK) {
         snprintf(why, cap, "pool %d not saved: %s", p->id, reason);

@@ -14,7 +14,9 @@
  *   each alternative a run of items (a character class or a rule reference)
  *   ended by END.  Repetitions become helper rules (x* is R ::= x R | "",
  *   x{m,n} m copies then nested optionals), groups become anonymous rules.
- *   Left recursion is refused at compile time (it has no finite closure).
+ *   Left recursion is refused at compile time (it has no finite closure);
+ *   x* over an x that may match nothing repeats x without the empty string
+ *   instead (same language), so ("a"*)* is not left recursion.
  *
  *   Matching is a pushdown automaton run on sets of stacks.  A stack is a
  *   persistent list of code positions (the top is the next item to match,

@@ -4,9 +4,10 @@
  * A recursive-descent parser writes each rule's body as alternatives ended
  * by END; groups and repetitions become numbered helper rules as they are
  * met, so the parser never needs to go back.  After the text: every
- * referenced rule must be defined, the root must exist, and no rule may
- * reach itself without consuming a character (left recursion).  Then the
- * bodies are laid end to end into `code`.
+ * referenced rule must be defined, the root must exist, a repetition of
+ * something nullable repeats its non-empty part (prime_stars), and no rule
+ * may reach itself without consuming a character (left recursion).  Then
+ * the bodies are laid end to end into `code`.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -24,6 +25,7 @@ typedef struct prule {
     char *name;                 /* NULL for helpers */
     ivec body;
     bool defined;
+    bool star;                  /* a helper R ::= x R | "" (x* and x{m,}): x is body.v[0] */
     int64_t ref_pos, def_pos;   /* first reference, definition */
 } prule;
 
@@ -317,7 +319,7 @@ static void parse_postfix(parser *p, ivec *body, int32_t from)
         iv_push(p, b, GRAM_REF(r));
         iv_push(p, b, GRAM_END);
         iv_push(p, b, GRAM_END);
-        p->rules[r].defined = true;
+        p->rules[r].defined = p->rules[r].star = true;
         iv_push(p, body, GRAM_REF(r));
     } else if (hi > lo) {                       /* R_k ::= x R_{k-1} | "" */
         int32_t prev = -1;
@@ -480,19 +482,9 @@ static int32_t left_cycle(const parser *p, const bool *nullable, int8_t *color, 
     return -1;
 }
 
-static void check(parser *p, int32_t root, const char *root_name)
+/* Which rules derive the empty string: a fixed point, into nullable[p->n_rules]. */
+static void find_nullable(const parser *p, bool *nullable)
 {
-    for (int32_t r = 0; r < p->n_rules && !p->failed; r++)
-        if (!p->rules[r].defined)
-            fail_at(p, (size_t)p->rules[r].ref_pos, "undefined rule '%s'", p->rules[r].name);
-    if (p->failed) return;
-    if (root < 0 || !p->rules[root].defined || p->rules[root].def_pos < 0) {
-        fail_at(p, 0, "no rule named '%s' (the start rule)", root_name);
-        return;
-    }
-    bool *nullable = calloc((size_t)p->n_rules, sizeof *nullable);
-    int8_t *color = calloc((size_t)p->n_rules, sizeof *color);
-    if (!nullable || !color) { p->oom = p->failed = true; goto out; }
     for (bool changed = true; changed;) {
         changed = false;
         for (int32_t r = 0; r < p->n_rules; r++) {
@@ -507,6 +499,137 @@ static void check(parser *p, int32_t root, const char *root_name)
             }
         }
     }
+}
+
+/* ---- repetitions of what may match nothing ---- */
+
+/* x* over a nullable x is R ::= x R | "", and R reaches R without
+ * consuming: left recursion, though the language is plain ((a*)*, (a?)*,
+ * (a|b*)*, the regular expressions JSON Schema patterns are made of).
+ * Since (x)* = (x')* where x' is x without the empty string, each such
+ * star repeats x' instead.  x' (a "prime") has, for every alternative
+ * Y1..Yn of x, the alternatives "Yk' Yk+1..Yn" for each k whose
+ * Y1..Yk-1 may all be empty, up to the first Yk that may not (kept as
+ * it is); a prime of a prime is never needed, primes being non-nullable.
+ * The tails Yk+1..Yn are shared through a chain of helper rules, so a
+ * long alternative costs its length, not its square.  Rules made here
+ * come after n0, the rules of the text, and none of them is nullable. */
+typedef struct primer {
+    const bool *nullable;       /* [n0] */
+    int32_t n0;
+    int32_t *prime;             /* [n0] rule of r', -1 none yet */
+    ivec todo;                  /* rules whose prime is made but not filled */
+} primer;
+
+static bool may_be_empty(const primer *pr, int32_t item)
+{
+    return item < GRAM_END && GRAM_REF_RULE(item) < pr->n0 && pr->nullable[GRAM_REF_RULE(item)];
+}
+
+/* The prime of nullable rule r, made empty and queued the first time. */
+static int32_t prime_of(parser *p, primer *pr, int32_t r)
+{
+    if (pr->prime[r] < 0) {
+        int32_t q = new_rule(p, NULL, 0);
+        if (q < 0) return -1;
+        p->rules[q].defined = true;
+        pr->prime[r] = q;
+        iv_push(p, &pr->todo, r);
+    }
+    return pr->prime[r];
+}
+
+/* One alternative v[0, n) of a nullable rule, its non-empty forms pushed
+ * to b, each ended by END. */
+static void prime_alt(parser *p, primer *pr, const int32_t *v, int32_t n, ivec *b)
+{
+    int32_t last = 0;           /* the last k with Y1..Yk-1 nullable */
+    while (last < n - 1 && may_be_empty(pr, v[last])) last++;
+    /* tails[k] = rule of v[k+1, n) for k < last; v[last+1, n) goes inline */
+    int32_t *tails = last ? malloc((size_t)last * sizeof *tails) : NULL;
+    if (last && !tails) { p->oom = p->failed = true; return; }
+    for (int32_t k = last - 1; k >= 0 && !p->failed; k--) {
+        int32_t t = new_rule(p, NULL, 0);
+        if (t < 0) break;
+        ivec tb = {0};
+        iv_push(p, &tb, v[k + 1]);
+        if (k + 1 < last) iv_push(p, &tb, GRAM_REF(tails[k + 1]));
+        else for (int32_t i = last + 1; i < n; i++) iv_push(p, &tb, v[i]);
+        iv_push(p, &tb, GRAM_END);
+        p->rules[t].body = tb;
+        p->rules[t].defined = true;
+        tails[k] = t;
+    }
+    for (int32_t k = 0; k <= last && !p->failed; k++) {
+        int32_t y = may_be_empty(pr, v[k]) ? prime_of(p, pr, GRAM_REF_RULE(v[k])) : -1;
+        if (p->failed) break;
+        iv_push(p, b, y >= 0 ? GRAM_REF(y) : v[k]);
+        if (k < last) iv_push(p, b, GRAM_REF(tails[k]));
+        else for (int32_t i = last + 1; i < n; i++) iv_push(p, b, v[i]);
+        iv_push(p, b, GRAM_END);
+    }
+    free(tails);
+}
+
+/* Fills the prime of rule r: every alternative's non-empty forms; an
+ * alternative that is nothing but empty ones adds none.  A prime with no
+ * alternative left (r matches only the empty string) matches nothing: []. */
+static void fill_prime(parser *p, primer *pr, int32_t r)
+{
+    const int32_t *v = p->rules[r].body.v;      /* its own array: stays put while rules grow */
+    int32_t n = p->rules[r].body.n, q = pr->prime[r];
+    ivec b = {0};
+    for (int32_t a = 0, k = 0; k < n && !p->failed; k++) {
+        if (v[k] != GRAM_END) continue;
+        if (k > a) prime_alt(p, pr, v + a, k - a, &b);
+        a = k + 1;
+    }
+    if (!b.n && !p->failed) {
+        int32_t none = end_cset(p, p->ranges.n, false);
+        if (none >= 0) iv_push(p, &b, none);
+        iv_push(p, &b, GRAM_END);
+    }
+    p->rules[q].body = b;
+}
+
+static void prime_stars(parser *p, const bool *nullable)
+{
+    primer pr = { .nullable = nullable, .n0 = p->n_rules };
+    pr.prime = malloc((size_t)pr.n0 * sizeof *pr.prime);
+    if (!pr.prime) { p->oom = p->failed = true; return; }
+    for (int32_t r = 0; r < pr.n0; r++) pr.prime[r] = -1;
+    for (int32_t r = 0; r < pr.n0 && !p->failed; r++) {
+        if (!p->rules[r].star || !may_be_empty(&pr, p->rules[r].body.v[0])) continue;
+        int32_t q = prime_of(p, &pr, GRAM_REF_RULE(p->rules[r].body.v[0]));
+        if (q >= 0) p->rules[r].body.v[0] = GRAM_REF(q);
+    }
+    while (pr.todo.n && !p->failed) fill_prime(p, &pr, pr.todo.v[--pr.todo.n]);
+    free(pr.todo.v);
+    free(pr.prime);
+}
+
+static void check(parser *p, int32_t root, const char *root_name)
+{
+    for (int32_t r = 0; r < p->n_rules && !p->failed; r++)
+        if (!p->rules[r].defined)
+            fail_at(p, (size_t)p->rules[r].ref_pos, "undefined rule '%s'", p->rules[r].name);
+    if (p->failed) return;
+    if (root < 0 || !p->rules[root].defined || p->rules[root].def_pos < 0) {
+        fail_at(p, 0, "no rule named '%s' (the start rule)", root_name);
+        return;
+    }
+    bool *nullable = calloc((size_t)p->n_rules, sizeof *nullable);
+    int8_t *color = NULL;
+    if (!nullable) { p->oom = p->failed = true; return; }
+    find_nullable(p, nullable);
+    prime_stars(p, nullable);
+    free(nullable);
+    /* again over the rules prime_stars added */
+    nullable = calloc((size_t)p->n_rules, sizeof *nullable);
+    color = calloc((size_t)p->n_rules, sizeof *color);
+    if (!nullable || !color) { p->oom = p->failed = true; goto out; }
+    if (p->failed) goto out;
+    find_nullable(p, nullable);
     for (int32_t r = 0; r < p->n_rules && !p->failed; r++) {
         if (color[r]) continue;
         int32_t c = left_cycle(p, nullable, color, r);

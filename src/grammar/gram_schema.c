@@ -273,14 +273,22 @@ static void put_pattern(conv *c, const char *p, size_t n)
     if (end > i && p[end - 1] == '$' && (end < 2 || p[end - 2] != '\\')) end--;
     pk_buf_puts(b, "\"\\\"\" ( ");
     int open = 0;
+    bool atom = false;          /* something a quantifier may repeat was just written */
     while (i < end && !c->st) {
         char ch = p[i];
+        bool was_atom = atom;
+        atom = true;
+        if ((ch == '*' || ch == '+' || ch == '?' || ch == '{') && !was_atom) {
+            fail(c, PK_EFORMAT, "pattern: '%c' at offset %zu has nothing to repeat", ch, i);
+            return;
+        }
         if (ch == '(') {
             i++;
             if (i + 1 < end && p[i] == '?' && p[i + 1] == ':') i += 2;
             else if (i < end && p[i] == '?') { fail(c, PK_EUNSUPPORTED, "unsupported pattern construct '(?'"); return; }
             pk_buf_puts(b, "( ");
             open++;
+            atom = false;
         } else if (ch == ')') {
             if (!open) { fail(c, PK_EFORMAT, "unbalanced ')' in pattern"); return; }
             pk_buf_puts(b, ") ");
@@ -289,17 +297,37 @@ static void put_pattern(conv *c, const char *p, size_t n)
         } else if (ch == '|') {
             pk_buf_puts(b, "| ");
             i++;
+            atom = false;
         } else if (ch == '*' || ch == '+' || ch == '?') {
             pk_buf_printf(b, "%c ", ch);
             i++;
             if (i < end && (p[i] == '?' || p[i] == '+')) i++;   /* lazy/possessive: same language */
+            atom = false;
         } else if (ch == '{') {
             size_t k = i + 1;
             while (k < end && (p[k] == ',' || (p[k] >= '0' && p[k] <= '9'))) k++;
             if (k >= end || p[k] != '}' || k == i + 1) { fail(c, PK_EUNSUPPORTED, "unsupported pattern '{'"); return; }
+            /* {m}, {m,} or {m,n}, checked here so that a bad one is named in the pattern's terms */
+            char *after;
+            long lo = strtol(p + i + 1, &after, 10), hi = lo;
+            if (after == p + i + 1) { fail(c, PK_EUNSUPPORTED, "unsupported pattern repetition '{,n}'"); return; }
+            if (*after == ',' && after + 1 == p + k) {
+                hi = -1;
+                after++;
+            } else if (*after == ',') {
+                hi = strtol(after + 1, &after, 10);
+            }
+            if (after != p + k) { fail(c, PK_EUNSUPPORTED, "unsupported pattern '{'"); return; }
+            if ((hi >= 0 && hi < lo) || lo > 10000 || hi > 10000) {
+                fail(c, hi >= 0 && hi < lo ? PK_EFORMAT : PK_EUNSUPPORTED, "pattern: repetition '%.*s' at offset "
+                     "%zu: bounds must satisfy m <= n <= 10000", (int)(k - i + 1), p + i, i);
+                return;
+            }
             pk_buf_put(b, p + i, k - i + 1);
             pk_buf_puts(b, " ");
             i = k + 1;
+            if (i < end && (p[i] == '?' || p[i] == '+')) i++;
+            atom = false;
         } else if (ch == '.') {
             pk_buf_puts(b, "[^" STR_SAFE "\\n] ");
             i++;
@@ -362,6 +390,25 @@ static void put_pattern(conv *c, const char *p, size_t n)
     pk_buf_puts(b, ") \"\\\"\"");
 }
 
+/* Compiles a pattern's rule text g[n] alone, so that a pattern the
+ * grammar cannot hold is refused here, in the pattern's words, rather
+ * than later at some line of the whole generated grammar. */
+static void check_pattern(conv *c, const char *pattern, const char *g, size_t n)
+{
+    if (c->out.oom) { fail(c, PK_ENOMEM, "out of memory"); return; }
+    pk_buf t = {0};
+    pk_buf_puts(&t, "root ::= ");
+    pk_buf_put(&t, g, n);
+    gram_grammar *gg = NULL;
+    gram_error e;
+    pk_status st = t.oom ? PK_ENOMEM : gram_parse(t.p, t.n, NULL, &gg, &e);
+    pk_buf_free(&t);
+    gram_free(gg);
+    if (st == PK_ENOMEM) fail(c, PK_ENOMEM, "out of memory");
+    else if (st) fail(c, PK_EUNSUPPORTED, "pattern '%.40s%s' cannot be compiled: %s", pattern,
+                      strlen(pattern) > 40 ? "..." : "", e.msg);
+}
+
 static void gen_string(conv *c, const json_t *s)
 {
     json_t *fmt = json_object_get(s, "format"), *pat = json_object_get(s, "pattern");
@@ -385,7 +432,9 @@ static void gen_string(conv *c, const json_t *s)
     if (pat) {
         const char *p = json_string_value(pat);
         if (!p) { fail(c, PK_EFORMAT, "'pattern' must be a string"); return; }
+        size_t from = c->out.n;
         put_pattern(c, p, strlen(p));
+        if (!c->st) check_pattern(c, p, c->out.p + from, c->out.n - from);
         return;
     }
     if (!mn && !mx) { pk_buf_puts(&c->out, "string"); return; }

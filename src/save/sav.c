@@ -6,6 +6,7 @@
  *   header bytes  [0, 8) magic   [8, 72) fields   [72, 80) payload_xxh3
  *                 [80, 88) header_xxh3 of [0, 80)   [88, 96) zero
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -365,13 +366,56 @@ static bool write_all(int fd, const void *p, size_t n)
     return true;
 }
 
+/* Bytes of the regular files in dir but `skip` (the file a save replaces,
+ * which the rename removes).  Temporaries count: a crash can leave them
+ * for good.  Links and other kinds hold no data of ours; lstat semantics
+ * so a planted link cannot make a far-away file count.  PK_EIO when the
+ * directory cannot be read. */
+static pk_status dir_bytes(const char *dir, const char *skip, uint64_t *out, char *why, size_t cap)
+{
+    DIR *d = opendir(dir);
+    if (!d) return fail(PK_EIO, why, cap, "cannot read the directory %s: %s", dir, strerror(errno));
+    uint64_t sum = 0;
+    int err = 0;
+    for (;;) {
+        errno = 0;                      /* readdir's end and its failure differ only in errno */
+        struct dirent *de = readdir(d);
+        if (!de) {
+            err = errno;
+            break;
+        }
+        struct stat sb;
+        /* a file gone since readdir (a fstatat failure) holds nothing */
+        if (!strcmp(de->d_name, skip) || fstatat(dirfd(d), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) ||
+            !S_ISREG(sb.st_mode))
+            continue;
+        sum += (uint64_t)sb.st_size;
+    }
+    closedir(d);
+    if (err) return fail(PK_EIO, why, cap, "cannot read the directory %s: %s", dir, strerror(err));
+    *out = sum;
+    return PK_OK;
+}
+
+/* A full disk or an exhausted quota is "no room", not a broken device. */
+static pk_status write_status(int err) { return err == ENOSPC || err == EDQUOT ? PK_EFULL : PK_EIO; }
+
 pk_status sav_write(const char *dir, const char *name, const sav_header *h, const int32_t *tokens,
-                    const uint8_t *rows, int delay_ms, char *why, size_t cap)
+                    const uint8_t *rows, uint64_t max_dir_bytes, int delay_ms, char *why, size_t cap)
 {
     if (!sav_name_ok(name, strlen(name))) return fail(PK_EINVAL, why, cap, "invalid file name");
     char path[4096], tmp[4096 + 32];
     if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, name) >= sizeof path)
         return fail(PK_EINVAL, why, cap, "path too long");
+    if (max_dir_bytes) {
+        uint64_t used = 0, adds = sav_file_bytes(h);
+        pk_status st = dir_bytes(dir, name, &used, why, cap);
+        if (st != PK_OK) return st;
+        if (used > max_dir_bytes || adds > max_dir_bytes - used)
+            return fail(PK_EFULL, why, cap, "a save of %llu bytes would bring the directory's files to %llu bytes, "
+                        "over its bound of %llu", (unsigned long long)adds, (unsigned long long)(used + adds),
+                        (unsigned long long)max_dir_bytes);
+    }
     uint8_t hb[SAV_HEADER_BYTES];
     encode_header(h, payload_xxh(h, tokens, rows), hb);
     uint8_t *list = malloc((size_t)sav_head_bytes(h));
@@ -379,8 +423,9 @@ pk_status sav_write(const char *dir, const char *name, const sav_header *h, cons
     encode_list(h, tokens, list);
     int fd = create_temp(dir, name, (sav_kind)h->kind, tmp, sizeof tmp);
     if (fd < 0) {
+        int err = errno;
         free(list);
-        return fail(PK_EIO, why, cap, "cannot create %s: %s", tmp, strerror(errno));
+        return fail(write_status(err), why, cap, "cannot create %s: %s", tmp, strerror(err));
     }
     size_t nr = (size_t)(h->n_tokens - h->row_first) * sav_row_bytes(h);
     bool ok = write_all(fd, list, (size_t)sav_head_bytes(h)) && write_all(fd, hb, sizeof hb) &&
@@ -396,7 +441,7 @@ pk_status sav_write(const char *dir, const char *name, const sav_header *h, cons
     if (!ok || rename(tmp, path)) {
         if (ok) err = errno;
         unlink(tmp);
-        return fail(PK_EIO, why, cap, "cannot write %s: %s", path, strerror(err));
+        return fail(write_status(err), why, cap, "cannot write %s: %s", path, strerror(err));
     }
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd >= 0) {

@@ -103,11 +103,17 @@ pk_status sav_read(const char *path, const sav_expect *want, uint8_t **buf, sav_
 
 /* Writes dir/name crash-safely (see DESIGN) from the header and the
  * payload: tokens[h->n_tokens], rows[(n_tokens - row_first) * row bytes].
- * The checksums and payload_bytes are computed here.  delay_ms > 0 sleeps
- * between the write and the rename (the kill -9 test's window).  PK_EIO
- * (reason in why), PK_EINVAL for a name sav_name_ok refuses, PK_ENOMEM. */
+ * The checksums and payload_bytes are computed here.  max_dir_bytes > 0
+ * bounds the directory: when the regular files in it (temporaries too,
+ * the file this one replaces not) plus sav_file_bytes(h) would pass it,
+ * nothing is written.  The bound holds between saves; during one the old
+ * file and the new one's temporary are both there.  delay_ms > 0 sleeps
+ * between the write and the rename (the kill -9 test's window).
+ * PK_EFULL (over the bound, or the file system says ENOSPC / EDQUOT),
+ * PK_EIO (reason in why), PK_EINVAL for a name sav_name_ok refuses,
+ * PK_ENOMEM; after any error no new file is left in dir. */
 pk_status sav_write(const char *dir, const char *name, const sav_header *h, const int32_t *tokens,
-                    const uint8_t *rows, int delay_ms, char *why, size_t cap);
+                    const uint8_t *rows, uint64_t max_dir_bytes, int delay_ms, char *why, size_t cap);
 
 /* Serializes into buf[sav_file_bytes(h)] (tests and fuzz seeds). */
 void sav_encode(const sav_header *h, const int32_t *tokens, const uint8_t *rows, uint8_t *buf);

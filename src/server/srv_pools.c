@@ -294,8 +294,11 @@ static enum MHD_Result slot_file(srv_req *r, json_t *body, int32_t id, bool save
     pk_status st = save ? eng_slot_save(srv_engine(s), id, s->save_dir, name, &rp)
                         : eng_slot_restore(srv_engine(s), id, s->save_dir, name, &rp);
     if (st != PK_OK) {
-        srv_err e = { .status = file_status(st) };
-        snprintf(e.msg, sizeof e.msg, "%s", rp.message[0] ? rp.message : pk_status_str(st));
+        /* A save's PK_EFULL is the directory's bound or a full disk: no
+         * storage, where a restore's is no KV room (retry later) */
+        srv_err e = { .status = save && st == PK_EFULL ? 507 : file_status(st) };
+        snprintf(e.msg, sizeof e.msg, "%s%s", save && st == PK_EFULL ? "Unable to save slot: " : "",
+                 rp.message[0] ? rp.message : pk_status_str(st));
         return srv_reply_error(r, &e);
     }
     return srv_reply_json(r, 200, json_pack("{s:i, s:s, s:i, s:I, s:{s:f}}", "id_slot", id, "filename", name,

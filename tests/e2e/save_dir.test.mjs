@@ -103,3 +103,53 @@ test('--slot-save-path and --pool-dir: one directory, or one inside the other, s
       await s.stop();
     }
   });
+
+// Bytes of the regular files in dir (what --slot-save-max-bytes bounds).
+const dirBytes = (dir) => readdirSync(dir).map((n) => lstatSync(path.join(dir, n)))
+  .filter((st) => st.isFile()).reduce((a, st) => a + st.size, 0);
+
+test('--slot-save-max-bytes: a save past the bound is a 507 that writes nothing; a replacement still fits',
+  { skip }, async () => {
+    for (const bad of ['-1', '12X', '8GB', '', '20000000T']) {
+      const r = spawnSync(BIN, ['serve', '-m', sharedModel(STORIES), '--port', '0', ...ARGS,
+        '--slot-save-max-bytes', bad], { encoding: 'utf8', timeout: 10000 });
+      assert.ok(r.status > 0, `'${bad}': exit ${r.status} ${r.stderr}`);
+      assert.match(r.stderr, /--slot-save-max-bytes: .* is not a byte count/);
+    }
+    const slots = mkdtempSync(path.join(tmpdir(), 'polykv-slots-'));
+    const bound = 64 * 1024;
+    // Before: 200 saves of 200 names, every one written (195 MB in 0.7 s in the probe).
+    const s = await startServer(sharedModel(STORIES), [...ARGS, '--slot-save-path', slots,
+      '--slot-save-max-bytes', '64K']);
+    try {
+      assert.equal((await fill(s.url)).status, 200);
+      const save = (filename) => post(s.url + '/slots/0?action=save', { filename });
+      let r = await save('a');
+      assert.equal(r.status, 200, r.text);
+      const one = r.json.n_written;
+      assert.ok(one > 0 && 3 * one < bound, `a file of ${one} bytes`);
+      assert.equal((await save('b')).status, 200);
+      // A file of the client's size to bring the third save exactly to the bound.
+      writeFileSync(path.join(slots, 'filler'), Buffer.alloc(bound - 3 * one));
+      assert.equal((await save('c')).status, 200);
+      assert.equal(dirBytes(slots), bound);
+      for (let i = 0; i < 200; i++) {
+        r = await save(`x${i}`);
+        assert.equal(r.status, 507, r.text);
+      }
+      assert.equal(r.json.error.code, 507);
+      assert.match(r.json.error.message, /^Unable to save slot: a save of \d+ bytes .* over its bound of 65536/);
+      assert.equal(dirBytes(slots), bound);
+      assert.deepEqual(readdirSync(slots).sort(), ['a', 'b', 'c', 'filler']);
+      // At the bound, a save that replaces a file of its size: 200, and it restores.
+      r = await save('b');
+      assert.equal(r.status, 200, r.text);
+      assert.equal(dirBytes(slots), bound);
+      r = await post(s.url + '/slots/1?action=restore', { filename: 'b' });
+      assert.equal(r.status, 200, r.text);
+      const again = await post(s.url + '/slots/0?action=restore', { filename: 'a' });
+      assert.equal(r.json.n_restored, again.json.n_restored);
+    } finally {
+      await s.stop();
+    }
+  });
