@@ -14,6 +14,7 @@
 #define TEST_H
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,8 +64,40 @@ static inline const char *test_shared_dir(void)
     return NULL;
 }
 
+/* Named cases, libuv's task.h way: main calls test_select(argc, argv)
+ * first, runs each case as TEST_RUN(test_name, args...), and ends with
+ * test_finish().  With no argument every case runs; `test_x name...` runs
+ * the cases named (the function's name, with or without "test_"), and a
+ * name no case has is a failure. */
+static int test_argc;
+static char **test_argv;
+static bool test_matched[64];
+
+static inline void test_select(int argc, char **argv)
+{
+    test_argc = argc < 65 ? argc : 65;
+    test_argv = argv;
+}
+
+static inline bool test_wanted(const char *fn)
+{
+    if (test_argc <= 1) return true;
+    const char *bare = strncmp(fn, "test_", 5) ? fn : fn + 5;
+    bool want = false;
+    for (int i = 1; i < test_argc; i++)
+        if (!strcmp(test_argv[i], fn) || !strcmp(test_argv[i], bare)) want = test_matched[i - 1] = true;
+    return want;
+}
+
+#define TEST_RUN(fn, ...) do { if (test_wanted(#fn)) fn(__VA_ARGS__); } while (0)
+
 static inline int test_finish(void)
 {
+    for (int i = 1; i < test_argc; i++)
+        if (!test_matched[i - 1]) {
+            fprintf(stderr, "no case named %s\n", test_argv[i]);
+            test_n_fail++;
+        }
     int n_listed = test_n_skip < (int)(sizeof test_skip_reason / sizeof test_skip_reason[0])
                  ? test_n_skip : (int)(sizeof test_skip_reason / sizeof test_skip_reason[0]);
     for (int i = 0; i < n_listed; i++) printf("skipped: %s\n", test_skip_reason[i]);

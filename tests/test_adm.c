@@ -1291,22 +1291,23 @@ static void test_cost_model(void)
     CHECK(e_cost[k / 2] < 0.10 && e_drop[k / 2] > 0.15);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    test_rate();
-    test_live();
-    test_policy();
-    test_arms();
-    test_settle();
-    test_cost_samples();
-    test_long_mean();
-    test_margin();
-    test_curve();
-    test_curve_projection();
-    test_knee();
-    test_ramp();
-    test_cost_model();
-    test_worked_example();
-    test_property(200000);
+    test_select(argc, argv);
+    TEST_RUN(test_rate);
+    TEST_RUN(test_live);
+    TEST_RUN(test_policy);
+    TEST_RUN(test_arms);
+    TEST_RUN(test_settle);
+    TEST_RUN(test_cost_samples);
+    TEST_RUN(test_long_mean);
+    TEST_RUN(test_margin);
+    TEST_RUN(test_curve);
+    TEST_RUN(test_curve_projection);
+    TEST_RUN(test_knee);
+    TEST_RUN(test_ramp);
+    TEST_RUN(test_cost_model);
+    TEST_RUN(test_worked_example);
+    TEST_RUN(test_property, 200000);
     return test_finish();
 }

@@ -915,15 +915,16 @@ static void remove_tmp_dir(void)
     rmdir(tmp_dir);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    test_select(argc, argv);
     snprintf(tmp_dir, sizeof tmp_dir, "/tmp/test_gguf_XXXXXX");
     if (!mkdtemp(tmp_dir)) { perror("mkdtemp"); return 1; }
-    test_round_trip();
-    test_corrupt();
+    TEST_RUN(test_round_trip);
+    TEST_RUN(test_corrupt);
     const char *shared = test_shared_dir();
     if (shared) test_real_files(shared);
-    test_robust(shared);
+    TEST_RUN(test_robust, shared);
     free(rt_file);
     remove_tmp_dir();
     if (!shared) SKIP_PART("../shared absent: real-file tests and their robustness sweeps not run");

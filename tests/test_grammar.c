@@ -780,14 +780,15 @@ static void test_real_vocab(void)
     }
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    test_constructs();
-    test_errors();
-    test_masks();
-    test_property();
-    test_schema();
-    test_speed();
-    test_real_vocab();
+    test_select(argc, argv);
+    TEST_RUN(test_constructs);
+    TEST_RUN(test_errors);
+    TEST_RUN(test_masks);
+    TEST_RUN(test_property);
+    TEST_RUN(test_schema);
+    TEST_RUN(test_speed);
+    TEST_RUN(test_real_vocab);
     return test_finish();
 }

@@ -346,15 +346,16 @@ static void test_stream(void)
     release();
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    test_urls();
+    test_select(argc, argv);
+    TEST_RUN(test_urls);
     if (!start_server()) {
         fprintf(stderr, "test_httpc: no loopback socket\n");
         return 1;
     }
-    test_exchange();
-    test_stream();
-    test_bounds();
+    TEST_RUN(test_exchange);
+    TEST_RUN(test_stream);
+    TEST_RUN(test_bounds);
     return test_finish();
 }

@@ -356,13 +356,14 @@ static void test_threads(void)
     jj_free(NULL);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    test_cases();
-    test_error_lines();
-    test_bounds();
-    test_int_overflow();
-    test_truncations();
-    test_threads();
+    test_select(argc, argv);
+    TEST_RUN(test_cases);
+    TEST_RUN(test_error_lines);
+    TEST_RUN(test_bounds);
+    TEST_RUN(test_int_overflow);
+    TEST_RUN(test_truncations);
+    TEST_RUN(test_threads);
     return test_finish();
 }

@@ -562,13 +562,14 @@ static void bench(const tk_ops *const ops[], int n_ops)
     free(qa);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    test_select(argc, argv);
     test_q4_K_layout();
-    test_q5_q6_layout();
-    test_round_trip();
-    test_golden();
-    test_dot_vs_dequant();
+    TEST_RUN(test_q5_q6_layout);
+    TEST_RUN(test_round_trip);
+    TEST_RUN(test_golden);
+    TEST_RUN(test_dot_vs_dequant);
 
     const tk_ops *ref = tk_ops_named("scalar");
     CHECK(ref != NULL);
@@ -582,7 +583,7 @@ int main(void)
             continue;
         }
         test_q8_K_simd(ref, simd);
-        test_dots_simd(ref, simd);
+        TEST_RUN(test_dots_simd, ref, simd);
         ops[n_ops++] = simd;
     }
     if (ref) test_real_model(ops, n_ops);

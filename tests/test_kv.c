@@ -620,19 +620,20 @@ static void test_take_and_common(void)
     kv_free(kv);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    test_params();
-    test_storage(TQ_F16, 2);
-    test_storage(TQ_F32, 4);
-    test_empty();
-    test_find_slot_and_set();
-    test_rm_ranges();
-    test_sharing();
-    test_keep();
-    test_add();
-    test_clear();
-    test_take_and_common();
-    test_random(100000);
+    test_select(argc, argv);
+    TEST_RUN(test_params);
+    TEST_RUN(test_storage, TQ_F16, 2);
+    TEST_RUN(test_storage, TQ_F32, 4);
+    TEST_RUN(test_empty);
+    TEST_RUN(test_find_slot_and_set);
+    TEST_RUN(test_rm_ranges);
+    TEST_RUN(test_sharing);
+    TEST_RUN(test_keep);
+    TEST_RUN(test_add);
+    TEST_RUN(test_clear);
+    TEST_RUN(test_take_and_common);
+    TEST_RUN(test_random, 100000);
     return test_finish();
 }

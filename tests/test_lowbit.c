@@ -292,11 +292,12 @@ static void test_matmul(void)
     tp_free(tp);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    test_layouts();
-    test_round_trip();
-    test_dot_vs_dequant();
+    test_select(argc, argv);
+    TEST_RUN(test_layouts);
+    TEST_RUN(test_round_trip);
+    TEST_RUN(test_dot_vs_dequant);
     const tk_ops *ref = tk_ops_named("scalar");
     CHECK(ref != NULL);
     const char *simd_names[] = { "avx2", "avx512" };
@@ -306,7 +307,7 @@ int main(void)
             SKIP_PART("%s kernels not run: this CPU lacks the instructions", simd_names[i]);
             continue;
         }
-        test_dots_simd(ref, simd);
+        TEST_RUN(test_dots_simd, ref, simd);
     }
     if (ref) test_matmul();
     return test_finish();

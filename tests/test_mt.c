@@ -121,10 +121,11 @@ static void test_against_cpp(void)
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    test_reference_values();
-    test_uniform();
-    test_against_cpp();
+    test_select(argc, argv);
+    TEST_RUN(test_reference_values);
+    TEST_RUN(test_uniform);
+    TEST_RUN(test_against_cpp);
     return test_finish();
 }

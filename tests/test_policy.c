@@ -873,20 +873,21 @@ static void test_pools_pinned(void)
     if (verbose) printf("    pools: %d tables, a pool was the source in %d\n", n_cases, n_pool_source);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    test_select(argc, argv);
     arena_init((size_t)4 << 20);
-    test_curves();
-    test_tokens();
-    test_params();
-    test_wait_and_continue();
-    test_sibling();
-    test_reclaim_order();
-    test_least_loss_and_parking();
-    test_near_sources();
-    test_invalid_and_drop_order();
-    test_worked_example();
-    test_pools_pinned();
+    TEST_RUN(test_curves);
+    TEST_RUN(test_tokens);
+    TEST_RUN(test_params);
+    TEST_RUN(test_wait_and_continue);
+    TEST_RUN(test_sibling);
+    TEST_RUN(test_reclaim_order);
+    TEST_RUN(test_least_loss_and_parking);
+    TEST_RUN(test_near_sources);
+    TEST_RUN(test_invalid_and_drop_order);
+    TEST_RUN(test_worked_example);
+    TEST_RUN(test_pools_pinned);
     free(arena);
     return test_finish();
 }

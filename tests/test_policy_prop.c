@@ -744,11 +744,12 @@ static void test_timing(void)
 }
 
 
-int main(void)
+int main(int argc, char **argv)
 {
+    test_select(argc, argv);
     arena_init((size_t)4 << 20);
-    test_property();
-    test_timing();
+    TEST_RUN(test_property);
+    TEST_RUN(test_timing);
     free(arena);
     return test_finish();
 }

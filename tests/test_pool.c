@@ -247,11 +247,12 @@ static void test_next_id(void)
     pool_tree_free(t);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    test_next_id();
-    test_contract();
-    test_match();
-    test_random(300, 60);
+    test_select(argc, argv);
+    TEST_RUN(test_next_id);
+    TEST_RUN(test_contract);
+    TEST_RUN(test_match);
+    TEST_RUN(test_random, 300, 60);
     return test_finish();
 }

@@ -611,22 +611,23 @@ static void test_ctx_guard(model *m)
     eng_free(e);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    test_select(argc, argv);
     const char *shared = test_shared_dir();
     if (!shared) SKIP("../shared/models not found (set POLYKV_SHARED): pool checks need a model");
     setenv("POLYKV_CHECK", "1", 0);
-    test_forks(shared, "stories260K");
-    test_forks(shared, "rand-qwen2-qwen2vocab-e64-l2-F16");
-    test_forks(shared, "rand-llama-llama3vocab-e256-l2-Q8_0");
+    TEST_RUN(test_forks, shared, "stories260K");
+    TEST_RUN(test_forks, shared, "rand-qwen2-qwen2vocab-e64-l2-F16");
+    TEST_RUN(test_forks, shared, "rand-llama-llama3vocab-e256-l2-Q8_0");
     char path[512], err[256];
     snprintf(path, sizeof path, "%s/models/stories260K.gguf", shared);
     model *m;
     ASSERT(model_load(path, MODEL_COPY, &m, err, sizeof err) == PK_OK);
-    test_lifetime(m);
-    test_kv_shift(m);
-    test_ctx_guard(m);
-    test_random(m, 400);
+    TEST_RUN(test_lifetime, m);
+    TEST_RUN(test_kv_shift, m);
+    TEST_RUN(test_ctx_guard, m);
+    TEST_RUN(test_random, m, 400);
     model_free(m);
     return test_finish();
 }

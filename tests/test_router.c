@@ -645,15 +645,16 @@ static void test_ini(void)
     CHECK_EQ_INT(rt_ini_load("/nonexistent/p.ini", &ini, err, sizeof err), PK_EIO);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    test_http();
-    test_no_buffering();
-    test_watch();
-    test_registry();
-    test_ini();
-    test_leases();
-    test_backoff();
-    test_unload_in_flight();
+    test_select(argc, argv);
+    TEST_RUN(test_http);
+    TEST_RUN(test_no_buffering);
+    TEST_RUN(test_watch);
+    TEST_RUN(test_registry);
+    TEST_RUN(test_ini);
+    TEST_RUN(test_leases);
+    TEST_RUN(test_backoff);
+    TEST_RUN(test_unload_in_flight);
     return test_finish();
 }

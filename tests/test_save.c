@@ -519,17 +519,18 @@ static void test_token_list(void)
     free(buf);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    test_token_list();
-    test_roundtrip();
-    test_damage();
-    test_foreign();
-    test_names();
-    test_write_read();
-    test_planted();
-    test_temp_names();
-    test_dir_bound();
-    test_disk_full();
+    test_select(argc, argv);
+    TEST_RUN(test_token_list);
+    TEST_RUN(test_roundtrip);
+    TEST_RUN(test_damage);
+    TEST_RUN(test_foreign);
+    TEST_RUN(test_names);
+    TEST_RUN(test_write_read);
+    TEST_RUN(test_planted);
+    TEST_RUN(test_temp_names);
+    TEST_RUN(test_dir_bound);
+    TEST_RUN(test_disk_full);
     return test_finish();
 }

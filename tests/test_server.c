@@ -876,14 +876,15 @@ static void test_log_escape(void)
     CHECK(!strcmp(small, ""));
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    test_log_escape();
-    test_parse_gen();
-    test_errors();
-    test_chat();
-    test_tool_answers();
-    test_reasoning_answers();
+    test_select(argc, argv);
+    TEST_RUN(test_log_escape);
+    TEST_RUN(test_parse_gen);
+    TEST_RUN(test_errors);
+    TEST_RUN(test_chat);
+    TEST_RUN(test_tool_answers);
+    TEST_RUN(test_reasoning_answers);
     const char *shared = test_shared_dir();
     if (!shared) {
         SKIP_PART("../shared absent: prompt tests (they need a vocabulary) not run");
@@ -898,8 +899,8 @@ int main(void)
         fprintf(stderr, "%s: %s\n", path, err);
         return test_finish();
     }
-    test_prompts(model_vocab(m));
+    TEST_RUN(test_prompts, model_vocab(m));
     model_free(m);
-    test_live(path);
+    TEST_RUN(test_live, path);
     return test_finish();
 }

@@ -765,20 +765,21 @@ static void test_post_probs(void)
     smp_free(s);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    test_post_probs();
-    test_params();
-    test_argmax();
-    test_determinism();
-    test_greedy_limits();
-    test_filters();
-    test_top_p_tail();
-    test_cut_boundaries();
-    test_min_keep();
-    test_draw_by_hand();
-    test_penalties();
-    test_logprobs();
-    test_large_vocab();
+    test_select(argc, argv);
+    TEST_RUN(test_post_probs);
+    TEST_RUN(test_params);
+    TEST_RUN(test_argmax);
+    TEST_RUN(test_determinism);
+    TEST_RUN(test_greedy_limits);
+    TEST_RUN(test_filters);
+    TEST_RUN(test_top_p_tail);
+    TEST_RUN(test_cut_boundaries);
+    TEST_RUN(test_min_keep);
+    TEST_RUN(test_draw_by_hand);
+    TEST_RUN(test_penalties);
+    TEST_RUN(test_logprobs);
+    TEST_RUN(test_large_vocab);
     return test_finish();
 }

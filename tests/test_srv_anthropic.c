@@ -418,13 +418,14 @@ static void test_stops(void)
     free(g.out);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    test_messages();
-    test_options();
-    test_refusals();
-    test_error_shape();
-    test_answers();
-    test_stops();
+    test_select(argc, argv);
+    TEST_RUN(test_messages);
+    TEST_RUN(test_options);
+    TEST_RUN(test_refusals);
+    TEST_RUN(test_error_shape);
+    TEST_RUN(test_answers);
+    TEST_RUN(test_stops);
     return test_finish();
 }

@@ -125,10 +125,11 @@ static void test_stream(void)
         }
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    test_whole();
-    test_partial();
-    test_stream();
+    test_select(argc, argv);
+    TEST_RUN(test_whole);
+    TEST_RUN(test_partial);
+    TEST_RUN(test_stream);
     return test_finish();
 }

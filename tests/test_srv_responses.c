@@ -243,10 +243,11 @@ static void test_formats(void)
     CHECK(!srv_route_by_format("predict", &fn, &path));
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    test_request();
-    test_answers();
-    test_formats();
+    test_select(argc, argv);
+    TEST_RUN(test_request);
+    TEST_RUN(test_answers);
+    TEST_RUN(test_formats);
     return test_finish();
 }

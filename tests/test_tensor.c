@@ -977,28 +977,29 @@ static void test_tables(void)
     }
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    test_select(argc, argv);
     test_isa_env();   /* first: before this process picks its table */
-    test_traits();
-    test_f16();
-    test_bf16();
-    test_layouts();
-    test_roundtrip();
-    test_golden();
-    test_tables();
+    TEST_RUN(test_traits);
+    TEST_RUN(test_f16);
+    TEST_RUN(test_bf16);
+    TEST_RUN(test_layouts);
+    TEST_RUN(test_roundtrip);
+    TEST_RUN(test_golden);
+    TEST_RUN(test_tables);
     for (size_t i = 1; i < ARRAY_LEN(isa_list); i++) {
         const tk_ops *o = tk_ops_named(isa_list[i]);
         if (!o) {
             SKIP_PART("%s kernels not run: this CPU lacks the instructions", isa_list[i]);
             continue;
         }
-        test_simd_dots(o);
-        test_simd_quantizers(o);
-        test_simd_attend(o);
-        test_simd_elementwise(o);
+        TEST_RUN(test_simd_dots, o);
+        TEST_RUN(test_simd_quantizers, o);
+        TEST_RUN(test_simd_attend, o);
+        TEST_RUN(test_simd_elementwise, o);
     }
-    test_matmul();
-    test_tiled();
+    TEST_RUN(test_matmul);
+    TEST_RUN(test_tiled);
     return test_finish();
 }

@@ -202,17 +202,18 @@ static void test_qwen2_gguf(const char *shared)
     tok_free(v);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    test_renderings();
-    test_errors();
-    test_detect();
-    test_default_system();
+    test_select(argc, argv);
+    TEST_RUN(test_renderings);
+    TEST_RUN(test_errors);
+    TEST_RUN(test_detect);
+    TEST_RUN(test_default_system);
     const char *shared = test_shared_dir();
     if (!shared) {
         SKIP_PART("../shared absent: the Qwen2 GGUF template checks not run");
         return test_finish();
     }
-    test_qwen2_gguf(shared);
+    TEST_RUN(test_qwen2_gguf, shared);
     return test_finish();
 }

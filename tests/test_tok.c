@@ -596,14 +596,15 @@ static void test_speed(const char *shared, const char *model)
     free(prompts);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    test_select(argc, argv);
     snprintf(g_tmp, sizeof(g_tmp), "/tmp/test_tok.XXXXXX");
     if (!mkdtemp(g_tmp)) { perror("mkdtemp"); return 1; }
-    test_utf8_complete();
-    test_spm_synthetic();
-    test_bpe_synthetic();
-    test_load_errors();
+    TEST_RUN(test_utf8_complete);
+    TEST_RUN(test_spm_synthetic);
+    TEST_RUN(test_bpe_synthetic);
+    TEST_RUN(test_load_errors);
     char path[128];
     snprintf(path, sizeof(path), "%s/v.gguf", g_tmp);
     unlink(path);
@@ -624,7 +625,7 @@ int main(void)
         {"qwen2", "rand-qwen2-qwen2vocab-e64-l2-F16.gguf"},
     };
     for (size_t i = 0; i < ARRAY_LEN(vocabs); i++) test_vectors(shared, &vocabs[i]);
-    test_special_strip(shared);
+    TEST_RUN(test_special_strip, shared);
 
     static const char *const refs[][2] = {
         {"stories260K.json", "stories260K.gguf"},
@@ -642,10 +643,10 @@ int main(void)
     };
     for (size_t i = 0; i < ARRAY_LEN(refs); i++) test_reference(shared, refs[i][0], refs[i][1]);
 
-    test_speed(shared, "rand-llama-llama3vocab-e256-l2-Q4_0.gguf");
-    test_speed(shared, "rand-qwen2-qwen2vocab-e64-l2-F16.gguf");
-    test_speed(shared, "vocab/ggml-vocab-llama-spm.gguf");
-    test_speed(shared, "vocab/ggml-vocab-gpt-2.gguf");
+    TEST_RUN(test_speed, shared, "rand-llama-llama3vocab-e256-l2-Q4_0.gguf");
+    TEST_RUN(test_speed, shared, "rand-qwen2-qwen2vocab-e64-l2-F16.gguf");
+    TEST_RUN(test_speed, shared, "vocab/ggml-vocab-llama-spm.gguf");
+    TEST_RUN(test_speed, shared, "vocab/ggml-vocab-gpt-2.gguf");
     free(g_ids);
     return test_finish();
 }

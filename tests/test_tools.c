@@ -406,11 +406,12 @@ static void test_render(void)
     json_decref(c2);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    test_render();
-    test_qwen();
-    test_llama3();
-    test_prefix();
+    test_select(argc, argv);
+    TEST_RUN(test_render);
+    TEST_RUN(test_qwen);
+    TEST_RUN(test_llama3);
+    TEST_RUN(test_prefix);
     return test_finish();
 }

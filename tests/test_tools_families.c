@@ -147,12 +147,13 @@ static void test_stream(void)
     check_stream(SRV_TOOL_LLAMA3, "<|python_tag|>{\"name\": \"f\", \"parameters\": {\"a\": 1}}", 1);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    test_mistral();
-    test_deepseek();
-    test_harmony();
-    test_detect();
-    test_stream();
+    test_select(argc, argv);
+    TEST_RUN(test_mistral);
+    TEST_RUN(test_deepseek);
+    TEST_RUN(test_harmony);
+    TEST_RUN(test_detect);
+    TEST_RUN(test_stream);
     return test_finish();
 }

@@ -188,11 +188,12 @@ static void test_costs(void)
     tp_free(tp);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    test_basics();
-    test_barrier();
-    test_idle();
-    test_costs();
+    test_select(argc, argv);
+    TEST_RUN(test_basics);
+    TEST_RUN(test_barrier);
+    TEST_RUN(test_idle);
+    TEST_RUN(test_costs);
     return test_finish();
 }
