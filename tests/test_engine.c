@@ -163,35 +163,18 @@ static void test_restore_keeps_history(model *m)
     eng_free(e);
 }
 
-int main(void)
+/* The model, the prompts with their greedy runs straight from the model,
+ * and one engine (4 slots of 256 positions) that the cases below share. */
+static model *g_m;
+static eng *g_e;
+static int32_t pr[4][64], np[4], want[4][64], nw[4];
+
+static void test_alone(void)
 {
-    const char *shared = test_shared_dir();
-    if (!shared) SKIP("../shared/models not found (set POLYKV_SHARED): engine checks need a model");
-    char path[512], err[512] = "";
-    snprintf(path, sizeof path, "%s/models/stories260K.gguf", shared);
-    model *m;
-    ASSERT(model_load(path, MODEL_COPY, &m, err, sizeof err) == PK_OK);
-    const tok_vocab *v = model_vocab(m);
-
-    const char *texts[4] = { "Once upon a time", "Lily had a red ball. She", "The sun was", "Tom and his dog" };
-    int32_t pr[4][64], np[4], want[4][64], nw[4];
-    for (int i = 0; i < 4; i++) {
-        ASSERT(tok_encode(v, texts[i], strlen(texts[i]), true, false, pr[i], 64, &np[i]) == PK_OK);
-        nw[i] = greedy_direct(m, pr[i], np[i], 40, want[i]);
-    }
-
-    eng_params ep = eng_default_params();
-    ep.n_slots = 4;
-    ep.n_ctx = 1024;
-    ep.n_threads = 2;
-    eng *e;
-    CHECK(eng_new(m, &ep, &e) == PK_OK);
-
-    /* Alone. */
     eng_completion c = greedy_req(pr[0], np[0], 40);
     eng_task *t;
     collected got;
-    CHECK(eng_submit(e, &c, &t) == PK_OK);
+    CHECK(eng_submit(g_e, &c, &t) == PK_OK);
     collect(t, &got);
     eng_task_release(t);
     CHECK_EQ_INT(got.done.kind, ENG_EV_DONE);
@@ -199,13 +182,20 @@ int main(void)
     CHECK(memcmp(got.tok, want[0], sizeof(int32_t) * (size_t)nw[0]) == 0);
     CHECK_EQ_INT(got.done.n_gen, nw[0]);
     CHECK_EQ_INT(got.done.n_prompt, np[0]);
+    eng_stats s;
+    CHECK(eng_get_stats(g_e, &s) == PK_OK);
+    CHECK(s.n_predicted_tokens >= (uint64_t)nw[0]);
+}
 
-    /* Four at once: every session still equals its own greedy run. */
+/* Four at once: every session still equals its own greedy run. */
+static void test_together(void)
+{
     eng_task *ts[4];
+    collected got;
     for (int i = 0; i < 4; i++) {
-        c = greedy_req(pr[i], np[i], 40);
+        eng_completion c = greedy_req(pr[i], np[i], 40);
         c.cache_prompt = false;
-        CHECK(eng_submit(e, &c, &ts[i]) == PK_OK);
+        CHECK(eng_submit(g_e, &c, &ts[i]) == PK_OK);
     }
     for (int i = 0; i < 4; i++) {
         collect(ts[i], &got);
@@ -213,33 +203,47 @@ int main(void)
         CHECK_EQ_INT(got.n_tok, nw[i]);
         CHECK(memcmp(got.tok, want[i], sizeof(int32_t) * (size_t)MIN(nw[i], got.n_tok)) == 0);
     }
+}
 
-    /* Prompt cache: the same prompt again reuses all but its last token. */
-    c = greedy_req(pr[1], np[1], 4);
-    CHECK(eng_submit(e, &c, &t) == PK_OK);
+/* The same prompt again reuses all but its last token. */
+static void test_prompt_cache(void)
+{
+    eng_completion c = greedy_req(pr[1], np[1], 4);
+    eng_task *t;
+    collected got;
+    CHECK(eng_submit(g_e, &c, &t) == PK_OK);
     collect(t, &got);
     eng_task_release(t);
-    CHECK(eng_submit(e, &c, &t) == PK_OK);
+    CHECK(eng_submit(g_e, &c, &t) == PK_OK);
     collect(t, &got);
     eng_task_release(t);
     CHECK_EQ_INT(got.done.n_cached, np[1] - 1);
     CHECK(memcmp(got.tok, want[1], 4 * sizeof(int32_t)) == 0);
+}
 
-    /* Stop string: the text ends before it and the reason says so. */
-    c = greedy_req(pr[0], np[0], 40);
+/* The text ends before a stop string and the reason says so. */
+static void test_stop_string(void)
+{
+    eng_completion c = greedy_req(pr[0], np[0], 40);
     c.stop[0] = " little";
-    CHECK(eng_submit(e, &c, &t) == PK_OK);
+    eng_task *t;
+    collected got;
+    CHECK(eng_submit(g_e, &c, &t) == PK_OK);
     collect(t, &got);
     eng_task_release(t);
     CHECK_EQ_INT(got.done.stop, ENG_STOP_WORD);
     CHECK(strstr(got.text, "little") == NULL);
     CHECK_STR(got.done.stop_word, " little");
+}
 
-    /* Cancel: the slot comes back. */
-    c = greedy_req(pr[2], np[2], -1);
+/* A cancelled task ends with its ERROR and its slot comes back. */
+static void test_cancel(void)
+{
+    eng_completion c = greedy_req(pr[2], np[2], -1);
     c.sp.temp = 0.8f;
     c.ignore_eos = true;
-    CHECK(eng_submit(e, &c, &t) == PK_OK);
+    eng_task *t;
+    CHECK(eng_submit(g_e, &c, &t) == PK_OK);
     eng_event ev;
     CHECK(eng_task_next(t, &ev, 20000) == PK_OK);
     eng_event_clear(&ev);
@@ -250,80 +254,119 @@ int main(void)
     eng_event_clear(&ev);
     eng_task_release(t);
     eng_stats s;
-    CHECK(eng_get_stats(e, &s) == PK_OK);
+    wait_idle(g_e, &s);
     CHECK_EQ_INT(s.n_running, 0);
     CHECK_EQ_INT(s.n_waiting, 0);
-    CHECK(s.n_predicted_tokens > 0);
-    CHECK(s.kv_used > 0 && s.kv_used <= s.kv_total);
+    CHECK(s.kv_used > 0 && s.kv_used <= s.kv_total);   /* the cancelled task's cells stay as history */
+}
 
-    /* Until the context is full (n_predict -1, no context shift): prompt and
-     * output fill the slot's 256 positions exactly, as llama-server counts
-     * (its test_ctx_shift_disabled_short_prompt: 8 + 248); and a prompt one
-     * short of the slot still gets its one token. */
-    {
-        static int32_t fill[255];
-        for (int i = 0; i < 255; i++) fill[i] = pr[0][i % np[0]];
-        for (int k = 0; k < 2; k++) {
-            int n_prompt = k ? 255 : 8;
-            c = greedy_req(fill, n_prompt, -1);
-            c.ignore_eos = true;
-            CHECK(eng_submit(e, &c, &t) == PK_OK);
-            collected full;
-            collect(t, &full);
-            eng_task_release(t);
-            CHECK_EQ_INT(full.done.kind, ENG_EV_DONE);
-            CHECK_EQ_INT(full.done.n_gen, 256 - n_prompt);
-            CHECK_EQ_INT(full.done.stop, ENG_STOP_CTX);
-            CHECK(full.done.truncated);
-        }
+/* Until the context is full (n_predict -1, no context shift): prompt and
+ * output fill the slot's 256 positions exactly, as llama-server counts
+ * (its test_ctx_shift_disabled_short_prompt: 8 + 248); and a prompt one
+ * short of the slot still gets its one token. */
+static void test_context_full(void)
+{
+    static int32_t fill[255];
+    for (int i = 0; i < 255; i++) fill[i] = pr[0][i % np[0]];
+    for (int k = 0; k < 2; k++) {
+        int n_prompt = k ? 255 : 8;
+        eng_completion c = greedy_req(fill, n_prompt, -1);
+        c.ignore_eos = true;
+        eng_task *t;
+        CHECK(eng_submit(g_e, &c, &t) == PK_OK);
+        collected full;
+        collect(t, &full);
+        eng_task_release(t);
+        CHECK_EQ_INT(full.done.kind, ENG_EV_DONE);
+        CHECK_EQ_INT(full.done.n_gen, 256 - n_prompt);
+        CHECK_EQ_INT(full.done.stop, ENG_STOP_CTX);
+        CHECK(full.done.truncated);
     }
+}
 
-    /* Refused: empty prompt, bad token, too long for a slot, bad slot. */
-    c = greedy_req(pr[0], 0, 4);
-    CHECK(eng_submit(e, &c, &t) == PK_EINVAL);
+/* Refused: empty prompt, bad token, too long for a slot, bad slot, what
+ * the sampler refuses. */
+static void test_refused(void)
+{
+    eng_task *t;
+    eng_completion c = greedy_req(pr[0], 0, 4);
+    CHECK(eng_submit(g_e, &c, &t) == PK_EINVAL);
     int32_t bad = 1 << 20;
     c = greedy_req(&bad, 1, 4);
-    CHECK(eng_submit(e, &c, &t) == PK_EINVAL);
+    CHECK(eng_submit(g_e, &c, &t) == PK_EINVAL);
     static int32_t longp[300];
     for (int i = 0; i < 300; i++) longp[i] = pr[0][i % np[0]];
     c = greedy_req(longp, 300, 4);
-    CHECK(eng_submit(e, &c, &t) == PK_EINVAL);   /* n_ctx_slot = 256 */
+    CHECK(eng_submit(g_e, &c, &t) == PK_EINVAL);   /* n_ctx_slot = 256 */
     c = greedy_req(pr[0], np[0], 4);
     c.id_slot = 9;
-    CHECK(eng_submit(e, &c, &t) == PK_EINVAL);
+    CHECK(eng_submit(g_e, &c, &t) == PK_EINVAL);
     c = greedy_req(pr[0], np[0], 4);
-    c.sp.repeat_penalty = 0;                     /* what the sampler refuses */
-    CHECK(eng_submit(e, &c, &t) == PK_EINVAL);
+    c.sp.repeat_penalty = 0;
+    CHECK(eng_submit(g_e, &c, &t) == PK_EINVAL);
+}
 
-    /* A channel that cannot grow (as out of memory) still ends with its
-     * ERROR, and the engine lets the task go.  After the first token the
-     * reader stops until the engine reports no task running: the task has
-     * ended, by the full channel or (were the cap ignored) after all its
-     * tokens, which the count below tells apart.  A fixed pause here was
-     * a guess at how many tokens a loaded machine decodes in it. */
-    c = greedy_req(pr[0], np[0], 60);
+/* A channel that cannot grow (as out of memory) still ends with its
+ * ERROR, and the engine lets the task go.  After the first token the
+ * reader stops until the engine reports no task running: the task has
+ * ended, by the full channel or (were the cap ignored) after all its
+ * tokens, which the count below tells apart. */
+static void test_channel_full(void)
+{
+    eng_completion c = greedy_req(pr[0], np[0], 60);
     c.ignore_eos = true;
     c.test_event_cap = 8;
-    CHECK(eng_submit(e, &c, &t) == PK_OK);
+    eng_task *t;
+    eng_event ev;
+    eng_stats s;
+    CHECK(eng_submit(g_e, &c, &t) == PK_OK);
     int n_tok = 0;
-    pk_status last = PK_OK;
+    pk_status st, last = PK_OK;
     while ((st = eng_task_next(t, &ev, 20000)) == PK_OK) {
         if (ev.kind == ENG_EV_TOKEN) n_tok++;
         if (ev.kind == ENG_EV_ERROR) last = ev.status;
         bool end = ev.kind != ENG_EV_TOKEN;
         eng_event_clear(&ev);
         if (end) break;
-        if (n_tok == 1) wait_idle(e, &s);        /* stop reading: the channel fills */
+        if (n_tok == 1) wait_idle(g_e, &s);        /* stop reading: the channel fills */
     }
-    CHECK_EQ_INT(st, PK_OK);                     /* not a timeout */
+    CHECK_EQ_INT(st, PK_OK);                       /* not a timeout */
     CHECK_EQ_INT(last, PK_ENOMEM);
     CHECK(n_tok >= 1 && n_tok < 60);
     eng_task_release(t);
-    wait_idle(e, &s);
+    wait_idle(g_e, &s);
     CHECK_EQ_INT(s.n_running, 0);
+}
 
-    eng_free(e);
-    test_restore_keeps_history(m);
-    model_free(m);
+int main(int argc, char **argv)
+{
+    test_select(argc, argv);
+    const char *shared = test_shared_dir();
+    if (!shared) SKIP("../shared/models not found (set POLYKV_SHARED): engine checks need a model");
+    char path[512], err[512] = "";
+    snprintf(path, sizeof path, "%s/models/stories260K.gguf", shared);
+    ASSERT(model_load(path, MODEL_COPY, &g_m, err, sizeof err) == PK_OK);
+    const tok_vocab *v = model_vocab(g_m);
+    const char *texts[4] = { "Once upon a time", "Lily had a red ball. She", "The sun was", "Tom and his dog" };
+    for (int i = 0; i < 4; i++) {
+        ASSERT(tok_encode(v, texts[i], strlen(texts[i]), true, false, pr[i], 64, &np[i]) == PK_OK);
+        nw[i] = greedy_direct(g_m, pr[i], np[i], 40, want[i]);
+    }
+    eng_params ep = eng_default_params();
+    ep.n_slots = 4;
+    ep.n_ctx = 1024;
+    ep.n_threads = 2;
+    ASSERT(eng_new(g_m, &ep, &g_e) == PK_OK);
+    TEST_RUN(test_alone);
+    TEST_RUN(test_together);
+    TEST_RUN(test_prompt_cache);
+    TEST_RUN(test_stop_string);
+    TEST_RUN(test_cancel);
+    TEST_RUN(test_context_full);
+    TEST_RUN(test_refused);
+    TEST_RUN(test_channel_full);
+    eng_free(g_e);
+    TEST_RUN(test_restore_keeps_history, g_m);
+    model_free(g_m);
     return test_finish();
 }
