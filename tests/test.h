@@ -67,8 +67,8 @@ static inline const char *test_shared_dir(void)
 /* Named cases, libuv's task.h way: main calls test_select(argc, argv)
  * first, runs each case as TEST_RUN(test_name, args...), and ends with
  * test_finish().  With no argument every case runs; `test_x name...` runs
- * the cases named (the function's name, with or without "test_"), and a
- * name no case has is a failure. */
+ * the cases named (the function's name, or what follows its first '_':
+ * "test_alone" or "alone"), and a name no case has is a failure. */
 static int test_argc;
 static char **test_argv;
 static bool test_matched[64];
@@ -82,7 +82,7 @@ static inline void test_select(int argc, char **argv)
 static inline bool test_wanted(const char *fn)
 {
     if (test_argc <= 1) return true;
-    const char *bare = strncmp(fn, "test_", 5) ? fn : fn + 5;
+    const char *us = strchr(fn, '_'), *bare = us ? us + 1 : fn;   /* test_x, scenario_x: x */
     bool want = false;
     for (int i = 1; i < test_argc; i++)
         if (!strcmp(test_argv[i], fn) || !strcmp(test_argv[i], bare)) want = test_matched[i - 1] = true;

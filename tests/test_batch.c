@@ -161,13 +161,14 @@ static void run_model(const char *shared, const char *name)
     model_free(m);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    test_select(argc, argv);
     const char *shared = test_shared_dir();
     if (!shared) SKIP("../shared/models not found (set POLYKV_SHARED): batch checks need a model");
-    run_model(shared, "stories260K");
-    run_model(shared, "rand-llama-llama3vocab-e256-l2-Q8_0");
-    run_model(shared, "rand-qwen3-qwen2vocab-e64-l2-Q8_0");
-    run_model(shared, "rand-llama-llama3vocab-e256-l2-Q4_K_M");
+    TEST_RUN(run_model, shared, "stories260K");
+    TEST_RUN(run_model, shared, "rand-llama-llama3vocab-e256-l2-Q8_0");
+    TEST_RUN(run_model, shared, "rand-qwen3-qwen2vocab-e64-l2-Q8_0");
+    TEST_RUN(run_model, shared, "rand-llama-llama3vocab-e256-l2-Q4_K_M");
     return test_finish();
 }

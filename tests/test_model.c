@@ -312,8 +312,9 @@ static void check_memory(const char *shared, const char *file)
     CHECK(copy <= mapped + slack);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    test_select(argc, argv);
     const char *shared = test_shared_dir();
     if (!shared) SKIP("../shared/models not found (set POLYKV_SHARED): reference checks need it");
     /* first, while this process has no threads to fork from */
@@ -322,17 +323,17 @@ int main(void)
      * mapping's read-only ones): the resident sizes compare nothing here. */
     SKIP_PART("one copy of the weights: resident sizes under ThreadSanitizer include its shadow memory");
 #else
-    check_memory(shared, "rand-llama-llama3vocab-e256-l2-Q8_0.gguf");
-    check_memory(shared, "rand-llama-llama3vocab-e256-l2-Q4_K_M.gguf");
-    check_memory(shared, "rand-qwen2-qwen2vocab-e64-l2-F16.gguf");
-    check_memory(shared, "rand-qwen3-qwen2vocab-e64-l2-Q8_0.gguf");
+    TEST_RUN(check_memory, shared, "rand-llama-llama3vocab-e256-l2-Q8_0.gguf");
+    TEST_RUN(check_memory, shared, "rand-llama-llama3vocab-e256-l2-Q4_K_M.gguf");
+    TEST_RUN(check_memory, shared, "rand-qwen2-qwen2vocab-e64-l2-F16.gguf");
+    TEST_RUN(check_memory, shared, "rand-qwen3-qwen2vocab-e64-l2-Q8_0.gguf");
 #endif
-    check_copy(shared, "stories260K.gguf");
-    check_copy(shared, "rand-llama-llama3vocab-e256-l2-Q4_0.gguf");
-    check_copy(shared, "rand-llama-llama3vocab-e256-l2-Q8_0.gguf");
+    TEST_RUN(check_copy, shared, "stories260K.gguf");
+    TEST_RUN(check_copy, shared, "rand-llama-llama3vocab-e256-l2-Q4_0.gguf");
+    TEST_RUN(check_copy, shared, "rand-llama-llama3vocab-e256-l2-Q8_0.gguf");
     for (size_t i = 0; i < ARRAY_LEN(ref_models); i++) {
-        check_model(shared, &ref_models[i], TQ_F32);
-        check_model(shared, &ref_models[i], TQ_F16);
+        TEST_RUN(check_model, shared, &ref_models[i], TQ_F32);
+        TEST_RUN(check_model, shared, &ref_models[i], TQ_F16);
     }
     return test_finish();
 }

@@ -203,8 +203,9 @@ static void sleeping(model *m, const int32_t *pr, int np)
     model_weights_reload(m);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    test_select(argc, argv);
     const char *shared = test_shared_dir();
     if (!shared) SKIP("../shared/models not found (set POLYKV_SHARED): engine checks need a model");
     setenv("POLYKV_CHECK", "1", 0);
@@ -217,8 +218,8 @@ int main(void)
     int np;
     ASSERT(tok_encode(model_vocab(m), text, strlen(text), true, false, pr, 64, &np) == PK_OK);
 
-    unified(m, pr, np);
-    sleeping(m, pr, np);
+    TEST_RUN(unified, m, pr, np);
+    TEST_RUN(sleeping, m, pr, np);
 
     model_free(m);
     return test_finish();

@@ -461,22 +461,23 @@ static void scenario_spill_table(void)
     eng_free(e);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    test_select(argc, argv);
     const char *shared = test_shared_dir();
     if (!shared) SKIP("../shared/models not found (set POLYKV_SHARED): placement scenarios need a model");
     char path[512], err[256];
     snprintf(path, sizeof path, "%s/models/rand-qwen2-qwen2vocab-e64-l2-F16.gguf", shared);
     ASSERT(model_load(path, MODEL_COPY, &m, err, sizeof err) == PK_OK);
     voc = model_vocab(m);
-    scenario_park();
-    scenario_spill();
-    scenario_spill_table();
-    scenario_alternation();
-    scenario_rewrites();
-    scenario_no_wait_and_pigeonhole();
-    scenario_busy_source();
-    scenario_spawn();
+    TEST_RUN(scenario_park);
+    TEST_RUN(scenario_spill);
+    TEST_RUN(scenario_spill_table);
+    TEST_RUN(scenario_alternation);
+    TEST_RUN(scenario_rewrites);
+    TEST_RUN(scenario_no_wait_and_pigeonhole);
+    TEST_RUN(scenario_busy_source);
+    TEST_RUN(scenario_spawn);
     model_free(m);
     return test_finish();
 }
