@@ -136,13 +136,16 @@ typedef struct eng_completion {
     int32_t n_keep;             /* context shift: tokens kept at the start (-1: the prompt) */
     int32_t n_discard;          /* context shift: tokens dropped after them, 0: half the rest */
     bool overcommit;            /* skip an enforced admission gate (counted) */
-    int32_t test_event_cap;     /* tests of the out-of-memory path: the event channel cannot
-                                   grow past this many events (0: no limit) */
     struct gram_grammar *grammar; /* constrains sampling (NULL: none); eng_submit takes its own
                                      reference; the output ends (ENG_STOP_EOS) when it is complete */
     const eng_bias *bias;       /* [n_bias] logit biases (copied by eng_submit); a token listed
                                    twice gets both; ids must be in the vocabulary */
     int32_t n_bias;
+
+    /* Test hook, never set by the server (tests/test_engine.c's
+     * channel_full case): the event channel cannot grow past this many
+     * events, which stands in for memory running out (0: no limit). */
+    int32_t test_event_cap;
 } eng_completion;
 
 typedef enum eng_ev_kind {
