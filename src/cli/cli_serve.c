@@ -150,7 +150,8 @@ static bool takes_value(const char *a)
 {
     static const char *const names[] = {
         "-m", "--model", "-c", "--ctx-size", "-np", "--parallel", "-t", "--threads", "-cram", "--cache-ram",
-        "-b", "--batch-size", "--batch-decoding", "--pools", "--pool-grace-ms", "--host", "--port", "--api-key", "--api-key-file",
+        "-b", "--batch-size", "--batch-decoding", "--pools", "--pool-grace-ms", "--host", "--port", "--api-key",
+        "--api-key-file",
         "-a", "--alias", "--chat-template", "--chat-template-file", "-to", "--timeout", "--max-body", "--header-timeout", "--max-per-ip",
         "--max-connections", "--kv-type", "--pool-dir", "--models-dir", "--models-max", "--models-preset",
         "--sleep-idle-seconds",

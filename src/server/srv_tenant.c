@@ -38,6 +38,7 @@
  * Threads: keys are written by srv_new only; srv.own under srv.own_mu,
  * from any request thread.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -187,7 +188,7 @@ pk_status srv_keys_load(srv *s, const char *api_key, const char *file, char *err
     if (!file) return PK_OK;
     FILE *f = fopen(file, "rb");
     if (!f) {
-        snprintf(err, err_len, "--api-key-file %s: cannot open it", file);
+        snprintf(err, err_len, "--api-key-file %s: %s", file, strerror(errno));
         return PK_EIO;
     }
     char *text = malloc(KEY_FILE_MAX + 1);
