@@ -876,10 +876,88 @@ static void test_log_escape(void)
     CHECK(!strcmp(small, ""));
 }
 
+/* --api-key-file's lines, the key lookup, and a tenant's session ids. */
+static void test_keys(void)
+{
+    srv_key *keys = NULL;
+    int n = 0;
+    char err[256];
+    static const char file[] = "# comment\r\n\n  alice:ka-1  \nbob:kb-2\r\nops:ko-3:admin\nplain-key\n";
+    CHECK_EQ_INT(srv_keys_parse(file, sizeof file - 1, 42, &keys, &n, err, sizeof err), PK_OK);
+    CHECK_EQ_INT(n, 4);
+    CHECK_STR(keys[0].name, "alice");
+    CHECK(!keys[0].admin && !keys[1].admin && keys[2].admin && keys[3].admin);
+    CHECK_EQ_INT(srv_key_lookup(keys, n, 42, "kb-2"), 1);
+    CHECK_EQ_INT(srv_key_lookup(keys, n, 42, "plain-key"), 3);
+    CHECK_EQ_INT(srv_key_lookup(keys, n, 42, "kb-"), -1);
+    CHECK_EQ_INT(srv_key_lookup(keys, n, 42, "kb-22"), -1);
+    CHECK_EQ_INT(srv_key_lookup(keys, n, 43, "kb-2"), -1);          /* another seed, other digests */
+    static const char *const bad[] = {
+        "alice:ka\nalice:kb\n",       /* a name twice */
+        "alice:ka\nbob:ka\n",         /* a key twice */
+        "alice:ka:root\n",            /* the third field */
+        "al ice:ka\n",                /* a name's characters */
+        "alice:k a\n",                /* a key with a space */
+        "alice:\n",                   /* no key */
+        ":ka\n",                      /* no name */
+        "# only a comment\n\n",       /* no key at all */
+    };
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        srv_key *k = NULL;
+        int nk = 0;
+        err[0] = 0;
+        CHECK_EQ_INT(srv_keys_parse(bad[i], strlen(bad[i]), 42, &k, &nk, err, sizeof err), PK_EINVAL);
+        CHECK(strstr(err, "--api-key-file") != NULL);
+        CHECK(!strstr(err, "ka"));                                  /* a key is never echoed */
+        free(k);
+    }
+    free(keys);
+
+    /* A tenant's ids carry its prefix and fit ENG_SESSION_CAP, or are refused. */
+    srv_req r = { .tenant = 0x2a };
+    srv_err e;
+    char id[ENG_SESSION_CAP] = "agent-7";
+    CHECK(srv_tenant_session(&r, "session_id", id, &e));
+    CHECK(!strcmp(id, "\x1f" "2a\x1f" "agent-7"));
+    CHECK_EQ_INT(srv_session_owner(id), 0x2a);
+    CHECK_STR(id, "agent-7");
+    memset(id, 's', 59);
+    id[59] = 0;
+    CHECK(srv_tenant_session(&r, "session_id", id, &e));
+    CHECK_EQ_INT(strlen(id), 63);
+    memset(id, 's', 60);
+    id[60] = 0;
+    CHECK(!srv_tenant_session(&r, "session_id", id, &e));
+    CHECK_EQ_INT(e.status, 400);
+    CHECK_STR(e.param, "session_id");
+    id[0] = 0;                                                      /* no session: none */
+    CHECK(srv_tenant_session(&r, "session_id", id, &e) && !id[0]);
+    srv_req admin = { .tenant = -1 };
+    snprintf(id, sizeof id, "agent-7");
+    CHECK(srv_tenant_session(&admin, "session_id", id, &e));
+    CHECK_STR(id, "agent-7");
+    CHECK_EQ_INT(srv_session_owner(id), -1);
+
+    /* Reuse a tenant is told: what it shared with its own pool only. */
+    int32_t shown = 0;
+    eng_event ev = { .kind = ENG_EV_PLACED, .n_cached = 30, .pool_id = 3, .pool_shared = 12 };
+    srv_tenant_mask_event(&ev, &shown);
+    CHECK_EQ_INT(ev.n_cached, 12);
+    ev = (eng_event){ .kind = ENG_EV_PROGRESS, .n_cached = 30, .n_processed = 40 };
+    srv_tenant_mask_event(&ev, &shown);
+    CHECK_EQ_INT(ev.n_cached, 12);
+    CHECK_EQ_INT(ev.n_processed, 22);
+    shown = 0;
+    ev = (eng_event){ .kind = ENG_EV_PLACED, .n_cached = 30 };
+    srv_tenant_mask_event(&ev, &shown);
+    CHECK_EQ_INT(ev.n_cached, 0);
+}
+
 int main(int argc, char **argv)
 {
     test_select(argc, argv);
     TEST_RUN(test_log_escape);
+    TEST_RUN(test_keys);
     TEST_RUN(test_parse_gen);
     TEST_RUN(test_errors);
     TEST_RUN(test_chat);

@@ -52,7 +52,10 @@ static void usage(void)
         "  --port N                port (default 8080; 0 picks a free one)\n"
         "  --api-key KEY           require Authorization: Bearer KEY (or X-Api-Key) on every route\n"
         "                          but the page's files at / and /assets/\n"
-        "  --public-probes         with --api-key: leave /health and /metrics open (probes, scrapers)\n"
+        "  --api-key-file FILE     more keys, one a line: KEY (every right, as --api-key), NAME:KEY (a\n"
+        "                          tenant: its own sessions and pools only) or NAME:KEY:admin\n"
+        "                          (docs/security.md, \"Tenants\")\n"
+        "  --public-probes         with a key: leave /health and /metrics open (probes, scrapers)\n"
         "  --slot-save-path DIR    POST /slots/{id}?action=save|restore read and write files in DIR\n"
         "  --slot-save-max-bytes N the files in --slot-save-path may hold at most N bytes (K, M, G, T\n"
         "                          suffixes); a save past it answers 507 (default 0: no bound)\n"
@@ -150,6 +153,7 @@ static bool takes_value(const char *a)
     static const char *const names[] = {
         "-m", "--model", "-c", "--ctx-size", "-np", "--parallel", "-t", "--threads", "-cram", "--cache-ram",
         "-b", "--batch-size", "--batch-decoding", "--pools", "--pool-grace-ms", "--host", "--port", "--api-key",
+        "--api-key-file",
         "-a", "--alias", "--chat-template", "--chat-template-file", "-to", "--timeout", "--max-body", "--header-timeout", "--max-per-ip",
         "--max-connections", "--kv-type", "--pool-dir", "--models-dir", "--models-max", "--models-preset",
         "--sleep-idle-seconds",
@@ -293,6 +297,7 @@ static bool parse(int argc, char **argv, serve_opts *o)
         else if (!strcmp(a, "--host")) o->sp.host = v;
         else if (!strcmp(a, "--port")) { if (!cli_int(a, v, 0, 65535, &x)) return false; o->sp.port = (int)x; }
         else if (!strcmp(a, "--api-key")) o->sp.api_key = v;
+        else if (!strcmp(a, "--api-key-file")) o->sp.api_key_file = v;
         else if (!strcmp(a, "-a") || !strcmp(a, "--alias")) o->sp.model_alias = v;
         else if (!strcmp(a, "--chat-template")) o->sp.chat_template = v;
         else if (!strcmp(a, "--chat-template-file")) o->sp.chat_template_file = v;
@@ -314,6 +319,12 @@ static bool parse(int argc, char **argv, serve_opts *o)
     if (o->model && o->router_flag) {
         fprintf(stderr, "polykv serve: --models-dir, --models-preset, --models-max and --models-autoload are for "
                         "router mode (without -m)\n");
+        return false;
+    }
+    if (!o->model && o->sp.api_key_file) {
+        /* The router's own routes (load, unload) and its children's health
+         * checks know one key; tenants' namespaces are a model server's. */
+        fprintf(stderr, "polykv serve: --api-key-file is for a one-model server (-m), not router mode\n");
         return false;
     }
     if (!o->model && !child_args(argc, argv, o)) return false;

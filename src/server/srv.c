@@ -305,40 +305,24 @@ void srv_random_id(char *buf, size_t cap, const char *prefix)
 
 /* ---- auth ---- */
 
-/* Compares a client's key with ours in time that depends on neither's
- * content: both are hashed with a per-process random seed and the digests
- * compared whole, so no prefix of the key can be found by timing (and the
- * length of ours is not revealed by where a loop stops). */
-static uint64_t secret_seed;
-static pthread_once_t secret_once = PTHREAD_ONCE_INIT;
-
-static void pick_seed(void)
-{
-    if (getrandom(&secret_seed, sizeof secret_seed, 0) != (ssize_t)sizeof secret_seed)
-        secret_seed = (uint64_t)pk_time_us() * 0x9e3779b97f4a7c15ull;
-}
-
-static bool same_secret(const char *given, const char *key)
-{
-    pthread_once(&secret_once, pick_seed);
-    XXH128_hash_t a = XXH3_128bits_withSeed(given, strlen(given), secret_seed);
-    XXH128_hash_t b = XXH3_128bits_withSeed(key, strlen(key), secret_seed);
-    volatile uint64_t diff = (a.low64 ^ b.low64) | (a.high64 ^ b.high64);
-    return diff == 0;
-}
-
+/* Finds the client's key among ours (srv_key_lookup: seeded 128-bit
+ * digests compared whole, every key each time, so timing tells nothing of
+ * any key's content or length) and notes whose it is in r->tenant. */
 static bool authorized(srv_req *r)
 {
-    const char *key = r->s->api_key;
-    if (!key || !*key) return true;
+    const srv *s = r->s;
+    if (!s->n_keys) return true;
     const char *h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     if (h && !strncasecmp(h, "Bearer ", 7)) {
         h += 7;
         while (*h == ' ') h++;
-        return same_secret(h, key);
+    } else {
+        h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Api-Key");
     }
-    h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Api-Key");
-    return h && same_secret(h, key);
+    int k = h ? srv_key_lookup(s->keys, s->n_keys, s->key_seed, h) : -1;
+    if (k < 0) return false;
+    r->tenant = s->keys[k].admin ? -1 : k;
+    return true;
 }
 
 /* ---- the access handler ---- */
@@ -575,6 +559,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->method = method;
         r->t0_ms = pk_time_ms();
         r->sessions_remaining = -1;
+        r->tenant = -1;
         r->http11 = version && !strcmp(version, MHD_HTTP_VERSION_1_1);
         *con_cls = r;
         enum MHD_Result ret;
@@ -717,9 +702,19 @@ pk_status srv_new(const srv_params *p, srv **out, char *err, size_t err_len)
     atomic_init(&s->stopping, false);
     atomic_init(&s->e, NULL);
     pthread_mutex_init(&s->scrape_mu, NULL);
+    pthread_mutex_init(&s->own_mu, NULL);
     if (oom) {
         srv_free(s);
         return PK_ENOMEM;
+    }
+    if (getrandom(&s->key_seed, sizeof s->key_seed, 0) != (ssize_t)sizeof s->key_seed)
+        s->key_seed = (uint64_t)pk_time_us() * 0x9e3779b97f4a7c15ull;
+    pk_status kst = srv_keys_load(s, p->api_key, p->api_key_file, err, err_len);
+    s->p.api_key_file = NULL;          /* read once, here; the keys are what stays */
+    if (kst != PK_OK) {
+        if (kst == PK_ENOMEM) snprintf(err, err_len, "out of memory");
+        srv_free(s);
+        return kst;
     }
     /* One daemon per address (libmicrohttpd binds one socket per daemon);
      * the first picks the port when it is 0, the others take the same. */
@@ -848,6 +843,9 @@ void srv_free(srv *s)
     free(s->gcp_health);
     free(s->model_path);
     pthread_mutex_destroy(&s->scrape_mu);
+    free(s->keys);
+    free(s->own);
+    pthread_mutex_destroy(&s->own_mu);
     free(s);
 }
 

@@ -69,7 +69,10 @@ typedef struct srv_params {
     int port;                   /* 8080; 0 picks a free one (see srv_port) */
     const char *api_key;        /* NULL or "": no authentication; else required on every
                                    route but the page's files (/, /assets/) */
-    bool public_probes;         /* with api_key: /health and /metrics need none */
+    const char *api_key_file;   /* NULL, or a file of keys: KEY (an admin, as api_key), NAME:KEY
+                                   (a tenant: its own sessions and pools only), NAME:KEY:admin;
+                                   docs/security.md, "Tenants" */
+    bool public_probes;         /* with a key: /health and /metrics need none */
     const char *slot_save_path; /* --slot-save-path: the only directory slot save and
                                    restore touch; NULL: they answer 501 */
     bool endpoint_metrics;      /* GET /metrics (--metrics), off by default */

@@ -120,9 +120,13 @@ enum MHD_Result srv_admission(srv_req *r, json_t *body, int32_t pool)
 {
     eng *e = srv_engine(r->s);
     adm_policy cur;
+    if (pool > 0 && !srv_pool_mine(r, pool)) return reply_status(r, PK_ENOTFOUND, pool);
     pk_status st = eng_admission(e, pool, NULL, &cur);
     if (st != PK_OK) return reply_status(r, st, pool);
     if (!strcmp(r->method, "POST")) {
+        /* The server's scope holds every tenant's sessions on no pool. */
+        if (pool <= 0 && !srv_req_admin(r))
+            return srv_reply_errorf(r, 403, "the server's admission policy needs an admin key");
         if (!body) return srv_reply_errorf(r, 400, "the request body must be a JSON object");
         adm_policy p = cur.set ? cur : eng_get_params(e)->admission;
         srv_err err;
@@ -152,10 +156,12 @@ enum MHD_Result srv_capacity(srv_req *r, int32_t pool)
     char sid_buf[ENG_SESSION_CAP];
     srv_err e;
     if (MHD_lookup_connection_value_n(r->conn, MHD_GET_ARGUMENT_KIND, "session_id", 10, &sid, &sid_len) == MHD_YES &&
-        sid && !srv_session_id(sid, sid_len, "session_id", sid_buf, &e))
+        sid && !(srv_session_id(sid, sid_len, "session_id", sid_buf, &e) &&
+                 srv_tenant_session(r, "session_id", sid_buf, &e)))
         return srv_reply_error(r, &e);
+    if (pool > 0 && !srv_pool_mine(r, pool)) return reply_status(r, PK_ENOTFOUND, pool);
     eng_capacity_reply cr;
-    pk_status st = eng_capacity(srv_engine(r->s), pool, (int32_t)expected, sid, &cr);
+    pk_status st = eng_capacity(srv_engine(r->s), pool, (int32_t)expected, sid ? sid_buf : NULL, &cr);
     if (st != PK_OK) return reply_status(r, st, pool);
     json_t *o = srv_capacity_json(&cr.a);
     json_object_set_new(o, "pool_id", pool > 0 ? json_integer(pool) : json_null());

@@ -78,7 +78,7 @@ bool srv_cors_allowed(const char *policy, const char *origin)
 const char *srv_cors_default(const srv_params *p)
 {
     if (p->cors_origins) return p->cors_origins;
-    return p->api_key && *p->api_key ? "*" : "localhost";
+    return (p->api_key && *p->api_key) || p->api_key_file ? "*" : "localhost";
 }
 
 void srv_cors_add(srv_req *r, struct MHD_Response *resp, bool preflight)

@@ -53,6 +53,7 @@ static pk_status gen_wait(srv_gen *g, eng_event *ev, double wait_ms)
         }
         if (now >= t_end) return PK_ETIMEDOUT;
         pk_status st = eng_task_next(g->task, ev, (int)MIN(SRV_POLL_MS, t_end - now + 1));
+        if (st == PK_OK && g->tenant >= 0) srv_tenant_mask_event(ev, &g->shown_cached);
         if (st != PK_ETIMEDOUT) return st;
     }
 }
@@ -385,6 +386,7 @@ static ssize_t gen_read(void *cls, uint64_t pos, char *buf, size_t max)
             eng_event_clear(&ev);
             if (g->finished || g->n_out >= GEN_BATCH_BYTES) break;
             st = eng_task_next(g->task, &ev, 0);
+            if (st == PK_OK && g->tenant >= 0) srv_tenant_mask_event(&ev, &g->shown_cached);
             if (st == PK_ETIMEDOUT) break;
         }
     }
@@ -456,6 +458,18 @@ static srv_gen *gen_submit(srv_req *r, const eng_completion *c, const srv_gen_op
         *ret = srv_reply_error(r, &err);
         return NULL;
     }
+    /* A tenant's session is named in its own namespace; another tenant's
+     * pool is answered as the engine answers a pool that does not exist. */
+    eng_completion sub = *c;
+    if (!sub.session_id[0]) memcpy(sub.session_id, hdr_sid, sizeof sub.session_id);
+    if (!srv_tenant_session(r, c->session_id[0] ? "session_id" : "x-session-id", sub.session_id, &err)) {
+        *ret = srv_reply_error(r, &err);
+        return NULL;
+    }
+    if (sub.pool_id > 0 && !srv_pool_mine(r, sub.pool_id)) {
+        *ret = srv_reply_errorf(r, 404, "pool %d not found (released, or never created)", sub.pool_id);
+        return NULL;
+    }
     srv_gen *g = calloc(1, sizeof *g);
     if (!g) {
         *ret = srv_reply_errorf(r, 500, "out of memory");
@@ -484,10 +498,9 @@ static srv_gen *gen_submit(srv_req *r, const eng_completion *c, const srv_gen_op
     srv_random_id(g->id, sizeof g->id, srv_fmt_of(o->api)->id_prefix);
     g->resp.rs_index = g->resp.msg_index = -1;
     if (o->logprobs && !o->stream) g->probs = json_array();
-    eng_completion sub = *c;
+    g->tenant = r->tenant;
     sub.report_placed = true;
     sub.report_progress = o->return_progress && o->stream;
-    if (!sub.session_id[0]) memcpy(sub.session_id, hdr_sid, sizeof sub.session_id);
     pk_status st = eng_submit(e, &sub, &g->task);
     if (st != PK_OK) {
         gen_free(g);

@@ -18,6 +18,7 @@
 #include <microhttpd.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <xxhash.h>
 
 #include "../common/buf.h"
 #include "../engine/eng.h"
@@ -56,6 +57,19 @@ typedef struct srv_scrape {
     double prompt_ms, predicted_ms;
 } srv_scrape;
 
+/* One API key (srv_tenant.c): its seeded digest, never the key itself. */
+#define SRV_MAX_KEYS 256          /* a tenant's index is two hex digits in its session ids */
+#define SRV_TENANT_NAME_CAP 33
+#define SRV_KEY_MAX 512
+typedef struct srv_key {
+    XXH128_hash_t digest;
+    char name[SRV_TENANT_NAME_CAP];
+    bool admin;                    /* sees and may do everything; sessions unprefixed */
+} srv_key;
+
+/* A pool a tenant created (srv_tenant.c). */
+typedef struct srv_owner { int32_t pool_id; int16_t tenant; } srv_owner;
+
 struct srv {
     srv_params p;                  /* strings point at the owned copies below */
     char *host, *api_key, *chat_template, *chat_template_file, *alias, *cors_origins, *tags, *save_dir;
@@ -78,6 +92,15 @@ struct srv {
     size_t max_token_bytes;        /* tok_max_token_bytes: bounds a prompt before tokenizing; 0 none */
     pthread_mutex_t scrape_mu;     /* guards scrape: the counters at the last /metrics */
     srv_scrape scrape;
+    /* Keys, written by srv_new only: --api-key (an admin) and
+     * --api-key-file's lines; none: no authentication. */
+    srv_key *keys;
+    int n_keys;
+    bool tenancy;                  /* some key is a tenant's: answers are filtered */
+    uint64_t key_seed;             /* of the digests, random per process */
+    pthread_mutex_t own_mu;        /* guards own: pools tenants created */
+    srv_owner *own;
+    int32_t n_own, cap_own;
 };
 
 /* Returns the engine when the server is ready, NULL while loading. */
@@ -106,6 +129,8 @@ typedef struct srv_req {
     bool capture;
     json_t *captured;
     bool anthropic;                /* an Anthropic route: its errors in Anthropic's shape */
+    int tenant;                    /* the key's index when it is a tenant's; -1: an admin key,
+                                      or no key needed (srv_tenant.c) */
 } srv_req;
 
 /* The shape of an answer: llama.cpp's /completion, OpenAI's completions,
@@ -392,6 +417,8 @@ typedef struct srv_gen {
     /* timings_per_token: the HTTP thread's clock (placed, first token). */
     double t_placed_ms, t_first_ms;
     int32_t n_cached;              /* prompt tokens reused, from the PLACED event */
+    int tenant;                    /* srv_req.tenant: >= 0, its events' reuse counts are masked */
+    int32_t shown_cached;          /* what srv_tenant_mask_event lets a tenant see */
     /* Anthropic streams (srv_anthropic_out.c): content blocks started so
      * far, the last one open while anth_open says its kind (0: none open). */
     int32_t anth_n_blocks;
@@ -600,8 +627,60 @@ enum MHD_Result srv_admission(srv_req *r, json_t *body, int32_t pool);
 enum MHD_Result srv_capacity(srv_req *r, int32_t pool);
 enum MHD_Result srv_h_admission(srv_req *r, json_t *body);
 enum MHD_Result srv_h_capacity(srv_req *r, json_t *body);
-/* The pool tree of a snapshot (root > 0: that subtree only). */
-json_t *srv_pools_json(const eng_stats *st, int32_t root);
+/* ---- tenants (srv_tenant.c) ---- */
+
+/* What srv_view_filter left of a snapshot, for the JSON that shows it. */
+typedef struct srv_view {
+    bool tag;                      /* an admin reads a server with tenants: entries say whose */
+    int16_t slot_tenant[ENG_MAX_SLOTS];  /* each kept slot's tenant, -1 the admins' or none */
+    int16_t pool_tenant[ENG_MAX_POOLS];  /* each kept pool's */
+} srv_view;
+
+/* Adds the lines of an --api-key-file text (KEY, NAME:KEY or
+ * NAME:KEY:admin; blank lines and # comments skipped) to *keys (realloc'ed,
+ * the caller frees it), digests seeded with seed.  PK_EINVAL with the line
+ * in err (never the key) for a malformed line, a name or key given twice,
+ * more than SRV_MAX_KEYS or no key; PK_ENOMEM.  Pure. */
+pk_status srv_keys_parse(const char *text, size_t len, uint64_t seed, srv_key **keys, int *n_keys, char *err,
+                         size_t err_len);
+/* s's keys from --api-key (an admin named "admin") and the file (NULL:
+ * none); sets s->tenancy.  srv_keys_parse's errors, PK_EIO. */
+pk_status srv_keys_load(srv *s, const char *api_key, const char *file, char *err, size_t err_len);
+/* The index of the key given, -1 when none matches; the time depends on
+ * no key's content. */
+int srv_key_lookup(const srv_key *keys, int n_keys, uint64_t seed, const char *given);
+const char *srv_tenant_name(const srv *s, int tenant);     /* NULL for -1 */
+/* r's key may do what only an admin may (always true without tenants). */
+bool srv_req_admin(const srv_req *r);
+/* A checked session id (srv_session_id) as the engine knows it: a tenant
+ * key's gets its prefix, in place.  400 naming param when it no longer
+ * fits ENG_SESSION_CAP. */
+bool srv_tenant_session(const srv_req *r, const char *param, char id[ENG_SESSION_CAP], srv_err *e);
+/* The tenant an engine session id belongs to (-1: the admins' namespace,
+ * or none); the prefix is stripped in place. */
+int srv_session_owner(char id[ENG_SESSION_CAP]);
+/* Pool ownership: recorded for a tenant's create or fork; -1 for a pool
+ * no tenant created; srv_pool_mine: r may see and use the pool. */
+void srv_pool_own(srv *s, int32_t pool_id, int tenant);
+int srv_pool_owner(srv *s, int32_t pool_id);
+bool srv_pool_mine(const srv_req *r, int32_t pool_id);
+/* Forgets the pools st no longer holds (after a release). */
+void srv_pool_prune(srv *s, const eng_stats *st);
+/* A tenant's completion event: every count of reused tokens cut to what
+ * it shared with its own pool (*shown_cached: set by PLACED, kept for the
+ * task's later events). */
+void srv_tenant_mask_event(eng_event *ev, int32_t *shown_cached);
+/* Cuts st to what reader (a tenant's index, -1 an admin) may see: its
+ * sessions' slots (prefix stripped), its pools, its pools' admission
+ * events; reuse counts and owned cells as srv_tenant_mask_event.  An
+ * admin keeps everything, prefixes stripped, and v says whose. */
+void srv_view_filter(srv *s, int reader, eng_stats *st, srv_view *v);
+/* Adds "tenant" (a name, or null) to o when v->tag. */
+void srv_view_tag(const srv_view *v, const srv *s, json_t *o, int tenant);
+
+/* The pool tree of a snapshot (root > 0: that subtree only); v (NULL:
+ * none) tags entries for an admin. */
+json_t *srv_pools_json(const srv *s, const eng_stats *st, int32_t root, const srv_view *v);
 
 /* Prometheus text of a stats snapshot (llamacpp:, polykv:, vllm: series).
  * Returns a malloc'ed NUL-terminated string, NULL when out of memory. */
@@ -609,6 +688,6 @@ char *srv_metrics_text(const eng_stats *st, const srv_scrape *since, const char 
 /* "idle", "prefill" or "decode", as /slots, /polykv/tps and /polykv/pools say it. */
 const char *srv_slot_state(eng_slot_state s);
 /* The /polykv/tps snapshot object. */
-json_t *srv_tps_json(const eng_stats *st);
+json_t *srv_tps_json(const srv *s, const eng_stats *st, const srv_view *v);
 
 #endif

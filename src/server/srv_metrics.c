@@ -162,25 +162,30 @@ const char *srv_slot_state(eng_slot_state s)
     return s == ENG_SLOT_PREFILL ? "prefill" : s == ENG_SLOT_DECODE ? "decode" : "idle";
 }
 
-json_t *srv_tps_json(const eng_stats *st)
+json_t *srv_tps_json(const srv *s, const eng_stats *st, const srv_view *v)
 {
     json_t *sessions = json_array();
     for (int32_t i = 0; i < st->n_slots; i++) {
         const eng_slot_info *si = &st->slots[i];
         if (si->state == ENG_SLOT_IDLE) continue;
-        json_array_append_new(sessions, json_pack("{s:i, s:s, s:f, s:i, s:i, s:i, s:i, s:s?, s:o, s:b}", "slot",
+        json_t *o = json_pack("{s:i, s:s, s:f, s:i, s:i, s:i, s:i, s:s?, s:o, s:b}", "slot",
                                                   si->id, "state", srv_slot_state(si->state), "tps_ewma", si->tps_ewma,
                                                   "n_decoded", si->n_decoded, "ctx_used", si->n_past, "ctx_total",
                                                   si->n_ctx, "ctx_headroom_tokens", si->n_ctx - si->n_past,
                                                   "session_id", si->session_id[0] ? si->session_id : NULL,
                                                   "pool_id", si->pool_id > 0 ? json_integer(si->pool_id) : json_null(),
-                                                  "warming", si->warming));
+                                                  "warming", si->warming);
+        if (v) srv_view_tag(v, s, o, v->slot_tenant[i]);
+        json_array_append_new(sessions, o);
     }
     json_t *pools = json_array();
-    for (int32_t i = 0; i < st->n_pools; i++)
-        json_array_append_new(pools, json_pack("{s:i, s:f, s:b, s:i}", "pool_id", st->pools[i].pool_id, "mean_tps",
-                                               st->pools[i].adm.mean_tps, "settling", st->pools[i].adm.settling,
-                                               "n_sessions", st->pools[i].n_sessions));
+    for (int32_t i = 0; i < st->n_pools; i++) {
+        json_t *o = json_pack("{s:i, s:f, s:b, s:i}", "pool_id", st->pools[i].pool_id, "mean_tps",
+                              st->pools[i].adm.mean_tps, "settling", st->pools[i].adm.settling,
+                              "n_sessions", st->pools[i].n_sessions);
+        if (v) srv_view_tag(v, s, o, v->pool_tenant[i]);
+        json_array_append_new(pools, o);
+    }
     return json_pack("{s:I, s:f, s:f, s:i, s:i, s:i, s:f, s:b, s:o, s:o}", "ts", (json_int_t)st->ts_ms,
                      "aggregate_tps", st->aggregate_tps, "mean_active_tps", st->mean_active_tps, "n_running",
                      st->n_running, "n_waiting", st->n_waiting, "n_warming", st->n_warming, "server_mean_tps",
@@ -197,6 +202,10 @@ enum MHD_Result srv_h_metrics(srv_req *r, json_t *body)
     if (!r->s->p.endpoint_metrics) {
         return srv_reply_errorf(r, 501, "This server does not support metrics endpoint. Start it with `--metrics`");
     }
+    /* Server-wide counters (prompt tokens reused) move with every
+     * tenant's requests: a tenant could read another's cache hits in
+     * their differences. */
+    if (!srv_req_admin(r)) return srv_reply_errorf(r, 403, "/metrics needs an admin key");
     eng_stats st;
     if (!stats(r, &st)) return srv_reply_errorf(r, 503, "the engine is stopping");
     /* One scrape at a time: each one's window starts where the last ended. */
@@ -222,11 +231,13 @@ enum MHD_Result srv_h_slots(srv_req *r, json_t *body)
     }
     eng_stats st;
     if (!stats(r, &st)) return srv_reply_errorf(r, 503, "the engine is stopping");
-    json_t *a = json_array();
     int n_idle = 0;
+    for (int32_t i = 0; i < st.n_slots; i++) n_idle += st.slots[i].state == ENG_SLOT_IDLE;
+    srv_view v;
+    srv_view_filter(r->s, r->tenant, &st, &v);
+    json_t *a = json_array();
     for (int32_t i = 0; i < st.n_slots; i++) {
         const eng_slot_info *si = &st.slots[i];
-        n_idle += si->state == ENG_SLOT_IDLE;
         json_t *hist = json_pack("{s:i, s:f, s:f, s:f, s:i, s:i, s:s}", "tokens", si->hist_tokens, "age_s",
                                  si->hist_age_s, "protected_for_s", si->protected_for_s, "value", si->hist_value,
                                  "last_source_seq", si->last_source_seq, "last_reused", si->last_reused,
@@ -257,6 +268,7 @@ enum MHD_Result srv_h_slots(srv_req *r, json_t *body)
         json_object_set_new(slot, "ctx_total", json_integer(si->n_ctx));
         json_object_set_new(slot, "ctx_headroom_tokens", json_integer(si->n_ctx - si->n_past));
         json_object_set_new(slot, "kv_owned_bytes", json_real((double)si->kv_owned * (double)st.kv_cell_bytes));
+        srv_view_tag(&v, r->s, slot, v.slot_tenant[i]);
     }
     const char *fail = srv_query(r, "fail_on_no_slot");
     if (fail && *fail && n_idle == 0) {
@@ -287,6 +299,8 @@ enum MHD_Result srv_h_cache(srv_req *r, json_t *body)
 {
     static __thread eng_stats st;     /* large: off the handler's stack */
     if (!stats(r, &st)) return srv_reply_errorf(r, 503, "the engine is stopping");
+    srv_view v;
+    srv_view_filter(r->s, r->tenant, &st, &v);
     json_t *ev = json_array();
     for (int32_t i = 0; i < st.n_events; i++) {
         const eng_cache_event *c = &st.events[i];
@@ -316,6 +330,13 @@ enum MHD_Result srv_h_cache(srv_req *r, json_t *body)
                           "spilled", st.n_spilled, "spilled_tokens", st.spilled_tokens,
                           "spilled_mib", st.spilled_mib,
                           "kv_used", st.kv_used, "kv_total", st.kv_total, "events", ev);
+    if (o && !srv_req_admin(r)) {
+        /* Server-wide reuse counters move with every tenant's prompts, and
+         * histories parked or spilled are other tenants' too. */
+        static const char *const shared[] = { "tokens_restored", "tokens_reused", "tokens_read", "parked",
+                                              "parked_tokens", "spilled", "spilled_tokens", "spilled_mib" };
+        for (size_t i = 0; i < ARRAY_LEN(shared); i++) json_object_del(o, shared[i]);
+    }
     return srv_reply_json(r, 200, o);
 }
 
@@ -323,6 +344,7 @@ enum MHD_Result srv_h_cache(srv_req *r, json_t *body)
 
 typedef struct tps_stream {
     srv *s;
+    int tenant;                /* the reader's (srv_req.tenant) */
     struct MHD_Connection *conn;
     int interval_ms;
     double next_ms;            /* when the next snapshot is due */
@@ -356,7 +378,9 @@ static ssize_t tps_read(void *cls, uint64_t pos, char *buf, size_t max)
         if (t->next_ms < pk_time_ms()) t->next_ms = pk_time_ms() + t->interval_ms;
         static __thread eng_stats st;
         if (eng_get_stats_recent(srv_engine(t->s), &st) != PK_OK) return MHD_CONTENT_READER_END_OF_STREAM;
-        json_t *j = srv_tps_json(&st);
+        srv_view v;
+        srv_view_filter(t->s, t->tenant, &st, &v);
+        json_t *j = srv_tps_json(t->s, &st, &v);
         char *s = j ? json_dumps(j, SRV_JSON_DUMP) : NULL;
         json_decref(j);
         if (!s) return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -393,6 +417,7 @@ enum MHD_Result srv_h_tps(srv_req *r, json_t *body)
         tps_stream *t = calloc(1, sizeof *t);
         if (!t) return srv_reply_errorf(r, 500, "out of memory");
         t->s = r->s;
+        t->tenant = r->tenant;
         t->conn = r->conn;
         t->interval_ms = (int)interval;
         t->next_ms = pk_time_ms();
@@ -400,5 +425,7 @@ enum MHD_Result srv_h_tps(srv_req *r, json_t *body)
     }
     static __thread eng_stats st;
     if (eng_get_stats_recent(srv_engine(r->s), &st) != PK_OK) return srv_reply_errorf(r, 503, "the engine is stopping");
-    return srv_reply_json(r, 200, srv_tps_json(&st));
+    srv_view v;
+    srv_view_filter(r->s, r->tenant, &st, &v);
+    return srv_reply_json(r, 200, srv_tps_json(r->s, &st, &v));
 }

@@ -336,6 +336,8 @@ static enum MHD_Result post_props(srv_req *r, json_t *body)
         srv_fail(&e, 501, NULL, "This server does not support changing global properties. Start it with `--props`");
         return srv_reply_error(r, &e);
     }
+    /* Global properties are every tenant's. */
+    if (!srv_req_admin(r)) return srv_reply_errorf(r, 403, "POST /props needs an admin key");
     const char *key;
     json_t *v;
     json_object_foreach(body, key, v) {

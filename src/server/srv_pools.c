@@ -45,9 +45,12 @@ static enum MHD_Result reply_op_error(srv_req *r, const eng_pool_reply *rp)
     return srv_reply_json(r, e.status, j);
 }
 
-/* The prefix of a create or fork body: *ids malloc'ed, or *session set. */
-static bool body_prefix(srv *s, const json_t *b, int32_t **ids, int32_t *n, const char **session, srv_err *e)
+/* The prefix of a create or fork body: *ids malloc'ed, or session[] set
+ * (the engine's name for the client's from_session: r's namespace). */
+static bool body_prefix(srv_req *r, const json_t *b, int32_t **ids, int32_t *n, char session[ENG_SESSION_CAP],
+                        srv_err *e)
 {
+    srv *s = r->s;
     static const char *keys[] = { "tokens", "prompt", "messages", "from_session" };
     int given = 0;
     for (size_t i = 0; i < ARRAY_LEN(keys); i++) given += json_object_get(b, keys[i]) != NULL;
@@ -55,16 +58,14 @@ static bool body_prefix(srv *s, const json_t *b, int32_t **ids, int32_t *n, cons
         return srv_fail(e, 400, NULL, "give exactly one of 'tokens', 'prompt', 'messages' or 'from_session'");
     *ids = NULL;
     *n = 0;
-    *session = NULL;
+    session[0] = 0;
     const json_t *v;
     if ((v = json_object_get(b, "from_session"))) {
-        char sid[ENG_SESSION_CAP];
         if (!json_is_string(v) || !json_string_length(v))
             return srv_fail(e, 400, "from_session", "'from_session' must be a session id of 1 to %d bytes",
                             ENG_SESSION_CAP - 1);
-        if (!srv_session_id(json_string_value(v), json_string_length(v), "from_session", sid, e)) return false;
-        *session = json_string_value(v);
-        return true;
+        return srv_session_id(json_string_value(v), json_string_length(v), "from_session", session, e) &&
+               srv_tenant_session(r, "from_session", session, e);
     }
     if ((v = json_object_get(b, "tokens"))) {
         if (!json_is_array(v) || !json_array_size(v))
@@ -104,10 +105,10 @@ static enum MHD_Result make_pool(srv_req *r, json_t *body, int32_t parent)
     srv_err e;
     if (!body) return srv_reply_errorf(r, 400, "the request body must be a JSON object");
     int32_t *ids, n;
-    const char *session;
-    if (!body_prefix(s, body, &ids, &n, &session, &e)) return srv_reply_error(r, &e);
+    char session[ENG_SESSION_CAP];
+    if (!body_prefix(r, body, &ids, &n, session, &e)) return srv_reply_error(r, &e);
     eng_pool_req rq = { .verb = parent > 0 ? ENG_POOL_FORK : ENG_POOL_CREATE, .pool_id = parent, .tokens = ids,
-                        .n_tokens = n, .from_session = session, .branch_pos = -1 };
+                        .n_tokens = n, .from_session = session[0] ? session : NULL, .branch_pos = -1 };
     const json_t *bp = json_object_get(body, "branch_pos");
     if (bp) {
         if (parent <= 0) {
@@ -124,30 +125,47 @@ static enum MHD_Result make_pool(srv_req *r, json_t *body, int32_t parent)
         rq.branch_pos = (int32_t)pos;
     }
     eng_pool_reply rp;
+    if (parent > 0 && !srv_pool_mine(r, parent)) {
+        free(ids);
+        return srv_reply_errorf(r, 404, "pool %d not found", parent);
+    }
     eng_pool_op(srv_engine(s), &rq, &rp);
     free(ids);
+    if (rp.status == PK_ENOTFOUND && rq.from_session && r->tenant >= 0) {
+        /* The engine's words name the prefixed id: the client's instead. */
+        const json_t *v = json_object_get(body, "from_session");
+        snprintf(rp.message, sizeof rp.message, "session '%s' holds no context now", json_string_value(v));
+    }
     if (rp.status != PK_OK) return reply_op_error(r, &rp);
+    srv_pool_own(s, rp.pool_id, r->tenant);
+    /* What a materialization found in the cache may be another tenant's
+     * prompt: a tenant is told its own range as computed. */
+    int32_t prefilled = r->tenant >= 0 && !rq.from_session ? rp.own_tokens : rp.n_prefilled;
     return srv_reply_json(r, 201, json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:f}", "pool_id", rp.pool_id,
                                             "prefix_len", rp.prefix_len, "parent", rp.parent, "branch_pos",
                                             rp.branch_pos, "own_tokens", rp.own_tokens, "prefilled_tokens",
-                                            rp.n_prefilled, "ms", rp.ms));
+                                            prefilled, "ms", rp.ms));
 }
 
 /* ---- the tree as JSON ------------------------------------------------- */
 
-static json_t *session_json(const eng_stats *st, const eng_slot_info *si)
+static json_t *session_json(const srv *s, const eng_stats *st, int32_t i, const srv_view *v)
 {
+    const eng_slot_info *si = &st->slots[i];
     double bytes = (double)st->kv_cell_bytes;
-    return json_pack("{s:s?, s:i, s:s, s:i, s:i, s:f, s:f, s:f, s:i, s:i, s:i}",
+    json_t *o = json_pack("{s:s?, s:i, s:s, s:i, s:i, s:f, s:f, s:f, s:i, s:i, s:i}",
                      "session_id", si->session_id[0] ? si->session_id : NULL, "slot", si->id,
                      "state", srv_slot_state(si->state), "shared_tokens", si->pool_shared,
                      "suffix_n_tokens", si->n_past - si->pool_shared,
                      "marginal_kv_bytes", si->kv_owned * bytes, "tps_ewma", si->tps_ewma, "ttft_ms", si->ttft_ms,
                      "ctx_used", si->n_past, "ctx_total", si->n_ctx, "ctx_headroom_tokens", si->n_ctx - si->n_past);
+    if (v) srv_view_tag(v, s, o, v->slot_tenant[i]);
+    return o;
 }
 
-static json_t *pool_json(const eng_stats *st, const eng_pool_info *p)
+static json_t *pool_json(const srv *s, const eng_stats *st, int32_t k, const srv_view *v)
 {
+    const eng_pool_info *p = &st->pools[k];
     double bytes = (double)st->kv_cell_bytes;
     json_t *kids = json_array(), *sessions = json_array();
     for (int32_t i = 0; i < st->n_pools; i++)
@@ -155,7 +173,7 @@ static json_t *pool_json(const eng_stats *st, const eng_pool_info *p)
     for (int32_t i = 0; i < st->n_slots; i++) {
         const eng_slot_info *si = &st->slots[i];
         if (si->pool_id == p->pool_id && (si->state != ENG_SLOT_IDLE || si->n_past > 0))
-            json_array_append_new(sessions, session_json(st, si));
+            json_array_append_new(sessions, session_json(s, st, i, v));
     }
     json_t *o = json_pack("{s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:s, s:b, s:b, s:b, s:I, s:I, s:I, s:f}",
                           "pool_id", p->pool_id, "parent", p->parent, "branch_pos", p->branch_pos,
@@ -171,6 +189,7 @@ static json_t *pool_json(const eng_stats *st, const eng_pool_info *p)
     json_object_set_new(o, "admission", srv_policy_json(&p->adm.policy));
     json_object_set_new(o, "mean_tps", json_real(p->adm.mean_tps));
     json_object_set_new(o, "settling", json_boolean(p->adm.settling));
+    if (v) srv_view_tag(v, s, o, v->pool_tenant[k]);
     return o;
 }
 
@@ -186,12 +205,12 @@ static bool in_subtree(const eng_stats *st, int32_t root, int32_t id)
     return false;
 }
 
-json_t *srv_pools_json(const eng_stats *st, int32_t root)
+json_t *srv_pools_json(const srv *s, const eng_stats *st, int32_t root, const srv_view *v)
 {
     json_t *a = json_array();
     for (int32_t i = 0; i < st->n_pools; i++)
         if (root <= 0 || in_subtree(st, root, st->pools[i].pool_id))
-            json_array_append_new(a, pool_json(st, &st->pools[i]));
+            json_array_append_new(a, pool_json(s, st, i, v));
     double bytes = (double)st->kv_cell_bytes;
     return json_pack("{s:I, s:o, s:i, s:i, s:i, s:f, s:f, s:f}", "ts", (json_int_t)st->ts_ms, "pools", a,
                      "tree_depth", st->pool_tree_depth, "seq_ids_used", st->seq_ids_used, "seq_ids_max",
@@ -207,7 +226,9 @@ enum MHD_Result srv_h_pools(srv_req *r, json_t *body)
     if (!strcmp(r->method, "DELETE")) return srv_reply_errorf(r, 405, "DELETE /polykv/pools/{id} releases one pool");
     static __thread eng_stats st;        /* large: off the handler's stack */
     if (eng_get_stats(srv_engine(r->s), &st) != PK_OK) return srv_reply_errorf(r, 503, "the engine is stopping");
-    return srv_reply_json(r, 200, srv_pools_json(&st, 0));
+    srv_view v;
+    srv_view_filter(r->s, r->tenant, &st, &v);
+    return srv_reply_json(r, 200, srv_pools_json(r->s, &st, 0, &v));
 }
 
 /* /polykv/pools/{id}[/verb] */
@@ -222,10 +243,12 @@ enum MHD_Result srv_h_pool(srv_req *r, json_t *body)
     if (!*verb && get) {
         static __thread eng_stats st;
         if (eng_get_stats(srv_engine(r->s), &st) != PK_OK) return srv_reply_errorf(r, 503, "the engine is stopping");
+        srv_view v;
+        srv_view_filter(r->s, r->tenant, &st, &v);
         bool found = false;
         for (int32_t i = 0; i < st.n_pools; i++) found |= st.pools[i].pool_id == id;
         if (!found) return srv_reply_errorf(r, 404, "pool %ld not found", id);
-        return srv_reply_json(r, 200, srv_pools_json(&st, (int32_t)id));
+        return srv_reply_json(r, 200, srv_pools_json(r->s, &st, (int32_t)id, &v));
     }
     if (!strcmp(verb, "admission")) return srv_admission(r, body, (int32_t)id);
     if (!strcmp(verb, "capacity")) return srv_capacity(r, (int32_t)id);
@@ -244,9 +267,14 @@ enum MHD_Result srv_h_pool(srv_req *r, json_t *body)
     } else {
         return srv_reply_errorf(r, 405, "%s %s: method not allowed", r->method, r->url);
     }
+    if (!srv_pool_mine(r, (int32_t)id)) return srv_reply_errorf(r, 404, "pool %ld not found", id);
     eng_pool_reply rp;
     eng_pool_op(srv_engine(r->s), &rq, &rp);
     if (rp.status != PK_OK) return reply_op_error(r, &rp);
+    if (rq.verb == ENG_POOL_RELEASE && r->s->tenancy) {
+        static __thread eng_stats st;
+        if (eng_get_stats(srv_engine(r->s), &st) == PK_OK) srv_pool_prune(r->s, &st);
+    }
     json_t *o = json_pack("{s:i, s:b}", "pool_id", rp.pool_id > 0 ? rp.pool_id : (int)id, "ok", 1);
     if (rq.verb == ENG_POOL_RELEASE) json_object_set_new(o, "released", json_integer(rp.n_released));
     if (rq.verb == ENG_POOL_FLUSH) json_object_set_new(o, "ms", json_real(rp.ms));
@@ -316,6 +344,9 @@ enum MHD_Result srv_h_slot_action(srv_req *r, json_t *body)
     const char *action = srv_query(r, "action");
     eng *e = srv_engine(r->s);
     if (strcmp(r->method, "POST")) return srv_reply_errorf(r, 405, "%s %s: method not allowed (use POST)", r->method, r->url);
+    /* A slot holds whoever ran there last: saving it, restoring it into
+     * one's own slot or erasing it crosses tenants. */
+    if (!srv_req_admin(r)) return srv_reply_errorf(r, 403, "slot actions need an admin key");
     if (!plain || *end || id >= eng_get_params(e)->n_slots) return srv_reply_errorf(r, 400, "Invalid slot ID");
     if (action && (!strcmp(action, "save") || !strcmp(action, "restore")))
         return slot_file(r, body, (int32_t)id, !strcmp(action, "save"));

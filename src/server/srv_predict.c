@@ -84,6 +84,7 @@ static json_t *run_instance(srv_req *p, const json_t *in)
     r->http11 = p->http11;
     r->t0_ms = pk_time_ms();
     r->sessions_remaining = -1;
+    r->tenant = p->tenant;
     r->capture = true;
     fn(r, body);
     json_t *out = r->captured ? r->captured : error_body(500, "the %s route gave no answer", path);
