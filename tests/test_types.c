@@ -189,7 +189,8 @@ static void check_prompt(const char *name, model_ctx *ctx, int32_t V, const tok_
             ta->n_checked++;
             CHECK_EQ_INT(mine, want_id);
             if (mine != want_id)
-                fprintf(stderr, "%s prompt '%.20s' step %d: token %d, llama.cpp %d (margin %.3g >= 2 eps %.3g)\n",
+                fprintf(stderr, "%s prompt '%.20s' step %d: token %d, llama.cpp %d "
+                        "(margin %.3g >= 2 eps %.3g)\n",
                         name, prompt, s, mine, want_id, margin, 2 * eps);
         } else {
             all_wide = false;

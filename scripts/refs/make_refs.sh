@@ -42,9 +42,10 @@ g++ -std=c++17 -O2 -I"$PEER/include" -I"$PEER/ggml/include" scripts/refs/probe.c
     -lllama -lggml -lggml-base -Wl,-rpath,"$BIN" -o "$OUT/probe"
 export LD_LIBRARY_PATH="$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
+rev=$(git -C "$PEER" rev-parse HEAD 2>/dev/null || echo unknown)
 log=$DATA/commands.txt
 {
-    echo "# Written by scripts/refs/make_refs.sh; llama.cpp: $(git -C "$PEER" rev-parse HEAD 2>/dev/null || echo unknown)"
+    echo "# Written by scripts/refs/make_refs.sh; llama.cpp: $rev"
     echo "# (the node-llama-cpp@3.22.1 bundle, release v0.5.0: see ../shared/reference/README.md)"
 } > "$log"
 say() { echo "$*" | sed "s|$OUT|\$OUT|g; s|$BIN|\$BIN|g" >> "$log"; "$@"; }
@@ -65,7 +66,7 @@ say "$OUT/probe" dequant "$DATA"
 F16=tests/data/f16kv
 mkdir -p "$F16"
 log=$F16/commands.txt
-echo "# Written by scripts/refs/make_refs.sh; llama.cpp: $(git -C "$PEER" rev-parse HEAD 2>/dev/null || echo unknown)" > "$log"
+echo "# Written by scripts/refs/make_refs.sh; llama.cpp: $rev" > "$log"
 for m in stories260K rand-qwen2-qwen2vocab-e64-l2-F16 rand-qwen3-qwen2vocab-e64-l2-Q8_0 \
          rand-llama-llama3vocab-e256-l2-Q8_0 rand-llama-llama3vocab-e256-l2-Q4_0 \
          rand-llama-llama3vocab-e256-l2-Q4_K_M; do

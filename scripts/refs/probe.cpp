@@ -117,7 +117,8 @@ static int dequant(const char *dir)
         tr->to_float(q.data(), y.data(), n);
         std::string path = std::string(dir) + "/dq_" + ggml_type_name(t) + ".bin";
         FILE *f = fopen(path.c_str(), "wb");
-        if (!f || fwrite(q.data(), 1, bytes, f) != bytes || fwrite(y.data(), 4, n, f) != (size_t)n || fclose(f)) {
+        if (!f || fwrite(q.data(), 1, bytes, f) != bytes || fwrite(y.data(), 4, n, f) != (size_t)n ||
+            fclose(f)) {
             fprintf(stderr, "probe: writing %s failed\n", path.c_str());
             return 1;
         }
