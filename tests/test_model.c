@@ -3,7 +3,9 @@
  * (../shared/reference): prompt tokens, first-position top-10 and full
  * logits, teacher-forced logits at every greedy step, greedy continuation,
  * with an F32 cache against <model>.json and an F16 cache against
- * <model>.defaults_f16kv_fa_auto.json.  Also: the huge-page copy gives the
+ * tests/data/f16kv/<model>.json (the reference engine with an F16 cache and
+ * flash attention off, scripts/refs/make_refs.sh; budgets in check_model).
+ * Also: the huge-page copy gives the
  * mapping's logits to the bit, and it holds one copy of the weights
  * (check_memory).
  */
@@ -13,7 +15,9 @@
 #include <stdio.h>
 #include <sys/wait.h>
 
-typedef struct stats { double max_rel; int n_greedy_ok, n_greedy_want; } stats;
+/* One model run's numbers; with `check` off the run only measures (no
+ * budget or greedy CHECK), for the check that must fail (main). */
+typedef struct stats { bool check; double max_rel, max_step; int n_greedy_ok, n_greedy_want; } stats;
 
 /* Resident set size of this process in bytes. */
 static size_t rss_bytes(void)
@@ -66,7 +70,7 @@ static void check_prompt(const ref_model *rm, model *m, model_ctx *ctx, json_t *
         int id = (int)json_integer_value(json_object_get(e, "id"));
         double want = json_real_value(json_object_get(e, "logit"));
         maxdiff = fmax(maxdiff, fabs(logits[id] - want));
-        CHECK_NEAR(logits[id], want, frac * maxabs);
+        if (st->check) CHECK_NEAR(logits[id], want, frac * maxabs);
     }
     st->max_rel = fmax(st->max_rel, maxdiff / maxabs);
 
@@ -90,8 +94,8 @@ static void check_prompt(const ref_model *rm, model *m, model_ctx *ctx, json_t *
         }
         if (f) fclose(f);
         CHECK_EQ_INT(n_rows, V);
-        CHECK(full_diff <= frac * full_max);
-        if (full_diff > frac * full_max)
+        if (st->check) CHECK(full_diff <= frac * full_max);
+        if (st->check && full_diff > frac * full_max)
             fprintf(stderr, "%s: full logits max diff %.3g > %.3g\n", rm->name, full_diff, frac * full_max);
         st->max_rel = fmax(st->max_rel, full_diff / full_max);
     }
@@ -105,7 +109,8 @@ static void check_prompt(const ref_model *rm, model *m, model_ctx *ctx, json_t *
     for (int s = 0; s < n_gen; s++) {
         int32_t want_id = (int32_t)json_integer_value(json_array_get(gt, s));
         double want_logit = json_real_value(json_array_get(gl, s));
-        CHECK_NEAR(logits[want_id], want_logit, frac * fabs(want_logit));
+        if (st->check) CHECK_NEAR(logits[want_id], want_logit, frac * fabs(want_logit));
+        st->max_step = fmax(st->max_step, fabs(logits[want_id] - want_logit) / fabs(want_logit));
         int32_t mine = smp_argmax(logits, V);
         if (greedy_ok && mine == want_id) agree++;
         else if (greedy_ok) {
@@ -113,7 +118,7 @@ static void check_prompt(const ref_model *rm, model *m, model_ctx *ctx, json_t *
             /* A near-tie may flip with summation order; only a trained model
              * must agree on all 32, a random one up to its first near-tie. */
             double margin = json_real_value(json_array_get(gm, s));
-            if (rm->real || margin >= 1e-2) {
+            if (st->check && (rm->real || margin >= 1e-2)) {
                 fprintf(stderr, "%s '%.20s': step %d: token %d, want %d (margin %.3g)\n",
                         rm->name, prompt, s, mine, want_id, margin);
                 CHECK(false);
@@ -123,26 +128,52 @@ static void check_prompt(const ref_model *rm, model *m, model_ctx *ctx, json_t *
         ref_batch_make(&rb, &want_id, 1, n + s, 0, false);
         CHECK(model_decode(ctx, &rb.b, logits) == PK_OK);
     }
-    if (rm->real) CHECK_EQ_INT(agree, n_gen);
+    if (rm->real && st->check) CHECK_EQ_INT(agree, n_gen);
     st->n_greedy_ok += agree;
     st->n_greedy_want += n_gen;
 }
 
-static void check_model(const char *shared, const ref_model *rm, tq_type kv_type)
+/* The budget, as a fraction of max |logit|, for a cache type. */
+static double budget(const ref_model *rm, tq_type kv_type)
+{
+    /* The budget of the issue: 1e-3 of max |logit| for F32/F16 weights, 1e-2
+     * for quantized ones, against the F32-cache reference (its settings match
+     * our --kv-type f32).
+     *
+     * The F16 cache against the reference's F16-cache run with flash attention
+     * off (its flash attention, on by default, sums V in F16; off, it rounds
+     * K, V, the query and the softmax's probabilities to F16; we round K, V
+     * and the query, and keep the probabilities in F32).  For F32/F16 weights
+     * the budget is 1.2e-3, which an F32 cache exceeds (main checks that it
+     * does): the largest |diff| / |logit| at the 32 greedy steps, the
+     * first position's being smaller, F16 cache 1.03e-3 (stories260K) and
+     * 8.4e-4 (qwen2), F32 cache 1.46e-3 and 1.43e-3.  For the quantized
+     * random models it is 2e-2 (measured 1.0e-2 to 1.5e-2), and there this
+     * check cannot tell the cache types apart: their flat logits move by
+     * about 1e-2 of max |logit| with any rounding difference, the F32
+     * cache's as much as ours. */
+    if (kv_type == TQ_F32) return rm->quantized ? 1e-2 : 1e-3;
+    return rm->quantized ? 2e-2 : 1.2e-3;
+}
+
+/* The engine with a kv_type cache against the reference run with a ref_kv
+ * cache; budgets and greedy tokens checked when the two are the same. */
+static stats check_model(const char *shared, const ref_model *rm, tq_type kv_type, tq_type ref_kv)
 {
     char path[512], jpath[512], tsv[512];
     snprintf(path, sizeof path, "%s/models/%s.gguf", shared, rm->name);
-    snprintf(jpath, sizeof jpath, "%s/reference/%s%s.json", shared, rm->name,
-             kv_type == TQ_F32 ? "" : ".defaults_f16kv_fa_auto");
+    if (ref_kv == TQ_F32) snprintf(jpath, sizeof jpath, "%s/reference/%s.json", shared, rm->name);
+    else snprintf(jpath, sizeof jpath, "tests/data/f16kv/%s.json", rm->name);
     snprintf(tsv, sizeof tsv, "%s/reference/%s.firstpos_logits.p0.tsv", shared, rm->name);
 
     char err[512] = "";
     model *m;
     pk_status s = model_load(path, MODEL_COPY, &m, err, sizeof err);
     CHECK(s == PK_OK);
+    stats st = { .check = kv_type == ref_kv };
     if (s) {
         fprintf(stderr, "%s: %s\n", path, err);
-        return;
+        return st;
     }
     model_ctx_params cp = { .n_ctx = 2048, .n_ubatch = 512, .n_threads = 2, .kv_type = kv_type };
     model_ctx *ctx;
@@ -151,18 +182,11 @@ static void check_model(const char *shared, const ref_model *rm, tq_type kv_type
     json_t *j = ref_load_json(jpath);
     CHECK(j != NULL);
     float *logits = malloc((size_t)model_get_hparams(m)->n_vocab * sizeof(float));
-    stats st = {0};
-    /* The budget of the issue: 1e-3 of max |logit| for F32/F16 weights, 1e-2
-     * for quantized ones, against the F32-cache reference (its settings match
-     * our --kv-type f32).  Against the F16-cache reference the budget is 3x:
-     * the reference engine's default flash attention keeps its running sum of
-     * V in F16 when decoding (its own F16 and F32 runs differ by up to 0.026
-     * here), while we accumulate in F32. */
-    double frac = (rm->quantized ? 1e-2 : 1e-3) * (kv_type == TQ_F16 ? 3 : 1);
+    double frac = budget(rm, ref_kv);
     json_t *results = json_object_get(j, "results");
     for (size_t p = 0; p < json_array_size(results); p++)
         check_prompt(rm, m, ctx, json_array_get(results, p), logits,
-                     p == 0 && kv_type == TQ_F32 ? tsv : NULL, frac, &st);
+                     p == 0 && ref_kv == TQ_F32 ? tsv : NULL, frac, &st);
     /* The passes above switched to the huge-page copy once it was complete
      * (its memory is checked by check_memory). */
     model_wait_copy(m);
@@ -172,12 +196,15 @@ static void check_model(const char *shared, const ref_model *rm, tq_type kv_type
     ref_batch_make(&rb1, &bos, 1, 0, 0, false);
     CHECK(model_decode(ctx, &rb1.b, logits) == PK_OK);
     CHECK(model_is_copy(m));
-    printf("%-40s kv %s: max |diff| / max |logit| = %.2e; greedy tokens agreeing %d/%d\n",
-           rm->name, kv_type == TQ_F32 ? "f32" : "f16", st.max_rel, st.n_greedy_ok, st.n_greedy_want);
+    printf("%-40s kv %s%s: max |diff| / max |logit| %.2e at the first position, %.2e / |logit| at the "
+           "greedy steps (budget %.1e); greedy tokens agreeing %d/%d\n", rm->name,
+           kv_type == TQ_F32 ? "f32" : "f16", st.check ? "" : ref_kv == TQ_F16 ? " vs the f16 reference" : "",
+           st.max_rel, st.max_step, frac, st.n_greedy_ok, st.n_greedy_want);
     free(logits);
     json_decref(j);
     model_ctx_free(ctx);
     model_free(m);
+    return st;
 }
 
 /* The same logits from the mapping and from the huge-page copy, with a
@@ -332,8 +359,16 @@ int main(int argc, char **argv)
     TEST_RUN(check_copy, shared, "rand-llama-llama3vocab-e256-l2-Q4_0.gguf");
     TEST_RUN(check_copy, shared, "rand-llama-llama3vocab-e256-l2-Q8_0.gguf");
     for (size_t i = 0; i < ARRAY_LEN(ref_models); i++) {
-        TEST_RUN(check_model, shared, &ref_models[i], TQ_F32);
-        TEST_RUN(check_model, shared, &ref_models[i], TQ_F16);
+        if (!test_wanted("check_model")) continue;
+        const ref_model *rm = &ref_models[i];
+        check_model(shared, rm, TQ_F32, TQ_F32);
+        check_model(shared, rm, TQ_F16, TQ_F16);
+        /* The F16 check can tell the cache types apart: an F32 cache's logits
+         * fail its budget (only for F32/F16 weights, see budget()). */
+        if (!rm->quantized) {
+            stats w = check_model(shared, rm, TQ_F32, TQ_F16);
+            CHECK(fmax(w.max_rel, w.max_step) > budget(rm, TQ_F16));
+        }
     }
     return test_finish();
 }
