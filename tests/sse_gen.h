@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/server/srv_impl.h"
+#include "../src/server/srv_gen.h"
 #include "test.h"
 
 typedef void (*sse_writer)(srv_gen *g, const eng_event *ev);

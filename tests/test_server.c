@@ -21,7 +21,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
-#include "../src/server/srv_impl.h"
+#include "../src/server/srv_gen.h"
 #include "../src/common/utf8.h"
 #include "../src/model/model.h"
 #include "test.h"

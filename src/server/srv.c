@@ -26,7 +26,7 @@
 
 #include "../model/model.h"
 #include "../common/utf8.h"
-#include "srv_impl.h"
+#include "srv_parse.h"
 
 static const srv_route routes[] = {
     { "/health",              "GET",  srv_h_health,          SRV_PROBE, false, false },

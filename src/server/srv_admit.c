@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "srv_impl.h"
+#include "srv_parse.h"
 
 json_t *srv_policy_json(const adm_policy *p)
 {

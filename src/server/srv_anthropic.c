@@ -36,7 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "srv_impl.h"
+#include "srv_gen.h"
 
 /* Fields that mean the same in both requests, passed on as they are (with
  * polykv's own session and pool fields, which agents send on any route). */

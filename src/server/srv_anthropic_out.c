@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "srv_impl.h"
+#include "srv_gen.h"
 
 enum { BLK_NONE = 0, BLK_THINKING, BLK_TEXT, BLK_TOOL };
 

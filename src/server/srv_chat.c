@@ -30,7 +30,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "srv_impl.h"
+#include "srv_parse.h"
 
 static char *read_text(const char *path)
 {

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "../grammar/gram.h"
-#include "srv_impl.h"
+#include "srv_parse.h"
 
 /* Fields with the value that means "off"; anything else is refused. */
 static const struct { const char *key; double neutral; const char *why; } UNSUPPORTED_NUM[] = {

@@ -8,7 +8,7 @@
  * call srv_gen's output helpers, never srv_gen's loop, so the dependency
  * runs one way: srv_gen.c -> this table -> the formats.
  */
-#include "srv_impl.h"
+#include "srv_gen.h"
 
 /* ---- the OpenAI-shaped progress chunk and error event ---- */
 

@@ -19,7 +19,7 @@
 
 #include "../common/utf8.h"
 #include "../grammar/gram.h"
-#include "srv_impl.h"
+#include "srv_gen.h"
 
 #define GEN_BATCH_BYTES 8192   /* stop gathering waiting events past this much output */
 

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "srv_impl.h"
+#include "srv_parse.h"
 
 /* The prompt of one element: itself, or an object's "prompt_string"
  * (NULL, with e, for none). */

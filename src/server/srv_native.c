@@ -11,7 +11,7 @@
 
 #include "../common/utf8.h"
 #include "../model/model.h"
-#include "srv_impl.h"
+#include "srv_gen.h"
 
 static const char *stop_type(eng_stop s)
 {

@@ -16,7 +16,7 @@
 
 #include "../model/model.h"
 #include "../grammar/gram.h"
-#include "srv_impl.h"
+#include "srv_gen.h"
 
 /* llama-server's shape, "b<build>-<commit>", which its clients and tests check. */
 static const char FINGERPRINT[] = "b0-polykv";

@@ -14,7 +14,7 @@
 #include "../grammar/gram.h"
 #include "../tokenizer/tmpl_tools.h"
 #include "../common/utf8.h"
-#include "srv_impl.h"
+#include "srv_parse.h"
 
 /* ---- typed getters: false (with e set) only for a present, wrong value ---- */
 

@@ -20,7 +20,7 @@
 
 #include "../pool/pool.h"
 #include "../save/sav.h"
-#include "srv_impl.h"
+#include "srv_gen.h"
 
 static unsigned pool_status(pk_status st)
 {

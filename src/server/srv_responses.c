@@ -36,7 +36,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "srv_impl.h"
+#include "srv_gen.h"
 
 /* ---- the request ---- */
 

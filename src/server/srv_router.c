@@ -33,7 +33,7 @@
 #include <time.h>
 
 #include "../router/rt.h"
-#include "srv_impl.h"
+#include "srv_parse.h"
 
 /* How long a request waits for its model's child to load (the child's own
  * load timeout, rt_params.load_timeout_ms, is shorter). */
