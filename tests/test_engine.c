@@ -8,6 +8,7 @@
  */
 #include "ref.h"
 
+#include <pthread.h>
 #include <time.h>
 
 #include "../src/engine/eng.h"
@@ -338,6 +339,77 @@ static void test_channel_full(void)
     CHECK_EQ_INT(s.n_running, 0);
 }
 
+/* A long prompt's reader: the time each step's PROGRESS came. */
+typedef struct progress_log {
+    eng_task *t;
+    double t_ms[64];
+    int n;
+} progress_log;
+
+static void *read_progress(void *arg)
+{
+    progress_log *l = arg;
+    eng_event ev;
+    while (eng_task_next(l->t, &ev, 20000) == PK_OK) {
+        bool end = ev.kind == ENG_EV_DONE || ev.kind == ENG_EV_ERROR;
+        if (ev.kind == ENG_EV_PROGRESS && ev.n_processed > ev.n_cached && l->n < 64) l->t_ms[l->n++] = pk_time_ms();
+        eng_event_clear(&ev);
+        if (end) break;
+    }
+    return NULL;
+}
+
+/* Fairness between prompts: a 20-token turn that arrives while a
+ * 2,000-token prompt is read (512 tokens a step) gets its first token
+ * within 2 steps, not after the long prompt's remaining steps; the long
+ * prompt still takes ceil(2020 / 512) = 4 steps.  Steps are stretched to
+ * 100 ms (POLYKV_TEST_STEP_DELAY_MS) so the order is plain. */
+static void test_short_turn_first(model *m)
+{
+    setenv("POLYKV_TEST_STEP_DELAY_MS", "100", 1);
+    eng_params ep = eng_default_params();
+    ep.n_slots = 2;
+    ep.n_ctx = 4096;
+    ep.n_batch = 512;
+    ep.n_threads = 1;
+    eng *e;
+    ASSERT(eng_new(m, &ep, &e) == PK_OK);
+    unsetenv("POLYKV_TEST_STEP_DELAY_MS");
+    static int32_t lng[2000], shrt[20];
+    for (int i = 0; i < 2000; i++) lng[i] = pr[i % 2][i % np[i % 2]];
+    for (int i = 0; i < 20; i++) shrt[i] = pr[3][i % np[3]];
+    eng_completion c = greedy_req(lng, 2000, 1);
+    c.report_progress = true;
+    progress_log log = { 0 };
+    CHECK(eng_submit(e, &c, &log.t) == PK_OK);
+    pthread_t th;
+    ASSERT(pthread_create(&th, NULL, read_progress, &log) == 0);
+    double t0 = pk_time_ms();
+    while (log.n < 1 && pk_time_ms() - t0 < 60000) {      /* until its first step is done (60 s: a hang) */
+        struct timespec ts = { 0, 5 * 1000000L };
+        nanosleep(&ts, NULL);
+    }
+    CHECK(log.n >= 1);
+    double t_sent = pk_time_ms();
+    c = greedy_req(shrt, 20, 1);
+    eng_task *t;
+    collected got;
+    CHECK(eng_submit(e, &c, &t) == PK_OK);
+    collect(t, &got);
+    double t_first = pk_time_ms();
+    eng_task_release(t);
+    CHECK_EQ_INT(got.done.kind, ENG_EV_DONE);
+    pthread_join(th, NULL);
+    eng_task_release(log.t);
+    int between = 0;
+    for (int k = 0; k < log.n; k++) between += log.t_ms[k] > t_sent && log.t_ms[k] < t_first;
+    printf("fairness: the long prompt read in %d steps; %d of them between the short turn's arrival and its "
+           "first token\n", log.n, between);
+    CHECK(between <= 2);      /* the step running when it came, and the next one, which reads it */
+    CHECK(log.n <= 4);
+    eng_free(e);
+}
+
 int main(int argc, char **argv)
 {
     test_select(argc, argv);
@@ -367,6 +439,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_channel_full);
     eng_free(g_e);
     TEST_RUN(test_restore_keeps_history, g_m);
+    TEST_RUN(test_short_turn_first, g_m);
     model_free(g_m);
     return test_finish();
 }

@@ -247,9 +247,33 @@ static void test_next_id(void)
     pool_tree_free(t);
 }
 
+/* Ids never wrap: past POOL_ID_MAX (reached here by a restored file's id,
+ * as a planted pool-2147483646.pkv once did, and the ids went negative),
+ * the lowest id no pool holds is given; an id past the range is refused. */
+static void test_id_range(void)
+{
+    pool_tree *t;
+    CHECK_EQ_INT(pool_tree_new(4, &t), PK_OK);
+    int32_t tok[3] = { 1, 2, 3 }, a, b, c, d;
+    CHECK_EQ_INT(pool_set_next_id(t, POOL_ID_MAX + 2), PK_EINVAL);
+    CHECK_EQ_INT(pool_set_next_id(t, POOL_ID_MAX), PK_OK);
+    CHECK_EQ_INT(pool_add(t, -1, tok, 3, -1, 0, 0, &a), PK_OK);
+    CHECK_EQ_INT(a, POOL_ID_MAX);
+    CHECK_EQ_INT(pool_add(t, -1, tok, 3, -1, 1, 0, &b), PK_OK);
+    CHECK_EQ_INT(b, 1);
+    CHECK_EQ_INT(pool_add(t, -1, tok, 3, -1, 2, 0, &c), PK_OK);
+    CHECK_EQ_INT(c, 2);
+    CHECK_EQ_INT(pool_remove(t, b), PK_OK);
+    CHECK_EQ_INT(pool_add(t, a, tok, 3, 2, 3, 0, &d), PK_OK);
+    CHECK_EQ_INT(d, 1);                         /* the freed one, the lowest */
+    CHECK(pool_tree_check(t));
+    pool_tree_free(t);
+}
+
 int main(int argc, char **argv)
 {
     test_select(argc, argv);
+    TEST_RUN(test_id_range);
     TEST_RUN(test_next_id);
     TEST_RUN(test_contract);
     TEST_RUN(test_match);

@@ -357,12 +357,12 @@ void eng_batch_add(eng *e, int32_t *n, int32_t tok, kv_pos pos, kv_seq seq, bool
 
 /* The batch of one step: the next token of every decoding slot first (so
  * running sessions never wait on a long prompt for more than one chunk),
- * then materialization chunks of pools, then prompt chunks of slots, up to
- * n_batch tokens, or --batch-decoding prompt tokens while sessions
- * decode: every session waits for its step, and a 512-token chunk makes a
- * step of the 0.5B benchmark model about 1 s long.  Off by default: the
- * spawn-ramp runs with 128 and without did not show
- * a gain larger than the machine's run-to-run noise.
+ * then materialization chunks of pools, then prompt chunks of slots,
+ * shortest remaining first, up to n_batch tokens, or --batch-decoding
+ * prompt tokens while sessions decode: every session waits for its step,
+ * and a 512-token chunk makes a step of the 0.5B benchmark model about 1 s
+ * long.  Off by default: spawn ramps with 128 and without did not show a
+ * gain larger than the machine's run-to-run noise.
  * Returns the count; *n_dec the decode tokens. */
 static int32_t build_batch(eng *e, int32_t *n_dec)
 {
@@ -377,9 +377,24 @@ static int32_t build_batch(eng *e, int32_t *n_dec)
     *n_dec = n;
     int32_t lim = n > 0 && e->p.n_batch_decoding > 0 ? MIN(e->p.n_batch, n + e->p.n_batch_decoding) : e->p.n_batch;
     n = eng_pool_batch(e, n, lim);
-    for (int32_t i = 0; i < e->p.n_slots && n < lim; i++) {
-        slot *s = &e->slots[i];
+    /* Prompt chunks shortest remaining first (ties: slot order), so a short
+     * turn placed while a long prompt reads is read in the next step, not
+     * after the long one: the long one loses at most the short one's
+     * tokens of one step. */
+    int32_t order[ENG_MAX_SLOTS], n_pre = 0;
+    for (int32_t i = 0; i < e->p.n_slots; i++) {
+        const slot *s = &e->slots[i];
         if (s->state != ENG_SLOT_PREFILL) continue;
+        int32_t left = s->n_prompt - s->n_prefilled, k = n_pre++;
+        for (; k > 0; k--) {
+            const slot *o = &e->slots[order[k - 1]];
+            if (o->n_prompt - o->n_prefilled <= left) break;
+            order[k] = order[k - 1];
+        }
+        order[k] = i;
+    }
+    for (int32_t r = 0; r < n_pre && n < lim; r++) {
+        slot *s = &e->slots[order[r]];
         const int32_t *pr = s->task->prompt;
         int32_t left = s->n_prompt - s->n_prefilled, k = MIN(left, lim - n);
         for (int32_t j = 0; j < k; j++) {

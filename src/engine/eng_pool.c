@@ -502,7 +502,8 @@ pk_status eng_pool_adopt(eng *e, int32_t id, int32_t parent, int32_t D, const in
         return st != PK_OK ? st : PK_EFORMAT;
     }
     if ((st = pool_set_next_id(t, id)) != PK_OK) {
-        snprintf(why, cap, "pool id %d is already taken", id);
+        snprintf(why, cap, id > POOL_ID_MAX ? "pool id %d is past the largest, %d" : "pool id %d is already taken",
+                 id, POOL_ID_MAX);
         return st;
     }
     kv_seq seq = eng_seq_take(e, ENG_SEQ_POOL);

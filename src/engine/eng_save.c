@@ -291,8 +291,23 @@ static int cmp_id(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* The id of a file named "pool-N.pkv" (or, with *tmp, "pool-N.pkv.tmp"),
+ * N a plain decimal in 1..POOL_ID_MAX; 0 for any other name. */
+static int32_t pool_file_id(const char *nm, bool *tmp)
+{
+    if (strncmp(nm, "pool-", 5)) return 0;
+    const char *p = nm + 5;
+    int64_t id = 0;
+    if (*p < '1' || *p > '9') return 0;
+    for (; *p >= '0' && *p <= '9'; p++)
+        if ((id = id * 10 + (*p - '0')) > POOL_ID_MAX) return 0;
+    *tmp = !strcmp(p, ".pkv.tmp");
+    return *tmp || !strcmp(p, ".pkv") ? (int32_t)id : 0;
+}
+
 /* The ids of dir's "pool-N.pkv" files, ascending; stray "*.tmp" files (a
- * save the process did not live to finish) are reported and removed. */
+ * save the process did not live to finish) are reported and removed.
+ * Names out of the id range are not pools' files and are left alone. */
 static int32_t list_dir(const char *dir, int32_t *ids, int32_t cap, int32_t *next_id)
 {
     DIR *d = opendir(dir);
@@ -300,19 +315,19 @@ static int32_t list_dir(const char *dir, int32_t *ids, int32_t cap, int32_t *nex
     int32_t n = 0;
     for (struct dirent *de; (de = readdir(d));) {
         const char *nm = de->d_name;
-        size_t len = strlen(nm);
-        int id, used = 0;
-        if (len > 4 && !strcmp(nm + len - 4, ".tmp") && !strncmp(nm, "pool-", 5)) {
+        bool tmp = false;
+        int32_t id = pool_file_id(nm, &tmp);
+        if (id > 0 && tmp) {
             char path[4200];
             /* Its id was answered to a client once: never given again. */
-            if (sscanf(nm, "pool-%d.pkv.tmp", &id) == 1 && id > 0) *next_id = MAX(*next_id, id + 1);
+            *next_id = MAX(*next_id, id + 1);
             snprintf(path, sizeof path, "%s/%s", dir, nm);
             fprintf(stderr, "eng: pool-dir: %s refused: an unfinished save (the server stopped during it); removed\n",
                     nm);
             unlink(path);
             continue;
         }
-        if (sscanf(nm, "pool-%d.pkv%n", &id, &used) == 1 && (size_t)used == len && id > 0) {
+        if (id > 0) {
             if (n < cap) ids[n++] = id;
             else fprintf(stderr, "eng: pool-dir: %s skipped: more files than --pools %d\n", nm, cap);
         }

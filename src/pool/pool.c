@@ -126,6 +126,16 @@ pk_status pool_plan(const pool_tree *t, int32_t parent_id, const int32_t *tokens
     return *d_out >= n ? PK_EINVAL : PK_OK;
 }
 
+/* The next id: in increasing order while the range lasts, then the lowest
+ * id no pool holds (there is one: the tree holds at most cap pools). */
+static int32_t take_id(pool_tree *t)
+{
+    if (t->next_id <= POOL_ID_MAX) return t->next_id++;
+    int32_t id = 1;
+    while (index_of(t, id) >= 0) id++;
+    return id;
+}
+
 pk_status pool_add(pool_tree *t, int32_t parent_id, const int32_t *tokens, int32_t n, int32_t branch_pos,
                    int32_t seq, double now_s, int32_t *id_out)
 {
@@ -144,7 +154,7 @@ pk_status pool_add(pool_tree *t, int32_t parent_id, const int32_t *tokens, int32
     }
     memcpy(x->tokens, tokens, (size_t)n * sizeof *tokens);
     pool_hash_chain(tokens, n, x->hash);
-    x->pub = (pool_node){ .id = t->next_id++, .parent = parent_id < 0 ? -1 : parent_id, .branch_pos = d,
+    x->pub = (pool_node){ .id = take_id(t), .parent = parent_id < 0 ? -1 : parent_id, .branch_pos = d,
                           .prefix_len = n, .tokens = x->tokens, .hash = x->hash,
                           .residency = POOL_MATERIALIZING, .last_access_s = now_s, .seq = seq };
     if (parent_id >= 0) t->n[index_of(t, parent_id)].pub.n_children++;
@@ -155,7 +165,7 @@ pk_status pool_add(pool_tree *t, int32_t parent_id, const int32_t *tokens, int32
 
 pk_status pool_set_next_id(pool_tree *t, int32_t id)
 {
-    if (id < t->next_id) return PK_EINVAL;
+    if (id < t->next_id || id > POOL_ID_MAX + 1) return PK_EINVAL;
     t->next_id = id;
     return PK_OK;
 }
@@ -258,7 +268,8 @@ bool pool_tree_check(const pool_tree *t)
         const pool_node *p = &t->n[i].pub;
         int32_t kids = 0;
         for (int32_t j = 0; j < t->count; j++) kids += t->n[j].pub.parent == p->id;
-        ok = p->id > 0 && p->id < t->next_id && index_of(t, p->id) == i && kids == p->n_children &&
+        ok = p->id > 0 && p->id <= POOL_ID_MAX && (p->id < t->next_id || t->next_id > POOL_ID_MAX) &&
+             index_of(t, p->id) == i && kids == p->n_children &&
              p->prefix_len >= 1 && p->branch_pos >= 0 && p->branch_pos < p->prefix_len;
         if (ok && p->parent >= 0) {
             int32_t pi = index_of(t, p->parent);

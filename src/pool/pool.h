@@ -103,8 +103,14 @@ pk_status pool_plan(const pool_tree *t, int32_t parent_id, const int32_t *tokens
 pk_status pool_add(pool_tree *t, int32_t parent_id, const int32_t *tokens, int32_t n, int32_t branch_pos,
                    int32_t seq, double now_s, int32_t *id_out);
 
+/* Pool ids are 1..POOL_ID_MAX, given in increasing order, so a released
+ * id comes back only after POOL_ID_MAX others: then pool_add takes the
+ * lowest id no pool holds.  An id never wraps to a negative number. */
+#define POOL_ID_MAX (INT32_MAX / 2)
+
 /* The next pool_add gives id (a tree restored from files keeps its ids).
- * PK_EINVAL when id is below the next one already (ids are never reused). */
+ * PK_EINVAL when id is below the next one already, or past
+ * POOL_ID_MAX + 1. */
 pk_status pool_set_next_id(pool_tree *t, int32_t id);
 
 /* Removes leaf id.  PK_ENOTFOUND, PK_ECONFLICT while it has children. */
