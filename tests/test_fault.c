@@ -80,6 +80,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <jansson.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -846,11 +847,13 @@ static const relay_script router_run = { "router", router_script, ARRAY_LEN(rout
 
 static bool router_up(router *v, const char *gguf, const char *exe)
 {
-    char link[128], err[256] = "";
+    char link[128], err[256] = "", target[PATH_MAX];
     snprintf(v->dir, sizeof v->dir, "/tmp/polykv-fault-XXXXXX");
     ASSERT(mkdtemp(v->dir));
     snprintf(link, sizeof link, "%s/m.gguf", v->dir);
-    ASSERT(symlink(gguf, link) == 0);
+    /* A relative target (../shared, the default) would resolve from /tmp. */
+    ASSERT(realpath(gguf, target));
+    ASSERT(symlink(target, link) == 0);
     static const char *const args[] = { "-np", "2", "-c", "1024", "-t", "1" };
     rt_params p = { .exe = exe, .models_dir = v->dir, .models_max = 1, .autoload = true, .child_args = args,
                     .n_child_args = (int)ARRAY_LEN(args), .load_timeout_ms = 60000 };
