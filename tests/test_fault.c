@@ -79,8 +79,8 @@
  */
 #include <arpa/inet.h>
 #include <dirent.h>
-#include <limits.h>
 #include <jansson.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -219,8 +219,11 @@ static void sweep_start(const char *path)
         model_free(m);
         if (!hit) break;
     }
+    /* The loop ends at the first N the armed allocation is not reached: a
+     * hook that is never reached would pass with nothing injected. */
+    CHECK(n - 1 > 0);
     CHECK(failed == n - 1);
-    printf("fault: start: N = 1..%ld, %ld failed cleanly\n", n - 1, failed);
+    printf("fault: start: N = 1..%ld, %ld injected, %ld failed cleanly\n", n - 1, n - 1, failed);
 }
 
 static void sweep_engine(const char *path)
@@ -250,12 +253,13 @@ static void sweep_engine(const char *path)
     long per_run = fault_allocs() - a0;
     CHECK(same_tokens(&r, &ref, 0) && same_tokens(&r, &ref, 1));
 
-    long n = 1, n_err = 0, n_hung = 0, n_damaged = 0, n_late = 0;
+    long n = 1, n_hit = 0, n_err = 0, n_hung = 0, n_damaged = 0, n_late = 0;
     for (;; n++) {
         fault_arm(n);
         workload(e, &r);
         bool hit = fault_hit();
         fault_arm(0);
+        n_hit += hit;
         if (r.hung) n_hung++;
         for (int i = 0; i < 2; i++) {                /* the greedy ones */
             if (r.end[i] == ENG_EV_DONE && !same_tokens(&r, &ref, i)) n_damaged++;
@@ -277,8 +281,14 @@ static void sweep_engine(const char *path)
     CHECK_EQ_INT(n_hung, 0);
     CHECK_EQ_INT(n_damaged, 0);
     CHECK_EQ_INT(n_late, 0);
-    printf("fault: engine: N = 1..%ld (%ld allocations a run), %ld tasks ended with an ERROR, %ld hung, "
-           "%ld damaged\n", n - 1, per_run, n_err, n_hung, n_damaged);
+    /* With the hook never reached per_run is 0 and the loop stops at N = 1
+     * having failed nothing.  Not n_hit >= per_run: the engine thread
+     * batches what it finds in its mailbox, so a run's allocations can
+     * move by a few. */
+    CHECK(per_run > 0);
+    CHECK(n_hit > 0 && n - 1 >= per_run);
+    printf("fault: engine: N = 1..%ld (%ld allocations a run, %ld injected), %ld tasks ended with an ERROR, "
+           "%ld hung, %ld damaged\n", n - 1, per_run, n_hit, n_err, n_hung, n_damaged);
     eng_free(e);
     model_free(m);
 }
@@ -475,12 +485,13 @@ static void sweep_server(const char *path)
     release_all(v.e);
     memset(counts, 0, sizeof counts);
     n_req = 0;
-    long n = 1;
+    long n = 1, n_hit = 0;
     for (;; n++) {
         fault_arm(n);
         script(v.port, true, counts, &n_req, NULL, 0);
         bool hit = fault_hit();
         fault_arm(0);
+        n_hit += hit;
         release_all(v.e);
         if (counts[ANS_HUNG]) break;
         if (!hit && n > per_run) break;
@@ -488,13 +499,19 @@ static void sweep_server(const char *path)
     CHECK_EQ_INT(counts[ANS_HUNG], 0);
     CHECK_EQ_INT(counts[ANS_BROKEN], 0);
     CHECK_EQ_INT(counts[ANS_CLOSED], 0);
+    /* A hook never reached would stop the loop at N = 1 with nothing
+     * failed.  Not n_hit >= per_run: how many allocations a run makes
+     * moves with how a stream's events batch, so an N near the end may
+     * miss. */
+    CHECK(per_run > 0);
+    CHECK(n_hit > 0 && n - 1 >= per_run);
     /* The server still answers as before. */
     int after[4] = {0}, n_after = 0;
     script(v.port, true, after, &n_after, NULL, 0);
     CHECK_EQ_INT(after[ANS_WHOLE], n_after);
-    printf("fault: server: N = 1..%ld (%ld allocations a run), %d requests: %d answered whole, %d closed "
-           "without a response, %d broken, %d hung\n", n - 1, per_run, n_req, counts[ANS_WHOLE],
-           counts[ANS_CLOSED], counts[ANS_BROKEN], counts[ANS_HUNG]);
+    printf("fault: server: N = 1..%ld (%ld allocations a run, %ld injected), %d requests: %d answered whole, "
+           "%d closed without a response, %d broken, %d hung\n", n - 1, per_run, n_hit, n_req,
+           counts[ANS_WHOLE], counts[ANS_CLOSED], counts[ANS_BROKEN], counts[ANS_HUNG]);
     server_down(&v);
 }
 
@@ -841,12 +858,13 @@ static const relay_script router_run = { "router", router_script, ARRAY_LEN(rout
 
 static bool router_up(router *v, const char *gguf, const char *exe)
 {
-    char link[128], err[256] = "";
+    char link[128], err[256] = "", target[PATH_MAX];
     snprintf(v->dir, sizeof v->dir, "/tmp/polykv-fault-XXXXXX");
     ASSERT(mkdtemp(v->dir));
     snprintf(link, sizeof link, "%s/m.gguf", v->dir);
-    char target[PATH_MAX];                /* the link lives elsewhere: ../shared must not be relative */
-    ASSERT(realpath(gguf, target) && symlink(target, link) == 0);
+    /* A relative target (../shared, the default) would resolve from /tmp. */
+    ASSERT(realpath(gguf, target));
+    ASSERT(symlink(target, link) == 0);
     static const char *const args[] = { "-np", "2", "-c", "1024", "-t", "1" };
     rt_params p = { .exe = exe, .models_dir = v->dir, .models_max = 1, .autoload = true, .child_args = args,
                     .n_child_args = (int)ARRAY_LEN(args), .load_timeout_ms = 60000 };

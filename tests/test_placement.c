@@ -53,7 +53,14 @@ static int conv_tokens(const conv *c, int32_t *out, int cap)
     return k;
 }
 
-typedef struct result { int32_t tok[64]; int n_tok; int32_t n_cached, slot; double wait_ms; char text[1024]; } result;
+typedef struct result {
+    int32_t tok[64];
+    int n_tok;
+    int32_t n_cached, slot;      /* slot -1: never ended */
+    double wait_ms;              /* submit to its placement; INFINITY when it has none */
+    char place_kind[32];         /* its placement event's rule ("least-loss", ...) */
+    char text[1024];
+} result;
 
 static int64_t wall_ms(void)
 {
@@ -68,7 +75,7 @@ static result complete(eng *e, const int32_t *p, int n, int n_predict)
     c.sp = smp_default_params();
     c.sp.temp = 0;
     eng_task *t;
-    result r = {0};
+    result r = { .slot = -1, .wait_ms = INFINITY };
     int64_t t0 = wall_ms();
     ASSERT(eng_submit(e, &c, &t) == PK_OK);
     eng_event ev;
@@ -86,12 +93,17 @@ static result complete(eng *e, const int32_t *p, int n, int n_predict)
         if (done) break;
     }
     eng_task_release(t);
-    /* Admission delay: from submit to the engine's placement event. */
+    if (r.slot < 0) return r;
+    /* Admission delay: from submit to this task's placement event (the
+     * slot it ended in names it), not merely the last one: a task never
+     * placed must not borrow an earlier task's. */
     static eng_stats st;
     ASSERT(eng_get_stats(e, &st) == PK_OK);
+    uint64_t id = st.slots[r.slot].task_id;
     for (int i = st.n_events - 1; i >= 0; i--)
-        if (st.events[i].kind == ENG_CACHE_PLACE) {
+        if (st.events[i].kind == ENG_CACHE_PLACE && st.events[i].task_id == id) {
             r.wait_ms = (double)(st.events[i].ts_ms - t0);
+            snprintf(r.place_kind, sizeof r.place_kind, "%s", st.events[i].reason);
             break;
         }
     return r;
@@ -120,7 +132,7 @@ static int32_t lcp(const int32_t *a, int na, const int32_t *b, int nb)
  * but the last (sampled, never decoded).  A next turn can reuse at most its
  * common prefix with this; re-tokenizing the reply text may differ from the
  * sampled tokens, which no cache can help. */
-static int32_t hist_buf[8][8192];
+static int32_t hist_buf[10][8192];
 static int hist_of(int k, const int32_t *p, int n, const result *r)
 {
     memcpy(hist_buf[k], p, sizeof(int32_t) * (size_t)n);
@@ -136,7 +148,7 @@ static int reusable(int k, int nh, const int32_t *p, int n)
 
 static char doc[1 << 15];
 static int32_t pa[8192], pb[8192], pc[8192];
-static conv a, a2, b, cc, third, ag[4], tr;
+static conv a, a2, b, cc, third, ag[6], tr;
 
 static void scenario_park(void)
 {
@@ -308,34 +320,59 @@ static void scenario_rewrites(void)
     eng_free(e);
 }
 
+/* True when every slot holds a history still protected: a new
+ * conversation then has no blank or expired slot to take. */
+static bool all_protected(eng *e)
+{
+    static eng_stats st;
+    ASSERT(eng_get_stats(e, &st) == PK_OK);
+    bool all = st.n_slots > 0;
+    for (int32_t k = 0; k < st.n_slots; k++)
+        all = all && st.slots[k].hist_tokens > 0 && st.slots[k].protected_for_s > 0;
+    return all;
+}
+
 static void scenario_no_wait_and_pigeonhole(void)
 {
-    /* 3 slots, 4 agents taking turns: parking keeps every history. */
+    /* 3 slots, 4 agents taking turns: parking keeps every history; then
+     * two more new conversations. */
     eng *e = make_engine(3, 16384, 100000);
-    static int32_t toks[4][4096];
-    int nh[4] = {0};
+    static int32_t toks[6][4096];
+    int nh[6] = {0};
     memset(ag, 0, sizeof ag);
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 6; i++) {
         words(doc, sizeof doc, 2200, 10 + (unsigned)i);
         conv_add(&ag[i], "system", "A sub-agent.");
         conv_add(&ag[i], "user", doc);
     }
     double max_wait = 0;
-    for (int round = 0; round < 3; round++) {
-        for (int i = 0; i < 4; i++) {
+    int n_cornered = 0;
+    for (int round = 0; round < 4; round++) {
+        for (int i = round < 3 ? 0 : 4; i < (round < 3 ? 4 : 6); i++) {
+            /* A new conversation meeting a protected history in every slot:
+             * the case "no wait" is about. */
+            bool cornered = (round == 0 || round == 3) && all_protected(e);
             int n = conv_tokens(&ag[i], toks[i], 4096);
             result r = complete(e, toks[i], n, 6);
-            if (round > 0) CHECK_EQ_INT(r.n_cached, reusable(4 + i, nh[i], toks[i], n));
+            CHECK(r.slot >= 0 && isfinite(r.wait_ms));
+            if (round == 1 || round == 2) CHECK_EQ_INT(r.n_cached, reusable(4 + i, nh[i], toks[i], n));
+            if (cornered) {
+                n_cornered++;
+                CHECK_STR(r.place_kind, "least-loss");
+            }
             max_wait = fmax(max_wait, r.wait_ms);
             nh[i] = hist_of(4 + i, toks[i], n, &r);
             conv_add(&ag[i], "assistant", r.text);
             conv_add(&ag[i], "user", "next");
         }
     }
+    /* Agent 3 in the first round and the two new ones at the end. */
+    CHECK_EQ_INT(n_cornered, 3);
     /* Every idle history protected, yet each request was placed at once
      * (within one engine step of a tiny model; generous for a noisy CI). */
     CHECK(max_wait < 250);
-    printf("pigeonhole: 4 agents on 3 slots, every turn reused its history; slowest admission %.0f ms\n", max_wait);
+    printf("pigeonhole: 4 agents on 3 slots, every turn reused its history; %d new conversations met every "
+           "slot protected; slowest admission %.0f ms\n", n_cornered, max_wait);
     eng_free(e);
 }
 

@@ -775,7 +775,8 @@ static void test_worked_example(void)
     CHECK_EQ_INT(D.kind, POL_SIBLING);
     CHECK_EQ_INT(D.slot, 2);
     CHECK_EQ_INT(D.park, -1);
-    CHECK_NEAR(118800.0 / 119900, 0.9908, 1e-4);
+    CHECK_EQ_INT(D.source, hc);
+    CHECK_EQ_INT(D.n_reuse, 118800);         /* the docs' 118,800 / 119,900 = 99.08% of C's key */
 
     /* 4: ten seconds later every idle history is fresh again (A, B and C
      * each just ran); a fifth agent arrives and no reserve id is free. */
@@ -794,7 +795,10 @@ static void test_worked_example(void)
     CHECK_EQ_INT(D.kind, POL_LEAST_LOSS);
     CHECK_EQ_INT(D.slot, 1);
     CHECK_EQ_INT(D.park, -1);
-    CHECK_NEAR(D.loss, pol_value(9000, 10, &T.p), 1e-12);
+    /* The docs' values at 10 s idle, all protected; B's is the loss. */
+    CHECK_NEAR(pol_value(48000, 10, &T.p), 0.7886, 1e-4);
+    CHECK_NEAR(pol_value(120000, 10, &T.p), 1.6427, 1e-4);
+    CHECK_NEAR(D.loss, 0.0696, 1e-4);
 }
 
 /* ---- pools: pinned entries and their ids -------------------------------- */

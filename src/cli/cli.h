@@ -40,6 +40,11 @@ int cli_router(struct srv_params *sp, const cli_router_opts *ro);
  * stderr when not). */
 bool cli_serve_takes_value(const char *a);
 bool cli_serve_check(int argc, char **argv);
+/* With an API key and no --public-probes, says on stderr that /health and
+ * /metrics need the key too and how to open them: llama-server leaves
+ * /health open, and a Kubernetes probe sends no key, so a deployment moved
+ * over from it would fail its probes with nothing in the log to say why. */
+void cli_serve_note_probes(const struct srv_params *sp);
 /* Vertex AI's environment (llama-server's GCP compatibility): with
  * AIP_MODE=PREDICTION, sp gets the predict route (AIP_PREDICT_ROUTE,
  * /predict), a health route (AIP_HEALTH_ROUTE) and the port AIP_HTTP_PORT

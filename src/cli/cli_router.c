@@ -234,6 +234,7 @@ static int serve(srv_params *sp, const cli_router_opts *ro, const presets *ps)
     }
     fprintf(stderr, "polykv: listening on http://%s%s%s:%d\n", strchr(sp->host, ':') ? "[" : "", sp->host,
             strchr(sp->host, ':') ? "]" : "", srv_port(s));
+    cli_serve_note_probes(sp);
     char cap[32] = "no cap on loaded models";
     if (ro->models_max) snprintf(cap, sizeof cap, "at most %d loaded", ro->models_max);
     fprintf(stderr, "polykv: router: %d models%s%s; %s; autoload %s\n", rt_count(r), ro->models_dir ? " from " : "",

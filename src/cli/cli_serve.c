@@ -352,6 +352,13 @@ static void *watch_stdin(void *arg)
     return NULL;
 }
 
+void cli_serve_note_probes(const srv_params *sp)
+{
+    if (!sp->api_key || sp->public_probes) return;
+    fprintf(stderr, "polykv: --api-key guards /health and /metrics too (llama-server leaves /health open); "
+                    "for Kubernetes probes or a scraper without the key, add --public-probes\n");
+}
+
 bool cli_serve_takes_value(const char *a)
 {
     return takes_value(a) || cli_serve_llama_takes_value(a);
@@ -403,6 +410,7 @@ int cli_serve(int argc, char **argv)
         h += n + (h[n] == ',');
     }
     fprintf(stderr, "\n");
+    cli_serve_note_probes(&o.sp);
 
     double t0 = pk_time_ms();
     model *m = NULL;

@@ -124,13 +124,23 @@ test('an attach to a pool evicted under pressure re-materializes it: same greedy
       /* Pressure: sessions that fill both slots to their context, then an
        * explicit evict in the middle of it. */
       const fill = [0, 1].map((i) => post(small.url + '/completion',
-        { prompt: `The dog ${i} ran`, n_predict: -1, ignore_eos: true, temperature: 0.9 }));
-      const ev = await post(small.url + `/polykv/pools/${p.json.pool_id}/evict`, {});
+        { prompt: `The dog ${i} ran`, n_predict: -1, ignore_eos: true, temperature: 0.9 })
+        .catch((e) => ({ status: 0, text: String(e) })));     /* a failed check below stops the server */
+      const id = p.json.pool_id;
+      const residency = async () =>
+        (await get(small.url + `/polykv/pools/${id}`)).json.pools.find((x) => x.pool_id === id)?.residency;
+      const ev = await post(small.url + `/polykv/pools/${id}/evict`, {});
       assert.ok([200, 409].includes(ev.status), ev.text);
+      if (ev.status === 200) assert.equal(await residency(), 'evicted', 'an evict answered 200 left the pool resident');
+      else assert.match(ev.json.error.message, /decoding on pool|materializing/);
       for (const r of await Promise.all(fill)) assert.equal(r.status, 200, r.text);
+      /* By the evict or by the pressure: else the attach below only reads
+       * cells still there and re-materializes nothing. */
+      assert.equal(await residency(), 'evicted', 'the pool is still resident before the attach');
       const after = await post(small.url + '/completion', ask);
       assert.equal(after.status, 200, after.text);
       assert.deepEqual(after.json.tokens, before.json.tokens, 'the re-materialized prefix gave other tokens');
+      assert.equal(await residency(), 'resident', 'the attach did not re-materialize the pool');
     } finally {
       assert.equal(await small.stop(), 0);
     }

@@ -58,22 +58,44 @@ test('a client that half-closes after its request still gets the response', { sk
   }
 });
 
-test('a full close is still noticed: the task stops and its slot frees', { skip }, async () => {
-  const body = JSON.stringify({ prompt: 'Once', n_predict: -1, ignore_eos: true });
-  const s = net.connect(port, '127.0.0.1');
-  s.on('error', () => {});
-  await new Promise((res) => s.on('connect', res));
-  s.write(request('POST', '/completion', body));
-  await sleep(300);
-  s.destroy();
-  let idle = false;
-  for (let i = 0; i < 100 && !idle; i++) {
-    await sleep(50);
-    const slots = await (await fetch(srv.url + '/slots')).json();
-    idle = slots.every((x) => !x.is_processing);
-  }
-  assert.ok(idle, 'the slot stayed busy after the client closed');
-});
+/* One slot with 65536 cells, so the task cannot end by itself within the
+ * wait: only noticing the close stops it.  The slot keeps its last task's
+ * n_decoded once idle, so the tokens decoded after the close are read
+ * directly and bounded by what the measured rate allows for two 100 ms
+ * polls of the connection, with room for a loaded machine. */
+test('a full close is still noticed: decoding stops soon after and the slot frees', { skip, timeout: 60000 },
+  async () => {
+    const one = await startServer(sharedModel(MODEL), ['-c', '65536', '-np', '1', '-t', '1']);
+    try {
+      const slot = async () => (await (await fetch(one.url + '/slots')).json())[0];
+      const body = JSON.stringify({ prompt: 'Once', n_predict: -1, ignore_eos: true });
+      const s = net.connect(Number(new URL(one.url).port), '127.0.0.1');
+      s.on('error', () => {});
+      await new Promise((res) => s.on('connect', res));
+      s.write(request('POST', '/completion', body));
+      let a;
+      for (let i = 0; !((a = await slot()).n_decoded >= 16); i++) {
+        assert.ok(i < 500, 'the request did not start decoding');
+        await sleep(10);
+      }
+      const t0 = performance.now();
+      await sleep(500);
+      const b = await slot();
+      s.destroy();
+      const perMs = (b.n_decoded - a.n_decoded) / (performance.now() - t0);
+      assert.ok(b.is_processing && perMs > 0, `not decoding before the close: ${JSON.stringify(b)}`);
+      assert.ok(b.n_ctx - b.n_past > perMs * 10000, `${b.n_ctx - b.n_past} cells left could run out in the wait`);
+      let c;
+      for (let i = 0; i < 100 && (c = await slot()).is_processing; i++) await sleep(50);
+      assert.ok(!c.is_processing, 'the slot stayed busy after the client closed');
+      const after = c.n_decoded - b.n_decoded;
+      const bound = Math.max(32, Math.ceil(perMs * 1500));
+      assert.ok(after >= 0 && after <= bound,
+        `${after} tokens decoded after the close (at ${(perMs * 1000).toFixed(0)} tok/s, bound ${bound})`);
+    } finally {
+      assert.equal(await one.stop(), 0);
+    }
+  });
 
 test('a stream queued longer than --timeout stays open with keep-alive comments', { skip, timeout: 60000 },
   async () => {

@@ -219,7 +219,10 @@ test('error statuses', { skip }, async () => {
   assert.equal((await post(g + '/completion', { prompt: 'x', n_predict: 1 }, { authorization: 'Bearer nope' })).status, 401);
   const ok = await post(g + '/completion', { prompt: 'x', n_predict: 1 }, { authorization: 'Bearer k3y' });
   assert.equal(ok.status, 200);
-  // With a key, every route needs it (--public-probes opens /health and /metrics: persist.test.mjs).
+  // With a key, every route needs it (--public-probes opens /health and /metrics: persist.test.mjs),
+  // and the startup log says how to open the probes; without a key it says nothing of it.
+  assert.match(guarded.log(), /--api-key guards \/health and \/metrics .*add --public-probes/);
+  assert.doesNotMatch(s.log(), /--public-probes/);
   assert.equal((await get(g + '/health')).status, 401);
   assert.equal((await get(g + '/v1/models')).status, 401);
   assert.equal((await get(g + '/health', { authorization: 'Bearer k3y' })).status, 200);

@@ -72,33 +72,52 @@ test('rewritten transcripts hold one history and keep a third conversation', { s
   assert.equal(again.r.timings.cache_n, t3.ids.length - 1, 'the third conversation was not pushed out');
 });
 
-test('pigeonhole and no wait: 4 agents on 3 slots, every idle history protected', { skip }, async () => {
-  const s = await serve(['-c', '16384', '-np', '3', '--slot-ttl-max-s', '100000']);
-  const agents = [0, 1, 2, 3].map((i) => ({ msgs: [{ role: 'system', content: 'A sub-agent.' },
-                                                   { role: 'user', content: words(2200, 10 + i) }], left: null }));
-  // No wait: each turn is placed (the server's placement event, on its
-  // clock) within what reaching the server and one engine step take: 2 of
-  // this client's /health round trips measured just before it, plus 2 of
-  // the last turn's decode steps (its predicted_ms per token), plus 50 ms
-  // for thread wake-ups on a loaded machine.  A turn that waited for
-  // another's slot would wait for that turn's whole answer.
-  // The first turn's step time comes from a short request before it (its
-  // own would be unknown, and under a sanitizer one step is tens of ms).
-  const warm = await post(s.url + '/completion', { prompt: 'Once', n_predict: 4, ignore_eos: true });
-  let worst = { over: -Infinity }, stepMs = warm.json.timings.predicted_ms / Math.max(warm.json.timings.predicted_n, 1);
-  for (const id of [0, 1, 2]) await post(s.url + `/slots/${id}?action=erase`, {});
-  for (let round = 0; round < 3; round++) {
-    for (const a of agents) {
+test('pigeonhole and no wait: 4 agents on 3 slots, every idle history protected', { skip, timeout: 120000 },
+  async () => {
+    const s = await serve(['-c', '16384', '-np', '3', '--slot-ttl-max-s', '100000']);
+    const agent = (i) => ({ msgs: [{ role: 'system', content: 'A sub-agent.' },
+                                   { role: 'user', content: words(2200, 10 + i) }], left: null });
+    const agents = [0, 1, 2, 3].map(agent);
+    // No wait: each turn is placed (the server's placement event for its
+    // own task, on the server's clock) within what reaching the server and
+    // one engine step take: 2 of this client's /health round trips
+    // measured just before it, plus 2 of the last turn's decode steps (its
+    // predicted_ms per token), plus 50 ms for thread wake-ups on a loaded
+    // machine.  A turn that waited for another's slot would wait for that
+    // turn's whole answer; one that waited for a protection to end (1e5 s
+    // here) runs into the test's timeout.
+    // The first turn's step time comes from a short request before it (its
+    // own would be unknown, and under a sanitizer one step is tens of ms).
+    const warm = await post(s.url + '/completion', { prompt: 'Once', n_predict: 4, ignore_eos: true });
+    let worst = { over: -Infinity }, stepMs = warm.json.timings.predicted_ms / Math.max(warm.json.timings.predicted_n, 1);
+    let n_cornered = 0;
+    for (const id of [0, 1, 2]) await post(s.url + `/slots/${id}?action=erase`, {});
+    const go = async (a, round) => {
+      // A new conversation meeting a protected history in every slot is
+      // the case the claim is about: no blank or expired slot to take.
+      const before = (await get(s.url + '/slots')).json;
+      const cornered = !a.left && before.every((x) => x.history?.tokens > 0 && x.history.protected_for_s > 0);
       const x = await turn(s, a.msgs, 6);
       if (a.left) assert.equal(x.r.timings.cache_n, reusable(a.left, x.ids), `round ${round}: re-read its history`);
       a.left = x.left;
       a.msgs.push({ role: 'assistant', content: x.r.content }, { role: 'user', content: 'next' });
-      const ev = (await get(s.url + '/polykv/cache')).json.events.filter((e) => e.kind === 'placement').pop();
+      const task = (await get(s.url + '/slots')).json[x.r.id_slot].id_task;
+      const ev = (await get(s.url + '/polykv/cache')).json.events
+        .find((e) => e.kind === 'placement' && e.id_task === task);
+      assert.ok(ev, `round ${round}: no placement event for task ${task}`);
+      if (cornered) {
+        n_cornered++;
+        assert.equal(ev.reason, 'least-loss', `round ${round}: a new conversation with every slot protected`);
+      }
       const admit = ev.ts - x.sent, allowed = 2 * x.rtt + 2 * stepMs + 50;
       if (admit - allowed > worst.over) worst = { over: admit - allowed, admit, allowed, round };
       stepMs = x.r.timings.predicted_ms / Math.max(x.r.timings.predicted_n, 1);
+    };
+    for (let round = 0; round < 3; round++) {
+      for (const a of agents) await go(a, round);
     }
-  }
-  assert.ok(worst.over <= 0, `round ${worst.round}: placed ${worst.admit} ms after sending, allowed ` +
-    `${worst.allowed.toFixed(1)} ms`);
-});
+    for (const i of [4, 5]) await go(agent(i), 3);   /* two more new ones, every slot protected */
+    assert.equal(n_cornered, 3, 'new conversations that met a protected history in every slot');
+    assert.ok(worst.over <= 0, `round ${worst.round}: placed ${worst.admit} ms after sending, allowed ` +
+      `${worst.allowed.toFixed(1)} ms`);
+  });

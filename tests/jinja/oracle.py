@@ -1,10 +1,12 @@
 """The Jinja oracle: every template x every conversation rendered by jinja2
 exactly as Hugging Face transformers' apply_chat_template sets it up, and by
-`polykv template`; the two outputs must be byte-identical, or both must raise.
+`polykv template`; the two outputs must be byte-identical, or both must raise
+the same class of error.
 
 Usage: python oracle.py POLYKV_BIN TEMPLATE_DIR [--excluded FILE]
-Exits 1 when a template outside the excluded list disagrees, or when fewer
-than MIN_AGREE templates agree on every conversation.
+Exits 1 when a template outside the excluded list disagrees, when the corpus
+does not hold the N_TEMPLATES templates docs/chat-templates.md counts, or when
+fewer than all of them agree on every conversation.
 """
 import datetime
 import glob
@@ -19,7 +21,10 @@ import jinja2.ext
 import jinja2.nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-MIN_AGREE = 40
+# docs/chat-templates.md: "All 70 templates agree byte for byte".  A corpus of
+# another size, or one template fewer agreeing, makes that sentence false.
+N_TEMPLATES = 70
+MIN_AGREE = N_TEMPLATES
 NOW = 1768478400  # 2026-01-15 12:00:00 UTC: strftime_now's fixed clock on both sides
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOKENS = {"bos_token": "<|bos|>", "eos_token": "<|eos|>", "documents": None}
@@ -67,6 +72,57 @@ def render_py(env, src, ctx):
         return False, f"{type(e).__name__}: {e}"
 
 
+# polykv's messages keep Python's and jinja2's wording; the class each one
+# names, first match wins.  A message not here is class "?", which agrees
+# with nothing: a new kind of refusal must be classed before it can pass.
+C_ERROR_CLASSES = [
+    ("is unsafe", "SecurityError"),
+    ("No filter named", "TemplateRuntimeError"),
+    ("No test named", "TemplateRuntimeError"),
+    ("has no callable attribute", "UndefinedError"),
+    ("is undefined", "UndefinedError"),
+    ("undefined value", "UndefinedError"),
+    ("division by zero", "ZeroDivisionError"),
+    ("modulo by zero", "ZeroDivisionError"),
+    ("unsupported operand type", "TypeError"),
+    ("is not iterable", "TypeError"),
+    ("Can only get item pairs from a mapping", "TypeError"),
+    ("is not JSON serializable", "TypeError"),
+    ("has no len()", "TypeError"),
+    ("not supported between instances of", "TypeError"),
+    ("unhashable type", "TypeError"),
+    ("bad operand type", "TypeError"),
+    ("object is not callable", "TypeError"),
+    ("requires string as left operand", "TypeError"),
+    ("integer argument expected", "TypeError"),
+    ("slice indices must be integers", "TypeError"),
+    ("must be str", "TypeError"),
+    ("expected str instance", "TypeError"),
+    ("slice step cannot be zero", "ValueError"),
+    ("must not be zero", "ValueError"),
+    ("cannot unpack", "ValueError"),
+    ("empty separator", "ValueError"),
+    ("x not in list", "ValueError"),
+]
+
+
+def c_error_class(msg):
+    for needle, cls in C_ERROR_CLASSES:
+        if needle in msg:
+            return cls
+    return "?"
+
+
+def same_error(py_out, c_out):
+    """Both raised: the same class, and raise_exception's message unchanged."""
+    cls = py_out.split(":")[0]
+    if c_out.startswith("CRASH"):
+        return False
+    if cls == "TemplateError":
+        return py_out[len("TemplateError: "):] in c_out
+    return c_error_class(c_out) == cls
+
+
 def render_c(binary, tpath, cpath):
     p = subprocess.run([binary, "template", "--file", tpath, "--context", cpath, "--now", str(NOW)],
                        capture_output=True, timeout=60)
@@ -103,10 +159,7 @@ def main():
                 py_ok, py_out = render_py(env, src, ctx)
                 c_ok, c_out = render_c(binary, tpath, full)
                 crashes += c_out.startswith("CRASH")
-                same = (py_ok and c_ok and py_out == c_out) or (not py_ok and not c_ok)
-                # raise_exception's message must come through unchanged
-                if same and not py_ok and py_out.startswith("TemplateError: "):
-                    same = py_out[len("TemplateError: "):] in c_out
+                same = (py_ok and c_ok and py_out == c_out) or (not py_ok and not c_ok and same_error(py_out, c_out))
                 if same and not py_ok:
                     raised.setdefault(py_out.split(":")[0], 0)
                     raised[py_out.split(":")[0]] += 1
@@ -132,12 +185,17 @@ def main():
     print("|---|---|---|---|---|")
     for r in rows:
         print(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4][:200]} |")
-    print(f"{n_agree} of {len(templates)} templates agree byte for byte on all {len(convs)} conversations; "
-          f"{len(failed)} disagree outside the excluded list; {crashes} crashes")
+    print(f"{n_agree} of {len(templates)} templates agree byte for byte on all {len(convs)} conversations "
+          f"(both raising the same class counts as agreeing); {len(failed)} disagree outside the excluded list; "
+          f"{crashes} crashes")
     print("both raise: " + ", ".join(f"{k} x{v}" for k, v in sorted(raised.items())))
     if failed:
         print("disagree: " + " ".join(failed))
-    bad = failed or crashes or n_agree < MIN_AGREE
+    if len(templates) != N_TEMPLATES:
+        print(f"the corpus holds {len(templates)} templates; docs/chat-templates.md counts {N_TEMPLATES}")
+    if n_agree < MIN_AGREE:
+        print(f"{n_agree} templates agree; every one of the {MIN_AGREE} must")
+    bad = failed or crashes or len(templates) != N_TEMPLATES or n_agree < MIN_AGREE
     sys.exit(1 if bad else 0)
 
 

@@ -22,6 +22,7 @@ const fmt = (x, d = 1) => (x == null || !isFinite(x) ? '–' : Number(x).toFixed
 const POLL_MS = 500;          // the JSON routes, at most twice a second
 const SPARK_S = 300;          // sparkline window: the last five minutes
 const CHART_S = 600;          // throughput chart window
+const CHART_MIN_S = 120;      // its time axis spans at least this much
 const DONE_KEEP_MS = 60000;   // a finished session's row stays at least this long
 const MAX_EVENTS = 1000;
 
@@ -105,6 +106,25 @@ const DECISION_COLORS = { admit: '--ok', warn: '--warn', hold: '--accent2', queu
                           overcommit: '--muted' };
 let chart = null;
 
+/* The time axis: the last minutes, from the oldest point kept (CHART_S at
+ * most) to the newest, never under CHART_MIN_S.  Read from the points, not
+ * from uPlot's lo and hi: for a lone point on a time scale uPlot makes hi
+ * 86,400,000 units past lo, from this year to three years on in seconds. */
+function timeRange() {
+  const n = tp.t.length, hi = n ? tp.t[n - 1] : Date.now() / 1000, lo = n ? tp.t[0] : hi;
+  return [Math.min(lo, hi - CHART_MIN_S), hi];
+}
+
+/* The drawn time span, for readers that cannot see the canvas (and tests). */
+function noteRange(u) {
+  const el = $('tp-chart'), x0 = u.scales.x.min, x1 = u.scales.x.max;
+  if (x0 == null || x1 == null) return;
+  el.dataset.xMin = x0;
+  el.dataset.xMax = x1;
+  const hm = (t) => new Date(t * 1000).toLocaleTimeString();
+  el.setAttribute('aria-label', `decode tok/s from ${hm(x0)} to ${hm(x1)}`);
+}
+
 function makeChart() {
   const el = $('tp-chart');
   if (chart) chart.destroy();
@@ -114,7 +134,7 @@ function makeChart() {
     height: 200,
     legend: { show: false },
     cursor: { drag: { x: false, y: false } },
-    scales: { x: { time: true }, y: { range: (u, lo, hi) => [0, Math.max(hi * 1.1, 1)] } },
+    scales: { x: { time: true, range: timeRange }, y: { range: (u, lo, hi) => [0, Math.max(hi * 1.1, 1)] } },
     axes: [axis, { ...axis, label: 'tok/s', size: 50 }],
     series: [
       {},
@@ -122,7 +142,7 @@ function makeChart() {
       { label: 'mean session', stroke: css('--accent2'), width: 2 },
       { label: 'floor', stroke: css('--floor'), width: 1.5, dash: [6, 4], spanGaps: false },
     ],
-    hooks: { draw: [drawDecisions] },
+    hooks: { draw: [drawDecisions, noteRange] },
   }, [tp.t, tp.agg, tp.mean, tp.floor], el);
 }
 

@@ -189,8 +189,8 @@ class PolyKVClient:
         """The whole tree: {pools: [...], seq_ids_used, kv_bytes_used, ...}."""
         return self._send(_Routes.pools())
 
-    def pool_status(self, pool_id: int) -> dict[str, Any]:
-        """One subtree (same shape as pools())."""
+    def pool_status(self, pool_id: int | None = None) -> dict[str, Any]:
+        """One subtree (same shape as pools()); without pool_id the whole tree."""
         return self._send(_Routes.pools(pool_id))
 
     # admission and speed
@@ -326,7 +326,7 @@ class AsyncPolyKVClient:
     async def pools(self) -> dict[str, Any]:
         return await self._send(_Routes.pools())
 
-    async def pool_status(self, pool_id: int) -> dict[str, Any]:
+    async def pool_status(self, pool_id: int | None = None) -> dict[str, Any]:
         return await self._send(_Routes.pools(pool_id))
 
     async def admission(self, pool_id: int | None = None) -> dict[str, Any]:

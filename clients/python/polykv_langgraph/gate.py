@@ -1,8 +1,9 @@
 """CapacityGate: a graph node that asks polykv before a spawn.
 
 It reads ``/polykv/pools/{pool_id}/capacity?expected_tokens=N`` (the pool
-is ``state["pool_id"]``, or the server scope when there is none) and
-returns ``Command(update=..., goto=...)``:
+is ``state["pool_id"]``; when the state carries none, the gate's own
+``pool_id``; with neither, the server scope) and returns
+``Command(update=..., goto=...)``:
 
     can_admit                              -> spawn_node
     reason "measurement settling"          -> wait_node   (never spawns: the
@@ -34,7 +35,8 @@ CONTEXT_EXHAUSTED = "context headroom exhausted"
 class CapacityGate:
     def __init__(self, client: PolyKVClient | None = None, *, spawn_node: str, wait_node: str,
                  exhausted_node: str | None = None, expected_tokens: int | Callable[[dict], int | None] | None = None,
-                 interrupt: bool = False, aclient: AsyncPolyKVClient | None = None) -> None:
+                 interrupt: bool = False, aclient: AsyncPolyKVClient | None = None,
+                 pool_id: int | None = None) -> None:
         self.client = client
         self.aclient = aclient
         self.spawn_node = spawn_node
@@ -42,15 +44,20 @@ class CapacityGate:
         self.exhausted_node = exhausted_node or wait_node
         self.expected_tokens = expected_tokens
         self.use_interrupt = interrupt
+        self.pool_id = pool_id
 
     @property
     def destinations(self) -> tuple[str, ...]:
         """For ``add_node(..., destinations=gate.destinations)``."""
         return tuple(dict.fromkeys((self.spawn_node, self.wait_node, self.exhausted_node)))
 
+    def _pool(self, state: dict) -> int | None:
+        pid = state.get("pool_id")
+        return self.pool_id if pid is None else pid
+
     def _query(self, state: dict) -> dict[str, Any]:
         et = self.expected_tokens(state) if callable(self.expected_tokens) else self.expected_tokens
-        return {"pool_id": state.get("pool_id"), "expected_tokens": et}
+        return {"pool_id": self._pool(state), "expected_tokens": et}
 
     def route(self, cap: dict[str, Any]) -> str:
         """The node a capacity answer leads to (pure)."""
@@ -78,14 +85,14 @@ class CapacityGate:
     def __call__(self, state: dict) -> Command:
         cap = self.client.capacity(**self._query(state))
         if self._blocks(cap):
-            interrupt({"capacity": cap, "pool_id": state.get("pool_id")})
+            interrupt({"capacity": cap, "pool_id": self._pool(state)})
             cap = self.client.capacity(**self._query(state))
         return self._command(cap)
 
     async def acall(self, state: dict) -> Command:
         cap = await self.aclient.capacity(**self._query(state))
         if self._blocks(cap):
-            interrupt({"capacity": cap, "pool_id": state.get("pool_id")})
+            interrupt({"capacity": cap, "pool_id": self._pool(state)})
             cap = await self.aclient.capacity(**self._query(state))
         return self._command(cap)
 

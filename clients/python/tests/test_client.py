@@ -54,6 +54,7 @@ CASES = [
     ("release_pool", (1,), {}, ("DELETE", "/polykv/pools/1", {}, None), {"pool_id": 1, "ok": True, "released": 2}),
     ("pools", (), {}, ("GET", "/polykv/pools", {}, None), TREE),
     ("pool_status", (1,), {}, ("GET", "/polykv/pools/1", {}, None), TREE),
+    ("pool_status", (), {}, ("GET", "/polykv/pools", {}, None), TREE),
     ("admission", (), {}, ("GET", "/polykv/admission", {}, None), {"set": False, "mode": "advisory",
                                                                    "pool_id": None}),
     ("admission", (1,), {}, ("GET", "/polykv/pools/1/admission", {}, None),

@@ -62,6 +62,24 @@ def test_no_pool_asks_the_server_scope_and_exhausted_defaults_to_wait():
     assert isinstance(cmd, Command) and cmd.goto == "wait" and fake.calls[0][1] == "/polykv/capacity"
 
 
+def test_fixed_pool_when_the_state_has_none():
+    fake = Fake({("GET", "/polykv/pools/7/capacity"): cap(True, "ok"),
+                 ("GET", "/polykv/pools/5/capacity"): cap(False, "kv headroom exhausted")})
+    gate = CapacityGate(PolyKVClient("http://polykv", transport=fake.transport()), spawn_node="spawn",
+                        wait_node="wait", exhausted_node="compact", pool_id=7)
+    assert graph(gate).invoke({})["capacity_reason"] == "ok -> spawn"
+    assert graph(gate).invoke({"pool_id": 5})["capacity_reason"] == "kv headroom exhausted -> wait"
+    assert [c[1] for c in fake.calls] == ["/polykv/pools/7/capacity", "/polykv/pools/5/capacity"]
+
+
+def test_async_gate_fixed_pool():
+    fake = Fake({("GET", "/polykv/pools/7/capacity"): cap(True, "ok")})
+    gate = CapacityGate(aclient=AsyncPolyKVClient("http://polykv", transport=fake.transport()),
+                        spawn_node="spawn", wait_node="wait", pool_id=7)
+    out = asyncio.run(graph(gate.as_runnable()).ainvoke({}))
+    assert out["capacity_reason"] == "ok -> spawn" and fake.calls[0][1] == "/polykv/pools/7/capacity"
+
+
 def test_async_gate():
     fake = Fake({("GET", "/polykv/pools/5/capacity"): cap(True, "ok")})
     gate = CapacityGate(aclient=AsyncPolyKVClient("http://polykv", transport=fake.transport()),
