@@ -12,8 +12,7 @@
  *   published  no placed entry outlives the publish after its step
  *              (eng_pend_flush)
  *   scratch    the idle matchers, the event and rate rings in range; the
- *              step's admission snapshot not left over; the server policy
- *              valid; asleep (atomic) agrees with sleeping
+ *              server policy valid; asleep (atomic) agrees with sleeping
  *   slots      busy <=> a task; the slot's cells are exactly its n_hist
  *              positions [0, n_hist)
  *   histories  eng_hist_check: a parked record holds a parking id and
@@ -91,7 +90,6 @@ static void check_scratch(const eng *e)
     ASSERT(e->stat.ev_n >= 0 && e->stat.ev_n <= ENG_CACHE_EVENTS);
     ASSERT(e->stat.ev_head >= 0 && e->stat.ev_head < ENG_CACHE_EVENTS);
     ASSERT(e->stat.agg_head >= 0 && e->stat.agg_head < AGG_RING);
-    ASSERT(!e->adm.adm_in_step);                /* the step's snapshot is read within its step */
     ASSERT(!e->adm.server.policy.set || adm_policy_check(&e->adm.server.policy) == PK_OK);
     ASSERT(atomic_load(&e->sleep.asleep) == e->sleep.sleeping);
 }
