@@ -18,6 +18,8 @@
  *   histories  eng_hist_check: a parked record holds a parking id and
  *              exactly [0, n_tokens) under it, a RAM record an image;
  *              counts and spill_bytes add up; no entry left pinned
+ *   pool-dir   eng_persist_check: saved ids distinct, in range, only with
+ *              --pool-dir
  *   pools      eng_pool_check: resident pools hold [0, L), evicted none,
  *              the allocator's pool ids are the tree's
  *   asleep     no cache, no history anywhere, the weights released
@@ -116,4 +118,5 @@ void eng_check(eng *e)
     check_slots(e);
     check_hists(e);
     ASSERT(eng_pool_check(e));
+    ASSERT(eng_persist_check(e));
 }

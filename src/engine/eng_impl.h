@@ -468,6 +468,9 @@ void eng_pool_stats(eng *e, eng_stats *o);
 /* eng_check's part for pools: every resident pool holds [0, L), evicted
  * ones nothing; ids agree with the allocator. */
 bool eng_pool_check(const eng *e);
+/* eng_save.c's part: --pool-dir's saved ids, one each, in range, and none
+ * without --pool-dir. */
+bool eng_persist_check(const eng *e);
 
 /* The admission scope of pool_id (0: the server's), NULL when no such pool. */
 eng_scope *eng_pool_scope(eng *e, int32_t pool_id);

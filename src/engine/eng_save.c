@@ -285,6 +285,20 @@ pk_status eng_persist_sync(eng *e, char *why, size_t cap)
     return st;
 }
 
+bool eng_persist_check(const eng *e)
+{
+    const struct eng_persist *ps = e->persist;
+    if (!ps) return true;
+    if (!ps->dir && ps->n_saved != 0) return false;       /* files only with --pool-dir */
+    if (ps->n_saved < 0 || ps->n_saved > ENG_MAX_POOLS) return false;
+    for (int32_t i = 0; i < ps->n_saved; i++) {
+        if (ps->saved[i] < 1 || ps->saved[i] > POOL_ID_MAX) return false;
+        for (int32_t j = 0; j < i; j++)
+            if (ps->saved[j] == ps->saved[i]) return false;          /* one file a pool */
+    }
+    return true;
+}
+
 static int cmp_id(const void *a, const void *b)
 {
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
