@@ -20,7 +20,12 @@
 #      prompts and one of 1,670 tokens; F32 K/V cache, flash attention off,
 #      32 greedy steps.  The first-position logits of prompt 0 go to OUT for
 #      every model; only the F32 models' (4.7 MB each) are kept here.
-#   5. Every command, with the sha256 of every file, in commands.txt.
+#   5. `probe tokenize` (llama.cpp's tokenizer, vocab only) and hf_tokenize.py
+#      (the tokenizer.json) on llama.cpp's tokenizer test inputs,
+#      ../shared/models/vocab/ggml-vocab-qwen35.gguf.inp: vocab-qwen35.out and
+#      vocab-qwen35.hf.out.  (The .out beside that .inp is for the Qwen2
+#      vocabulary of llama.cpp's ggml-vocab-qwen35.gguf, not Qwen3.5's.)
+#   6. Every command, with the sha256 of every file, in commands.txt.
 #
 # The GGUF files (about 130 to 530 MB each: the 248,320-token vocabulary)
 # stay in OUT; their sha256 are in commands.txt.
@@ -34,6 +39,7 @@ PEER=${PEER:-/work/peers/llama.cpp}
 VENV=${VENV:-/work/peers/venv-qwen35}
 OUT=${OUT:-/work/peers/qwen35-models}
 BIN=$PEER/build/bin
+SHARED=${POLYKV_SHARED:-../shared}
 DATA=tests/data/qwen35
 PROMPTS=$DATA/prompts.txt
 [ -d "$PEER/build" ] || { echo "make_refs: no llama.cpp build at $PEER/build" >&2; exit 2; }
@@ -82,4 +88,8 @@ for a in qwen35:rand-qwen35-e256-l8 qwen35moe:rand-qwen35moe-e256-l4-x8a2; do
     done
     cp "$OUT/refs/$base-F32.firstpos_logits.p0.tsv" "$DATA/"
 done
-(cd "$DATA" && sha256sum ./*.json ./*.tsv ./prompts.txt | sed 's/^/# sha256 /') >> "$log"
+inp=$SHARED/models/vocab/ggml-vocab-qwen35.gguf.inp
+sha "$inp"
+say "$OUT/probe" tokenize "$OUT/rand-qwen35-e256-l8-F32.gguf" "$inp" "$DATA/vocab-qwen35.out"
+say "$PY" scripts/qwen35/hf_tokenize.py "$OUT/tokenizer" "$inp" "$DATA/vocab-qwen35.hf.out"
+(cd "$DATA" && sha256sum ./*.json ./*.tsv ./*.out ./prompts.txt | sed 's/^/# sha256 /') >> "$log"
