@@ -26,6 +26,14 @@
  *       generated position, and per step the chosen id, its logit and the
  *       top-1 minus top-2 gap.  TSV gets every logit of prompt 0's first
  *       generated position (token_id, logit; %.9g); "-" for none.
+ *
+ *   probe tokenize MODEL.gguf INP OUT
+ *       llama.cpp's tokenizer test vectors for MODEL's vocabulary (loaded
+ *       vocab only): INP holds texts separated by "\n__ggml_vocab_test__\n"
+ *       (llama.cpp's models/ggml-vocab-*.gguf.inp); OUT gets one line per
+ *       text (none after a final separator), its ids separated by spaces, from llama_tokenize with neither
+ *       special tokens added nor special text parsed, as test-tokenizer-0
+ *       reads them (models/ggml-vocab-*.gguf.out).
  */
 #include "ggml.h"
 #include "llama.h"
@@ -226,6 +234,41 @@ static int run(const char *mpath, const char *ppath, const char *opath, int n_ge
     return 0;
 }
 
+/* ---- tokenize ---------------------------------------------------------- */
+
+static int tokenize(const char *mpath, const char *ipath, const char *opath)
+{
+    llama_model_params mp = llama_model_default_params();
+    mp.vocab_only = true;
+    llama_model *m = llama_model_load_from_file(mpath, mp);
+    if (!m) return 1;
+    const llama_vocab *v = llama_model_get_vocab(m);
+    FILE *in = fopen(ipath, "rb"), *out = fopen(opath, "w");
+    if (!in || !out) return 1;
+    std::string all;
+    char buf[4096];
+    size_t got;
+    while ((got = fread(buf, 1, sizeof buf, in)) > 0) all.append(buf, got);
+    fclose(in);
+    const std::string sep = "\n__ggml_vocab_test__\n";
+    std::vector<llama_token> tok;
+    for (size_t at = 0;;) {
+        size_t end = all.find(sep, at);
+        std::string text = all.substr(at, end == std::string::npos ? std::string::npos : end - at);
+        if (end == std::string::npos && text.empty() && at > 0) break;   /* INP ends with the separator */
+        tok.resize(text.size() + 16);
+        int n = llama_tokenize(v, text.data(), (int)text.size(), tok.data(), (int)tok.size(), false, false);
+        if (n < 0) return 1;
+        for (int i = 0; i < n; i++) fprintf(out, "%s%d", i ? " " : "", tok[i]);
+        fputc('\n', out);
+        if (end == std::string::npos) break;
+        at = end + sep.size();
+    }
+    fclose(out);
+    llama_model_free(m);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     llama_log_set(quiet, NULL);
@@ -235,7 +278,12 @@ int main(int argc, char **argv)
         ggml_type kv = argc == 8 && !strcmp(argv[7], "f16") ? GGML_TYPE_F16 : GGML_TYPE_F32;
         return run(argv[2], argv[3], argv[4], atoi(argv[5]), argv[6], kv);
     }
+    if (argc == 5 && !strcmp(argv[1], "tokenize")) {
+        llama_backend_init();
+        return tokenize(argv[2], argv[3], argv[4]);
+    }
     fprintf(stderr, "usage: probe dequant OUT_DIR\n"
+                    "       probe tokenize MODEL.gguf INP OUT\n"
                     "       probe run MODEL.gguf PROMPTS.txt OUT.json N_GEN FIRSTPOS_P0.tsv|- [f32|f16]\n");
     return 2;
 }
