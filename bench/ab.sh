@@ -15,8 +15,9 @@ a=$1; b=$2; model=$3; rounds=${4:-2}
 [ -x "$a" ] && [ -x "$b" ] && [ -f "$model" ] || { echo "usage: sh bench/ab.sh OLD NEW MODEL [ROUNDS]" >&2; exit 2; }
 port=${AB_PORT:-18131}
 run_one() {
-    "$1" serve -m "$model" -np 4 -c 8192 -t 2 --host 127.0.0.1 --port "$port" > /tmp/ab-server.log 2>&1 &
+    "$1" serve -m "$model" -np 4 -c 16384 -t 2 --host 127.0.0.1 --port "$port" > /tmp/ab-server.log 2>&1 &
     pid=$!
+    trap 'kill $pid 2>/dev/null' EXIT
     for i in $(seq 1 600); do
         curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
         kill -0 $pid 2>/dev/null || { echo "$1 did not start" >&2; exit 1; }
