@@ -518,7 +518,7 @@ typedef struct primer {
     const bool *nullable;       /* [n0] */
     int32_t n0;
     int32_t *prime;             /* [n0] rule of r', -1 none yet */
-    ivec todo;                  /* rules whose prime is made but not filled */
+    ivec pending;               /* rules whose prime is made but not filled */
 } primer;
 
 static bool may_be_empty(const primer *pr, int32_t item)
@@ -534,7 +534,7 @@ static int32_t prime_of(parser *p, primer *pr, int32_t r)
         if (q < 0) return -1;
         p->rules[q].defined = true;
         pr->prime[r] = q;
-        iv_push(p, &pr->todo, r);
+        iv_push(p, &pr->pending, r);
     }
     return pr->prime[r];
 }
@@ -603,8 +603,8 @@ static void prime_stars(parser *p, const bool *nullable)
         int32_t q = prime_of(p, &pr, GRAM_REF_RULE(p->rules[r].body.v[0]));
         if (q >= 0) p->rules[r].body.v[0] = GRAM_REF(q);
     }
-    while (pr.todo.n && !p->failed) fill_prime(p, &pr, pr.todo.v[--pr.todo.n]);
-    free(pr.todo.v);
+    while (pr.pending.n && !p->failed) fill_prime(p, &pr, pr.pending.v[--pr.pending.n]);
+    free(pr.pending.v);
     free(pr.prime);
 }
 
