@@ -9,6 +9,7 @@
 
 #include "../src/model/model.h"
 #include "../src/sample/smp.h"
+#include "../src/tokenizer/tok.h"
 #include "test.h"
 
 /* One model of ../shared/models with its reference files. */
@@ -55,6 +56,37 @@ static inline void ref_batch_make(ref_batch *rb, const int32_t *tok, int n, kv_p
         rb->want[i] = all_logits || i == n - 1;
     }
     rb->b = (model_batch){ n, tok, rb->pos, rb->n_seq, (const kv_seq (*)[MODEL_MAX_TOKEN_SEQS])rb->seq, rb->want };
+}
+
+/* A reference result's prompt, tokenized as llama.cpp did (BOS as the
+ * vocabulary says) into ids[cap] (*n), checked against its prompt_tokens,
+ * and decoded alone in a cleared cache: the first generated position's
+ * logits in logits.  False when the tokens differ (a CHECK failed). */
+static inline bool ref_first_logits(model_ctx *ctx, const tok_vocab *voc, json_t *res, int32_t *ids, int32_t cap,
+                                    int32_t *n, float *logits)
+{
+    const char *prompt = json_string_value(json_object_get(res, "prompt"));
+    json_t *jtok = json_object_get(res, "prompt_tokens");
+    *n = 0;
+    CHECK(prompt && tok_encode(voc, prompt, strlen(prompt), true, false, ids, cap, n) == PK_OK);
+    bool same = *n == (int32_t)json_array_size(jtok);
+    for (int32_t i = 0; same && i < *n; i++) same = ids[i] == json_integer_value(json_array_get(jtok, i));
+    CHECK(same);
+    if (!same) return false;
+    kv_clear(model_ctx_kv(ctx));
+    static ref_batch rb;
+    ref_batch_make(&rb, ids, *n, 0, 0, false);
+    CHECK(model_decode(ctx, &rb.b, logits) == PK_OK);
+    return true;
+}
+
+/* The largest |logit| of a reference's first_position_top10. */
+static inline double ref_top_maxabs(json_t *top)
+{
+    double m = 0;
+    for (size_t i = 0; i < json_array_size(top); i++)
+        m = fmax(m, fabs(json_real_value(json_object_get(json_array_get(top, i), "logit"))));
+    return m;
 }
 
 #endif

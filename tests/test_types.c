@@ -127,24 +127,12 @@ static void check_prompt(const char *name, model_ctx *ctx, int32_t V, const tok_
                          float *logits, double frac, const char *tsv, tally *ta)
 {
     const char *prompt = json_string_value(json_object_get(res, "prompt"));
-    json_t *jtok = json_object_get(res, "prompt_tokens");
     static int32_t ids[4096];
-    int32_t n = 0;
-    CHECK(prompt && tok_encode(voc, prompt, strlen(prompt), true, false, ids, 4096, &n) == PK_OK);
-    bool same = n == (int32_t)json_array_size(jtok);
-    for (int32_t i = 0; same && i < n; i++) same = ids[i] == json_integer_value(json_array_get(jtok, i));
-    CHECK(same);
-    if (!same) return;
-
-    kv_clear(model_ctx_kv(ctx));
     static ref_batch rb;
-    ref_batch_make(&rb, ids, n, 0, 0, false);
-    CHECK(model_decode(ctx, &rb.b, logits) == PK_OK);
-
+    int32_t n;
+    if (!ref_first_logits(ctx, voc, res, ids, 4096, &n, logits)) return;
     json_t *top = json_object_get(res, "first_position_top10");
-    double maxabs = 0, diff = 0;
-    for (size_t i = 0; i < json_array_size(top); i++)
-        maxabs = fmax(maxabs, fabs(json_real_value(json_object_get(json_array_get(top, i), "logit"))));
+    double maxabs = ref_top_maxabs(top), diff = 0;
     const double eps = frac * maxabs;
     for (size_t i = 0; i < json_array_size(top); i++) {
         json_t *e = json_array_get(top, i);
