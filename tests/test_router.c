@@ -333,6 +333,18 @@ static bool write_child(const char *dir, char *exe, size_t cap)
     return true;
 }
 
+/* Removes the two models and the child write_child left in dir, then dir. */
+static void remove_models_dir(const char *dir)
+{
+    char path[700];
+    const char *names[] = { "a.gguf", "b.gguf", "child.sh" };
+    for (size_t i = 0; i < ARRAY_LEN(names); i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
 static rt_status status_of(rt *r, int i)
 {
     rt_info in;
@@ -383,13 +395,7 @@ static void test_leases(void)
     CHECK_EQ_INT(rt_acquire(r, 1, true, 10000, &b, err, sizeof err), PK_OK);
     rt_free(r);
     CHECK_EQ_INT(rt_http_get_status(b.port, "/health", NULL, 500), -1);
-    char path[700];
-    const char *names[] = { "a.gguf", "b.gguf", "child.sh" };
-    for (size_t i = 0; i < ARRAY_LEN(names); i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        unlink(path);
-    }
-    rmdir(dir);
+    remove_models_dir(dir);
 }
 
 static int count_lines(const char *path)
@@ -601,13 +607,7 @@ static void test_unload_in_flight(void)
 
     srv_free(s);
     rt_free(r);
-    char path[700];
-    const char *names[] = { "a.gguf", "b.gguf", "child.sh" };
-    for (size_t i = 0; i < ARRAY_LEN(names); i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        unlink(path);
-    }
-    rmdir(dir);
+    remove_models_dir(dir);
 }
 
 static void test_ini(void)
