@@ -621,6 +621,7 @@ int main(int argc, char **argv)
         {"phi-3", "vocab/ggml-vocab-phi-3.gguf"},
         {"gpt-2", "vocab/ggml-vocab-gpt-2.gguf"},
         {"deepseek-coder", "vocab/ggml-vocab-deepseek-coder.gguf"},
+        {"qwen35", "vocab/ggml-vocab-qwen35.gguf"},
         {"llama-bpe", "rand-llama-llama3vocab-e256-l2-Q4_0.gguf"},
         {"qwen2", "rand-qwen2-qwen2vocab-e64-l2-F16.gguf"},
     };

@@ -115,88 +115,6 @@ static void check_dequant(tq_type t)
     free(p);
 }
 
-typedef struct tally {
-    double max_first;        /* largest |diff| / max |logit| at the first positions */
-    double max_rel;          /* the same with the greedy steps */
-    int n_steps, n_checked;  /* greedy steps, steps with margin >= 2 eps */
-    int n_free;              /* tokens the free run agrees on, all prompts */
-    char full[64];           /* prompts that must match all 32 ("0 1 2") */
-} tally;
-
-static void check_prompt(const char *name, model_ctx *ctx, int32_t V, const tok_vocab *voc, json_t *res,
-                         float *logits, double frac, const char *tsv, tally *ta)
-{
-    const char *prompt = json_string_value(json_object_get(res, "prompt"));
-    static int32_t ids[4096];
-    static ref_batch rb;
-    int32_t n;
-    if (!ref_first_logits(ctx, voc, res, ids, 4096, &n, logits)) return;
-    json_t *top = json_object_get(res, "first_position_top10");
-    double maxabs = ref_top_maxabs(top), diff = 0;
-    const double eps = frac * maxabs;
-    for (size_t i = 0; i < json_array_size(top); i++) {
-        json_t *e = json_array_get(top, i);
-        int id = (int)json_integer_value(json_object_get(e, "id"));
-        double want = json_real_value(json_object_get(e, "logit"));
-        CHECK(id >= 0 && id < V);
-        if (id < 0 || id >= V) return;
-        diff = fmax(diff, fabs(logits[id] - want));
-    }
-    CHECK(diff <= eps);
-
-    if (tsv) {                 /* every logit of prompt 0's first position */
-        FILE *f = fopen(tsv, "r");
-        CHECK(f != NULL);
-        char line[128];
-        int id, n_rows = 0;
-        double want;
-        if (f && fgets(line, sizeof line, f))
-            while (fscanf(f, "%d %lf", &id, &want) == 2 && id == n_rows && id < V) {
-                diff = fmax(diff, fabs(logits[id] - want));
-                n_rows++;
-            }
-        if (f) fclose(f);
-        CHECK_EQ_INT(n_rows, V);
-        CHECK(diff <= eps);
-    }
-
-    ta->max_first = fmax(ta->max_first, diff / maxabs);
-    json_t *gt = json_object_get(res, "greedy_tokens"), *gl = json_object_get(res, "greedy_logits");
-    json_t *gm = json_object_get(res, "greedy_margin_top1_minus_top2");
-    int n_gen = (int)json_array_size(gt);
-    bool free_run = true, all_wide = true;
-    for (int s = 0; s < n_gen; s++) {
-        int32_t want_id = (int32_t)json_integer_value(json_array_get(gt, s));
-        double want_logit = json_real_value(json_array_get(gl, s));
-        double margin = json_real_value(json_array_get(gm, s));
-        diff = fmax(diff, fabs(logits[want_id] - want_logit));
-        CHECK_NEAR(logits[want_id], want_logit, eps);
-        int32_t mine = smp_argmax(logits, V);
-        ta->n_steps++;
-        if (margin >= 2 * eps) {
-            ta->n_checked++;
-            CHECK_EQ_INT(mine, want_id);
-            if (mine != want_id)
-                fprintf(stderr, "%s prompt '%.20s' step %d: token %d, llama.cpp %d "
-                        "(margin %.3g >= 2 eps %.3g)\n",
-                        name, prompt, s, mine, want_id, margin, 2 * eps);
-        } else {
-            all_wide = false;
-        }
-        free_run = free_run && mine == want_id;
-        ta->n_free += free_run;
-        ref_batch_make(&rb, &want_id, 1, n + s, 0, false);
-        CHECK(model_decode(ctx, &rb.b, logits) == PK_OK);
-    }
-    CHECK(n_gen == 32);
-    if (all_wide) {
-        size_t l = strlen(ta->full);
-        snprintf(ta->full + l, sizeof ta->full - l, "%s%lld", l ? " " : "",
-                 (long long)json_integer_value(json_object_get(res, "prompt_index")));
-    }
-    ta->max_rel = fmax(ta->max_rel, diff / maxabs);
-}
-
 static void check_model(const char *type, double frac)
 {
     char path[256], jpath[256], tsv[256], err[512] = "";
@@ -217,11 +135,11 @@ static void check_model(const char *type, double frac)
     CHECK(j != NULL);
     int32_t V = model_get_hparams(m)->n_vocab;
     float *logits = malloc((size_t)V * sizeof *logits);
-    tally ta = {0};
+    ref_tally ta = {0};
     json_t *results = json_object_get(j, "results");
     CHECK(json_array_size(results) == 3);
     for (size_t p = 0; p < json_array_size(results); p++)
-        check_prompt(type, ctx, V, model_vocab(m), json_array_get(results, p), logits, frac,
+        ref_check_prompt(type, ctx, V, model_vocab(m), json_array_get(results, p), logits, frac,
                      p == 0 ? tsv : NULL, &ta);
     printf("%-7s max |diff| / max |logit| %.2e, at the first positions %.2e (budget %.1e); greedy: %d of %d "
            "steps with margin >= 2 eps checked, free run agrees %d/%d, prompts that must match all 32: %s\n",

@@ -1,6 +1,8 @@
 /*
- * model.h - llama-family models (llama, qwen2, qwen3): hyper-parameters,
- * weights from a GGUF, and the forward pass of one batch.
+ * model.h - llama-family models (llama, qwen2, qwen3) and the Qwen3.5
+ * hybrids (qwen35, qwen35moe: gated DeltaNet and gated attention layers,
+ * docs/hybrid.md): hyper-parameters, weights from a GGUF, and the forward
+ * pass of one batch.
  *
  * DESIGN
  *   model_load maps the file (and copies the weights into huge pages
@@ -38,10 +40,11 @@
 #include "../common/pk.h"
 #include "../gguf/gguf.h"
 #include "../kv/kv.h"
+#include "../kv/rs.h"
 #include "../tensor/tp.h"
 #include "../tokenizer/tok.h"
 
-typedef enum model_arch { MODEL_LLAMA = 1, MODEL_QWEN2, MODEL_QWEN3 } model_arch;
+typedef enum model_arch { MODEL_LLAMA = 1, MODEL_QWEN2, MODEL_QWEN3, MODEL_QWEN35, MODEL_QWEN35MOE } model_arch;
 typedef enum model_rope { MODEL_ROPE_NORM = 0, MODEL_ROPE_NEOX = 2 } model_rope;
 
 typedef struct model_hparams {
@@ -61,6 +64,18 @@ typedef struct model_hparams {
     float rope_freq_scale;    /* 1 / linear scaling factor */
     float rms_eps;
     bool tied_output;         /* logits use token_embd */
+
+    /* Hybrids (qwen35, qwen35moe): n_layer counts the trunk's layers; the
+     * file's block_count adds n_layer_nextn MTP blocks after them. */
+    bool hybrid;
+    int32_t n_layer_nextn;
+    int32_t n_layer_attn;     /* layers with KV cells (every layer when not hybrid) */
+    int32_t ssm_d_conv;       /* convolution taps */
+    int32_t ssm_d_state;      /* DeltaNet key and value head size */
+    int32_t ssm_n_k_heads;    /* key (and query) heads */
+    int32_t ssm_n_v_heads;    /* value heads, a multiple of ssm_n_k_heads */
+    /* MoE (qwen35moe): experts, chosen per token, and their FFN sizes */
+    int32_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
 } model_hparams;
 
 /* One weight matrix or vector: n_rows rows of n_cols values of `type`. */
@@ -68,11 +83,26 @@ typedef struct model_w {
     int type;                 /* tq_type; 0 with data NULL when absent */
     const void *data;
     int64_t n_cols, n_rows;
+    int32_t n_mat;            /* > 1: that many matrices of n_rows / n_mat rows, stacked (experts) */
 } model_w;
 
+/* A layer's weights; what a layer lacks stays zeroed.  On a hybrid, wq
+ * gives each head's query and output gate ([q | gate], 2 x head_dim rows a
+ * head), ffn_norm is the file's post_attention_norm, and a recurrent layer
+ * has the ssm_* weights instead of wq..wo.  Expert matrices hold n_expert
+ * matrices one after another (n_rows = n_expert x the rows of one). */
 typedef struct model_layer {
     model_w attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm;
     model_w ffn_norm, w_gate, w_up, w_down;
+    /* gated DeltaNet */
+    model_w ssm_qkv, ssm_z, ssm_conv, ssm_dt, ssm_a, ssm_beta, ssm_alpha, ssm_norm, ssm_out;
+    /* MoE: router, experts, shared expert and its gate */
+    model_w moe_router, exp_gate, exp_up, exp_down, sh_gate, sh_up, sh_down, sh_router;
+    /* MTP (nextn) block: loaded and checked, run by speculation */
+    model_w nextn_eh_proj, nextn_enorm, nextn_hnorm, nextn_head_norm, nextn_embd, nextn_head;
+    /* the layer's index among the layers with KV cells (-1: recurrent) and
+     * among the recurrent ones (-1: attention) */
+    int32_t kv_layer, rs_layer;
 } model_layer;
 
 typedef struct model model;
@@ -124,6 +154,7 @@ typedef struct model_ctx_params {
     int32_t n_ubatch;         /* tokens per forward chunk */
     int32_t n_threads;
     tq_type kv_type;          /* TQ_F16 (default) or TQ_F32 */
+    int32_t n_rs;             /* hybrids: recurrent state slots (rs.h), 0: 8 */
 } model_ctx_params;
 
 typedef struct model_ctx model_ctx;
@@ -131,6 +162,8 @@ typedef struct model_ctx model_ctx;
 pk_status model_ctx_new(const model *m, const model_ctx_params *p, model_ctx **out);
 void model_ctx_free(model_ctx *c);                 /* NULL is a no-op */
 kv_cache *model_ctx_kv(model_ctx *c);
+/* The recurrent states of a hybrid's sequences (rs.h); NULL otherwise. */
+rs_cache *model_ctx_rs(model_ctx *c);
 const model_ctx_params *model_ctx_get_params(const model_ctx *c);
 
 #define MODEL_MAX_TOKEN_SEQS 8   /* sequence ids one batch token may carry */
@@ -150,6 +183,11 @@ typedef struct model_batch {
  * batch order, to logits ([n_wanted][n_vocab]).  Returns PK_EFULL when the
  * cache has too few free cells (nothing changed), PK_EINVAL for a bad token
  * id, position or sequence id (nothing changed).  Engine thread only.
+ *
+ * On a hybrid each token carries one sequence id, a sequence's tokens are
+ * contiguous in the batch at consecutive positions that continue its
+ * recurrent state (rs_pos; a sequence without one starts at position 0 with
+ * a fresh state), else PK_EINVAL; PK_EFULL when no state slot is free.
  */
 pk_status model_decode(model_ctx *c, const model_batch *b, float *logits);
 

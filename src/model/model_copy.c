@@ -53,7 +53,11 @@ typedef struct { const char *from; char *to; } rebase;
  * run one for its shape. */
 static int copy_type(const model_w *w)
 {
-    return w->n_rows > 1 && tk_runs_tiled(w->type, w->n_rows, w->n_cols) ? tq_tiled(w->type) : w->type;
+    /* stacked matrices (experts) are multiplied one at a time: each must
+     * be whole tiles */
+    int64_t rows = w->n_mat > 1 ? w->n_rows / w->n_mat : w->n_rows;
+    bool whole = w->n_mat <= 1 || rows % TQ_TILE_ROWS == 0;
+    return rows > 1 && whole && tk_runs_tiled(w->type, rows, w->n_cols) ? tq_tiled(w->type) : w->type;
 }
 
 static void move(model_w *w, void *arg)

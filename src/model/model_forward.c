@@ -27,56 +27,17 @@
  *
  *   All buffers are sized at model_ctx_new; decoding allocates nothing.
  */
-#include "model_impl.h"
+#include "model_fwd.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../tensor/tk.h"
 
-#define FWD_MAX_LISTS 32
-
-struct model_ctx {
-    const model *m;
-    model_ctx_params p;
-    kv_cache *kv;
-    tp_pool *tp;
-    const tk_ops *ops;
-
-    /* Scratch, [n_ubatch][width] unless said otherwise. */
-    float *x;            /* residual stream [n_embd] */
-    float *xn;           /* normed input [max(n_embd, q width, n_ff)] */
-    float *q, *k, *v;    /* [n_head*hd_k], [n_head_kv*hd_k], [n_head_kv*hd_v] */
-    float *att;          /* [n_head*hd_v] */
-    float *gate, *up;    /* [n_ff] */
-    float *tmp;          /* [n_embd] product output before the residual add */
-    float *rope;         /* [n_rot/2][2] cos, sin per token */
-    void *mm_scratch;    /* converted activations for tk_matmul_job */
-    char *attn_buf;      /* [n_threads][attn_bytes]: tk_attend scratch, query and output rows */
-    size_t attn_bytes;
-    atomic_int attn_next;   /* next attention unit; reset by thread 0 before the phase */
-    float *priv;         /* [n_threads][priv_floats]: each thread's residual, normed input
-                          * and SwiGLU output when decoding (see layers_job) */
-    size_t priv_floats;
-
-    int *cells;          /* [n_ctx] cells of the whole batch */
-    uint64_t *vis;       /* [FWD_MAX_LISTS][n_ctx] (pos << 32 | cell), sorted */
-    int32_t *vis_cells;  /* [FWD_MAX_LISTS][n_ctx] the cells of vis, same order */
-    int32_t vis_n[FWD_MAX_LISTS];
-    kv_seq vis_seq[FWD_MAX_LISTS];
-    int n_lists;
-    int32_t list_start[FWD_MAX_LISTS + 1];   /* tokens of list l: tok_order[list_start[l] ..] */
-    int32_t *tok_order;  /* [n_ubatch] chunk tokens grouped by list, in chunk order */
-    int32_t *tok_list;   /* [n_ubatch] list of each token */
-    int32_t *tok_nvis;   /* [n_ubatch] visible cells of each token */
-    kv_pos *tok_pos;     /* [n_ubatch] */
-    int32_t *tok_cell;   /* [n_ubatch] */
-    int32_t *out_rows;   /* [n_ubatch] chunk rows that want logits */
-};
-
-static void *xalloc(size_t n)
+void *fwd_alloc(size_t n)
 {
     void *p = NULL;
     if (posix_memalign(&p, 64, n ? (n + 63) & ~(size_t)63 : 64)) return NULL;
@@ -87,6 +48,8 @@ static void *xalloc(size_t n)
 void model_ctx_free(model_ctx *c)
 {
     if (!c) return;
+    hy_ctx_free(c);
+    rs_free(c->rs);
     kv_free(c->kv);
     tp_free(c->tp);
     void *bufs[] = { c->x, c->xn, c->q, c->k, c->v, c->att, c->gate, c->up, c->tmp, c->rope,
@@ -97,6 +60,7 @@ void model_ctx_free(model_ctx *c)
 }
 
 kv_cache *model_ctx_kv(model_ctx *c) { return c->kv; }
+rs_cache *model_ctx_rs(model_ctx *c) { return c->rs; }
 const model_ctx_params *model_ctx_get_params(const model_ctx *c) { return &c->p; }
 
 static size_t scratch_for(const model_w *w, int64_t n_tok)
@@ -116,7 +80,7 @@ pk_status model_ctx_new(const model *m, const model_ctx_params *p, model_ctx **o
     c->m = m;
     c->p = *p;
     c->ops = tk_ops_get();
-    kv_params kp = { .n_layer = hp->n_layer, .n_ctx = p->n_ctx,
+    kv_params kp = { .n_layer = hp->n_layer_attn, .n_ctx = p->n_ctx,
                      .n_embd_k = hp->n_head_kv * hp->head_dim_k,
                      .n_embd_v = hp->n_head_kv * hp->head_dim_v, .type = p->kv_type };
     pk_status st = kv_new(&kp, &c->kv);
@@ -129,14 +93,20 @@ pk_status model_ctx_new(const model *m, const model_ctx_params *p, model_ctx **o
     size_t mm = scratch_for(&m->output, p->n_ubatch);
     for (int il = 0; il < hp->n_layer; il++) {
         const model_layer *L = &m->layers[il];
-        const model_w *ws[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
-        for (size_t i = 0; i < ARRAY_LEN(ws); i++) mm = MAX(mm, scratch_for(ws[i], p->n_ubatch));
-        tk_mat qkv[3] = { { L->wq.type, L->wq.data, L->wq.n_rows, NULL }, { L->wk.type, L->wk.data, L->wk.n_rows, NULL },
-                          { L->wv.type, L->wv.data, L->wv.n_rows, NULL } };
-        tk_mat gu[2] = { { L->w_gate.type, L->w_gate.data, L->w_gate.n_rows, NULL },
-                         { L->w_up.type, L->w_up.data, L->w_up.n_rows, NULL } };
-        mm = MAX(mm, tk_matmul_multi_scratch_size(qkv, 3, L->wq.n_cols, p->n_ubatch));
-        mm = MAX(mm, tk_matmul_multi_scratch_size(gu, 2, L->w_gate.n_cols, p->n_ubatch));
+        const model_w *ws = &L->attn_norm;
+        for (size_t k = 0; k < offsetof(model_layer, nextn_eh_proj) / sizeof(model_w); k++)
+            mm = MAX(mm, scratch_for(&ws[k], p->n_ubatch));
+        /* the sets of products that share their input (fwd_matmul_set) */
+        const model_w *sets[][4] = { { &L->wq, &L->wk, &L->wv }, { &L->w_gate, &L->w_up },
+                                     { &L->ssm_qkv, &L->ssm_z, &L->ssm_beta, &L->ssm_alpha },
+                                     { &L->sh_gate, &L->sh_up }, { &L->exp_gate, &L->exp_up } };
+        for (size_t i = 0; i < ARRAY_LEN(sets); i++) {
+            tk_mat mats[4];
+            int n = 0;
+            for (int j = 0; j < 4 && sets[i][j] && sets[i][j]->data; j++)
+                mats[n++] = (tk_mat){ sets[i][j]->type, sets[i][j]->data, sets[i][j]->n_rows, NULL };
+            if (n) mm = MAX(mm, tk_matmul_multi_scratch_size(mats, n, sets[i][0]->n_cols, p->n_ubatch));
+        }
     }
     /* attention scratch per thread: the kernel's, then query rows, output
      * rows and the rows' visible-cell counts */
@@ -145,25 +115,26 @@ pk_status model_ctx_new(const model *m, const model_ctx_params *p, model_ctx **o
     atomic_init(&c->attn_next, 0);
     c->priv_floats = ((size_t)TK_PRIVATE_TOKENS * (2 * hp->n_embd + hp->n_ff) + 15) & ~(size_t)15;
     st = PK_ENOMEM;
-    if (!(c->x = xalloc(nub * hp->n_embd * fl)) || !(c->xn = xalloc(nub * xnw * fl)) ||
-        !(c->q = xalloc(nub * qw * fl)) ||
-        !(c->k = xalloc(nub * kp.n_embd_k * fl)) || !(c->v = xalloc(nub * kp.n_embd_v * fl)) ||
-        !(c->att = xalloc(nub * aw * fl)) || !(c->gate = xalloc(nub * hp->n_ff * fl)) ||
-        !(c->up = xalloc(nub * hp->n_ff * fl)) || !(c->tmp = xalloc(nub * hp->n_embd * fl)) ||
-        !(c->rope = xalloc(nub * hp->n_rot * fl)) || !(c->mm_scratch = xalloc(mm)) ||
-        !(c->attn_buf = xalloc((size_t)p->n_threads * c->attn_bytes)) ||
-        !(c->priv = xalloc((size_t)p->n_threads * c->priv_floats * fl)) ||
-        !(c->vis_cells = xalloc((size_t)FWD_MAX_LISTS * p->n_ctx * sizeof(int32_t))) ||
-        !(c->tok_order = xalloc(nub * sizeof(int32_t))) ||
-        !(c->cells = xalloc((size_t)p->n_ctx * sizeof(int))) ||
-        !(c->vis = xalloc((size_t)FWD_MAX_LISTS * p->n_ctx * sizeof(uint64_t))) ||
-        !(c->tok_list = xalloc(nub * sizeof(int32_t))) ||
-        !(c->tok_nvis = xalloc(nub * sizeof(int32_t))) ||
-        !(c->tok_pos = xalloc(nub * sizeof(kv_pos))) ||
-        !(c->tok_cell = xalloc(nub * sizeof(int32_t))) ||
-        !(c->out_rows = xalloc(nub * sizeof(int32_t))))
+    if (!(c->x = fwd_alloc(nub * hp->n_embd * fl)) || !(c->xn = fwd_alloc(nub * xnw * fl)) ||
+        !(c->q = fwd_alloc(nub * qw * fl)) ||
+        !(c->k = fwd_alloc(nub * kp.n_embd_k * fl)) || !(c->v = fwd_alloc(nub * kp.n_embd_v * fl)) ||
+        !(c->att = fwd_alloc(nub * aw * fl)) || !(c->gate = fwd_alloc(nub * hp->n_ff * fl)) ||
+        !(c->up = fwd_alloc(nub * hp->n_ff * fl)) || !(c->tmp = fwd_alloc(nub * hp->n_embd * fl)) ||
+        !(c->rope = fwd_alloc(nub * hp->n_rot * fl)) || !(c->mm_scratch = fwd_alloc(mm)) ||
+        !(c->attn_buf = fwd_alloc((size_t)p->n_threads * c->attn_bytes)) ||
+        !(c->priv = fwd_alloc((size_t)p->n_threads * c->priv_floats * fl)) ||
+        !(c->vis_cells = fwd_alloc((size_t)FWD_MAX_LISTS * p->n_ctx * sizeof(int32_t))) ||
+        !(c->tok_order = fwd_alloc(nub * sizeof(int32_t))) ||
+        !(c->cells = fwd_alloc((size_t)p->n_ctx * sizeof(int))) ||
+        !(c->vis = fwd_alloc((size_t)FWD_MAX_LISTS * p->n_ctx * sizeof(uint64_t))) ||
+        !(c->tok_list = fwd_alloc(nub * sizeof(int32_t))) ||
+        !(c->tok_nvis = fwd_alloc(nub * sizeof(int32_t))) ||
+        !(c->tok_pos = fwd_alloc(nub * sizeof(kv_pos))) ||
+        !(c->tok_cell = fwd_alloc(nub * sizeof(int32_t))) ||
+        !(c->out_rows = fwd_alloc(nub * sizeof(int32_t))))
         goto fail;
     tk_matmul_scratch_init(c->mm_scratch);
+    if (hp->hybrid && (st = hy_ctx_new(c))) goto fail;
     *out = c;
     return PK_OK;
 fail:
@@ -175,7 +146,7 @@ fail:
 
 /* Rotates the first n_rot values of each head: adjacent pairs (NORM) or
  * the two halves (NEOX).  cs holds cos, sin for each pair. */
-static void rope_head(float *x, const float *cs, int n_rot, model_rope type)
+void fwd_rope_head(float *x, const float *cs, int n_rot, model_rope type)
 {
     if (type == MODEL_ROPE_NEOX) {
         int half = n_rot / 2;
@@ -218,22 +189,18 @@ static void add_bias(float *x, const model_w *b, int n)
 
 /* ---- the layer job ---- */
 
-typedef struct fwd_job {
-    model_ctx *c;
-    int n_tok;           /* tokens in this chunk */
-} fwd_job;
-
-static void matmul(int ith, int nth, model_ctx *c, const model_w *w, const float *x, int n_tok, float *y)
+void fwd_matmul(int ith, int nth, model_ctx *c, const model_w *w, const float *x, int n_tok, float *y)
 {
     tk_matmul_job(ith, nth, c->tp, w->type, w->data, w->n_rows, w->n_cols, x, n_tok, y, c->mm_scratch);
 }
 
-/* Products of up to 3 matrices with the same input: one phase when they
+/* Products of up to 8 matrices with the same input: one phase when they
  * share a vec_dot_type, one each otherwise. */
-static void matmul_set(int ith, int nth, model_ctx *c, const model_w *const *ws, float *const *ys, int n,
-                       const float *x, int n_tok)
+void fwd_matmul_set(int ith, int nth, model_ctx *c, const model_w *const *ws, float *const *ys, int n,
+                    const float *x, int n_tok)
 {
-    tk_mat mats[3];
+    tk_mat mats[8];
+    ASSERT(n <= 8);
     bool same = true;
     for (int i = 0; i < n; i++) {
         mats[i] = (tk_mat){ ws[i]->type, ws[i]->data, ws[i]->n_rows, ys[i] };
@@ -243,7 +210,7 @@ static void matmul_set(int ith, int nth, model_ctx *c, const model_w *const *ws,
         tk_matmul_multi_job(ith, nth, c->tp, mats, n, ws[0]->n_cols, x, n_tok, c->mm_scratch);
         return;
     }
-    for (int i = 0; i < n; i++) matmul(ith, nth, c, ws[i], x, n_tok, ys[i]);
+    for (int i = 0; i < n; i++) fwd_matmul(ith, nth, c, ws[i], x, n_tok, ys[i]);
 }
 
 /*
@@ -255,7 +222,7 @@ static void matmul_set(int ith, int nth, model_ctx *c, const model_w *const *ws,
  * (causal prefill units differ in cost).  With an F16 cache the kernel
  * rounds the query to F16 first, as the reference engine does before K.Q.
  */
-static void attention(model_ctx *c, int ith, int il)
+void fwd_attention(model_ctx *c, int ith, int il)
 {
     const model_hparams *hp = &c->m->hp;
     const int hdk = hp->head_dim_k, hdv = hp->head_dim_v, nh = hp->n_head, nkv = hp->n_head_kv;
@@ -318,11 +285,11 @@ static void qkv_finish(model_ctx *c, int il, int t)
     add_bias(v, &L->bv, nk * hp->head_dim_v);
     for (int h = 0; h < nq; h++) {
         if (L->q_norm.data) c->ops->rms_norm(q + h * hdk, NULL, L->q_norm.data, q + h * hdk, hdk, hp->rms_eps);
-        rope_head(q + h * hdk, cs, hp->n_rot, hp->rope_type);
+        fwd_rope_head(q + h * hdk, cs, hp->n_rot, hp->rope_type);
     }
     for (int h = 0; h < nk; h++) {
         if (L->k_norm.data) c->ops->rms_norm(k + h * hdk, NULL, L->k_norm.data, k + h * hdk, hdk, hp->rms_eps);
-        rope_head(k + h * hdk, cs, hp->n_rot, hp->rope_type);
+        fwd_rope_head(k + h * hdk, cs, hp->n_rot, hp->rope_type);
     }
     int cell = c->tok_cell[t];
     if (c->p.kv_type == TQ_F16) {
@@ -372,26 +339,26 @@ static void layers_job(int ith, int nth, void *arg)
         if (!priv) tp_barrier(c->tp);
         const model_w *qkv_w[3] = { &L->wq, &L->wk, &L->wv };
         float *qkv_y[3] = { c->q, c->k, c->v };
-        matmul_set(ith, nth, c, qkv_w, qkv_y, 3, xn, T);
+        fwd_matmul_set(ith, nth, c, qkv_w, qkv_y, 3, xn, T);
         for (int64_t t = t0; t < t1; t++) qkv_finish(c, il, (int)t);
         if (ith == 0) atomic_store_explicit(&c->attn_next, 0, memory_order_relaxed);
         tp_barrier(c->tp);
 
-        attention(c, ith, il);
+        fwd_attention(c, ith, il);
         tp_barrier(c->tp);
 
-        matmul(ith, nth, c, &L->wo, c->att, T, c->tmp);
+        fwd_matmul(ith, nth, c, &L->wo, c->att, T, c->tmp);
         for (int64_t t = e0; t < e1; t++)   /* residual add and norm in one pass */
             c->ops->rms_norm(x + t * E, c->tmp + t * E, L->ffn_norm.data, xn + t * E, E, hp->rms_eps);
         if (!priv) tp_barrier(c->tp);
 
         const model_w *gu_w[2] = { &L->w_gate, &L->w_up };
         float *gu_y[2] = { c->gate, c->up };
-        matmul_set(ith, nth, c, gu_w, gu_y, 2, xn, T);
+        fwd_matmul_set(ith, nth, c, gu_w, gu_y, 2, xn, T);
         for (int64_t t = e0; t < e1; t++) c->ops->swiglu(c->gate + t * F, c->up + t * F, h + t * F, F);
         if (!priv) tp_barrier(c->tp);
 
-        matmul(ith, nth, c, &L->w_down, h, T, c->tmp);
+        fwd_matmul(ith, nth, c, &L->w_down, h, T, c->tmp);
         for (int64_t t = e0; t < e1; t++) {   /* the next norm reads only this thread's tokens */
             float *xt = x + t * E;
             const float *d = c->tmp + t * E;
@@ -420,7 +387,7 @@ static void output_job(int ith, int nth, void *arg)
     for (int64_t r = r0; r < r1; r++)
         c->ops->rms_norm(c->x + (size_t)c->out_rows[r] * E, NULL, m->out_norm.data, xn + r * E, E, m->hp.rms_eps);
     if (!priv) tp_barrier(c->tp);
-    matmul(ith, nth, c, &m->output, xn, j->n_out, j->logits);
+    fwd_matmul(ith, nth, c, &m->output, xn, j->n_out, j->logits);
 }
 
 /* ---- batch preparation ---- */
@@ -519,8 +486,12 @@ pk_status model_decode(model_ctx *c, const model_batch *b, float *logits)
     const model_hparams *hp = &m->hp;
     pk_status st = check_batch(c, b);
     if (st) return st;
+    if (c->hy && (st = hy_check_batch(c, b))) return st;
+    /* only attention layers take cells: a hybrid's batch still takes one
+     * cell a token (every token has a position in every sequence) */
     if (b->n_tokens > c->p.n_ctx) return PK_EFULL;
     if ((st = kv_find_slot(c->kv, b->n_tokens, c->cells))) return st;
+    if (c->hy) hy_begin_batch(c, b);
 
     model_pass_begin(m);
     float *out = logits;
@@ -540,7 +511,8 @@ pk_status model_decode(model_ctx *c, const model_batch *b, float *logits)
         build_visibility(c, b, i0, n);
 
         fwd_job lj = { .c = c, .n_tok = n };
-        tp_run(c->tp, layers_job, &lj);
+        tp_run(c->tp, c->hy ? hy_layers_job : layers_job, &lj);
+        if (c->hy) hy_chunk_done(c, b, i0, n);
         if (n_out > 0) {
             out_job oj = { .c = c, .n_out = n_out, .logits = out };
             tp_run(c->tp, output_job, &oj);
@@ -588,11 +560,11 @@ pk_status model_kv_shift(model_ctx *c, kv_seq seq, kv_pos p0, kv_pos p1, kv_pos 
     rope_angles(c->m, delta, cs);
     for (int i = 0; i < end; i++) {
         if (!moved[i]) continue;
-        for (int il = 0; il < hp->n_layer; il++) {
+        for (int il = 0; il < kv_get_params(kv)->n_layer; il++) {
             void *k = kv_k_row(kv, il, i);
             if (c->p.kv_type == TQ_F16) tq_dequantize_row(TQ_F16, k, row, n);
             else memcpy(row, k, (size_t)n * sizeof *row);
-            for (int h = 0; h < nk; h++) rope_head(row + h * hdk, cs, hp->n_rot, hp->rope_type);
+            for (int h = 0; h < nk; h++) fwd_rope_head(row + h * hdk, cs, hp->n_rot, hp->rope_type);
             if (c->p.kv_type == TQ_F16) tq_quantize_row(TQ_F16, row, k, n);
             else memcpy(k, row, (size_t)n * sizeof *row);
         }

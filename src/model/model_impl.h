@@ -15,6 +15,7 @@ struct model {
     model_hparams hp;
     model_w tok_embd, out_norm, output, rope_freqs;
     model_layer *layers;      /* [n_layer] */
+    model_layer mtp;          /* hybrids: the MTP (nextn) block, when the file has one */
     size_t weight_bytes;
     char desc[96];
     model_hold hold;          /* model_load's choice: what model_weights_reload restores */
@@ -38,6 +39,21 @@ enum { COPY_NONE, COPY_RUNNING, COPY_READY, COPY_FAILED, COPY_ADOPTED };
  * layer's), where a tied output is the same data as token_embd. */
 size_t model_w_bytes(const model_w *w);
 void model_each_weight(model *m, void (*fn)(model_w *w, void *arg), void *arg);
+
+/* model_load.c: metadata "<arch>.<suffix>" (absent optional keys keep *out)
+ * and tensors checked against their shape (n_mat > 1: that many stacked
+ * matrices), for the architecture-specific loaders. */
+pk_status model_arch_int(const gguf_ctx *g, const char *arch, const char *suffix, bool required, int32_t lo,
+                         int32_t hi, int32_t *out, char *err, size_t err_len);
+pk_status model_arch_float(const gguf_ctx *g, const char *arch, const char *suffix, float *out, char *err,
+                           size_t err_len);
+pk_status model_get_w(const gguf_ctx *g, const char *name, int64_t n_cols, int64_t n_rows, int32_t n_mat,
+                      bool required, model_w *w, char *err, size_t err_len);
+
+/* model_load_hybrid.c: the Qwen3.5 hybrids' hyper-parameters (after the
+ * common ones) and weights. */
+pk_status model_hybrid_hparams(const gguf_ctx *g, const char *arch, model_hparams *hp, char *err, size_t err_len);
+pk_status model_hybrid_weights(model *m, char *err, size_t err_len);
 
 /* model_copy.c */
 void model_copy_start(model *m);                     /* at the end of model_load (MODEL_COPY) */

@@ -18,12 +18,14 @@ const char *model_arch_name(model_arch a)
     case MODEL_LLAMA: return "llama";
     case MODEL_QWEN2: return "qwen2";
     case MODEL_QWEN3: return "qwen3";
+    case MODEL_QWEN35: return "qwen35";
+    case MODEL_QWEN35MOE: return "qwen35moe";
     }
     return "?";
 }
 
 /* Reads "<arch>.<suffix>" as an integer; absent keys keep *out. */
-static pk_status arch_int(const gguf_ctx *g, const char *arch, const char *suffix,
+pk_status model_arch_int(const gguf_ctx *g, const char *arch, const char *suffix,
                           bool required, int32_t lo, int32_t hi, int32_t *out,
                           char *err, size_t err_len)
 {
@@ -42,7 +44,7 @@ static pk_status arch_int(const gguf_ctx *g, const char *arch, const char *suffi
     return PK_OK;
 }
 
-static pk_status arch_float(const gguf_ctx *g, const char *arch, const char *suffix,
+pk_status model_arch_float(const gguf_ctx *g, const char *arch, const char *suffix,
                             float *out, char *err, size_t err_len)
 {
     char key[128];
@@ -69,20 +71,24 @@ static pk_status read_hparams(const gguf_ctx *g, model_hparams *hp, char *err, s
     if (!strcmp(arch, "llama")) hp->arch = MODEL_LLAMA;
     else if (!strcmp(arch, "qwen2")) hp->arch = MODEL_QWEN2;
     else if (!strcmp(arch, "qwen3")) hp->arch = MODEL_QWEN3;
+    else if (!strcmp(arch, "qwen35")) hp->arch = MODEL_QWEN35;
+    else if (!strcmp(arch, "qwen35moe")) hp->arch = MODEL_QWEN35MOE;
     else return pk_errf(err, err_len, PK_EUNSUPPORTED,
-                     "unsupported architecture '%s' (llama, qwen2, qwen3 are)", arch);
+                     "unsupported architecture '%s' (llama, qwen2, qwen3, qwen35, qwen35moe are)", arch);
+    hp->hybrid = hp->arch == MODEL_QWEN35 || hp->arch == MODEL_QWEN35MOE;
 
     pk_status st;
     const int32_t big = 1 << 24;
     hp->n_ctx_train = 2048;
-    if ((st = arch_int(g, arch, "context_length", false, 1, 1 << 30, &hp->n_ctx_train, err, err_len)) ||
-        (st = arch_int(g, arch, "embedding_length", true, 1, big, &hp->n_embd, err, err_len)) ||
-        (st = arch_int(g, arch, "block_count", true, 1, 4096, &hp->n_layer, err, err_len)) ||
-        (st = arch_int(g, arch, "feed_forward_length", true, 1, big, &hp->n_ff, err, err_len)) ||
-        (st = arch_int(g, arch, "attention.head_count", true, 1, 4096, &hp->n_head, err, err_len)))
+    if ((st = model_arch_int(g, arch, "context_length", false, 1, 1 << 30, &hp->n_ctx_train, err, err_len)) ||
+        (st = model_arch_int(g, arch, "embedding_length", true, 1, big, &hp->n_embd, err, err_len)) ||
+        (st = model_arch_int(g, arch, "block_count", true, 1, 4096, &hp->n_layer, err, err_len)) ||
+        (st = model_arch_int(g, arch, "feed_forward_length", hp->arch != MODEL_QWEN35MOE, 1, big, &hp->n_ff, err,
+                             err_len)) ||
+        (st = model_arch_int(g, arch, "attention.head_count", true, 1, 4096, &hp->n_head, err, err_len)))
         return st;
     hp->n_head_kv = hp->n_head;
-    if ((st = arch_int(g, arch, "attention.head_count_kv", false, 1, 4096, &hp->n_head_kv, err, err_len)))
+    if ((st = model_arch_int(g, arch, "attention.head_count_kv", false, 1, 4096, &hp->n_head_kv, err, err_len)))
         return st;
     if (hp->n_head % hp->n_head_kv)
         return pk_errf(err, err_len, PK_EFORMAT, "head_count %d not a multiple of head_count_kv %d",
@@ -91,15 +97,15 @@ static pk_status read_hparams(const gguf_ctx *g, model_hparams *hp, char *err, s
         hp->head_dim_k = 0;
     else
         hp->head_dim_k = hp->n_embd / hp->n_head;
-    if ((st = arch_int(g, arch, "attention.key_length", false, 1, 65536, &hp->head_dim_k, err, err_len)))
+    if ((st = model_arch_int(g, arch, "attention.key_length", false, 1, 65536, &hp->head_dim_k, err, err_len)))
         return st;
     hp->head_dim_v = hp->head_dim_k;
-    if ((st = arch_int(g, arch, "attention.value_length", false, 1, 65536, &hp->head_dim_v, err, err_len)))
+    if ((st = model_arch_int(g, arch, "attention.value_length", false, 1, 65536, &hp->head_dim_v, err, err_len)))
         return st;
     if (hp->head_dim_k <= 0 || hp->head_dim_v <= 0)
         return pk_errf(err, err_len, PK_EFORMAT, "head dimension undefined");
     hp->n_rot = hp->head_dim_k;
-    if ((st = arch_int(g, arch, "rope.dimension_count", false, 2, 65536, &hp->n_rot, err, err_len)))
+    if ((st = model_arch_int(g, arch, "rope.dimension_count", false, 2, 65536, &hp->n_rot, err, err_len)))
         return st;
     if (hp->n_rot > hp->head_dim_k || hp->n_rot % 2)
         return pk_errf(err, err_len, PK_EFORMAT, "rope.dimension_count %d invalid for head dim %d",
@@ -107,8 +113,8 @@ static pk_status read_hparams(const gguf_ctx *g, model_hparams *hp, char *err, s
     hp->rope_freq_base = 10000.0f;
     hp->rope_freq_scale = 1.0f;
     hp->rms_eps = 1e-5f;
-    if ((st = arch_float(g, arch, "rope.freq_base", &hp->rope_freq_base, err, err_len)) ||
-        (st = arch_float(g, arch, "attention.layer_norm_rms_epsilon", &hp->rms_eps, err, err_len)))
+    if ((st = model_arch_float(g, arch, "rope.freq_base", &hp->rope_freq_base, err, err_len)) ||
+        (st = model_arch_float(g, arch, "attention.layer_norm_rms_epsilon", &hp->rms_eps, err, err_len)))
         return st;
 
     char key[128];
@@ -116,7 +122,7 @@ static pk_status read_hparams(const gguf_ctx *g, model_hparams *hp, char *err, s
     snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
     bool have_type = gguf_get_str(g, key, &scaling) == PK_OK;
     float factor = 1.0f;
-    if ((st = arch_float(g, arch, "rope.scaling.factor", &factor, err, err_len))) return st;
+    if ((st = model_arch_float(g, arch, "rope.scaling.factor", &factor, err, err_len))) return st;
     if (have_type && gguf_str_eq(scaling, "linear")) {
         hp->rope_freq_scale = 1.0f / factor;
     } else if (have_type && !gguf_str_eq(scaling, "none") && factor != 1.0f) {
@@ -126,14 +132,12 @@ static pk_status read_hparams(const gguf_ctx *g, model_hparams *hp, char *err, s
         hp->rope_freq_scale = 1.0f / factor;
     }
     hp->rope_type = hp->arch == MODEL_LLAMA ? MODEL_ROPE_NORM : MODEL_ROPE_NEOX;
-    return PK_OK;
+    hp->n_layer_attn = hp->n_layer;
+    return hp->hybrid ? model_hybrid_hparams(g, arch, hp, err, err_len) : PK_OK;
 }
 
-/* Resolves a tensor by name and checks its shape: a matrix of n_rows rows of
- * n_cols values (n_rows = 0: a vector of n_cols).  Missing optional tensors
- * leave *w zeroed. */
-static pk_status get_w(const gguf_ctx *g, const char *name, int64_t n_cols, int64_t n_rows,
-                       bool required, model_w *w, char *err, size_t err_len)
+pk_status model_get_w(const gguf_ctx *g, const char *name, int64_t n_cols, int64_t n_rows, int32_t n_mat,
+                      bool required, model_w *w, char *err, size_t err_len)
 {
     memset(w, 0, sizeof *w);
     const gguf_tensor *t = gguf_find_tensor(g, name);
@@ -145,27 +149,38 @@ static pk_status get_w(const gguf_ctx *g, const char *name, int64_t n_cols, int6
     if (!tr || !tr->supported || t->type == TQ_Q8_K || tr->tile_rows)   /* tiled layouts are ours, not a file's */
         return pk_errf(err, err_len, PK_EUNSUPPORTED, "tensor '%s': type %s is not supported",
                     name, tr ? tr->name : "unknown");
-    int64_t rows = n_rows ? n_rows : 1;
-    int want_dims = n_rows ? 2 : 1;
-    bool ok = t->ne[0] == n_cols && t->ne[1] == rows && t->ne[2] == 1 && t->ne[3] == 1 &&
+    int64_t rows = n_rows ? n_rows : 1, mats = n_mat > 1 ? n_mat : 1;
+    int want_dims = n_mat > 1 ? 3 : n_rows ? 2 : 1;
+    bool ok = t->ne[0] == n_cols && t->ne[1] == rows && t->ne[2] == mats && t->ne[3] == 1 &&
               t->n_dims <= MAX(want_dims, 2);
     if (!ok)
         return pk_errf(err, err_len, PK_EFORMAT,
-                    "tensor '%s': shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]", name,
+                    "tensor '%s': shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld]", name,
                     (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
-                    (long long)t->ne[3], (long long)n_cols, (long long)rows);
+                    (long long)t->ne[3], (long long)n_cols, (long long)rows, (long long)mats);
     if (n_rows == 0 && t->type != TQ_F32)
         return pk_errf(err, err_len, PK_EUNSUPPORTED, "tensor '%s': norms and biases must be f32", name);
     w->type = t->type;
     w->data = t->data;
     w->n_cols = n_cols;
-    w->n_rows = rows;
+    w->n_rows = rows * mats;
+    w->n_mat = (int32_t)mats;
     return PK_OK;
+}
+
+/* Resolves a tensor by name and checks its shape: a matrix of n_rows rows of
+ * n_cols values (n_rows = 0: a vector of n_cols).  Missing optional tensors
+ * leave *w zeroed. */
+static pk_status get_w(const gguf_ctx *g, const char *name, int64_t n_cols, int64_t n_rows,
+                       bool required, model_w *w, char *err, size_t err_len)
+{
+    return model_get_w(g, name, n_cols, n_rows, 1, required, w, err, err_len);
 }
 
 static pk_status load_weights(model *m, char *err, size_t err_len)
 {
     const gguf_ctx *g = m->gguf;
+    if (m->hp.hybrid) return model_hybrid_weights(m, err, err_len);
     const model_hparams *hp = &m->hp;
     int64_t e = hp->n_embd, qd = (int64_t)hp->n_head * hp->head_dim_k;
     int64_t kd = (int64_t)hp->n_head_kv * hp->head_dim_k, vd = (int64_t)hp->n_head_kv * hp->head_dim_v;
@@ -183,6 +198,7 @@ static pk_status load_weights(model *m, char *err, size_t err_len)
     }
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers) return pk_errf(err, err_len, PK_ENOMEM, "out of memory");
+    for (int il = 0; il < hp->n_layer; il++) m->layers[il].kv_layer = il, m->layers[il].rs_layer = -1;
     bool qkv_bias = hp->arch == MODEL_QWEN2, qk_norm = hp->arch == MODEL_QWEN3;
     const struct { size_t off; const char *name; int64_t cols, rows; bool required; } spec[] = {
         { offsetof(model_layer, attn_norm), "attn_norm.weight", e, 0, true },
@@ -223,9 +239,11 @@ void model_each_weight(model *m, void (*fn)(model_w *w, void *arg), void *arg)
     fn(&m->out_norm, arg);
     fn(&m->output, arg);
     fn(&m->rope_freqs, arg);
+    /* a layer's weights up to the MTP block's (loaded, not run by a pass) */
+    const size_t n_w = offsetof(model_layer, nextn_eh_proj) / sizeof(model_w);
     for (int il = 0; il < m->hp.n_layer; il++) {
         model_w *ws = &m->layers[il].attn_norm;
-        for (size_t k = 0; k < sizeof(model_layer) / sizeof(model_w); k++) fn(&ws[k], arg);
+        for (size_t k = 0; k < n_w; k++) fn(&ws[k], arg);
     }
 }
 
@@ -247,8 +265,9 @@ pk_status model_load(const char *path, model_hold hold, model **out, char *err, 
      * RoPE factors (read per position, not streamed) */
     model_each_weight(m, add_bytes, &m->weight_bytes);
     m->weight_bytes -= model_w_bytes(&m->tok_embd) + model_w_bytes(&m->rope_freqs);
-    snprintf(m->desc, sizeof m->desc, "%s %dL %dd %s", model_arch_name(m->hp.arch),
-             m->hp.n_layer, m->hp.n_embd, tq_get(m->layers[0].wq.type)->name);
+    const model_layer *L0 = &m->layers[0];
+    snprintf(m->desc, sizeof m->desc, "%s %dL %dd %s", model_arch_name(m->hp.arch), m->hp.n_layer, m->hp.n_embd,
+             tq_get(L0->wq.data ? L0->wq.type : L0->ssm_qkv.type)->name);
     m->hold = hold;
     if (hold == MODEL_COPY) model_copy_start(m);
     *out = m;

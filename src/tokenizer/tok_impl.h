@@ -50,6 +50,7 @@ typedef enum tok_pre {
     TOK_PRE_GPT2,
     TOK_PRE_LLAMA3,
     TOK_PRE_QWEN2,
+    TOK_PRE_QWEN35,
     TOK_PRE_DEEPSEEK_CODER,
 } tok_pre;
 

@@ -144,7 +144,7 @@ static const pre_name k_pre_names[] = {
     {"falcon3", TOK_PRE_LLAMA3}, {"falcon-h1", TOK_PRE_LLAMA3}, {"pixtral", TOK_PRE_LLAMA3},
     {"midm-2.0", TOK_PRE_LLAMA3}, {"lfm2", TOK_PRE_LLAMA3}, {"jina-v5-nano", TOK_PRE_LLAMA3},
     {"qwen2", TOK_PRE_QWEN2}, {"deepseek-r1-qwen", TOK_PRE_QWEN2}, {"kormo", TOK_PRE_QWEN2},
-    {"f2llmv2", TOK_PRE_QWEN2},
+    {"f2llmv2", TOK_PRE_QWEN2}, {"qwen35", TOK_PRE_QWEN35},
     {"deepseek-coder", TOK_PRE_DEEPSEEK_CODER},
 };
 
@@ -172,9 +172,10 @@ static pk_status set_model(const gguf_ctx *g, tok_vocab *v, char *err, size_t er
         if (v->pre == TOK_PRE_NONE)
             return pk_errf(err, err_len, PK_EUNSUPPORTED,
                         "pre-tokenizer '%.*s' is not supported (have: default, gpt-2, llama3/llama-bpe, "
-                        "qwen2, deepseek-coder)", (int)MIN(pre.n, 64), pre.p);
+                        "qwen2, qwen35, deepseek-coder)", (int)MIN(pre.n, 64), pre.p);
         if (v->pre == TOK_PRE_LLAMA3) v->ignore_merges = v->add_bos = true;
-        if (v->pre == TOK_PRE_QWEN2 || v->pre == TOK_PRE_DEEPSEEK_CODER) v->clean_spaces = false;
+        if (v->pre == TOK_PRE_QWEN2 || v->pre == TOK_PRE_QWEN35 || v->pre == TOK_PRE_DEEPSEEK_CODER)
+            v->clean_spaces = false;
     } else {
         return pk_errf(err, err_len, PK_EUNSUPPORTED,
                     "tokenizer model '%.*s' is not supported (have: llama = SentencePiece, gpt2 = BPE)",

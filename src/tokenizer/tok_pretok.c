@@ -42,10 +42,17 @@ typedef struct scan {
     size_t ini, end, prev;
     uint32_t *out;
     size_t n_out;
+    bool marks_are_letters;   /* qwen35: [\p{L}\p{M}] wherever qwen2 has \p{L} */
 } scan;
 
 static uint32_t at(const scan *s, size_t pos) { return pos < s->end ? s->cpt[pos] : UINT32_MAX; }
-static unsigned fl(const scan *s, size_t pos) { return pos < s->end ? cpt_flags(s->cpt[pos]) : 0; }
+static unsigned fl(const scan *s, size_t pos)
+{
+    if (pos >= s->end) return 0;
+    unsigned f = cpt_flags(s->cpt[pos]);
+    if (s->marks_are_letters && (f & (1u << TOK_UC_MARK))) f |= F_LETTER;
+    return f;
+}
 
 /* Closes the word that ends at `end` (nothing when empty). */
 static void emit(scan *s, size_t end)
@@ -110,6 +117,8 @@ static void scan_gpt2(scan *s)
  * llama3: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
  *         ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
  * qwen2:  the same with \p{N} instead of \p{N}{1,3}.
+ * qwen35: qwen2's with [\p{L}\p{M}] for \p{L} (letter runs take combining
+ *         marks, and marks leave the symbol class): marks read as letters.
  */
 static void scan_llama3(scan *s, size_t max_digits)
 {
@@ -280,6 +289,10 @@ size_t tok_pretok_split(tok_pre pre, const uint32_t *cpt, size_t n, uint32_t *le
         scan_llama3(&s, 3);
         return s.n_out;
     case TOK_PRE_QWEN2:
+        scan_llama3(&s, 1);
+        return s.n_out;
+    case TOK_PRE_QWEN35:
+        s.marks_are_letters = true;
         scan_llama3(&s, 1);
         return s.n_out;
     case TOK_PRE_DEFAULT:

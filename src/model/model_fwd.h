@@ -1,0 +1,85 @@
+/* model_fwd.h - the forward pass's context and the steps the llama-family
+ * pass (model_forward.c) and the hybrids' (model_hybrid.c) share.  Private
+ * to src/model. */
+#ifndef MODEL_FWD_H
+#define MODEL_FWD_H
+
+#include "model_impl.h"
+#include "../tensor/tk.h"
+
+#include <stdatomic.h>
+
+#define FWD_MAX_LISTS 32
+
+struct model_ctx {
+    const model *m;
+    model_ctx_params p;
+    kv_cache *kv;
+    tp_pool *tp;
+    const tk_ops *ops;
+
+    /* Scratch, [n_ubatch][width] unless said otherwise. */
+    float *x;            /* residual stream [n_embd] */
+    float *xn;           /* normed input [max(n_embd, q width, n_ff)] */
+    float *q, *k, *v;    /* [n_head*hd_k], [n_head_kv*hd_k], [n_head_kv*hd_v] */
+    float *att;          /* [n_head*hd_v] */
+    float *gate, *up;    /* [n_ff] */
+    float *tmp;          /* [n_embd] product output before the residual add */
+    float *rope;         /* [n_rot/2][2] cos, sin per token */
+    void *mm_scratch;    /* converted activations for tk_matmul_job */
+    char *attn_buf;      /* [n_threads][attn_bytes]: tk_attend scratch, query and output rows */
+    size_t attn_bytes;
+    atomic_int attn_next;   /* next attention unit; reset by thread 0 before the phase */
+    float *priv;         /* [n_threads][priv_floats]: each thread's residual, normed input
+                          * and SwiGLU output when decoding (see layers_job) */
+    size_t priv_floats;
+
+    int *cells;          /* [n_ctx] cells of the whole batch */
+    uint64_t *vis;       /* [FWD_MAX_LISTS][n_ctx] (pos << 32 | cell), sorted */
+    int32_t *vis_cells;  /* [FWD_MAX_LISTS][n_ctx] the cells of vis, same order */
+    int32_t vis_n[FWD_MAX_LISTS];
+    kv_seq vis_seq[FWD_MAX_LISTS];
+    int n_lists;
+    int32_t list_start[FWD_MAX_LISTS + 1];   /* tokens of list l: tok_order[list_start[l] ..] */
+    int32_t *tok_order;  /* [n_ubatch] chunk tokens grouped by list, in chunk order */
+    int32_t *tok_list;   /* [n_ubatch] list of each token */
+    int32_t *tok_nvis;   /* [n_ubatch] visible cells of each token */
+    kv_pos *tok_pos;     /* [n_ubatch] */
+    int32_t *tok_cell;   /* [n_ubatch] */
+    int32_t *out_rows;   /* [n_ubatch] chunk rows that want logits */
+
+    rs_cache *rs;        /* hybrids: the sequences' recurrent states */
+    struct hy_ctx *hy;   /* hybrids: model_hybrid.c's scratch */
+};
+
+
+/* y = W x for the chunk's n_tok rows (a phase of a job: ends with a barrier). */
+void fwd_matmul(int ith, int nth, model_ctx *c, const model_w *w, const float *x, int n_tok, float *y);
+/* Products of up to 8 matrices with the same input. */
+void fwd_matmul_set(int ith, int nth, model_ctx *c, const model_w *const *ws, float *const *ys, int n,
+                    const float *x, int n_tok);
+/* Attention of the chunk's queries (c->q) over the cells of KV layer kvl,
+ * into c->att; attn_next reset to 0 before the phase. */
+void fwd_attention(model_ctx *c, int ith, int kvl);
+void fwd_rope_head(float *x, const float *cs, int n_rot, model_rope type);
+void *fwd_alloc(size_t n);   /* zeroed, 64-byte aligned */
+
+/* model_hybrid.c */
+pk_status hy_ctx_new(model_ctx *c);
+void hy_ctx_free(model_ctx *c);
+/* The batch's hybrid rules (model_decode in model.h); PK_EFULL when its new
+ * sequences need more state slots than are free.  Changes nothing. */
+pk_status hy_check_batch(const model_ctx *c, const model_batch *b);
+/* Before the first chunk: fresh states for the sequences that start. */
+void hy_begin_batch(model_ctx *c, const model_batch *b);
+/* The chunk's layers (the job tp_run runs), and after it the states'
+ * positions advanced. */
+void hy_layers_job(int ith, int nth, void *arg);
+void hy_chunk_done(model_ctx *c, const model_batch *b, int i0, int n);
+
+typedef struct fwd_job {
+    model_ctx *c;
+    int n_tok;           /* tokens in this chunk */
+} fwd_job;
+
+#endif

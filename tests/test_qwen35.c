@@ -1,0 +1,159 @@
+/*
+ * test_qwen35.c - the Qwen3.5 hybrids (qwen35, qwen35moe) against
+ * llama.cpp's own outputs on the same files, read from tests/data/qwen35/
+ * (scripts/qwen35/make_refs.sh wrote them with a llama.cpp build beside the
+ * project; its README and commands.txt say how).
+ *
+ * The models are random-weight checkpoints that transformers initialized
+ * and llama.cpp's converter wrote (F32, BF16, Q8_0) or llama-quantize
+ * (Q4_K_M): 130 to 545 MB each for the 248,320-token vocabulary, so they
+ * are not in the repository; the cases read them from $POLYKV_QWEN35_DIR
+ * and skip with a message without it.  Each model is checked as
+ * test_types.c checks the llama types (ref_check_prompt, the margin rule):
+ * four prompts of 4 to 1,670 tokens (the last one runs in 4 chunks of 512),
+ * an F32 cache, 32 greedy steps.
+ *
+ * Budgets (frac of max |logit|), above what was measured (max |diff| /
+ * max |logit| over all steps; at the first positions in brackets):
+ *   qwen35     F32 1.5e-6 (1.5e-6), BF16 6.0e-3 (1.5e-3), Q8_0 1.75e-2
+ *              (7.9e-3), Q4_K_M 1.38e-2 (1.38e-2);
+ *   qwen35moe  F32 6.7e-7 (6.7e-7), BF16 9.8e-2 (1.9e-3), Q8_0 4.4e-3
+ *              (3.4e-3), Q4_K_M 1.14e-2 (8.2e-3).
+ * Eight layers of activations rounded to Q8 / BF16 before each product
+ * leave the quantized types a little above the llama types' 1.5e-2.  The
+ * MoE BF16 run's 9.8e-2 is one greedy step where a token's two best
+ * experts are nearly tied and the rounding picks the other one: every
+ * logit after it moves.  F32 matches every greedy token of every prompt.
+ */
+#include "ref.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#define DATA "tests/data/qwen35"
+
+static const struct { const char *name; double frac; } models[] = {
+    { "rand-qwen35-e256-l8-F32", 1e-4 },
+    { "rand-qwen35-e256-l8-BF16", 1e-2 },
+    { "rand-qwen35-e256-l8-Q8_0", 2e-2 },
+    { "rand-qwen35-e256-l8-Q4_K_M", 2e-2 },
+    { "rand-qwen35moe-e256-l4-x8a2-F32", 1e-4 },
+    { "rand-qwen35moe-e256-l4-x8a2-BF16", 1.2e-1 },
+    { "rand-qwen35moe-e256-l4-x8a2-Q8_0", 1e-2 },
+    { "rand-qwen35moe-e256-l4-x8a2-Q4_K_M", 1.5e-2 },
+};
+
+static void check_model(const char *name, double frac)
+{
+    const char *dir = getenv("POLYKV_QWEN35_DIR");
+    char path[512], jpath[256], err[512] = "";
+    if (!dir || !*dir) {
+        printf("%s: skipped: set POLYKV_QWEN35_DIR to the directory scripts/qwen35/make_refs.sh wrote\n", name);
+        return;
+    }
+    snprintf(path, sizeof path, "%s/%s.gguf", dir, name);
+    snprintf(jpath, sizeof jpath, DATA "/%s.json", name);
+    model *m;
+    pk_status s = model_load(path, MODEL_MMAP, &m, err, sizeof err);
+    CHECK(s == PK_OK);
+    if (s) {
+        fprintf(stderr, "%s: %s\n", path, err);
+        return;
+    }
+    model_ctx_params cp = { .n_ctx = 2048, .n_ubatch = 512, .n_threads = 2, .kv_type = TQ_F32 };
+    model_ctx *ctx;
+    CHECK(model_ctx_new(m, &cp, &ctx) == PK_OK);
+    json_t *j = ref_load_json(jpath);
+    CHECK(j != NULL);
+    int32_t V = model_get_hparams(m)->n_vocab;
+    float *logits = malloc((size_t)V * sizeof *logits);
+    ref_tally ta = {0};
+    json_t *results = json_object_get(j, "results");
+    CHECK(json_array_size(results) == 4);
+    for (size_t p = 0; p < json_array_size(results); p++)
+        ref_check_prompt(name, ctx, V, model_vocab(m), json_array_get(results, p), logits, frac, NULL, &ta);
+    printf("%-36s max |diff| / max |logit| %.2e, at the first positions %.2e (budget %.1e); greedy: %d of %d "
+           "steps with margin >= 2 eps checked, free run agrees %d/%d, prompts that must match all 32: %s\n",
+           name, ta.max_rel, ta.max_first, frac, ta.n_checked, ta.n_steps, ta.n_free, ta.n_steps,
+           ta.full[0] ? ta.full : "none");
+    free(logits);
+    json_decref(j);
+    model_ctx_free(ctx);
+    model_free(m);
+}
+
+static char *slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *p = malloc((size_t)len + 1);
+    if (p && fread(p, 1, (size_t)len, f) != (size_t)len) { free(p); p = NULL; }
+    if (p) p[len] = 0;
+    fclose(f);
+    *n = p ? (size_t)len : 0;
+    return p;
+}
+
+/* llama.cpp's test texts for the qwen35 pre-tokenizer (../shared), with
+ * Qwen3.5's own vocabulary (the models'): every text's ids as llama.cpp
+ * gave them (vocab-qwen35.out, scripts/qwen35/make_refs.sh). */
+static void check_vocab(void)
+{
+    const char *dir = getenv("POLYKV_QWEN35_DIR"), *shared = test_shared_dir();
+    if (!dir || !*dir || !shared) {
+        printf("vocab: skipped: needs POLYKV_QWEN35_DIR and ../shared\n");
+        return;
+    }
+    char path[512], err[256];
+    snprintf(path, sizeof path, "%s/rand-qwen35-e256-l8-Q4_K_M.gguf", dir);
+    gguf_ctx *g;
+    tok_vocab *v = NULL;
+    CHECK(gguf_open(path, &g, err, sizeof err) == PK_OK);
+    CHECK(tok_load_gguf(g, &v, err, sizeof err) == PK_OK);
+    snprintf(path, sizeof path, "%s/models/vocab/ggml-vocab-qwen35.gguf.inp", shared);
+    size_t n_inp, n_out;
+    char *inp = slurp(path, &n_inp), *out = slurp(DATA "/vocab-qwen35.out", &n_out);
+    CHECK(inp && out && v);
+    static const char sep[] = "\n__ggml_vocab_test__\n";
+    int n_tests = 0, n_ok = 0;
+    static int32_t ids[8192];
+    for (char *p = inp, *line = out; inp && out && v && p < inp + n_inp && *line;) {
+        char *next = strstr(p, sep), *eol = strchr(line, '\n');
+        size_t len = next ? (size_t)(next - p) : (size_t)(inp + n_inp - p);
+        if (eol) *eol = 0;
+        int32_t n = 0;
+        CHECK(tok_encode(v, p, len, false, false, ids, 8192, &n) == PK_OK);
+        bool ok = true;
+        int32_t k = 0;
+        for (char *q = line, *e; ok; q = e) {
+            long x = strtol(q, &e, 10);
+            if (e == q) break;
+            ok = k < n && ids[k++] == x;
+        }
+        ok = ok && k == n;
+        CHECK(ok);
+        n_tests++, n_ok += ok;
+        if (!next || !eol) break;
+        p = next + sizeof sep - 1;
+        line = eol + 1;
+    }
+    printf("vocab: %d/%d texts tokenized as llama.cpp does with Qwen3.5's vocabulary\n", n_ok, n_tests);
+    CHECK(n_tests == 50);
+    free(inp);
+    free(out);
+    tok_free(v);
+    gguf_close(g);
+}
+
+int main(int argc, char **argv)
+{
+    test_select(argc, argv);
+    if (access(DATA "/commands.txt", R_OK) != 0)
+        SKIP(DATA " absent (run from the repository root): llama.cpp's outputs are there");
+    TEST_RUN(check_vocab);
+    for (size_t i = 0; i < ARRAY_LEN(models); i++) TEST_RUN(check_model, models[i].name, models[i].frac);
+    return test_finish();
+}
