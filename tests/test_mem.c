@@ -102,7 +102,7 @@ static void case_image_roundtrip(void)
     step(0, next, g_n, a);                          /* the original, continued */
     mem_drop(g_mem, 0);
     CHECK_EQ_INT(mem_used(g_mem), 0);
-    CHECK_EQ_INT(mem_copy_in(g_mem, 3, 0, g_n, image), PK_OK);
+    CHECK_EQ_INT(mem_copy_in(g_mem, 3, 0, g_n, image, 0, g_n), PK_OK);
     CHECK(mem_holds(g_mem, 3, g_n));
     CHECK_EQ_INT(mem_seq_owned(g_mem, 3), g_n);
     check_accounting();
@@ -126,13 +126,13 @@ static void case_refusals(void)
     /* Fill the cache until fewer than g_n cells are free. */
     int32_t room = mem_n_cells(g_mem) - mem_used(g_mem);
     while (room >= g_n) {
-        CHECK_EQ_INT(mem_copy_in(g_mem, 4, 0, g_n, image), PK_OK);
+        CHECK_EQ_INT(mem_copy_in(g_mem, 4, 0, g_n, image, 0, g_n), PK_OK);
         mem_share(g_mem, 4, 5 + (room / g_n) % 100, 0, g_n);
         mem_drop(g_mem, 4);
         room = mem_n_cells(g_mem) - mem_used(g_mem);
     }
     int32_t used = mem_used(g_mem);
-    CHECK_EQ_INT(mem_copy_in(g_mem, 4, 0, g_n, image), PK_EFULL);
+    CHECK_EQ_INT(mem_copy_in(g_mem, 4, 0, g_n, image, 0, g_n), PK_EFULL);
     CHECK_EQ_INT(mem_used(g_mem), used);
     CHECK_EQ_INT(mem_seq_cells(g_mem, 4), 0);
     check_accounting();

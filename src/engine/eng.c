@@ -449,7 +449,7 @@ static pk_status decode(eng *e, int32_t n, int32_t n_dec)
             slot *s = &e->slots[i];
             if (s->state == ENG_SLOT_IDLE) continue;
             eng_task_fail(s->task, st, st == PK_EFULL ? "the KV cache is full" : "decode failed");
-            mem_keep(e->mem, s->id, s->n_hist);
+            s->n_hist = mem_keep(e->mem, s->id, s->n_hist);
             slot_release(e, s);
         }
         return st;

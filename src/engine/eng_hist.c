@@ -127,9 +127,18 @@ int32_t eng_hist_park(eng *e, const slot *s, int32_t pool_id)
         *r = (hrec){ .seq = -1 };
         return -1;
     }
+    /* on a hybrid, as far as the slot has a recurrent state (and one is
+     * free for the copy) */
+    int32_t n = mem_share(e->mem, s->id, r->seq, 0, s->n_hist);
+    if (n == 0) {
+        eng_seq_give(e, r->seq);
+        free(r->tokens);
+        *r = (hrec){ .seq = -1 };
+        return -1;
+    }
+    r->n_tokens = n;
     r->where = HIST_PARKED;
     e->hist.n_parked++;
-    mem_share(e->mem, s->id, r->seq, 0, s->n_hist);
     return i;
 }
 
@@ -192,6 +201,13 @@ int32_t eng_spill(eng *e, kv_seq seq, const int32_t *tokens, int32_t n, int32_t 
 {
     if (n <= 0 || e->hist.n_spill_max <= 0) return -1;
     int32_t m = mem_extent(e->mem, seq, n);       /* a gap ends what can be spilled */
+    if (mem_hybrid(e->mem)) {
+        /* and on a hybrid, the last position with a recurrent state */
+        kv_pos at[MEM_MAX_RESUME];
+        int k = mem_resume_points(e->mem, seq, at) - 1;
+        while (k >= 0 && at[k] > m) k--;
+        m = k >= 0 ? at[k] : 0;
+    }
     size_t need = mem_image_bytes(e->mem, m);
     if (m <= 0 || !make_ram(e, need, entry_value(e, m, last_use_s, eng_now_s()), last_use_s)) return -1;
     uint8_t *image = mem_copy_out(e->mem, seq, 0, m);
@@ -214,7 +230,7 @@ bool eng_hist_copy_in(eng *e, int32_t i, kv_seq dst, int32_t p0, int32_t p1)
     ASSERT(r->where == HIST_RAM);
     if (n <= 0) return true;
     if (p1 > r->n_tokens) return false;
-    if (mem_copy_in(e->mem, dst, p0, p1, r->image + mem_image_bytes(e->mem, p0)) != PK_OK) return false;
+    if (mem_copy_in(e->mem, dst, p0, p1, r->image, 0, r->n_tokens) != PK_OK) return false;
     e->stat.n_tokens_restored += (uint64_t)n;
     return true;
 }

@@ -317,8 +317,7 @@ static int32_t apply(eng *e, place_snap *sn, eng_task *t, const pol_decision *d)
             eng_cache_event_add(e, &ev);
         }
     }
-    int32_t keep = t->req.cache_prompt ? d->n_keep : 0;
-    mem_keep(e->mem, s->id, keep);
+    int32_t keep = mem_keep(e->mem, s->id, t->req.cache_prompt ? d->n_keep : 0);
     s->n_hist = MIN(s->n_hist, keep);
     int32_t src_seq = -1;
     if (d->source >= 0 && t->req.cache_prompt) {
@@ -336,7 +335,8 @@ static int32_t apply(eng *e, place_snap *sn, eng_task *t, const pol_decision *d)
                     s->n_hist = to;
                 }
             } else {
-                mem_share(e->mem, h->seq, s->id, from, to);
+                /* on a hybrid, as far as the source has a recurrent state */
+                to = mem_share(e->mem, h->seq, s->id, from, to);
                 memcpy(s->hist + from, h->tokens + from, (size_t)(to - from) * sizeof(int32_t));
                 s->n_hist = to;
             }
@@ -351,10 +351,8 @@ static int32_t apply(eng *e, place_snap *sn, eng_task *t, const pol_decision *d)
         }
     }
     e->hist.spill_pin = -1;
-    if (s->n_hist >= t->req.n_prompt) {   /* the last prompt token gives the logits */
-        mem_keep(e->mem, s->id, t->req.n_prompt - 1);
-        s->n_hist = t->req.n_prompt - 1;
-    }
+    if (s->n_hist >= t->req.n_prompt)    /* the last prompt token gives the logits */
+        s->n_hist = mem_keep(e->mem, s->id, t->req.n_prompt - 1);
     return src_seq;
 }
 
@@ -364,8 +362,7 @@ static void apply_fixed(eng *e, eng_task *t, slot *s)
     eng_pool_detach(e, s);
     int32_t keep = t->req.cache_prompt ? pol_common_prefix(s->hist, s->n_hist, t->prompt, t->req.n_prompt) : 0;
     keep = MIN(keep, t->req.n_prompt - 1);
-    mem_keep(e->mem, s->id, keep);
-    s->n_hist = keep;
+    s->n_hist = mem_keep(e->mem, s->id, keep);
 }
 
 void eng_wait_push(eng *e, eng_task *t)
@@ -442,6 +439,10 @@ static void start(eng *e, eng_task *t, slot *s, int32_t src_seq, int32_t p_share
         return;
     }
     if (t->req.pool_id > 0) eng_pool_attach(e, s, t, p_share);
+    /* Hybrids: keep the state one token before the prompt's end, where the
+     * next turn of this conversation (or a retry) continues when it does
+     * not continue the reply (docs/hybrid.md). */
+    mem_checkpoint_at(e->mem, s->id, t->req.n_prompt - 1);
     eng_admit_placed(e, t);
     admitted(e, t, s, src_seq, kind, reason);
     eng_slot_start(e, s, t, &res);

@@ -192,14 +192,17 @@ static void mat_start(eng *e, const pool_node *p, kv_seq hint)
 {
     pmech *pm = mech(e, p);
     int32_t D = p->branch_pos, L = p->prefix_len;
-    if (p->parent >= 0) mem_share(e->mem, pool_get(e->pools->tree, p->parent)->seq, p->seq, 0, D);
-    pm->mat_pos = D;
+    /* On a hybrid the parent's state at D may be gone (a checkpoint
+     * dropped, the parent re-materialized): the pool then computes from
+     * where it has one. */
+    pm->mat_pos = p->parent >= 0 ? mem_share(e->mem, pool_get(e->pools->tree, p->parent)->seq, p->seq, 0, D) : 0;
     int32_t k;
-    kv_seq src = best_source(e, p, hint, &k);
+    kv_seq src = pm->mat_pos == D ? best_source(e, p, hint, &k) : -1;
     if (src >= 0) {
         /* Histories hold every cell of their tokens (eng_check), so this
-         * joins k - D cells; anything else is a bug caught here. */
-        mem_share(e->mem, src, p->seq, D, k);
+         * joins k - D cells (on a hybrid up to src's last state <= k);
+         * anything else is a bug caught here. */
+        k = mem_share(e->mem, src, p->seq, D, k);
         ASSERT(mem_seq_cells(e->mem, p->seq) == k);
         /* Cells a history computed become the pool's charge; cells another
          * pool computed stay that pool's (it owns its range for good). */
@@ -366,6 +369,21 @@ static void op_make(eng *e, eng_call *c)
         else answer(e, c, st, "the child's prefix (%d tokens) must extend past its branch position %d", n, d);
         return;
     }
+    const pool_node *par = parent >= 0 ? pool_get(t, parent) : NULL;
+    if (par && mem_hybrid(e->mem) && d < par->prefix_len &&
+        !(par->residency == POOL_RESIDENT && mem_can_resume(e->mem, par->seq, d))) {
+        /* a recurrent state cannot be cut back: the fork needs the
+         * parent's state at its branch position */
+        kv_pos at[MEM_MAX_RESUME];
+        int n_at = par->residency == POOL_RESIDENT ? mem_resume_points(e->mem, par->seq, at) : 0;
+        char list[96] = "";
+        for (int i = 0, len = 0; i < n_at && len < (int)sizeof list - 12; i++)
+            if (at[i] != par->prefix_len) len += snprintf(list + len, sizeof list - (size_t)len, ", %d", at[i]);
+        answer(e, c, PK_ECONFLICT,
+               "branch_pos %d: pool %d's recurrent state (a hybrid model) can be continued only at position%s "
+               "%d%s", d, parent, n_at > 1 ? "s" : "", par->prefix_len, list);
+        return;
+    }
     kv_seq seq = eng_seq_take(e, ENG_SEQ_POOL);
     if (seq < 0) {
         answer(e, c, PK_EFULL, "all %d pool sequence ids are in use (--pools %d): release a pool first",
@@ -521,8 +539,12 @@ pk_status eng_pool_adopt(eng *e, int32_t id, int32_t parent, int32_t D, const in
     *pm = (pmech){ .id = id, .mat_pos = n, .was_resident = true };
     pm->adm.policy = e->p.admission;
     pm->adm.policy.set = false;
-    if (parent >= 0) mem_share(e->mem, pool_get(t, parent)->seq, seq, 0, D);
-    if (!eng_make_room(e, n - D) || mem_copy_in(e->mem, seq, D, n, rows) != PK_OK) {
+    if (parent >= 0 && mem_share(e->mem, pool_get(t, parent)->seq, seq, 0, D) != D) {
+        snprintf(why, cap, "parent pool %d holds no recurrent state at branch_pos %d", parent, D);
+        drop_pool(e, pool_get(t, id), PK_ECONFLICT, why);
+        return PK_ECONFLICT;
+    }
+    if (!eng_make_room(e, n - D) || mem_copy_in(e->mem, seq, D, n, rows, D, n) != PK_OK) {
         snprintf(why, cap, "the KV cache has no room for its %d cells", n - D);
         drop_pool(e, pool_get(t, id), PK_EFULL, why);
         return PK_EFULL;
@@ -574,7 +596,7 @@ void eng_pool_attach(eng *e, slot *s, eng_task *t, int32_t P)
     pm->hits += P > 0;
     if (s->n_hist < P) {
         mem_drop(e->mem, s->id);
-        mem_share(e->mem, p->seq, s->id, 0, P);
+        P = mem_share(e->mem, p->seq, s->id, 0, P);   /* a hybrid: to the pool's last state <= P */
         memcpy(s->hist, p->tokens, (size_t)P * sizeof *s->hist);
         s->n_hist = P;
     } else if (mem_common(e->mem, s->id, p->seq, 0, P) != P) {

@@ -66,7 +66,7 @@ static sav_expect expect(const eng *e)
     mem_layout l = mem_get_layout(e->mem);
     return (sav_expect){ .fingerprint = e->persist->fingerprint, .kv_type = (uint32_t)l.type,
                          .n_layer = (uint32_t)l.n_layer, .k_row_bytes = (uint32_t)l.k_row_bytes,
-                         .v_row_bytes = (uint32_t)l.v_row_bytes,
+                         .v_row_bytes = (uint32_t)l.v_row_bytes, .state_bytes = (uint32_t)l.state_bytes,
                          .max_tokens = (uint32_t)e->n_ctx_slot - 1, .n_vocab = (uint32_t)e->n_vocab };
 }
 
@@ -75,7 +75,7 @@ static sav_header header(const eng *e, sav_kind kind, int32_t n, int32_t row_fir
     sav_expect w = expect(e);
     return (sav_header){ .version = SAV_VERSION, .kind = kind, .fingerprint = w.fingerprint, .kv_type = w.kv_type,
                          .n_layer = w.n_layer, .k_row_bytes = w.k_row_bytes, .v_row_bytes = w.v_row_bytes,
-                         .n_tokens = (uint32_t)n, .row_first = (uint32_t)row_first, .parent = -1 };
+                         .state_bytes = w.state_bytes, .n_tokens = (uint32_t)n, .row_first = (uint32_t)row_first, .parent = -1 };
 }
 
 /* ---- slots ------------------------------------------------------------ */
@@ -96,7 +96,10 @@ static void slot_save(eng *e, slot *s, eng_call *c)
     }
     uint8_t *rows = mem_copy_out(e->mem, s->id, 0, s->n_hist);
     if (!rows) {
-        reply(o, PK_ENOMEM, "%s", "out of memory for the slot's rows");
+        if (!mem_can_resume(e->mem, s->id, s->n_hist))
+            reply(o, PK_ECONFLICT, "%s", "the slot's recurrent state is not at its end");
+        else
+            reply(o, PK_ENOMEM, "%s", "out of memory for the slot's rows");
         return;
     }
     sav_header h = header(e, SAV_SLOT, s->n_hist, 0);
@@ -115,17 +118,22 @@ static void slot_save(eng *e, slot *s, eng_call *c)
  * the old history is kept. */
 static pk_status replace_history(eng *e, slot *s, int32_t n, const uint8_t *image)
 {
+    /* a hybrid needs a state slot for tmp and one for the slot (its own,
+     * when it has one, is freed before the move) */
+    bool has_state = s->n_hist > 0 && mem_can_resume(e->mem, s->id, s->n_hist);
+    if (mem_hybrid(e->mem) && mem_states_free(e->mem) < (has_state ? 1 : 2)) return PK_EFULL;
     kv_seq tmp = eng_seq_take(e, ENG_SEQ_PARKED);
     if (tmp < 0) return PK_EFULL;
     s->state = ENG_SLOT_PREFILL;        /* busy: eng_make_room never drops it */
     bool room = eng_make_room(e, n);
     s->state = ENG_SLOT_IDLE;
-    pk_status st = room ? mem_copy_in(e->mem, tmp, 0, n, image) : PK_EFULL;
+    pk_status st = room ? mem_copy_in(e->mem, tmp, 0, n, image, 0, n) : PK_EFULL;
     if (st == PK_OK) {
         int32_t n_dropped;
         eng_drop_histories(e, s->id, "replaced by a restore", &n_dropped);
         ASSERT(s->n_hist == 0 && mem_seq_cells(e->mem, s->id) == 0);
-        mem_share(e->mem, tmp, s->id, 0, n);
+        int32_t got = mem_share(e->mem, tmp, s->id, 0, n);
+        ASSERT(got == n);   /* the state moves into the slot's live state slot, tmp's is freed after */
         mem_charge(e->mem, s->id, 0, n);
         mem_drop(e->mem, tmp);
     }

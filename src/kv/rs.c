@@ -113,8 +113,19 @@ int rs_positions(const rs_cache *rs, kv_seq seq, kv_pos *out)
     return n;
 }
 
+static void release(rs_cache *rs, int i);
+
+/* A free slot; for a live state, when none is free, the checkpoint that
+ * stands for the fewest tokens gives its slot: live states run sequences,
+ * checkpoints only save recomputing. */
 static int take(rs_cache *rs, kv_seq seq, kv_pos pos, rs_kind kind)
 {
+    if (kind == RS_LIVE && rs->used == rs->p.n_slots) {
+        int v = -1;
+        for (int i = 0; i < rs->p.n_slots; i++)
+            if (rs->slot[i].kind == RS_CKPT && (v < 0 || rs->slot[i].pos < rs->slot[v].pos)) v = i;
+        if (v >= 0) release(rs, v);
+    }
     for (int i = 0; i < rs->p.n_slots; i++) {
         if (rs->slot[i].kind != RS_FREE) continue;
         rs->slot[i] = (rs_slot){ seq, pos, kind };

@@ -23,6 +23,8 @@
  *   nor cut back: continuing a sequence at a position P needs a slot of
  *   it at P, and giving a sequence another's prefix copies a slot.  Every
  *   slot in use is charged to its seq, so rs_used = sum of rs_seq_slots.
+ *   Checkpoints are a cache: a live state that finds no free slot takes a
+ *   checkpoint's.
  *
  * Arguments: a slot or sequence id out of range is a caller bug (ASSERT).
  * Threads: the engine thread only (the forward pass writes the live slots
@@ -71,7 +73,9 @@ int rs_find(const rs_cache *rs, kv_seq seq, kv_pos pos);
 int rs_positions(const rs_cache *rs, kv_seq seq, kv_pos *out);
 
 /* seq's live state: a zeroed one at position 0 (the start of a sequence),
- * replacing any it had.  PK_EFULL when no slot is free. */
+ * replacing any it had.  A live state takes a checkpoint's slot when none
+ * is free (the one at the lowest position): PK_EFULL when every slot holds
+ * a live state. */
 pk_status rs_begin(rs_cache *rs, kv_seq seq);
 /* seq's live state advanced to pos (the forward pass, after a chunk). */
 void rs_advance(rs_cache *rs, kv_seq seq, kv_pos pos);

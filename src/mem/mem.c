@@ -1,9 +1,11 @@
 /*
- * mem.c - a sequence's memory over the KV cells (mem.h).
+ * mem.c - a sequence's memory over the KV cells and, on hybrids, the
+ * recurrent states (mem.h).
  *
- * Every operation maps to the cells' membership operations; the K/V row
- * copies of images are written once here (the RAM tier, slot files and
- * --pool-dir all move rows through mem_copy_out / mem_copy_in).
+ * Every operation maps to the cells' membership operations and the state
+ * slots' copies; the K/V row copies of images are written once here (the
+ * RAM tier, slot files and --pool-dir all move rows through mem_copy_out /
+ * mem_copy_in).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +15,7 @@
 struct mem {
     model_ctx *ctx;             /* borrowed: the forward pass owns the storage */
     kv_cache *kv;               /* model_ctx_kv(ctx) */
+    rs_cache *rs;               /* model_ctx_rs(ctx): NULL unless a hybrid */
 };
 
 pk_status mem_new(model_ctx *ctx, mem **out)
@@ -22,6 +25,7 @@ pk_status mem_new(model_ctx *ctx, mem **out)
     if (!m) return PK_ENOMEM;
     m->ctx = ctx;
     m->kv = model_ctx_kv(ctx);
+    m->rs = model_ctx_rs(ctx);
     return PK_OK;
 }
 
@@ -30,19 +34,52 @@ void mem_free(mem *m)
     free(m);
 }
 
-void mem_share(mem *m, kv_seq src, kv_seq dst, kv_pos p0, kv_pos p1)
+bool mem_hybrid(const mem *m)
 {
-    kv_seq_cp(m->kv, src, dst, p0, p1);
+    return m->rs != NULL;
 }
 
-void mem_keep(mem *m, kv_seq seq, kv_pos n)
+int32_t mem_share(mem *m, kv_seq src, kv_seq dst, kv_pos p0, kv_pos p1)
 {
+    if (p1 < 0) p1 = kv_seq_pos_max(m->kv, src) + 1;
+    if (m->rs && rs_pos(m->rs, dst) <= p0) {
+        /* dst continues at the end: it needs src's state there */
+        kv_pos at[MEM_MAX_RESUME];
+        int n = rs_positions(m->rs, src, at), k = n - 1;
+        while (k >= 0 && at[k] > p1) k--;
+        if (k < 0 || at[k] <= p0 || rs_copy(m->rs, rs_find(m->rs, src, at[k]), dst) != PK_OK) return p0;
+        p1 = at[k];
+    }
+    if (p1 > p0) kv_seq_cp(m->kv, src, dst, p0, p1);
+    return p1;
+}
+
+int32_t mem_keep(mem *m, kv_seq seq, kv_pos n)
+{
+    if (m->rs && rs_pos(m->rs, seq) != n) {
+        kv_pos at[MEM_MAX_RESUME];
+        int k = rs_positions(m->rs, seq, at) - 1;
+        while (k >= 0 && at[k] > n) k--;
+        if (k >= 0 && at[k] > 0) {
+            n = at[k];
+            pk_status st = rs_rewind(m->rs, seq, n);
+            ASSERT(st == PK_OK);
+        } else {
+            n = 0;
+            rs_drop(m->rs, seq);
+        }
+    }
     kv_seq_rm(m->kv, seq, n, -1);
+    return n;
 }
 
 void mem_drop(mem *m, kv_seq seq)
 {
     kv_seq_rm(m->kv, seq, -1, -1);
+    if (m->rs) {
+        rs_drop(m->rs, seq);
+        model_rs_checkpoint_at(m->ctx, seq, -1);
+    }
 }
 
 void mem_drop_prefix(mem *m, kv_seq seq, kv_pos n)
@@ -57,6 +94,7 @@ void mem_charge(mem *m, kv_seq seq, kv_pos p0, kv_pos p1)
 
 pk_status mem_shift(mem *m, kv_seq seq, kv_pos n_keep, kv_pos n_discard)
 {
+    if (m->rs) return PK_ECONFLICT;   /* a recurrent state cannot be moved */
     int32_t excl[KV_MAX_SEQ];
     kv_excl_counts(m->kv, excl);
     if (excl[seq] != kv_seq_cells(m->kv, seq)) return PK_ECONFLICT;
@@ -69,12 +107,25 @@ pk_status mem_shift(mem *m, kv_seq seq, kv_pos n_keep, kv_pos n_discard)
 void mem_clear(mem *m)
 {
     kv_clear(m->kv);
+    if (m->rs) {
+        rs_clear(m->rs);
+        for (kv_seq s = 0; s < KV_MAX_SEQ; s++) model_rs_checkpoint_at(m->ctx, s, -1);
+    }
 }
 
 bool mem_can_resume(const mem *m, kv_seq seq, kv_pos pos)
 {
-    (void)m, (void)seq, (void)pos;
-    return true;
+    return !m->rs || pos == 0 || rs_find(m->rs, seq, pos) >= 0;
+}
+
+void mem_checkpoint_at(mem *m, kv_seq seq, kv_pos pos)
+{
+    if (m->rs && pos > 0 && rs_find(m->rs, seq, pos) < 0) model_rs_checkpoint_at(m->ctx, seq, pos);
+}
+
+int mem_resume_points(const mem *m, kv_seq seq, kv_pos *out)
+{
+    return m->rs ? rs_positions(m->rs, seq, out) : 0;
 }
 
 /* ---- images ---- */
@@ -84,16 +135,21 @@ size_t mem_pos_bytes(const mem *m)
     return (size_t)kv_get_params(m->kv)->n_layer * (kv_k_row_bytes(m->kv) + kv_v_row_bytes(m->kv));
 }
 
+size_t mem_state_bytes(const mem *m)
+{
+    return m->rs ? rs_state_bytes(m->rs) : 0;
+}
+
 size_t mem_image_bytes(const mem *m, int32_t n)
 {
-    return (size_t)MAX(n, 0) * mem_pos_bytes(m);
+    return (size_t)MAX(n, 0) * mem_pos_bytes(m) + mem_state_bytes(m);
 }
 
 mem_layout mem_get_layout(const mem *m)
 {
     const kv_params *kp = kv_get_params(m->kv);
     return (mem_layout){ .type = kp->type, .n_layer = kp->n_layer, .k_row_bytes = kv_k_row_bytes(m->kv),
-                         .v_row_bytes = kv_v_row_bytes(m->kv) };
+                         .v_row_bytes = kv_v_row_bytes(m->kv), .state_bytes = mem_state_bytes(m) };
 }
 
 /* cell_of[pos - p0] = the cell of seq at pos, -1 where it holds none. */
@@ -122,6 +178,8 @@ uint8_t *mem_copy_out(const mem *m, kv_seq seq, kv_pos p0, kv_pos p1)
 {
     ASSERT(p0 >= 0 && p1 >= p0);
     int32_t n = p1 - p0;
+    int state = m->rs ? rs_find(m->rs, seq, p1) : -1;
+    if (m->rs && state < 0) return NULL;
     int *cell_of = malloc((size_t)MAX(n, 1) * sizeof *cell_of);
     uint8_t *image = malloc(MAX(mem_image_bytes(m, n), 1));
     if (!cell_of || !image) goto fail;
@@ -137,6 +195,7 @@ uint8_t *mem_copy_out(const mem *m, kv_seq seq, kv_pos p0, kv_pos p1)
             memcpy(dst + kb, kv_v_row(kv, il, cell_of[k]), vb);
         }
     }
+    if (state >= 0) memcpy(dst, rs_data(m->rs, state), rs_state_bytes(m->rs));
     free(cell_of);
     return image;
 fail:
@@ -145,22 +204,33 @@ fail:
     return NULL;
 }
 
-pk_status mem_copy_in(mem *m, kv_seq seq, kv_pos p0, kv_pos p1, const uint8_t *image)
+pk_status mem_copy_in(mem *m, kv_seq seq, kv_pos p0, kv_pos p1, const uint8_t *image, kv_pos i0, kv_pos i1)
 {
-    ASSERT(p0 >= 0 && p1 >= p0);
+    ASSERT(i0 <= p0 && p0 <= p1 && p1 <= i1);
     int32_t n = p1 - p0;
-    if (n == 0) return PK_OK;
-    int *cells = malloc((size_t)n * sizeof *cells);
+    if (m->rs && p1 != i1) return PK_ECONFLICT;   /* the image's state is at i1 only */
+    if (m->rs && rs_live(m->rs, seq) < 0 && rs_free_slots(m->rs) == 0) return PK_EFULL;
+    int *cells = malloc((size_t)MAX(n, 1) * sizeof *cells);
     if (!cells) return PK_ENOMEM;
     pk_status st = kv_find_slot(m->kv, n, cells);
     if (st != PK_OK) {
         free(cells);
         return st;
     }
+    if (m->rs) {
+        /* the state first: a live slot exists or is free (checked above) */
+        if (rs_live(m->rs, seq) < 0) {
+            st = rs_begin(m->rs, seq);
+            ASSERT(st == PK_OK);
+        }
+        int l = rs_live(m->rs, seq);
+        memcpy(rs_data(m->rs, l), image + (size_t)(i1 - i0) * mem_pos_bytes(m), rs_state_bytes(m->rs));
+        rs_advance(m->rs, seq, p1);
+    }
     kv_cache *kv = m->kv;
     size_t kb = kv_k_row_bytes(kv), vb = kv_v_row_bytes(kv);
     int n_layer = kv_get_params(kv)->n_layer;
-    const uint8_t *src = image;
+    const uint8_t *src = image + (size_t)(p0 - i0) * mem_pos_bytes(m);
     for (int32_t k = 0; k < n; k++) {
         for (int il = 0; il < n_layer; il++, src += kb + vb) {
             memcpy(kv_k_row(kv, il, cells[k]), src, kb);
@@ -196,7 +266,18 @@ int32_t mem_seq_owned(const mem *m, kv_seq seq)
 
 size_t mem_seq_bytes(const mem *m, kv_seq seq)
 {
-    return (size_t)kv_seq_owned(m->kv, seq) * mem_pos_bytes(m);
+    size_t states = m->rs ? (size_t)rs_seq_slots(m->rs, seq) * rs_state_bytes(m->rs) : 0;
+    return (size_t)kv_seq_owned(m->kv, seq) * mem_pos_bytes(m) + states;
+}
+
+int32_t mem_states_used(const mem *m)
+{
+    return m->rs ? rs_used(m->rs) : 0;
+}
+
+int32_t mem_states_free(const mem *m)
+{
+    return m->rs ? rs_free_slots(m->rs) : 0;
 }
 
 int32_t mem_common(const mem *m, kv_seq a, kv_seq b, kv_pos p0, kv_pos p1)
@@ -220,5 +301,18 @@ bool mem_check(const mem *m)
     if (!kv_check(m->kv)) return false;
     int32_t owned = 0;
     for (kv_seq s = 0; s < KV_MAX_SEQ; s++) owned += kv_seq_owned(m->kv, s);
-    return owned == kv_used(m->kv);
+    if (owned != kv_used(m->kv)) return false;
+    if (!m->rs) return true;
+    if (!rs_check(m->rs)) return false;
+    /* a state at pos stands for the tokens [0, pos): its sequence holds
+     * exactly their cells (a live state), or more (a checkpoint of a
+     * history that went on) */
+    for (int i = 0; i < rs_get_params(m->rs)->n_slots; i++) {
+        if (rs_slot_kind(m->rs, i) == RS_FREE) continue;
+        kv_seq s = rs_slot_seq(m->rs, i);
+        kv_pos p = rs_slot_pos(m->rs, i);
+        if (rs_slot_kind(m->rs, i) == RS_LIVE ? !mem_holds(m, s, p) : kv_seq_cells(m->kv, s) < p)
+            return false;
+    }
+    return true;
 }

@@ -19,10 +19,17 @@
  *                  └─▶ kv_* (cells: positions, sequence sets, owners, K/V rows)
  *     model_decode ──▶ kv_* (the forward pass writes the batch's cells)
  *
+ *   On a hybrid model (docs/hybrid.md) a sequence also has a recurrent
+ *   state, valid at one position (src/kv/rs.h): its live state at its end
+ *   and checkpoints.  It is not shared by membership: a share copies the
+ *   source's state at the share's end, a keep rewinds to a checkpoint, and
+ *   both go only as far as a state exists (they return how far they went).
+ *
  *   An image is a sequence's state for positions [p0, p1) copied out of the
  *   cache: what the RAM tier holds and a file stores.  Its layout:
  *
  *     image : [p1 - p0][n_layer][ K row (k_row_bytes) | V row (v_row_bytes) ]
+ *             then, on a hybrid, the recurrent state at p1 (state_bytes)
  *
  *   mem_image_bytes(m, n) is its size; mem_layout() is what a file records
  *   so a reader can refuse an image of another shape.
@@ -50,6 +57,7 @@
 #define MEM_H
 
 #include "../kv/kv.h"
+#include "../kv/rs.h"
 #include "../model/model.h"
 
 typedef struct mem mem;
@@ -60,6 +68,7 @@ typedef struct mem_layout {
     tq_type type;               /* the cells' K/V type */
     int32_t n_layer;
     size_t k_row_bytes, v_row_bytes;
+    size_t state_bytes;         /* a recurrent state (0: not a hybrid) */
 } mem_layout;
 
 /* ---- create / destroy ---- */
@@ -72,10 +81,16 @@ void mem_free(mem *m);                          /* NULL is a no-op */
 /* ---- sequence operations ---- */
 
 /* dst shares src's state at positions [p0, p1) (p1 < 0: to src's end):
- * nothing is copied, and from now on neither can change it for the other. */
-void mem_share(mem *m, kv_seq src, kv_seq dst, kv_pos p0, kv_pos p1);
-/* seq keeps only its positions [0, n). */
-void mem_keep(mem *m, kv_seq seq, kv_pos n);
+ * nothing is copied, and from now on neither can change it for the other.
+ * Returns the end of what dst holds now.  On a hybrid, when dst's state is
+ * not already past p0, dst takes a copy of src's recurrent state at the
+ * end: the share stops at the last position <= p1 where src has one
+ * (p0 when none, sharing nothing, or no state slot is free). */
+int32_t mem_share(mem *m, kv_seq src, kv_seq dst, kv_pos p0, kv_pos p1);
+/* seq keeps only its positions [0, n), on a hybrid [0, k) for the largest
+ * k <= n it can be continued from (mem_can_resume).  Returns what it
+ * keeps. */
+int32_t mem_keep(mem *m, kv_seq seq, kv_pos n);
 /* seq lets go of everything; state nobody else holds is freed. */
 void mem_drop(mem *m, kv_seq seq);
 /* seq lets go of its positions [0, n) (it then shares them again from
@@ -95,8 +110,19 @@ void mem_clear(mem *m);
 /* ---- checkpoints ---- */
 
 /* True when seq, holding [0, pos), can be continued at pos without
- * recomputing anything.  Attention-only models: always. */
+ * recomputing anything.  Attention-only models: always; hybrids: at 0, at
+ * its state's position and at its checkpoints. */
 bool mem_can_resume(const mem *m, kv_seq seq, kv_pos pos);
+/* Hybrids: keep a checkpoint of seq when its state reaches pos (the
+ * forward pass ends a chunk there; one request a sequence, the last one
+ * wins).  A no-op on attention-only models. */
+void mem_checkpoint_at(mem *m, kv_seq seq, kv_pos pos);
+/* The positions seq can be continued at besides 0, ascending, at most
+ * MEM_MAX_RESUME; returns the count (0 on attention-only models, where
+ * every position can). */
+#define MEM_MAX_RESUME (RS_MAX_CKPT + 1)
+int mem_resume_points(const mem *m, kv_seq seq, kv_pos *out);
+bool mem_hybrid(const mem *m);
 
 /* ---- copies out of the cache and back ---- */
 
@@ -107,20 +133,25 @@ mem_layout mem_get_layout(const mem *m);
  * how much of a history an image can take. */
 int32_t mem_extent(const mem *m, kv_seq seq, int32_t n);
 /* seq's state at [p0, p1) as a new image (malloc'ed, the caller frees);
- * NULL when a position is missing or memory is short.  Changes nothing. */
+ * NULL when a position is missing (on a hybrid: no state at p1) or memory
+ * is short.  Changes nothing. */
 uint8_t *mem_copy_out(const mem *m, kv_seq seq, kv_pos p0, kv_pos p1);
-/* The image's state placed in free cells at positions [p0, p1) of seq,
- * charged to seq.  PK_EFULL (nothing changed) when fewer cells are free,
- * PK_ENOMEM. */
-pk_status mem_copy_in(mem *m, kv_seq seq, kv_pos p0, kv_pos p1, const uint8_t *image);
+/* From an image of [i0, i1): its positions [p0, p1) placed in free cells
+ * of seq, charged to seq, and on a hybrid the image's state as seq's (so
+ * p1 must be i1: PK_ECONFLICT otherwise).  PK_EFULL (nothing changed) when
+ * fewer cells or no state slot are free, PK_ENOMEM. */
+pk_status mem_copy_in(mem *m, kv_seq seq, kv_pos p0, kv_pos p1, const uint8_t *image, kv_pos i0, kv_pos i1);
 
 /* ---- what is held ---- */
 
 int32_t mem_n_cells(const mem *m);              /* capacity */
+size_t mem_state_bytes(const mem *m);           /* one recurrent state, 0: not a hybrid */
+int32_t mem_states_used(const mem *m);          /* recurrent states held (live and checkpoints) */
+int32_t mem_states_free(const mem *m);
 int32_t mem_used(const mem *m);                 /* cells in use */
 int32_t mem_seq_cells(const mem *m, kv_seq seq);   /* cells seq is in */
 int32_t mem_seq_owned(const mem *m, kv_seq seq);   /* cells charged to seq */
-size_t mem_seq_bytes(const mem *m, kv_seq seq);    /* bytes charged to seq */
+size_t mem_seq_bytes(const mem *m, kv_seq seq);    /* bytes charged to seq: cells and states */
 /* The positions in [p0, p1) that both a and b hold the same state for. */
 int32_t mem_common(const mem *m, kv_seq a, kv_seq b, kv_pos p0, kv_pos p1);
 /* For every sequence id, what dropping it alone would free, in cells:
@@ -129,7 +160,8 @@ void mem_excl_counts(const mem *m, int32_t *out);
 /* True when seq holds exactly the positions [0, n) (n = 0: nothing). */
 bool mem_holds(const mem *m, kv_seq seq, int32_t n);
 
-/* Every invariant above, recomputed from the cells; true when they hold. */
+/* Every invariant above, recomputed from the cells and states (each
+ * state's owner holds the cells below its position); true when they hold. */
 bool mem_check(const mem *m);
 
 #endif

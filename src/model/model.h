@@ -191,6 +191,10 @@ typedef struct model_batch {
  */
 pk_status model_decode(model_ctx *c, const model_batch *b, float *logits);
 
+/* Hybrids: a checkpoint of seq's recurrent state is kept when it reaches
+ * pos (rs_checkpoint; a chunk ends there).  pos < 0 cancels. */
+void model_rs_checkpoint_at(model_ctx *c, kv_seq seq, kv_pos pos);
+
 /*
  * Context shift: moves seq's cells at positions [p0, p1) by delta, with
  * their K rows rotated by delta (RoPE angles are linear in the position,

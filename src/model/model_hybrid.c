@@ -98,6 +98,7 @@ pk_status hy_ctx_new(model_ctx *c)
     for (int il = 0; il < hp->n_layer; il++) rp.n_layer += c->m->layers[il].rs_layer >= 0;
     pk_status st = rs_new(&rp, &c->rs);
     if (st) return st;
+    for (int s = 0; s < KV_MAX_SEQ; s++) c->ckpt_at[s] = -1;
     if (!(h->qg = fwd_alloc(nub * 2 * hq * fl)) || !(h->gt = fwd_alloc(nub * hq * fl)) ||
         !(h->mix = fwd_alloc(nub * h->conv_dim * fl)) || !(h->cv = fwd_alloc(nub * h->conv_dim * fl)) ||
         !(h->z = fwd_alloc(nub * h->value_dim * fl)) || !(h->bl = fwd_alloc(nub * nv * fl)) ||
@@ -144,19 +145,40 @@ pk_status hy_check_batch(const model_ctx *c, const model_batch *b)
     return fresh > rs_free_slots(c->rs) ? PK_EFULL : PK_OK;
 }
 
+void model_rs_checkpoint_at(model_ctx *c, kv_seq seq, kv_pos pos)
+{
+    ASSERT(seq >= 0 && seq < KV_MAX_SEQ);
+    c->ckpt_at[seq] = pos < 0 ? -1 : pos;
+}
+
+/* A checkpoint asked for where seq's state is now.  No free slot: none is
+ * kept (the sequence is then continued from an earlier one). */
+static void maybe_checkpoint(model_ctx *c, kv_seq s)
+{
+    if (c->ckpt_at[s] < 0 || rs_pos(c->rs, s) != c->ckpt_at[s]) return;
+    (void)rs_checkpoint(c->rs, s);
+    c->ckpt_at[s] = -1;
+}
+
 void hy_begin_batch(model_ctx *c, const model_batch *b)
 {
-    for (int i = 0; i < b->n_tokens; i++)
-        if (rs_live(c->rs, b->seq[i][0]) < 0) {
-            pk_status st = rs_begin(c->rs, b->seq[i][0]);
+    for (int i = 0; i < b->n_tokens; i++) {
+        kv_seq s = b->seq[i][0];
+        if (rs_live(c->rs, s) < 0) {
+            pk_status st = rs_begin(c->rs, s);
             ASSERT(st == PK_OK);   /* hy_check_batch counted the free slots */
         }
+        if (i == 0 || b->seq[i - 1][0] != s) maybe_checkpoint(c, s);
+    }
 }
 
 void hy_chunk_done(model_ctx *c, const model_batch *b, int i0, int n)
 {
     for (int i = i0; i < i0 + n; i++)
-        if (i + 1 == i0 + n || b->seq[i + 1][0] != b->seq[i][0]) rs_advance(c->rs, b->seq[i][0], b->pos[i] + 1);
+        if (i + 1 == i0 + n || b->seq[i + 1][0] != b->seq[i][0]) {
+            rs_advance(c->rs, b->seq[i][0], b->pos[i] + 1);
+            maybe_checkpoint(c, b->seq[i][0]);
+        }
 }
 
 /* ---- element-wise steps ---- */

@@ -54,13 +54,18 @@ uint64_t sav_row_bytes(const sav_header *h)
     return (uint64_t)h->n_layer * ((uint64_t)h->k_row_bytes + h->v_row_bytes);
 }
 
+/* The rows of [row_first, n_tokens), then the recurrent state at n_tokens. */
+static uint64_t blob_bytes(const sav_header *h)
+{
+    return (uint64_t)(h->n_tokens - h->row_first) * sav_row_bytes(h) + h->state_bytes;
+}
+
 static uint64_t payload_bytes(const sav_header *h)
 {
     if (h->row_first > h->n_tokens) return UINT64_MAX;
-    uint64_t row = sav_row_bytes(h), n = h->n_tokens - h->row_first;
     /* Counts are 32-bit, so this cannot wrap; the cap keeps a hostile
      * header from asking for an absurd read. */
-    return (uint64_t)h->n_tokens * 4 + n * row;
+    return (uint64_t)h->n_tokens * 4 + blob_bytes(h);
 }
 
 uint64_t sav_head_bytes(const sav_header *h) { return LIST_HEAD + PACKED_HEAD + (uint64_t)h->n_tokens * 4; }
@@ -157,6 +162,7 @@ static void encode_header(const sav_header *h, uint64_t payload_xxh, uint8_t *b)
     put64(b + 64, payload_bytes(h));
     put64(b + 72, payload_xxh);
     put64(b + 80, XXH3_64bits(b, 80));
+    put32(b + 88, h->state_bytes);
 }
 
 /* The payload's checksum over the two parts as one stream. */
@@ -167,7 +173,7 @@ static uint64_t payload_xxh(const sav_header *h, const int32_t *tokens, const ui
     XXH3_64bits_reset(st);
     /* tokens go in as little-endian int32 (x86-64: as they lie in memory) */
     XXH3_64bits_update(st, tokens, (size_t)h->n_tokens * 4);
-    XXH3_64bits_update(st, rows, (size_t)(h->n_tokens - h->row_first) * sav_row_bytes(h));
+    XXH3_64bits_update(st, rows, (size_t)blob_bytes(h));
     uint64_t v = XXH3_64bits_digest(st);
     XXH3_freeState(st);
     return v;
@@ -175,7 +181,7 @@ static uint64_t payload_xxh(const sav_header *h, const int32_t *tokens, const ui
 
 void sav_encode(const sav_header *h, const int32_t *tokens, const uint8_t *rows, uint8_t *buf)
 {
-    size_t nt = (size_t)h->n_tokens * 4, nr = (size_t)(h->n_tokens - h->row_first) * sav_row_bytes(h);
+    size_t nt = (size_t)h->n_tokens * 4, nr = (size_t)blob_bytes(h);
     encode_list(h, tokens, buf);
     buf += sav_head_bytes(h);
     encode_header(h, payload_xxh(h, tokens, rows), buf);
@@ -190,13 +196,13 @@ static pk_status parse_header(const uint8_t *b, const sav_expect *want, sav_head
     memset(h, 0, sizeof *h);
     if (memcmp(b, magic, 8)) return fail(PK_EFORMAT, why, cap, "not a polykv state file (bad magic)");
     if (get64(b + 80) != XXH3_64bits(b, 80)) return fail(PK_EFORMAT, why, cap, "header checksum mismatch");
-    if (get64(b + 88)) return fail(PK_EFORMAT, why, cap, "reserved header bytes are not zero");
+    if (get32(b + 92)) return fail(PK_EFORMAT, why, cap, "reserved header bytes are not zero");
     *h = (sav_header){ .version = get32(b + 8), .kind = get32(b + 12), .fingerprint = get64(b + 16),
                        .kv_type = get32(b + 24), .n_layer = get32(b + 28), .k_row_bytes = get32(b + 32),
                        .v_row_bytes = get32(b + 36), .n_tokens = get32(b + 40), .row_first = get32(b + 44),
                        .pool_id = (int32_t)get32(b + 48), .parent = (int32_t)get32(b + 52),
                        .branch_pos = (int32_t)get32(b + 56), .flags = get32(b + 60),
-                       .payload_bytes = get64(b + 64) };
+                       .payload_bytes = get64(b + 64), .state_bytes = get32(b + 88) };
     if (h->version != SAV_VERSION)
         return fail(PK_EUNSUPPORTED, why, cap, "format version %u (this build reads %d)", h->version, SAV_VERSION);
     if (h->kind != SAV_SLOT && h->kind != SAV_POOL) return fail(PK_EFORMAT, why, cap, "unknown kind %u", h->kind);
@@ -208,6 +214,9 @@ static pk_status parse_header(const uint8_t *b, const sav_expect *want, sav_head
     if (h->n_layer != want->n_layer || h->k_row_bytes != want->k_row_bytes || h->v_row_bytes != want->v_row_bytes)
         return fail(PK_EUNSUPPORTED, why, cap, "row layout %u layers x %u+%u bytes, the cache has %u x %u+%u", h->n_layer,
                     h->k_row_bytes, h->v_row_bytes, want->n_layer, want->k_row_bytes, want->v_row_bytes);
+    if (h->state_bytes != want->state_bytes)
+        return fail(PK_EUNSUPPORTED, why, cap, "recurrent state of %u bytes, the model's is %u", h->state_bytes,
+                    want->state_bytes);
     if (h->n_tokens < 1 || h->n_tokens > want->max_tokens)
         return fail(PK_EFORMAT, why, cap, "%u tokens (1 to %u fit)", h->n_tokens, want->max_tokens);
     if (h->row_first >= h->n_tokens)
@@ -427,7 +436,7 @@ pk_status sav_write(const char *dir, const char *name, const sav_header *h, cons
         free(list);
         return fail(write_status(err), why, cap, "cannot create %s: %s", tmp, strerror(err));
     }
-    size_t nr = (size_t)(h->n_tokens - h->row_first) * sav_row_bytes(h);
+    size_t nr = (size_t)blob_bytes(h);
     bool ok = write_all(fd, list, (size_t)sav_head_bytes(h)) && write_all(fd, hb, sizeof hb) &&
               write_all(fd, tokens, (size_t)h->n_tokens * 4) &&
               (!nr || write_all(fd, rows, nr)) && fsync(fd) == 0;

@@ -19,9 +19,13 @@
  *                  magic "PKVSTATE", version, kind, fingerprint,
  *                  kv_type, n_layer, k_row_bytes, v_row_bytes,
  *                  n_tokens, row_first, pool_id, parent, branch_pos,
- *                  flags, payload_bytes, payload_xxh3, header_xxh3
+ *                  flags, payload_bytes, payload_xxh3, header_xxh3,
+ *                  state_bytes
  *     + header   tokens   [n_tokens] int32
  *                rows     [n_tokens - row_first][n_layer][K row | V row]
+ *                state    [state_bytes]: a hybrid model's recurrent state
+ *                         at n_tokens (docs/hybrid.md); 0 bytes otherwise,
+ *                         so files of attention-only models are as before
  *
  *   The list ahead of the header repeats the payload's tokens, which the
  *   checksum covers; a file is refused unless both agree.  A file that
@@ -64,13 +68,14 @@ typedef struct sav_header {
     uint32_t row_first;         /* rows held for positions [row_first, n_tokens) */
     int32_t pool_id, parent, branch_pos;   /* pools; 0, -1, 0 for a slot */
     uint32_t flags;             /* SAV_FLAG_* */
-    uint64_t payload_bytes;     /* tokens + rows */
+    uint64_t payload_bytes;     /* tokens + rows + state */
+    uint32_t state_bytes;       /* the recurrent state after the rows (hybrids), else 0 */
 } sav_header;
 
 /* What the reader requires of a file: the running model and cache. */
 typedef struct sav_expect {
     uint64_t fingerprint;
-    uint32_t kv_type, n_layer, k_row_bytes, v_row_bytes;
+    uint32_t kv_type, n_layer, k_row_bytes, v_row_bytes, state_bytes;
     uint32_t max_tokens;        /* longest prefix accepted */
     uint32_t n_vocab;           /* every token must be below it */
 } sav_expect;
