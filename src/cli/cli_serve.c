@@ -433,6 +433,10 @@ int cli_serve(int argc, char **argv)
     fprintf(stderr, "polykv: model %s (%s, %s) loaded in %.0f ms; %d slots of %d positions, %d threads; ready\n",
             o.model, model_desc(m), o.mmap ? "mapped" : "mapped, weights copying into huge pages", pk_time_ms() - t0,
             o.ep.n_slots, eng_n_ctx_slot(e), o.ep.n_threads);
+    if (model_state_bytes(m))
+        fprintf(stderr, "polykv: hybrid model: a recurrent state of %.2f MiB per sequence and per checkpoint, "
+                "%d state slots; no context shift: a session stops (truncated) at its context's end\n",
+                model_state_bytes(m) / 1048576.0, eng_n_states(e));
 
     int sig = 0;
     sigwait(&stop, &sig);

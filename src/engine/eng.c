@@ -36,6 +36,7 @@ eng_params eng_default_params(void)
 
 const eng_params *eng_get_params(const eng *e) { return &e->p; }
 int32_t eng_n_ctx_slot(const eng *e) { return e->n_ctx_slot; }
+int32_t eng_n_states(const eng *e) { return model_state_bytes(e->m) ? eng_ctx_params(e).n_rs : 0; }
 const model *eng_model(const eng *e) { return e->m; }
 
 /* ---- events ---- */

@@ -112,6 +112,7 @@ pk_status eng_new(const model *m, const eng_params *p, eng **out);
 void eng_free(eng *e);                         /* NULL is a no-op */
 const eng_params *eng_get_params(const eng *e);
 int32_t eng_n_ctx_slot(const eng *e);          /* positions one request may use */
+int32_t eng_n_states(const eng *e);            /* hybrids: recurrent state slots; 0 otherwise */
 const model *eng_model(const eng *e);
 
 /* A bias added to one token's logit before sampling (-INFINITY bans it). */

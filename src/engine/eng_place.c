@@ -439,9 +439,12 @@ static void start(eng *e, eng_task *t, slot *s, int32_t src_seq, int32_t p_share
         return;
     }
     if (t->req.pool_id > 0) eng_pool_attach(e, s, t, p_share);
-    /* Hybrids: keep the state one token before the prompt's end, where the
-     * next turn of this conversation (or a retry) continues when it does
-     * not continue the reply (docs/hybrid.md). */
+    /* Hybrids: keep the state at the last turn marker (the next turn
+     * diverges after it when the template drops the reply's thinking) and
+     * one token before the prompt's end (a retry, or a next turn that
+     * re-renders the reply) (docs/hybrid.md). */
+    int32_t marker = pol_last_marker(t->prompt, t->req.n_prompt, e->hist.marker, e->hist.n_marker);
+    if (marker > s->n_hist) mem_checkpoint_at(e->mem, s->id, marker);
     mem_checkpoint_at(e->mem, s->id, t->req.n_prompt - 1);
     eng_admit_placed(e, t);
     admitted(e, t, s, src_seq, kind, reason);

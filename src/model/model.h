@@ -144,6 +144,9 @@ const model_hparams *model_get_hparams(const model *m);
 const tok_vocab *model_vocab(const model *m);
 const gguf_ctx *model_gguf(const model *m);
 const char *model_arch_name(model_arch a);
+/* Hybrids: the bytes of one sequence's recurrent state (every DeltaNet
+ * layer's convolution window and matrices, F32); 0 otherwise. */
+size_t model_state_bytes(const model *m);
 /* Bytes of weights read per decoded token (every matrix once). */
 size_t model_weight_bytes(const model *m);
 /* The model's own description, e.g. "qwen2 24L 896d q8_0". */
@@ -192,7 +195,8 @@ typedef struct model_batch {
 pk_status model_decode(model_ctx *c, const model_batch *b, float *logits);
 
 /* Hybrids: a checkpoint of seq's recurrent state is kept when it reaches
- * pos (rs_checkpoint; a chunk ends there).  pos < 0 cancels. */
+ * pos (rs_checkpoint; a chunk ends there).  Two are pending at most (a
+ * third replaces the older); pos < 0 cancels both. */
 void model_rs_checkpoint_at(model_ctx *c, kv_seq seq, kv_pos pos);
 
 /*

@@ -49,7 +49,7 @@ struct model_ctx {
     int32_t *out_rows;   /* [n_ubatch] chunk rows that want logits */
 
     rs_cache *rs;        /* hybrids: the sequences' recurrent states */
-    kv_pos ckpt_at[KV_MAX_SEQ];   /* hybrids: checkpoint each sequence there, -1 */
+    kv_pos ckpt_at[KV_MAX_SEQ][2];   /* hybrids: checkpoint each sequence there, -1 */
     struct hy_ctx *hy;   /* hybrids: model_hybrid.c's scratch */
 };
 

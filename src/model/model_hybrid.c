@@ -98,7 +98,7 @@ pk_status hy_ctx_new(model_ctx *c)
     for (int il = 0; il < hp->n_layer; il++) rp.n_layer += c->m->layers[il].rs_layer >= 0;
     pk_status st = rs_new(&rp, &c->rs);
     if (st) return st;
-    for (int s = 0; s < KV_MAX_SEQ; s++) c->ckpt_at[s] = -1;
+    for (int s = 0; s < KV_MAX_SEQ; s++) c->ckpt_at[s][0] = c->ckpt_at[s][1] = -1;
     if (!(h->qg = fwd_alloc(nub * 2 * hq * fl)) || !(h->gt = fwd_alloc(nub * hq * fl)) ||
         !(h->mix = fwd_alloc(nub * h->conv_dim * fl)) || !(h->cv = fwd_alloc(nub * h->conv_dim * fl)) ||
         !(h->z = fwd_alloc(nub * h->value_dim * fl)) || !(h->bl = fwd_alloc(nub * nv * fl)) ||
@@ -148,16 +148,21 @@ pk_status hy_check_batch(const model_ctx *c, const model_batch *b)
 void model_rs_checkpoint_at(model_ctx *c, kv_seq seq, kv_pos pos)
 {
     ASSERT(seq >= 0 && seq < KV_MAX_SEQ);
-    c->ckpt_at[seq] = pos < 0 ? -1 : pos;
+    kv_pos *at = c->ckpt_at[seq];
+    if (pos < 0) at[0] = at[1] = -1;
+    else if (at[0] != pos && at[1] != pos) at[1] = at[0], at[0] = pos;
 }
 
 /* A checkpoint asked for where seq's state is now.  No free slot: none is
  * kept (the sequence is then continued from an earlier one). */
 static void maybe_checkpoint(model_ctx *c, kv_seq s)
 {
-    if (c->ckpt_at[s] < 0 || rs_pos(c->rs, s) != c->ckpt_at[s]) return;
-    (void)rs_checkpoint(c->rs, s);
-    c->ckpt_at[s] = -1;
+    kv_pos p = rs_pos(c->rs, s), *at = c->ckpt_at[s];
+    for (int i = 0; i < 2; i++)
+        if (at[i] >= 0 && at[i] == p) {
+            (void)rs_checkpoint(c->rs, s);
+            at[i] = -1;
+        }
 }
 
 void hy_begin_batch(model_ctx *c, const model_batch *b)

@@ -225,3 +225,12 @@ out:
     free(rec);
     return st;
 }
+
+size_t model_state_bytes(const model *m)
+{
+    const model_hparams *hp = &m->hp;
+    if (!hp->hybrid) return 0;
+    size_t ds = (size_t)hp->ssm_d_state, conv_dim = ds * (2 * (size_t)hp->ssm_n_k_heads + hp->ssm_n_v_heads);
+    size_t per_layer = (size_t)(hp->ssm_d_conv - 1) * conv_dim + (size_t)hp->ssm_n_v_heads * ds * ds;
+    return (size_t)(hp->n_layer - hp->n_layer_attn) * per_layer * sizeof(float);
+}
