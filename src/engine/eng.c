@@ -644,6 +644,7 @@ void eng_stats_fill(eng *e, eng_stats *o)
         si->pool_id = s->pool_id;
         si->pool_shared = s->pool_shared;
         si->kv_owned = mem_seq_owned(e->mem, s->id);
+        si->state_bytes = (size_t)mem_seq_states(e->mem, s->id) * mem_state_bytes(e->mem);
         si->ttft_ms = s->state != ENG_SLOT_PREFILL && s->task_id ? s->t_prompt_ms - s->t_start_ms : 0;
         si->warming = s->state == ENG_SLOT_DECODE && !slot_warm(s);
         o->n_warming += si->warming;
@@ -675,6 +676,9 @@ void eng_stats_fill(eng *e, eng_stats *o)
     o->prompt_ms_total = e->stat.prompt_ms_total;
     o->predicted_ms_total = e->stat.predicted_ms_total;
     o->kv_cell_bytes = mem_pos_bytes(e->mem);
+    o->state_bytes = mem_state_bytes(e->mem);
+    o->states_used = mem_states_used(e->mem);
+    o->states_total = mem_states_used(e->mem) + mem_states_free(e->mem);
     o->seq_ids_used = e->seqs.n_used;
     o->seq_ids_max = eng_seq_max(e);
     eng_place_stats(e, o);

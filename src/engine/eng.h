@@ -244,6 +244,7 @@ typedef struct eng_slot_info {
     char session_id[ENG_SESSION_CAP]; /* of the history / current task */
     int32_t pool_id, pool_shared;     /* attached pool (0 none), tokens shared */
     int32_t kv_owned;                 /* cells charged to the slot (its own suffix) */
+    size_t state_bytes;               /* hybrids: its recurrent state and checkpoints */
     double ttft_ms;                   /* of the current/last task, 0 unknown */
     bool warming;                     /* decoding, fewer than ADM_WARM_TOKENS tokens yet */
     int32_t n_remain;                 /* tokens the running task may still generate, -1: no
@@ -299,6 +300,7 @@ typedef struct eng_pool_info {
     bool pinned, auto_pinned, orphaned_pin, kept;   /* kept: safe from cache pressure now */
     int64_t last_access_ms;           /* wall clock */
     int32_t own_cells;                /* cells charged to the pool */
+    size_t own_state_bytes;           /* hybrids: its recurrent states */
     int32_t subtree_cells;            /* own + descendants' + attached sessions' own */
     int32_t n_sessions;               /* slots attached now */
     int32_t n_children;
@@ -338,6 +340,8 @@ typedef struct eng_stats {
     int32_t seq_ids_used, seq_ids_max;
     int32_t parked_owned_cells;       /* cells charged to parked histories */
     size_t kv_cell_bytes;             /* K + V of one cell, every layer */
+    size_t state_bytes;               /* hybrids: one recurrent state, 0 otherwise */
+    int32_t states_used, states_total;   /* hybrids: state slots (live and checkpoints) */
     int32_t n_warming;
     eng_adm_info adm;                 /* the server scope (sessions on no pool) */
 } eng_stats;

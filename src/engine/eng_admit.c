@@ -76,6 +76,19 @@ int32_t eng_away_pausing(const eng *e, double now_s)
     return n;
 }
 
+/* Hybrids: the cells one recurrent state's bytes would fill; 0 otherwise. */
+static int32_t state_cells(const eng *e)
+{
+    size_t pb = mem_pos_bytes(e->mem);
+    return (int32_t)((mem_state_bytes(e->mem) + pb - 1) / pb);
+}
+
+/* The cells seq owns, its states counted as state_cells each. */
+static int32_t owned_equiv(const eng *e, kv_seq seq)
+{
+    return mem_seq_owned(e->mem, seq) + state_cells(e) * mem_seq_states(e->mem, seq);
+}
+
 /* What every capacity answer is computed from, for all scopes at once:
  * filled by the engine (now, or after each step into e->pub.copy, so that
  * readers answer without waiting for a step). */
@@ -99,7 +112,7 @@ void eng_adm_inputs(eng *e, eng_adm_in *in)
             .pausing = slot_history_within(s, now_s, adm_turn_ms(s->max_gap_ms)),
             .tps_ewma = adm_rate_tps(&s->rate), .n_decoded = running ? s->n_gen : 0,
             .tokens_left = rq && rq->n_predict >= 0 ? rq->n_predict - s->n_gen : -1, .ctx_used = s->n_hist,
-            .kv_owned = mem_seq_owned(e->mem, s->id), .task_id = running ? s->task->id : 0 };
+            .kv_owned = owned_equiv(e, s->id), .task_id = running ? s->task->id : 0 };
         memcpy(in->slot[i].session, s->session, ENG_SESSION_CAP);
         if (slot_knows(s) && s->session[0])
             memcpy(in->known[in->n_known++], s->session, ENG_SESSION_CAP);
@@ -110,15 +123,19 @@ void eng_adm_inputs(eng *e, eng_adm_in *in)
         for (int32_t i = 0; i < e->hist.n_rec; i++) {
             const hrec *r = &e->hist.rec[i];
             if ((int)r->where != where) continue;
-            int32_t owned = where == HIST_PARKED ? excl[r->seq] : 0;
+            int32_t owned = where == HIST_PARKED ? excl[r->seq] + state_cells(e) * mem_seq_states(e->mem, r->seq) : 0;
             reclaim += owned;
             if (r->session[0] && in->n_known < ENG_ADM_KNOWN)
                 memcpy(in->known[in->n_known++], r->session, ENG_SESSION_CAP);
             away(in, r->session, r->pool_id, r->last_use_s, r->max_gap_ms, r->n_tokens, owned, now_s);
         }
-    in->kv_free_cells = e->p.n_ctx - mem_used(e->mem) + reclaim;
-    in->kv_used = mem_used(e->mem);
-    in->kv_total = e->p.n_ctx;
+    /* On a hybrid the recurrent states count as the cells their bytes
+     * would fill (docs/hybrid.md): a session's share includes its state
+     * and checkpoints, the totals the state slots. */
+    int32_t sc = state_cells(e);
+    in->kv_free_cells = e->p.n_ctx - mem_used(e->mem) + reclaim + sc * mem_states_free(e->mem);
+    in->kv_used = mem_used(e->mem) + sc * mem_states_used(e->mem);
+    in->kv_total = e->p.n_ctx + sc * (mem_states_used(e->mem) + mem_states_free(e->mem));
     in->ctx_slot = e->n_ctx_slot;
     in->now_ms = pk_time_ms();
     in->rate_window_ms = e->p.tps_window_ms;

@@ -705,6 +705,7 @@ void eng_pool_stats(eng *e, eng_stats *o)
                                .kept = pool_kept(p, ns, now, grace_s(e)),
                                .last_access_ms = (int64_t)(p->last_access_s * 1000.0 + wall_off),
                                .own_cells = mem_seq_owned(e->mem, p->seq), .n_sessions = ns,
+                               .own_state_bytes = (size_t)mem_seq_states(e->mem, p->seq) * mem_state_bytes(e->mem),
                                .n_children = p->n_children, .n_prefix_hits = pm->hits,
                                .n_queries = pm->queries };
         own[i] = pi->own_cells;

@@ -275,6 +275,11 @@ int32_t mem_states_used(const mem *m)
     return m->rs ? rs_used(m->rs) : 0;
 }
 
+int32_t mem_seq_states(const mem *m, kv_seq seq)
+{
+    return m->rs ? rs_seq_slots(m->rs, seq) : 0;
+}
+
 int32_t mem_states_free(const mem *m)
 {
     return m->rs ? rs_free_slots(m->rs) : 0;

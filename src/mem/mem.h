@@ -148,6 +148,7 @@ int32_t mem_n_cells(const mem *m);              /* capacity */
 size_t mem_state_bytes(const mem *m);           /* one recurrent state, 0: not a hybrid */
 int32_t mem_states_used(const mem *m);          /* recurrent states held (live and checkpoints) */
 int32_t mem_states_free(const mem *m);
+int32_t mem_seq_states(const mem *m, kv_seq seq);   /* states charged to seq (live and checkpoints) */
 int32_t mem_used(const mem *m);                 /* cells in use */
 int32_t mem_seq_cells(const mem *m, kv_seq seq);   /* cells seq is in */
 int32_t mem_seq_owned(const mem *m, kv_seq seq);   /* cells charged to seq */

@@ -118,6 +118,14 @@ char *srv_metrics_text(const eng_stats *st, const srv_scrape *since, const char 
            "Mean decode speed experienced by the warm sessions decoding now (per-slot EWMA).", "",
            st->mean_active_tps);
     metric(&b, "polykv:kv_cells_used", "gauge", "KV cache cells in use.", "", st->kv_used);
+    if (st->states_total) {
+        metric(&b, "polykv:recurrent_states_used", "gauge",
+               "Recurrent state slots in use, live and checkpoints (hybrid models).", "", st->states_used);
+        metric(&b, "polykv:recurrent_states_total", "gauge", "Recurrent state slots (hybrid models).", "",
+               st->states_total);
+        metric(&b, "polykv:recurrent_state_bytes", "gauge", "Bytes of one recurrent state (hybrid models).", "",
+               (double)st->state_bytes);
+    }
     metric(&b, "polykv:kv_cells_total", "gauge", "KV cache cells in all.", "", st->kv_total);
     metric(&b, "polykv:requests_done_total", "counter", "Completion tasks finished.", "",
            (double)st->n_requests_done);
@@ -267,7 +275,8 @@ enum MHD_Result srv_h_slots(srv_req *r, json_t *body)
         json_object_set_new(slot, "ctx_used", json_integer(si->n_past));
         json_object_set_new(slot, "ctx_total", json_integer(si->n_ctx));
         json_object_set_new(slot, "ctx_headroom_tokens", json_integer(si->n_ctx - si->n_past));
-        json_object_set_new(slot, "kv_owned_bytes", json_real((double)si->kv_owned * (double)st.kv_cell_bytes));
+        json_object_set_new(slot, "kv_owned_bytes",
+                            json_real((double)si->kv_owned * (double)st.kv_cell_bytes + (double)si->state_bytes));
         srv_view_tag(&v, r->s, slot, v.slot_tenant[i]);
     }
     const char *fail = srv_query(r, "fail_on_no_slot");

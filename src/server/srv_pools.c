@@ -157,7 +157,7 @@ static json_t *session_json(const srv *s, const eng_stats *st, int32_t i, const 
                      "session_id", si->session_id[0] ? si->session_id : NULL, "slot", si->id,
                      "state", srv_slot_state(si->state), "shared_tokens", si->pool_shared,
                      "suffix_n_tokens", si->n_past - si->pool_shared,
-                     "marginal_kv_bytes", si->kv_owned * bytes, "tps_ewma", si->tps_ewma, "ttft_ms", si->ttft_ms,
+                     "marginal_kv_bytes", si->kv_owned * bytes + (double)si->state_bytes, "tps_ewma", si->tps_ewma, "ttft_ms", si->ttft_ms,
                      "ctx_used", si->n_past, "ctx_total", si->n_ctx, "ctx_headroom_tokens", si->n_ctx - si->n_past);
     if (v) srv_view_tag(v, s, o, v->slot_tenant[i]);
     return o;
@@ -178,7 +178,7 @@ static json_t *pool_json(const srv *s, const eng_stats *st, int32_t k, const srv
     json_t *o = json_pack("{s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:s, s:b, s:b, s:b, s:I, s:I, s:I, s:f}",
                           "pool_id", p->pool_id, "parent", p->parent, "branch_pos", p->branch_pos,
                           "prefix_len", p->prefix_len, "own_tokens", p->prefix_len - p->branch_pos,
-                          "own_kv_bytes", p->own_cells * bytes, "subtree_kv_bytes", p->subtree_cells * bytes,
+                          "own_kv_bytes", p->own_cells * bytes + (double)p->own_state_bytes, "subtree_kv_bytes", p->subtree_cells * bytes,
                           "residency", pool_residency_name((pool_residency)p->residency), "pinned", p->pinned,
                           "auto_pinned", p->auto_pinned, "orphaned_pin", p->orphaned_pin,
                           "last_access_ts", (json_int_t)p->last_access_ms,
