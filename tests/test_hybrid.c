@@ -11,13 +11,23 @@
  *   - shares and keeps go only as far as a state exists, and say so;
  *   - accounting: mem_check after every operation, each sequence's bytes
  *     its cells' plus its states', and nothing held after all is dropped;
- *     a random sequence of operations keeps all of it.
+ *     a random sequence of operations keeps all of it;
+ *   - the engine (eng_check after every step, POLYKV_CHECK=1 as tests/run.sh
+ *     sets it): greedy completions equal greedy decoding with the model
+ *     directly, for a first prompt, its retry (continued from the
+ *     checkpoint one token before its end), a next turn that extends the
+ *     transcript (from the history's end), a rewritten last message (from
+ *     a checkpoint), a history parked by other sessions and one restored
+ *     from the RAM tier, and a slot saved, erased and restored.
  * The model: a random-weight qwen35 that `polykv gen-model` writes from a
  * seed (tests/data/qwen35 holds llama.cpp's outputs on the same file,
  * test_qwen35 checks them).
  */
 #include "ref.h"
 #include "../src/mem/mem.h"
+#include "../src/engine/eng.h"
+
+#include <time.h>
 
 #include <stdlib.h>
 #include <unistd.h>
@@ -210,6 +220,133 @@ static void case_random(void)
     CHECK_EQ_INT(mem_states_used(g_mem), 0);
 }
 
+/* ---- the engine ---- */
+
+/* Greedy tokens straight from the model (a fresh context), the reference. */
+static int greedy_direct(const int32_t *prompt, int n, int n_gen, int32_t *out)
+{
+    model_ctx_params cp = { .n_ctx = 1024, .n_ubatch = 512, .n_threads = 2, .kv_type = TQ_F16 };
+    model_ctx *ctx;
+    ASSERT(model_ctx_new(g_m, &cp, &ctx) == PK_OK);
+    float *logits = malloc((size_t)g_V * sizeof *logits);
+    static ref_batch rb;
+    ref_batch_make(&rb, prompt, n, 0, 0, false);
+    ASSERT(model_decode(ctx, &rb.b, logits) == PK_OK);
+    int k = 0;
+    for (; k < n_gen; k++) {
+        out[k] = smp_argmax(logits, g_V);
+        ref_batch_make(&rb, &out[k], 1, n + k, 0, false);
+        ASSERT(model_decode(ctx, &rb.b, logits) == PK_OK);
+    }
+    free(logits);
+    model_ctx_free(ctx);
+    return k;
+}
+
+typedef struct run {
+    int32_t tok[64];
+    int n_tok;
+    int32_t n_cached, slot;
+    eng_ev_kind end;
+} run;
+
+/* A greedy completion of n_gen tokens through the engine (slot -1: any). */
+static run complete(eng *e, const int32_t *prompt, int n, int n_gen, int32_t slot)
+{
+    eng_completion c = { .prompt = prompt, .n_prompt = n, .n_predict = n_gen, .cache_prompt = true,
+                         .id_slot = slot, .ignore_eos = true, .report_placed = true };
+    c.sp = smp_default_params();
+    c.sp.temp = 0;
+    run r = { .n_cached = -1, .slot = -1 };
+    eng_task *t;
+    CHECK_EQ_INT(eng_submit(e, &c, &t), PK_OK);
+    eng_event ev;
+    while (eng_task_next(t, &ev, 60000) == PK_OK) {
+        eng_ev_kind k = ev.kind;
+        if (k == ENG_EV_PLACED) r.n_cached = ev.n_cached, r.slot = ev.slot;
+        if (k == ENG_EV_TOKEN && r.n_tok < 64) r.tok[r.n_tok++] = ev.token;
+        eng_event_clear(&ev);
+        if (k != ENG_EV_TOKEN && k != ENG_EV_PLACED && k != ENG_EV_PROGRESS) {
+            r.end = k;
+            break;
+        }
+    }
+    eng_task_release(t);
+    return r;
+}
+
+/* The engine's run of prompt equals the model's own greedy run. */
+static run check_run(eng *e, const int32_t *prompt, int n, int32_t slot, const char *what)
+{
+    enum { G = 12 };
+    int32_t want[G];
+    greedy_direct(prompt, n, G, want);
+    run r = complete(e, prompt, n, G, slot);
+    CHECK_EQ_INT(r.n_tok, G);
+    bool eq = r.n_tok == G && !memcmp(r.tok, want, sizeof want);
+    CHECK(eq);
+    printf("%-28s %3d prompt tokens, %3d reused, greedy %s\n", what, n, r.n_cached, eq ? "equal" : "DIFFERS");
+    return r;
+}
+
+static void case_engine(void)
+{
+    eng_params ep = eng_default_params();
+    ep.n_slots = 2;
+    ep.n_ctx = 1024;
+    ep.n_threads = 2;
+    eng *e;
+    ASSERT(eng_new(g_m, &ep, &e) == PK_OK);
+    static int32_t p[512];
+    int n = 80;
+    memcpy(p, g_tok, (size_t)n * sizeof *p);
+    run r = check_run(e, p, n, -1, "first prompt");
+    CHECK_EQ_INT(r.n_cached, 0);
+    r = check_run(e, p, n, -1, "retry");
+    CHECK_EQ_INT(r.n_cached, n - 1);                 /* the checkpoint before the prompt's end */
+    /* the next turn: the transcript with the reply, then more */
+    memcpy(p + n, r.tok, 12 * sizeof *p);
+    memcpy(p + n + 12, g_tok + 100, 30 * sizeof *p);
+    int n2 = n + 42;
+    r = check_run(e, p, n2, -1, "next turn");
+    CHECK(r.n_cached >= n + 11);                    /* the history's end (the last reply token is not in it) */
+    /* a classifier rewrites the last message: from the checkpoint at the
+     * previous prompt's end */
+    p[n2 - 5] = 7;
+    r = check_run(e, p, n2, -1, "last message rewritten");
+    CHECK(r.n_cached >= n - 1 && r.n_cached < n2 - 5);
+    /* a slot saved, erased, restored into the other slot, continued */
+    char dir[] = "/tmp/polykv-hybrid-XXXXXX";
+    ASSERT(mkdtemp(dir));
+    eng_file_reply fr;
+    CHECK_EQ_INT(eng_slot_save(e, r.slot, dir, "h.bin", &fr), PK_OK);
+    int32_t saved = fr.n_tokens;
+    CHECK_EQ_INT(eng_erase(e, 0, NULL), PK_OK);
+    CHECK_EQ_INT(eng_erase(e, 1, NULL), PK_OK);
+    CHECK_EQ_INT(eng_slot_restore(e, 1 - r.slot, dir, "h.bin", &fr), PK_OK);
+    CHECK_EQ_INT(fr.n_tokens, saved);
+    memcpy(p + n2, r.tok, 12 * sizeof *p);
+    int n3 = n2 + 12;
+    r = check_run(e, p, n3, -1, "after save and restore");
+    CHECK(r.n_cached >= saved - 1);
+    char path[128];
+    snprintf(path, sizeof path, "%s/h.bin", dir);
+    unlink(path);
+    rmdir(dir);
+    /* other sessions push this history out of its slot (parked, or in
+     * RAM); its next turn still finds it */
+    for (int k = 0; k < 3; k++) {
+        static int32_t o[200];
+        for (int i = 0; i < 120; i++) o[i] = g_tok[(i * 7 + k * 13) % 256] + k;
+        complete(e, o, 120, 4, -1);
+    }
+    memcpy(p + n3, r.tok, 12 * sizeof *p);
+    int n4 = n3 + 12;
+    r = check_run(e, p, n4, -1, "after parking or the RAM tier");
+    CHECK(r.n_cached >= n3);
+    eng_free(e);
+}
+
 static const char *model_path(char *buf, size_t cap)
 {
     const char *dir = getenv("POLYKV_QWEN35_DIR");
@@ -234,6 +371,7 @@ int main(int argc, char **argv)
     TEST_RUN(case_image);
     TEST_RUN(case_batch);
     TEST_RUN(case_random);
+    TEST_RUN(case_engine);
     mem_free(g_mem);
     model_ctx_free(g_ctx);
     model_free(g_m);
