@@ -105,10 +105,10 @@ typedef struct ref_tally {
  * margin rule (test_types.c says it whole): its tokens, its first
  * position's top 10 (and every logit in tsv, when given) within eps = frac
  * x max |logit|, then 32 greedy steps teacher-forced, each chosen token's
- * logit within eps and the argmax llama.cpp's wherever its margin is
- * >= 2 eps. */
+ * logit within eps_s = frac_steps x max |logit| and the argmax llama.cpp's
+ * wherever its margin is >= 2 eps_s. */
 static inline void ref_check_prompt(const char *name, model_ctx *ctx, int32_t V, const tok_vocab *voc, json_t *res,
-                                    float *logits, double frac, const char *tsv, ref_tally *ta)
+                                    float *logits, double frac, double frac_steps, const char *tsv, ref_tally *ta)
 {
     const char *prompt = json_string_value(json_object_get(res, "prompt"));
     static int32_t ids[4096];
@@ -117,7 +117,7 @@ static inline void ref_check_prompt(const char *name, model_ctx *ctx, int32_t V,
     if (!ref_first_logits(ctx, voc, res, ids, 4096, &n, logits)) return;
     json_t *top = json_object_get(res, "first_position_top10");
     double maxabs = ref_top_maxabs(top), diff = 0;
-    const double eps = frac * maxabs;
+    const double eps = frac * maxabs, eps_s = frac_steps * maxabs;
     for (size_t i = 0; i < json_array_size(top); i++) {
         json_t *e = json_array_get(top, i);
         int id = (int)json_integer_value(json_object_get(e, "id"));
@@ -154,16 +154,16 @@ static inline void ref_check_prompt(const char *name, model_ctx *ctx, int32_t V,
         double want_logit = json_real_value(json_array_get(gl, s));
         double margin = json_real_value(json_array_get(gm, s));
         diff = fmax(diff, fabs(logits[want_id] - want_logit));
-        CHECK_NEAR(logits[want_id], want_logit, eps);
+        CHECK_NEAR(logits[want_id], want_logit, eps_s);
         int32_t mine = smp_argmax(logits, V);
         ta->n_steps++;
-        if (margin >= 2 * eps) {
+        if (margin >= 2 * eps_s) {
             ta->n_checked++;
             CHECK_EQ_INT(mine, want_id);
             if (mine != want_id)
                 fprintf(stderr, "%s prompt '%.20s' step %d: token %d, llama.cpp %d "
                         "(margin %.3g >= 2 eps %.3g)\n",
-                        name, prompt, s, mine, want_id, margin, 2 * eps);
+                        name, prompt, s, mine, want_id, margin, 2 * eps_s);
         } else {
             all_wide = false;
         }

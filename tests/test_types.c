@@ -139,7 +139,7 @@ static void check_model(const char *type, double frac)
     json_t *results = json_object_get(j, "results");
     CHECK(json_array_size(results) == 3);
     for (size_t p = 0; p < json_array_size(results); p++)
-        ref_check_prompt(type, ctx, V, model_vocab(m), json_array_get(results, p), logits, frac,
+        ref_check_prompt(type, ctx, V, model_vocab(m), json_array_get(results, p), logits, frac, frac,
                      p == 0 ? tsv : NULL, &ta);
     printf("%-7s max |diff| / max |logit| %.2e, at the first positions %.2e (budget %.1e); greedy: %d of %d "
            "steps with margin >= 2 eps checked, free run agrees %d/%d, prompts that must match all 32: %s\n",

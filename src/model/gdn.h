@@ -17,9 +17,8 @@
  *
  *     M : [d_v][d_k]     M[j][i] = S[i][j]
  *
- *   gdn_serial applies the rule token by token (a decode step, and the
- *   reference).  gdn_chunked gives the same result for a prompt by blocks
- *   of GDN_CHUNK tokens: with the decays accumulated inside the block
+ *   gdn_serial applies the rule token by token.  gdn_chunked gives the
+ *   same result for a prompt by blocks of GDN_CHUNK tokens: with the decays accumulated inside the block
  *   (G_t = g_1 + ... + g_t), the corrections U of the block solve one
  *   unit lower-triangular system
  *
@@ -30,6 +29,17 @@
  *   D[t][s] = exp(G_t - G_s), and the state moves once per block:
  *   S = exp(G_C) S0 + sum_s exp(G_C - G_s) k_s u_s^T.  The products are
  *   matrix products over the block instead of C passes over the state.
+ *
+ * WHY the forward pass runs gdn_serial for prompts too: on a CPU the
+ * block form does no less arithmetic.  Per token and head the serial rule
+ * is 4 d^2 multiply-adds over a state that stays in cache; a block of C
+ * tokens costs 3 C d^2 (the reads of S0 and the update) plus 2 C^2 d (the
+ * triangular solve and the outputs), the same at C = d = 128.  What the
+ * block form buys on a GPU, matrix units, a CPU's vector units give the
+ * serial rule as well: measured on a 512-token prompt of a 128 x 128 head
+ * (test_gdn), serial 2.7 ms, chunked 7.5 ms.  Both stay, held together by
+ * test_gdn; the delta rule is under 1% of a prompt's arithmetic next to
+ * the weight products anyway.
  *
  * Inputs are row-major [n][d] arrays; the caller repeats key heads to value
  * heads.  Pure functions, no allocation (gdn_chunked takes its scratch).

@@ -14,8 +14,7 @@
  *   DeltaNet layer: norm -> [qkv, z, beta, alpha] products (one phase) ->
  *     causal convolution over each sequence's tokens (channels split) and
  *     the gates -> L2 norms of q and k -> the delta rule per (sequence,
- *     value head), serial for one token, chunked for more (gdn.h) ->
- *     gated RMSNorm -> output product
+ *     value head) (gdn.h) -> gated RMSNorm -> output product
  *   attention layer: norm -> [q|gate, k, v] products -> QK-norm, RoPE, K/V
  *     into cells -> attention -> times sigmoid(gate) -> output product
  *   then residual + norm -> FFN (dense SwiGLU, or the router, each chosen
@@ -52,8 +51,6 @@ struct hy_ctx {
     float *bl, *al;     /* [nub][n_v]          beta and alpha logits */
     float *gT, *bT;     /* [n_v][nub]          log decay and beta, per head */
     float *o;           /* [nub][value_dim]    the delta rule's output */
-    float *gdn_scr;     /* [n_threads][gdn_floats] */
-    size_t gdn_floats;
     /* MoE */
     float *rlog;        /* [nub][n_expert]     router logits */
     float *shg;         /* [nub]               shared expert gate logits */
@@ -71,7 +68,7 @@ void hy_ctx_free(model_ctx *c)
 {
     struct hy_ctx *h = c->hy;
     if (!h) return;
-    void *bufs[] = { h->qg, h->gt, h->mix, h->cv, h->z, h->bl, h->al, h->gT, h->bT, h->o, h->gdn_scr, h->rlog,
+    void *bufs[] = { h->qg, h->gt, h->mix, h->cv, h->z, h->bl, h->al, h->gT, h->bT, h->o, h->rlog,
                      h->shg, h->sel, h->selw, h->ecount, h->etok, h->xg, h->eg, h->eu, h->eh, h->ey, h->eout };
     for (size_t i = 0; i < ARRAY_LEN(bufs); i++) free(bufs[i]);
     free(h);
@@ -89,7 +86,6 @@ pk_status hy_ctx_new(model_ctx *c)
     h->key_dim = (int)(ds * hp->ssm_n_k_heads);
     h->value_dim = (int)(ds * nv);
     h->conv_dim = 2 * h->key_dim + h->value_dim;
-    h->gdn_floats = (gdn_scratch_floats((int)ds, (int)ds) + 15) & ~(size_t)15;
     const size_t hq = (size_t)hp->n_head * hp->head_dim_k, k = (size_t)MAX(hp->n_expert_used, 1);
     const size_t nx = (size_t)MAX(hp->n_expert, 1), ffe = (size_t)MAX(hp->n_ff_exp, 1), E = (size_t)hp->n_embd;
     bool moe = hp->n_expert > 0;
@@ -103,8 +99,7 @@ pk_status hy_ctx_new(model_ctx *c)
         !(h->mix = fwd_alloc(nub * h->conv_dim * fl)) || !(h->cv = fwd_alloc(nub * h->conv_dim * fl)) ||
         !(h->z = fwd_alloc(nub * h->value_dim * fl)) || !(h->bl = fwd_alloc(nub * nv * fl)) ||
         !(h->al = fwd_alloc(nub * nv * fl)) || !(h->gT = fwd_alloc(nub * nv * fl)) ||
-        !(h->bT = fwd_alloc(nub * nv * fl)) || !(h->o = fwd_alloc(nub * h->value_dim * fl)) ||
-        !(h->gdn_scr = fwd_alloc((size_t)c->p.n_threads * h->gdn_floats * fl)))
+        !(h->bT = fwd_alloc(nub * nv * fl)) || !(h->o = fwd_alloc(nub * h->value_dim * fl)))
         return PK_ENOMEM;
     if (moe && (!(h->rlog = fwd_alloc(nub * nx * fl)) || !(h->shg = fwd_alloc(nub * fl)) ||
                 !(h->sel = fwd_alloc(nub * k * sizeof(int32_t))) || !(h->selw = fwd_alloc(nub * k * fl)) ||
@@ -266,8 +261,8 @@ static void deltanet(model_ctx *c, int ith, int nth, const model_layer *L, int T
         for (int j = 0; j < 2 * nk; j++) l2_norm(h->cv + t * CD + (size_t)j * ds, ds, hp->rms_eps);
     tp_barrier(c->tp);
 
-    /* the delta rule, one (sequence, value head) a unit */
-    float *scr = h->gdn_scr + (size_t)ith * h->gdn_floats;
+    /* the delta rule, one (sequence, value head) a unit: the serial form
+     * for prompts too, the faster on CPUs (gdn.h) */
     for (int u = ith; u < c->n_lists * nv; u += nth) {
         const int l = u / nv, j = u % nv, kh = j % nk;
         int first, n;
@@ -278,8 +273,7 @@ static void deltanet(model_ctx *c, int ith, int nth, const model_layer *L, int T
                       .v = row + 2 * KD + (size_t)j * ds, .g = h->gT + (size_t)j * nub + first,
                       .beta = h->bT + (size_t)j * nub + first, .q_stride = CD, .k_stride = CD, .v_stride = CD };
         float *o = h->o + (size_t)first * VD + (size_t)j * ds;
-        if (n == 1) gdn_serial(&in, M, o, VD);
-        else gdn_chunked(&in, M, o, VD, scr);
+        gdn_serial(&in, M, o, VD);
     }
     tp_barrier(c->tp);
 
