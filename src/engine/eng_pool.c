@@ -33,6 +33,7 @@ typedef struct pmech {
     eng_scope adm;              /* its admission policy and settle record (eng_admit.c) */
     eng_call *waiters;          /* create / fork / flush answered once resident */
     uint64_t hits, queries;
+    int32_t checkpoints[2];     /* hybrids: kept when materializing (eng_pool_req) */
 } pmech;
 
 struct eng_pools {
@@ -210,6 +211,9 @@ static void mat_start(eng *e, const pool_node *p, kv_seq hint)
         pm->mat_pos = k;
     }
     pm->n_prefilled = L - pm->mat_pos;
+    for (int i = 0; i < 2; i++)
+        if (pm->checkpoints[i] > pm->mat_pos && pm->checkpoints[i] < L)
+            mem_checkpoint_at(e->mem, p->seq, pm->checkpoints[i]);
     if (pm->mat_pos == L) resident(e, p);
 }
 
@@ -320,6 +324,19 @@ void eng_pool_decoded(eng *e, pk_status st)
 
 /* ---- operations ------------------------------------------------------- */
 
+/* Hybrids: where the pool's recurrent state is kept besides its end: the
+ * starts of its last two messages (the first token of the turn marker,
+ * <|im_start|> on ChatML templates), so that a session sharing only the
+ * first messages (a system block without the task) still continues from
+ * the pool (docs/hybrid.md). */
+static void message_starts(const eng *e, const int32_t *tok, int32_t n, int32_t *out)
+{
+    out[0] = out[1] = 0;
+    if (!mem_hybrid(e->mem) || e->hist.n_marker < 1) return;
+    for (int32_t i = n - 1, got = 0; i > 0 && got < 2; i--)
+        if (tok[i] == e->hist.marker[0]) out[got++] = i;
+}
+
 static void op_make(eng *e, eng_call *c)
 {
     const eng_pool_req *rq = c->u.pool.rq;
@@ -399,6 +416,7 @@ static void op_make(eng *e, eng_call *c)
     }
     pmech *pm = &e->pools->m[seq];
     *pm = (pmech){ .id = id, .mat_pos = -1 };
+    message_starts(e, tok, n, pm->checkpoints);
     pm->adm.policy = e->p.admission;          /* the server's, until the pool gets its own */
     pm->adm.policy.set = false;
     add_waiter(pm, c);
