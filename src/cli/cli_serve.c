@@ -48,6 +48,8 @@ static void usage(void)
         "  --mmap / --no-mmap      map the model file instead of reading it into huge pages\n"
         "                          (starts without a copy; pages shared with other processes)\n"
         "  -cram, --cache-ram MIB  RAM for histories spilled out of the KV cache (default 8192, 0 = none)\n"
+        "  --rs-slots N            hybrid models: recurrent states kept, live and checkpoints\n"
+        "                          (default 2 x --parallel + 8; docs/hybrid.md)\n"
         "  --host ADDR[,ADDR...]   addresses to listen on, one port (default 127.0.0.1)\n"
         "  --port N                port (default 8080; 0 picks a free one)\n"
         "  --api-key KEY           require Authorization: Bearer KEY (or X-Api-Key) on every route\n"
@@ -152,7 +154,7 @@ static bool takes_value(const char *a)
 {
     static const char *const names[] = {
         "-m", "--model", "-c", "--ctx-size", "-np", "--parallel", "-t", "--threads", "-cram", "--cache-ram",
-        "-b", "--batch-size", "--batch-decoding", "--pools", "--pool-grace-ms", "--host", "--port", "--api-key",
+        "-b", "--batch-size", "--batch-decoding", "--pools", "--pool-grace-ms", "--rs-slots", "--host", "--port", "--api-key",
         "--api-key-file",
         "-a", "--alias", "--chat-template", "--chat-template-file", "-to", "--timeout", "--max-body", "--header-timeout", "--max-per-ip",
         "--max-connections", "--kv-type", "--pool-dir", "--models-dir", "--models-max", "--models-preset",
@@ -291,6 +293,7 @@ static bool parse(int argc, char **argv, serve_opts *o)
             }
             o->ep.sleep_idle_ms = x < 0 ? 0 : (int32_t)x * 1000;
         }
+        else if (!strcmp(a, "--rs-slots")) { if (!cli_int(a, v, 1, 4096, &x)) return false; o->ep.n_rs = (int32_t)x; }
         else if (!strcmp(a, "--pools")) { if (!cli_int(a, v, 0, ENG_MAX_POOLS, &x)) return false; o->ep.n_pools = (int32_t)x; }
         else if (!strcmp(a, "--pool-grace-ms")) { if (!cli_int(a, v, 0, 1 << 30, &x)) return false; o->ep.pool_grace_ms = (int32_t)x; }
         else if (!strncmp(a, "--admission-", 12)) { if (!admission_flag(&o->ep.admission, a + 12, v)) return false; }

@@ -83,6 +83,7 @@ typedef struct eng_params {
     int32_t tps_window_ms;      /* 2000 */
     pol_params policy;          /* slot placement and retention */
     int32_t cache_ram_mib;      /* RAM for histories spilled out of the cache, 8192 */
+    int32_t n_rs;               /* hybrids: recurrent state slots, 0: 2 x n_slots + 8 */
     int32_t n_pools;            /* --pools: sequence ids reserved for pools, 16 */
     int32_t pool_grace_ms;      /* --pool-grace-ms: kept after the last user leaves, 30000 */
     bool kv_unified;            /* --kv-unified: a slot may use all n_ctx positions (cells
