@@ -29,8 +29,21 @@
  * rounded types hold a budget of 1.2e-1 (their margin rule then checks
  * little), their first positions 1e-2.  F32 matches every greedy token of
  * every prompt on both.
+ *
+ * check_gen needs no model from outside: gen-model writes small qwen35 and
+ * qwen35moe files (n_embd 64, 3 DeltaNet + 1 attention layers and the MTP
+ * block; the 151,936-token vocabulary of ../shared) that llama.cpp ran once
+ * (scripts/qwen35/make_gen_refs.sh, commands-gen.txt); the case writes
+ * each again, checks its sha256 against the recorded one, and checks it
+ * as above.  Measured, the largest of the scalar, AVX2 and AVX-512
+ * kernels (max |diff| / max |logit| over all steps):
+ *   qwen35     F32 1.3e-6, BF16 2.8e-3, Q8_0 1.05e-2, Q4_K 1.03e-2;
+ *   qwen35moe  F32 1.1e-6, BF16 2.3e-3, Q8_0 6.3e-3, Q4_K 1.0e-2.
+ * F32 checks all 128 greedy steps of each and matches every one.  The
+ * eight take about 15 s on 2 threads.
  */
 #include "ref.h"
+#include "sha256.h"
 
 #include <stdlib.h>
 #include <unistd.h>
@@ -48,16 +61,12 @@ static const struct { const char *name; double frac, frac_steps; } models[] = {
     { "rand-qwen35moe-e256-l4-x8a2-Q4_K_M", 1e-2, 1.2e-1 },
 };
 
-static void check_model(const char *name, double frac, double frac_steps)
+/* One model against llama.cpp's run of it (the JSON at jpath): four
+ * prompts, 32 greedy steps each, within frac of max |logit| at the first
+ * positions and frac_steps at the greedy steps. */
+static void check_file(const char *name, const char *path, const char *jpath, double frac, double frac_steps)
 {
-    const char *dir = getenv("POLYKV_QWEN35_DIR");
-    char path[512], jpath[256], err[512] = "";
-    if (!dir || !*dir) {
-        printf("%s: skipped: set POLYKV_QWEN35_DIR to the directory scripts/qwen35/make_refs.sh wrote\n", name);
-        return;
-    }
-    snprintf(path, sizeof path, "%s/%s.gguf", dir, name);
-    snprintf(jpath, sizeof jpath, DATA "/%s.json", name);
+    char err[512] = "";
     model *m;
     pk_status s = model_load(path, MODEL_MMAP, &m, err, sizeof err);
     CHECK(s == PK_OK);
@@ -85,6 +94,92 @@ static void check_model(const char *name, double frac, double frac_steps)
     json_decref(j);
     model_ctx_free(ctx);
     model_free(m);
+}
+
+/* gen-model's hybrids: the arguments of each (scripts/qwen35/make_gen_refs.sh
+ * passes the same, --vocab and -o aside). */
+#define GEN_DENSE "--arch qwen35 --n-embd 64 --n-layer 4 --n-head 4 --n-head-kv 2 --head-dim 64 --n-ff 128 " \
+                  "--ssm-groups 2 --ssm-heads 4 --ssm-state 32 --ssm-conv 4 --untied --seed 35"
+#define GEN_MOE "--arch qwen35moe --n-embd 64 --n-layer 4 --n-head 4 --n-head-kv 2 --head-dim 64 --n-expert 4 " \
+                "--n-expert-used 2 --n-ff-exp 64 --n-ff-shexp 128 --ssm-groups 2 --ssm-heads 4 --ssm-state 32 " \
+                "--ssm-conv 4 --seed 36"
+static const struct { const char *name, *args; double frac; } gen_models[] = {
+    { "gen-qwen35-e64-l4-F32", GEN_DENSE " --type f32", 3e-6 },
+    { "gen-qwen35-e64-l4-BF16", GEN_DENSE " --type bf16", 4e-3 },
+    { "gen-qwen35-e64-l4-Q8_0", GEN_DENSE " --type q8_0", 1.5e-2 },
+    { "gen-qwen35-e64-l4-Q4_K", GEN_DENSE " --type q4_k", 1.5e-2 },
+    { "gen-qwen35moe-e64-l4-x4a2-F32", GEN_MOE " --type f32", 3e-6 },
+    { "gen-qwen35moe-e64-l4-x4a2-BF16", GEN_MOE " --type bf16", 4e-3 },
+    { "gen-qwen35moe-e64-l4-x4a2-Q8_0", GEN_MOE " --type q8_0", 1e-2 },
+    { "gen-qwen35moe-e64-l4-x4a2-Q4_K", GEN_MOE " --type q4_k", 1.5e-2 },
+};
+
+static const char *g_bin;
+
+static void check_model(const char *name, double frac, double frac_steps)
+{
+    const char *dir = getenv("POLYKV_QWEN35_DIR");
+    char path[512], jpath[256];
+    if (!dir || !*dir) {
+        printf("%s: skipped: set POLYKV_QWEN35_DIR to the directory scripts/qwen35/make_refs.sh wrote\n", name);
+        return;
+    }
+    snprintf(path, sizeof path, "%s/%s.gguf", dir, name);
+    snprintf(jpath, sizeof jpath, DATA "/%s.json", name);
+    check_file(name, path, jpath, frac, frac_steps);
+}
+
+/* The sha256 commands-gen.txt records for $OUT/<name>.gguf in hex[65]. */
+static bool gen_sha(const char *name, char hex[65])
+{
+    FILE *f = fopen(DATA "/commands-gen.txt", "r");
+    char line[1024], tail[256];
+    snprintf(tail, sizeof tail, "  $OUT/%s.gguf\n", name);
+    bool found = false;
+    while (f && !found && fgets(line, sizeof line, f)) {
+        size_t n = strlen(line), nt = strlen(tail);
+        found = !strncmp(line, "# sha256 ", 9) && n == 9 + 64 + nt && !strcmp(line + 9 + 64, tail);
+        if (found) snprintf(hex, 65, "%.64s", line + 9);
+    }
+    if (f) fclose(f);
+    return found;
+}
+
+/* gen-model's own qwen35 / qwen35moe file (gen_models), written here by
+ * the binary under test, checked to be byte for byte the file llama.cpp
+ * ran (its sha256 in commands-gen.txt: a change to gen-model fails here
+ * rather than turning the references stale), then held to llama.cpp's
+ * outputs like the converter's models above.  Needs ../shared for the
+ * vocabulary. */
+static void check_gen(const char *name, const char *args, double frac)
+{
+    const char *shared = test_shared_dir();
+    if (!shared) {
+        SKIP_PART("%s: ../shared absent (set POLYKV_SHARED): gen-model needs its Qwen3.5 vocabulary", name);
+        return;
+    }
+    if (access(g_bin, X_OK) != 0) {
+        SKIP_PART("%s: %s not built (set POLYKV_BIN)", name, g_bin);
+        return;
+    }
+    char want[65] = "", got[65] = "", dir[] = "/tmp/polykv-test-qwen35-XXXXXX", path[256], jpath[256], cmd[2048];
+    CHECK(gen_sha(name, want));
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/%s.gguf", dir, name);
+    snprintf(cmd, sizeof cmd, "%s gen-model %s --vocab %s/models/vocab/ggml-vocab-qwen35.gguf -o %s", g_bin, args,
+             shared, path);
+    CHECK_EQ_INT(system(cmd), 0);
+    CHECK(sha256_file(path, got));
+    CHECK_STR(got, want);
+    if (strcmp(got, want))
+        fprintf(stderr, "%s: gen-model wrote another file than the one llama.cpp ran: rerun "
+                "scripts/qwen35/make_gen_refs.sh\n", name);
+    else {
+        snprintf(jpath, sizeof jpath, DATA "/%s.json", name);
+        check_file(name, path, jpath, frac, frac);
+    }
+    unlink(path);
+    rmdir(dir);
 }
 
 static char *slurp(const char *path, size_t *n)
@@ -153,12 +248,28 @@ static void check_vocab(void)
     gguf_close(g);
 }
 
+/* POLYKV_BIN, else the polykv of the build this test is in. */
+static const char *find_bin(const char *argv0)
+{
+    const char *b = getenv("POLYKV_BIN");
+    if (b && *b) return b;
+    static char buf[512];
+    const char *t = strstr(argv0, "tests/test_qwen35");
+    if (!t || t - argv0 > 400) return "build/polykv";
+    snprintf(buf, sizeof buf, "%.*spolykv", (int)(t - argv0), argv0);
+    return buf;
+}
+
 int main(int argc, char **argv)
 {
     test_select(argc, argv);
+    g_bin = find_bin(argv[0]);
     if (access(DATA "/commands.txt", R_OK) != 0)
         SKIP(DATA " absent (run from the repository root): llama.cpp's outputs are there");
     TEST_RUN(check_vocab);
-    for (size_t i = 0; i < ARRAY_LEN(models); i++) TEST_RUN(check_model, models[i].name, models[i].frac, models[i].frac_steps);
+    for (size_t i = 0; i < ARRAY_LEN(models); i++)
+        TEST_RUN(check_model, models[i].name, models[i].frac, models[i].frac_steps);
+    for (size_t i = 0; i < ARRAY_LEN(gen_models); i++)
+        TEST_RUN(check_gen, gen_models[i].name, gen_models[i].args, gen_models[i].frac);
     return test_finish();
 }

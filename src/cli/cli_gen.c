@@ -13,24 +13,18 @@
  * types (q4_k_m: Q6_K for the output and for attn_v / ffn_down of the
  * "more bits" layers; a 256-block type falls back to Q5_0 / Q5_1 / Q8_0 when
  * a row is not a multiple of 256).  Norms and biases stay F32.
+ *
+ * The Qwen3.5 hybrids (qwen35, qwen35moe) are cli_gen_hybrid.c's: the
+ * options parsed here, the keys and tensors written there.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../gguf/gguf.h"
-#include "../tensor/tq.h"
 #include "cli.h"
-
-typedef struct gen_shape {
-    const char *arch;
-    long n_embd, n_layer, n_head, n_head_kv, n_ff, head_dim, n_ctx;
-    double rope_base, eps;
-    bool tied;
-} gen_shape;
-
-typedef struct gen_type { const char *name; tq_type type; bool k_mix; int ftype; } gen_type;
+#include "cli_gen.h"
 
 static const gen_type gen_types[] = {
     { "f32", TQ_F32, false, 0 },   { "f16", TQ_F16, false, 1 },   { "bf16", TQ_BF16, false, 32 },
@@ -50,7 +44,7 @@ static uint64_t mix64(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-static void fill_normal(float *x, size_t n, uint64_t seed, float mean, float std)
+void gen_fill_normal(float *x, size_t n, uint64_t seed, float mean, float std)
 {
     uint64_t s = seed;
     for (size_t i = 0; i < n; i += 2) {
@@ -77,35 +71,50 @@ static tq_type fit_type(tq_type t, long n_cols)
     return n_cols % tq_get(t)->blck_size == 0 ? t : TQ_F16;
 }
 
-/* "<arch>.<suffix>" in buf (128 bytes). */
-static const char *akey(char *buf, const char *arch, const char *suffix)
+const char *gen_akey(char *buf, const char *arch, const char *suffix)
 {
     snprintf(buf, 128, "%s.%s", arch, suffix);
     return buf;
 }
 
-static bool more_bits(int il, int n)
+bool gen_more_bits(int il, int n)
 {
     return il < n / 8 || il >= 7 * n / 8 || (il - n / 8) % 3 == 2;
 }
 
+int gen_add_floats(gguf_writer *w, const char *name, tq_type type, int n_dims, const int64_t *ne, const float *x)
+{
+    size_t n_rows = 1;
+    for (int d = 1; d < n_dims; d++) n_rows *= (size_t)ne[d];
+    type = n_dims > 1 ? fit_type(type, (long)ne[0]) : TQ_F32;
+    size_t row = tq_row_size(type, ne[0]);
+    char *q = malloc(row * n_rows);
+    if (!q) return -1;
+    for (size_t r = 0; r < n_rows; r++) tq_quantize_row(type, x + r * (size_t)ne[0], q + r * row, ne[0]);
+    pk_status st = gguf_add_tensor(w, name, type, n_dims, ne, q, row * n_rows);
+    free(q);
+    return st == PK_OK ? 0 : -1;
+}
+
+int gen_add_normal(gguf_writer *w, const char *name, tq_type type, int n_dims, const int64_t *ne, uint64_t seed,
+                   float mean, float std)
+{
+    size_t n = 1;
+    for (int d = 0; d < n_dims; d++) n *= (size_t)ne[d];
+    float *x = malloc(n * sizeof *x);
+    if (!x) return -1;
+    gen_fill_normal(x, n, seed, mean, std);
+    int rc = gen_add_floats(w, name, type, n_dims, ne, x);
+    free(x);
+    return rc;
+}
+
+/* A matrix of n_rows rows of n_cols (a vector when n_rows is 1). */
 static int add_tensor(gguf_writer *w, const char *name, tq_type type, long n_cols, long n_rows,
                       uint64_t seed, float mean, float std)
 {
-    size_t n = (size_t)n_cols * (size_t)n_rows;
-    float *x = malloc(n * sizeof *x);
-    if (!x) return -1;
-    fill_normal(x, n, seed, mean, std);
-    type = n_rows > 1 ? fit_type(type, n_cols) : TQ_F32;
-    size_t row = tq_row_size(type, n_cols);
-    char *q = malloc(row * (size_t)n_rows);
-    if (!q) { free(x); return -1; }
-    for (long r = 0; r < n_rows; r++) tq_quantize_row(type, x + (size_t)r * n_cols, q + (size_t)r * row, n_cols);
     int64_t ne[2] = { n_cols, n_rows };
-    pk_status st = gguf_add_tensor(w, name, type, n_rows > 1 ? 2 : 1, ne, q, row * (size_t)n_rows);
-    free(x);
-    free(q);
-    return st == PK_OK ? 0 : -1;
+    return gen_add_normal(w, name, type, n_rows > 1 ? 2 : 1, ne, seed, mean, std);
 }
 
 /* <unk>, <s>, </s> and the 256 byte tokens, as a SentencePiece vocabulary. */
@@ -138,17 +147,80 @@ static void add_byte_vocab(gguf_writer *w)
 static void usage(void)
 {
     fprintf(stderr,
-        "usage: polykv gen-model --arch llama|qwen2|qwen3 [--vocab VOCAB.gguf] --type T --seed S -o OUT.gguf\n"
+        "usage: polykv gen-model --arch llama|qwen2|qwen3|qwen35|qwen35moe [--vocab VOCAB.gguf] --type T --seed S\n"
+        "         -o OUT.gguf\n"
         "  shape: --n-embd 256 --n-layer 2 --n-head 4 --n-head-kv 2 --n-ff 512 [--head-dim D]\n"
         "         [--ctx 4096] [--rope-base B] [--eps E] [--untied]\n"
+        "  qwen35, qwen35moe (--n-layer: the trunk; one MTP block follows it):\n"
+        "         [--attn-every 4] [--ssm-groups 2] [--ssm-heads 4] [--ssm-state 64] [--ssm-conv 4]\n"
+        "  qwen35moe: [--n-expert 8] [--n-expert-used 2] [--n-ff-exp N_FF/4] [--n-ff-shexp N_FF/2]\n"
         "  types: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k (= q4_k_m mix) q4_k_s q5_k q6_k\n"
         "         q2_k q3_k (= q3_k_s) iq4_nl iq4_xs\n");
+}
+
+static void llama_keys(gguf_writer *w, const gen_shape *sh)
+{
+    char key[128];
+    gguf_add_u32(w, gen_akey(key, sh->arch, "context_length"), (uint32_t)sh->n_ctx);
+    gguf_add_u32(w, gen_akey(key, sh->arch, "embedding_length"), (uint32_t)sh->n_embd);
+    gguf_add_u32(w, gen_akey(key, sh->arch, "block_count"), (uint32_t)sh->n_layer);
+    gguf_add_u32(w, gen_akey(key, sh->arch, "feed_forward_length"), (uint32_t)sh->n_ff);
+    gguf_add_u32(w, gen_akey(key, sh->arch, "attention.head_count"), (uint32_t)sh->n_head);
+    gguf_add_u32(w, gen_akey(key, sh->arch, "attention.head_count_kv"), (uint32_t)sh->n_head_kv);
+    gguf_add_f32(w, gen_akey(key, sh->arch, "rope.freq_base"), (float)sh->rope_base);
+    gguf_add_f32(w, gen_akey(key, sh->arch, "attention.layer_norm_rms_epsilon"), (float)sh->eps);
+    if (sh->head_dim) {
+        gguf_add_u32(w, gen_akey(key, sh->arch, "attention.key_length"), (uint32_t)sh->head_dim);
+        gguf_add_u32(w, gen_akey(key, sh->arch, "attention.value_length"), (uint32_t)sh->head_dim);
+    }
+}
+
+static int llama_tensors(gguf_writer *w, const gen_shape *sh, const gen_type *gt, long n_vocab, uint64_t ts)
+{
+    const bool qwen2 = !strcmp(sh->arch, "qwen2"), qwen3 = !strcmp(sh->arch, "qwen3");
+    const long hd = sh->head_dim ? sh->head_dim : sh->n_embd / sh->n_head;
+    tq_type t = gt->type, out_t = gt->k_mix ? TQ_Q6_K : t;
+    float s_e = 1.5f / sqrtf((float)sh->n_embd), s_o = 1.5f / sqrtf((float)(sh->n_head * hd));
+    float s_f = 1.5f / sqrtf((float)sh->n_ff), s_qk = qwen3 ? 0.02f : s_e;
+    char name[128];
+    int rc = 0;
+    rc |= add_tensor(w, "token_embd.weight", sh->tied ? out_t : t, sh->n_embd, n_vocab, ts++, 0, 0.02f);
+    rc |= add_tensor(w, "output_norm.weight", TQ_F32, sh->n_embd, 1, ts++, 1.0f, 0.1f);
+    if (!sh->tied) rc |= add_tensor(w, "output.weight", out_t, sh->n_embd, n_vocab, ts++, 0, s_e);
+    for (int il = 0; il < sh->n_layer && !rc; il++) {
+        tq_type tv = gt->k_mix && gen_more_bits(il, (int)sh->n_layer) ? TQ_Q6_K : t;
+        struct { const char *n; tq_type t; long cols, rows; float mean, std; } L[] = {
+            { "attn_norm.weight", TQ_F32, sh->n_embd, 1, 1.0f, 0.1f },
+            { "attn_q.weight", t, sh->n_embd, sh->n_head * hd, 0, s_qk },
+            { "attn_k.weight", t, sh->n_embd, sh->n_head_kv * hd, 0, s_qk },
+            { "attn_v.weight", tv, sh->n_embd, sh->n_head_kv * hd, 0, s_e },
+            { "attn_output.weight", t, sh->n_head * hd, sh->n_embd, 0, s_o },
+            { "ffn_norm.weight", TQ_F32, sh->n_embd, 1, 1.0f, 0.1f },
+            { "ffn_gate.weight", t, sh->n_embd, sh->n_ff, 0, s_e },
+            { "ffn_up.weight", t, sh->n_embd, sh->n_ff, 0, s_e },
+            { "ffn_down.weight", tv, sh->n_ff, sh->n_embd, 0, s_f },
+            { qwen2 ? "attn_q.bias" : NULL, TQ_F32, sh->n_head * hd, 1, 0, 0.1f },
+            { qwen2 ? "attn_k.bias" : NULL, TQ_F32, sh->n_head_kv * hd, 1, 0, 0.1f },
+            { qwen2 ? "attn_v.bias" : NULL, TQ_F32, sh->n_head_kv * hd, 1, 0, 0.1f },
+            { qwen3 ? "attn_q_norm.weight" : NULL, TQ_F32, hd, 1, 1.0f, 0.1f },
+            { qwen3 ? "attn_k_norm.weight" : NULL, TQ_F32, hd, 1, 1.0f, 0.1f },
+        };
+        for (size_t k = 0; k < ARRAY_LEN(L); k++) {
+            uint64_t s = ts++;
+            if (!L[k].n) continue;
+            snprintf(name, sizeof name, "blk.%d.%s", il, L[k].n);
+            rc |= add_tensor(w, name, L[k].t, L[k].cols, L[k].rows, s, L[k].mean, L[k].std);
+        }
+    }
+    return rc;
 }
 
 int cli_gen_model(int argc, char **argv)
 {
     gen_shape sh = { .arch = NULL, .n_embd = 256, .n_layer = 2, .n_head = 4, .n_head_kv = 2,
-                     .n_ff = 512, .n_ctx = 4096, .rope_base = 0, .eps = 0, .tied = true };
+                     .n_ff = 512, .n_ctx = 4096, .ssm_state = 64, .ssm_groups = 2, .ssm_heads = 4,
+                     .ssm_conv = 4, .attn_every = 4, .n_expert = 8, .n_expert_used = 2,
+                     .rope_base = 0, .eps = 0, .tied = true };
     const char *vocab = NULL, *outp = NULL, *tname = "f16";
     long seed = 1;
     for (int i = 1; i < argc; i++) {
@@ -156,10 +228,20 @@ int cli_gen_model(int argc, char **argv)
         if (!strcmp(a, "--untied")) { sh.tied = false; continue; }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
         if (!(v = cli_arg(argc, argv, &i))) return 2;
-        long *lp = !strcmp(a, "--n-embd") ? &sh.n_embd : !strcmp(a, "--n-layer") ? &sh.n_layer :
-                   !strcmp(a, "--n-head") ? &sh.n_head : !strcmp(a, "--n-head-kv") ? &sh.n_head_kv :
-                   !strcmp(a, "--n-ff") ? &sh.n_ff : !strcmp(a, "--head-dim") ? &sh.head_dim :
-                   !strcmp(a, "--ctx") ? &sh.n_ctx : !strcmp(a, "--seed") ? &seed : NULL;
+        static const struct { const char *opt; size_t off; } longs[] = {
+            { "--n-embd", offsetof(gen_shape, n_embd) },        { "--n-layer", offsetof(gen_shape, n_layer) },
+            { "--n-head", offsetof(gen_shape, n_head) },        { "--n-head-kv", offsetof(gen_shape, n_head_kv) },
+            { "--n-ff", offsetof(gen_shape, n_ff) },            { "--head-dim", offsetof(gen_shape, head_dim) },
+            { "--ctx", offsetof(gen_shape, n_ctx) },            { "--attn-every", offsetof(gen_shape, attn_every) },
+            { "--ssm-groups", offsetof(gen_shape, ssm_groups) }, { "--ssm-heads", offsetof(gen_shape, ssm_heads) },
+            { "--ssm-state", offsetof(gen_shape, ssm_state) },  { "--ssm-conv", offsetof(gen_shape, ssm_conv) },
+            { "--n-expert", offsetof(gen_shape, n_expert) },
+            { "--n-expert-used", offsetof(gen_shape, n_expert_used) },
+            { "--n-ff-exp", offsetof(gen_shape, n_ff_exp) },    { "--n-ff-shexp", offsetof(gen_shape, n_ff_shexp) },
+        };
+        long *lp = !strcmp(a, "--seed") ? &seed : NULL;
+        for (size_t k = 0; k < ARRAY_LEN(longs) && !lp; k++)
+            if (!strcmp(a, longs[k].opt)) lp = (long *)((char *)&sh + longs[k].off);
         if (lp) { if (!cli_int(a, v, 0, 1L << 30, lp)) return 2; }
         else if (!strcmp(a, "--arch")) sh.arch = v;
         else if (!strcmp(a, "--vocab")) vocab = v;
@@ -178,14 +260,18 @@ int cli_gen_model(int argc, char **argv)
         return 2;
     }
     bool llama = !strcmp(sh.arch, "llama"), qwen2 = !strcmp(sh.arch, "qwen2"), qwen3 = !strcmp(sh.arch, "qwen3");
-    if (!llama && !qwen2 && !qwen3) { fprintf(stderr, "polykv gen-model: unknown arch '%s'\n", sh.arch); return 2; }
+    bool hybrid = !strcmp(sh.arch, "qwen35") || !strcmp(sh.arch, "qwen35moe");
+    if (!llama && !qwen2 && !qwen3 && !hybrid) {
+        fprintf(stderr, "polykv gen-model: unknown arch '%s'\n", sh.arch);
+        return 2;
+    }
     if (sh.n_embd < 1 || sh.n_layer < 1 || sh.n_head < 1 || sh.n_head_kv < 1 || sh.n_ff < 1 ||
         sh.n_head % sh.n_head_kv || (!sh.head_dim && sh.n_embd % sh.n_head)) {
         fprintf(stderr, "polykv gen-model: inconsistent shape\n");
         return 2;
     }
-    long hd = sh.head_dim ? sh.head_dim : sh.n_embd / sh.n_head;
-    if (!sh.rope_base) sh.rope_base = llama ? 500000.0 : 1000000.0;
+    if (hybrid && !gen_hybrid_check(&sh)) return 2;
+    if (!sh.rope_base) sh.rope_base = llama ? 500000.0 : hybrid ? 10000000.0 : 1000000.0;
     if (!sh.eps) sh.eps = llama ? 1e-5 : 1e-6;
 
     char err[512] = "";
@@ -205,24 +291,12 @@ int cli_gen_model(int argc, char **argv)
     }
     gguf_writer *w = gguf_writer_new();
     ASSERT(w);
-    char key[128], name[128];
-    int rc = 0;
     gguf_add_str(w, "general.architecture", sh.arch, strlen(sh.arch));
     gguf_add_str(w, "general.name", "polykv random-weight model", 26);
     gguf_add_u32(w, "general.file_type", (uint32_t)gt->ftype);
     gguf_add_u32(w, "general.quantization_version", 2);
-    gguf_add_u32(w, akey(key, sh.arch, "context_length"), (uint32_t)sh.n_ctx);
-    gguf_add_u32(w, akey(key, sh.arch, "embedding_length"), (uint32_t)sh.n_embd);
-    gguf_add_u32(w, akey(key, sh.arch, "block_count"), (uint32_t)sh.n_layer);
-    gguf_add_u32(w, akey(key, sh.arch, "feed_forward_length"), (uint32_t)sh.n_ff);
-    gguf_add_u32(w, akey(key, sh.arch, "attention.head_count"), (uint32_t)sh.n_head);
-    gguf_add_u32(w, akey(key, sh.arch, "attention.head_count_kv"), (uint32_t)sh.n_head_kv);
-    gguf_add_f32(w, akey(key, sh.arch, "rope.freq_base"), (float)sh.rope_base);
-    gguf_add_f32(w, akey(key, sh.arch, "attention.layer_norm_rms_epsilon"), (float)sh.eps);
-    if (sh.head_dim) {
-        gguf_add_u32(w, akey(key, sh.arch, "attention.key_length"), (uint32_t)hd);
-        gguf_add_u32(w, akey(key, sh.arch, "attention.value_length"), (uint32_t)hd);
-    }
+    if (hybrid) gen_hybrid_keys(w, &sh);
+    else llama_keys(w, &sh);
     if (vg) {
         for (int64_t i = 0; i < gguf_n_kv(vg); i++) {
             gguf_str k = gguf_key(vg, i);
@@ -231,39 +305,8 @@ int cli_gen_model(int argc, char **argv)
     } else {
         add_byte_vocab(w);
     }
-
-    tq_type t = gt->type, out_t = gt->k_mix ? TQ_Q6_K : t;
-    float s_e = 1.5f / sqrtf((float)sh.n_embd), s_o = 1.5f / sqrtf((float)(sh.n_head * hd));
-    float s_f = 1.5f / sqrtf((float)sh.n_ff), s_qk = qwen3 ? 0.02f : s_e;
     uint64_t ts = (uint64_t)seed * 1000003u;
-    rc |= add_tensor(w, "token_embd.weight", sh.tied ? out_t : t, sh.n_embd, (long)n_vocab, ts++, 0, 0.02f);
-    rc |= add_tensor(w, "output_norm.weight", TQ_F32, sh.n_embd, 1, ts++, 1.0f, 0.1f);
-    if (!sh.tied) rc |= add_tensor(w, "output.weight", out_t, sh.n_embd, (long)n_vocab, ts++, 0, s_e);
-    for (int il = 0; il < sh.n_layer && !rc; il++) {
-        tq_type tv = gt->k_mix && more_bits(il, (int)sh.n_layer) ? TQ_Q6_K : t;
-        struct { const char *n; tq_type t; long cols, rows; float mean, std; } L[] = {
-            { "attn_norm.weight", TQ_F32, sh.n_embd, 1, 1.0f, 0.1f },
-            { "attn_q.weight", t, sh.n_embd, sh.n_head * hd, 0, s_qk },
-            { "attn_k.weight", t, sh.n_embd, sh.n_head_kv * hd, 0, s_qk },
-            { "attn_v.weight", tv, sh.n_embd, sh.n_head_kv * hd, 0, s_e },
-            { "attn_output.weight", t, sh.n_head * hd, sh.n_embd, 0, s_o },
-            { "ffn_norm.weight", TQ_F32, sh.n_embd, 1, 1.0f, 0.1f },
-            { "ffn_gate.weight", t, sh.n_embd, sh.n_ff, 0, s_e },
-            { "ffn_up.weight", t, sh.n_embd, sh.n_ff, 0, s_e },
-            { "ffn_down.weight", tv, sh.n_ff, sh.n_embd, 0, s_f },
-            { qwen2 ? "attn_q.bias" : NULL, TQ_F32, sh.n_head * hd, 1, 0, 0.1f },
-            { qwen2 ? "attn_k.bias" : NULL, TQ_F32, sh.n_head_kv * hd, 1, 0, 0.1f },
-            { qwen2 ? "attn_v.bias" : NULL, TQ_F32, sh.n_head_kv * hd, 1, 0, 0.1f },
-            { qwen3 ? "attn_q_norm.weight" : NULL, TQ_F32, hd, 1, 1.0f, 0.1f },
-            { qwen3 ? "attn_k_norm.weight" : NULL, TQ_F32, hd, 1, 1.0f, 0.1f },
-        };
-        for (size_t k = 0; k < ARRAY_LEN(L); k++) {
-            uint64_t s = ts++;
-            if (!L[k].n) continue;
-            snprintf(name, sizeof name, "blk.%d.%s", il, L[k].n);
-            rc |= add_tensor(w, name, L[k].t, L[k].cols, L[k].rows, s, L[k].mean, L[k].std);
-        }
-    }
+    int rc = hybrid ? gen_hybrid_tensors(w, &sh, gt, (long)n_vocab, ts) : llama_tensors(w, &sh, gt, (long)n_vocab, ts);
     pk_status st = rc ? PK_ENOMEM : gguf_write_file(w, outp);
     if (st) fprintf(stderr, "polykv gen-model: writing %s failed: %s\n", outp, pk_status_str(st));
     gguf_writer_free(w);
