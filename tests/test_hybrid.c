@@ -18,14 +18,15 @@
  *     checkpoint one token before its end), a next turn that extends the
  *     transcript (from the history's end), a rewritten last message (from
  *     a checkpoint), a history parked by other sessions and one restored
- *     from the RAM tier, and a slot saved, erased and restored.
- * The model: a random-weight qwen35 that `polykv gen-model` writes from a
- * seed (tests/data/qwen35 holds llama.cpp's outputs on the same file,
- * test_qwen35 checks them).
+ *     from the RAM tier, a slot saved, erased and restored, and sessions
+ *     on a pool; a fork where the pool has no state is refused.
+ * The model: the random-weight qwen35 that `polykv gen-model` writes from
+ * a seed (gen.h; test_qwen35 holds it to llama.cpp's outputs), in Q8_0.
  */
 #include "ref.h"
 #include "../src/mem/mem.h"
 #include "../src/engine/eng.h"
+#include "gen.h"
 
 #include <time.h>
 
@@ -250,11 +251,13 @@ typedef struct run {
     eng_ev_kind end;
 } run;
 
+static int32_t g_pool;   /* the pool the completions attach to, 0: none */
+
 /* A greedy completion of n_gen tokens through the engine (slot -1: any). */
 static run complete(eng *e, const int32_t *prompt, int n, int n_gen, int32_t slot)
 {
     eng_completion c = { .prompt = prompt, .n_prompt = n, .n_predict = n_gen, .cache_prompt = true,
-                         .id_slot = slot, .ignore_eos = true, .report_placed = true };
+                         .id_slot = slot, .ignore_eos = true, .report_placed = true, .pool_id = g_pool };
     c.sp = smp_default_params();
     c.sp.temp = 0;
     run r = { .n_cached = -1, .slot = -1 };
@@ -289,9 +292,12 @@ static run check_run(eng *e, const int32_t *prompt, int n, int32_t slot, const c
     return r;
 }
 
-static void case_engine(void)
+/* ram: the RAM tier on (the pushed-out history is spilled there) or off
+ * (it is parked in the cache). */
+static void case_engine(bool ram)
 {
     eng_params ep = eng_default_params();
+    if (!ram) ep.cache_ram_mib = 0, ep.policy.park_min_value = 0;   /* a short history is parked too */
     ep.n_slots = 2;
     ep.n_ctx = 1024;
     ep.n_threads = 2;
@@ -333,33 +339,85 @@ static void case_engine(void)
     snprintf(path, sizeof path, "%s/h.bin", dir);
     unlink(path);
     rmdir(dir);
-    /* other sessions push this history out of its slot (parked, or in
-     * RAM); its next turn still finds it */
-    for (int k = 0; k < 3; k++) {
-        static int32_t o[200];
-        for (int i = 0; i < 120; i++) o[i] = g_tok[(i * 7 + k * 13) % 256] + k;
-        complete(e, o, 120, 4, -1);
+    /* two other sessions at once take both slots: the history is parked
+     * (or spilled to RAM); its next turn still finds it */
+    static int32_t o[2][200];
+    eng_task *t[2];
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < 120; i++) o[k][i] = g_tok[(i * 7 + k * 13) % 256] + k;
+        eng_completion c = { .prompt = o[k], .n_prompt = 120, .n_predict = 8, .cache_prompt = true,
+                             .id_slot = -1, .ignore_eos = true };
+        c.sp = smp_default_params();
+        CHECK_EQ_INT(eng_submit(e, &c, &t[k]), PK_OK);
     }
+    for (int k = 0; k < 2; k++) {
+        eng_event ev;
+        while (eng_task_next(t[k], &ev, 60000) == PK_OK) {
+            bool end = ev.kind != ENG_EV_TOKEN && ev.kind != ENG_EV_PLACED && ev.kind != ENG_EV_PROGRESS;
+            eng_event_clear(&ev);
+            if (end) break;
+        }
+        eng_task_release(t[k]);
+    }
+    eng_stats st;
+    CHECK_EQ_INT(eng_get_stats(e, &st), PK_OK);
+    CHECK(ram ? st.n_spilled >= 1 : st.n_parked >= 1);
+    printf("out of its slot: %d parked, %d in RAM\n", st.n_parked, st.n_spilled);
+    for (int i = 0; getenv("SHOW_EVENTS") && i < st.n_events; i++)
+        printf("  event %d slot %d seq %d n %d: %s\n", st.events[i].kind, st.events[i].slot, st.events[i].seq,
+               st.events[i].n_tokens, st.events[i].reason);
     memcpy(p + n3, r.tok, 12 * sizeof *p);
     int n4 = n3 + 12;
-    r = check_run(e, p, n4, -1, "after parking or the RAM tier");
+    r = check_run(e, p, n4, -1, "parked or in RAM");
     CHECK(r.n_cached >= n3);
     eng_free(e);
 }
 
-static const char *model_path(char *buf, size_t cap)
+/* A pool: sessions attach from its end; a fork inside it is refused (409
+ * in HTTP) where the pool has no state, and accepted at its end. */
+static void case_pool(void)
 {
-    const char *dir = getenv("POLYKV_QWEN35_DIR");
-    if (!dir) return NULL;
-    snprintf(buf, cap, "%s/rand-qwen35-e256-l8-Q8_0.gguf", dir);
-    return buf;
+    eng_params ep = eng_default_params();
+    ep.n_slots = 2;
+    ep.n_ctx = 1024;
+    ep.n_threads = 2;
+    eng *e;
+    ASSERT(eng_new(g_m, &ep, &e) == PK_OK);
+    enum { L = 60 };
+    eng_pool_req rq = { .verb = ENG_POOL_CREATE, .tokens = g_tok, .n_tokens = L, .branch_pos = -1 };
+    eng_pool_reply rp;
+    CHECK_EQ_INT(eng_pool_op(e, &rq, &rp), PK_OK);
+    g_pool = rp.pool_id;
+    static int32_t p[256];
+    memcpy(p, g_tok, L * sizeof *p);
+    for (int k = 0; k < 2; k++) {
+        memcpy(p + L, g_tok + 100 + 20 * k, 20 * sizeof *p);
+        run r = check_run(e, p, L + 20, -1, k ? "second session on the pool" : "session on the pool");
+        CHECK_EQ_INT(r.n_cached, L);
+    }
+    g_pool = 0;
+    memcpy(p, g_tok, L * sizeof *p);
+    memcpy(p + L, g_tok + 200, 10 * sizeof *p);
+    eng_pool_req fk = { .verb = ENG_POOL_FORK, .pool_id = rp.pool_id, .tokens = p, .n_tokens = L + 10,
+                        .branch_pos = 30 };
+    eng_pool_reply fr;
+    CHECK_EQ_INT(eng_pool_op(e, &fk, &fr), PK_ECONFLICT);
+    printf("fork at 30: %s\n", fr.message);
+    fk.branch_pos = L;
+    CHECK_EQ_INT(eng_pool_op(e, &fk, &fr), PK_OK);
+    CHECK_EQ_INT(fr.n_prefilled, 10);
+    eng_free(e);
 }
 
 int main(int argc, char **argv)
 {
     test_select(argc, argv);
-    char path[512], err[512];
-    if (!model_path(path, sizeof path)) SKIP("no hybrid model: set POLYKV_QWEN35_DIR");
+    const char *shared = test_shared_dir();
+    if (!shared) SKIP("../shared absent (set POLYKV_SHARED): gen-model needs its Qwen3.5 vocabulary");
+    char dir[] = "/tmp/polykv-test-hybrid-XXXXXX", path[256], err[512];
+    ASSERT(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/qwen35.gguf", dir);
+    ASSERT(gen_model(gen_bin(argv[0]), shared, GEN_DENSE " --type q8_0", path));
     ASSERT(model_load(path, MODEL_MMAP, &g_m, err, sizeof err) == PK_OK);
     g_V = model_get_hparams(g_m)->n_vocab;
     model_ctx_params cp = { .n_ctx = 1024, .n_ubatch = 64, .n_threads = 2, .kv_type = TQ_F32, .n_rs = 16 };
@@ -371,9 +429,13 @@ int main(int argc, char **argv)
     TEST_RUN(case_image);
     TEST_RUN(case_batch);
     TEST_RUN(case_random);
-    TEST_RUN(case_engine);
+    TEST_RUN(case_engine, true);
+    TEST_RUN(case_engine, false);
+    TEST_RUN(case_pool);
     mem_free(g_mem);
     model_ctx_free(g_ctx);
     model_free(g_m);
+    unlink(path);
+    rmdir(dir);
     return test_finish();
 }

@@ -44,6 +44,7 @@
  */
 #include "ref.h"
 #include "sha256.h"
+#include "gen.h"
 
 #include <stdlib.h>
 #include <unistd.h>
@@ -96,13 +97,6 @@ static void check_file(const char *name, const char *path, const char *jpath, do
     model_free(m);
 }
 
-/* gen-model's hybrids: the arguments of each (scripts/qwen35/make_gen_refs.sh
- * passes the same, --vocab and -o aside). */
-#define GEN_DENSE "--arch qwen35 --n-embd 64 --n-layer 4 --n-head 4 --n-head-kv 2 --head-dim 64 --n-ff 128 " \
-                  "--ssm-groups 2 --ssm-heads 4 --ssm-state 32 --ssm-conv 4 --untied --seed 35"
-#define GEN_MOE "--arch qwen35moe --n-embd 64 --n-layer 4 --n-head 4 --n-head-kv 2 --head-dim 64 --n-expert 4 " \
-                "--n-expert-used 2 --n-ff-exp 64 --n-ff-shexp 128 --ssm-groups 2 --ssm-heads 4 --ssm-state 32 " \
-                "--ssm-conv 4 --seed 36"
 static const struct { const char *name, *args; double frac; } gen_models[] = {
     { "gen-qwen35-e64-l4-F32", GEN_DENSE " --type f32", 3e-6 },
     { "gen-qwen35-e64-l4-BF16", GEN_DENSE " --type bf16", 4e-3 },
@@ -162,13 +156,11 @@ static void check_gen(const char *name, const char *args, double frac)
         SKIP_PART("%s: %s not built (set POLYKV_BIN)", name, g_bin);
         return;
     }
-    char want[65] = "", got[65] = "", dir[] = "/tmp/polykv-test-qwen35-XXXXXX", path[256], jpath[256], cmd[2048];
+    char want[65] = "", got[65] = "", dir[] = "/tmp/polykv-test-qwen35-XXXXXX", path[256], jpath[256];
     CHECK(gen_sha(name, want));
     CHECK(mkdtemp(dir) != NULL);
     snprintf(path, sizeof path, "%s/%s.gguf", dir, name);
-    snprintf(cmd, sizeof cmd, "%s gen-model %s --vocab %s/models/vocab/ggml-vocab-qwen35.gguf -o %s", g_bin, args,
-             shared, path);
-    CHECK_EQ_INT(system(cmd), 0);
+    CHECK(gen_model(g_bin, shared, args, path));
     CHECK(sha256_file(path, got));
     CHECK_STR(got, want);
     if (strcmp(got, want))
@@ -249,21 +241,10 @@ static void check_vocab(void)
 }
 
 /* POLYKV_BIN, else the polykv of the build this test is in. */
-static const char *find_bin(const char *argv0)
-{
-    const char *b = getenv("POLYKV_BIN");
-    if (b && *b) return b;
-    static char buf[512];
-    const char *t = strstr(argv0, "tests/test_qwen35");
-    if (!t || t - argv0 > 400) return "build/polykv";
-    snprintf(buf, sizeof buf, "%.*spolykv", (int)(t - argv0), argv0);
-    return buf;
-}
-
 int main(int argc, char **argv)
 {
     test_select(argc, argv);
-    g_bin = find_bin(argv[0]);
+    g_bin = gen_bin(argv[0]);
     if (access(DATA "/commands.txt", R_OK) != 0)
         SKIP(DATA " absent (run from the repository root): llama.cpp's outputs are there");
     TEST_RUN(check_vocab);
