@@ -160,7 +160,7 @@ static void request(size_t r, const char *body, size_t n)
 static void tools(srv_tool_fmt f, const char *s, size_t n)
 {
     srv_tool_msg m;
-    if (srv_tools_parse(f, s, n, &m) != PK_OK) return;
+    if (srv_tools_parse(f, NULL, s, n, &m) != PK_OK) return;
     /* What streaming sends early is a prefix of the final content. */
     size_t k = srv_tools_content_prefix(f, s, n);
     if (k > n) abort();
@@ -175,6 +175,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *s = (const char *)data;
     tools(SRV_TOOL_QWEN, s, size);
     tools(SRV_TOOL_LLAMA3, s, size);
+    tools(SRV_TOOL_QWEN_XML, s, size);
     if (port && size > 0) request(data[0] % ARRAY_LEN(routes), s + 1, size - 1);
 
     json_t *body = json_loadb(s, size, 0, NULL);

@@ -376,6 +376,46 @@ static void test_chat(void)
     }
 }
 
+/* Qwen3.5's own template through the server's Jinja path: a conversation
+ * whose assistant turn carries XML tool calls, its arguments JSON strings
+ * as OpenAI clients send them, renders as jinja2 renders it with the
+ * arguments as objects (the template iterates them: a string would fail),
+ * the prompt opens <think>, and the answer is parsed in the XML form. */
+static void test_qwen35_template(const tok_vocab *v)
+{
+    json_error_t je;
+    json_t *o = json_load_file("tests/jinja/qwen35/tool_turns.json", 0, &je);
+    if (!o) {
+        SKIP_PART("tests/jinja/qwen35/tool_turns.json: %.100s (run from the repository root)", je.text);
+        return;
+    }
+    srv s = {0};
+    s.p = srv_default_params();
+    s.p.chat_template_file = "tests/jinja/qwen35/chat_template.jinja";
+    char err[256] = "";
+    CHECK_EQ_INT(srv_chat_init(&s, v, &s.tmpl, &s.tmpl_src, err, sizeof err), PK_OK);
+    if (err[0]) fprintf(stderr, "srv_chat_init: %s\n", err);
+    ASSERT(s.jj.t);
+    const json_t *h = json_object_get(o, "history");
+    json_t *body = json_pack("{s:O, s:O}", "messages", json_object_get(h, "messages"), "tools",
+                             json_object_get(o, "tools"));
+    char *prompt = NULL;
+    size_t n = 0;
+    srv_tool_fmt fmt = SRV_TOOL_NONE;
+    bool think_open = false;
+    srv_err e;
+    memset(&e, 0, sizeof e);
+    CHECK(srv_chat_prompt(&s, body, &prompt, &n, &fmt, &think_open, &e));
+    if (e.status) fprintf(stderr, "srv_chat_prompt: %d %s\n", e.status, e.msg);
+    CHECK_STR(prompt, json_string_value(json_object_get(h, "prompt")));
+    CHECK(think_open);
+    CHECK_EQ_INT(srv_tools_detect(s.tmpl_src, fmt), SRV_TOOL_QWEN_XML);
+    free(prompt);
+    json_decref(body);
+    srv_chat_free(&s);
+    json_decref(o);
+}
+
 /* ---- tool calls in chat answers ---- */
 
 /* A generation fed with texts as if they were token events. */
@@ -491,30 +531,40 @@ static void test_tool_answers(void)
 /* Thinking in a chat answer, through the real chunk writers: the pieces
  * cut both tags, the prompt opened <think> or not, a tool call after the
  * thinking; what the stream pieces together equals the whole answer. */
-static void reasoning_case(bool think_open, srv_tool_fmt tools, const char *const *pieces, size_t n_pieces,
-                           const char *want_reason, const char *want_content, int want_calls)
+static const char *first_arguments(const json_t *calls)
+{
+    return json_string_value(json_object_get(json_object_get(json_array_get(calls, 0), "function"), "arguments"));
+}
+
+static void reasoning_case_typed(bool think_open, srv_tool_fmt tools, json_t *tool_defs, const char *const *pieces,
+                                 size_t n_pieces, const char *want_reason, const char *want_content, int want_calls,
+                                 const char *want_args)
 {
     srv s = {0};
     snprintf(s.model_name, sizeof s.model_name, "m");
     srv_gen g = { .s = &s, .o = { .api = SRV_API_OAI_CHAT, .stream = true, .tools = tools, .model = "m",
-                                  .think_open = think_open } };
+                                  .think_open = think_open, .tool_defs = tool_defs } };
     for (size_t i = 0; i < n_pieces; i++) feed(&g, pieces[i]);
     g.done = (eng_event){ .kind = ENG_EV_DONE, .stop = ENG_STOP_EOS };
     srv_oai_stream_end(&g);
     json_t *ev = events(&g);
     char reason[256] = "", content[256] = "";
     size_t n_calls = 0;
+    const char *args = NULL;
     for (size_t i = 0; i < json_array_size(ev); i++) {
         const json_t *d = json_object_get(json_array_get(json_object_get(json_array_get(ev, i), "choices"), 0), "delta");
         const char *r = json_string_value(json_object_get(d, "reasoning_content"));
         const char *c = json_string_value(json_object_get(d, "content"));
         if (r) strncat(reason, r, sizeof reason - strlen(reason) - 1);
         if (c) strncat(content, c, sizeof content - strlen(content) - 1);
-        n_calls += json_array_size(json_object_get(d, "tool_calls"));
+        const json_t *calls = json_object_get(d, "tool_calls");
+        if (!n_calls && json_array_size(calls)) args = first_arguments(calls);
+        n_calls += json_array_size(calls);
     }
     CHECK_STR(reason, want_reason);
     CHECK_STR(content, want_content);
     CHECK_EQ_INT(n_calls, want_calls);
+    if (want_args) CHECK_STR(args, want_args);
     json_decref(ev);
     g.o.stream = false;
     json_t *r = srv_oai_response(&g), *msg = json_object_get(json_array_get(json_object_get(r, "choices"), 0), "message");
@@ -523,9 +573,16 @@ static void reasoning_case(bool think_open, srv_tool_fmt tools, const char *cons
     CHECK_STR(whole_r ? whole_r : "", want_reason);
     CHECK_STR(whole_c ? whole_c : "", want_content);
     CHECK_EQ_INT(json_array_size(json_object_get(msg, "tool_calls")), want_calls);
+    if (want_args) CHECK_STR(first_arguments(json_object_get(msg, "tool_calls")), want_args);
     json_decref(r);
     free(g.text);
     free(g.out);
+}
+
+static void reasoning_case(bool think_open, srv_tool_fmt tools, const char *const *pieces, size_t n_pieces,
+                           const char *want_reason, const char *want_content, int want_calls)
+{
+    reasoning_case_typed(think_open, tools, NULL, pieces, n_pieces, want_reason, want_content, want_calls, NULL);
 }
 
 static void test_reasoning_answers(void)
@@ -539,6 +596,19 @@ static void test_reasoning_answers(void)
     reasoning_case(false, SRV_TOOL_QWEN, call, ARRAY_LEN(call), "Need the weather.", "", 1);
     static const char *const plain[] = { "No ", "thinking <think> here." };
     reasoning_case(false, SRV_TOOL_NONE, plain, ARRAY_LEN(plain), "", "No thinking <think> here.", 0);
+    /* Qwen3.5: the prompt opened <think>; thinking, content, then an XML
+     * call whose values the request's tools type (days an integer, zip a
+     * string of digits). */
+    json_t *defs = J("[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": "
+                     "{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}, \"days\": "
+                     "{\"type\": \"integer\"}, \"zip\": {\"type\": \"string\"}}}}}]");
+    static const char *const xml[] = { "Need the", " weather.\n</thi", "nk>\n\n", "Let me check.", "\n\n<tool_",
+                                       "call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n",
+                                       "<parameter=days>\n3\n</parameter>\n<parameter=zip>\n75001\n</parameter>\n",
+                                       "</function>\n</tool_call>" };
+    reasoning_case_typed(true, SRV_TOOL_QWEN_XML, defs, xml, ARRAY_LEN(xml), "Need the weather.\n",
+                         "Let me check.", 1, "{\"city\":\"Paris\",\"days\":3,\"zip\":\"75001\"}");
+    json_decref(defs);
 }
 
 /* ---- the live server ---- */
@@ -978,6 +1048,7 @@ int main(int argc, char **argv)
         return test_finish();
     }
     TEST_RUN(test_prompts, model_vocab(m));
+    TEST_RUN(test_qwen35_template, model_vocab(m));
     model_free(m);
     TEST_RUN(test_live, path);
     return test_finish();

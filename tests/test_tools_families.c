@@ -1,14 +1,20 @@
 /*
- * test_tools_families.c - tool calls of the Mistral, DeepSeek and gpt-oss
- * (harmony) formats parsed out of what those models write, the format
- * picked from a template's markers, and streaming: for every family and
- * every cut point of the text, what srv_tools_content_prefix lets out is
- * a prefix of the final content (never taken back), and the calls come out
- * the same as from the whole text.
+ * test_tools_families.c - tool calls of the Mistral, DeepSeek, gpt-oss
+ * (harmony) and Qwen3.5 (Qwen3-Coder XML) formats parsed out of what those
+ * models write, the format picked from a template's markers, and
+ * streaming: for every family and every cut point of the text, what
+ * srv_tools_content_prefix lets out is a prefix of the final content
+ * (never taken back), and the calls come out the same as from the whole
+ * text.  The XML format is also checked against its template: the turns
+ * jinja2 renders from known calls (tests/jinja/qwen35/tool_turns.json)
+ * parse back to those calls.
  */
+#include "../src/server/srv_reason.h"
 #include "../src/server/srv_tools.h"
 #include "test.h"
 #include "tool_check.h"
+
+#define QWEN35_DIR "tests/jinja/qwen35"
 
 static void test_mistral(void)
 {
@@ -92,6 +98,150 @@ static void test_harmony(void)
     srv_tool_msg_free(&m);
 }
 
+static srv_tool_msg parse_typed(const json_t *tools, const char *text)
+{
+    srv_tool_msg m;
+    CHECK_EQ_INT(srv_tools_parse(SRV_TOOL_QWEN_XML, tools, text, strlen(text), &m), PK_OK);
+    return m;
+}
+
+/* Text that must stay content, byte for byte, with no call. */
+static void check_not_call(const json_t *tools, const char *text)
+{
+    srv_tool_msg m = parse_typed(tools, text);
+    CHECK_EQ_INT(m.n_calls, 0);
+    CHECK_STR(m.content, text);
+    srv_tool_msg_free(&m);
+}
+
+static void test_qwen_xml(void)
+{
+    json_t *tools = json_loads(
+        "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": {\"type\": \"object\", "
+        "\"properties\": {\"city\": {\"type\": \"string\"}, \"days\": {\"type\": \"integer\"}, "
+        "\"zip\": {\"type\": \"string\"}, \"metric\": {\"type\": \"boolean\"}, "
+        "\"limit\": {\"anyOf\": [{\"type\": \"integer\"}, {\"type\": \"null\"}]}, "
+        "\"opts\": {\"type\": [\"object\", \"null\"]}}}}}, "
+        "{\"type\": \"function\", \"function\": {\"name\": \"now\"}}]", 0, NULL);
+    ASSERT(tools);
+    /* Content before the call; values typed by the schema: a string type
+     * keeps digits as text, an integer type reads them. */
+    srv_tool_msg m = parse_typed(tools, "I'll check.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n"
+                                        "</parameter>\n<parameter=days>\n3\n</parameter>\n<parameter=zip>\n75001\n"
+                                        "</parameter>\n</function>\n</tool_call>");
+    CHECK_EQ_INT(m.n_calls, 1);
+    check_call(&m, 0, "get_weather", "{\"city\":\"Paris\",\"days\":3,\"zip\":\"75001\"}");
+    CHECK_STR(m.content, "I'll check.");
+    srv_tool_msg_free(&m);
+
+    /* Booleans as Python prints them, None and null for a nullable type,
+     * an object as written (compact, its order and digits kept). */
+    m = parse_typed(tools, "<tool_call>\n<function=get_weather>\n<parameter=metric>\nFalse\n</parameter>\n"
+                           "<parameter=limit>\nNone\n</parameter>\n<parameter=opts>\n{\"a\": [1.50, 2e3], \"b\": {}}\n"
+                           "</parameter>\n</function>\n</tool_call>");
+    check_call(&m, 0, "get_weather", "{\"metric\":false,\"limit\":null,\"opts\":{\"a\":[1.50,2e3],\"b\":{}}}");
+    srv_tool_msg_free(&m);
+
+    /* No schema for the parameter (or no tools at all): JSON other than a
+     * string is that JSON, anything else a string; a typed value that
+     * does not read as its type falls back the same way. */
+    m = parse_typed(tools, "<tool_call>\n<function=get_weather>\n<parameter=n>\n42\n</parameter>\n<parameter=s>\nhello\n"
+                           "</parameter>\n<parameter=q>\n\"quoted\"\n</parameter>\n<parameter=t>\nTrue\n</parameter>\n"
+                           "<parameter=o>\n[1, {\"k\": null}]\n</parameter>\n<parameter=days>\nthree\n</parameter>\n"
+                           "<parameter=limit>\n2.5\n</parameter>\n</function>\n</tool_call>");
+    check_call(&m, 0, "get_weather", "{\"n\":42,\"s\":\"hello\",\"q\":\"\\\"quoted\\\"\",\"t\":\"True\","
+                                     "\"o\":[1,{\"k\":null}],\"days\":\"three\",\"limit\":2.5}");
+    srv_tool_msg_free(&m);
+    m = parse_typed(NULL, "<tool_call>\n<function=f>\n<parameter=zip>\n75001\n</parameter>\n<parameter=city>\nnull\n"
+                          "</parameter>\n</function>\n</tool_call>");
+    check_call(&m, 0, "f", "{\"zip\":75001,\"city\":null}");
+    srv_tool_msg_free(&m);
+    m = parse_typed(tools, "<tool_call>\n<function=get_weather>\n<parameter=city>\nnull\n</parameter>\n</function>\n"
+                           "</tool_call>");
+    check_call(&m, 0, "get_weather", "{\"city\":\"null\"}");
+    srv_tool_msg_free(&m);
+
+    /* Exactly one new line comes off each end; inside, the text is kept
+     * and escaped (quotes, backslash, tab, control bytes, UTF-8). */
+    m = parse_typed(tools, "<tool_call>\n<function=get_weather>\n<parameter=city>\n\n  Z\xc3\xbcrich \"a\\b\"\t\x01\n\n"
+                           "</parameter>\n</function>\n</tool_call>");
+    check_call(&m, 0, "get_weather", "{\"city\":\"\\n  Z\xc3\xbcrich \\\"a\\\\b\\\"\\t\\u0001\\n\"}");
+    srv_tool_msg_free(&m);
+
+    /* Two calls with text between; a function without parameters; a
+     * parameter left unclosed before the next one and before </function>. */
+    m = parse_typed(tools, "First:\n<tool_call>\n<function=now>\n</function>\n</tool_call>\nthen\n<tool_call>\n"
+                           "<function=get_weather>\n<parameter=city>\nOslo\n<parameter=days>\n2\n</function>\n</tool_call>");
+    CHECK_EQ_INT(m.n_calls, 2);
+    check_call(&m, 0, "now", "{}");
+    check_call(&m, 1, "get_weather", "{\"city\":\"Oslo\",\"days\":2}");
+    CHECK_STR(m.content, "First:\n\nthen");
+    srv_tool_msg_free(&m);
+
+    /* Two functions in one block; a block cut off right after </function>. */
+    m = parse_typed(tools, "<tool_call>\n<function=now>\n</function>\n<function=now>\n</function>\n</tool_call>");
+    CHECK_EQ_INT(m.n_calls, 2);
+    srv_tool_msg_free(&m);
+    m = parse_typed(tools, "<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n</parameter>\n</function>\n");
+    check_call(&m, 0, "get_weather", "{\"city\":\"Rome\"}");
+    srv_tool_msg_free(&m);
+
+    /* Malformed: kept as the model wrote it. */
+    check_not_call(tools, "<tool_call>\n<function=get_weather>\n<parameter=city>\nPar");
+    check_not_call(tools, "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n");
+    check_not_call(tools, "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>");
+    check_not_call(tools, "<tool_call>\n<function=>\n</function>\n</tool_call>");
+    check_not_call(tools, "<tool_call>\n<function=now>\nstray words\n</function>\n</tool_call>");
+    check_not_call(tools, "<tool_call>\n<function=now>\n</function>\n<function=bad\n</tool_call>");
+    check_not_call(tools, "<tool_call>\n<function=f>\n<parameter=a>\n\xff\n</parameter>\n</function>\n</tool_call>");
+    check_not_call(tools, "Use <function=name> and <parameter=x> tags.");
+    /* A bad block stays content; a good one after it still counts. */
+    m = parse_typed(tools, "<tool_call>\n<function=now\n</tool_call>\n<tool_call>\n<function=now>\n</function>\n"
+                           "</tool_call>");
+    CHECK_EQ_INT(m.n_calls, 1);
+    CHECK_STR(m.content, "<tool_call>\n<function=now\n</tool_call>");
+    srv_tool_msg_free(&m);
+    json_decref(tools);
+}
+
+/* The template's own rendering of known calls (jinja2, tool_turns.py), cut
+ * where the model's text starts: the thinking, the content and the calls
+ * must come back as they went in. */
+static void test_qwen_xml_oracle(void)
+{
+    json_error_t err;
+    json_t *o = json_load_file(QWEN35_DIR "/tool_turns.json", 0, &err);
+    if (!o) {
+        SKIP_PART(QWEN35_DIR "/tool_turns.json: %.100s (run from the repository root)", err.text);
+        return;
+    }
+    const json_t *tools = json_object_get(o, "tools"), *turns = json_object_get(o, "turns");
+    CHECK(json_array_size(turns) >= 7);
+    for (size_t i = 0; i < json_array_size(turns); i++) {
+        int fails = test_n_fail;
+        const json_t *t = json_array_get(turns, i), *calls = json_object_get(t, "calls");
+        const char *text = json_string_value(json_object_get(t, "text"));
+        size_t n = json_string_length(json_object_get(t, "text"));
+        /* The generation prompt ends inside "<think>\n". */
+        srv_reason_split rs = srv_reason_split_text(SRV_REASON_AUTO, text, n, true, true);
+        char want_r[256];
+        /* The new line before </think> stays with the thinking. */
+        snprintf(want_r, sizeof want_r, "%s\n", json_string_value(json_object_get(t, "reasoning")));
+        CHECK_EQ_INT(rs.reason_len, strlen(want_r));
+        CHECK(!strncmp(text + rs.reason_off, want_r, rs.reason_len));
+        srv_tool_msg m;
+        CHECK_EQ_INT(srv_tools_parse(SRV_TOOL_QWEN_XML, tools, text + rs.content_off, rs.content_len, &m), PK_OK);
+        CHECK_STR(m.content, json_string_value(json_object_get(t, "content")));
+        CHECK_EQ_INT(m.n_calls, (int)json_array_size(calls));
+        for (size_t k = 0; k < json_array_size(calls); k++)
+            check_call(&m, (int)k, json_string_value(json_object_get(json_array_get(calls, k), "name")),
+                       json_string_value(json_object_get(json_array_get(calls, k), "want")));
+        if (test_n_fail > fails) fprintf(stderr, "in turn %s\n", json_string_value(json_object_get(t, "name")));
+        srv_tool_msg_free(&m);
+    }
+    json_decref(o);
+}
+
 static void test_detect(void)
 {
     CHECK_EQ_INT(srv_tools_detect("{{ '[TOOL_CALLS][' }}", SRV_TOOL_QWEN), SRV_TOOL_MISTRAL);
@@ -101,6 +251,20 @@ static void test_detect(void)
     CHECK_EQ_INT(srv_tools_detect("<|python_tag|>", SRV_TOOL_QWEN), SRV_TOOL_LLAMA3);
     CHECK_EQ_INT(srv_tools_detect("{{ messages }}", SRV_TOOL_QWEN), SRV_TOOL_QWEN);
     CHECK_EQ_INT(srv_tools_detect(NULL, SRV_TOOL_LLAMA3), SRV_TOOL_LLAMA3);
+    CHECK_EQ_INT(srv_tools_detect("'<tool_call>\n<function=' + n + '>\n' ... '<parameter=' + k", SRV_TOOL_QWEN),
+                 SRV_TOOL_QWEN_XML);
+    /* Qwen3.5's template carries <tool_call> too: the XML form must win. */
+    FILE *f = fopen(QWEN35_DIR "/chat_template.jinja", "rb");
+    if (!f) {
+        SKIP_PART(QWEN35_DIR "/chat_template.jinja absent (run from the repository root)");
+        return;
+    }
+    static char src[16384];
+    size_t n = fread(src, 1, sizeof src - 1, f);
+    fclose(f);
+    src[n] = 0;
+    CHECK(n > 0 && n < sizeof src - 1);
+    CHECK_EQ_INT(srv_tools_detect(src, SRV_TOOL_QWEN), SRV_TOOL_QWEN_XML);
 }
 
 /* Every cut point: the streamed content (srv_tools_content_prefix of the
@@ -145,6 +309,11 @@ static void test_stream(void)
                                    "to=functions.now <|constrain|>json<|message|>{}<|call|>", 1);
     check_stream(SRV_TOOL_QWEN, "Checking.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>", 1);
     check_stream(SRV_TOOL_LLAMA3, "<|python_tag|>{\"name\": \"f\", \"parameters\": {\"a\": 1}}", 1);
+    check_stream(SRV_TOOL_QWEN_XML, "Checking.\n\n<tool_call>\n<function=f>\n<parameter=a>\nx < y\n</parameter>\n"
+                                    "</function>\n</tool_call>", 1);
+    check_stream(SRV_TOOL_QWEN_XML, "Plain <b>text</b> with <tool_", 0);
+    CHECK_EQ_INT(srv_tools_content_prefix(SRV_TOOL_QWEN_XML, "Hi <tool_c", 10), 2);
+    CHECK_EQ_INT(srv_tools_content_prefix(SRV_TOOL_QWEN_XML, "Hi\n<tool_call>\n<function=f>", 27), 2);
 }
 
 int main(int argc, char **argv)
@@ -153,6 +322,8 @@ int main(int argc, char **argv)
     TEST_RUN(test_mistral);
     TEST_RUN(test_deepseek);
     TEST_RUN(test_harmony);
+    TEST_RUN(test_qwen_xml);
+    TEST_RUN(test_qwen_xml_oracle);
     TEST_RUN(test_detect);
     TEST_RUN(test_stream);
     return test_finish();

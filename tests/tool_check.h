@@ -14,7 +14,7 @@
 static srv_tool_msg parse(srv_tool_fmt f, const char *text)
 {
     srv_tool_msg m;
-    CHECK_EQ_INT(srv_tools_parse(f, text, strlen(text), &m), PK_OK);
+    CHECK_EQ_INT(srv_tools_parse(f, NULL, text, strlen(text), &m), PK_OK);
     return m;
 }
 

@@ -76,8 +76,13 @@ static char *probe_render(const jj_tmpl *t, bool as_object)
 static bool wants_object_arguments(const jj_tmpl *t)
 {
     char *as_str = probe_render(t, false), *as_obj = probe_render(t, true);
-    bool r = as_obj && strstr(as_obj, "\"probe_arg\": \"v1\"") &&
-             (!as_str || !strstr(as_str, "{\"probe_arg\": \"v1\"}") || strstr(as_str, "\"{\\\"probe_arg"));
+    bool printed = as_obj && strstr(as_obj, "\"probe_arg\": \"v1\"") &&
+                   (!as_str || !strstr(as_str, "{\"probe_arg\": \"v1\"}") || strstr(as_str, "\"{\\\"probe_arg"));
+    /* Templates that iterate the arguments (Qwen3.5's and Qwen3-Coder's
+     * `arguments|items`) fail on a string and print the member in their
+     * own layout (<parameter=probe_arg>\nv1). */
+    bool walked = as_obj && !as_str && strstr(as_obj, "probe_arg") && strstr(as_obj, "v1");
+    bool r = printed || walked;
     free(as_str);
     free(as_obj);
     return r;

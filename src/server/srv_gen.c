@@ -29,6 +29,7 @@ static void gen_free(void *cls)
     if (!g) return;
     if (g->task) eng_task_release(g->task);
     json_decref(g->o.echo);
+    json_decref(g->o.tool_defs);
     free(g->text);
     free(g->bias);
     free(g->prompt);
@@ -480,6 +481,7 @@ static srv_gen *gen_submit(srv_req *r, const eng_completion *c, const srv_gen_op
     g->probe = r->http11 ? SRV_PROBE_READY : SRV_PROBE_NONE;
     g->o = *o;
     json_incref(g->o.echo);
+    json_incref(g->o.tool_defs);
     g->req = *c;
     g->req.prompt = NULL;
     g->req.grammar = NULL;             /* the task holds its own reference */

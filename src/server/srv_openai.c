@@ -84,7 +84,8 @@ bool srv_gen_answer(const srv_gen *g, srv_answer *a)
     const char *text = g->text ? g->text : "";
     srv_reason_split rs = srv_reason_split_text(g->o.reasoning, text, g->n_text, g->o.think_open, true);
     memset(a, 0, sizeof *a);
-    if (srv_tools_parse(g->o.tools, text + rs.content_off, rs.content_len, &a->tm) != PK_OK) return false;
+    if (srv_tools_parse(g->o.tools, g->o.tool_defs, text + rs.content_off, rs.content_len, &a->tm) != PK_OK)
+        return false;
     a->content_off = rs.content_off;
     if (rs.reason_len) {
         a->reason = text + rs.reason_off;
@@ -201,7 +202,7 @@ void srv_oai_stream_end(srv_gen *g)
                                                                             rs.reason_len - g->n_sent_reason)),
                    NULL, NULL);
     srv_tool_msg tm = {0};
-    if (srv_tools_parse(g->o.tools, text + rs.content_off, rs.content_len, &tm) != PK_OK) {
+    if (srv_tools_parse(g->o.tools, g->o.tool_defs, text + rs.content_off, rs.content_len, &tm) != PK_OK) {
         g->out_oom = true;           /* its only failure: gen_read sends the error event */
         g->finished = true;
         return;
@@ -316,6 +317,7 @@ bool srv_chat_tokens(srv *s, const json_t *body, srv_api api, eng_completion *c,
          * rendering's family is the fallback). */
         if (o->tools && !tg)
             o->tools = srv_tools_detect(s->tmpl_src ? s->tmpl_src : tok_chat_template(s->voc), o->tools);
+        if (o->tools) o->tool_defs = (json_t *)json_object_get(body, "tools");
         if (s->p.reasoning_budget == 0 && !think_off(s, &prompt, &n_prompt, c, o))
             ok = srv_fail(e, 500, NULL, "out of memory");
     }

@@ -20,6 +20,8 @@ typedef struct srv_gen_opts {
     bool return_tokens;            /* native "tokens" */
     int32_t n_choices;             /* n / n_cmpl: completions of the one prompt, 1.. */
     srv_tool_fmt tools;            /* chat: parse tool calls out of the text */
+    json_t *tool_defs;             /* chat: the request's "tools", which type QWEN_XML arguments
+                                      (borrowed from the body; each srv_gen holds its own reference) */
     srv_reasoning reasoning;       /* chat: where <think>...</think> goes */
     bool think_open;               /* chat: the prompt opened <think> (set by the chat handler) */
     bool verbose;                  /* "__verbose" in responses (--verbose) */

@@ -1,16 +1,19 @@
 /*
  * srv_tools.c - finding tool calls in generated text (see srv_tools.h).
  *
- * Both formats reduce to: scan for where a call may start, try to read one
- * JSON object there with jansson (which reports how many bytes it used),
- * check that it names a function, and keep everything else as content.
+ * The JSON formats reduce to: scan for where a call may start, try to read
+ * one JSON object there with jansson (which reports how many bytes it
+ * used), check that it names a function, and keep everything else as
+ * content.  QWEN_XML has no JSON around its values: each one is typed by
+ * the tool's schema and the arguments object is written here.
  */
-#include <jansson.h>
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "srv_tools.h"
 #include "../common/buf.h"
+#include "../common/utf8.h"
 
 static const char QWEN_OPEN[] = "<tool_call>";
 static const char QWEN_CLOSE[] = "</tool_call>";
@@ -25,6 +28,10 @@ static const char DS_CALL_END[] = "<｜tool▁call▁end｜>";
 static const char DS_SEP[] = "<｜tool▁sep｜>";
 /* What the two DeepSeek openings share: a stream holds back from here. */
 static const char DS_ANY[] = "<｜tool▁call";
+static const char X_FUNC[] = "<function=";
+static const char X_FUNC_END[] = "</function>";
+static const char X_PARAM[] = "<parameter=";
+static const char X_PARAM_END[] = "</parameter>";
 static const char H_CHANNEL[] = "<|channel|>";
 static const char H_MESSAGE[] = "<|message|>";
 static const char H_START[] = "<|start|>";
@@ -303,6 +310,261 @@ static void parse_deepseek(const char *s, size_t n, srv_tool_msg *m, pk_buf *con
     else pk_buf_put(content, s + t, n - t);
 }
 
+/* ---- QWEN_XML ---- */
+
+enum { T_STRING = 1, T_INTEGER = 2, T_NUMBER = 4, T_BOOLEAN = 8, T_NULL = 16, T_OBJECT = 32, T_ARRAY = 64 };
+
+static unsigned type_bit(const char *t)
+{
+    static const char *const names[] = { "string", "integer", "number", "boolean", "null", "object", "array" };
+    for (size_t k = 0; t && k < ARRAY_LEN(names); k++)
+        if (!strcmp(t, names[k])) return 1u << k;
+    return 0;
+}
+
+/* The JSON types a parameter schema allows: its "type" (a name or a list),
+ * or its anyOf / oneOf members' types; 0 when it names none. */
+static unsigned schema_types(const json_t *sch)
+{
+    const json_t *t = json_object_get(sch, "type");
+    unsigned bits = type_bit(json_string_value(t));
+    for (size_t k = 0; k < json_array_size(t); k++) bits |= type_bit(json_string_value(json_array_get(t, k)));
+    if (bits) return bits;
+    static const char *const unions[] = { "anyOf", "oneOf" };
+    for (size_t u = 0; u < ARRAY_LEN(unions); u++) {
+        const json_t *a = json_object_get(sch, unions[u]);
+        for (size_t k = 0; k < json_array_size(a); k++) {
+            const json_t *m = json_object_get(json_array_get(a, k), "type");
+            bits |= type_bit(json_string_value(m));
+            for (size_t q = 0; q < json_array_size(m); q++) bits |= type_bit(json_string_value(json_array_get(m, q)));
+        }
+    }
+    return bits;
+}
+
+/* The "properties" of the function called name in an OpenAI tools array
+ * ({"type": "function", "function": {"name", "parameters"}}), or NULL. */
+static const json_t *tool_properties(const json_t *tools, const char *name)
+{
+    for (size_t i = 0; i < json_array_size(tools); i++) {
+        const json_t *fn = json_object_get(json_array_get(tools, i), "function");
+        const char *n = json_string_value(json_object_get(fn, "name"));
+        if (n && !strcmp(n, name)) return json_object_get(json_object_get(fn, "parameters"), "properties");
+    }
+    return NULL;
+}
+
+static void put_json_string(pk_buf *b, const char *s, size_t n)
+{
+    pk_buf_put(b, "\"", 1);
+    size_t run = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c != '"' && c != '\\') continue;
+        pk_buf_put(b, s + run, i - run);
+        run = i + 1;
+        if (c == '"') pk_buf_puts(b, "\\\"");
+        else if (c == '\\') pk_buf_puts(b, "\\\\");
+        else if (c == '\n') pk_buf_puts(b, "\\n");
+        else if (c == '\r') pk_buf_puts(b, "\\r");
+        else if (c == '\t') pk_buf_puts(b, "\\t");
+        else if (c == '\b') pk_buf_puts(b, "\\b");
+        else if (c == '\f') pk_buf_puts(b, "\\f");
+        else pk_buf_printf(b, "\\u%04x", c);
+    }
+    pk_buf_put(b, s + run, n - run);
+    pk_buf_put(b, "\"", 1);
+}
+
+/* Valid JSON text with the white space outside its strings dropped: the
+ * value exactly as written (numbers keep their digits, keys their order). */
+static void put_json_compact(pk_buf *b, const char *s, size_t n)
+{
+    bool in_str = false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (in_str) {
+            if (c == '\\' && i + 1 < n) {
+                pk_buf_put(b, s + i, 2);
+                i++;
+                continue;
+            }
+            if (c == '"') in_str = false;
+        } else if (is_ws(c)) {
+            continue;
+        } else if (c == '"') {
+            in_str = true;
+        }
+        pk_buf_put(b, &c, 1);
+    }
+}
+
+static bool word_is(const char *s, size_t n, const char *w)
+{
+    size_t k = strlen(w);
+    if (n != k) return false;
+    for (size_t i = 0; i < k; i++)
+        if (tolower((unsigned char)s[i]) != w[i]) return false;
+    return true;
+}
+
+/* One parameter's value v[0..n) as JSON, typed by the schema's types
+ * (0: none declared). */
+static void put_xml_value(pk_buf *b, const char *v, size_t n, unsigned types)
+{
+    size_t a = 0, z = n;
+    while (a < z && is_ws(v[a])) a++;
+    while (z > a && is_ws(v[z - 1])) z--;
+    const char *t = v + a;
+    size_t tn = z - a;
+    if ((types & T_NULL) && (word_is(t, tn, "null") || (tn == 4 && !memcmp(t, "None", 4)))) {
+        pk_buf_puts(b, "null");
+        return;
+    }
+    if ((types & T_BOOLEAN) && (word_is(t, tn, "true") || word_is(t, tn, "false"))) {
+        pk_buf_puts(b, tolower((unsigned char)t[0]) == 't' ? "true" : "false");
+        return;
+    }
+    json_t *j = NULL;
+    if (types != T_STRING && tn > 0) j = json_loadb(t, tn, JSON_DECODE_ANY, NULL);
+    bool as_json;
+    if ((types & T_INTEGER && json_is_integer(j)) || (types & T_NUMBER && json_is_number(j)) ||
+        (types & T_OBJECT && json_is_object(j)) || (types & T_ARRAY && json_is_array(j)))
+        as_json = true;
+    else if (types & T_STRING)
+        as_json = false;
+    else
+        as_json = j && !json_is_string(j);
+    json_decref(j);
+    if (as_json) put_json_compact(b, t, tn);
+    else put_json_string(b, v, n);
+}
+
+/* The name in "<function=NAME>" / "<parameter=NAME>" starting at s[i]:
+ * its end (the '>'), or 0 when there is none on this line or it is empty
+ * or not UTF-8. */
+static size_t xml_name_end(const char *s, size_t i, size_t n)
+{
+    size_t e = i;
+    while (e < n && s[e] != '>' && s[e] != '<' && s[e] != '\n' && s[e] != '\0') e++;
+    return e < n && s[e] == '>' && e > i && pk_utf8_valid(s + i, e - i) ? e : 0;
+}
+
+/* Where a value starting at s[i] ends: the first "</parameter>", or the
+ * first "<parameter=" or "</function>" (the close left out); n when none.
+ * One pass that stops there, so a text of many cut-off calls stays linear. */
+static size_t xml_value_end(const char *s, size_t i, size_t n)
+{
+    for (; i < n; i++)
+        if (s[i] == '<' && (starts(s, i, n, X_PARAM_END) || starts(s, i, n, X_PARAM) || starts(s, i, n, X_FUNC_END)))
+            return i;
+    return n;
+}
+
+/*
+ * One "<function=N>...</function>" at s[i..n): the call into *call (owned
+ * strings) and the end of "</function>".  0 when it does not parse (cut
+ * off, a name missing, text between the parameters) or out of memory
+ * (content->oom set).
+ */
+static size_t read_xml_function(const char *s, size_t i, size_t n, const json_t *tools, srv_tool_call *call,
+                                pk_buf *content)
+{
+    if (!starts(s, i, n, X_FUNC)) return 0;
+    size_t nb = i + LIT(X_FUNC), ne = xml_name_end(s, nb, n);
+    if (!ne) return 0;
+    char *name = strndup(s + nb, ne - nb);
+    if (!name) {
+        content->oom = true;
+        return 0;
+    }
+    const json_t *props = tool_properties(tools, name);
+    pk_buf args = {0};
+    pk_buf_put(&args, "{", 1);
+    size_t pos = ne + 1, end = 0;
+    for (int k = 0;; k++) {
+        size_t q = skip_ws(s, pos, n);
+        if (starts(s, q, n, X_FUNC_END)) {
+            end = q + LIT(X_FUNC_END);
+            break;
+        }
+        if (!starts(s, q, n, X_PARAM)) break;
+        size_t pb = q + LIT(X_PARAM), pe = xml_name_end(s, pb, n);
+        if (!pe) break;
+        size_t v = pe + 1;
+        size_t e = xml_value_end(s, v, n);
+        if (e == n) break;                                  /* cut off inside the value */
+        size_t ve = e;
+        if (v < ve && s[v] == '\n') v++;
+        if (v < ve && s[ve - 1] == '\n') ve--;
+        if (!pk_utf8_valid(s + v, ve - v)) break;
+        char *pname = strndup(s + pb, pe - pb);
+        if (!pname) {
+            args.oom = true;
+            break;
+        }
+        if (k) pk_buf_put(&args, ",", 1);
+        put_json_string(&args, pname, strlen(pname));
+        pk_buf_put(&args, ":", 1);
+        put_xml_value(&args, s + v, ve - v, schema_types(json_object_get(props, pname)));
+        free(pname);
+        pos = starts(s, e, n, X_PARAM_END) ? e + LIT(X_PARAM_END) : e;
+    }
+    pk_buf_put(&args, "}", 1);
+    if (args.oom) content->oom = true;
+    if (!end || args.oom) {
+        free(name);
+        pk_buf_free(&args);
+        return 0;
+    }
+    call->name = name;
+    call->arguments = args.p;
+    return end;
+}
+
+/* Qwen3-Coder XML calls: "<tool_call>" then one or more functions, then
+ * "</tool_call>" (or the end of a text cut off right after a function).
+ * A block that does not parse stays content, its calls dropped. */
+static void parse_qwen_xml(const char *s, size_t n, const json_t *tools, srv_tool_msg *m, pk_buf *content)
+{
+    size_t pos = 0;
+    while (pos < n) {
+        size_t t = find(s, pos, n, QWEN_OPEN);
+        pk_buf_put(content, s + pos, t - pos);
+        if (t == n) break;
+        int first = m->n_calls;
+        size_t q = skip_ws(s, t + LIT(QWEN_OPEN), n), end = 0;
+        for (;;) {
+            srv_tool_call c = {0};
+            size_t e = read_xml_function(s, q, n, tools, &c, content);
+            if (!e) break;
+            if (!add_call(m, c)) {
+                free(c.name);
+                free(c.arguments);
+                content->oom = true;
+                break;
+            }
+            q = skip_ws(s, e, n);
+            if (starts(s, q, n, QWEN_CLOSE) || q == n) {
+                end = q == n ? n : q + LIT(QWEN_CLOSE);
+                break;
+            }
+        }
+        if (content->oom) return;
+        if (end) {
+            pos = end;
+            continue;
+        }
+        while (m->n_calls > first) {
+            m->n_calls--;
+            free(m->calls[m->n_calls].name);
+            free(m->calls[m->n_calls].arguments);
+        }
+        pk_buf_put(content, s + t, LIT(QWEN_OPEN));
+        pos = t + LIT(QWEN_OPEN);
+    }
+}
+
 /* The end of a harmony message body starting at i. */
 static size_t harmony_body_end(const char *s, size_t i, size_t n)
 {
@@ -361,12 +623,14 @@ srv_tool_fmt srv_tools_detect(const char *src, srv_tool_fmt fallback)
     if (strstr(src, H_CHANNEL) && strstr(src, "to=functions")) return SRV_TOOL_HARMONY;
     if (strstr(src, DS_CALLS)) return SRV_TOOL_DEEPSEEK;
     if (strstr(src, MI_CALLS)) return SRV_TOOL_MISTRAL;
+    /* Before Hermes: these templates wrap their functions in <tool_call> too. */
+    if (strstr(src, X_FUNC) && strstr(src, X_PARAM)) return SRV_TOOL_QWEN_XML;
     if (strstr(src, QWEN_OPEN)) return SRV_TOOL_QWEN;
     if (strstr(src, PY_TAG) || (strstr(src, "<|start_header_id|>") && strstr(src, "ipython"))) return SRV_TOOL_LLAMA3;
     return fallback;
 }
 
-pk_status srv_tools_parse(srv_tool_fmt f, const char *text, size_t len, srv_tool_msg *out)
+pk_status srv_tools_parse(srv_tool_fmt f, const json_t *tools, const char *text, size_t len, srv_tool_msg *out)
 {
     memset(out, 0, sizeof *out);
     pk_buf content = {0}, reasoning = {0};
@@ -376,6 +640,7 @@ pk_status srv_tools_parse(srv_tool_fmt f, const char *text, size_t len, srv_tool
     else if (f == SRV_TOOL_MISTRAL) parse_mistral(text, len, out, &content);
     else if (f == SRV_TOOL_DEEPSEEK) parse_deepseek(text, len, out, &content);
     else if (f == SRV_TOOL_HARMONY) parse_harmony(text, len, out, &content, &reasoning);
+    else if (f == SRV_TOOL_QWEN_XML) parse_qwen_xml(text, len, tools, out, &content);
     else pk_buf_put(&content, text, len);
     if (content.oom || reasoning.oom) {
         free(content.p);
@@ -424,7 +689,7 @@ void srv_tool_msg_free(srv_tool_msg *m)
 size_t srv_tools_content_prefix(srv_tool_fmt f, const char *text, size_t len)
 {
     size_t k = len;
-    if (f == SRV_TOOL_QWEN) {
+    if (f == SRV_TOOL_QWEN || f == SRV_TOOL_QWEN_XML) {
         k = find(text, 0, len, QWEN_OPEN);
         if (k == len) k = len - partial_suffix(text, len, QWEN_OPEN);
     } else if (f == SRV_TOOL_LLAMA3) {

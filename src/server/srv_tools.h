@@ -4,8 +4,8 @@
  *
  * DESIGN
  *   Pure functions over a byte string; no server state, no allocation
- *   beyond the result.  Two output formats are understood, the ones the
- *   templates of tmpl_tools.h ask the model for:
+ *   beyond the result.  The output formats understood are the ones the
+ *   models' templates (and those of tmpl_tools.h) ask the model for:
  *
  *     QWEN    (ChatML / Hermes style; Qwen2.5, Qwen3)
  *               [content]<tool_call>\n{"name": N, "arguments": {...}}\n</tool_call>...
@@ -24,6 +24,20 @@
  *               [content]<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>N
  *               ```json\n{...}\n```<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>
  *             or <｜tool▁call▁begin｜>N<｜tool▁sep｜>{...}<｜tool▁call▁end｜>.
+ *     QWEN_XML (Qwen3.5, Qwen3-Coder: the Qwen3-Coder XML form)
+ *               [content]<tool_call>\n<function=N>\n<parameter=P>\nVALUE\n</parameter>\n...
+ *               </function>\n</tool_call>...
+ *             any number of calls (a block may hold several functions);
+ *             a VALUE runs to </parameter> (or the next <parameter= or
+ *             </function>, which a model may write without closing it), one
+ *             new line stripped at each end, and may span lines.  Arguments
+ *             are built by the request's tool definitions: a parameter whose
+ *             schema "type" allows null, boolean, integer, number, object or
+ *             array and whose VALUE reads as one is that JSON (null also as
+ *             Python's None, booleans in any case: the template prints
+ *             values with Python's str); a string type keeps the text;
+ *             anything else is the VALUE as JSON when it is JSON other than a
+ *             string, else the text as a string.
  *     HARMONY (gpt-oss): messages <|channel|>C[ to=functions.N][ <|constrain|>json]<|message|>BODY
  *             ended by <|end|>, <|call|>, <|return|> or the next <|start|>:
  *             a header naming functions.N is a call with BODY its arguments,
@@ -47,6 +61,8 @@
 #ifndef SRV_TOOLS_H
 #define SRV_TOOLS_H
 
+#include <jansson.h>
+
 #include "../common/pk.h"
 
 typedef enum srv_tool_fmt {
@@ -56,6 +72,7 @@ typedef enum srv_tool_fmt {
     SRV_TOOL_MISTRAL,
     SRV_TOOL_DEEPSEEK,
     SRV_TOOL_HARMONY,
+    SRV_TOOL_QWEN_XML,
 } srv_tool_fmt;
 
 typedef struct srv_tool_call {
@@ -74,13 +91,15 @@ typedef struct srv_tool_msg {
 
 /* Splits text[0..len) into content and tool calls.  With calls found, the
  * content is trimmed of surrounding white space; without, it is the text
- * unchanged.  Returns PK_OK, or PK_ENOMEM (out is then empty).  Free the
- * result with srv_tool_msg_free. */
-pk_status srv_tools_parse(srv_tool_fmt f, const char *text, size_t len, srv_tool_msg *out);
+ * unchanged.  tools: the request's OpenAI "tools" array (or NULL); only
+ * QWEN_XML reads it, to type the arguments, which its text leaves untyped.
+ * Returns PK_OK, or PK_ENOMEM (out is then empty).  Free the result with
+ * srv_tool_msg_free. */
+pk_status srv_tools_parse(srv_tool_fmt f, const json_t *tools, const char *text, size_t len, srv_tool_msg *out);
 void srv_tool_msg_free(srv_tool_msg *m);                /* fields reset; NULL is a no-op */
 
 /* The format a chat template asks tool calls in, from its markers
- * ("<tool_call>", "[TOOL_CALLS]", "<｜tool▁calls▁begin｜>", "<|channel|>"
+ * ("<function=" with "<parameter=", "<tool_call>", "[TOOL_CALLS]", "<｜tool▁calls▁begin｜>", "<|channel|>"
  * with "to=functions", "<|python_tag|>" / Llama 3's headers); fallback when
  * src is NULL or has none of them. */
 srv_tool_fmt srv_tools_detect(const char *src, srv_tool_fmt fallback);
