@@ -32,6 +32,9 @@
 
 #include "../src/model/model.h"
 #include "../src/server/srv_impl.h"
+#include "../src/server/srv_gen.h"
+#include "../src/server/srv_parse.h"
+#include "../src/server/srv_tools.h"
 
 /* Every route, with the methods it answers and the queries it reads. */
 static const struct { const char *method, *path; } routes[] = {
