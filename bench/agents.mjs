@@ -14,8 +14,9 @@
 // --concurrency clients run at once, each driving its share of the
 // conversations in turn, through /completion with the prompt rendered in
 // ChatML and streamed.  Per server:
-// prompt tokens evaluated (timings.prompt_n, summed over all requests) and
-// time to first token of next turns (turn >= 1 of the main conversations).
+// prompt tokens evaluated (timings.prompt_n, summed over all requests), time
+// to first token of next turns (turn >= 1 of the main conversations) and the
+// wall time of the whole workload.
 import { parseArgs } from 'node:util';
 
 const { values: a } = parseArgs({ options: {
@@ -63,6 +64,7 @@ async function complete(url, prompt, nPredict) {
 }
 
 async function run(url) {
+  const t0 = performance.now();
   const nConv = Number(a.convs), nTurns = Number(a.turns), seed = Number(a.seed), conc = Number(a.concurrency);
   const tools = `You are a coding agent. Tools: ${words(Number(a['shared-words']), seed * 7919)}`;
   const convs = [];
@@ -92,7 +94,8 @@ async function run(url) {
   }));
   nextTurnTtft.sort((x, y) => x - y);
   const p50 = nextTurnTtft[Math.floor(nextTurnTtft.length / 2)];
-  return { url, requests, prompt_tokens_evaluated: promptTotal, next_turn_ttft_p50_ms: p50 };
+  return { url, requests, prompt_tokens_evaluated: promptTotal, next_turn_ttft_p50_ms: p50,
+           wall_ms: performance.now() - t0 };
 }
 
 const ours = await run(a.url.replace(/\/$/, ''));
@@ -100,12 +103,14 @@ const peer = a['peer-url'] ? await run(a['peer-url'].replace(/\/$/, '')) : null;
 if (a.json) {
   console.log(JSON.stringify({ ours, peer }));
 } else {
-  const row = (n, r) => `| ${n} | ${r.requests} | ${r.prompt_tokens_evaluated} | ${r.next_turn_ttft_p50_ms.toFixed(1)} |`;
-  console.log('| server | requests | prompt tokens evaluated | next-turn TTFT p50 (ms) |\n|---|---|---|---|');
+  const row = (n, r) => `| ${n} | ${r.requests} | ${r.prompt_tokens_evaluated} | ${r.next_turn_ttft_p50_ms.toFixed(1)} | ` +
+    `${(r.wall_ms / 1000).toFixed(1)} |`;
+  console.log('| server | requests | prompt tokens evaluated | next-turn TTFT p50 (ms) | wall (s) |\n|---|---|---|---|---|');
   console.log(row(ours.url, ours));
   if (peer) {
     console.log(row(peer.url, peer));
     console.log(`ratios: prompt tokens ${(ours.prompt_tokens_evaluated / peer.prompt_tokens_evaluated).toFixed(3)}, ` +
-                `next-turn TTFT p50 ${(ours.next_turn_ttft_p50_ms / peer.next_turn_ttft_p50_ms).toFixed(3)}`);
+                `next-turn TTFT p50 ${(ours.next_turn_ttft_p50_ms / peer.next_turn_ttft_p50_ms).toFixed(3)}, ` +
+                `wall ${(ours.wall_ms / peer.wall_ms).toFixed(3)}`);
   }
 }

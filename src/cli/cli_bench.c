@@ -96,7 +96,7 @@ static void decode_run(model_ctx *ctx, bench_batch *b, const int32_t *tok, int n
 static double timed(model_ctx *ctx, bench_batch *b, const int32_t *tok, int n_seq, int depth, int len, int step,
                     float *logits)
 {
-    kv_clear(model_ctx_kv(ctx));
+    model_ctx_clear(ctx);
     if (depth > 0) decode_run(ctx, b, tok, n_seq, 0, depth, MAX(1, UBATCH / n_seq), logits);
     double t0 = pk_time_ms();
     decode_run(ctx, b, tok, n_seq, depth, len, step, logits);

@@ -167,6 +167,8 @@ void model_ctx_free(model_ctx *c);                 /* NULL is a no-op */
 kv_cache *model_ctx_kv(model_ctx *c);
 /* The recurrent states of a hybrid's sequences (rs.h); NULL otherwise. */
 rs_cache *model_ctx_rs(model_ctx *c);
+/* Every sequence's cells and states freed (a benchmark's fresh start). */
+void model_ctx_clear(model_ctx *c);
 const model_ctx_params *model_ctx_get_params(const model_ctx *c);
 
 #define MODEL_MAX_TOKEN_SEQS 8   /* sequence ids one batch token may carry */

@@ -61,6 +61,13 @@ void model_ctx_free(model_ctx *c)
 
 kv_cache *model_ctx_kv(model_ctx *c) { return c->kv; }
 rs_cache *model_ctx_rs(model_ctx *c) { return c->rs; }
+
+void model_ctx_clear(model_ctx *c)
+{
+    kv_clear(c->kv);
+    if (c->rs) rs_clear(c->rs);
+    for (kv_seq s = 0; c->rs && s < KV_MAX_SEQ; s++) model_rs_checkpoint_at(c, s, -1);
+}
 const model_ctx_params *model_ctx_get_params(const model_ctx *c) { return &c->p; }
 
 static size_t scratch_for(const model_w *w, int64_t n_tok)
