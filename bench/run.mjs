@@ -1,7 +1,9 @@
 // bench/run.mjs - `make bench`: the machine's limits (bench/probe), then
 // polykv against the reference engine (llama.cpp) side by side on
-// Qwen2.5-0.5B-shaped random-weight models in Q8_0, Q4_0 and Q4_K_M, one
-// table at the end.
+// Qwen2.5-0.5B-shaped random-weight models in Q8_0, Q4_0 and Q4_K_M, and on
+// Qwen3.5 hybrids shaped as the 9B and the 35B-A3B (their published
+// per-layer shapes, 8 layers of them; TYPES entries qwen35-9b:q4_k_m and
+// qwen35moe-35b-a3b:q4_k_m), one table at the end.
 //
 // Every test runs ROUNDS times, polykv and the reference engine back to back
 // in each round (the machine is shared: interleaving spreads other load over
@@ -24,7 +26,8 @@
 // project and never committed); without it only polykv's column is filled.
 //
 // Usage: sh bench/run.sh BUILD_DIR
-// env: THREADS=2 ROUNDS=3 MODELS_DIR=models/bench TYPES=q8_0,q4_0,q4_k_m
+// env: THREADS=2 ROUNDS=3 MODELS_DIR=models/bench
+//      TYPES=q8_0,q4_0,q4_k_m,qwen35-9b:q4_k_m,qwen35moe-35b-a3b:q4_k_m
 //      TESTS=pp,tg,depth,batch,startup LLAMA_CPP_BIN=... JSON=out.json
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
@@ -35,9 +38,24 @@ const threads = process.env.THREADS || '2';
 const rounds = Number(process.env.ROUNDS || '3');
 const dir = process.env.MODELS_DIR || 'models/bench';
 const peer = process.env.LLAMA_CPP_BIN || '';
-const types = (process.env.TYPES || 'q8_0,q4_0,q4_k_m').split(',');
+const types = (process.env.TYPES || 'q8_0,q4_0,q4_k_m,qwen35-9b:q4_k_m,qwen35moe-35b-a3b:q4_k_m').split(',');
 const tests = new Set((process.env.TESTS || 'pp,tg,depth,batch,startup').split(','));
-const vocab = '../shared/models/rand-qwen2-qwen2vocab-e64-l2-F16.gguf';
+/* The model shapes: a TYPES entry is a weight type (the qwen2 shape) or
+ * shape:type.  The hybrids take the Qwen3.5 vocabulary of ../shared
+ * (151,936 tokens; the published files pad to 248,320, so their output
+ * matrix is 39% smaller here). */
+const hybrid = ['--ssm-groups', '16', '--ssm-heads', '32', '--ssm-state', '128', '--ssm-conv', '4', '--n-head', '16',
+                '--head-dim', '256', '--n-layer', '8', '--rope-base', '10000000', '--untied'];
+const shapes = {
+  qwen2: { file: '0.5b-shape', vocab: '../shared/models/rand-qwen2-qwen2vocab-e64-l2-F16.gguf',
+           args: ['--arch', 'qwen2', '--n-embd', '896', '--n-layer', '24', '--n-head', '14', '--n-head-kv', '2',
+                  '--n-ff', '4864'] },
+  'qwen35-9b': { file: 'shape-l8', vocab: '../shared/models/vocab/ggml-vocab-qwen35.gguf',
+                 args: ['--arch', 'qwen35', '--n-embd', '4096', '--n-head-kv', '4', '--n-ff', '12288', ...hybrid] },
+  'qwen35moe-35b-a3b': { file: 'shape-l8', vocab: '../shared/models/vocab/ggml-vocab-qwen35.gguf',
+                         args: ['--arch', 'qwen35moe', '--n-embd', '2048', '--n-head-kv', '2', '--n-expert', '256',
+                                '--n-expert-used', '8', '--n-ff-exp', '512', '--n-ff-shexp', '512', ...hybrid] },
+};
 const polykv = join(build, 'polykv');
 const has = (tool) => peer !== '' && existsSync(join(peer, tool));
 
@@ -97,13 +115,15 @@ const startPeer = (m) => firstByteMs(join(peer, 'llama-completion'), ['-m', m, '
 mkdirSync(dir, { recursive: true });
 const rows = [];
 for (const t of types) {
-  const model = join(dir, `qwen2-0.5b-shape-${t}.gguf`);
+  const [shape, wtype] = t.includes(':') ? t.split(':') : ['qwen2', t];
+  const sh = shapes[shape];
+  if (!sh) { console.log(`skip ${t}: no shape '${shape}'`); continue; }
+  const model = join(dir, `${shape}-${sh.file}-${wtype}.gguf`);
   if (!existsSync(model)) {
-    if (!existsSync(vocab)) { console.log(`skip ${t}: ${vocab} not found (needed for the real vocabulary)`); continue; }
+    if (!existsSync(sh.vocab)) { console.log(`skip ${t}: ${sh.vocab} not found (needed for the real vocabulary)`); continue; }
     console.log(`making ${model}`);
-    run(polykv, ['gen-model', '--arch', 'qwen2', '--vocab', vocab, '--n-embd', '896', '--n-layer', '24',
-                 '--n-head', '14', '--n-head-kv', '2', '--n-ff', '4864', '--ctx', '32768', '--type', t,
-                 '--seed', '1', '-o', model]);
+    run(polykv, ['gen-model', ...sh.args, '--vocab', sh.vocab, '--ctx', '32768', '--type',
+                 wtype, '--seed', '1', '-o', model]);
   }
   const r = { pp: [[], []], tg: [[], []], depth: [[], []], batch: [[], []], startup: [[], []] };
   let info;
