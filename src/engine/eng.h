@@ -340,6 +340,7 @@ typedef struct eng_stats {
     int32_t pool_tree_depth;
     int32_t seq_ids_used, seq_ids_max;
     int32_t parked_owned_cells;       /* cells charged to parked histories */
+    size_t parked_state_bytes;        /* hybrids: their recurrent states */
     size_t kv_cell_bytes;             /* K + V of one cell, every layer */
     size_t state_bytes;               /* hybrids: one recurrent state, 0 otherwise */
     int32_t states_used, states_total;   /* hybrids: state slots (live and checkpoints) */

@@ -270,6 +270,7 @@ void eng_hist_stats(eng *e, eng_stats *o)
             o->n_parked++;
             o->parked_tokens += r->n_tokens;
             o->parked_owned_cells += mem_seq_owned(e->mem, r->seq);
+            o->parked_state_bytes += (size_t)mem_seq_states(e->mem, r->seq) * mem_state_bytes(e->mem);
         } else if (r->where == HIST_RAM) {
             o->n_spilled++;
             o->spilled_tokens += r->n_tokens;

@@ -211,11 +211,14 @@ json_t *srv_pools_json(const srv *s, const eng_stats *st, int32_t root, const sr
     for (int32_t i = 0; i < st->n_pools; i++)
         if (root <= 0 || in_subtree(st, root, st->pools[i].pool_id))
             json_array_append_new(a, pool_json(s, st, i, v));
-    double bytes = (double)st->kv_cell_bytes;
+    /* on a hybrid, the recurrent states are bytes in use too: every state
+     * is a slot's, a parked history's or a pool's (docs/hybrid.md) */
+    double bytes = (double)st->kv_cell_bytes, states = (double)st->state_bytes;
     return json_pack("{s:I, s:o, s:i, s:i, s:i, s:f, s:f, s:f}", "ts", (json_int_t)st->ts_ms, "pools", a,
                      "tree_depth", st->pool_tree_depth, "seq_ids_used", st->seq_ids_used, "seq_ids_max",
-                     st->seq_ids_max, "kv_bytes_used", st->kv_used * bytes, "kv_bytes_total", st->kv_total * bytes,
-                     "parked_kv_bytes", st->parked_owned_cells * bytes);
+                     st->seq_ids_max, "kv_bytes_used", st->kv_used * bytes + st->states_used * states,
+                     "kv_bytes_total", st->kv_total * bytes + st->states_total * states,
+                     "parked_kv_bytes", st->parked_owned_cells * bytes + (double)st->parked_state_bytes);
 }
 
 /* ---- handlers --------------------------------------------------------- */
