@@ -183,9 +183,7 @@ int cli_bench(int argc, char **argv)
     double bytes = tg_tps / n_seq * (double)model_weight_bytes(m);
     /* multiply-adds of the layers' matrices per token (the logits' product
      * runs once per batch in pp, so it is left out) */
-    double hd_q = (double)hp->n_head * hp->head_dim_k, hd_kv = (double)hp->n_head_kv * (hp->head_dim_k + hp->head_dim_v);
-    double layer_macs = (double)hp->n_layer * ((double)hp->n_embd * (hd_q + hd_kv) + (double)hp->n_head * hp->head_dim_v * hp->n_embd
-                                              + 3.0 * hp->n_embd * hp->n_ff);
+    double layer_macs = model_layer_macs(m);
     if (json) {
         printf("{\"model\":\"%s\",\"isa\":\"%s\",\"threads\":%ld,\"pp\":%ld,\"tg\":%ld,\"depth\":%ld,\"batch\":%ld,"
                "\"pp_tps\":%.3f,\"tg_tps\":%.3f,\"decode_bytes_per_s\":%.0f,\"weight_bytes\":%zu,"

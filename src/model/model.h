@@ -147,8 +147,12 @@ const char *model_arch_name(model_arch a);
 /* Hybrids: the bytes of one sequence's recurrent state (every DeltaNet
  * layer's convolution window and matrices, F32); 0 otherwise. */
 size_t model_state_bytes(const model *m);
-/* Bytes of weights read per decoded token (every matrix once). */
+/* Bytes of weights read per decoded token (every matrix once; of a MoE's
+ * experts, the share a token routes to). */
 size_t model_weight_bytes(const model *m);
+/* Multiply-adds of the layers' matrices per token (the logits' product
+ * left out; of a MoE's experts, the share a token routes to). */
+double model_layer_macs(const model *m);
 /* The model's own description, e.g. "qwen2 24L 896d q8_0". */
 const char *model_desc(const model *m);
 

@@ -17,6 +17,7 @@ struct model {
     model_layer *layers;      /* [n_layer] */
     model_layer mtp;          /* hybrids: the MTP (nextn) block, when the file has one */
     size_t weight_bytes;
+    double layer_macs;
     char desc[96];
     model_hold hold;          /* model_load's choice: what model_weights_reload restores */
     atomic_bool released;     /* model_weights_release: no weight in memory until reload;

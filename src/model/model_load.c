@@ -247,7 +247,22 @@ void model_each_weight(model *m, void (*fn)(model_w *w, void *arg), void *arg)
     }
 }
 
-static void add_bytes(model_w *w, void *arg) { *(size_t *)arg += model_w_bytes(w); }
+/* What a decoded token reads of w: all of it, or of stacked experts the
+ * share a token routes to (n_expert_used of n_mat). */
+static double read_share(const model *m, const model_w *w)
+{
+    return w->n_mat > 1 ? (double)m->hp.n_expert_used / w->n_mat : 1.0;
+}
+
+typedef struct { const model *m; double bytes, macs; } per_token;
+
+static void add_bytes(model_w *w, void *arg)
+{
+    per_token *t = arg;
+    double share = read_share(t->m, w);
+    t->bytes += share * (double)model_w_bytes(w);
+    if (w->data && w->n_rows > 1) t->macs += share * (double)w->n_rows * (double)w->n_cols;
+}
 
 pk_status model_load(const char *path, model_hold hold, model **out, char *err, size_t err_len)
 {
@@ -262,9 +277,14 @@ pk_status model_load(const char *path, model_hold hold, model **out, char *err, 
     if ((st = load_weights(m, err, err_len))) goto fail;
 
     /* every weight but the embeddings (one row read per token) and the
-     * RoPE factors (read per position, not streamed) */
-    model_each_weight(m, add_bytes, &m->weight_bytes);
-    m->weight_bytes -= model_w_bytes(&m->tok_embd) + model_w_bytes(&m->rope_freqs);
+     * RoPE factors (read per position, not streamed); the layers'
+     * multiply-adds leave the logits' product out too (a prompt runs it
+     * once) */
+    per_token pt = { m, 0, 0 };
+    model_each_weight(m, add_bytes, &pt);
+    m->weight_bytes = (size_t)pt.bytes - model_w_bytes(&m->tok_embd) - model_w_bytes(&m->rope_freqs);
+    m->layer_macs = pt.macs - (double)m->output.n_rows * m->output.n_cols -
+                    (double)m->tok_embd.n_rows * m->tok_embd.n_cols;   /* each visited once, tied or not */
     const model_layer *L0 = &m->layers[0];
     snprintf(m->desc, sizeof m->desc, "%s %dL %dd %s", model_arch_name(m->hp.arch), m->hp.n_layer, m->hp.n_embd,
              tq_get(L0->wq.data ? L0->wq.type : L0->ssm_qkv.type)->name);
@@ -291,4 +311,5 @@ const model_hparams *model_get_hparams(const model *m) { return &m->hp; }
 const tok_vocab *model_vocab(const model *m) { return m->vocab; }
 const gguf_ctx *model_gguf(const model *m) { return m->gguf; }
 size_t model_weight_bytes(const model *m) { return m->weight_bytes; }
+double model_layer_macs(const model *m) { return m->layer_macs; }
 const char *model_desc(const model *m) { return m->desc; }
