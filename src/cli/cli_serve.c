@@ -49,7 +49,7 @@ static void usage(void)
         "                          (starts without a copy; pages shared with other processes)\n"
         "  -cram, --cache-ram MIB  RAM for histories spilled out of the KV cache (default 8192, 0 = none)\n"
         "  --rs-slots N            hybrid models: recurrent states kept, live and checkpoints\n"
-        "                          (default 2 x --parallel + 8; docs/hybrid.md)\n"
+        "                          (default 3 x --parallel + 8; docs/hybrid.md)\n"
         "  --host ADDR[,ADDR...]   addresses to listen on, one port (default 127.0.0.1)\n"
         "  --port N                port (default 8080; 0 picks a free one)\n"
         "  --api-key KEY           require Authorization: Bearer KEY (or X-Api-Key) on every route\n"

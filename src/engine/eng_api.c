@@ -363,12 +363,11 @@ pk_status eng_submit(eng *e, const eng_completion *c, eng_task **out)
 
 model_ctx_params eng_ctx_params(const eng *e)
 {
-    /* Hybrids: a recurrent state for each slot, its checkpoint at the
-     * prompt's end, and as many again for parked histories and pools
-     * (docs/hybrid.md) */
+    /* Hybrids: a recurrent state for each slot and two of its
+     * checkpoints, and 8 for parked histories and pools (docs/hybrid.md) */
     return (model_ctx_params){ .n_ctx = e->p.n_ctx, .n_ubatch = MIN(e->p.n_batch, 512),
                                .n_threads = e->p.n_threads, .kv_type = e->p.kv_type,
-                               .n_rs = e->p.n_rs > 0 ? e->p.n_rs : 2 * e->p.n_slots + 8 };
+                               .n_rs = e->p.n_rs > 0 ? e->p.n_rs : 3 * e->p.n_slots + 8 };
 }
 
 /* Frees whatever e holds, from any point of eng_new or after the engine

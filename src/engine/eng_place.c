@@ -427,6 +427,31 @@ static bool prefix_in_flight(const eng *e, const eng_task *t)
  * a task that cannot start ends with its ERROR, never after a PLACED, and
  * counts as no admit; the slot keeps the cells it holds as an unnamed
  * history. */
+/* Hybrids: where the prompt's recurrent state is kept besides its end
+ * (docs/hybrid.md): one token before the end (a retry, a next turn that
+ * re-renders the reply), the last turn marker (a next turn that drops the
+ * reply's thinking diverges after it), the start of the last message
+ * before it (a side request that rewrites that message) and the end of
+ * the first message (another conversation on the same system prompt). */
+static void hybrid_checkpoints(eng *e, const eng_task *t, const slot *s)
+{
+    if (!mem_hybrid(e->mem)) return;
+    const int32_t n = t->req.n_prompt, *p = t->prompt;
+    int32_t at[4] = { n - 1, -1, -1, -1 };
+    at[1] = pol_last_marker(p, n, e->hist.marker, e->hist.n_marker);
+    if (e->hist.n_marker > 0) {
+        int32_t first = -1, last = -1;
+        for (int32_t i = 1; i < n - 1; i++)
+            if (p[i] == e->hist.marker[0]) {
+                if (first < 0) first = i;
+                if (i < at[1]) last = i;
+            }
+        at[2] = last, at[3] = first;
+    }
+    for (int k = 3; k >= 0; k--)   /* the prompt's end asked last: kept first */
+        if (at[k] > s->n_hist) mem_checkpoint_at(e->mem, s->id, at[k]);
+}
+
 static void start(eng *e, eng_task *t, slot *s, int32_t src_seq, int32_t p_share, const char *kind,
                   const char *reason)
 {
@@ -439,13 +464,7 @@ static void start(eng *e, eng_task *t, slot *s, int32_t src_seq, int32_t p_share
         return;
     }
     if (t->req.pool_id > 0) eng_pool_attach(e, s, t, p_share);
-    /* Hybrids: keep the state at the last turn marker (the next turn
-     * diverges after it when the template drops the reply's thinking) and
-     * one token before the prompt's end (a retry, or a next turn that
-     * re-renders the reply) (docs/hybrid.md). */
-    int32_t marker = pol_last_marker(t->prompt, t->req.n_prompt, e->hist.marker, e->hist.n_marker);
-    if (marker > s->n_hist) mem_checkpoint_at(e->mem, s->id, marker);
-    mem_checkpoint_at(e->mem, s->id, t->req.n_prompt - 1);
+    hybrid_checkpoints(e, t, s);
     eng_admit_placed(e, t);
     admitted(e, t, s, src_seq, kind, reason);
     eng_slot_start(e, s, t, &res);

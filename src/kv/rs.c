@@ -115,16 +115,38 @@ int rs_positions(const rs_cache *rs, kv_seq seq, kv_pos *out)
 
 static void release(rs_cache *rs, int i);
 
-/* A free slot; for a live state, when none is free, the checkpoint that
- * stands for the fewest tokens gives its slot: live states run sequences,
- * checkpoints only save recomputing. */
+/* seq's checkpoint nearest another of its states (its live one counts):
+ * losing it costs the fewest tokens to recompute.  -1 when it has none. */
+static int nearest_other(const rs_cache *rs, kv_seq seq)
+{
+    int best = -1;
+    kv_pos best_gap = INT32_MAX;
+    for (int a = 0; a < rs->p.n_slots; a++) {
+        if (rs->slot[a].kind != RS_CKPT || rs->slot[a].seq != seq) continue;
+        kv_pos gap = INT32_MAX;
+        for (int b = 0; b < rs->p.n_slots; b++) {
+            if (b == a || rs->slot[b].kind == RS_FREE || rs->slot[b].seq != seq) continue;
+            kv_pos d = rs->slot[a].pos - rs->slot[b].pos;
+            if (d < 0) d = -d;
+            if (d < gap) gap = d;
+        }
+        if (gap < best_gap) best_gap = gap, best = a;
+    }
+    return best;
+}
+
+/* A free slot; for a live state, when none is free, a checkpoint gives
+ * its slot: of the sequence holding the most, the one nearest another
+ * (live states run sequences, checkpoints only save recomputing). */
 static int take(rs_cache *rs, kv_seq seq, kv_pos pos, rs_kind kind)
 {
     if (kind == RS_LIVE && rs->used == rs->p.n_slots) {
-        int v = -1;
+        kv_seq most = -1;
+        int n_most = 0, count[KV_MAX_SEQ] = { 0 };
         for (int i = 0; i < rs->p.n_slots; i++)
-            if (rs->slot[i].kind == RS_CKPT && (v < 0 || rs->slot[i].pos < rs->slot[v].pos)) v = i;
-        if (v >= 0) release(rs, v);
+            if (rs->slot[i].kind == RS_CKPT && ++count[rs->slot[i].seq] > n_most)
+                n_most = count[rs->slot[i].seq], most = rs->slot[i].seq;
+        if (most >= 0) release(rs, nearest_other(rs, most));
     }
     for (int i = 0; i < rs->p.n_slots; i++) {
         if (rs->slot[i].kind != RS_FREE) continue;
@@ -189,28 +211,13 @@ pk_status rs_checkpoint(rs_cache *rs, kv_seq seq)
     int l = rs_live(rs, seq);
     if (l < 0) return PK_ENOTFOUND;
     kv_pos pos = rs->slot[l].pos;
-    int n = 0, at[RS_MAX_CKPT + 1];
+    int n = 0;
     for (int i = 0; i < rs->p.n_slots; i++) {
         if (rs->slot[i].kind != RS_CKPT || rs->slot[i].seq != seq) continue;
         if (rs->slot[i].pos == pos) return PK_OK;
-        at[n++] = i;
+        n++;
     }
-    if (n == RS_MAX_CKPT) {
-        /* the one nearest another (the live state counts as one): losing
-         * it costs the fewest tokens to recompute */
-        int worst = 0;
-        kv_pos best = INT32_MAX;
-        for (int a = 0; a < n; a++) {
-            kv_pos pa = rs->slot[at[a]].pos, gap = pa > pos ? pa - pos : pos - pa;
-            for (int b = 0; b < n; b++) {
-                if (b == a) continue;
-                kv_pos pb = rs->slot[at[b]].pos, d = pa > pb ? pa - pb : pb - pa;
-                if (d < gap) gap = d;
-            }
-            if (gap < best) best = gap, worst = a;
-        }
-        release(rs, at[worst]);
-    }
+    if (n == RS_MAX_CKPT) release(rs, nearest_other(rs, seq));
     int c = take(rs, seq, pos, RS_CKPT);
     if (c < 0) return PK_EFULL;
     memcpy(rs_data(rs, c), rs_data(rs, l), rs_state_bytes(rs));

@@ -74,8 +74,8 @@ int rs_positions(const rs_cache *rs, kv_seq seq, kv_pos *out);
 
 /* seq's live state: a zeroed one at position 0 (the start of a sequence),
  * replacing any it had.  A live state takes a checkpoint's slot when none
- * is free (the one at the lowest position): PK_EFULL when every slot holds
- * a live state. */
+ * is free (of the sequence with the most, the one nearest another of its
+ * states): PK_EFULL when every slot holds a live state. */
 pk_status rs_begin(rs_cache *rs, kv_seq seq);
 /* seq's live state advanced to pos (the forward pass, after a chunk). */
 void rs_advance(rs_cache *rs, kv_seq seq, kv_pos pos);

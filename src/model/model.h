@@ -201,8 +201,9 @@ typedef struct model_batch {
 pk_status model_decode(model_ctx *c, const model_batch *b, float *logits);
 
 /* Hybrids: a checkpoint of seq's recurrent state is kept when it reaches
- * pos (rs_checkpoint; a chunk ends there).  Two are pending at most (a
- * third replaces the older); pos < 0 cancels both. */
+ * pos (rs_checkpoint; a chunk ends there).  MODEL_CKPT_PENDING are pending
+ * at most (another replaces the oldest); pos < 0 cancels them all. */
+#define MODEL_CKPT_PENDING 4
 void model_rs_checkpoint_at(model_ctx *c, kv_seq seq, kv_pos pos);
 
 /*

@@ -462,8 +462,7 @@ static int chunk_len(const model_ctx *c, const model_batch *b, int i0)
     int n_seen = 0, n = 0;
     while (i0 + n < b->n_tokens && n < c->p.n_ubatch) {
         kv_seq s = b->seq[i0 + n][0];
-        if (c->hy && n > 0 && (b->pos[i0 + n] == c->ckpt_at[s][0] || b->pos[i0 + n] == c->ckpt_at[s][1]))
-            break;   /* the state there is kept */
+        if (c->hy && n > 0 && hy_ckpt_pending(c, s, b->pos[i0 + n])) break;   /* the state there is kept */
         int l = 0;
         while (l < n_seen && seen[l] != s) l++;
         if (l == n_seen) {

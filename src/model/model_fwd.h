@@ -49,7 +49,7 @@ struct model_ctx {
     int32_t *out_rows;   /* [n_ubatch] chunk rows that want logits */
 
     rs_cache *rs;        /* hybrids: the sequences' recurrent states */
-    kv_pos ckpt_at[KV_MAX_SEQ][2];   /* hybrids: checkpoint each sequence there, -1 */
+    kv_pos ckpt_at[KV_MAX_SEQ][MODEL_CKPT_PENDING];   /* hybrids: checkpoint each sequence there, -1 */
     struct hy_ctx *hy;   /* hybrids: model_hybrid.c's scratch */
 };
 
@@ -77,6 +77,8 @@ void hy_begin_batch(model_ctx *c, const model_batch *b);
  * positions advanced. */
 void hy_layers_job(int ith, int nth, void *arg);
 void hy_chunk_done(model_ctx *c, const model_batch *b, int i0, int n);
+/* A checkpoint of s is asked for at pos. */
+bool hy_ckpt_pending(const model_ctx *c, kv_seq s, kv_pos pos);
 
 typedef struct fwd_job {
     model_ctx *c;

@@ -94,7 +94,8 @@ pk_status hy_ctx_new(model_ctx *c)
     for (int il = 0; il < hp->n_layer; il++) rp.n_layer += c->m->layers[il].rs_layer >= 0;
     pk_status st = rs_new(&rp, &c->rs);
     if (st) return st;
-    for (int s = 0; s < KV_MAX_SEQ; s++) c->ckpt_at[s][0] = c->ckpt_at[s][1] = -1;
+    for (int s = 0; s < KV_MAX_SEQ; s++)
+        for (int i = 0; i < MODEL_CKPT_PENDING; i++) c->ckpt_at[s][i] = -1;
     if (!(h->qg = fwd_alloc(nub * 2 * hq * fl)) || !(h->gt = fwd_alloc(nub * hq * fl)) ||
         !(h->mix = fwd_alloc(nub * h->conv_dim * fl)) || !(h->cv = fwd_alloc(nub * h->conv_dim * fl)) ||
         !(h->z = fwd_alloc(nub * h->value_dim * fl)) || !(h->bl = fwd_alloc(nub * nv * fl)) ||
@@ -144,8 +145,20 @@ void model_rs_checkpoint_at(model_ctx *c, kv_seq seq, kv_pos pos)
 {
     ASSERT(seq >= 0 && seq < KV_MAX_SEQ);
     kv_pos *at = c->ckpt_at[seq];
-    if (pos < 0) at[0] = at[1] = -1;
-    else if (at[0] != pos && at[1] != pos) at[1] = at[0], at[0] = pos;
+    if (pos < 0) {
+        for (int i = 0; i < MODEL_CKPT_PENDING; i++) at[i] = -1;
+        return;
+    }
+    if (hy_ckpt_pending(c, seq, pos)) return;
+    memmove(at + 1, at, (MODEL_CKPT_PENDING - 1) * sizeof *at);   /* the oldest falls off */
+    at[0] = pos;
+}
+
+bool hy_ckpt_pending(const model_ctx *c, kv_seq s, kv_pos pos)
+{
+    for (int i = 0; i < MODEL_CKPT_PENDING; i++)
+        if (c->ckpt_at[s][i] == pos) return true;
+    return false;
 }
 
 /* A checkpoint asked for where seq's state is now.  No free slot: none is
@@ -153,7 +166,7 @@ void model_rs_checkpoint_at(model_ctx *c, kv_seq seq, kv_pos pos)
 static void maybe_checkpoint(model_ctx *c, kv_seq s)
 {
     kv_pos p = rs_pos(c->rs, s), *at = c->ckpt_at[s];
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < MODEL_CKPT_PENDING; i++)
         if (at[i] >= 0 && at[i] == p) {
             (void)rs_checkpoint(c->rs, s);
             at[i] = -1;
