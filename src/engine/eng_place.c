@@ -448,8 +448,10 @@ static void hybrid_checkpoints(eng *e, const eng_task *t, const slot *s)
             }
         at[2] = last, at[3] = first;
     }
+    /* at[k] == n_hist: the state the slot was given there (from another
+     * history) is kept too, so a third conversation finds it here */
     for (int k = 3; k >= 0; k--)   /* the prompt's end asked last: kept first */
-        if (at[k] > s->n_hist) mem_checkpoint_at(e->mem, s->id, at[k]);
+        if (at[k] > 0 && at[k] >= s->n_hist) mem_checkpoint_at(e->mem, s->id, at[k]);
 }
 
 static void start(eng *e, eng_task *t, slot *s, int32_t src_seq, int32_t p_share, const char *kind,
