@@ -134,11 +134,13 @@ static void case_image(void)
 {
     float *a = malloc(sizeof(float) * (size_t)g_V), *b = malloc(sizeof(float) * (size_t)g_V);
     mem_clear(g_mem);
+    mem_checkpoint_at(g_mem, 0, K);
     CHECK_EQ_INT(feed(0, 0, N, NULL), PK_OK);
     CHECK(mem_copy_out(g_mem, 0, 0, N - 1) == NULL);   /* no state at N - 1 */
     uint8_t *image = mem_copy_out(g_mem, 0, 0, N);
     CHECK(image != NULL);
-    CHECK_EQ_INT(mem_image_bytes(g_mem, N), (size_t)N * mem_pos_bytes(g_mem) + mem_state_bytes(g_mem));
+    CHECK_EQ_INT(mem_image_bytes(g_mem, N), (size_t)N * mem_pos_bytes(g_mem) + (1 + RS_MAX_CKPT) * mem_state_bytes(g_mem) +
+                                                RS_MAX_CKPT * sizeof(int32_t));
     CHECK_EQ_INT(feed(0, N, N + 1, a), PK_OK);
     mem_drop(g_mem, 0);
     CHECK_EQ_INT(mem_copy_in(g_mem, 5, 0, N - 1, image, 0, N), PK_ECONFLICT);   /* the state is at N */
@@ -147,6 +149,16 @@ static void case_image(void)
     CHECK(mem_holds(g_mem, 5, N) && mem_can_resume(g_mem, 5, N));
     check_accounting();
     CHECK_EQ_INT(feed(5, N, N + 1, b), PK_OK);
+    CHECK(same(a, b));
+    CHECK(mem_can_resume(g_mem, 5, K));                 /* the image's checkpoint came back too */
+    /* a prefix of the image, up to its checkpoint */
+    CHECK_EQ_INT(mem_image_resume(g_mem, image, 0, N, K + 5), K);
+    CHECK_EQ_INT(mem_image_resume(g_mem, image, 0, N, K - 1), 0);
+    CHECK_EQ_INT(mem_copy_in(g_mem, 6, 0, K, image, 0, N), PK_OK);
+    CHECK(mem_holds(g_mem, 6, K));
+    check_accounting();
+    CHECK_EQ_INT(feed(6, K, N, NULL), PK_OK);
+    CHECK_EQ_INT(feed(6, N, N + 1, b), PK_OK);
     CHECK(same(a, b));
     free(image);
     free(a);

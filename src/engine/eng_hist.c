@@ -115,7 +115,7 @@ static int32_t take_rec(eng *e, const int32_t *tokens, int32_t n, int32_t marker
     return i;
 }
 
-int32_t eng_hist_park(eng *e, const slot *s, int32_t pool_id)
+int32_t eng_hist_park(eng *e, const slot *s, int32_t pool_id, int32_t keep)
 {
     if (e->hist.n_parked >= e->hist.n_parked_max) return -1;
     int32_t i = take_rec(e, s->hist, s->n_hist, s->marker_pos, s->last_use_s, s->session, s->max_gap_ms,
@@ -137,6 +137,9 @@ int32_t eng_hist_park(eng *e, const slot *s, int32_t pool_id)
         return -1;
     }
     r->n_tokens = n;
+    /* on a hybrid the checkpoints go with it, but those the slot, cut to
+     * keep, needs to go on from */
+    mem_give_checkpoints(e->mem, s->id, r->seq, keep, n);
     r->where = HIST_PARKED;
     e->hist.n_parked++;
     return i;
@@ -223,16 +226,15 @@ int32_t eng_spill(eng *e, kv_seq seq, const int32_t *tokens, int32_t n, int32_t 
     return i;
 }
 
-bool eng_hist_copy_in(eng *e, int32_t i, kv_seq dst, int32_t p0, int32_t p1)
+int32_t eng_hist_copy_in(eng *e, int32_t i, kv_seq dst, int32_t p0, int32_t p1)
 {
     const hrec *r = &e->hist.rec[i];
-    int32_t n = p1 - p0;
     ASSERT(r->where == HIST_RAM);
-    if (n <= 0) return true;
-    if (p1 > r->n_tokens) return false;
-    if (mem_copy_in(e->mem, dst, p0, p1, r->image, 0, r->n_tokens) != PK_OK) return false;
-    e->stat.n_tokens_restored += (uint64_t)n;
-    return true;
+    if (p1 > r->n_tokens) return p0;
+    p1 = mem_image_resume(e->mem, r->image, 0, r->n_tokens, p1);
+    if (p1 <= p0 || mem_copy_in(e->mem, dst, p0, p1, r->image, 0, r->n_tokens) != PK_OK) return p0;
+    e->stat.n_tokens_restored += (uint64_t)(p1 - p0);
+    return p1;
 }
 
 /* ---- checks and stats ---- */

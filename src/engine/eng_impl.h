@@ -390,18 +390,22 @@ void eng_hist_free(eng *e);
 void eng_hist_drop(eng *e, int32_t i);
 /* The record of session used last, -1 none: the one lookup by session. */
 int32_t eng_hist_find(const eng *e, const char *session);
-/* Keeps slot s's history under a new parking id (shared, no copy); the
- * record, or -1 when no parking id or memory is free. */
-int32_t eng_hist_park(eng *e, const slot *s, int32_t pool_id);
+/* Keeps slot s's history under a new parking id (shared, no copy; on a
+ * hybrid with a copy of its state and the checkpoints past keep, what
+ * the slot goes on with); the record, or -1 when no parking id or memory
+ * is free. */
+int32_t eng_hist_park(eng *e, const slot *s, int32_t pool_id, int32_t keep);
 /* Copies seq's state at positions [0, n) (up to its first gap) into a new
  * RAM record (evicting RAM entries worth less when the budget is short,
  * the one used longest ago when the table is full).  The caller then
  * drops seq.  Returns the record or -1. */
 int32_t eng_spill(eng *e, kv_seq seq, const int32_t *tokens, int32_t n, int32_t marker_pos, double last_use_s,
                   const char *session, double max_gap_ms, int32_t pool_id);
-/* Copies RAM record i's positions [p0, p1) into free cells joined to dst.
- * The caller has made room.  false when cells are missing. */
-bool eng_hist_copy_in(eng *e, int32_t i, kv_seq dst, int32_t p0, int32_t p1);
+/* Copies RAM record i's positions [p0, p) into free cells joined to dst,
+ * for the largest p <= p1 the image can be continued at (on a hybrid: its
+ * end or a checkpoint).  The caller has made room.  Returns p, p0 when
+ * nothing was copied. */
+int32_t eng_hist_copy_in(eng *e, int32_t i, kv_seq dst, int32_t p0, int32_t p1);
 bool eng_hist_check(const eng *e);
 void eng_hist_stats(eng *e, eng_stats *o);
 

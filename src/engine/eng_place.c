@@ -189,9 +189,9 @@ static void drop_hist(eng *e, const place_snap *sn, int32_t h, const char *why, 
 }
 
 /* Keeps slot s's history under a free parking id; false when none is free. */
-static bool park(eng *e, slot *s, int32_t pool_id, uint64_t task_id)
+static bool park(eng *e, slot *s, int32_t pool_id, uint64_t task_id, int32_t keep)
 {
-    int32_t i = eng_hist_park(e, s, pool_id);
+    int32_t i = eng_hist_park(e, s, pool_id, keep);
     if (i < 0) return false;
     const hrec *r = &e->hist.rec[i];
     pol_hist h = { .n_tokens = r->n_tokens, .last_use_s = r->last_use_s, .valid = true };
@@ -296,7 +296,7 @@ static int32_t apply(eng *e, place_snap *sn, eng_task *t, const pol_decision *d)
         if (sn->kind[d->drop[k]] == H_RAM) drop_hist(e, sn, d->drop[k], "room for a park", true);
     for (int32_t k = 0; k < d->n_drop; k++)
         if (sn->kind[d->drop[k]] != H_RAM) drop_hist(e, sn, d->drop[k], "room for a park", true);
-    if (d->park >= 0 && !park(e, s, pool, t->id)) {
+    if (d->park >= 0 && !park(e, s, pool, t->id, t->req.cache_prompt ? d->n_keep : 0)) {
         eng_cache_event ev = { .kind = ENG_CACHE_DROP, .task_id = t->id, .slot = s->id, .seq = s->id,
                                .n_tokens = s->n_hist, .value = hist_value(e, &sn->hists[d->park]) };
         snprintf(ev.reason, sizeof ev.reason, "overwritten: no reserve id or memory to park it");
@@ -330,7 +330,7 @@ static int32_t apply(eng *e, place_snap *sn, eng_task *t, const pol_decision *d)
             if (kind == H_RAM) {
                 /* Rows come back by copy; the room is made first (it may
                  * move other histories out, never this slot or the entry). */
-                if (eng_make_room(e, to - from) && eng_hist_copy_in(e, i, s->id, from, to)) {
+                if (eng_make_room(e, to - from) && (to = eng_hist_copy_in(e, i, s->id, from, to)) > from) {
                     memcpy(s->hist + from, e->hist.rec[i].tokens + from, (size_t)(to - from) * sizeof(int32_t));
                     s->n_hist = to;
                 }

@@ -224,6 +224,17 @@ pk_status rs_checkpoint(rs_cache *rs, kv_seq seq)
     return PK_OK;
 }
 
+pk_status rs_put_ckpt(rs_cache *rs, kv_seq seq, kv_pos pos, const float *state)
+{
+    if (rs_find(rs, seq, pos) >= 0) return PK_OK;
+    int n = 0;
+    for (int i = 0; i < rs->p.n_slots; i++) n += rs->slot[i].kind == RS_CKPT && rs->slot[i].seq == seq;
+    int c = n < RS_MAX_CKPT ? take(rs, seq, pos, RS_CKPT) : -1;
+    if (c < 0) return PK_EFULL;
+    memcpy(rs_data(rs, c), state, rs_state_bytes(rs));
+    return PK_OK;
+}
+
 pk_status rs_rewind(rs_cache *rs, kv_seq seq, kv_pos pos)
 {
     int s = rs_find(rs, seq, pos);
@@ -240,6 +251,21 @@ pk_status rs_rewind(rs_cache *rs, kv_seq seq, kv_pos pos)
     }
     drop_past(rs, seq, pos);
     return PK_OK;
+}
+
+void rs_give_ckpts(rs_cache *rs, kv_seq seq, kv_seq dst, kv_pos lo, kv_pos hi)
+{
+    ASSERT(dst >= 0 && dst < KV_MAX_SEQ && dst != seq);
+    int have = 0;
+    for (int i = 0; i < rs->p.n_slots; i++) have += rs->slot[i].kind == RS_CKPT && rs->slot[i].seq == dst;
+    for (int i = 0; i < rs->p.n_slots && have < RS_MAX_CKPT; i++) {
+        rs_slot *x = &rs->slot[i];
+        if (x->kind != RS_CKPT || x->seq != seq || x->pos <= lo || x->pos > hi || rs_find(rs, dst, x->pos) >= 0) continue;
+        x->seq = dst;
+        rs->seq_slots[seq]--;
+        rs->seq_slots[dst]++;
+        have++;
+    }
 }
 
 void rs_drop(rs_cache *rs, kv_seq seq)

@@ -83,6 +83,10 @@ void rs_advance(rs_cache *rs, kv_seq seq, kv_pos pos);
  * checkpoint), at the slot's position; dst's checkpoints past that
  * position go.  PK_EFULL when dst had no live slot and none is free. */
 pk_status rs_copy(rs_cache *rs, int slot, kv_seq dst);
+/* A checkpoint of seq at pos from a state's bytes (an image copied back):
+ * a free slot only, nothing evicted.  PK_EFULL without one or past
+ * RS_MAX_CKPT; PK_OK when seq has a state at pos already. */
+pk_status rs_put_ckpt(rs_cache *rs, kv_seq seq, kv_pos pos, const float *state);
 /* A checkpoint of seq's live state at its position (nothing when one is
  * there already).  Past RS_MAX_CKPT the checkpoint nearest another goes.
  * PK_EFULL when no slot is free, PK_ENOTFOUND when seq has no live state. */
@@ -91,6 +95,10 @@ pk_status rs_checkpoint(rs_cache *rs, kv_seq seq);
  * one at pos stays; a checkpoint is copied), and its slots past pos go.
  * PK_ENOTFOUND (nothing changed) when it has none at pos. */
 pk_status rs_rewind(rs_cache *rs, kv_seq seq, kv_pos pos);
+/* seq's checkpoints in (lo, hi] become dst's (a history parked under
+ * another id, holding [0, hi), takes the ones its slot, cut to lo, no
+ * longer needs), as many as dst has room for. */
+void rs_give_ckpts(rs_cache *rs, kv_seq seq, kv_seq dst, kv_pos lo, kv_pos hi);
 /* Every slot of seq goes, or only its checkpoints. */
 void rs_drop(rs_cache *rs, kv_seq seq);
 void rs_drop_ckpts(rs_cache *rs, kv_seq seq);

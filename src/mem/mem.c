@@ -73,6 +73,11 @@ int32_t mem_keep(mem *m, kv_seq seq, kv_pos n)
     return n;
 }
 
+void mem_give_checkpoints(mem *m, kv_seq seq, kv_seq dst, kv_pos lo, kv_pos hi)
+{
+    if (m->rs) rs_give_ckpts(m->rs, seq, dst, lo, hi);
+}
+
 void mem_drop(mem *m, kv_seq seq)
 {
     kv_seq_rm(m->kv, seq, -1, -1);
@@ -140,16 +145,23 @@ size_t mem_state_bytes(const mem *m)
     return m->rs ? rs_state_bytes(m->rs) : 0;
 }
 
+/* An image's states section: the state at its end, the checkpoints'
+ * positions, their states (mem.h). */
+static size_t section_bytes(const mem *m)
+{
+    return m->rs ? (1 + RS_MAX_CKPT) * rs_state_bytes(m->rs) + RS_MAX_CKPT * sizeof(int32_t) : 0;
+}
+
 size_t mem_image_bytes(const mem *m, int32_t n)
 {
-    return (size_t)MAX(n, 0) * mem_pos_bytes(m) + mem_state_bytes(m);
+    return (size_t)MAX(n, 0) * mem_pos_bytes(m) + section_bytes(m);
 }
 
 mem_layout mem_get_layout(const mem *m)
 {
     const kv_params *kp = kv_get_params(m->kv);
     return (mem_layout){ .type = kp->type, .n_layer = kp->n_layer, .k_row_bytes = kv_k_row_bytes(m->kv),
-                         .v_row_bytes = kv_v_row_bytes(m->kv), .state_bytes = mem_state_bytes(m) };
+                         .v_row_bytes = kv_v_row_bytes(m->kv), .state_bytes = section_bytes(m) };
 }
 
 /* cell_of[pos - p0] = the cell of seq at pos, -1 where it holds none. */
@@ -195,7 +207,21 @@ uint8_t *mem_copy_out(const mem *m, kv_seq seq, kv_pos p0, kv_pos p1)
             memcpy(dst + kb, kv_v_row(kv, il, cell_of[k]), vb);
         }
     }
-    if (state >= 0) memcpy(dst, rs_data(m->rs, state), rs_state_bytes(m->rs));
+    if (state >= 0) {
+        size_t sb = rs_state_bytes(m->rs);
+        memcpy(dst, rs_data(m->rs, state), sb);
+        int32_t *pos = (int32_t *)(dst + sb);
+        uint8_t *ck = dst + sb + RS_MAX_CKPT * sizeof(int32_t);
+        kv_pos at[MEM_MAX_RESUME];
+        int n_at = rs_positions(m->rs, seq, at), k = 0;
+        memset(pos, 0xff, RS_MAX_CKPT * sizeof(int32_t));
+        memset(ck, 0, RS_MAX_CKPT * sb);
+        for (int i = 0; i < n_at && k < RS_MAX_CKPT; i++)
+            if (at[i] > p0 && at[i] < p1) {
+                pos[k] = at[i];
+                memcpy(ck + (size_t)k++ * sb, rs_data(m->rs, rs_find(m->rs, seq, at[i])), sb);
+            }
+    }
     free(cell_of);
     return image;
 fail:
@@ -204,11 +230,35 @@ fail:
     return NULL;
 }
 
+/* The image's state at p (its end or a checkpoint), NULL when none. */
+static const float *image_state(const mem *m, const uint8_t *image, kv_pos i0, kv_pos i1, kv_pos p)
+{
+    size_t sb = rs_state_bytes(m->rs);
+    const uint8_t *sec = image + (size_t)(i1 - i0) * mem_pos_bytes(m);
+    if (p == i1) return (const float *)sec;
+    const int32_t *pos = (const int32_t *)(sec + sb);
+    for (int k = 0; k < RS_MAX_CKPT; k++)
+        if (pos[k] == p && p > i0) return (const float *)(sec + sb + RS_MAX_CKPT * sizeof(int32_t) + (size_t)k * sb);
+    return NULL;
+}
+
+kv_pos mem_image_resume(const mem *m, const uint8_t *image, kv_pos i0, kv_pos i1, kv_pos p)
+{
+    if (!m->rs) return p;
+    if (p >= i1) return i1;
+    const int32_t *pos = (const int32_t *)(image + (size_t)(i1 - i0) * mem_pos_bytes(m) + rs_state_bytes(m->rs));
+    kv_pos best = i0;
+    for (int k = 0; k < RS_MAX_CKPT; k++)
+        if (pos[k] > best && pos[k] <= p) best = pos[k];
+    return best;
+}
+
 pk_status mem_copy_in(mem *m, kv_seq seq, kv_pos p0, kv_pos p1, const uint8_t *image, kv_pos i0, kv_pos i1)
 {
     ASSERT(i0 <= p0 && p0 <= p1 && p1 <= i1);
     int32_t n = p1 - p0;
-    if (m->rs && p1 != i1) return PK_ECONFLICT;   /* the image's state is at i1 only */
+    const float *state = m->rs ? image_state(m, image, i0, i1, p1) : NULL;
+    if (m->rs && !state) return PK_ECONFLICT;   /* no state of the image at p1 */
     if (m->rs && rs_live(m->rs, seq) < 0 && rs_free_slots(m->rs) == 0) return PK_EFULL;
     int *cells = malloc((size_t)MAX(n, 1) * sizeof *cells);
     if (!cells) return PK_ENOMEM;
@@ -223,9 +273,13 @@ pk_status mem_copy_in(mem *m, kv_seq seq, kv_pos p0, kv_pos p1, const uint8_t *i
             st = rs_begin(m->rs, seq);
             ASSERT(st == PK_OK);
         }
-        int l = rs_live(m->rs, seq);
-        memcpy(rs_data(m->rs, l), image + (size_t)(i1 - i0) * mem_pos_bytes(m), rs_state_bytes(m->rs));
+        memcpy(rs_data(m->rs, rs_live(m->rs, seq)), state, rs_state_bytes(m->rs));
         rs_advance(m->rs, seq, p1);
+        /* the image's checkpoints before p1, where slots are free */
+        const int32_t *pos = (const int32_t *)((const uint8_t *)image_state(m, image, i0, i1, i1) +
+                                               rs_state_bytes(m->rs));
+        for (int k = 0; k < RS_MAX_CKPT; k++)
+            if (pos[k] > p0 && pos[k] < p1) (void)rs_put_ckpt(m->rs, seq, pos[k], image_state(m, image, i0, i1, pos[k]));
     }
     kv_cache *kv = m->kv;
     size_t kb = kv_k_row_bytes(kv), vb = kv_v_row_bytes(kv);

@@ -29,7 +29,10 @@
  *   cache: what the RAM tier holds and a file stores.  Its layout:
  *
  *     image : [p1 - p0][n_layer][ K row (k_row_bytes) | V row (v_row_bytes) ]
- *             then, on a hybrid, the recurrent state at p1 (state_bytes)
+ *             then, on a hybrid, its states (state_bytes in all):
+ *               the recurrent state at p1
+ *               [RS_MAX_CKPT] int32 positions of checkpoints in (p0, p1), -1 unused
+ *               [RS_MAX_CKPT] their states (zeros where unused)
  *
  *   mem_image_bytes(m, n) is its size; mem_layout() is what a file records
  *   so a reader can refuse an image of another shape.
@@ -68,7 +71,7 @@ typedef struct mem_layout {
     tq_type type;               /* the cells' K/V type */
     int32_t n_layer;
     size_t k_row_bytes, v_row_bytes;
-    size_t state_bytes;         /* a recurrent state (0: not a hybrid) */
+    size_t state_bytes;         /* an image's states section (0: not a hybrid) */
 } mem_layout;
 
 /* ---- create / destroy ---- */
@@ -91,6 +94,10 @@ int32_t mem_share(mem *m, kv_seq src, kv_seq dst, kv_pos p0, kv_pos p1);
  * k <= n it can be continued from (mem_can_resume).  Returns what it
  * keeps. */
 int32_t mem_keep(mem *m, kv_seq seq, kv_pos n);
+/* Hybrids: seq's checkpoints in (lo, hi] move to dst (parking a history
+ * of hi positions whose slot keeps only [0, lo)); a no-op on
+ * attention-only models. */
+void mem_give_checkpoints(mem *m, kv_seq seq, kv_seq dst, kv_pos lo, kv_pos hi);
 /* seq lets go of everything; state nobody else holds is freed. */
 void mem_drop(mem *m, kv_seq seq);
 /* seq lets go of its positions [0, n) (it then shares them again from
@@ -137,10 +144,16 @@ int32_t mem_extent(const mem *m, kv_seq seq, int32_t n);
  * is short.  Changes nothing. */
 uint8_t *mem_copy_out(const mem *m, kv_seq seq, kv_pos p0, kv_pos p1);
 /* From an image of [i0, i1): its positions [p0, p1) placed in free cells
- * of seq, charged to seq, and on a hybrid the image's state as seq's (so
- * p1 must be i1: PK_ECONFLICT otherwise).  PK_EFULL (nothing changed) when
- * fewer cells or no state slot are free, PK_ENOMEM. */
+ * of seq, charged to seq, and on a hybrid the image's state at p1 as seq's
+ * (p1 must be i1 or one of its checkpoints: PK_ECONFLICT otherwise) and
+ * its checkpoints in (p0, p1) as seq's, where slots are free.  PK_EFULL
+ * (nothing changed) when fewer cells or no state slot are free,
+ * PK_ENOMEM. */
 pk_status mem_copy_in(mem *m, kv_seq seq, kv_pos p0, kv_pos p1, const uint8_t *image, kv_pos i0, kv_pos i1);
+/* The last position <= p an image of [i0, i1) can be copied in up to:
+ * p on attention-only models; on a hybrid i1 or a checkpoint of the
+ * image, i0 when none. */
+kv_pos mem_image_resume(const mem *m, const uint8_t *image, kv_pos i0, kv_pos i1, kv_pos p);
 
 /* ---- what is held ---- */
 
