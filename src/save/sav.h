@@ -23,9 +23,11 @@
  *                  state_bytes
  *     + header   tokens   [n_tokens] int32
  *                rows     [n_tokens - row_first][n_layer][K row | V row]
- *                state    [state_bytes]: a hybrid model's recurrent state
- *                         at n_tokens (docs/hybrid.md); 0 bytes otherwise,
- *                         so files of attention-only models are as before
+ *                states   [state_bytes]: a hybrid model's recurrent state
+ *                         at n_tokens and its checkpoints (mem.h's image
+ *                         states section, docs/hybrid.md); 0 bytes
+ *                         otherwise, so files of attention-only models are
+ *                         as before
  *
  *   The list ahead of the header repeats the payload's tokens, which the
  *   checksum covers; a file is refused unless both agree.  A file that
@@ -69,7 +71,7 @@ typedef struct sav_header {
     int32_t pool_id, parent, branch_pos;   /* pools; 0, -1, 0 for a slot */
     uint32_t flags;             /* SAV_FLAG_* */
     uint64_t payload_bytes;     /* tokens + rows + state */
-    uint32_t state_bytes;       /* the recurrent state after the rows (hybrids), else 0 */
+    uint32_t state_bytes;       /* the recurrent states after the rows (hybrids), else 0 */
 } sav_header;
 
 /* What the reader requires of a file: the running model and cache. */
