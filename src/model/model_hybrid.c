@@ -390,7 +390,7 @@ static void moe(model_ctx *c, int ith, int nth, const model_layer *L, int T, con
     fwd_matmul_set(ith, nth, c, rw, ry, shared ? 2 : 1, xn, T);
     for (int64_t t = t0; t < t1; t++) route(hp, h->rlog + t * hp->n_expert, h->sel + t * K, h->selw + t * K);
     tp_barrier(c->tp);
-    if (ith == 0) {
+    if (ith == 0 && T > 1) {
         memset(h->ecount, 0, (size_t)hp->n_expert * sizeof(int32_t));
         for (int t = 0; t < T; t++)
             for (int s = 0; s < K; s++) {
@@ -400,8 +400,32 @@ static void moe(model_ctx *c, int ith, int nth, const model_layer *L, int T, con
     }
     tp_barrier(c->tp);
 
+    if (T == 1) {
+        /* a decode step: every chosen expert reads the same token, so their
+         * gate and up products run 4 experts (8 matrices) to a phase, and
+         * their outputs go straight to the slots' rows */
+        for (int s0 = 0; s0 < K; s0 += 4) {
+            const int ns = MIN(4, K - s0);
+            model_w g[4], u[4];
+            const model_w *ws[8];
+            float *ys[8];
+            for (int i = 0; i < ns; i++) {
+                g[i] = slice(&L->exp_gate, h->sel[s0 + i]), u[i] = slice(&L->exp_up, h->sel[s0 + i]);
+                ws[2 * i] = &g[i], ws[2 * i + 1] = &u[i];
+                ys[2 * i] = h->eg + (size_t)(s0 + i) * F, ys[2 * i + 1] = h->eu + (size_t)(s0 + i) * F;
+            }
+            fwd_matmul_set(ith, nth, c, ws, ys, 2 * ns, xn, 1);
+        }
+        for (int i = ith; i < K; i += nth)
+            c->ops->swiglu(h->eg + (size_t)i * F, h->eu + (size_t)i * F, h->eh + (size_t)i * F, F);
+        tp_barrier(c->tp);
+        for (int i = 0; i < K; i++) {
+            model_w d = slice(&L->exp_down, h->sel[i]);
+            fwd_matmul(ith, nth, c, &d, h->eh + (size_t)i * F, 1, h->eout + (size_t)i * E);
+        }
+    }
     /* each chosen expert once over the tokens routed to it */
-    for (int e = 0; e < hp->n_expert; e++) {
+    for (int e = 0; e < hp->n_expert && T > 1; e++) {
         const int n = h->ecount[e];
         if (!n) continue;
         const int32_t *rows = h->etok + (size_t)e * nub;
