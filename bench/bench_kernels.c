@@ -7,8 +7,9 @@
  * and the weight bytes per second are printed:
  *
  *   cache  the same matrix again and again (it may sit in L3)
- *   dram   a ring of copies of the matrix, >= 256 MiB in all, so every
- *          pass streams its weights from memory as decode does
+ *   dram   a ring of copies of the matrix, >= 256 MiB in all (in 2 MiB
+ *          pages), so every pass streams its weights from memory as
+ *          decode does
  *
  * The kernel rows ("avx512" ...) time that table's vec_dot over a row split
  * on the pool; the "matmul" rows time tk_matmul itself (the table tk_ops_get
@@ -24,6 +25,7 @@
  *
  * Usage: bench_kernels [seconds per measurement, default 0.25] [gemm|gemv|ratios|all]
  */
+#include "../src/common/huge.h"
 #include "../src/tensor/tk.h"
 
 #include <math.h>
@@ -106,7 +108,7 @@ static double cpu_s(void)
 static int bench_gemm(tp_pool *pools[2], double secs)
 {
     static const int toks[] = { 4, 8, 16, 32, 48, 64, 512 };
-    static const int types[] = { TQ_Q8_0, TQ_Q8_0X16, TQ_Q4_0, TQ_Q4_0X16, TQ_Q4_1, TQ_Q5_0, TQ_Q5_1, TQ_Q4_K, TQ_Q5_K, TQ_Q6_K,
+    static const int types[] = { TQ_Q8_0, TQ_Q8_0X16, TQ_Q4_0, TQ_Q4_0X16, TQ_Q4_1, TQ_Q5_0, TQ_Q5_1, TQ_Q4_K, TQ_Q4_KX16, TQ_Q5_K, TQ_Q6_K,
                                  TQ_Q2_K, TQ_Q3_K, TQ_IQ4_NL, TQ_IQ4_XS };
     const int T = 512;
     printf("\nmatmul %d x %d, GOP/s by tokens per call (1 thread, per CPU second | 2 threads, wall)\n",
@@ -297,7 +299,8 @@ int main(int argc, char **argv)
         if (tr->tile_rows && !tk_runs_tiled(plain, N_ROWS, N_COLS)) continue;
         size_t wrow = tq_row_size(wt, N_COLS), mat = wrow * N_ROWS;
         size_t n_copies = (RING_BYTES + mat - 1) / mat;
-        char *ring = malloc(mat * n_copies), *rows = malloc(mat);
+        /* in 2 MiB pages, as the model's weights are (model_copy.c) */
+        char *ring = pk_huge_alloc(mat * n_copies), *rows = malloc(mat);
         void *scratch = malloc(tk_matmul_scratch_size(wt, N_COLS, 1));
         if (!ring || !rows || !scratch) return 1;
         for (int r = 0; r < N_ROWS; r++) tq_quantize_row(plain, wf + (size_t)r * N_COLS, rows + r * wrow, N_COLS);
@@ -336,7 +339,7 @@ int main(int argc, char **argv)
                    use_matmul ? "matmul" : ops->isa, mat / 1048576.0, gbs[0], gbs[1], gbs[2], gbs[3]);
             fflush(stdout);
         }
-        free(ring);
+        pk_huge_free(ring, mat * n_copies);
         free(rows);
         free(scratch);
     }

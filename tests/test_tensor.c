@@ -838,9 +838,12 @@ static void check_tiled(tp_pool *tp, tq_type plain, int64_t n_rows, int64_t n_co
         SKIP_PART("no tiled kernels on this CPU (%s): tiled matmul %s %lldx%lld not run", tk_ops_get()->isa,
                   tq_get(plain)->name, (long long)n_rows, (long long)n_cols);
     } else {
-        /* tiled kernel up to TK_TILED_MAX_TOKENS (4 per pass: 33 leaves 1),
-         * beside the Q4_1 matrix up to 7; GEMM beyond */
-        static const int64_t toks[] = { 1, 2, 4, 7, 8, 17, 33, 70 };
+        /* tiled kernel up to its last count (4 per pass: 33 leaves 1),
+         * beside the plain matrix up to 7 (Q4_0 / Q8_0) or one product
+         * each (the K-quants); GEMM beyond */
+        static const int64_t toks[] = { 1, 2, 3, 4, 7, 8, 17, 31, 32, 33, 70 };
+        /* the plain companion: same activation type, no tiled layout */
+        const tq_type other = tq_get(plain)->vec_dot_type == TQ_Q8_K ? TQ_Q5_K : TQ_Q4_1;
         for (size_t k = 0; k < ARRAY_LEN(toks); k++) {
             int64_t T = toks[k];
             float *x = malloc((size_t)(T * n_cols) * sizeof *x);
@@ -853,21 +856,21 @@ static void check_tiled(tp_pool *tp, tq_type plain, int64_t n_rows, int64_t n_co
             if (!same) fprintf(stderr, "tiled %s %lldx%lld n_tok=%lld differs\n", tq_get(tiled)->name,
                                (long long)n_rows, (long long)n_cols, (long long)T);
             CHECK(same);
-            /* in a set with a plain Q4_1 matrix: both as in their own products */
+            /* in a set with a plain matrix: both as in their own products */
             multi_args m = { .tp = tp, .n_cols = n_cols, .n_tok = T, .x = x };
-            size_t q1row = tq_row_size(TQ_Q4_1, n_cols);
+            size_t q1row = tq_row_size(other, n_cols);
             uint8_t *q1 = malloc(q1row * 16);
-            for (int64_t r = 0; r < 16; r++) tq_quantize_row(TQ_Q4_1, wf + r * n_cols, q1 + r * q1row, n_cols);
+            for (int64_t r = 0; r < 16; r++) tq_quantize_row(other, wf + r * n_cols, q1 + r * q1row, n_cols);
             m.mats[0] = (tk_mat){ tiled, wt, n_rows, malloc((size_t)(T * n_rows) * sizeof(float)) };
-            m.mats[1] = (tk_mat){ TQ_Q4_1, q1, 16, malloc((size_t)(T * 16) * sizeof(float)) };
+            m.mats[1] = (tk_mat){ other, q1, 16, malloc((size_t)(T * 16) * sizeof(float)) };
             m.mats[2] = m.mats[0];
             m.mats[2].y = malloc((size_t)(T * n_rows) * sizeof(float));
-            m.scratch = malloc(tk_matmul_multi_scratch_size(m.mats, 3, n_cols, T) + tk_matmul_scratch_size(TQ_Q4_1, n_cols, T));
+            m.scratch = malloc(tk_matmul_multi_scratch_size(m.mats, 3, n_cols, T) + tk_matmul_scratch_size(other, n_cols, T));
             tk_matmul_scratch_init(m.scratch);
             tp_run(tp, multi_job, &m);
             CHECK(memcmp(m.mats[0].y, y1, (size_t)(T * n_rows) * sizeof *y1) == 0);
             CHECK(memcmp(m.mats[2].y, y1, (size_t)(T * n_rows) * sizeof *y1) == 0);
-            tk_matmul(tp, TQ_Q4_1, q1, 16, n_cols, x, T, y1, m.scratch);
+            tk_matmul(tp, other, q1, 16, n_cols, x, T, y1, m.scratch);
             CHECK(memcmp(m.mats[1].y, y1, (size_t)(T * 16) * sizeof *y1) == 0);
             for (int i = 0; i < 3; i++) free(m.mats[i].y);
             free(m.scratch);
@@ -889,7 +892,10 @@ static void check_tiled(tp_pool *tp, tq_type plain, int64_t n_rows, int64_t n_co
 static void test_tiled(void)
 {
     CHECK(tq_tiled(TQ_Q4_0) == TQ_Q4_0X16 && tq_tiled(TQ_Q8_0) == TQ_Q8_0X16 && tq_tiled(TQ_Q4_1) < 0);
+    CHECK(tq_tiled(TQ_Q4_K) == TQ_Q4_KX16 && tq_tiled(TQ_Q6_K) == TQ_Q6_KX16 && tq_tiled(TQ_Q5_K) < 0);
+    CHECK(tq_tiled(TQ_Q4_KX16) < 0);
     CHECK(tq_tileable(TQ_Q4_0, 32, 128) && !tq_tileable(TQ_Q4_0, 24, 128) && !tq_tileable(TQ_Q8_0, 32, 96));
+    CHECK(tq_tileable(TQ_Q4_K, 16, 256) && tq_tileable(TQ_Q6_K, 16, 512) && !tq_tileable(TQ_Q6_K, 16, 768));
     CHECK(tq_get(TQ_Q4_0X16)->tile_rows == 16 && tq_get(TQ_Q4_0X16)->untiled == TQ_Q4_0);
     CHECK(tq_row_size(TQ_Q8_0X16, 64) == tq_row_size(TQ_Q8_0, 64));
     tp_pool *tp;
@@ -898,6 +904,10 @@ static void test_tiled(void)
     check_tiled(tp, TQ_Q8_0, 48, 256);
     check_tiled(tp, TQ_Q4_0, 160, 896);   /* several units per thread */
     check_tiled(tp, TQ_Q8_0, 32, 4864);
+    check_tiled(tp, TQ_Q4_K, 48, 256);
+    check_tiled(tp, TQ_Q4_K, 160, 1024);
+    check_tiled(tp, TQ_Q6_K, 48, 512);
+    check_tiled(tp, TQ_Q6_K, 64, 2048);
     tp_free(tp);
 }
 

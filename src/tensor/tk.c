@@ -127,6 +127,7 @@ static void build_tables(void)
         tk_fill_avx512_small(&gemms[ISA_AVX512]);
         tk_fill_avx512_gemv(&gemms[ISA_AVX512]);
         tk_fill_avx512_tiled(&gemms[ISA_AVX512]);
+        tk_fill_avx512_tiledk(&gemms[ISA_AVX512]);
         inherit(&tables[ISA_AVX512], &tables[ISA_AVX2]);
         isa_ok[ISA_AVX512] = true;
     }
@@ -173,7 +174,7 @@ static const tk_gemm *gemm_get(void)
     return &gemms[isa_chosen];
 }
 
-enum path { PATH_VEC_DOT, PATH_GEMV, PATH_SMALL, PATH_GEMM };
+enum path { PATH_VEC_DOT, PATH_GEMV, PATH_SMALL, PATH_GEMM, PATH_SPLIT };
 
 /* Which paths could run this product (the kernels exist for every matrix
  * and their buffers fit a thread's scratch), and whether it holds a tiled
@@ -205,7 +206,7 @@ static paths paths_fit(const tk_gemm *g, const tk_mat *mats, int n_mat, int64_t 
         if (!g->small_rows[t] || !g->small_pack_a[vt] || tk_small_act_bytes(n_cols) + row > TP_SCRATCH_BYTES)
             ok.small = false;
         int max = mixed ? TK_SMALL_LANES - 1 : g->gemv_max_tokens[t];
-        size_t buf = tr->tile_rows ? tk_tiled_buf_bytes(n_cols, n_tok) : tk_gemv_buf_bytes(n_cols, n_tok);
+        size_t buf = tr->tile_rows ? tk_tiled_buf_bytes(vt, n_cols, n_tok) : tk_gemv_buf_bytes(n_cols, n_tok);
         if (!g->gemv_rows[t] || !g->gemv_pack_a[vt] || n_tok > max || buf + row > TP_SCRATCH_BYTES)
             ok.gemv = false;
     }
@@ -218,40 +219,56 @@ static paths paths_fit(const tk_gemm *g, const tk_mat *mats, int n_mat, int64_t 
  * scratch; for fewer tokens the few-token kernel up to the count where the
  * small-batch one gets faster (both do the same arithmetic), then that one;
  * else one vec_dot per output.  A set with a tiled matrix (tq.h) takes the
- * tiled kernel wherever it may (up to TK_TILED_MAX_TOKENS, or up to
+ * tiled kernel wherever it may (up to its gemv_max_tokens, or up to
  * TK_SMALL_LANES - 1 beside plain matrices, which then take their few-token
  * kernel) and the GEMM beyond: tiled layouts have no other kernels, and
- * tk_runs_tiled checked that both fit. */
+ * tk_runs_tiled checked that one of the two fits.  A set mixing tiled and
+ * plain matrices where neither fits (the plain ones have no few-token
+ * kernel: the K-quants) runs as one product per matrix. */
 static enum path choose_path(const tk_gemm *g, const tk_mat *mats, int n_mat, int64_t n_cols, int64_t n_tok)
 {
     paths ok = paths_fit(g, mats, n_mat, n_cols, n_tok);
     /* the tiled kernel beats the GEMM up to its limit (tk_impl.h) */
     enum path p = ok.tiled && ok.gemv ? PATH_GEMV
                   : ok.gemm           ? PATH_GEMM
+                  : ok.tiled          ? PATH_SPLIT
                   : ok.gemv           ? PATH_GEMV
                   : ok.small          ? PATH_SMALL
                                       : PATH_VEC_DOT;
-    ASSERT(!ok.tiled || p == PATH_GEMM || p == PATH_GEMV);
+    ASSERT(p != PATH_SPLIT || n_mat > 1);
     return p;
 }
 
 bool tk_runs_tiled(tq_type type, int64_t n_rows, int64_t n_cols)
 {
     if (!tq_tileable(type, n_rows, n_cols)) return false;
-    /* choose_path's two paths where each is hardest to fit: the few-token
-     * kernels beside a plain matrix at their last count, the GEMM at its first */
-    tk_mat m[2] = { { (tq_type)tq_tiled(type), NULL, n_rows, NULL }, { type, NULL, n_rows, NULL } };
+    /* every count takes the tiled kernel or the GEMM: the kernel's buffer
+     * fits up to where the GEMM starts, and the GEMM's panel fits there;
+     * beside a plain matrix with a few-token kernel, the kernels fit at
+     * their last count */
     const tk_gemm *g = gemm_get();
-    return paths_fit(g, m, 2, n_cols, TK_SMALL_LANES - 1).gemv && paths_fit(g, m, 1, n_cols, TK_GEMM_MIN_TOKENS).gemm;
+    tq_type tt = (tq_type)tq_tiled(type);
+    tk_mat m[2] = { { tt, NULL, n_rows, NULL }, { type, NULL, n_rows, NULL } };
+    int64_t gemm_from = MAX(TK_GEMM_MIN_TOKENS, g->min_tokens[type]);
+    if (g->gemv_max_tokens[tt] < gemm_from - 1) return false;
+    if (!paths_fit(g, m, 1, n_cols, gemm_from - 1).gemv || !paths_fit(g, m, 1, n_cols, gemm_from).gemm)
+        return false;
+    return !g->gemv_rows[type] || paths_fit(g, m, 2, n_cols, TK_SMALL_LANES - 1).gemv;
 }
 
 static size_t act_bytes(const tk_gemm *g, const tk_mat *mats, int n_mat, int64_t n_cols, int64_t n_tok)
 {
+    enum path path = choose_path(g, mats, n_mat, n_cols, n_tok);
+    if (path == PATH_SPLIT) {
+        size_t most = 0;
+        for (int i = 0; i < n_mat; i++) most = MAX(most, act_bytes(g, &mats[i], 1, n_cols, n_tok));
+        return most;
+    }
     const tq_traits *tw = tq_get(mats[0].type);
     ASSERT(tw && tw->supported);
     size_t rows = tw->vec_dot_type == TQ_F32 ? 0 : tq_row_size(tw->vec_dot_type, n_cols) * (size_t)n_tok;
     size_t groups = (size_t)((n_tok + TK_GEMM_LANES - 1) / TK_GEMM_LANES) * tk_group_bytes(n_cols);
-    return choose_path(g, mats, n_mat, n_cols, n_tok) == PATH_GEMM ? MAX(rows, groups) : rows;
+    return path == PATH_GEMM ? MAX(rows, groups) : rows;
 }
 
 size_t tk_matmul_multi_scratch_size(const tk_mat *mats, int n_mat, int64_t n_cols, int64_t n_tok)
@@ -373,6 +390,10 @@ void tk_matmul_multi_job(int ith, int nth, tp_pool *tp, const tk_mat *mats, int 
     const tq_traits *ta = tq_get(vt);
     ASSERT(n_cols % ta->blck_size == 0);
     enum path path = choose_path(g, mats, n_mat, n_cols, n_tok);
+    if (path == PATH_SPLIT) {
+        for (int i = 0; i < n_mat; i++) tk_matmul_multi_job(ith, nth, tp, &mats[i], 1, n_cols, x, n_tok, scratch);
+        return;
+    }
     bool gemm = path == PATH_GEMM;
 
     char *base = (char *)(((uintptr_t)scratch + TK_LINE - 1) & ~(uintptr_t)(TK_LINE - 1));

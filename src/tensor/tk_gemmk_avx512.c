@@ -176,7 +176,17 @@ static void levels_q6(const tq_block_q6_K *x, uint8_t out[QK])
     }
 }
 
-static void pack_w_q4_K(const void *w, size_t wrow, int n, int64_t n_cols, void *panel)
+/* Block i (bsize bytes) of panel row r: at w + r * wrow in plain rows, or
+ * copied into tmp out of the tiles of the tiled type tt (rows r0 + r). */
+static inline const void *src_block(const void *w, size_t wrow, size_t bsize, int tt, int64_t r0, int r, int64_t i,
+                                    int64_t n_cols, void *tmp)
+{
+    if (tt < 0) return (const char *)w + (size_t)r * wrow + (size_t)i * bsize;
+    tq_tile_block((tq_type)tt, w, r0 + r, i, n_cols, tmp);
+    return tmp;
+}
+
+static void pack_q4_K(const void *w, size_t wrow, int tt, int64_t r0, int n, int64_t n_cols, void *panel)
 {
     for (int64_t i = 0; i < n_cols / QK; i++) {
         rec k = rec4(panel, i);
@@ -188,7 +198,8 @@ static void pack_w_q4_K(const void *w, size_t wrow, int n, int64_t n_cols, void 
                 k.corr[r] = 0, k.d[r] = 0, k.dmin[r] = 0;
                 continue;
             }
-            const tq_block_q4_K *x = (const tq_block_q4_K *)((const char *)w + (size_t)r * wrow) + i;
+            tq_block_q4_K tmp;
+            const tq_block_q4_K *x = src_block(w, wrow, sizeof tmp, tt, r0, r, i, n_cols, &tmp);
             int sc[8], mn[8];
             scales_mins(x->scales, sc, mn);
             levels_k4(x->qs, NULL, k.w8 + 256 * r);
@@ -208,8 +219,18 @@ static void pack_w_q4_K(const void *w, size_t wrow, int n, int64_t n_cols, void 
     }
 }
 
+static void pack_w_q4_K(const void *w, size_t wrow, int n, int64_t n_cols, void *panel)
+{
+    pack_q4_K(w, wrow, -1, 0, n, n_cols, panel);
+}
+
+static void pack_wt_q4_K(const void *w, int64_t r0, int n, int64_t n_cols, void *panel)
+{
+    pack_q4_K(w, 0, TQ_Q4_KX16, r0, n, n_cols, panel);
+}
+
 /* Q5_K and Q6_K: levels, per-run lane scales, lane corrections. */
-static void pack_w_lanes(const void *w, size_t wrow, int n, int64_t n_cols, void *panel, bool six)
+static void pack_lanes(const void *w, size_t wrow, int tt, int64_t r0, int n, int64_t n_cols, void *panel, bool six)
 {
     size_t bsize = six ? sizeof(tq_block_q6_K) : sizeof(tq_block_q5_K);
     for (int64_t i = 0; i < n_cols / QK; i++) {
@@ -224,7 +245,8 @@ static void pack_w_lanes(const void *w, size_t wrow, int n, int64_t n_cols, void
                 k.d[r] = 0, k.dmin[r] = 0;
                 continue;
             }
-            const char *blk = (const char *)w + (size_t)r * wrow + (size_t)i * bsize;
+            tq_block_q6_K tmp;   /* the larger */
+            const char *blk = src_block(w, wrow, bsize, tt, r0, r, i, n_cols, &tmp);
             int run_sc[8][2];   /* scale of lanes 0-3 and 4-7 of each run */
             if (six) {
                 const tq_block_q6_K *x = (const tq_block_q6_K *)blk;
@@ -259,12 +281,17 @@ static void pack_w_lanes(const void *w, size_t wrow, int n, int64_t n_cols, void
 
 static void pack_w_q5_K(const void *w, size_t wrow, int n, int64_t n_cols, void *panel)
 {
-    pack_w_lanes(w, wrow, n, n_cols, panel, false);
+    pack_lanes(w, wrow, -1, 0, n, n_cols, panel, false);
 }
 
 static void pack_w_q6_K(const void *w, size_t wrow, int n, int64_t n_cols, void *panel)
 {
-    pack_w_lanes(w, wrow, n, n_cols, panel, true);
+    pack_lanes(w, wrow, -1, 0, n, n_cols, panel, true);
+}
+
+static void pack_wt_q6_K(const void *w, int64_t r0, int n, int64_t n_cols, void *panel)
+{
+    pack_lanes(w, 0, TQ_Q6_KX16, r0, n, n_cols, panel, true);
 }
 
 /* ---- tile kernels ----------------------------------------------------------- */
@@ -418,6 +445,8 @@ void tk_fill_avx512_gemmk(tk_gemm *g)
     g->pack_w[TQ_Q4_K] = pack_w_q4_K, g->tile[TQ_Q4_K] = tile_q4_K;
     g->pack_w[TQ_Q5_K] = pack_w_q5_K, g->tile[TQ_Q5_K] = tile_q5_K;
     g->pack_w[TQ_Q6_K] = pack_w_q6_K, g->tile[TQ_Q6_K] = tile_q6_K;
+    g->pack_wt[TQ_Q4_KX16] = pack_wt_q4_K;
+    g->pack_wt[TQ_Q6_KX16] = pack_wt_q6_K;
     g->rec_cols[TQ_Q4_K] = g->rec_cols[TQ_Q5_K] = g->rec_cols[TQ_Q6_K] = QK;
     g->rec_bytes[TQ_Q4_K] = REC4;
     g->rec_bytes[TQ_Q5_K] = g->rec_bytes[TQ_Q6_K] = REC56;

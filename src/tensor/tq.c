@@ -37,6 +37,8 @@ static const tq_traits traits[TQ_COUNT] = {
     [TQ_IQ4_XS] = { "iq4_xs", TQ_QK_K,   sizeof(tq_block_iq4_xs), TQ_Q8_K, true },
     [TQ_Q4_0X16] = { "q4_0x16", TQ_QK4_0, sizeof(tq_block_q4_0), TQ_Q8_0, true, TQ_TILE_ROWS, TQ_Q4_0 },
     [TQ_Q8_0X16] = { "q8_0x16", TQ_QK8_0, sizeof(tq_block_q8_0), TQ_Q8_0, true, TQ_TILE_ROWS, TQ_Q8_0 },
+    [TQ_Q4_KX16] = { "q4_Kx16", TQ_QK_K, sizeof(tq_block_q4_K), TQ_Q8_K, true, TQ_TILE_ROWS, TQ_Q4_K },
+    [TQ_Q6_KX16] = { "q6_Kx16", TQ_QK_K, sizeof(tq_block_q6_K), TQ_Q8_K, true, TQ_TILE_ROWS, TQ_Q6_K },
 };
 
 /* The block structs must have exactly GGUF's byte sizes (no padding). */

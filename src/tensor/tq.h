@@ -39,7 +39,9 @@ typedef enum tq_type {
     /* tiled layouts (below): made at load time, never read from a file */
     TQ_Q4_0X16 = 40,
     TQ_Q8_0X16 = 41,
-    TQ_COUNT = 42,   /* table size: every id < TQ_COUNT */
+    TQ_Q4_KX16 = 42,
+    TQ_Q6_KX16 = 43,
+    TQ_COUNT = 44,   /* table size: every id < TQ_COUNT */
 } tq_type;
 
 typedef uint16_t tq_f16;   /* IEEE half, bit pattern */
@@ -141,40 +143,48 @@ void tq_quantize_row(tq_type type, const float *x, void *y, int64_t n);
 float tq_vec_dot_ref(tq_type wtype, int64_t n, const void *w, const void *a);
 
 /*
- * TILED LAYOUTS.  TQ_Q4_0X16 and TQ_Q8_0X16 hold a Q4_0 / Q8_0 matrix's
- * blocks, the same bytes, rearranged so that the decode kernel
- * (tk_tiled_avx512.c) reads each 64-byte line as 4 code bytes of 16 rows:
- * one vpdpbusd against 4 broadcast activations gives 16 rows' partial sums,
- * with no shuffles.  A matrix of n_rows (% 16 == 0) rows of n_cols
- * (% 64 == 0) values is n_rows / 16 tiles; tile t holds rows [16t, 16t + 16)
- * at t * 16 * tq_row_size bytes (so a row range starting on a tile is at
- * the usual offset), as pairs of blocks, each pair:
+ * TILED LAYOUTS.  TQ_Q4_0X16, TQ_Q8_0X16, TQ_Q4_KX16 and TQ_Q6_KX16 hold a
+ * Q4_0 / Q8_0 / Q4_K / Q6_K matrix's blocks, the same bytes, rearranged so
+ * that the decode kernels (tk_tiled_avx512.c, tk_tiledk_avx512.c) read
+ * each 64-byte line as 4 bytes of 16 rows: one vpdpbusd (or vpmaddubsw)
+ * against 4 broadcast activations gives 16 rows' partial sums, with no
+ * shuffles, and the sums end up with rows across the lanes where the float
+ * work wants them.  A matrix of n_rows (% 16 == 0) rows is n_rows / 16
+ * tiles; tile t holds rows [16t, 16t + 16) at t * 16 * tq_row_size bytes
+ * (so a row range starting on a tile is at the usual offset).  A tile is a
+ * run of units of 1 or 2 blocks (every row's block b, b + 1); in a unit,
+ * block by block, 64-byte lines whose line j holds bytes 4j..4j+3 of a
+ * block field of each row (row i at + 4i), then one line of the f16 fields
+ * (row i's at + 2i, 32 bytes per field and block):
  *
- *   codes of block 2p   [16 * C / 4][16 rows][4]   C = 16 (Q4_0) or 32 (Q8_0)
- *   codes of block 2p+1 likewise
- *   d of block 2p       [16 rows] f16
- *   d of block 2p+1     [16 rows] f16
+ *   Q4_0X16  2 blocks: qs 4 lines each; d, d          (576 bytes)
+ *   Q8_0X16  2 blocks: qs + 128 (as unsigned) 8 lines each; d, d (1088)
+ *   Q4_KX16  1 block:  qs 32 lines, scales 3; d, dmin (2304)
+ *   Q6_KX16  2 blocks: ql 32 lines, qh 16, scales 4; d, d (6720)
  *
- * Line i of a block's codes holds bytes 4i..4i+3 of each row's qs: Q4_0
- * nibble pairs as stored (values 4i+j low, 16+4i+j high); Q8_0 bytes + 128
- * (as unsigned).  576 / 1088 bytes per pair: whole 64-byte lines.
+ * Row widths: a multiple of the unit's values (64, 64, 256, 512).
  */
 #define TQ_TILE_ROWS 16
+#define TQ_TILE_LINE 64
 
 /* Where things are in the layout above, the one statement of it for the
- * converters and the kernels.  code_bytes: 16 (Q4_0) or 32 (Q8_0). */
-static inline size_t tq_tile_pair_bytes(int code_bytes) { return 2 * (size_t)TQ_TILE_ROWS * code_bytes + 4 * TQ_TILE_ROWS; }
-/* Offset in a tile of block b's codes (row i's 4 bytes of line j at + 64j + 4i). */
-static inline size_t tq_tile_codes(int64_t b, int code_bytes)
+ * converters and the kernels.  unit: blocks per unit; lines: lines of one
+ * block's 4-byte fields (4 / 8 / 35 / 52). */
+static inline size_t tq_tile_unit_bytes(int unit, int lines) { return (size_t)TQ_TILE_LINE * (unit * lines + 1); }
+/* Offset in a tile of line j of block b's 4-byte fields (row i at + 4i). */
+static inline size_t tq_tile_line(int64_t b, int unit, int lines, int j)
 {
-    return (size_t)(b / 2) * tq_tile_pair_bytes(code_bytes) + (size_t)(b % 2) * TQ_TILE_ROWS * code_bytes;
+    return (size_t)(b / unit) * tq_tile_unit_bytes(unit, lines) + (size_t)TQ_TILE_LINE * ((b % unit) * lines + j);
 }
-/* Offset in a tile of block b's 16 scales (row i's at + 2i). */
-static inline size_t tq_tile_scales(int64_t b, int code_bytes)
+/* Offset in a tile of f16 field f (0, or 1: Q4_K's dmin) of block b (row i at + 2i). */
+static inline size_t tq_tile_half(int64_t b, int unit, int lines, int f)
 {
-    return (size_t)(b / 2) * tq_tile_pair_bytes(code_bytes) + 2 * (size_t)TQ_TILE_ROWS * code_bytes +
-           (size_t)(b % 2) * 2 * TQ_TILE_ROWS;
+    return (size_t)(b / unit) * tq_tile_unit_bytes(unit, lines) + (size_t)TQ_TILE_LINE * unit * lines +
+           (size_t)32 * (f + b % unit);
 }
+/* The 32-value formats' names for these: code_bytes 16 (Q4_0) or 32 (Q8_0). */
+static inline size_t tq_tile_codes(int64_t b, int code_bytes) { return tq_tile_line(b, 2, code_bytes / 4, 0); }
+static inline size_t tq_tile_scales(int64_t b, int code_bytes) { return tq_tile_half(b, 2, code_bytes / 4, 0); }
 /* The tile holding row r of a matrix at w whose plain rows are wrow bytes. */
 static inline const char *tq_tile_of(const void *w, int64_t r, size_t wrow)
 {
@@ -182,7 +192,7 @@ static inline const char *tq_tile_of(const void *w, int64_t r, size_t wrow)
 }
 
 /* Whether a matrix of `type` (a file type) and this shape has a tiled
- * layout (tq_tiled(type) >= 0 and the shape fits). */
+ * layout (tq_tiled(type) >= 0 and the shape fits the units). */
 bool tq_tileable(tq_type type, int64_t n_rows, int64_t n_cols);
 /* The tiled layout of `type`, or -1. */
 int tq_tiled(tq_type type);
@@ -190,6 +200,8 @@ int tq_tiled(tq_type type);
 void tq_tile(tq_type tiled, const void *src, int64_t n_rows, int64_t n_cols, void *dst);
 /* Rows [r0, r0 + n) of the tiled matrix w back as plain rows into dst. */
 void tq_untile(tq_type tiled, const void *w, int64_t r0, int64_t n, int64_t n_cols, void *dst);
+/* Block b of row r of the tiled matrix w, as a plain block into blk. */
+void tq_tile_block(tq_type tiled, const void *w, int64_t r, int64_t b, int64_t n_cols, void *blk);
 /* Row r of a matrix of any supported type (plain rows, or tiled) as floats. */
 void tq_dequantize_row_at(tq_type type, const void *w, int64_t r, int64_t n_cols, float *y);
 

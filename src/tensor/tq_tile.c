@@ -1,105 +1,110 @@
 /*
  * tq_tile.c - the tiled layouts of tq.h: plain rows to tiles and back.
  *
- * Both directions walk one (tile, block, row) at a time through tile_at,
- * the single statement of where a block's bytes go, so they cannot
- * disagree.  Speed: tq_tile runs once per weight at load time, in the
- * background copy (model_copy.c); tq_untile serves the GEMM's panel
- * packing, a small share of a prefill.
+ * Both directions move one (tile, block, row) at a time through move_block,
+ * which reads the layout from one table of where each block field goes,
+ * so they cannot disagree.  Speed: tq_tile runs once per weight at load
+ * time, in the background copy (model_copy.c); tq_untile and tq_tile_block
+ * serve the GEMM's panel packing, a small share of a prefill.
  */
 #include "tq_impl.h"
 
 #include <string.h>
 
+/* A plain block's fields in a tiled unit: `seg` runs of 4-byte words
+ * (bytes [from, from + 4 * words) of the block to lines line..), then
+ * up to two f16 fields (at half[f] in the block). */
 typedef struct {
-    int code_bytes;   /* qs bytes per block and row: 16 or 32 */
-    uint8_t flip;     /* xor on each code byte: 0x80 makes Q8_0's unsigned */
+    tq_type plain, tiled;
+    int unit, lines;            /* tq.h's unit and lines */
+    int n_seg;
+    struct { int from, words, line; } seg[3];
+    int n_half;
+    int half[2];
+    uint8_t flip;               /* xor on the first field's bytes: Q8_0's +128 */
 } tile_fmt;
 
-static tile_fmt fmt_of(tq_type tiled)
-{
-    ASSERT(tiled == TQ_Q4_0X16 || tiled == TQ_Q8_0X16);
-    return tiled == TQ_Q4_0X16 ? (tile_fmt){ 16, 0 } : (tile_fmt){ 32, 0x80 };
-}
+static const tile_fmt fmts[] = {
+    { TQ_Q4_0, TQ_Q4_0X16, 2, 4, 1, { { 2, 4, 0 } }, 1, { 0 }, 0 },
+    { TQ_Q8_0, TQ_Q8_0X16, 2, 8, 1, { { 2, 8, 0 } }, 1, { 0 }, 0x80 },
+    { TQ_Q4_K, TQ_Q4_KX16, 1, 35, 2, { { 16, 32, 3 }, { 4, 3, 0 } }, 2, { 0, 2 }, 0 },
+    { TQ_Q6_K, TQ_Q6_KX16, 2, 52, 3, { { 0, 32, 0 }, { 128, 16, 32 }, { 192, 4, 48 } }, 1, { 208 }, 0 },
+};
 
-/* Where block b of row i (0..15) of a tile lives: its code bytes at
- * codes[4 * TQ_TILE_ROWS * line + j] for byte 4 * line + j, its d at *d. */
-static void tile_at(tile_fmt f, char *tile, int64_t b, int i, char **codes, char **d)
+static const tile_fmt *fmt_of(int type)
 {
-    *codes = tile + tq_tile_codes(b, f.code_bytes) + 4 * i;
-    *d = tile + tq_tile_scales(b, f.code_bytes) + 2 * i;
+    for (size_t k = 0; k < ARRAY_LEN(fmts); k++)
+        if ((int)fmts[k].plain == type || (int)fmts[k].tiled == type) return &fmts[k];
+    return NULL;
 }
 
 int tq_tiled(tq_type type)
 {
-    return type == TQ_Q4_0 ? TQ_Q4_0X16 : type == TQ_Q8_0 ? TQ_Q8_0X16 : -1;
+    const tile_fmt *f = fmt_of(type);
+    return f && f->plain == type ? (int)f->tiled : -1;
 }
 
 bool tq_tileable(tq_type type, int64_t n_rows, int64_t n_cols)
 {
-    return tq_tiled(type) >= 0 && n_rows > 0 && n_rows % TQ_TILE_ROWS == 0 && n_cols > 0 && n_cols % 64 == 0;
+    const tile_fmt *f = fmt_of(type);
+    int64_t unit_cols = f ? f->unit * tq_get(f->plain)->blck_size : 0;
+    return f && f->plain == type && n_rows > 0 && n_rows % TQ_TILE_ROWS == 0 && n_cols > 0 &&
+           n_cols % unit_cols == 0;
 }
 
-/* One row's block b between plain (qs at q, d at pd) and tile form. */
-static void move_block(tile_fmt f, char *tile, int64_t b, int i, uint8_t *q, tq_f16 *pd, bool to_tile)
+/* Row i (0..15) of a tile's block b to or from the plain block at blk. */
+static void move_block(const tile_fmt *f, char *tile, int64_t b, int i, char *blk, bool to_tile)
 {
-    char *codes, *d;
-    tile_at(f, tile, b, i, &codes, &d);
-    const uint32_t flip = f.flip * 0x01010101u;
-    for (int k = 0; k < f.code_bytes; k += 4) {   /* 4 bytes: one row's share of a line */
-        char *t = codes + (size_t)(k / 4) * 4 * TQ_TILE_ROWS;
-        uint32_t v;
-        memcpy(&v, to_tile ? (const void *)(q + k) : t, 4);
-        v ^= flip;
-        memcpy(to_tile ? (void *)t : q + k, &v, 4);
+    for (int s = 0; s < f->n_seg; s++) {
+        const uint32_t flip = s == 0 ? f->flip * 0x01010101u : 0;
+        for (int w = 0; w < f->seg[s].words; w++) {
+            char *t = tile + tq_tile_line(b, f->unit, f->lines, f->seg[s].line + w) + 4 * i;
+            char *p = blk + f->seg[s].from + 4 * w;
+            uint32_t v;
+            memcpy(&v, to_tile ? p : t, 4);
+            v ^= flip;
+            memcpy(to_tile ? t : p, &v, 4);
+        }
     }
-    if (to_tile)
-        memcpy(d, pd, sizeof *pd);
-    else
-        memcpy(pd, d, sizeof *pd);
+    for (int h = 0; h < f->n_half; h++) {
+        char *t = tile + tq_tile_half(b, f->unit, f->lines, h) + 2 * i;
+        char *p = blk + f->half[h];
+        memcpy(to_tile ? t : p, to_tile ? p : t, 2);
+    }
 }
 
-/* Plain block b of a row at `row` (Q4_0 / Q8_0: d first, then qs). */
-static void plain_block(tq_type plain, char *row, int64_t b, uint8_t **q, tq_f16 **d)
+/* Rows [r0, r0 + n) between plain rows at `rows` and the tiled matrix w. */
+static void move_rows(tq_type tiled, char *w, char *rows, int64_t r0, int64_t n, int64_t n_cols, bool to_tile)
 {
-    size_t bs = tq_get(plain)->type_size;
-    *d = (tq_f16 *)(row + (size_t)b * bs);
-    *q = (uint8_t *)(row + (size_t)b * bs + sizeof(tq_f16));
+    const tile_fmt *f = fmt_of(tiled);
+    ASSERT(f && f->tiled == tiled);
+    const tq_traits *tr = tq_get(f->plain);
+    size_t wrow = tq_row_size(f->plain, n_cols);
+    for (int64_t r = r0; r < r0 + n; r++) {
+        char *tile = (char *)tq_tile_of(w, r, wrow);
+        char *row = rows + (size_t)(r - r0) * wrow;
+        for (int64_t b = 0; b < n_cols / tr->blck_size; b++)
+            move_block(f, tile, b, (int)(r % TQ_TILE_ROWS), row + (size_t)b * tr->type_size, to_tile);
+    }
 }
 
 void tq_tile(tq_type tiled, const void *src, int64_t n_rows, int64_t n_cols, void *dst)
 {
-    const tq_traits *tr = tq_get(tiled);
-    tile_fmt f = fmt_of(tiled);
-    ASSERT(tq_tileable(tr->untiled, n_rows, n_cols));
-    size_t wrow = tq_row_size(tr->untiled, n_cols);
-    for (int64_t r = 0; r < n_rows; r++) {
-        char *tile = (char *)tq_tile_of(dst, r, wrow);
-        char *row = (char *)src + (size_t)r * wrow;
-        for (int64_t b = 0; b < n_cols / 32; b++) {
-            uint8_t *q;
-            tq_f16 *d;
-            plain_block(tr->untiled, row, b, &q, &d);
-            move_block(f, tile, b, (int)(r % TQ_TILE_ROWS), q, d, true);
-        }
-    }
+    ASSERT(tq_tileable(tq_get(tiled)->untiled, n_rows, n_cols));
+    move_rows(tiled, dst, (char *)src, 0, n_rows, n_cols, true);
 }
 
 void tq_untile(tq_type tiled, const void *w, int64_t r0, int64_t n, int64_t n_cols, void *dst)
 {
-    const tq_traits *tr = tq_get(tiled);
-    tile_fmt f = fmt_of(tiled);
-    size_t wrow = tq_row_size(tr->untiled, n_cols);
-    for (int64_t r = r0; r < r0 + n; r++) {
-        char *tile = (char *)tq_tile_of(w, r, wrow);
-        char *row = (char *)dst + (size_t)(r - r0) * wrow;
-        for (int64_t b = 0; b < n_cols / 32; b++) {
-            uint8_t *q;
-            tq_f16 *d;
-            plain_block(tr->untiled, row, b, &q, &d);
-            move_block(f, tile, b, (int)(r % TQ_TILE_ROWS), q, d, false);
-        }
-    }
+    move_rows(tiled, (char *)w, dst, r0, n, n_cols, false);
+}
+
+void tq_tile_block(tq_type tiled, const void *w, int64_t r, int64_t b, int64_t n_cols, void *blk)
+{
+    const tile_fmt *f = fmt_of(tiled);
+    ASSERT(f && f->tiled == tiled);
+    size_t wrow = tq_row_size(f->plain, n_cols);
+    move_block(f, (char *)tq_tile_of(w, r, wrow), b, (int)(r % TQ_TILE_ROWS), blk, false);
 }
 
 void tq_dequantize_row_at(tq_type type, const void *w, int64_t r, int64_t n_cols, float *y)
@@ -110,15 +115,11 @@ void tq_dequantize_row_at(tq_type type, const void *w, int64_t r, int64_t n_cols
         return;
     }
     /* block by block through one plain block on the stack */
-    tile_fmt f = fmt_of(type);
-    size_t wrow = tq_row_size(tr->untiled, n_cols);
-    char *tile = (char *)tq_tile_of(w, r, wrow);
-    tq_block_q8_0 blk;   /* the larger of the two */
-    for (int64_t b = 0; b < n_cols / 32; b++) {
-        uint8_t *q;
-        tq_f16 *d;
-        plain_block(tr->untiled, (char *)&blk, 0, &q, &d);
-        move_block(f, tile, b, (int)(r % TQ_TILE_ROWS), q, d, false);
-        tq_dequantize_row(tr->untiled, &blk, y + b * 32, 32);
+    const tq_traits *pt = tq_get(tr->untiled);
+    _Alignas(8) char blk[sizeof(tq_block_q6_K)];   /* the largest tiled block */
+    ASSERT(pt->type_size <= sizeof blk);
+    for (int64_t b = 0; b < n_cols / pt->blck_size; b++) {
+        tq_tile_block(type, w, r, b, n_cols, blk);
+        tq_dequantize_row(tr->untiled, blk, y + b * pt->blck_size, pt->blck_size);
     }
 }
