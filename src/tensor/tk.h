@@ -107,10 +107,10 @@ const tk_ops *tk_ops_named(const char *isa);
  *     same operations per output again, so the same bits as plain rows.
  *   - Q4_K, Q5_K, Q6_K: vec_dot below 32 tokens, the GEMM from 32; the
  *     GEMM does the reference's float operations, so it equals vec_dot to
- *     the bit.  The tiled layouts of Q4_K / Q6_K: the tiled kernel below
- *     32 tokens, the GEMM from 32, the same float operations again.  A set
- *     mixing tiled and plain K-quant matrices runs one product per matrix
- *     below 32 tokens.  (Q2_K, Q3_K, IQ4_NL, IQ4_XS have no GEMM: the
+ *     the bit.  The tiled layouts of Q4_K / Q6_K: the tiled kernel up to
+ *     63 / 31 tokens, then the GEMM, the same float operations again.  A
+ *     set mixing tiled and plain K-quant matrices runs one product per
+ *     matrix below 32 tokens.  (Q2_K, Q3_K, IQ4_NL, IQ4_XS have no GEMM: the
  *     case below.)
  *   - anything else, or a table without these kernels: one vec_dot of the
  *     chosen table per output.
