@@ -44,6 +44,7 @@
 #include "tk_codes_avx512.h"
 
 #include <immintrin.h>
+#include <stddef.h>
 #include <string.h>
 
 #define RT TK_GEMM_ROWS
@@ -176,13 +177,42 @@ static void levels_q6(const tq_block_q6_K *x, uint8_t out[QK])
     }
 }
 
+/* n (a multiple of 16) 4-byte words of a tile row, word k at line + 64 k,
+ * into dst: 16 at a time by gather. */
+static inline void gather_words(const char *line, int n, char *dst)
+{
+    const __m512i step = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32(TQ_TILE_LINE));
+    for (int k = 0; k < n; k += 16)
+        _mm512_storeu_si512(dst + 4 * k, _mm512_i32gather_epi32(step, line + TQ_TILE_LINE * k, 1));
+}
+
+_Static_assert(offsetof(tq_block_q6_K, qh) == offsetof(tq_block_q6_K, ql) + 128, "q6_K ql, qh adjacent");
+
 /* Block i (bsize bytes) of panel row r: at w + r * wrow in plain rows, or
- * copied into tmp out of the tiles of the tiled type tt (rows r0 + r). */
+ * copied into tmp out of the tiles of the tiled type tt (rows r0 + r),
+ * the 4-byte fields by gather (layout in tq.h; test_tensor checks the
+ * products against the plain rows' to the bit). */
 static inline const void *src_block(const void *w, size_t wrow, size_t bsize, int tt, int64_t r0, int r, int64_t i,
                                     int64_t n_cols, void *tmp)
 {
     if (tt < 0) return (const char *)w + (size_t)r * wrow + (size_t)i * bsize;
-    tq_tile_block((tq_type)tt, w, r0 + r, i, n_cols, tmp);
+    const int64_t row = r0 + r;
+    const int ri = (int)(row % TQ_TILE_ROWS);
+    const char *tile = tq_tile_of(w, row, tq_row_size(tq_get(tt)->untiled, n_cols));
+    if (tt == TQ_Q4_KX16) {   /* scales lines 0-2, qs 3-34; d, dmin */
+        tq_block_q4_K *b = tmp;
+        gather_words(tile + tq_tile_line(i, 1, 35, 3) + 4 * ri, 32, (char *)b->qs);
+        for (int k = 0; k < 3; k++) memcpy(b->scales + 4 * k, tile + tq_tile_line(i, 1, 35, k) + 4 * ri, 4);
+        memcpy(&b->d, tile + tq_tile_half(i, 1, 35, 0) + 2 * ri, 2);
+        memcpy(&b->dmin, tile + tq_tile_half(i, 1, 35, 1) + 2 * ri, 2);
+    } else {                  /* Q6_K: ql lines 0-31 and qh 32-47 (adjacent in the block), scales 48-51; d */
+        ASSERT(tt == TQ_Q6_KX16);
+        tq_block_q6_K *b = tmp;
+        gather_words(tile + tq_tile_line(i, 2, 52, 0) + 4 * ri, 48, (char *)b->ql);
+        for (int k = 0; k < 4; k++) memcpy(b->scales + 4 * k, tile + tq_tile_line(i, 2, 52, 48 + k) + 4 * ri, 4);
+        memcpy(&b->d, tile + tq_tile_half(i, 2, 52, 0) + 2 * ri, 2);
+    }
     return tmp;
 }
 
