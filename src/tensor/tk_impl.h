@@ -134,10 +134,9 @@ void tk_fill_avx512_small(tk_gemm *g);   /* tk_small_avx512.c: VNNI, 32-value fo
 void tk_fill_avx512_gemv(tk_gemm *g);    /* tk_gemv_avx512.c: VNNI, 32-value formats */
 /* The tiled kernels (tk_tiled_avx512.c, tk_tiledk_avx512.c: gemv_rows of
  * the tiled types) serve up to gemv_max_tokens tokens where their product
- * has no plain matrix (tiled Q4_0 / Q8_0: TK_TILED_MAX_TOKENS, 4 tokens per
- * pass over a tile, about 460 GOP/s on 2 threads whatever the count, where
- * the GEMM reaches that from about 64 tokens; the K-quants up to where
- * their GEMM starts).  Q4_0 / Q8_0 read the same activations as the
+ * has no plain matrix (tiled Q4_0 / Q8_0 / Q4_K: TK_TILED_MAX_TOKENS, 4
+ * tokens per pass over a tile, at about the GEMM's speed whatever the
+ * count; Q6_K, a token per pass: 31, then its GEMM).  Q4_0 / Q8_0 read the same activations as the
  * few-token kernel and need less work area: per token and group, the
  * activations and 4 start values.  The K-quants read per token one
  * TK_KREC record per super-block:
