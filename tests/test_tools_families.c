@@ -9,6 +9,8 @@
  * jinja2 renders from known calls (tests/jinja/qwen35/tool_turns.json)
  * parse back to those calls.
  */
+#include "../src/grammar/gram.h"
+#include "../src/server/srv_parse.h"
 #include "../src/server/srv_reason.h"
 #include "../src/server/srv_tools.h"
 #include "test.h"
@@ -242,6 +244,73 @@ static void test_qwen_xml_oracle(void)
     json_decref(o);
 }
 
+/* tool_choice forcing a call with Qwen3.5's XML form: the grammar takes
+ * the form the template prints (parameters in the schema's order, the
+ * required ones always, strings as text, other values as JSON), and what
+ * it takes parses back into the call; the Hermes JSON form, a missing
+ * required parameter, a value of the wrong type, another function and
+ * text before the call are refused. */
+static void test_qwen_xml_forced(void)
+{
+    const char *body_src =
+        "{\"tool_choice\": \"required\", \"tools\": ["
+        "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": {"
+        "\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}, "
+        "\"days\": {\"type\": \"integer\"}, \"unit\": {\"type\": \"string\", \"enum\": [\"c\", \"f\"]}, "
+        "\"opts\": {\"type\": \"object\", \"properties\": {\"hourly\": {\"type\": \"boolean\"}}}}, "
+        "\"required\": [\"city\", \"days\"]}}},"
+        "{\"type\": \"function\", \"function\": {\"name\": \"now\"}}]}";
+    json_error_t jerr;
+    json_t *body = json_loads(body_src, 0, &jerr);
+    CHECK(body != NULL);
+    gram_grammar *g = NULL;
+    srv_err e = {0};
+    CHECK(srv_tools_grammar(body, SRV_TOOL_QWEN_XML, &g, &e));
+    CHECK(g != NULL);
+    static const char *const yes[] = {
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\nSan Francisco, x < y\n</parameter>\n"
+        "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n<parameter=days>\n-2\n"
+        "</parameter>\n<parameter=unit>\nf\n</parameter>\n<parameter=opts>\n{\"hourly\": true}\n</parameter>\n"
+        "</function>\n</tool_call>",
+        "<tool_call>\n<function=now>\n</function>\n</tool_call>",
+    };
+    static const char *const want[] = { "{\"city\":\"San Francisco, x < y\",\"days\":3}",
+                                        "{\"city\":\"Oslo\",\"days\":-2,\"unit\":\"f\",\"opts\":{\"hourly\":true}}",
+                                        "{}" };
+    static const char *const no[] = {
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"days\": 3}}\n</tool_call>",
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n</function>\n</tool_call>",
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n<parameter=days>\nthree\n"
+        "</parameter>\n</function>\n</tool_call>",
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n<parameter=days>\n3\n"
+        "</parameter>\n<parameter=unit>\nkelvin\n</parameter>\n</function>\n</tool_call>",
+        "<tool_call>\n<function=get_time>\n</function>\n</tool_call>",
+        "Sure.\n<tool_call>\n<function=now>\n</function>\n</tool_call>",
+    };
+    const json_t *tools = json_object_get(body, "tools");
+    for (size_t i = 0; g && i < ARRAY_LEN(yes); i++) {
+        CHECK(gram_accepts(g, yes[i], strlen(yes[i])));
+        srv_tool_msg m;
+        CHECK_EQ_INT(srv_tools_parse(SRV_TOOL_QWEN_XML, tools, yes[i], strlen(yes[i]), &m), PK_OK);
+        CHECK_EQ_INT(m.n_calls, 1);
+        if (m.n_calls == 1) CHECK_STR(m.calls[0].arguments, want[i]);
+        srv_tool_msg_free(&m);
+    }
+    for (size_t i = 0; g && i < ARRAY_LEN(no); i++) {
+        bool ok = gram_accepts(g, no[i], strlen(no[i]));
+        if (ok) fprintf(stderr, "forced XML call grammar took: %s\n", no[i]);
+        CHECK(!ok);
+    }
+    gram_free(g);
+    /* a named function: only that one */
+    json_object_set_new(body, "tool_choice", json_pack("{s:s, s:{s:s}}", "type", "function", "function", "name", "now"));
+    CHECK(srv_tools_grammar(body, SRV_TOOL_QWEN_XML, &g, &e));
+    CHECK(g && gram_accepts(g, yes[2], strlen(yes[2])) && !gram_accepts(g, yes[0], strlen(yes[0])));
+    gram_free(g);
+    json_decref(body);
+}
+
 static void test_detect(void)
 {
     CHECK_EQ_INT(srv_tools_detect("{{ '[TOOL_CALLS][' }}", SRV_TOOL_QWEN), SRV_TOOL_MISTRAL);
@@ -324,6 +393,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_harmony);
     TEST_RUN(test_qwen_xml);
     TEST_RUN(test_qwen_xml_oracle);
+    TEST_RUN(test_qwen_xml_forced);
     TEST_RUN(test_detect);
     TEST_RUN(test_stream);
     return test_finish();

@@ -302,8 +302,14 @@ bool srv_chat_tokens(srv *s, const json_t *body, srv_api api, eng_completion *c,
     if (!srv_parse_gen(body, api, &dflt, c, o, e)) return false;
     /* A forced tool call constrains the answer to the tool's schema. */
     gram_grammar *tg = NULL;
-    bool ok = srv_chat_prompt(s, body, &prompt, &n_prompt, &o->tools, &o->think_open, e) &&
-              srv_tools_grammar(body, o->tools, &tg, e);
+    bool ok = srv_chat_prompt(s, body, &prompt, &n_prompt, &o->tools, &o->think_open, e);
+    /* A template that writes Qwen3.5's XML calls is forced in that form;
+     * the other families in the Hermes or Llama 3 JSON form of the
+     * rendering, which is parsed as such. */
+    if (ok && o->tools &&
+        srv_tools_detect(s->tmpl_src ? s->tmpl_src : tok_chat_template(s->voc), o->tools) == SRV_TOOL_QWEN_XML)
+        o->tools = SRV_TOOL_QWEN_XML;
+    ok = ok && srv_tools_grammar(body, o->tools, &tg, e);
     if (ok && tg && c->grammar) {
         gram_free(tg);
         ok = srv_fail(e, 400, "response_format", "a forced tool call (tool_choice) and a response format cannot both "

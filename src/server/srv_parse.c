@@ -688,10 +688,107 @@ bool srv_render_chat(const json_t *body, tmpl_kind k, const char *tmpl_src, char
 
 /* ---- forcing a call: a grammar for tool_choice ---- */
 
+/* s as a GBNF string literal. */
+static void put_lit(pk_buf *b, const char *s)
+{
+    pk_buf_puts(b, "\"");
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') pk_buf_printf(b, "\\%c", *s);
+        else if (*s == '\n') pk_buf_puts(b, "\\n");
+        else pk_buf_put(b, s, 1);
+    }
+    pk_buf_puts(b, "\"");
+}
+
+/* A parameter value of the XML form that is text: anything up to the
+ * closing tag, so no "</" (a rare loss: such a string cannot be forced). */
+#define XML_TEXT_RULE "xml-text ::= ([^<] | \"<\" [^/])*\n"
+
+/* How a parameter's VALUE is constrained: 1, its schema allows strings
+ * (srv_tools_parse keeps such a value as the text written); 2, an enum of
+ * strings only (one of them, as text); 0, the JSON its schema allows. */
+static int text_kind(const json_t *sch)
+{
+    const json_t *t = json_object_get(sch, "type"), *en = json_object_get(sch, "enum");
+    bool str = json_is_string(t) && !strcmp(json_string_value(t), "string");
+    for (size_t j = 0; json_is_array(t) && j < json_array_size(t); j++)
+        str = str || !strcmp(json_string_value(json_array_get(t, j)) ? json_string_value(json_array_get(t, j)) : "",
+                             "string");
+    if (!str || json_object_get(sch, "const")) return 0;
+    if (!en) return 1;
+    for (size_t j = 0; j < json_array_size(en); j++)
+        if (!json_is_string(json_array_get(en, j))) return 0;
+    return json_array_size(en) ? 2 : 0;
+}
+
+/*
+ * The QWEN_XML call of tool i (its function object fn):
+ *   <tool_call>\n<function=N>\n(<parameter=P>\nVALUE\n</parameter>\n)*</function>\n</tool_call>
+ * the parameters in the schema's order, the required ones always; a
+ * string-only VALUE is text, any other the JSON its schema allows.
+ */
+static pk_status put_xml_call_rule(pk_buf *b, int i, const char *name, const json_t *params, gram_error *ge)
+{
+    const json_t *props = json_object_get(params, "properties"), *req = json_object_get(params, "required");
+    pk_buf_printf(b, "call%d ::= \"<tool_call>\\n<function=\" ", i);
+    put_lit(b, name);
+    pk_buf_puts(b, " \">\\n\"");
+    const char *key;
+    const json_t *sch;
+    int k = 0;
+    pk_buf rules = {0};
+    json_object_foreach((json_t *)props, key, sch) {
+        bool required = false;
+        for (size_t j = 0; j < json_array_size(req); j++) {
+            const char *r = json_string_value(json_array_get(req, j));
+            required = required || (r && !strcmp(r, key));
+        }
+        pk_buf_printf(b, " t%d-p%d%s", i, k, required ? "" : "?");
+        pk_buf_printf(&rules, "t%d-p%d ::= \"<parameter=\" ", i, k);
+        put_lit(&rules, key);
+        pk_buf_puts(&rules, " \">\\n\" ");
+        int kind = text_kind(sch);
+        if (kind == 1) {
+            pk_buf_puts(&rules, "xml-text");
+        } else if (kind == 2) {
+            const json_t *en = json_object_get(sch, "enum");
+            pk_buf_puts(&rules, "(");
+            for (size_t j = 0; j < json_array_size(en); j++) {
+                pk_buf_puts(&rules, j ? " | " : "");
+                put_lit(&rules, json_string_value(json_array_get(en, j)));
+            }
+            pk_buf_puts(&rules, ")");
+        } else {
+            char pfx[32], *text = json_dumps(sch, JSON_COMPACT | JSON_ENCODE_ANY), *r = NULL;
+            snprintf(pfx, sizeof pfx, "t%d-v%d-", i, k);
+            pk_status st = text ? gram_schema_rules(text, strlen(text), pfx, &r, ge) : PK_ENOMEM;
+            free(text);
+            if (st) {
+                pk_buf_free(&rules);
+                return st;
+            }
+            pk_buf_printf(&rules, "t%d-v%d-root", i, k);
+            pk_buf_puts(&rules, " \"\\n</parameter>\\n\"\n");
+            pk_buf_puts(&rules, r);
+            free(r);
+            k++;
+            continue;
+        }
+        pk_buf_puts(&rules, " \"\\n</parameter>\\n\"\n");
+        k++;
+    }
+    pk_buf_puts(b, " \"</function>\\n</tool_call>\"\n");
+    pk_buf_put(b, rules.p ? rules.p : "", rules.n);
+    bool oom = rules.oom;
+    pk_buf_free(&rules);
+    return oom ? PK_ENOMEM : PK_OK;
+}
+
 /* The text the model must write for a call of `name` in format f:
  *   QWEN    <tool_call>\n{"name": "N", "arguments": ARGS}\n</tool_call>
  *   LLAMA3  {"name": "N", "parameters": ARGS}
- * where ARGS follows the tool's parameters schema (rules t<i>-...). */
+ * where ARGS follows the tool's parameters schema (rules t<i>-...);
+ * QWEN_XML: put_xml_call_rule. */
 static void put_call_rule(pk_buf *b, srv_tool_fmt f, int i, const char *name)
 {
     json_t *js = json_string(name);
@@ -733,16 +830,26 @@ bool srv_tools_grammar(const json_t *body, srv_tool_fmt f, struct gram_grammar *
         const char *name = json_string_value(json_object_get(fn, "name"));
         if (!name || (only && strcmp(name, only))) continue;
         const json_t *params = json_object_get(fn, "parameters");
-        json_t *any = NULL;
-        if (!params || (json_is_object(params) && !json_object_size(params)))
-            params = any = json_pack("{s:s}", "type", "object");
-        char *text = json_dumps(params, JSON_COMPACT | JSON_ENCODE_ANY), *r = NULL;
-        json_decref(any);
-        char pfx[24];
-        snprintf(pfx, sizeof pfx, "t%zu-", i);
         gram_error ge;
-        pk_status st = text ? gram_schema_rules(text, strlen(text), pfx, &r, &ge) : PK_ENOMEM;
-        free(text);
+        pk_status st;
+        if (f == SRV_TOOL_QWEN_XML) {
+            st = put_xml_call_rule(&rules, (int)i, name, params, &ge);
+        } else {
+            json_t *any = NULL;
+            if (!params || (json_is_object(params) && !json_object_size(params)))
+                params = any = json_pack("{s:s}", "type", "object");
+            char *text = json_dumps(params, JSON_COMPACT | JSON_ENCODE_ANY), *r = NULL;
+            json_decref(any);
+            char pfx[24];
+            snprintf(pfx, sizeof pfx, "t%zu-", i);
+            st = text ? gram_schema_rules(text, strlen(text), pfx, &r, &ge) : PK_ENOMEM;
+            free(text);
+            if (!st) {
+                put_call_rule(&rules, f, (int)i, name);
+                pk_buf_puts(&rules, r);
+            }
+            free(r);
+        }
         if (st) {
             ok = st == PK_ENOMEM ? srv_fail(e, 500, NULL, "out of memory")
                                  : srv_fail(e, 400, "tools", "tools[%zu] (%s): its parameters cannot constrain the "
@@ -750,9 +857,6 @@ bool srv_tools_grammar(const json_t *body, srv_tool_fmt f, struct gram_grammar *
             break;
         }
         pk_buf_printf(&b, "%scall%zu", n ? " | " : "", i);
-        put_call_rule(&rules, f, (int)i, name);
-        pk_buf_puts(&rules, r);
-        free(r);
         n++;
     }
     if (ok && !n) ok = srv_fail(e, 400, "tool_choice", "tool_choice names '%s', which is not among the tools", only);
@@ -760,6 +864,7 @@ bool srv_tools_grammar(const json_t *body, srv_tool_fmt f, struct gram_grammar *
         pk_buf_puts(&b, "\n");
         pk_buf_put(&b, rules.p ? rules.p : "", rules.n);
         pk_buf_puts(&b, gram_json_rules());
+        if (f == SRV_TOOL_QWEN_XML) pk_buf_puts(&b, XML_TEXT_RULE);
         ok = b.oom || rules.oom ? srv_fail(e, 500, NULL, "out of memory")
                                 : srv_compile_gbnf(b.p, b.n, "tools", out, e);
     }

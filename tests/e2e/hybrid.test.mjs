@@ -27,7 +27,8 @@ before(async () => {
   rmSync(saveDir, { recursive: true, force: true });
   mkdirSync(saveDir, { recursive: true });
   srv = await startServer(model, ['-c', '4096', '-np', '2', '-t', '2', '--metrics', '--context-shift',
-                                  '--slot-save-path', saveDir]);
+                                  '--slot-save-path', saveDir,
+                                  '--chat-template-file', 'tests/jinja/qwen35/chat_template.jinja']);
 });
 after(async () => {
   if (srv) assert.equal(await srv.stop(), 0);
@@ -114,4 +115,30 @@ test('hybrid: a session stops at its context\'s end, --context-shift or not', { 
   assert.equal(r.json.stop_type, 'limit');
   assert.equal(r.json.truncated, true);
   assert.ok(r.json.tokens_predicted + r.json.tokens_evaluated <= 2048);
+});
+
+test('hybrid: tool_choice forces a call in Qwen3.5\'s XML form, returned as tool_calls', { skip }, async () => {
+  const tools = [
+    { type: 'function', function: { name: 'set_level', parameters: { type: 'object',
+      properties: { level: { type: 'integer' }, mode: { type: 'string', enum: ['fast', 'safe'] } },
+      required: ['level', 'mode'] } } },
+    { type: 'function', function: { name: 'now', parameters: { type: 'object', properties: {} } } },
+  ];
+  for (const [choice, name] of [['required', null], [{ type: 'function', function: { name: 'set_level' } }, 'set_level']]) {
+    const r = await post(srv.url + '/v1/chat/completions', {
+      messages: [{ role: 'user', content: 'Set the level.' }], tools, tool_choice: choice, max_tokens: 400,
+      temperature: 0, chat_template_kwargs: { enable_thinking: false } });
+    assert.equal(r.status, 200, r.text);
+    const ch = r.json.choices[0];
+    assert.equal(ch.finish_reason, 'tool_calls', JSON.stringify(ch));
+    assert.equal(ch.message.tool_calls.length, 1);
+    const call = ch.message.tool_calls[0].function;
+    if (name) assert.equal(call.name, name);
+    assert.ok(['set_level', 'now'].includes(call.name));
+    if (call.name === 'set_level') {
+      const args = JSON.parse(call.arguments);
+      assert.ok(Number.isInteger(args.level), call.arguments);
+      assert.ok(['fast', 'safe'].includes(args.mode), call.arguments);
+    }
+  }
 });
