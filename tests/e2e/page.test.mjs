@@ -51,7 +51,7 @@ before(async () => {
   if (skip) return;
   const { chromium } = await import('playwright-core');
   mkdirSync(SHOTS, { recursive: true });
-  srv = await startServer(sharedModel(QWEN), ['-c', '8192', '-np', '4', '-t', '2']);
+  srv = await startServer(sharedModel(QWEN), ['-c', '16384', '-np', '4', '-t', '2']);
   browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ['--no-sandbox'] });
   page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
   await page.addInitScript(NET);
@@ -191,7 +191,7 @@ test('page: a pool and its fork appear in the tree at the first poll after they 
 test('page: a streaming session shows a rising sparkline and leaves "decoding" when done', { skip }, async () => {
   const resp = await fetch(srv.url + '/completion', {
     method: 'POST', headers: { 'content-type': 'application/json', 'x-session-id': 'watched-agent' },
-    body: JSON.stringify({ prompt: base + ' go', n_predict: 1200, ignore_eos: true, stream: true, temperature: 0 }),
+    body: JSON.stringify({ prompt: base + ' go', n_predict: 3800, ignore_eos: true, stream: true, temperature: 0 }),
   });
   assert.equal(resp.status, 200);
   const done = readSSE(resp, () => {});
@@ -199,8 +199,9 @@ test('page: a streaming session shows a rising sparkline and leaves "decoding" w
   await page.waitForSelector(`${row}[data-state="decode"]`, { timeout: HANG_MS });
   // Read at each stream event the page decodes, until the sparkline has
   // grown by two points: rising while the session decodes, each point a
-  // speed.  (The session's 1200 tokens outlast that on any machine that
-  // runs this suite: it is still decoding at the end.)
+  // speed.  (Its 3,800 tokens, nearly its slot's 4,096 cells, take 3.8 s
+  // at this model's 1,000 tok/s on the 2-core EPYC, where 1,200 ended
+  // before a third point at 500 ms each: it is still decoding at the end.)
   const sample = () => page.$eval(`${row} canvas`, (c) => ({ n: Number(c.dataset.points), tps: Number(c.dataset.last) }));
   const samples = [await sample()];
   await until(async () => {
