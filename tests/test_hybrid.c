@@ -404,7 +404,7 @@ static void case_pool(void)
     memcpy(p, g_tok, L * sizeof *p);
     for (int k = 0; k < 2; k++) {
         memcpy(p + L, g_tok + 100 + 20 * k, 20 * sizeof *p);
-        run r = check_run(e, p, L + 20, -1, k ? "second session on the pool" : "session on the pool");
+        run r = check_run(e, p, L + 20, -1, k ? "second sequence on the pool" : "a sequence on the pool");
         CHECK_EQ_INT(r.n_cached, L);
     }
     g_pool = 0;

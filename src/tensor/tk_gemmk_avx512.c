@@ -181,13 +181,14 @@ static void levels_q6(const tq_block_q6_K *x, uint8_t out[QK])
  * into dst: 16 at a time by gather. */
 static inline void gather_words(const char *line, int n, char *dst)
 {
-    const __m512i step = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                            _mm512_set1_epi32(TQ_TILE_LINE));
+    const __m512i step = _mm512_setr_epi32(0, 64, 128, 192, 256, 320, 384, 448, 512, 576, 640, 704, 768, 832, 896, 960);
+    _Static_assert(TQ_TILE_LINE == 64, "gather_words' steps");
     for (int k = 0; k < n; k += 16)
         _mm512_storeu_si512(dst + 4 * k, _mm512_i32gather_epi32(step, line + TQ_TILE_LINE * k, 1));
 }
 
-_Static_assert(offsetof(tq_block_q6_K, qh) == offsetof(tq_block_q6_K, ql) + 128, "q6_K ql, qh adjacent");
+_Static_assert(offsetof(tq_block_q6_K, qh) == offsetof(tq_block_q6_K, ql) + 128 && TQ_Q6_KX16_QH == 32,
+               "q6_K ql, qh adjacent in the block and the tile");
 
 /* Block i (bsize bytes) of panel row r: at w + r * wrow in plain rows, or
  * copied into tmp out of the tiles of the tiled type tt (rows r0 + r),
@@ -200,18 +201,21 @@ static inline const void *src_block(const void *w, size_t wrow, size_t bsize, in
     const int64_t row = r0 + r;
     const int ri = (int)(row % TQ_TILE_ROWS);
     const char *tile = tq_tile_of(w, row, tq_row_size(tq_get(tt)->untiled, n_cols));
-    if (tt == TQ_Q4_KX16) {   /* scales lines 0-2, qs 3-34; d, dmin */
+    if (tt == TQ_Q4_KX16) {   /* scales, qs; d, dmin */
+        enum { U = TQ_Q4_KX16_UNIT, L = TQ_Q4_KX16_LINES };
         tq_block_q4_K *b = tmp;
-        gather_words(tile + tq_tile_line(i, 1, 35, 3) + 4 * ri, 32, (char *)b->qs);
-        for (int k = 0; k < 3; k++) memcpy(b->scales + 4 * k, tile + tq_tile_line(i, 1, 35, k) + 4 * ri, 4);
-        memcpy(&b->d, tile + tq_tile_half(i, 1, 35, 0) + 2 * ri, 2);
-        memcpy(&b->dmin, tile + tq_tile_half(i, 1, 35, 1) + 2 * ri, 2);
-    } else {                  /* Q6_K: ql lines 0-31 and qh 32-47 (adjacent in the block), scales 48-51; d */
+        gather_words(tile + tq_tile_line(i, U, L, TQ_Q4_KX16_QS) + 4 * ri, 32, (char *)b->qs);
+        for (int k = 0; k < 3; k++) memcpy(b->scales + 4 * k, tile + tq_tile_line(i, U, L, k) + 4 * ri, 4);
+        memcpy(&b->d, tile + tq_tile_half(i, U, L, 0) + 2 * ri, 2);
+        memcpy(&b->dmin, tile + tq_tile_half(i, U, L, 1) + 2 * ri, 2);
+    } else {                  /* Q6_K: ql and qh (adjacent in the block and the tile), scales; d */
+        enum { U = TQ_Q6_KX16_UNIT, L = TQ_Q6_KX16_LINES };
         ASSERT(tt == TQ_Q6_KX16);
         tq_block_q6_K *b = tmp;
-        gather_words(tile + tq_tile_line(i, 2, 52, 0) + 4 * ri, 48, (char *)b->ql);
-        for (int k = 0; k < 4; k++) memcpy(b->scales + 4 * k, tile + tq_tile_line(i, 2, 52, 48 + k) + 4 * ri, 4);
-        memcpy(&b->d, tile + tq_tile_half(i, 2, 52, 0) + 2 * ri, 2);
+        gather_words(tile + tq_tile_line(i, U, L, 0) + 4 * ri, 48, (char *)b->ql);
+        for (int k = 0; k < 4; k++)
+            memcpy(b->scales + 4 * k, tile + tq_tile_line(i, U, L, TQ_Q6_KX16_SCALES + k) + 4 * ri, 4);
+        memcpy(&b->d, tile + tq_tile_half(i, U, L, 0) + 2 * ri, 2);
     }
     return tmp;
 }

@@ -44,7 +44,10 @@
 #define ROWS TQ_TILE_ROWS
 #define LINE TQ_TILE_LINE
 
-enum { Q4_UNIT = 1, Q4_LINES = 35, Q6_UNIT = 2, Q6_LINES = 52 };
+enum {   /* tq.h's layouts */
+    Q4_UNIT = TQ_Q4_KX16_UNIT, Q4_LINES = TQ_Q4_KX16_LINES, Q4_QS = TQ_Q4_KX16_QS,
+    Q6_UNIT = TQ_Q6_KX16_UNIT, Q6_LINES = TQ_Q6_KX16_LINES, Q6_QH = TQ_Q6_KX16_QH, Q6_SCALES = TQ_Q6_KX16_SCALES,
+};
 
 static inline int32_t pair16(int lo, int hi)
 {
@@ -137,7 +140,7 @@ tile_q4_K(const char *tile, int64_t nb, const char *act, size_t act_tok, float *
             __m512i sa[NT], sb[NT];
             _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) sa[t] = sb[t] = _mm512_setzero_si512();
             _Pragma("GCC unroll 8") for (int l = 0; l < 8; l++) {
-                const __m512i v = line_at(blk + LINE * (3 + 8 * c + l));
+                const __m512i v = line_at(blk + LINE * (Q4_QS + 8 * c + l));
                 const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
                 _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {
                     const char *a = act + (size_t)t * act_tok + (size_t)b * TK_KREC + 64 * c + 4 * l;
@@ -218,8 +221,8 @@ static void tile_q6_K(const char *tile, int64_t nb, const char *rec, float *y)
     for (int64_t b = 0; b < nb; b++, rec += TK_KREC) {
         const char *blk = tile + tq_tile_line(b, Q6_UNIT, Q6_LINES, 0);
         prefetch_lines(blk, Q6_LINES + (int)(b % 2));
-        const __m512i s[4] = { line_at(blk + LINE * 48), line_at(blk + LINE * 49), line_at(blk + LINE * 50),
-                               line_at(blk + LINE * 51) };
+        const char *sl = blk + LINE * Q6_SCALES;
+        const __m512i s[4] = { line_at(sl), line_at(sl + LINE), line_at(sl + LINE * 2), line_at(sl + LINE * 3) };
         /* lane m starts at -32 (sc_2m s_2m + sc_2m+1 s_2m+1): groups 2m, 2m+1
          * are bytes 2(m % 2), +1 of scale line m / 2 */
         __m512i lane[8];
@@ -228,7 +231,7 @@ static void tile_q6_K(const char *tile, int64_t nb, const char *rec, float *y)
                                                             bcast(rec + TK_KREC_B6 + 4 * m)), 5);
         _Pragma("GCC unroll 2") for (int n = 0; n < 2; n++) {   /* values 128n .. 128n + 127 */
             _Pragma("GCC unroll 8") for (int h = 0; h < 8; h++) {
-                const __m512i qh = line_at(blk + LINE * (32 + 8 * n + h));
+                const __m512i qh = line_at(blk + LINE * (Q6_QH + 8 * n + h));
                 const __m512i l1 = line_at(blk + LINE * (16 * n + h)), l2 = line_at(blk + LINE * (16 * n + 8 + h));
                 const __m512i qa = _mm512_and_si512(qh, m33), qb = _mm512_and_si512(qh, mcc);
                 /* levels of values 128n + 32r + 4h..: low 4 bits from ql,

@@ -159,13 +159,18 @@ float tq_vec_dot_ref(tq_type wtype, int64_t n, const void *w, const void *a);
  *
  *   Q4_0X16  2 blocks: qs 4 lines each; d, d          (576 bytes)
  *   Q8_0X16  2 blocks: qs + 128 (as unsigned) 8 lines each; d, d (1088)
- *   Q4_KX16  1 block:  qs 32 lines, scales 3; d, dmin (2304)
+ *   Q4_KX16  1 block:  scales 3 lines, qs 32; d, dmin (2304)
  *   Q6_KX16  2 blocks: ql 32 lines, qh 16, scales 4; d, d (6720)
  *
  * Row widths: a multiple of the unit's values (64, 64, 256, 512).
  */
 #define TQ_TILE_ROWS 16
 #define TQ_TILE_LINE 64
+/* The K layouts' units, lines per block and first lines of their fields. */
+enum {
+    TQ_Q4_KX16_UNIT = 1, TQ_Q4_KX16_LINES = 35, TQ_Q4_KX16_QS = 3,
+    TQ_Q6_KX16_UNIT = 2, TQ_Q6_KX16_LINES = 52, TQ_Q6_KX16_QH = 32, TQ_Q6_KX16_SCALES = 48,
+};
 
 /* Where things are in the layout above, the one statement of it for the
  * converters and the kernels.  unit: blocks per unit; lines: lines of one

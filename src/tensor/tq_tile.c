@@ -27,8 +27,10 @@ typedef struct {
 static const tile_fmt fmts[] = {
     { TQ_Q4_0, TQ_Q4_0X16, 2, 4, 1, { { 2, 4, 0 } }, 1, { 0 }, 0 },
     { TQ_Q8_0, TQ_Q8_0X16, 2, 8, 1, { { 2, 8, 0 } }, 1, { 0 }, 0x80 },
-    { TQ_Q4_K, TQ_Q4_KX16, 1, 35, 2, { { 16, 32, 3 }, { 4, 3, 0 } }, 2, { 0, 2 }, 0 },
-    { TQ_Q6_K, TQ_Q6_KX16, 2, 52, 3, { { 0, 32, 0 }, { 128, 16, 32 }, { 192, 4, 48 } }, 1, { 208 }, 0 },
+    { TQ_Q4_K, TQ_Q4_KX16, TQ_Q4_KX16_UNIT, TQ_Q4_KX16_LINES, 2, { { 16, 32, TQ_Q4_KX16_QS }, { 4, 3, 0 } }, 2,
+      { 0, 2 }, 0 },
+    { TQ_Q6_K, TQ_Q6_KX16, TQ_Q6_KX16_UNIT, TQ_Q6_KX16_LINES, 3,
+      { { 0, 32, 0 }, { 128, 16, TQ_Q6_KX16_QH }, { 192, 4, TQ_Q6_KX16_SCALES } }, 1, { 208 }, 0 },
 };
 
 static const tile_fmt *fmt_of(int type)
