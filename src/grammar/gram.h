@@ -109,6 +109,11 @@ pk_status gram_schema_to_gbnf(const char *schema, size_t len, char **out, gram_e
 pk_status gram_schema_rules(const char *schema, size_t len, const char *prefix, char **out, gram_error *err);
 const char *gram_json_rules(void);               /* static text */
 
+/* Appends s[0..n) to b as a GBNF string literal (quotes and backslashes
+ * escaped, control bytes as \xHH, UTF-8 as it is). */
+struct pk_buf;
+void gram_put_literal(struct pk_buf *b, const char *s, size_t n);
+
 /* The grammar for "any JSON object" (response_format json_object): static. */
 const char *gram_json_object_gbnf(void);
 

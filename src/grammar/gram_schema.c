@@ -85,8 +85,7 @@ static int32_t fail(conv *c, pk_status st, const char *fmt, ...)
     return -1;
 }
 
-/* Writes s as a GBNF string literal (JSON text inside: UTF-8 passes). */
-static void put_lit(pk_buf *b, const char *s, size_t n)
+void gram_put_literal(pk_buf *b, const char *s, size_t n)
 {
     pk_buf_puts(b, "\"");
     for (size_t i = 0; i < n; i++) {
@@ -103,7 +102,7 @@ static bool put_json_lit(conv *c, const json_t *v)
 {
     char *t = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
     if (!t) { fail(c, PK_ENOMEM, "out of memory"); return false; }
-    put_lit(&c->out, t, strlen(t));
+    gram_put_literal(&c->out, t, strlen(t));
     free(t);
     return true;
 }
@@ -372,7 +371,7 @@ static void put_pattern(conv *c, const char *p, size_t n)
             else if (e == 'S') pk_buf_puts(b, "[^" STR_SAFE " \\t\\n\\r] ");
             else if (strchr(".^$|()[]{}*+?/-\\\"", e)) {
                 if (e == '"' || e == '\\') pk_buf_printf(b, "\"\\\\\\%c\" ", e);   /* escaped in JSON */
-                else { char lit[2] = { e, 0 }; put_lit(b, lit, 1); pk_buf_puts(b, " "); }
+                else { char lit[2] = { e, 0 }; gram_put_literal(b, lit, 1); pk_buf_puts(b, " "); }
             } else { fail(c, PK_EUNSUPPORTED, "unsupported pattern escape '\\%c'", e); return; }
         } else if (ch == '^' || ch == '$') {
             fail(c, PK_EUNSUPPORTED, "unsupported pattern anchor inside the pattern");
@@ -382,7 +381,7 @@ static void put_pattern(conv *c, const char *p, size_t n)
             while (k < end && ((unsigned char)p[k] & 0xC0) == 0x80) k++;
             if (ch == '"') pk_buf_puts(b, "\"\\\\\\\"\" ");
             else if ((unsigned char)ch < 0x20) { fail(c, PK_EUNSUPPORTED, "control character in pattern"); return; }
-            else { put_lit(b, p + i, k - i); pk_buf_puts(b, " "); }
+            else { gram_put_literal(b, p + i, k - i); pk_buf_puts(b, " "); }
             i = k;
         }
     }
@@ -523,16 +522,16 @@ static void gen_object(conv *c, json_t *s, int32_t self)
     }
     for (k = 0; k < n && !c->st; k++) {
         pk_buf_printf(&c->out, "s%d-kv%zu ::= ", self, k);
-        put_lit(&c->out, "\"", 1);
+        gram_put_literal(&c->out, "\"", 1);
         pk_buf_puts(&c->out, " ");
         json_t *js = json_string(name[k]);
         char *q = js ? json_dumps(js, JSON_ENCODE_ANY) : NULL;   /* the key, JSON-escaped */
         json_decref(js);
         if (!q) { fail(c, PK_ENOMEM, "out of memory"); goto out; }
-        put_lit(&c->out, q + 1, strlen(q) - 2);
+        gram_put_literal(&c->out, q + 1, strlen(q) - 2);
         free(q);
         pk_buf_puts(&c->out, " ");
-        put_lit(&c->out, "\"", 1);
+        gram_put_literal(&c->out, "\"", 1);
         if (rule[k] >= 0) pk_buf_printf(&c->out, " ws \":\" ws s%d ws\n", rule[k]);
         else pk_buf_puts(&c->out, " ws \":\" ws value ws\n");
         if (must[k]) {

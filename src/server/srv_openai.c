@@ -303,12 +303,14 @@ bool srv_chat_tokens(srv *s, const json_t *body, srv_api api, eng_completion *c,
     /* A forced tool call constrains the answer to the tool's schema. */
     gram_grammar *tg = NULL;
     bool ok = srv_chat_prompt(s, body, &prompt, &n_prompt, &o->tools, &o->think_open, e);
-    /* A template that writes Qwen3.5's XML calls is forced in that form;
-     * the other families in the Hermes or Llama 3 JSON form of the
-     * rendering, which is parsed as such. */
-    if (ok && o->tools &&
-        srv_tools_detect(s->tmpl_src ? s->tmpl_src : tok_chat_template(s->voc), o->tools) == SRV_TOOL_QWEN_XML)
-        o->tools = SRV_TOOL_QWEN_XML;
+    /* The template's own markers say how its model writes calls (the
+     * rendering's family is the fallback).  A forced call is written in
+     * Qwen3.5's XML form where the template uses it, else in the Hermes or
+     * Llama 3 JSON form of the rendering, which is parsed as such. */
+    srv_tool_fmt written = ok && o->tools
+                           ? srv_tools_detect(s->tmpl_src ? s->tmpl_src : tok_chat_template(s->voc), o->tools)
+                           : o->tools;
+    if (written == SRV_TOOL_QWEN_XML) o->tools = written;
     ok = ok && srv_tools_grammar(body, o->tools, &tg, e);
     if (ok && tg && c->grammar) {
         gram_free(tg);
@@ -319,10 +321,7 @@ bool srv_chat_tokens(srv *s, const json_t *body, srv_api api, eng_completion *c,
     }
     ok = ok && srv_gen_text_fits(s, n_prompt, e);
     if (ok) {
-        /* The template's own markers say how its model writes calls (the
-         * rendering's family is the fallback). */
-        if (o->tools && !tg)
-            o->tools = srv_tools_detect(s->tmpl_src ? s->tmpl_src : tok_chat_template(s->voc), o->tools);
+        if (!tg) o->tools = written;
         if (o->tools) o->tool_defs = (json_t *)json_object_get(body, "tools");
         if (s->p.reasoning_budget == 0 && !think_off(s, &prompt, &n_prompt, c, o))
             ok = srv_fail(e, 500, NULL, "out of memory");

@@ -688,17 +688,7 @@ bool srv_render_chat(const json_t *body, tmpl_kind k, const char *tmpl_src, char
 
 /* ---- forcing a call: a grammar for tool_choice ---- */
 
-/* s as a GBNF string literal. */
-static void put_lit(pk_buf *b, const char *s)
-{
-    pk_buf_puts(b, "\"");
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\') pk_buf_printf(b, "\\%c", *s);
-        else if (*s == '\n') pk_buf_puts(b, "\\n");
-        else pk_buf_put(b, s, 1);
-    }
-    pk_buf_puts(b, "\"");
-}
+static void put_lit(pk_buf *b, const char *s) { gram_put_literal(b, s, strlen(s)); }
 
 /* A parameter value of the XML form that is text: anything up to the
  * closing tag, so no "</" (a rare loss: such a string cannot be forced). */
@@ -711,9 +701,10 @@ static int text_kind(const json_t *sch)
 {
     const json_t *t = json_object_get(sch, "type"), *en = json_object_get(sch, "enum");
     bool str = json_is_string(t) && !strcmp(json_string_value(t), "string");
-    for (size_t j = 0; json_is_array(t) && j < json_array_size(t); j++)
-        str = str || !strcmp(json_string_value(json_array_get(t, j)) ? json_string_value(json_array_get(t, j)) : "",
-                             "string");
+    for (size_t j = 0; json_is_array(t) && j < json_array_size(t); j++) {
+        const char *v = json_string_value(json_array_get(t, j));
+        str = str || (v && !strcmp(v, "string"));
+    }
     if (!str || json_object_get(sch, "const")) return 0;
     if (!en) return 1;
     for (size_t j = 0; j < json_array_size(en); j++)
@@ -722,10 +713,10 @@ static int text_kind(const json_t *sch)
 }
 
 /*
- * The QWEN_XML call of tool i (its function object fn):
+ * The QWEN_XML call of tool i (its parameters schema `params`):
  *   <tool_call>\n<function=N>\n(<parameter=P>\nVALUE\n</parameter>\n)*</function>\n</tool_call>
- * the parameters in the schema's order, the required ones always; a
- * string-only VALUE is text, any other the JSON its schema allows.
+ * the parameters in the schema's order, the required ones always; VALUE
+ * as text_kind says.
  */
 static pk_status put_xml_call_rule(pk_buf *b, int i, const char *name, const json_t *params, gram_error *ge)
 {
@@ -737,6 +728,7 @@ static pk_status put_xml_call_rule(pk_buf *b, int i, const char *name, const jso
     const json_t *sch;
     int k = 0;
     pk_buf rules = {0};
+    pk_status st = PK_OK;
     json_object_foreach((json_t *)props, key, sch) {
         bool required = false;
         for (size_t j = 0; j < json_array_size(req); j++) {
@@ -748,6 +740,7 @@ static pk_status put_xml_call_rule(pk_buf *b, int i, const char *name, const jso
         put_lit(&rules, key);
         pk_buf_puts(&rules, " \">\\n\" ");
         int kind = text_kind(sch);
+        char *value_rules = NULL;   /* kind 0: the schema's rules */
         if (kind == 1) {
             pk_buf_puts(&rules, "xml-text");
         } else if (kind == 2) {
@@ -759,29 +752,23 @@ static pk_status put_xml_call_rule(pk_buf *b, int i, const char *name, const jso
             }
             pk_buf_puts(&rules, ")");
         } else {
-            char pfx[32], *text = json_dumps(sch, JSON_COMPACT | JSON_ENCODE_ANY), *r = NULL;
+            char pfx[32], *text = json_dumps(sch, JSON_COMPACT | JSON_ENCODE_ANY);
             snprintf(pfx, sizeof pfx, "t%d-v%d-", i, k);
-            pk_status st = text ? gram_schema_rules(text, strlen(text), pfx, &r, ge) : PK_ENOMEM;
+            st = text ? gram_schema_rules(text, strlen(text), pfx, &value_rules, ge) : PK_ENOMEM;
             free(text);
-            if (st) {
-                pk_buf_free(&rules);
-                return st;
-            }
-            pk_buf_printf(&rules, "t%d-v%d-root", i, k);
-            pk_buf_puts(&rules, " \"\\n</parameter>\\n\"\n");
-            pk_buf_puts(&rules, r);
-            free(r);
-            k++;
-            continue;
+            if (st) break;
+            pk_buf_printf(&rules, "%sroot", pfx);
         }
         pk_buf_puts(&rules, " \"\\n</parameter>\\n\"\n");
+        if (value_rules) pk_buf_puts(&rules, value_rules);
+        free(value_rules);
         k++;
     }
     pk_buf_puts(b, " \"</function>\\n</tool_call>\"\n");
     pk_buf_put(b, rules.p ? rules.p : "", rules.n);
-    bool oom = rules.oom;
+    if (!st && rules.oom) st = PK_ENOMEM;
     pk_buf_free(&rules);
-    return oom ? PK_ENOMEM : PK_OK;
+    return st;
 }
 
 /* The text the model must write for a call of `name` in format f:
@@ -794,17 +781,16 @@ static void put_call_rule(pk_buf *b, srv_tool_fmt f, int i, const char *name)
     json_t *js = json_string(name);
     char *q = js ? json_dumps(js, JSON_ENCODE_ANY) : NULL;   /* "N" with JSON escapes */
     json_decref(js);
+    pk_buf head = {0};   /* {"name": "N", "arguments":  */
+    pk_buf_printf(&head, "{\"name\": %s, \"%s\": ", q ? q : "\"\"", f == SRV_TOOL_QWEN ? "arguments" : "parameters");
+    free(q);
     pk_buf_printf(b, "call%d ::= ", i);
     pk_buf_puts(b, f == SRV_TOOL_QWEN ? "\"<tool_call>\\n\" " : "");
-    /* the literal {"name": "N", "arguments": as GBNF, escaping " and \ */
-    pk_buf_puts(b, "\"{\\\"name\\\": ");
-    for (const char *p = q ? q : "\"\""; *p; p++) {
-        if (*p == '"' || *p == '\\') pk_buf_printf(b, "\\%c", *p);
-        else pk_buf_put(b, p, 1);
-    }
-    pk_buf_printf(b, ", \\\"%s\\\": \" t%d-root \"}\"", f == SRV_TOOL_QWEN ? "arguments" : "parameters", i);
+    gram_put_literal(b, head.p ? head.p : "", head.n);
+    b->oom = b->oom || head.oom;
+    pk_buf_free(&head);
+    pk_buf_printf(b, " t%d-root \"}\"", i);
     pk_buf_puts(b, f == SRV_TOOL_QWEN ? " \"\\n</tool_call>\"\n" : "\n");
-    free(q);
 }
 
 bool srv_tools_grammar(const json_t *body, srv_tool_fmt f, struct gram_grammar **out, srv_err *e)
