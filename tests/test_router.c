@@ -8,6 +8,7 @@
  * load / unload / acquire; with a stand-in child (python3's http.server)
  * leases: a leased model is never the one --models-max unloads.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -486,6 +487,10 @@ static bool read_until(int fd, char *buf, size_t cap, size_t *n, const char *wan
         if (want && strstr(buf, want)) return true;
         if (*n + 1 >= cap) return false;
         ssize_t k = read(fd, buf + *n, cap - 1 - *n);
+        /* With SO_RCVTIMEO a read is not restarted after a signal: a child's
+         * SIGCHLD, queued while posix_spawn had every signal blocked, can
+         * end it with EINTR though nothing handles the signal. */
+        if (k < 0 && errno == EINTR) continue;
         if (k <= 0) return !want && k == 0;
         *n += (size_t)k;
     }
