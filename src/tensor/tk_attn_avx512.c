@@ -122,7 +122,7 @@ static void attend(const tk_attn *a, void *scratch)
 {
     const int hk = a->hd_k, hv = a->hd_v, n = a->n_q;
     if (n > TK_ATTN_ROWS || hk > TK_ATTN_MAX_DIM || hv > TK_ATTN_MAX_DIM || hk % 16 || hv % 16) {
-        tk_attend_ref(a, scratch);
+        tk_attend_rows(a, scratch);
         return;
     }
     float *base = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);

@@ -22,6 +22,7 @@ void tk_fill_avx2_iquant(tk_ops *o);     /* IQ4_NL, IQ4_XS dots (tk_iquant_avx2.
 void tk_fill_avx512_attn(tk_ops *o);     /* attend (tk_attn_avx512.c) */
 void tk_fill_avx512_elem(tk_ops *o);     /* rms_norm, swiglu (tk_elem_avx512.c) */
 void tk_attend_ref(const tk_attn *a, void *scratch);   /* tk_scalar.c */
+void tk_attend_rows(const tk_attn *a, void *scratch);  /* tk_scalar.c: the same bits, rows sharing cells */
 
 /*
  * GEMM pieces (several tokens against one weight matrix), used by tk.c's

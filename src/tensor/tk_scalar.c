@@ -51,7 +51,7 @@ void tk_fill_scalar(tk_ops *o)
     o->quantize[TQ_BF16] = tq_quant_bf16;
     o->quantize[TQ_Q8_0] = tq_quant_q8_0;
     o->quantize[TQ_Q8_K] = tq_quant_q8_K;
-    o->attend = tk_attend_ref;
+    o->attend = tk_attend_rows;
     o->rms_norm = rms_norm_ref;
     o->swiglu = swiglu_ref;
 }
@@ -101,5 +101,76 @@ void tk_attend_ref(const tk_attn *a, void *scratch)
         }
         float inv = (float)(1.0 / sum);
         for (int d = 0; d < a->hd_v; d++) out[d] *= inv;
+    }
+}
+
+/* tk_attend_ref's sums in another loop order: the cells outside, so each K
+ * and V row is converted once for every row that sees it (the rows of a
+ * GQA group, or the tokens a step verifies), where the reference converts
+ * it per row and per pass.  Each row's sums run over the same cells in the
+ * same order with the same operations: the same bits.  The kernel for head
+ * dimensions the SIMD ones do not take (stories260K's 8). */
+void tk_attend_rows(const tk_attn *a, void *scratch)
+{
+    const int nq = a->n_q, hk = a->hd_k, hv = a->hd_v;
+    ASSERT(nq <= TK_ATTN_ROWS && hk <= TK_ATTN_MAX_DIM && hv <= TK_ATTN_MAX_DIM);
+    float *q = scratch;                      /* [nq][hk] the (rounded) queries */
+    float *kr = q + (size_t)nq * hk, *vr = kr + hk;
+    /* The scaled scores of the first pass, [n_all][nq], kept for the second
+     * when they fit in the scratch (a slot of 1,000-odd cells), else
+     * computed again as the reference does: the same value either way. */
+    float *sc = vr + hv;
+    size_t room = (tk_attn_scratch_size() - 64) / sizeof(float) - (size_t)(sc - q);
+    float mx[TK_ATTN_ROWS];
+    double sum[TK_ATTN_ROWS];
+    int n_all = 0;
+    for (int i = 0; i < nq; i++) {
+        for (int d = 0; d < hk; d++) {
+            float x = a->q[(size_t)i * hk + d];
+            q[(size_t)i * hk + d] = a->kv_type == TQ_F16 ? tq_f16_to_f32(tq_f32_to_f16(x)) : x;
+        }
+        mx[i] = -INFINITY;
+        sum[i] = 0;
+        for (int d = 0; d < hv; d++) a->out[(size_t)i * hv + d] = 0;
+        n_all = a->n_kv[i] > n_all ? a->n_kv[i] : n_all;
+    }
+    const bool keep = (size_t)n_all * nq <= room;
+    for (int j = 0; j < n_all; j++) {
+        const char *k = (const char *)a->k + (size_t)a->cells[j] * a->k_stride;
+        for (int d = 0; d < hk; d++) kr[d] = kv_value(k, d, a->kv_type);
+        for (int i = 0; i < nq; i++) {
+            if (j >= a->n_kv[i]) continue;
+            double s = 0;
+            for (int d = 0; d < hk; d++) s += (double)kr[d] * q[(size_t)i * hk + d];
+            float x = (float)s * a->scale;
+            if (keep) sc[(size_t)j * nq + i] = x;
+            mx[i] = fmaxf(mx[i], x);
+        }
+    }
+    for (int j = 0; j < n_all; j++) {
+        const char *k = (const char *)a->k + (size_t)a->cells[j] * a->k_stride;
+        const char *v = (const char *)a->v + (size_t)a->cells[j] * a->v_stride;
+        if (!keep)
+            for (int d = 0; d < hk; d++) kr[d] = kv_value(k, d, a->kv_type);
+        for (int d = 0; d < hv; d++) vr[d] = kv_value(v, d, a->kv_type);
+        for (int i = 0; i < nq; i++) {
+            if (j >= a->n_kv[i]) continue;
+            float x;
+            if (keep) {
+                x = sc[(size_t)j * nq + i];
+            } else {
+                double s = 0;
+                for (int d = 0; d < hk; d++) s += (double)kr[d] * q[(size_t)i * hk + d];
+                x = (float)s * a->scale;
+            }
+            float p = expf(x - mx[i]);
+            sum[i] += p;
+            float *out = a->out + (size_t)i * hv;
+            for (int d = 0; d < hv; d++) out[d] += p * vr[d];
+        }
+    }
+    for (int i = 0; i < nq; i++) {
+        float inv = (float)(1.0 / sum[i]);
+        for (int d = 0; d < hv; d++) a->out[(size_t)i * hv + d] *= inv;
     }
 }
