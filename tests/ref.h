@@ -181,4 +181,28 @@ static inline void ref_check_prompt(const char *name, model_ctx *ctx, int32_t V,
     ta->max_rel = fmax(ta->max_rel, diff / maxabs);
 }
 
+/* Greedy tokens straight from the model, one token a pass, as the
+ * reference for the engine (n_gen at most 1024 - n; EOG ends it, counted). */
+static inline int ref_greedy(model *m, const int32_t *prompt, int n, int n_gen, int32_t *out)
+{
+    model_ctx_params cp = { .n_ctx = 1024, .n_ubatch = 512, .n_threads = 2, .kv_type = TQ_F16 };
+    model_ctx *ctx;
+    ASSERT(model_ctx_new(m, &cp, &ctx) == PK_OK);
+    const int V = model_get_hparams(m)->n_vocab;
+    float *logits = malloc((size_t)V * sizeof *logits);
+    static ref_batch rb;
+    ref_batch_make(&rb, prompt, n, 0, 0, false);
+    ASSERT(model_decode(ctx, &rb.b, logits) == PK_OK);
+    int k = 0;
+    for (; k < n_gen; k++) {
+        out[k] = smp_argmax(logits, V);
+        if (tok_is_eog(model_vocab(m), out[k])) { k++; break; }
+        ref_batch_make(&rb, &out[k], 1, n + k, 0, false);
+        ASSERT(model_decode(ctx, &rb.b, logits) == PK_OK);
+    }
+    free(logits);
+    model_ctx_free(ctx);
+    return k;
+}
+
 #endif

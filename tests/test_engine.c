@@ -13,29 +13,6 @@
 
 #include "../src/engine/eng.h"
 
-/* Greedy tokens straight from the model, as the reference for the engine. */
-static int greedy_direct(model *m, const int32_t *prompt, int n, int n_gen, int32_t *out)
-{
-    model_ctx_params cp = { .n_ctx = 1024, .n_ubatch = 512, .n_threads = 2, .kv_type = TQ_F16 };
-    model_ctx *ctx;
-    ASSERT(model_ctx_new(m, &cp, &ctx) == PK_OK);
-    const int V = model_get_hparams(m)->n_vocab;
-    float *logits = malloc((size_t)V * sizeof *logits);
-    static ref_batch rb;
-    ref_batch_make(&rb, prompt, n, 0, 0, false);
-    ASSERT(model_decode(ctx, &rb.b, logits) == PK_OK);
-    int k = 0;
-    for (; k < n_gen; k++) {
-        out[k] = smp_argmax(logits, V);
-        if (tok_is_eog(model_vocab(m), out[k])) { k++; break; }
-        ref_batch_make(&rb, &out[k], 1, n + k, 0, false);
-        ASSERT(model_decode(ctx, &rb.b, logits) == PK_OK);
-    }
-    free(logits);
-    model_ctx_free(ctx);
-    return k;
-}
-
 typedef struct collected {
     int32_t tok[256];
     int n_tok;
@@ -422,7 +399,7 @@ int main(int argc, char **argv)
     const char *texts[4] = { "Once upon a time", "Lily had a red ball. She", "The sun was", "Tom and his dog" };
     for (int i = 0; i < 4; i++) {
         ASSERT(tok_encode(v, texts[i], strlen(texts[i]), true, false, pr[i], 64, &np[i]) == PK_OK);
-        nw[i] = greedy_direct(g_m, pr[i], np[i], 40, want[i]);
+        nw[i] = ref_greedy(g_m, pr[i], np[i], 40, want[i]);
     }
     eng_params ep = eng_default_params();
     ep.n_slots = 4;

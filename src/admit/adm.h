@@ -73,11 +73,19 @@ typedef struct adm_rate {
     double ms;                      /* decayed time they took */
 } adm_rate;
 
+/* n tokens that came together after dt_ms (a step that kept speculated
+ * guesses): the window moves by n tokens or dt_ms, whichever is more. */
+static inline void adm_rate_add_n(adm_rate *r, double dt_ms, int n, double win_tokens, double win_ms)
+{
+    double d = exp(-fmax(n / win_tokens, dt_ms / win_ms));
+    r->n = r->n * d + n;
+    r->ms = r->ms * d + dt_ms;
+}
+
+/* One token that took dt_ms (a step verifying guesses gives n at once). */
 static inline void adm_rate_add(adm_rate *r, double dt_ms, double win_tokens, double win_ms)
 {
-    double d = exp(-fmax(1.0 / win_tokens, dt_ms / win_ms));
-    r->n = r->n * d + 1;
-    r->ms = r->ms * d + dt_ms;
+    adm_rate_add_n(r, dt_ms, 1, win_tokens, win_ms);
 }
 
 /* Tokens per second, 0 while unknown. */

@@ -91,6 +91,13 @@ static void usage(void)
         "  --admission-on-saturation S   reject | warn | queue (default reject)\n"
         "  --admission-settle-tokens N, --admission-settle-max-ms MS, --admission-queue-max-ms MS,\n"
         "  --admission-guarantee N  the policy's other fields (48, 5000, 30000, 1)\n"
+        "  --spec-type T           speculative decoding (docs/speculative.md): ngram-cache (the\n"
+        "                          session's tokens and the server's recent generations) or\n"
+        "                          ngram-simple (the session's own, one key length); default none\n"
+        "  --spec-draft-n-max N    guesses a session verifies per step, at most (default 16, <= 64)\n"
+        "  --spec-draft-n-min N    a shorter guess is not verified (default 0)\n"
+        "  --spec-ngram-simple-size-n N, --spec-ngram-simple-size-m M   ngram-simple's key and its\n"
+        "                          longest guess (12, 48)\n"
         "  --pool-grace-ms MS      a pool nothing uses is kept this long before cache pressure may\n"
         "                          evict it (default 30000)\n"
         "slot placement and retention (docs/policy.md; each also POLYKV_SLOT_<NAME>):\n");
@@ -148,6 +155,42 @@ static bool admission_flag(adm_policy *p, const char *name, const char *v)
     return true;
 }
 
+/* --spec-type NAME[,NAME]: llama-server's names; the ones polykv has not
+ * built are refused by name (docs/speculative.md). */
+static bool spec_flag(spec_params *p, const char *a, const char *v)
+{
+    long x;
+    if (!strcmp(a, "--spec-type")) {
+        char buf[128];
+        snprintf(buf, sizeof buf, "%s", v);
+        int n = 0;
+        for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save), n++) {
+            spec_kind k;
+            if (!spec_kind_parse(t, &k)) {
+                fprintf(stderr, "polykv serve: --spec-type %s: polykv speculates with ngram-simple or ngram-cache "
+                        "(draft models, MTP heads and the other n-gram types are not built yet)\n", t);
+                return false;
+            }
+            if (n > 0 && k != p->kind) {
+                fprintf(stderr, "polykv serve: --spec-type %s: one type at a time\n", v);
+                return false;
+            }
+            p->kind = k;
+        }
+        return true;
+    }
+    int32_t *f = !strcmp(a, "--spec-draft-n-max") ? &p->n_max : !strcmp(a, "--spec-draft-n-min") ? &p->n_min
+               : !strcmp(a, "--spec-ngram-simple-size-n") ? &p->size_n
+               : !strcmp(a, "--spec-ngram-simple-size-m") ? &p->size_m : NULL;
+    if (!f) {
+        fprintf(stderr, "polykv serve: unknown option %s\n", a);
+        return false;
+    }
+    if (!cli_int(a, v, 0, 1024, &x)) return false;
+    *f = (int32_t)x;                     /* checked with the others after the last flag */
+    return true;
+}
+
 /* The options below that take a value: anything else is unknown, and is
  * named as such rather than as missing its value. */
 static bool takes_value(const char *a)
@@ -158,7 +201,8 @@ static bool takes_value(const char *a)
         "--api-key-file",
         "-a", "--alias", "--chat-template", "--chat-template-file", "-to", "--timeout", "--max-body", "--header-timeout", "--max-per-ip",
         "--max-connections", "--kv-type", "--pool-dir", "--models-dir", "--models-max", "--models-preset",
-        "--sleep-idle-seconds",
+        "--sleep-idle-seconds", "--spec-type", "--spec-draft-n-max", "--spec-draft-n-min",
+        "--spec-ngram-simple-size-n", "--spec-ngram-simple-size-m",
     };
     if (!strncmp(a, "--slot-", 7) || !strncmp(a, "--admission-", 12)) return true;
     for (size_t k = 0; k < ARRAY_LEN(names); k++)
@@ -293,6 +337,7 @@ static bool parse(int argc, char **argv, serve_opts *o)
             }
             o->ep.sleep_idle_ms = x < 0 ? 0 : (int32_t)x * 1000;
         }
+        else if (!strncmp(a, "--spec-", 7)) { if (!spec_flag(&o->ep.spec, a, v)) return false; }
         else if (!strcmp(a, "--rs-slots")) { if (!cli_int(a, v, 1, 4096, &x)) return false; o->ep.n_rs = (int32_t)x; }
         else if (!strcmp(a, "--pools")) { if (!cli_int(a, v, 0, ENG_MAX_POOLS, &x)) return false; o->ep.n_pools = (int32_t)x; }
         else if (!strcmp(a, "--pool-grace-ms")) { if (!cli_int(a, v, 0, 1 << 30, &x)) return false; o->ep.pool_grace_ms = (int32_t)x; }
@@ -319,6 +364,11 @@ static bool parse(int argc, char **argv, serve_opts *o)
         }
     }
     if (!dirs_apart(o->sp.slot_save_path, o->ep.pool_dir)) return false;
+    const char *bad_spec = spec_params_check(&o->ep.spec);
+    if (bad_spec) {
+        fprintf(stderr, "polykv serve: %s\n", bad_spec);
+        return false;
+    }
     if (o->model && o->router_flag) {
         fprintf(stderr, "polykv serve: --models-dir, --models-preset, --models-max and --models-autoload are for "
                         "router mode (without -m)\n");
@@ -421,6 +471,9 @@ int cli_serve(int argc, char **argv)
     pk_status st;
     if ((st = model_load(o.model, o.mmap ? MODEL_MMAP : MODEL_COPY, &m, err, sizeof err)) != PK_OK) {
         fprintf(stderr, "polykv: %s: %s\n", o.model, err);
+    } else if (o.ep.spec.kind != SPEC_NONE && model_state_bytes(m) && (st = PK_EINVAL)) {
+        fprintf(stderr, "polykv: --spec-type %s: speculation on hybrid models (a recurrent state that must go "
+                "back to a guess's position) is not built yet\n", spec_kind_name(o.ep.spec.kind));
     } else if ((st = eng_new(m, &o.ep, &e)) != PK_OK) {
         fprintf(stderr, "polykv: cannot start the engine (%d slots, %d cells): %s\n", o.ep.n_slots, o.ep.n_ctx,
                 pk_status_str(st));

@@ -47,7 +47,7 @@ void cli_serve_llama_usage(void)
         "  -ub, --ubatch-size N    accepted: polykv picks its own micro-batch (min of -b and 512)\n"
         "refused with the reason: --hf-repo/-hf, --hf-file/-hff, --model-url/-mu (no downloads: pass\n"
         "  -m FILE), --embedding(s), --reranking, --lora, -ngl/--n-gpu-layers, --model-draft,\n"
-        "  --spec-type, --mmproj(-url)\n");
+        "  --mmproj(-url)\n");
 }
 
 static int fail(const char *a, const char *why)
@@ -153,11 +153,10 @@ int cli_serve_llama_flag(int argc, char **argv, int *i, srv_params *sp)
         { "-ngl", "polykv runs on the CPU only" },
         { "--n-gpu-layers", "polykv runs on the CPU only" },
         { "--gpu-layers", "polykv runs on the CPU only" },
-        { "--model-draft", "speculative decoding is not supported" },
-        { "-md", "speculative decoding is not supported" },
+        { "--model-draft", "speculation with a draft model is not built yet (--spec-type ngram-cache is)" },
+        { "-md", "speculation with a draft model is not built yet (--spec-type ngram-cache is)" },
         { "--mmproj", "multimodal projectors are not supported" },
         { "--mmproj-url", "multimodal projectors are not supported" },
-        { "--spec-type", "speculative decoding is not supported" },
     };
     for (size_t k = 0; k < ARRAY_LEN(refused); k++)
         if (!strcmp(a, refused[k][0])) return fail(a, refused[k][1]);

@@ -31,7 +31,8 @@ eng_params eng_default_params(void)
     return (eng_params){ .n_slots = 4, .n_ctx = 8192, .n_batch = 512, .n_batch_decoding = 0, .n_threads = 1,
                          .kv_type = TQ_F16, .tps_window_tokens = 128, .tps_window_ms = 2000,
                          .policy = pol_params_default(), .cache_ram_mib = 8192, .n_pools = 16,
-                         .pool_grace_ms = 30000, .admission = adm_policy_default() };
+                         .pool_grace_ms = 30000, .admission = adm_policy_default(),
+                         .spec = spec_params_default() };
 }
 
 const eng_params *eng_get_params(const eng *e) { return &e->p; }
@@ -85,6 +86,7 @@ static void slot_release(eng *e, slot *s)
     eng_task_unref(s->task);
     s->task = NULL;
     s->state = ENG_SLOT_IDLE;
+    eng_spec_trim(e, s);
     eng_history_done(e, s);
 }
 
@@ -135,10 +137,12 @@ static void finish(eng *e, slot *s, eng_stop why, const char *word)
                      .n_cached = s->n_cached, .n_gen = s->n_gen, .truncated = s->truncated,
                      .pool_id = s->pool_id, .pool_shared = s->pool_shared,
                      .prompt_ms = s->t_prompt_ms - s->t_start_ms,
-                     .gen_ms = s->n_gen > 0 ? now - s->t_prompt_ms : 0 };
+                     .gen_ms = s->n_gen > 0 ? now - s->t_prompt_ms : 0,
+                     .n_drafted = s->n_drafted, .n_accepted = s->n_accepted };
     if (word) snprintf(ev.stop_word, sizeof ev.stop_word, "%s", word);
     park_matcher(e, s->gm);
     s->gm = NULL;
+    eng_spec_finished(e, s);
     e->stat.n_predicted_tokens += (uint64_t)s->n_gen;
     e->stat.predicted_ms_total += ev.gen_ms;
     e->stat.n_done++;
@@ -310,6 +314,9 @@ void eng_slot_start(eng *e, slot *s, eng_task *t, eng_slot_res *res)
     s->truncated = false;
     s->text_len = s->text_sent = 0;
     s->rate = (adm_rate){ 0 };
+    s->n_drafted = s->n_accepted = s->n_verify_steps = 0;
+    s->n_draft = s->n_spec_cells = s->spec_misses = s->spec_skip = 0;
+    s->spec_k = ENG_SPEC_MAX;
     s->moved = false;
     s->task = t;
     s->task_id = t->id;
@@ -367,13 +374,23 @@ void eng_batch_add(eng *e, int32_t *n, int32_t tok, kv_pos pos, kv_seq seq, bool
  * Returns the count; *n_dec the decode tokens. */
 static int32_t build_batch(eng *e, int32_t *n_dec)
 {
-    int32_t n = 0, n_rows = 0;
-    for (int32_t i = 0; i < e->p.n_slots; i++) e->slots[i].logits_row = -1;
+    int32_t n = 0, n_rows = 0, n_decoding = 0;
+    for (int32_t i = 0; i < e->p.n_slots; i++) {
+        e->slots[i].logits_row = -1;
+        n_decoding += e->slots[i].state == ENG_SLOT_DECODE;
+    }
+    /* A decoding session's next token, then the guesses it verifies in
+     * the same step (eng_spec.c), each with its logits row. */
+    int32_t spec_left = MIN(ENG_SPEC_STEP, e->p.n_batch - n_decoding);
     for (int32_t i = 0; i < e->p.n_slots && n < e->p.n_batch; i++) {
         slot *s = &e->slots[i];
         if (s->state != ENG_SLOT_DECODE) continue;
+        int32_t k = spec_left > 0 ? eng_spec_propose(e, s, spec_left) : (s->n_draft = 0);
+        spec_left -= k;
+        s->logits_row = n_rows;
+        n_rows += 1 + k;
         eng_batch_add(e, &n, s->next_token, s->n_hist, s->id, true);
-        s->logits_row = n_rows++;
+        for (int32_t j = 0; j < k; j++) eng_batch_add(e, &n, s->draft[j], s->n_hist + 1 + j, s->id, true);
     }
     *n_dec = n;
     int32_t lim = n > 0 && e->p.n_batch_decoding > 0 ? MIN(e->p.n_batch, n + e->p.n_batch_decoding) : e->p.n_batch;
@@ -455,9 +472,6 @@ static pk_status decode(eng *e, int32_t n, int32_t n_dec)
         }
         return st;
     }
-    e->stat.agg[e->stat.agg_head].t_ms = now;
-    e->stat.agg[e->stat.agg_head].n = n_dec;
-    e->stat.agg_head = (e->stat.agg_head + 1) % AGG_RING;
     if (n > n_dec) {
         e->stat.n_prompt_tokens += (uint64_t)(n - n_dec);
         e->stat.prompt_ms_total += now - t0;
@@ -469,6 +483,50 @@ static pk_status decode(eng *e, int32_t n, int32_t n_dec)
         }
     }
     return PK_OK;
+}
+
+/* Samples row `row` of this step's logits for slot s (its grammar's mask
+ * and its biases applied) and hands the token to on_token.  Returns the
+ * token, or -1 when the slot ended without one (its grammar allows
+ * nothing more, or its mask could not be built). */
+static int32_t sample_row(eng *e, slot *s, int32_t row_i)
+{
+    smp_logprob top[ENG_MAX_PROBS];
+    float lp = 0;
+    int32_t nt = MIN(s->task->req.n_probs, ENG_MAX_PROBS);
+    const float *row = e->batch.logits + (size_t)row_i * e->n_vocab;
+    if (s->gm) {
+        /* The grammar's mask as -inf logits: every sampler after it
+         * (penalties, top-k/p, min-p, temperature) sees only allowed tokens. */
+        const uint64_t *mask = gram_matcher_mask(s->gm);
+        bool any = false;
+        for (int32_t w = 0; mask && w < (e->n_vocab + 63) / 64; w++) any |= mask[w] != 0;
+        if (!mask) {                       /* out of memory: an error, never a "length" stop */
+            fail_running(e, s, PK_ENOMEM, "out of memory for the grammar's mask");
+            return -1;
+        }
+        if (!any) {                        /* nothing can follow: the grammar's output ends */
+            finish(e, s, ENG_STOP_EOS, NULL);
+            return -1;
+        }
+        for (int32_t v0 = 0; v0 < e->n_vocab; v0 += 64) {   /* by words: most are all-0 or all-1 */
+            uint64_t w = mask[v0 >> 6];
+            int32_t nw = MIN(64, e->n_vocab - v0);
+            float *o = e->batch.gram_logits + v0;
+            if (w == ~0ULL) memcpy(o, row + v0, (size_t)nw * sizeof *o);
+            else for (int32_t k = 0; k < nw; k++) o[k] = w >> k & 1 ? row[v0 + k] : -INFINITY;
+        }
+        row = e->batch.gram_logits;
+    }
+    if (s->task->req.n_bias > 0) {
+        memcpy(e->batch.bias_logits, row, (size_t)e->n_vocab * sizeof *row);
+        for (int32_t k = 0; k < s->task->req.n_bias; k++)
+            e->batch.bias_logits[s->task->req.bias[k].token] += s->task->req.bias[k].bias;
+        row = e->batch.bias_logits;
+    }
+    int32_t id = smp_sample(s->smp, row, nt > 0 ? top : NULL, nt, &lp);
+    on_token(e, s, id, lp, top, nt);
+    return id;
 }
 
 /* Records what entered the slots' caches, then samples where logits came
@@ -483,6 +541,11 @@ static void sample_and_emit(eng *e, int32_t n, int32_t n_dec_batch)
         s->n_hist = e->batch.b_pos[i] + 1;
         if (s->state == ENG_SLOT_PREFILL) s->n_prefilled = s->n_hist;
     }
+    for (int32_t i = 0; i < e->p.n_slots; i++) {     /* guesses are in the cells, not judged yet */
+        slot *s = &e->slots[i];
+        s->n_hist -= s->n_draft;
+        s->n_spec_cells = s->n_draft;
+    }
     for (int32_t i = 0; i < e->p.n_slots; i++) {
         slot *s = &e->slots[i];
         if (s->state != ENG_SLOT_PREFILL || !s->task->req.report_progress || s->n_prefilled <= s->n_progress)
@@ -493,61 +556,54 @@ static void sample_and_emit(eng *e, int32_t n, int32_t n_dec_batch)
                          .prompt_ms = now - s->t_start_ms };
         eng_task_push(s->task, &pe);
     }
-    int32_t busy = 0, pausing = 0, n_dec = 0;
+    int32_t busy = 0, pausing = 0, n_dec = 0, n_emitted = 0;
     double now_s = eng_now_s();
     for (int32_t i = 0; i < e->p.n_slots; i++) {
         slot *s = &e->slots[i];
         if (s->state != ENG_SLOT_IDLE) busy++;
         else pausing += slot_history_within(s, now_s, adm_turn_ms(s->max_gap_ms));
         if (s->logits_row < 0) continue;
-        if (s->state == ENG_SLOT_DECODE) {
-            /* Experienced speed: time since this slot's previous token. */
-            adm_rate_add(&s->rate, now - s->t_last_ms, e->p.tps_window_tokens, e->p.tps_window_ms);
+        bool decoding = s->state == ENG_SLOT_DECODE;
+        if (decoding) {
             n_dec++;
         } else {
             s->t_prompt_ms = now;
             s->state = ENG_SLOT_DECODE;
         }
+        double dt = now - s->t_last_ms;
         s->t_last_ms = now;
         if (s->task->req.n_predict == 0) {      /* prompt processing only */
             finish(e, s, ENG_STOP_LIMIT, NULL);
             continue;
         }
-        smp_logprob top[ENG_MAX_PROBS];
-        float lp = 0;
-        int32_t nt = MIN(s->task->req.n_probs, ENG_MAX_PROBS);
-        const float *row = e->batch.logits + (size_t)s->logits_row * e->n_vocab;
-        if (s->gm) {
-            /* The grammar's mask as -inf logits: every sampler after it
-             * (penalties, top-k/p, min-p, temperature) sees only allowed tokens. */
-            const uint64_t *mask = gram_matcher_mask(s->gm);
-            bool any = false;
-            for (int32_t w = 0; mask && w < (e->n_vocab + 63) / 64; w++) any |= mask[w] != 0;
-            if (!mask) {                       /* out of memory: an error, never a "length" stop */
-                fail_running(e, s, PK_ENOMEM, "out of memory for the grammar's mask");
-                continue;
-            }
-            if (!any) {                        /* nothing can follow: the grammar's output ends */
-                finish(e, s, ENG_STOP_EOS, NULL);
-                continue;
-            }
-            for (int32_t v0 = 0; v0 < e->n_vocab; v0 += 64) {   /* by words: most are all-0 or all-1 */
-                uint64_t w = mask[v0 >> 6];
-                int32_t nw = MIN(64, e->n_vocab - v0);
-                float *o = e->batch.gram_logits + v0;
-                if (w == ~0ULL) memcpy(o, row + v0, (size_t)nw * sizeof *o);
-                else for (int32_t k = 0; k < nw; k++) o[k] = w >> k & 1 ? row[v0 + k] : -INFINITY;
-            }
-            row = e->batch.gram_logits;
+        /* Row j follows next_token and the first j guesses; guess j is
+         * kept when row j's token is it, and the next row is read. */
+        int32_t n_draft = s->n_draft, n_emit = 0;
+        if (n_draft > 0) {
+            s->n_drafted += n_draft;
+            s->n_verify_steps++;
+            e->stat.n_drafted += (uint64_t)n_draft;
+            e->stat.n_verify_steps++;
         }
-        if (s->task->req.n_bias > 0) {
-            memcpy(e->batch.bias_logits, row, (size_t)e->n_vocab * sizeof *row);
-            for (int32_t k = 0; k < s->task->req.n_bias; k++)
-                e->batch.bias_logits[s->task->req.bias[k].token] += s->task->req.bias[k].bias;
-            row = e->batch.bias_logits;
+        for (int32_t j = 0;; j++) {
+            int32_t id = sample_row(e, s, s->logits_row + j);
+            n_emit += id >= 0;
+            if (id < 0 || s->state != ENG_SLOT_DECODE || j == n_draft || id != s->draft[j]) break;
+            s->n_hist++;                       /* the guess's cell holds the right token */
+            s->n_accepted++;
+            e->stat.n_accepted++;
         }
-        int32_t id = smp_sample(s->smp, row, nt > 0 ? top : NULL, nt, &lp);
-        on_token(e, s, id, lp, top, nt);
+        eng_spec_judged(e, s, n_emit - 1);
+        n_emitted += n_emit;
+        /* Experienced speed: the time since this slot's previous step over
+         * the tokens it gave (accepted guesses count; others never do). */
+        if (decoding && n_emit > 0)
+            adm_rate_add_n(&s->rate, dt, n_emit, e->p.tps_window_tokens, e->p.tps_window_ms);
+    }
+    if (n_emitted > 0) {
+        e->stat.agg[e->stat.agg_head].t_ms = now;
+        e->stat.agg[e->stat.agg_head].n = n_emitted;
+        e->stat.agg_head = (e->stat.agg_head + 1) % AGG_RING;
     }
     /* The load curve and the knee, with the agents running or between
      * turns (as the step began: a slot that finished in it counts as
@@ -638,6 +694,9 @@ void eng_stats_fill(eng *e, eng_stats *o)
         si->has_params = s->has_params;
         si->sp = s->last_sp;
         si->n_predict = s->last_n_predict;
+        si->n_drafted = s->n_drafted;
+        si->n_accepted = s->n_accepted;
+        si->n_verify_steps = s->n_verify_steps;
         si->tps_ewma = adm_rate_tps(&s->rate);
         si->task_id = s->task_id;
         snprintf(si->session_id, sizeof si->session_id, "%s", s->session);
@@ -673,6 +732,10 @@ void eng_stats_fill(eng *e, eng_stats *o)
     o->n_busy_slots_sum = e->stat.n_busy_slots_sum;
     o->control_ms_total = e->stat.control_ms;
     o->n_requests_done = e->stat.n_done;
+    o->n_drafted = e->stat.n_drafted;
+    o->n_accepted = e->stat.n_accepted;
+    o->n_verify_steps = e->stat.n_verify_steps;
+    o->spec_store_tokens = e->spec_store ? spec_store_tokens(e->spec_store) : 0;
     o->prompt_ms_total = e->stat.prompt_ms_total;
     o->predicted_ms_total = e->stat.predicted_ms_total;
     o->kv_cell_bytes = mem_pos_bytes(e->mem);

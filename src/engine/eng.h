@@ -64,8 +64,10 @@
 #include "../model/model.h"
 #include "../policy/pol.h"
 #include "../sample/smp.h"
+#include "../spec/spec.h"
 
 #define ENG_MAX_PROBS 20        /* top log-probs per token */
+#define ENG_SPEC_MAX_GUESSES 64 /* guesses one session may verify in a step */
 #define ENG_MAX_STOP 8          /* stop strings per request */
 #define ENG_STOP_CAP 256        /* bytes of a stop string, NUL included */
 #define ENG_SESSION_CAP 64      /* bytes of a session id, NUL included */
@@ -99,6 +101,7 @@ typedef struct eng_params {
                                      no bound */
     adm_policy admission;       /* server-wide, for sessions on no pool (--admission-*);
                                    also the defaults of a pool's policy */
+    spec_params spec;           /* speculative decoding (--spec-*; docs/speculative.md) */
 } eng_params;
 
 eng_params eng_default_params(void);
@@ -143,6 +146,11 @@ typedef struct eng_completion {
     const eng_bias *bias;       /* [n_bias] logit biases (copied by eng_submit); a token listed
                                    twice gets both; ids must be in the vocabulary */
     int32_t n_bias;
+    /* Speculation for this request (llama-server's speculative.* fields):
+     * each has_ flag says the value replaces the server's. */
+    bool has_spec_kind, has_spec_n_max, has_spec_n_min;
+    spec_kind spec_kind;
+    int32_t spec_n_max, spec_n_min;
 
     /* Test hook, never set by the server (tests/test_engine.c's
      * channel_full case): the event channel cannot grow past this many
@@ -187,6 +195,7 @@ typedef struct eng_event {
     int32_t pool_id, pool_shared;   /* the pool attached to and the tokens shared with it */
     bool truncated;                 /* DONE: the context was shifted, or it filled while
                                        its cells were shared (then stop is ENG_STOP_CTX) */
+    int32_t n_drafted, n_accepted;  /* DONE: guesses verified and kept (speculation) */
     double prompt_ms, gen_ms;
     /* ERROR */
     pk_status status;
@@ -253,6 +262,10 @@ typedef struct eng_slot_info {
     bool has_params;                  /* a task ran here: its sampling and n_predict below */
     smp_params sp;
     int32_t n_predict;
+    /* Speculation of the current/last task: guesses verified, kept, and
+     * the steps that verified some (mean kept per step: n_accepted /
+     * n_verify_steps). */
+    int32_t n_drafted, n_accepted, n_verify_steps;
 } eng_slot_info;
 
 typedef enum eng_cache_kind {
@@ -321,6 +334,9 @@ typedef struct eng_stats {
     /* Monotonic counters since start. */
     uint64_t n_prompt_tokens, n_predicted_tokens, n_decode_calls, n_busy_slots_sum;
     uint64_t n_requests_done;
+    uint64_t n_drafted, n_accepted, n_verify_steps;   /* speculation: guesses verified, kept,
+                                                        and the steps that verified some */
+    int64_t spec_store_tokens;           /* ngram-cache's store: tokens held */
     int32_t n_tokens_max;                /* the most positions one slot has held after a step */
     double prompt_ms_total, predicted_ms_total;
     double control_ms_total;             /* the engine thread answering control messages and

@@ -393,6 +393,7 @@ static void teardown(eng *e)
     free(e->batch.b_seq);
     free(e->batch.b_want);
     free(e->batch.logits);
+    eng_spec_free(e);
     free(e->batch.gram_logits);
     free(e->batch.bias_logits);
     mem_free(e->mem);
@@ -412,7 +413,8 @@ static bool params_ok(const eng_params *p)
            p->n_batch_decoding >= 0 && p->n_threads >= 1 && p->tps_window_tokens >= 1 &&
            p->tps_window_ms >= 1 && p->cache_ram_mib >= 0 && p->n_pools >= 0 && p->n_pools <= ENG_MAX_POOLS &&
            p->n_slots + p->n_pools <= KV_MAX_SEQ && p->pool_grace_ms >= 0 && p->sleep_idle_ms >= 0 &&
-           adm_policy_check(&p->admission) == PK_OK && pol_params_check(&p->policy) == PK_OK;
+           adm_policy_check(&p->admission) == PK_OK && pol_params_check(&p->policy) == PK_OK &&
+           !spec_params_check(&p->spec);
 }
 
 pk_status eng_new(const model *m, const eng_params *p, eng **out)
@@ -448,6 +450,7 @@ pk_status eng_new(const model *m, const eng_params *p, eng **out)
     b->b_seq = calloc((size_t)p->n_batch, sizeof *b->b_seq);
     b->b_want = malloc((size_t)p->n_batch * sizeof *b->b_want);
     b->logits = malloc((size_t)p->n_slots * e->n_vocab * sizeof(float));
+    b->n_rows = p->n_slots;
     b->bias_logits = malloc((size_t)e->n_vocab * sizeof *b->bias_logits);
     e->pub.copy = calloc(1, sizeof *e->pub.copy);
     if (!e->slots || !b->b_tok || !b->b_pos || !b->b_nseq || !b->b_seq || !b->b_want || !b->logits ||
@@ -458,7 +461,8 @@ pk_status eng_new(const model *m, const eng_params *p, eng **out)
         e->slots[i].last_source_seq = -1;
         if (!(e->slots[i].hist = malloc((size_t)e->n_ctx_slot * sizeof(int32_t)))) goto fail;
     }
-    if ((st = eng_place_init(e)) || (st = eng_pool_init(e)) || (st = eng_save_init(e))) goto fail;
+    if ((st = eng_place_init(e)) || (st = eng_pool_init(e)) || (st = eng_save_init(e)) || (st = eng_spec_init(e)))
+        goto fail;
     st = PK_ENOMEM;
 #ifdef PK_DEBUG
     e->dbg.check = true;

@@ -18,6 +18,8 @@
 #include "../mem/mem.h"
 
 #define AGG_RING 512   /* decode steps remembered for the aggregate rate */
+#define ENG_SPEC_MAX ENG_SPEC_MAX_GUESSES
+#define ENG_SPEC_STEP 64  /* guesses all sessions may verify in one step */
 
 /* ---- the mailbox ---- */
 
@@ -170,6 +172,16 @@ typedef struct slot {
     char last_reason[POL_REASON_CAP];
     char session[ENG_SESSION_CAP];  /* session of the history / task, "" none */
     int32_t pool_id, pool_shared;   /* attached pool (0 none) and its tokens shared */
+    /* Speculation (eng_spec.c): this step's guesses after next_token, in
+     * the batch at positions n_hist + 1.. and in the sequence's cells until
+     * the sampler has judged them; the task's counts; the adaptive limit. */
+    int32_t draft[ENG_SPEC_MAX];
+    int32_t n_draft;
+    int32_t n_spec_cells;       /* cells of guesses past n_hist not judged yet (eng_spec_trim) */
+    int32_t n_drafted, n_accepted, n_verify_steps;
+    int32_t spec_k;             /* guesses the next step may verify (grows on success) */
+    int32_t spec_misses;        /* verifications in a row that kept nothing */
+    int32_t spec_skip;          /* tokens to decode before guessing again */
 } slot;
 
 /* An idle slot whose history its conversation left for less than ms ago
@@ -272,7 +284,8 @@ typedef struct eng_batch {
     int32_t *b_nseq;
     kv_seq (*b_seq)[MODEL_MAX_TOKEN_SEQS];
     bool *b_want;
-    float *logits;              /* [n_slots][n_vocab] */
+    float *logits;              /* [n_rows][n_vocab] */
+    int32_t n_rows;             /* n_slots, and ENG_SPEC_STEP more once a session speculates */
     struct gram_vocab *gvocab;  /* token bytes for grammar masks, built at the first constrained task */
     float *gram_logits;         /* [n_vocab] a row with the grammar's mask applied */
     float *bias_logits;         /* [n_vocab] a row with a request's logit biases added */
@@ -292,6 +305,7 @@ typedef struct eng_counters {
     double control_ms;          /* see eng_stats.control_ms_total */
     int32_t n_tokens_max;       /* largest slot n_hist seen after a decode */
     uint64_t n_tokens_reused, n_tokens_read, n_tokens_restored;
+    uint64_t n_drafted, n_accepted, n_verify_steps;
     double prompt_ms_total, predicted_ms_total;
     eng_cache_event events[ENG_CACHE_EVENTS];
     int32_t ev_head, ev_n;
@@ -354,7 +368,23 @@ struct eng {
     eng_published pub;
     eng_sleeper sleep;
     eng_debug dbg;
+    struct spec_store *spec_store;  /* ngram-cache's recent generations (eng_spec.c) */
 };
+
+/* eng_spec.c: speculation's part of a step (docs/speculative.md). */
+pk_status eng_spec_init(eng *e);
+void eng_spec_free(eng *e);
+/* The guesses slot s (decoding) verifies this step, at most budget, into
+ * s->draft; returns their count (also s->n_draft).  May grow the logits. */
+int32_t eng_spec_propose(eng *e, slot *s, int32_t budget);
+/* The sampler kept n_kept of s's n_draft guesses: counts and the
+ * adaptive limit; the guesses' cells past n_hist go (eng_spec_trim). */
+void eng_spec_judged(eng *e, slot *s, int32_t n_kept);
+/* Cells of guesses not kept leave s's sequence (before its history is
+ * kept, parked or read). */
+void eng_spec_trim(eng *e, slot *s);
+/* s's task ends: what it wrote joins the store (ngram-cache). */
+void eng_spec_finished(eng *e, slot *s);
 
 /* eng_place.c */
 pk_status eng_place_init(eng *e);               /* reserve ids, turn marker */

@@ -238,13 +238,38 @@ static bool parse_response_fields(const json_t *b, srv_api api, srv_gen_opts *o,
     return true;
 }
 
+/* llama-server's speculative.* fields (its schema names them; a request
+ * may turn speculation on, off or change its limits; docs/speculative.md). */
+static bool parse_speculative(const json_t *b, eng_completion *c, srv_err *e)
+{
+    const json_t *t = srv_field(b, "speculative.type");
+    if (t) {
+        if (!json_is_string(t) || !spec_kind_parse(json_string_value(t), &c->spec_kind))
+            return srv_fail(e, 400, "speculative.type", "'speculative.type' must be \"none\", \"ngram-simple\" or "
+                            "\"ngram-cache\"");
+        c->has_spec_kind = true;
+    }
+    long long x;
+    if (srv_field(b, "speculative.n_max")) {
+        if (!srv_get_int(b, "speculative.n_max", 0, ENG_SPEC_MAX_GUESSES, &x, e)) return false;
+        c->spec_n_max = (int32_t)x;
+        c->has_spec_n_max = true;
+    }
+    if (srv_field(b, "speculative.n_min")) {
+        if (!srv_get_int(b, "speculative.n_min", 0, ENG_SPEC_MAX_GUESSES, &x, e)) return false;
+        c->spec_n_min = (int32_t)x;
+        c->has_spec_n_min = true;
+    }
+    return true;
+}
+
 bool srv_parse_llama_fields(const json_t *b, srv_api api, const tok_vocab *voc, eng_completion *c, srv_gen_opts *o,
                             srv_err *e)
 {
     if (!refuse_unsupported(b, e) || !parse_reasoning(b, api, o, e) || !parse_response_fields(b, api, o, e) ||
         !srv_get_bool(b, "post_sampling_probs", &o->post_sampling_probs, e) ||
         !srv_get_bool(b, "timings_per_token", &o->timings_per_token, e) || !srv_get_bool(b, "verbose", &o->verbose, e) ||
-        !srv_get_bool(b, "return_progress", &o->return_progress, e))
+        !srv_get_bool(b, "return_progress", &o->return_progress, e) || !parse_speculative(b, c, e))
         return false;
     if (o->stream) o->response_fields = NULL;     /* llama-server filters whole answers only */
     if (o->post_sampling_probs && api != SRV_API_NATIVE)

@@ -235,7 +235,7 @@ json_t *srv_gen_timings(const eng_event *d)
      * is over the n_gen - 1 steps after it (llama-server's definition). */
     int32_t steps = d->n_gen - 1;
     double gen_ms = ms3(d->gen_ms);
-    return json_pack("{s:i, s:i, s:f, s:f, s:f, s:i, s:f, s:f, s:f}",
+    json_t *t = json_pack("{s:i, s:i, s:f, s:f, s:f, s:i, s:f, s:f, s:f}",
                      "cache_n", d->n_cached,
                      "prompt_n", prompt_n,
                      "prompt_ms", ms3(d->prompt_ms),
@@ -245,6 +245,12 @@ json_t *srv_gen_timings(const eng_event *d)
                      "predicted_ms", ms3(d->gen_ms),
                      "predicted_per_token_ms", steps > 0 ? gen_ms / steps : 0.0,
                      "predicted_per_second", steps > 0 && gen_ms > 0 ? 1e3 * steps / gen_ms : 0.0);
+    /* llama-server's fields, present when guesses were verified. */
+    if (t && d->n_drafted > 0) {
+        json_object_set_new(t, "draft_n", json_integer(d->n_drafted));
+        json_object_set_new(t, "draft_n_accepted", json_integer(d->n_accepted));
+    }
+    return t;
 }
 
 json_t *srv_gen_timings_now(const srv_gen *g)

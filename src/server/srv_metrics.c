@@ -91,11 +91,12 @@ char *srv_metrics_text(const eng_stats *st, const srv_scrape *since, const char 
     metric(&b, "llamacpp:n_decode_total", "counter", "Total number of model_decode calls.", "",
            (double)st->n_decode_calls);
     metric(&b, "llamacpp:n_tokens_max", "counter", "Largest observed n_tokens.", "", st->n_tokens_max);
-    /* polykv has no speculative decoding: no draft was ever made. */
-    metric(&b, "llamacpp:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens generated.", "", 0);
+    metric(&b, "llamacpp:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens generated.", "",
+           (double)st->n_drafted);
     metric(&b, "llamacpp:spec_decode_num_accepted_tokens_total", "counter", "Number of draft tokens accepted.", "",
-           0);
-    metric(&b, "llamacpp:spec_decode_num_drafts_total", "counter", "Number of drafts generated.", "", 0);
+           (double)st->n_accepted);
+    metric(&b, "llamacpp:spec_decode_num_drafts_total", "counter",
+           "Number of speculative verification steps (steps that verified a draft).", "", (double)st->n_verify_steps);
     metric(&b, "llamacpp:n_busy_slots_per_decode", "gauge", "Average number of busy slots per decode call.", "",
            ratio((double)st->n_busy_slots_sum, (double)st->n_decode_calls));
     metric(&b, "llamacpp:prompt_tokens_seconds", "gauge",
@@ -170,6 +171,15 @@ const char *srv_slot_state(eng_slot_state s)
     return s == ENG_SLOT_PREFILL ? "prefill" : s == ENG_SLOT_DECODE ? "decode" : "idle";
 }
 
+/* A session's speculation: guesses verified and kept, the share kept, and
+ * the tokens kept per step that verified some (0s when it never guessed). */
+static json_t *spec_json(const eng_slot_info *si)
+{
+    return json_pack("{s:i, s:i, s:f, s:f}", "drafted", si->n_drafted, "accepted", si->n_accepted,
+                     "acceptance_rate", si->n_drafted > 0 ? (double)si->n_accepted / si->n_drafted : 0.0,
+                     "mean_accepted", si->n_verify_steps > 0 ? (double)si->n_accepted / si->n_verify_steps : 0.0);
+}
+
 json_t *srv_tps_json(const srv *s, const eng_stats *st, const srv_view *v)
 {
     json_t *sessions = json_array();
@@ -183,6 +193,7 @@ json_t *srv_tps_json(const srv *s, const eng_stats *st, const srv_view *v)
                                                   "session_id", si->session_id[0] ? si->session_id : NULL,
                                                   "pool_id", si->pool_id > 0 ? json_integer(si->pool_id) : json_null(),
                                                   "warming", si->warming);
+        if (o) json_object_set_new(o, "speculative", spec_json(si));
         if (v) srv_view_tag(v, s, o, v->slot_tenant[i]);
         json_array_append_new(sessions, o);
     }
@@ -272,6 +283,7 @@ enum MHD_Result srv_h_slots(srv_req *r, json_t *body)
         json_object_set_new(slot, "pool_id", si->pool_id > 0 ? json_integer(si->pool_id) : json_null());
         json_object_set_new(slot, "session_id", si->session_id[0] ? json_string(si->session_id) : json_null());
         json_object_set_new(slot, "pool_shared_tokens", json_integer(si->pool_shared));
+        json_object_set_new(slot, "speculative", spec_json(si));
         json_object_set_new(slot, "ctx_used", json_integer(si->n_past));
         json_object_set_new(slot, "ctx_total", json_integer(si->n_ctx));
         json_object_set_new(slot, "ctx_headroom_tokens", json_integer(si->n_ctx - si->n_past));

@@ -1,0 +1,99 @@
+// bench/spec.mjs - speculative decoding's speed (docs/speculative.md): one
+// session at a time, 8 story prompts, 256-token greedy answers on
+// stories260K, each prompt's decode speed (timings.predicted_per_second:
+// tokens the client got per second) without speculation, with it on a
+// prompt the server has not written before ("fresh": only its own context
+// and the other prompts' generations to guess from), and with it on a
+// repeat of a prompt ("repeat": a retried request).  The three modes are
+// interleaved per prompt on one polykv server (speculative.type per
+// request); llama-server, when LLAMA_SERVER names its binary, runs the same
+// prompts once per --spec-type in its own process, interleaved by round.
+// Medians over --rounds rounds; the text of every run is checked equal to
+// the run without speculation.
+//
+//   node bench/spec.mjs [--rounds 5] [--model ../shared/models/stories260K.gguf]
+//   LLAMA_SERVER=/path/llama-server LD_LIBRARY_PATH=... node bench/spec.mjs
+
+import { spawn } from 'node:child_process';
+import { parseArgs } from 'node:util';
+
+const { values: a } = parseArgs({ options: {
+  rounds: { type: 'string', default: '5' },
+  model: { type: 'string', default: '../shared/models/stories260K.gguf' },
+  bin: { type: 'string', default: 'build/polykv' },
+  n: { type: 'string', default: '256' } } });
+const PROMPTS = ['Once upon a time', 'The little dog', 'Lily and Tom went to the park', 'One day, a boy named Tim',
+                 'The sun was shining', 'There was a big red ball', 'Sue wanted to fly a kite', 'The cat sat on the mat'];
+const N = Number(a.n);
+
+function start(bin, args, port) {
+  const p = spawn(bin, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  p.stderr.on('data', () => {});
+  return new Promise((resolve, reject) => {
+    const t0 = Date.now();
+    const poll = async () => {
+      try {
+        if ((await fetch(`http://127.0.0.1:${port}/health`)).status === 200) return resolve(p);
+      } catch { /* not yet */ }
+      if (Date.now() - t0 > 60000) return reject(new Error(`${bin} did not start`));
+      setTimeout(poll, 100);
+    };
+    poll();
+  });
+}
+const stop = (p) => new Promise((r) => { p.on('exit', r); p.kill('SIGTERM'); });
+async function complete(port, prompt, extra) {
+  const r = await fetch(`http://127.0.0.1:${port}/completion`, { method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ prompt, n_predict: N, temperature: 0, cache_prompt: false, ignore_eos: true, ...extra }) });
+  return r.json();
+}
+const median = (xs) => { const s = [...xs].sort((x, y) => x - y); return s.length % 2 ? s[s.length >> 1] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2; };
+
+const rounds = Number(a.rounds);
+const res = { off: [], fresh: [], repeat: [] };
+const acc = { fresh: [0, 0], repeat: [0, 0] };
+let mismatches = 0;
+const pk = await start(a.bin, ['serve', '-m', a.model, '--port', '18191', '-np', '1', '-c', '2048', '-t', '1',
+                               '--spec-type', 'ngram-cache'], 18191);
+for (let r = 0; r < rounds; r++) {
+  for (const [i, p0] of PROMPTS.entries()) {
+    const p = `${p0} (${r})`;            // a prompt the store has not seen: "fresh" guesses from other texts only
+    const fresh = await complete(18191, p, {});
+    const off = await complete(18191, p, { 'speculative.type': 'none' });
+    const repeat = await complete(18191, p, {});
+    for (const [k, x] of [['off', off], ['fresh', fresh], ['repeat', repeat]]) {
+      res[k].push(x.timings.predicted_per_second);
+      if (k !== 'off') { acc[k][0] += x.timings.draft_n_accepted || 0; acc[k][1] += x.timings.draft_n || 0; }
+      if (x.content !== off.content) mismatches++;
+    }
+    void i;
+  }
+}
+await stop(pk);
+const m = { off: median(res.off), fresh: median(res.fresh), repeat: median(res.repeat) };
+console.log(`polykv, 1 session, ${PROMPTS.length} prompts x ${rounds} rounds, ${N} tokens (medians of per-request tok/s):`);
+console.log(`  no speculation   ${m.off.toFixed(0)} tok/s`);
+for (const k of ['fresh', 'repeat'])
+  console.log(`  ngram-cache ${k.padEnd(6)} ${m[k].toFixed(0)} tok/s  ${(m[k] / m.off).toFixed(2)}x  acceptance ` +
+              `${(acc[k][0] / Math.max(acc[k][1], 1)).toFixed(2)}`);
+console.log(`  texts differing from the run without speculation: ${mismatches}`);
+
+if (process.env.LLAMA_SERVER) {
+  const types = ['none', 'ngram-simple', 'ngram-map-k', 'ngram-mod'];
+  const ll = Object.fromEntries(types.map((t) => [t, []]));
+  for (let r = 0; r < rounds; r++) {
+    for (const t of types) {
+      const args = ['-m', a.model, '--port', '18192', '-np', '1', '-c', '2048', '-t', '1', '--no-warmup'];
+      if (t !== 'none') args.push('--spec-type', t);
+      const ls = await start(process.env.LLAMA_SERVER, args, 18192);
+      for (const p0 of PROMPTS) {
+        const p = `${p0} (${r})`;
+        await complete(18192, p, {});                       // what it wrote, for a repeat
+        ll[t].push((await complete(18192, p, {})).timings.predicted_per_second);
+      }
+      await stop(ls);
+    }
+  }
+  console.log('llama-server, the same prompts, each run after a first run of the prompt (a repeat):');
+  for (const t of types) console.log(`  ${t.padEnd(13)} ${median(ll[t]).toFixed(0)} tok/s`);
+}

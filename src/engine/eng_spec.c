@@ -1,0 +1,118 @@
+/*
+ * eng_spec.c - speculation's part of an engine step: which guesses a
+ * decoding session verifies, what is counted when the sampler has judged
+ * them, and the cells of guesses not kept.  The verification itself is
+ * sample_and_emit's (eng.c): row j of a session's logits is sampled
+ * exactly as without speculation, and guess j is kept when the sampled
+ * token equals it.  A guess is a fixed token, so keeping it when the
+ * draw agrees leaves every token's distribution the sampler's own (the
+ * rejection rule min(1, p/q) with q one-hot), and seeded runs draw the
+ * same RNG sequence: the text is the text without speculation.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "eng_impl.h"
+
+#define STORE_CONTEXT 64        /* prompt tokens stored before a generation */
+#define MISSES_BEFORE_SKIP 4    /* verifications keeping nothing before a pause */
+
+pk_status eng_spec_init(eng *e)
+{
+    if (e->p.spec.kind != SPEC_NGRAM_CACHE) return PK_OK;
+    return spec_store_new(e->p.spec.store_tokens, e->p.spec.key_min, &e->spec_store);
+}
+
+void eng_spec_free(eng *e)
+{
+    spec_store_free(e->spec_store);
+    e->spec_store = NULL;
+}
+
+/* Room in the logits for ENG_SPEC_STEP more rows, made at the first
+ * guess (a 150k vocabulary's 64 rows are 38 MB). */
+static bool rows_ready(eng *e)
+{
+    int32_t want = e->p.n_slots + ENG_SPEC_STEP;
+    if (e->batch.n_rows >= want) return true;
+    float *l = realloc(e->batch.logits, (size_t)want * e->n_vocab * sizeof *l);
+    if (!l) return false;
+    e->batch.logits = l;
+    e->batch.n_rows = want;
+    return true;
+}
+
+int32_t eng_spec_propose(eng *e, slot *s, int32_t budget)
+{
+    s->n_draft = 0;
+    const eng_completion *rq = &s->task->req;
+    const spec_params *sp = &e->p.spec;
+    spec_kind kind = rq->has_spec_kind ? rq->spec_kind : sp->kind;
+    int32_t n_max = rq->has_spec_n_max ? rq->spec_n_max : sp->n_max;
+    int32_t n_min = MAX(rq->has_spec_n_min ? rq->spec_n_min : sp->n_min, 1);
+    /* A hybrid's recurrent state cannot go back to a guess's position
+     * yet: its sessions decode one token a step. */
+    if (kind == SPEC_NONE || model_state_bytes(e->m) > 0) return 0;
+    if (s->spec_skip > 0) {
+        s->spec_skip--;
+        return 0;
+    }
+    /* Room for every guess and the token after them inside the slot's
+     * context (on_token's rule), and no guess past n_predict. */
+    int32_t lim = MIN(MIN(n_max, s->spec_k), MIN(budget, ENG_SPEC_MAX));
+    lim = MIN(lim, e->n_ctx_slot - s->n_hist - 2);
+    if (rq->n_predict >= 0) lim = MIN(lim, rq->n_predict - s->n_gen - 1);
+    if (lim < n_min) return 0;
+    if (kind == SPEC_NGRAM_CACHE && !e->spec_store &&
+        spec_store_new(sp->store_tokens, sp->key_min, &e->spec_store) != PK_OK)
+        return 0;
+    /* The context ends with next_token, which this step decodes at
+     * position n_hist (hist has room: n_hist + 1 < n_ctx_slot). */
+    s->hist[s->n_hist] = s->next_token;
+    int32_t n = s->n_hist + 1, key = 0, got;
+    if (kind == SPEC_NGRAM_SIMPLE) {
+        got = spec_ngram_lookup(s->hist, n, sp->size_n, sp->size_n, s->draft, MIN(lim, sp->size_m), &key);
+    } else {
+        got = spec_ngram_lookup(s->hist, n, sp->key_min, sp->key_max, s->draft, lim, &key);
+        int32_t alt[ENG_SPEC_MAX], key2 = 0;
+        int32_t got2 = key < sp->key_max ? spec_store_lookup(e->spec_store, s->hist, n, sp->key_max, alt, lim, &key2)
+                                         : 0;
+        if (got2 > 0 && key2 > key) {            /* a longer key in another session's text */
+            memcpy(s->draft, alt, (size_t)got2 * sizeof *alt);
+            got = got2;
+        }
+    }
+    if (got < n_min || !rows_ready(e)) return 0;
+    return s->n_draft = got;
+}
+
+void eng_spec_judged(eng *e, slot *s, int32_t n_kept)
+{
+    if (s->n_draft == 0) return;
+    if (n_kept == s->n_draft) {
+        s->spec_k = MIN(ENG_SPEC_MAX, s->spec_k * 2);
+        s->spec_misses = 0;
+    } else {
+        s->spec_k = n_kept + 1;
+        if (n_kept > 0) s->spec_misses = 0;
+        else if (++s->spec_misses >= MISSES_BEFORE_SKIP)   /* nothing pays here: back off, longer each time */
+            s->spec_skip = MIN(8 << MIN(s->spec_misses - MISSES_BEFORE_SKIP, 5), 256);
+    }
+    s->n_draft = 0;
+    eng_spec_trim(e, s);
+}
+
+void eng_spec_trim(eng *e, slot *s)
+{
+    if (s->n_spec_cells == 0) return;
+    int32_t kept = mem_keep(e->mem, s->id, s->n_hist);
+    ASSERT(kept == s->n_hist);
+    s->n_spec_cells = 0;
+}
+
+void eng_spec_finished(eng *e, slot *s)
+{
+    if (!e->spec_store || s->n_gen == 0) return;
+    int32_t from = MAX(0, MIN(s->n_prompt, s->n_hist) - STORE_CONTEXT);
+    spec_store_add(e->spec_store, s->hist + from, s->n_hist - from);
+}

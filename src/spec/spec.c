@@ -1,0 +1,165 @@
+/*
+ * spec.c - the n-gram proposers: lookup in a session's tokens and the
+ * server-wide store of recent generations.  See spec.h.
+ */
+#include "spec.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define SEP (-1)                /* between generations in the store; never a token */
+
+static const struct { const char *name; spec_kind kind; } kinds[] = {
+    { "none", SPEC_NONE },
+    { "ngram-simple", SPEC_NGRAM_SIMPLE },
+    { "ngram-cache", SPEC_NGRAM_CACHE },
+};
+
+bool spec_kind_parse(const char *name, spec_kind *out)
+{
+    for (size_t i = 0; i < ARRAY_LEN(kinds); i++)
+        if (!strcmp(name, kinds[i].name)) {
+            *out = kinds[i].kind;
+            return true;
+        }
+    return false;
+}
+
+const char *spec_kind_name(spec_kind k)
+{
+    for (size_t i = 0; i < ARRAY_LEN(kinds); i++)
+        if (kinds[i].kind == k) return kinds[i].name;
+    return "?";
+}
+
+spec_params spec_params_default(void)
+{
+    return (spec_params){ .kind = SPEC_NONE, .n_max = 16, .n_min = 0, .size_n = 12, .size_m = 48,
+                          .key_min = 3, .key_max = 8, .store_tokens = 1 << 20 };
+}
+
+const char *spec_params_check(const spec_params *p)
+{
+    if (p->n_max < 0 || p->n_max > 64) return "--spec-draft-n-max must be in 0..64";
+    if (p->n_min < 0 || p->n_min > p->n_max) return "--spec-draft-n-min must be in 0..--spec-draft-n-max";
+    if (p->size_n < 1 || p->size_n > 1024) return "--spec-ngram-simple-size-n must be in 1..1024";
+    if (p->size_m < 1 || p->size_m > 1024) return "--spec-ngram-simple-size-m must be in 1..1024";
+    if (p->key_min < 1 || p->key_max < p->key_min || p->key_max > 64)
+        return "the n-gram key lengths must satisfy 1 <= min <= max <= 64";
+    if (p->store_tokens < 1024 || p->store_tokens > (1 << 26)) return "the n-gram store must hold 1Ki..64Mi tokens";
+    return NULL;
+}
+
+int32_t spec_ngram_lookup(const int32_t *toks, int32_t n, int32_t key_min, int32_t key_max, int32_t *out,
+                          int32_t max_out, int32_t *key)
+{
+    if (key) *key = 0;
+    if (n < key_min + 1 || max_out < 1) return 0;
+    const int32_t last = toks[n - 1];
+    int32_t best_l = 0, best_i = -1;
+    for (int32_t i = n - 2; i >= key_min - 1; i--) {
+        if (toks[i] != last) continue;
+        int32_t l = 1;
+        while (l < key_max && i - l >= 0 && toks[i - l] == toks[n - 1 - l]) l++;
+        if (l >= key_min && l > best_l) {
+            best_l = l;
+            best_i = i;
+            if (l == key_max) break;
+        }
+    }
+    if (best_i < 0) return 0;
+    int32_t c = MIN(max_out, n - 1 - best_i);
+    memcpy(out, toks + best_i + 1, (size_t)c * sizeof *out);
+    if (key) *key = best_l;
+    return c;
+}
+
+/* ---- the store ---- */
+
+struct spec_store {
+    int32_t *ring;              /* [mask + 1] tokens by absolute position & mask */
+    uint64_t mask;
+    uint64_t head;              /* tokens ever written: the next one's position */
+    uint64_t *index;            /* [index_mask + 1] position + 1 of a key_min-gram's last token */
+    uint64_t index_mask;
+    int32_t key_min;
+};
+
+static uint64_t key_hash(const int32_t *t, int32_t n)
+{
+    uint64_t h = 0x9E3779B97F4A7C15ull;
+    for (int32_t i = 0; i < n; i++) {
+        h ^= (uint32_t)t[i];
+        h *= 0xBF58476D1CE4E5B9ull;
+        h ^= h >> 31;
+    }
+    return h;
+}
+
+pk_status spec_store_new(int32_t cap, int32_t key_min, spec_store **out)
+{
+    *out = NULL;
+    if (cap < 2 || key_min < 1 || key_min > 64) return PK_EINVAL;
+    uint64_t size = 1;
+    while (size < (uint64_t)cap) size <<= 1;
+    spec_store *s = calloc(1, sizeof *s);
+    if (!s) return PK_ENOMEM;
+    s->ring = malloc(size * sizeof *s->ring);
+    s->index = calloc(size, sizeof *s->index);
+    if (!s->ring || !s->index) {
+        spec_store_free(s);
+        return PK_ENOMEM;
+    }
+    s->mask = s->index_mask = size - 1;
+    s->key_min = key_min;
+    *out = s;
+    return PK_OK;
+}
+
+void spec_store_free(spec_store *s)
+{
+    if (!s) return;
+    free(s->ring);
+    free(s->index);
+    free(s);
+}
+
+int64_t spec_store_tokens(const spec_store *s) { return (int64_t)MIN(s->head, s->mask + 1); }
+
+static uint64_t oldest(const spec_store *s) { return s->head > s->mask + 1 ? s->head - (s->mask + 1) : 0; }
+
+void spec_store_add(spec_store *s, const int32_t *toks, int32_t n)
+{
+    if (n < 1) return;
+    if ((uint64_t)n > s->mask) {                 /* the separator and the newest tokens fit */
+        toks += (uint64_t)n - s->mask;
+        n = (int32_t)s->mask;
+    }
+    s->ring[s->head++ & s->mask] = SEP;
+    for (int32_t i = 0; i < n; i++) {
+        uint64_t p = s->head++;
+        s->ring[p & s->mask] = toks[i];
+        if (i + 1 >= s->key_min)
+            s->index[key_hash(toks + i + 1 - s->key_min, s->key_min) & s->index_mask] = p + 1;
+    }
+}
+
+int32_t spec_store_lookup(const spec_store *s, const int32_t *ctx, int32_t n, int32_t key_max, int32_t *out,
+                          int32_t max_out, int32_t *key)
+{
+    if (key) *key = 0;
+    if (n < s->key_min || max_out < 1) return 0;
+    uint64_t v = s->index[key_hash(ctx + n - s->key_min, s->key_min) & s->index_mask];
+    if (!v) return 0;
+    uint64_t p = v - 1, lo = oldest(s);
+    if (p >= s->head || p < lo + (uint64_t)(s->key_min - 1)) return 0;   /* overwritten since */
+    int32_t l = 0;
+    while (l < key_max && l < n && p - (uint64_t)l >= lo && p >= (uint64_t)l &&
+           s->ring[(p - (uint64_t)l) & s->mask] == ctx[n - 1 - l])
+        l++;
+    if (l < s->key_min) return 0;                /* another key in the same bucket */
+    int32_t c = 0;
+    for (uint64_t q = p + 1; q < s->head && c < max_out && s->ring[q & s->mask] != SEP; q++) out[c++] = s->ring[q & s->mask];
+    if (key && c > 0) *key = l;
+    return c;
+}

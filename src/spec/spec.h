@@ -1,0 +1,79 @@
+/*
+ * spec.h - speculative decoding's proposers (docs/speculative.md).
+ *
+ * DESIGN: a proposer guesses the tokens that follow a session's context;
+ * the engine verifies the guess in its next step (the session's last
+ * token and the k guesses as one run of k + 1 positions) and keeps the
+ * prefix the sampler agrees with.  The guess never changes what is
+ * decoded, only how many positions one step covers, so the proposers are
+ * pure lookups with no state of the model: they cannot make output wrong,
+ * only a step longer.
+ *
+ *   spec_ngram_lookup  the latest earlier place where the context's last
+ *                      L tokens occur (L from key_max down to key_min),
+ *                      and what followed there: llama.cpp's ngram-simple
+ *                      with key_min = key_max.
+ *   spec_store         a server-wide ring of recent generations, indexed
+ *                      by their key_min-grams: a retried request, a
+ *                      re-query or a sibling sub-agent writing the same
+ *                      tool call finds the tokens another session wrote.
+ *
+ * Threads: a store has one owner at a time (the engine thread).
+ */
+#ifndef POLYKV_SPEC_H
+#define POLYKV_SPEC_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../common/pk.h"
+
+typedef enum spec_kind {
+    SPEC_NONE = 0,
+    SPEC_NGRAM_SIMPLE,          /* the session's own tokens, one key length (size_n) */
+    SPEC_NGRAM_CACHE,           /* the session's tokens and the server's store, key_max..key_min */
+} spec_kind;
+
+/* llama-server's --spec-type names; false for a name not built here. */
+bool spec_kind_parse(const char *name, spec_kind *out);
+const char *spec_kind_name(spec_kind k);
+
+typedef struct spec_params {
+    spec_kind kind;             /* --spec-type, SPEC_NONE by default */
+    int32_t n_max;              /* --spec-draft-n-max: guesses per session and step, 16 */
+    int32_t n_min;              /* --spec-draft-n-min: a shorter guess is not verified, 0 */
+    int32_t size_n;             /* --spec-ngram-simple-size-n: ngram-simple's key, 12 */
+    int32_t size_m;             /* --spec-ngram-simple-size-m: its longest guess, 48 */
+    int32_t key_min, key_max;   /* ngram-cache's key lengths, 3 and 8 */
+    int32_t store_tokens;       /* ngram-cache's store, 1 << 20 tokens */
+} spec_params;
+
+spec_params spec_params_default(void);
+/* NULL when valid, else what is wrong (static text). */
+const char *spec_params_check(const spec_params *p);
+
+/* The longest key: for L from key_max down to key_min, the latest i with
+ * toks[i - L + 1 .. i] equal to toks[n - L .. n - 1] and i < n - 1; its
+ * continuation toks[i + 1 ..] (at most max_out, up to n) goes to out.
+ * Returns the continuation's length, 0 when no key of key_min matches;
+ * *key (may be NULL) gets L.  O(n) per call. */
+int32_t spec_ngram_lookup(const int32_t *toks, int32_t n, int32_t key_min, int32_t key_max, int32_t *out,
+                          int32_t max_out, int32_t *key);
+
+typedef struct spec_store spec_store;
+
+/* A ring of cap tokens (rounded up to a power of two) and its index of
+ * key_min-grams.  PK_EINVAL, PK_ENOMEM. */
+pk_status spec_store_new(int32_t cap, int32_t key_min, spec_store **out);
+void spec_store_free(spec_store *s);            /* NULL is a no-op */
+/* Appends one generation with the context it continued (toks[0..n)),
+ * after a separator that no lookup crosses; the oldest tokens go. */
+void spec_store_add(spec_store *s, const int32_t *toks, int32_t n);
+/* As spec_ngram_lookup over the store: the latest stored occurrence of
+ * ctx's last key_min tokens, extended back up to key_max; its
+ * continuation (up to the generation's end) goes to out. */
+int32_t spec_store_lookup(const spec_store *s, const int32_t *ctx, int32_t n, int32_t key_max, int32_t *out,
+                          int32_t max_out, int32_t *key);
+int64_t spec_store_tokens(const spec_store *s);     /* tokens held now */
+
+#endif

@@ -1,0 +1,361 @@
+/*
+ * test_spec.c - speculative decoding (docs/speculative.md):
+ *   - the n-gram lookups against a brute-force search over random texts
+ *     of a small alphabet (longest key, latest place, the store's
+ *     separators and its ring);
+ *   - on stories260K: greedy text with each proposer equals greedy
+ *     decoding with the model directly, alone and 8 sessions at once, with
+ *     guesses verified and kept (else nothing was tested);
+ *   - seeded sampling at temperature 1 draws the same tokens with and
+ *     without speculation, and the next 3 tokens' distribution over
+ *     unrelated seeds passes a chi-square test against the one without;
+ *   - a grammar-constrained request writes the same text either way;
+ *   - the slot's history after a verified step is exactly its tokens
+ *     (eng_check runs after every step: POLYKV_CHECK=1).
+ */
+#include "ref.h"
+
+#include <math.h>
+#include <time.h>
+
+#include "../src/engine/eng.h"
+#include "../src/grammar/gram.h"
+#include "../src/spec/spec.h"
+static uint32_t rnd_u32(void)           /* xorshift64*: the same texts everywhere */
+{
+    static uint64_t x = 0x5bec5bec1234ull;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    return (uint32_t)((x * 0x2545f4914f6cdd1dull) >> 32);
+}
+
+/* ---- the lookups ---- */
+
+/* spec_ngram_lookup by definition: every i, every L. */
+static int32_t naive_lookup(const int32_t *t, int32_t n, int32_t kmin, int32_t kmax, int32_t *out, int32_t max,
+                            int32_t *key)
+{
+    *key = 0;
+    for (int32_t l = kmax; l >= kmin; l--) {
+        for (int32_t i = n - 2; i >= l - 1; i--) {
+            bool eq = true;
+            for (int32_t d = 0; d < l && eq; d++) eq = t[i - d] == t[n - 1 - d];
+            if (!eq) continue;
+            int32_t c = MIN(max, n - 1 - i);
+            memcpy(out, t + i + 1, (size_t)c * sizeof *out);
+            *key = l;
+            return c;
+        }
+    }
+    return 0;
+}
+
+static void test_lookup(void)
+{
+    int32_t t[400], a[16], b[16];
+    int bad = 0, hits = 0;
+    for (int round = 0; round < 3000; round++) {
+        int32_t n = 2 + (int32_t)(rnd_u32() % 398), alpha = 2 + (int32_t)(rnd_u32() % 5);
+        for (int32_t i = 0; i < n; i++) t[i] = (int32_t)(rnd_u32() % (uint32_t)alpha);
+        int32_t kmin = 1 + (int32_t)(rnd_u32() % 4), kmax = kmin + (int32_t)(rnd_u32() % 6);
+        int32_t ka, kb, na = spec_ngram_lookup(t, n, kmin, kmax, a, 16, &ka);
+        int32_t nb = naive_lookup(t, n, kmin, kmax, b, 16, &kb);
+        hits += na > 0;
+        bad += na != nb || ka != kb || memcmp(a, b, (size_t)na * sizeof *a) != 0;
+    }
+    CHECK_EQ_INT(bad, 0);
+    CHECK(hits > 1000);
+}
+
+/* The store against a plain list of its generations: the latest stored
+ * place of the context's last key_min tokens inside one generation, its
+ * key extended back to key_max, its continuation to the generation's end. */
+static void test_store(void)
+{
+    enum { CAP = 4096, KMIN = 3, KMAX = 6 };
+    spec_store *st;
+    CHECK_EQ_INT(spec_store_new(CAP, KMIN, &st), PK_OK);
+    static int32_t all[1 << 16];        /* every stored token, -1 between generations */
+    int32_t n_all = 0, bad = 0, hits = 0, ctx[40], out[16], want[16];
+    for (int g = 0; g < 600; g++) {
+        int32_t len = 1 + (int32_t)(rnd_u32() % 40);
+        int32_t gen[40];
+        for (int32_t i = 0; i < len; i++) gen[i] = (int32_t)(rnd_u32() % 4);
+        spec_store_add(st, gen, len);
+        all[n_all++] = -1;
+        memcpy(all + n_all, gen, (size_t)len * sizeof *gen);
+        n_all += len;
+        int32_t nc = KMIN + (int32_t)(rnd_u32() % 8);
+        for (int32_t i = 0; i < nc; i++) ctx[i] = (int32_t)(rnd_u32() % 4);
+        int32_t key, got = spec_store_lookup(st, ctx, nc, KMAX, out, 16, &key);
+        /* The naive answer: the latest p (in the ring's reach) whose KMIN
+         * tokens end the context; hash collisions may hide it (the index
+         * keeps one place per bucket), so a miss is allowed, a wrong hit not. */
+        int32_t lo = MAX(0, n_all - (CAP - 1)), wn = 0, wk = 0;
+        for (int32_t p = n_all - 1; p >= lo + KMIN - 1; p--) {
+            bool eq = true;
+            for (int32_t d = 0; d < KMIN && eq; d++) eq = all[p - d] == ctx[nc - 1 - d];
+            if (!eq) continue;
+            while (wk < KMAX && wk < nc && p - wk >= lo && all[p - wk] == ctx[nc - 1 - wk]) wk++;
+            for (int32_t q = p + 1; q < n_all && all[q] >= 0 && wn < 16; q++) want[wn++] = all[q];
+            break;
+        }
+        if (got > 0) {
+            hits++;
+            bad += got != wn || key != wk || memcmp(out, want, (size_t)got * sizeof *out) != 0;
+        }
+    }
+    CHECK_EQ_INT(bad, 0);
+    CHECK(hits > 100);
+    CHECK_EQ_INT(spec_store_tokens(st), CAP);
+    spec_store_free(st);
+}
+
+/* ---- the engine ---- */
+
+static model *g_m;
+static eng *g_e;
+enum { N_PROMPTS = 6, N_GEN = 200 };
+static int32_t pr[N_PROMPTS][64], np[N_PROMPTS], want[N_PROMPTS][N_GEN], nw[N_PROMPTS];
+
+typedef struct collected {
+    int32_t tok[N_GEN];
+    int n_tok;
+    eng_event done;
+} collected;
+
+static void collect(eng_task *t, collected *c)
+{
+    memset(c, 0, sizeof *c);
+    eng_event ev;
+    while (eng_task_next(t, &ev, 30000) == PK_OK) {
+        if (ev.kind == ENG_EV_TOKEN) {
+            if (c->n_tok < N_GEN) c->tok[c->n_tok++] = ev.token;
+            eng_event_clear(&ev);
+        } else {
+            c->done = ev;
+            eng_event_clear(&ev);
+            break;
+        }
+    }
+    eng_task_release(t);
+}
+
+static eng_completion req(const int32_t *p, int n, int n_predict, spec_kind kind)
+{
+    eng_completion c = { .prompt = p, .n_prompt = n, .n_predict = n_predict, .cache_prompt = false, .id_slot = -1,
+                         .has_spec_kind = true, .spec_kind = kind };
+    c.sp = smp_default_params();
+    c.sp.temp = 0;
+    return c;
+}
+
+/* Greedy, one session at a time and all at once (8 with 6 prompts and two
+ * repeated), each proposer: the model's own greedy tokens. */
+static void test_greedy(void)
+{
+    static const spec_kind kinds[] = { SPEC_NGRAM_CACHE, SPEC_NGRAM_SIMPLE };
+    for (size_t k = 0; k < ARRAY_LEN(kinds); k++) {
+        int64_t drafted = 0, kept = 0;
+        for (int i = 0; i < N_PROMPTS; i++) {
+            eng_completion c = req(pr[i], np[i], N_GEN, kinds[k]);
+            eng_task *t;
+            collected got;
+            CHECK(eng_submit(g_e, &c, &t) == PK_OK);
+            collect(t, &got);
+            CHECK_EQ_INT(got.n_tok, nw[i]);
+            CHECK(memcmp(got.tok, want[i], sizeof(int32_t) * (size_t)MIN(nw[i], got.n_tok)) == 0);
+            drafted += got.done.n_drafted;
+            kept += got.done.n_accepted;
+        }
+        eng_task *ts[8];
+        for (int i = 0; i < 8; i++) {
+            eng_completion c = req(pr[i % N_PROMPTS], np[i % N_PROMPTS], N_GEN, kinds[k]);
+            CHECK(eng_submit(g_e, &c, &ts[i]) == PK_OK);
+        }
+        for (int i = 0; i < 8; i++) {
+            collected got;
+            collect(ts[i], &got);
+            CHECK_EQ_INT(got.n_tok, nw[i % N_PROMPTS]);
+            CHECK(memcmp(got.tok, want[i % N_PROMPTS], sizeof(int32_t) * (size_t)MIN(nw[i % N_PROMPTS], got.n_tok)) == 0);
+            drafted += got.done.n_drafted;
+            kept += got.done.n_accepted;
+        }
+        printf("  %s: %lld guesses verified, %lld kept\n", spec_kind_name(kinds[k]), (long long)drafted,
+               (long long)kept);
+        CHECK(kept > 100);
+        CHECK(drafted > kept);               /* some were wrong: the rollback ran */
+    }
+    eng_stats s;
+    CHECK(eng_get_stats(g_e, &s) == PK_OK);
+    CHECK(s.n_accepted > 0 && s.n_accepted < s.n_drafted && s.n_verify_steps > 0);
+}
+
+/* Seeded sampling: the same seed draws the same tokens with or without
+ * speculation (a guess only moves where a row's logits come from). */
+static void test_seeded(void)
+{
+    int same = 0, kept = 0;
+    for (int i = 0; i < 8; i++) {
+        collected got[2];
+        for (int sp = 0; sp < 2; sp++) {
+            eng_completion c = req(pr[i % N_PROMPTS], np[i % N_PROMPTS], 120, sp ? SPEC_NGRAM_CACHE : SPEC_NONE);
+            c.sp.temp = 1.0f;
+            c.sp.seed = 1000 + (uint64_t)i;
+            eng_task *t;
+            CHECK(eng_submit(g_e, &c, &t) == PK_OK);
+            collect(t, &got[sp]);
+        }
+        same += got[0].n_tok == got[1].n_tok && !memcmp(got[0].tok, got[1].tok, sizeof(int32_t) * (size_t)got[0].n_tok);
+        kept += got[1].done.n_accepted;
+    }
+    CHECK_EQ_INT(same, 8);
+    CHECK(kept > 0);
+}
+
+/* The next 3 tokens after a text that repeats itself (so the n-gram
+ * guesses), drawn at temperature 1 with unrelated seeds with and without
+ * speculation: the two histograms of whole 3-token continuations come
+ * from one distribution (chi-square of two samples, rare ones pooled,
+ * p > 0.01, POLYKV_SPEC_DRAWS draws each, 2,000 by default). */
+static double chi2_sf(double x, int k)          /* Wilson-Hilferty */
+{
+    double z = (pow(x / k, 1.0 / 3) - (1 - 2.0 / (9 * k))) / sqrt(2.0 / (9 * k));
+    return 0.5 * erfc(z / sqrt(2.0));
+}
+
+static void test_distribution(void)
+{
+    const char *env = getenv("POLYKV_SPEC_DRAWS");
+    int n_draws = env ? atoi(env) : 2000;
+    const char *text = "Lily had a red ball. Lily had a red ball. Lily had a red ball. Lily had a";
+    int32_t p[64], n;
+    ASSERT(tok_encode(model_vocab(g_m), text, strlen(text), true, false, p, 64, &n) == PK_OK);
+    enum { MAXC = 4096 };
+    static int32_t key[MAXC][3];
+    static int cnt[MAXC][2];
+    int n_keys = 0, kept = 0;
+    for (int sp = 0; sp < 2; sp++) {
+        for (int d = 0; d < n_draws; d += 8) {
+            eng_task *ts[8];
+            for (int j = 0; j < 8; j++) {
+                eng_completion c = req(p, n, 3, sp ? SPEC_NGRAM_CACHE : SPEC_NONE);
+                c.cache_prompt = true;
+                c.sp.temp = 1.0f;
+                c.sp.seed = (uint64_t)(sp * 10000000 + d + j + 1);
+                CHECK(eng_submit(g_e, &c, &ts[j]) == PK_OK);
+            }
+            for (int j = 0; j < 8; j++) {
+                collected got;
+                collect(ts[j], &got);
+                kept += sp ? got.done.n_accepted : 0;
+                int32_t k3[3] = { -1, -1, -1 };
+                memcpy(k3, got.tok, sizeof(int32_t) * (size_t)MIN(got.n_tok, 3));
+                int f = 0;
+                while (f < n_keys && memcmp(key[f], k3, sizeof k3)) f++;
+                if (f == n_keys && n_keys < MAXC) memcpy(key[n_keys++], k3, sizeof k3);
+                if (f < MAXC) cnt[f][sp]++;
+            }
+        }
+    }
+    /* Categories with fewer than 10 draws in all are pooled into one. */
+    double chi = 0, pool[2] = { 0, 0 };
+    int dof = 0;
+    for (int f = 0; f < n_keys; f++) {
+        double a = cnt[f][0], b = cnt[f][1];
+        if (a + b < 10) { pool[0] += a; pool[1] += b; continue; }
+        chi += (a - b) * (a - b) / (a + b);
+        dof++;
+    }
+    if (pool[0] + pool[1] > 0) {
+        chi += (pool[0] - pool[1]) * (pool[0] - pool[1]) / (pool[0] + pool[1]);
+        dof++;
+    }
+    double pv = dof > 1 ? chi2_sf(chi, dof - 1) : 1;
+    printf("  distribution: %d continuations, chi2 %.1f on %d dof, p = %.3f; %d guesses kept\n", n_keys, chi, dof - 1,
+           pv, kept);
+    CHECK(dof > 5);
+    CHECK(kept > n_draws / 4);               /* speculation ran on most draws */
+    CHECK(pv > 0.01);
+}
+
+/* A grammar (the story's sentence, then anything of a-z and spaces):
+ * the same text with and without speculation. */
+static void test_grammar(void)
+{
+    const char *g = "root ::= \"Lily had a red ball.\" [a-z .]*";
+    gram_grammar *gr;
+    gram_error ge;
+    CHECK_EQ_INT(gram_parse(g, strlen(g), "root", &gr, &ge), PK_OK);
+    collected got[2];
+    for (int sp = 0; sp < 2; sp++) {
+        eng_completion c = req(pr[1], np[1], 150, sp ? SPEC_NGRAM_CACHE : SPEC_NONE);
+        c.grammar = gr;
+        eng_task *t;
+        CHECK(eng_submit(g_e, &c, &t) == PK_OK);
+        collect(t, &got[sp]);
+    }
+    gram_free(gr);
+    CHECK_EQ_INT(got[0].n_tok, got[1].n_tok);
+    CHECK(!memcmp(got[0].tok, got[1].tok, sizeof(int32_t) * (size_t)got[0].n_tok));
+    CHECK(got[1].done.n_accepted > 0);
+}
+
+/* A turn that continues a speculated one reuses its history whole: the
+ * cells of guesses not kept are gone and the kept ones are the tokens. */
+static void test_continue(void)
+{
+    eng_completion c = req(pr[0], np[0], 100, SPEC_NGRAM_CACHE);
+    c.cache_prompt = true;
+    c.id_slot = 3;
+    eng_task *t;
+    collected got;
+    CHECK(eng_submit(g_e, &c, &t) == PK_OK);
+    collect(t, &got);
+    CHECK(got.done.n_drafted > got.done.n_accepted && got.done.n_accepted > 0);
+    int32_t next[400], n = 0;
+    memcpy(next, pr[0], sizeof(int32_t) * (size_t)np[0]);
+    n = np[0];
+    memcpy(next + n, got.tok, sizeof(int32_t) * (size_t)got.n_tok);
+    n += got.n_tok;
+    eng_completion c2 = req(next, n, 4, SPEC_NONE);
+    c2.cache_prompt = true;
+    c2.id_slot = 3;
+    CHECK(eng_submit(g_e, &c2, &t) == PK_OK);
+    collect(t, &got);
+    /* Every token but the last sampled one (never decoded) was in the cache. */
+    CHECK_EQ_INT(got.done.n_cached, n - 1);
+}
+
+int main(int argc, char **argv)
+{
+    test_select(argc, argv);
+    TEST_RUN(test_lookup);
+    TEST_RUN(test_store);
+    const char *shared = test_shared_dir();
+    if (!shared) SKIP("../shared/models not found (set POLYKV_SHARED): the engine checks need stories260K");
+    char path[512], err[512] = "";
+    snprintf(path, sizeof path, "%s/models/stories260K.gguf", shared);
+    ASSERT(model_load(path, MODEL_COPY, &g_m, err, sizeof err) == PK_OK);
+    const char *texts[N_PROMPTS] = { "Once upon a time", "Lily had a red ball. She", "The sun was",
+                                     "Tom and his dog", "One day, a little girl named Sue", "The bird sang" };
+    for (int i = 0; i < N_PROMPTS; i++) {
+        ASSERT(tok_encode(model_vocab(g_m), texts[i], strlen(texts[i]), true, false, pr[i], 64, &np[i]) == PK_OK);
+        nw[i] = ref_greedy(g_m, pr[i], np[i], N_GEN, want[i]);
+    }
+    eng_params ep = eng_default_params();
+    ep.n_slots = 8;
+    ep.n_ctx = 8 * 512;
+    ep.n_threads = 2;
+    ep.spec.size_n = 3;                      /* ngram-simple's key: stories repeat short phrases */
+    ASSERT(eng_new(g_m, &ep, &g_e) == PK_OK);
+    TEST_RUN(test_greedy);
+    TEST_RUN(test_seeded);
+    TEST_RUN(test_grammar);
+    TEST_RUN(test_continue);
+    TEST_RUN(test_distribution);
+    eng_free(g_e);
+    model_free(g_m);
+    return test_finish();
+}
