@@ -316,7 +316,8 @@ static void test_simd_dots(const tk_ops *ops)
 
 /*
  * Attention against the scalar table's, F16 and F32 caches, GQA-like row
- * counts (1, 7, 8, 9, 16) with causal prefixes, head dims 32..128, cells in
+ * counts (1, 7, 8, 9, 16) with causal prefixes, head dims 8..128 (8, 24
+ * and 40 padded to 16 lanes; rows packed at their own width), cells in
  * scattered order.  Budget: outputs are convex combinations of V rows, so
  * |simd - ref| <= 2e-5 * max |V| (score sums in float instead of double, a
  * running max, a polynomial exp).
@@ -325,7 +326,7 @@ static void test_simd_attend(const tk_ops *ops)
 {
     const tk_ops *ref = tk_ops_named("scalar");
     static const int rows[] = { 1, 7, 8, 9, 16 };
-    static const int dims[][2] = { { 64, 64 }, { 32, 32 }, { 128, 128 }, { 64, 32 } };
+    static const int dims[][2] = { { 64, 64 }, { 32, 32 }, { 128, 128 }, { 64, 32 }, { 8, 8 }, { 24, 40 } };
     enum { N_CELLS = 300 };
     void *scratch = malloc(tk_attn_scratch_size());
     int bad = 0;

@@ -20,8 +20,9 @@
  * so a decoded token's 7 query heads cost about 13 vector operations per
  * cell each (head dim 64), and nothing is ever reduced one value at a time.
  * Block sums are float, the running sum double; exp is tk_exp_avx512.h
- * (relative error below 2e-7).  Head dims must be multiples of 16 (up to
- * TK_ATTN_MAX_DIM); other shapes go to the scalar reference.
+ * (relative error below 2e-7).  Head dims are multiples of 8 up to
+ * TK_ATTN_MAX_DIM (those not of 16 padded with zero lanes); other shapes
+ * go to the scalar kernel.
  */
 #include "tk_exp_avx512.h"
 #include "tk_impl.h"
@@ -32,15 +33,20 @@
 
 #define BLK 16
 
-/* Row `cell` of K or V as n floats into dst (64-byte aligned). */
+/* Lanes [d, d + 16) of an n-float row that exist: a full mask, or the
+ * tail's (head dims of 8, 24, ...: the lanes past n read nothing and are 0). */
+static inline __mmask16 lanes(int n, int d) { return n - d >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - d)) - 1); }
+
+/* Row `cell` of K or V as n floats into dst (64-byte aligned), zeros up to
+ * the next multiple of 16. */
 static inline void load_row(float *dst, const void *base, size_t stride, int cell, int n, tq_type type)
 {
     const char *row = (const char *)base + (size_t)cell * stride;
-    if (type == TQ_F16) {
-        for (int d = 0; d < n; d += 16)
-            _mm512_store_ps(dst + d, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 2 * d))));
-    } else {
-        for (int d = 0; d < n; d += 16) _mm512_store_ps(dst + d, _mm512_loadu_ps((const float *)row + d));
+    for (int d = 0; d < n; d += 16) {
+        __mmask16 k = lanes(n, d);
+        __m512 v = type == TQ_F16 ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, row + 2 * d))
+                                  : _mm512_maskz_loadu_ps(k, (const float *)row + d);
+        _mm512_store_ps(dst + d, v);
     }
 }
 
@@ -120,11 +126,15 @@ static void values_all(float *o, const float *vb, const float *p, int hv, int nb
 
 static void attend(const tk_attn *a, void *scratch)
 {
-    const int hk = a->hd_k, hv = a->hd_v, n = a->n_q;
-    if (n > TK_ATTN_ROWS || hk > TK_ATTN_MAX_DIM || hv > TK_ATTN_MAX_DIM || hk % 16 || hv % 16) {
+    const int hk0 = a->hd_k, hv0 = a->hd_v, n = a->n_q;
+    if (n > TK_ATTN_ROWS || hk0 > TK_ATTN_MAX_DIM || hv0 > TK_ATTN_MAX_DIM || hk0 % 8 || hv0 % 8) {
         tk_attend_rows(a, scratch);
         return;
     }
+    /* Head dims that are not multiples of 16 (stories260K's 8) run padded
+     * with zero lanes: they add nothing to a score and nothing is stored
+     * from them. */
+    const int hk = (hk0 + 15) & ~15, hv = (hv0 + 15) & ~15;
     float *base = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     float *q = base;                        /* [n][hk] the (rounded) queries */
     float *kb = q + TK_ATTN_ROWS * hk;      /* [BLK][hk] */
@@ -136,7 +146,7 @@ static void attend(const tk_attn *a, void *scratch)
     int max_kv = 0;
     for (int r = 0; r < n; r++) {
         for (int d = 0; d < hk; d += 16) {
-            __m512 v = _mm512_loadu_ps(a->q + (size_t)r * hk + d);
+            __m512 v = _mm512_maskz_loadu_ps(lanes(hk0, d), a->q + (size_t)r * hk0 + d);
             if (a->kv_type == TQ_F16) v = _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
             _mm512_store_ps(q + (size_t)r * hk + d, v);
         }
@@ -149,8 +159,8 @@ static void attend(const tk_attn *a, void *scratch)
     for (int j0 = 0; j0 < max_kv; j0 += BLK) {
         int nb = MIN(BLK, max_kv - j0);
         for (int c = 0; c < nb; c++) {
-            load_row(kb + (size_t)c * hk, a->k, a->k_stride, a->cells[j0 + c], hk, a->kv_type);
-            load_row(vb + (size_t)c * hv, a->v, a->v_stride, a->cells[j0 + c], hv, a->kv_type);
+            load_row(kb + (size_t)c * hk, a->k, a->k_stride, a->cells[j0 + c], hk0, a->kv_type);
+            load_row(vb + (size_t)c * hv, a->v, a->v_stride, a->cells[j0 + c], hv0, a->kv_type);
         }
         if (nb < BLK) {   /* masked below; zeros keep stale scratch from making NaNs */
             memset(kb + (size_t)nb * hk, 0, (size_t)(BLK - nb) * hk * sizeof(float));
@@ -182,7 +192,8 @@ static void attend(const tk_attn *a, void *scratch)
     for (int r = 0; r < n; r++) {
         __m512 inv = _mm512_set1_ps((float)(1.0 / l[r]));
         for (int d = 0; d < hv; d += 16)
-            _mm512_storeu_ps(a->out + (size_t)r * hv + d, _mm512_mul_ps(_mm512_load_ps(o + (size_t)r * hv + d), inv));
+            _mm512_mask_storeu_ps(a->out + (size_t)r * hv0 + d, lanes(hv0, d),
+                                  _mm512_mul_ps(_mm512_load_ps(o + (size_t)r * hv + d), inv));
     }
 }
 
