@@ -11,17 +11,23 @@
 // Medians over --rounds rounds; the text of every run is checked equal to
 // the run without speculation.
 //
+// Then, when --repeat-model exists (bench/run.mjs makes it: the 0.5B-shaped
+// qwen2 of random weights, Q8_0), a repeated request there: each prompt
+// once, then again without and with speculation, interleaved (-t 2).
+//
 //   node bench/spec.mjs [--rounds 5] [--model ../shared/models/stories260K.gguf]
 //   LLAMA_SERVER=/path/llama-server LD_LIBRARY_PATH=... node bench/spec.mjs
 
 import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 
 const { values: a } = parseArgs({ options: {
   rounds: { type: 'string', default: '5' },
   model: { type: 'string', default: '../shared/models/stories260K.gguf' },
   bin: { type: 'string', default: 'build/polykv' },
-  n: { type: 'string', default: '256' } } });
+  n: { type: 'string', default: '256' },
+  'repeat-model': { type: 'string', default: 'models/bench/qwen2-0.5b-shape-q8_0.gguf' } } });
 const PROMPTS = ['Once upon a time', 'The little dog', 'Lily and Tom went to the park', 'One day, a boy named Tim',
                  'The sun was shining', 'There was a big red ball', 'Sue wanted to fly a kite', 'The cat sat on the mat'];
 const N = Number(a.n);
@@ -96,4 +102,29 @@ if (process.env.LLAMA_SERVER) {
   }
   console.log('llama-server, the same prompts, each run after a first run of the prompt (a repeat):');
   for (const t of types) console.log(`  ${t.padEnd(13)} ${median(ll[t]).toFixed(0)} tok/s`);
+}
+
+if (existsSync(a['repeat-model'])) {
+  const rp = await start(a.bin, ['serve', '-m', a['repeat-model'], '--port', '18193', '-np', '1', '-c', '4096', '-t', '2',
+                                 '--spec-type', 'ngram-cache'], 18193);
+  const rr = { off: [], on: [] }, ra = [0, 0];
+  let diff = 0;
+  for (let r = 0; r < rounds; r++) {
+    for (const p0 of PROMPTS) {
+      const p = `${p0} (${r})`;
+      await complete(18193, p, { 'speculative.type': 'none' });          // the first time: into the store
+      const off = await complete(18193, p, { 'speculative.type': 'none' });
+      const on = await complete(18193, p, {});
+      rr.off.push(off.timings.predicted_per_second);
+      rr.on.push(on.timings.predicted_per_second);
+      ra[0] += on.timings.draft_n_accepted || 0;
+      ra[1] += on.timings.draft_n || 0;
+      diff += on.content !== off.content;
+    }
+  }
+  await stop(rp);
+  const off = median(rr.off), on = median(rr.on);
+  console.log(`${a['repeat-model']}, -t 2, a repeated request (${PROMPTS.length} prompts x ${rounds} rounds, ${N} tokens):`);
+  console.log(`  without speculation ${off.toFixed(1)} tok/s, ngram-cache ${on.toFixed(1)} tok/s: ${(on / off).toFixed(2)}x, ` +
+              `acceptance ${(ra[0] / Math.max(ra[1], 1)).toFixed(2)}; texts differing: ${diff}`);
 }
