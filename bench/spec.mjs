@@ -11,9 +11,12 @@
 // Medians over --rounds rounds; the text of every run is checked equal to
 // the run without speculation.
 //
-// Then, when --repeat-model exists (bench/run.mjs makes it: the 0.5B-shaped
-// qwen2 of random weights, Q8_0), a repeated request there: each prompt
-// once, then again without and with speculation, interleaved (-t 2).
+// Then the 8 prompts at once (-np 8): the sum of their tokens over the
+// wall time of the 8, in the three modes.  Then, when --repeat-model
+// exists (bench/run.mjs makes it: the 0.5B-shaped qwen2 of random
+// weights, Q8_0), on that model with -t 2: each prompt with speculation
+// first (random weights: what guessing costs where little is right), then
+// without, then repeated with speculation.
 //
 //   node bench/spec.mjs [--rounds 5] [--model ../shared/models/stories260K.gguf]
 //   LLAMA_SERVER=/path/llama-server LD_LIBRARY_PATH=... node bench/spec.mjs
@@ -75,6 +78,18 @@ for (let r = 0; r < rounds; r++) {
     void i;
   }
 }
+const pk8 = await start(a.bin, ['serve', '-m', a.model, '--port', '18194', '-np', '8', '-c', '8192', '-t', '1',
+                                '--spec-type', 'ngram-cache'], 18194);
+const agg = { off: [], fresh: [], repeat: [] };
+for (let r = 0; r < rounds; r++) {
+  for (const [k, extra] of [['fresh', {}], ['off', { 'speculative.type': 'none' }], ['repeat', {}]]) {
+    const t0 = performance.now();
+    const rs = await Promise.all(PROMPTS.map((p0) => complete(18194, `${p0} [${r}]`, extra)));
+    const secs = (performance.now() - t0) / 1000;
+    agg[k].push(rs.reduce((n, x) => n + x.timings.predicted_n, 0) / secs);
+  }
+}
+await stop(pk8);
 await stop(pk);
 const m = { off: median(res.off), fresh: median(res.fresh), repeat: median(res.repeat) };
 console.log(`polykv, 1 session, ${PROMPTS.length} prompts x ${rounds} rounds, ${N} tokens (medians of per-request tok/s):`);
@@ -83,6 +98,10 @@ for (const k of ['fresh', 'repeat'])
   console.log(`  ngram-cache ${k.padEnd(6)} ${m[k].toFixed(0)} tok/s  ${(m[k] / m.off).toFixed(2)}x  acceptance ` +
               `${(acc[k][0] / Math.max(acc[k][1], 1)).toFixed(2)}`);
 console.log(`  texts differing from the run without speculation: ${mismatches}`);
+const m8 = { off: median(agg.off), fresh: median(agg.fresh), repeat: median(agg.repeat) };
+console.log(`polykv, the 8 prompts at once (-np 8), tokens of all 8 over their wall time: no speculation ` +
+            `${m8.off.toFixed(0)} tok/s, fresh ${m8.fresh.toFixed(0)} (${(m8.fresh / m8.off).toFixed(2)}x), ` +
+            `repeat ${m8.repeat.toFixed(0)} (${(m8.repeat / m8.off).toFixed(2)}x)`);
 
 if (process.env.LLAMA_SERVER) {
   const types = ['none', 'ngram-simple', 'ngram-map-k', 'ngram-mod'];
@@ -107,14 +126,18 @@ if (process.env.LLAMA_SERVER) {
 if (existsSync(a['repeat-model'])) {
   const rp = await start(a.bin, ['serve', '-m', a['repeat-model'], '--port', '18193', '-np', '1', '-c', '4096', '-t', '2',
                                  '--spec-type', 'ngram-cache'], 18193);
-  const rr = { off: [], on: [] }, ra = [0, 0];
+  const rr = { off: [], on: [], fresh: [] }, ra = [0, 0], fa = [0, 0];
   let diff = 0;
   for (let r = 0; r < rounds; r++) {
     for (const p0 of PROMPTS) {
       const p = `${p0} (${r})`;
-      await complete(18193, p, { 'speculative.type': 'none' });          // the first time: into the store
+      const fresh = await complete(18193, p, {});          // the first time: guesses from other texts, then into the store
       const off = await complete(18193, p, { 'speculative.type': 'none' });
       const on = await complete(18193, p, {});
+      rr.fresh.push(fresh.timings.predicted_per_second);
+      fa[0] += fresh.timings.draft_n_accepted || 0;
+      fa[1] += fresh.timings.draft_n || 0;
+      diff += fresh.content !== off.content;
       rr.off.push(off.timings.predicted_per_second);
       rr.on.push(on.timings.predicted_per_second);
       ra[0] += on.timings.draft_n_accepted || 0;
@@ -123,8 +146,10 @@ if (existsSync(a['repeat-model'])) {
     }
   }
   await stop(rp);
-  const off = median(rr.off), on = median(rr.on);
+  const off = median(rr.off), on = median(rr.on), fr = median(rr.fresh);
   console.log(`${a['repeat-model']}, -t 2, a repeated request (${PROMPTS.length} prompts x ${rounds} rounds, ${N} tokens):`);
   console.log(`  without speculation ${off.toFixed(1)} tok/s, ngram-cache ${on.toFixed(1)} tok/s: ${(on / off).toFixed(2)}x, ` +
               `acceptance ${(ra[0] / Math.max(ra[1], 1)).toFixed(2)}; texts differing: ${diff}`);
+  console.log(`  a prompt not seen before: ngram-cache ${fr.toFixed(1)} tok/s, ${(fr / off).toFixed(2)}x, ${fa[1]} guesses, ` +
+              `acceptance ${(fa[0] / Math.max(fa[1], 1)).toFixed(2)}`);
 }
