@@ -10,6 +10,8 @@
  *     without speculation, and the next 3 tokens' distribution over
  *     unrelated seeds passes a chi-square test against the one without;
  *   - a grammar-constrained request writes the same text either way;
+ *   - a session started behind another on the same prompt guesses from
+ *     the tokens the running one wrote (before it finished);
  *   - the slot's history after a verified step is exactly its tokens
  *     (eng_check runs after every step: POLYKV_CHECK=1).
  */
@@ -328,6 +330,49 @@ static void test_continue(void)
     CHECK_EQ_INT(got.done.n_cached, n - 1);
 }
 
+/* A sibling behind a running session: B starts on A's prompt when A has
+ * written 100 tokens (steps slowed to 2 ms, so A is still running when B
+ * ends) and keeps most of its guesses, which only A's text can give (the
+ * store is empty: this engine has finished nothing). */
+static void test_sibling(void)
+{
+    eng_params ep = eng_default_params();
+    ep.n_slots = 2;
+    ep.n_ctx = 2 * 512;
+    ep.n_threads = 2;
+    ep.spec.kind = SPEC_NGRAM_CACHE;
+    setenv("POLYKV_TEST_STEP_DELAY_MS", "2", 1);
+    eng *e;
+    pk_status st = eng_new(g_m, &ep, &e);
+    unsetenv("POLYKV_TEST_STEP_DELAY_MS");
+    CHECK_EQ_INT(st, PK_OK);
+    if (st) return;
+    eng_completion ca = req(pr[0], np[0], 400, SPEC_NGRAM_CACHE), cb = req(pr[0], np[0], 60, SPEC_NGRAM_CACHE);
+    ca.ignore_eos = cb.ignore_eos = true;
+    eng_task *ta, *tb;
+    CHECK(eng_submit(e, &ca, &ta) == PK_OK);
+    int32_t a_tok[400];
+    int n_a = 0;
+    eng_event ev;
+    while (n_a < 100 && eng_task_next(ta, &ev, 30000) == PK_OK && ev.kind == ENG_EV_TOKEN) {
+        a_tok[n_a++] = ev.token;
+        eng_event_clear(&ev);
+    }
+    CHECK(eng_submit(e, &cb, &tb) == PK_OK);
+    collected b;
+    collect(tb, &b);
+    eng_stats stats;
+    CHECK(eng_get_stats(e, &stats) == PK_OK);
+    CHECK_EQ_INT(stats.n_running, 1);                 /* A still runs */
+    CHECK_EQ_INT(b.n_tok, 60);
+    CHECK(!memcmp(b.tok, a_tok, sizeof(int32_t) * 60));
+    printf("  sibling: %d of %d guesses kept\n", b.done.n_accepted, b.done.n_drafted);
+    CHECK(b.done.n_accepted >= 40);
+    eng_task_cancel(ta);
+    eng_task_release(ta);
+    eng_free(e);
+}
+
 int main(int argc, char **argv)
 {
     test_select(argc, argv);
@@ -356,6 +401,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_continue);
     TEST_RUN(test_distribution);
     eng_free(g_e);
+    TEST_RUN(test_sibling);
     model_free(g_m);
     return test_finish();
 }

@@ -80,6 +80,22 @@ int32_t eng_spec_propose(eng *e, slot *s, int32_t budget)
         if (got2 > 0 && key2 > key) {            /* a longer key in another session's text */
             memcpy(s->draft, alt, (size_t)got2 * sizeof *alt);
             got = got2;
+            key = key2;
+        }
+        /* Sessions running beside it, over what they wrote and the end of
+         * their prompts: a sibling sub-agent a few tokens behind another
+         * writing the same tool call follows it before it has finished. */
+        for (int32_t i = 0; i < e->p.n_slots && key < sp->key_max; i++) {
+            const slot *o = &e->slots[i];
+            if (o == s || o->state != ENG_SLOT_DECODE) continue;
+            int32_t from = MAX(0, MIN(o->n_prompt, o->n_hist) - STORE_CONTEXT);
+            got2 = spec_ngram_lookup_in(o->hist + from, o->n_hist - from, s->hist, n, sp->key_min, sp->key_max, alt,
+                                        lim, &key2);
+            if (got2 > 0 && key2 > key) {
+                memcpy(s->draft, alt, (size_t)got2 * sizeof *alt);
+                got = got2;
+                key = key2;
+            }
         }
     }
     if (got < n_min || !rows_ready(e)) return 0;

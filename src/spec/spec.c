@@ -53,14 +53,20 @@ const char *spec_params_check(const spec_params *p)
 int32_t spec_ngram_lookup(const int32_t *toks, int32_t n, int32_t key_min, int32_t key_max, int32_t *out,
                           int32_t max_out, int32_t *key)
 {
+    return spec_ngram_lookup_in(toks, n, toks, n, key_min, key_max, out, max_out, key);
+}
+
+int32_t spec_ngram_lookup_in(const int32_t *hay, int32_t n_hay, const int32_t *ctx, int32_t n, int32_t key_min,
+                             int32_t key_max, int32_t *out, int32_t max_out, int32_t *key)
+{
     if (key) *key = 0;
-    if (n < key_min + 1 || max_out < 1) return 0;
-    const int32_t last = toks[n - 1];
+    if (n < key_min || n_hay < key_min + 1 || max_out < 1) return 0;
+    const int32_t last = ctx[n - 1];
     int32_t best_l = 0, best_i = -1;
-    for (int32_t i = n - 2; i >= key_min - 1; i--) {
-        if (toks[i] != last) continue;
+    for (int32_t i = n_hay - 2; i >= key_min - 1; i--) {
+        if (hay[i] != last) continue;
         int32_t l = 1;
-        while (l < key_max && i - l >= 0 && toks[i - l] == toks[n - 1 - l]) l++;
+        while (l < key_max && i - l >= 0 && l < n && hay[i - l] == ctx[n - 1 - l]) l++;
         if (l >= key_min && l > best_l) {
             best_l = l;
             best_i = i;
@@ -68,8 +74,8 @@ int32_t spec_ngram_lookup(const int32_t *toks, int32_t n, int32_t key_min, int32
         }
     }
     if (best_i < 0) return 0;
-    int32_t c = MIN(max_out, n - 1 - best_i);
-    memcpy(out, toks + best_i + 1, (size_t)c * sizeof *out);
+    int32_t c = MIN(max_out, n_hay - 1 - best_i);
+    memcpy(out, hay + best_i + 1, (size_t)c * sizeof *out);
     if (key) *key = best_l;
     return c;
 }

@@ -59,6 +59,11 @@ const char *spec_params_check(const spec_params *p);
  * *key (may be NULL) gets L.  O(n) per call. */
 int32_t spec_ngram_lookup(const int32_t *toks, int32_t n, int32_t key_min, int32_t key_max, int32_t *out,
                           int32_t max_out, int32_t *key);
+/* The same search for ctx's last tokens in another text, hay[0..n_hay)
+ * (a session running beside it): the latest i <= n_hay - 2 whose key
+ * matches; spec_ngram_lookup is this with hay = ctx. */
+int32_t spec_ngram_lookup_in(const int32_t *hay, int32_t n_hay, const int32_t *ctx, int32_t n, int32_t key_min,
+                             int32_t key_max, int32_t *out, int32_t max_out, int32_t *key);
 
 typedef struct spec_store spec_store;
 
