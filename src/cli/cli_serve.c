@@ -471,9 +471,6 @@ int cli_serve(int argc, char **argv)
     pk_status st;
     if ((st = model_load(o.model, o.mmap ? MODEL_MMAP : MODEL_COPY, &m, err, sizeof err)) != PK_OK) {
         fprintf(stderr, "polykv: %s: %s\n", o.model, err);
-    } else if (o.ep.spec.kind != SPEC_NONE && model_state_bytes(m) && (st = PK_EINVAL)) {
-        fprintf(stderr, "polykv: --spec-type %s: speculation on hybrid models (a recurrent state that must go "
-                "back to a guess's position) is not built yet\n", spec_kind_name(o.ep.spec.kind));
     } else if ((st = eng_new(m, &o.ep, &e)) != PK_OK) {
         fprintf(stderr, "polykv: cannot start the engine (%d slots, %d cells): %s\n", o.ep.n_slots, o.ep.n_ctx,
                 pk_status_str(st));

@@ -315,7 +315,8 @@ void eng_slot_start(eng *e, slot *s, eng_task *t, eng_slot_res *res)
     s->text_len = s->text_sent = 0;
     s->rate = (adm_rate){ 0 };
     s->n_drafted = s->n_accepted = s->n_verify_steps = 0;
-    s->n_draft = s->n_spec_cells = s->spec_misses = s->spec_skip = 0;
+    s->n_draft = s->spec_misses = s->spec_skip = s->n_replay = s->n_replay_step = 0;
+    s->spec_pos0 = -1;
     s->spec_k = ENG_SPEC_MAX;
     s->moved = false;
     s->task = t;
@@ -381,11 +382,23 @@ static int32_t build_batch(eng *e, int32_t *n_dec)
     }
     /* A decoding session's next token, then the guesses it verifies in
      * the same step (eng_spec.c), each with its logits row. */
-    int32_t spec_left = MIN(ENG_SPEC_STEP, e->p.n_batch - n_decoding);
+    int32_t spec_left = MIN(ENG_SPEC_STEP, e->p.n_batch - n_decoding), dec_left = n_decoding;
     for (int32_t i = 0; i < e->p.n_slots && n < e->p.n_batch; i++) {
         slot *s = &e->slots[i];
         if (s->state != ENG_SLOT_DECODE) continue;
-        int32_t k = spec_left > 0 ? eng_spec_propose(e, s, spec_left) : (s->n_draft = 0);
+        int32_t room = e->p.n_batch - n - dec_left--;  /* past one token for each slot after this */
+        if (s->n_replay > 0) {
+            /* A hybrid's rollback: the kept tokens again, then its token. */
+            int32_t r = MAX(MIN(s->n_replay, room), 0);
+            for (int32_t j = 0; j < r; j++) eng_batch_add(e, &n, s->hist[s->n_hist + j], s->n_hist + j, s->id, false);
+            s->n_replay_step = r;
+            s->n_draft = 0;
+            if (r < s->n_replay) continue;
+            s->logits_row = n_rows++;
+            eng_batch_add(e, &n, s->next_token, s->n_hist + r, s->id, true);
+            continue;
+        }
+        int32_t k = spec_left > 0 && room > 0 ? eng_spec_propose(e, s, MIN(spec_left, room)) : (s->n_draft = 0);
         spec_left -= k;
         s->logits_row = n_rows;
         n_rows += 1 + k;
@@ -544,7 +557,8 @@ static void sample_and_emit(eng *e, int32_t n, int32_t n_dec_batch)
     for (int32_t i = 0; i < e->p.n_slots; i++) {     /* guesses are in the cells, not judged yet */
         slot *s = &e->slots[i];
         s->n_hist -= s->n_draft;
-        s->n_spec_cells = s->n_draft;
+        s->n_replay -= s->n_replay_step;
+        s->n_replay_step = 0;
     }
     for (int32_t i = 0; i < e->p.n_slots; i++) {
         slot *s = &e->slots[i];

@@ -459,6 +459,7 @@ pk_status eng_new(const model *m, const eng_params *p, eng **out)
     for (int32_t i = 0; i < p->n_slots; i++) {
         e->slots[i].id = i;
         e->slots[i].last_source_seq = -1;
+        e->slots[i].spec_pos0 = -1;
         if (!(e->slots[i].hist = malloc((size_t)e->n_ctx_slot * sizeof(int32_t)))) goto fail;
     }
     if ((st = eng_place_init(e)) || (st = eng_pool_init(e)) || (st = eng_save_init(e)) || (st = eng_spec_init(e)))

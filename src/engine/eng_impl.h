@@ -177,7 +177,11 @@ typedef struct slot {
      * the sampler has judged them; the task's counts; the adaptive limit. */
     int32_t draft[ENG_SPEC_MAX];
     int32_t n_draft;
-    int32_t n_spec_cells;       /* cells of guesses past n_hist not judged yet (eng_spec_trim) */
+    kv_pos spec_pos0;           /* the position of this step's first token when it guesses (its
+                                   cells and state past n_hist are judged by eng_spec_trim), -1 */
+    int32_t n_replay;           /* hybrids: kept tokens a rollback took out of the state,
+                                   hist[n_hist ..), decoded again before next_token */
+    int32_t n_replay_step;      /* ... of them in this step's batch */
     int32_t n_drafted, n_accepted, n_verify_steps;
     int32_t spec_k;             /* guesses the next step may verify (grows on success) */
     int32_t spec_misses;        /* verifications in a row that kept nothing */

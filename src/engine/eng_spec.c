@@ -50,9 +50,7 @@ int32_t eng_spec_propose(eng *e, slot *s, int32_t budget)
     spec_kind kind = rq->has_spec_kind ? rq->spec_kind : sp->kind;
     int32_t n_max = rq->has_spec_n_max ? rq->spec_n_max : sp->n_max;
     int32_t n_min = MAX(rq->has_spec_n_min ? rq->spec_n_min : sp->n_min, 1);
-    /* A hybrid's recurrent state cannot go back to a guess's position
-     * yet: its sessions decode one token a step. */
-    if (kind == SPEC_NONE || model_state_bytes(e->m) > 0) return 0;
+    if (kind == SPEC_NONE || s->n_replay > 0) return 0;
     if (s->spec_skip > 0) {
         s->spec_skip--;
         return 0;
@@ -98,7 +96,9 @@ int32_t eng_spec_propose(eng *e, slot *s, int32_t budget)
             }
         }
     }
-    if (got < n_min || !rows_ready(e)) return 0;
+    /* On a hybrid the step starts with a checkpoint to come back to. */
+    if (got < n_min || !rows_ready(e) || !mem_spec_begin(e->mem, s->id, s->n_hist)) return 0;
+    s->spec_pos0 = s->n_hist;
     return s->n_draft = got;
 }
 
@@ -120,10 +120,11 @@ void eng_spec_judged(eng *e, slot *s, int32_t n_kept)
 
 void eng_spec_trim(eng *e, slot *s)
 {
-    if (s->n_spec_cells == 0) return;
-    int32_t kept = mem_keep(e->mem, s->id, s->n_hist);
-    ASSERT(kept == s->n_hist);
-    s->n_spec_cells = 0;
+    if (s->spec_pos0 < 0) return;
+    kv_pos at = mem_spec_end(e->mem, s->id, s->spec_pos0, s->n_hist);
+    s->n_replay = s->n_hist - at;         /* a hybrid's state went back: decoded again */
+    s->n_hist = at;
+    s->spec_pos0 = -1;
 }
 
 void eng_spec_finished(eng *e, slot *s)

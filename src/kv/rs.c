@@ -253,6 +253,41 @@ pk_status rs_rewind(rs_cache *rs, kv_seq seq, kv_pos pos)
     return PK_OK;
 }
 
+pk_status rs_restore(rs_cache *rs, kv_seq seq, kv_pos pos)
+{
+    int s = -1;
+    for (int i = 0; i < rs->p.n_slots && s < 0; i++)
+        if (rs->slot[i].kind == RS_CKPT && rs->slot[i].seq == seq && rs->slot[i].pos == pos) s = i;
+    if (s < 0) return PK_ENOTFOUND;
+    /* the checkpoint becomes the live state; the old live one goes */
+    int l = rs_live(rs, seq);
+    if (l >= 0) release(rs, l);
+    rs->slot[s].kind = RS_LIVE;
+    rs->live[seq] = (int16_t)s;
+    drop_past(rs, seq, pos);
+    return PK_OK;
+}
+
+void rs_drop_ckpt(rs_cache *rs, kv_seq seq, kv_pos pos)
+{
+    for (int i = 0; i < rs->p.n_slots; i++)
+        if (rs->slot[i].kind == RS_CKPT && rs->slot[i].seq == seq && rs->slot[i].pos == pos) release(rs, i);
+}
+
+bool rs_has_ckpt(const rs_cache *rs, kv_seq seq, kv_pos pos)
+{
+    for (int i = 0; i < rs->p.n_slots; i++)
+        if (rs->slot[i].kind == RS_CKPT && rs->slot[i].seq == seq && rs->slot[i].pos == pos) return true;
+    return false;
+}
+
+int rs_n_ckpts(const rs_cache *rs, kv_seq seq)
+{
+    int n = 0;
+    for (int i = 0; i < rs->p.n_slots; i++) n += rs->slot[i].kind == RS_CKPT && rs->slot[i].seq == seq;
+    return n;
+}
+
 void rs_give_ckpts(rs_cache *rs, kv_seq seq, kv_seq dst, kv_pos lo, kv_pos hi)
 {
     ASSERT(dst >= 0 && dst < KV_MAX_SEQ && dst != seq);

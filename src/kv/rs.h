@@ -95,6 +95,15 @@ pk_status rs_checkpoint(rs_cache *rs, kv_seq seq);
  * one at pos stays; a checkpoint is copied), and its slots past pos go.
  * PK_ENOTFOUND (nothing changed) when it has none at pos. */
 pk_status rs_rewind(rs_cache *rs, kv_seq seq, kv_pos pos);
+/* seq continues from its checkpoint at pos, which becomes the live state
+ * with no copy kept (a speculation's step rolled back); the live slot and
+ * the slots past pos go.  PK_ENOTFOUND (nothing changed) without one. */
+pk_status rs_restore(rs_cache *rs, kv_seq seq, kv_pos pos);
+/* seq's checkpoint at pos goes (none: nothing). */
+void rs_drop_ckpt(rs_cache *rs, kv_seq seq, kv_pos pos);
+/* seq's checkpoints, and whether one is at pos. */
+int rs_n_ckpts(const rs_cache *rs, kv_seq seq);
+bool rs_has_ckpt(const rs_cache *rs, kv_seq seq, kv_pos pos);
 /* seq's checkpoints in (lo, hi] become dst's (a history parked under
  * another id, holding [0, hi), takes the ones its slot, cut to lo, no
  * longer needs), as many as dst has room for. */

@@ -128,6 +128,36 @@ void mem_checkpoint_at(mem *m, kv_seq seq, kv_pos pos)
     if (m->rs && pos > 0 && rs_find(m->rs, seq, pos) < 0) model_rs_checkpoint_at(m->ctx, seq, pos);
 }
 
+bool mem_spec_begin(mem *m, kv_seq seq, kv_pos pos)
+{
+    if (!m->rs) return true;
+    /* A checkpoint already at pos (a prompt's end) is the placement's: the
+     * step's end would drop it or the rollback consume it. */
+    if (rs_pos(m->rs, seq) != pos || rs_free_slots(m->rs) < 1 || rs_n_ckpts(m->rs, seq) >= RS_MAX_CKPT ||
+        rs_has_ckpt(m->rs, seq, pos))
+        return false;
+    model_rs_checkpoint_at(m->ctx, seq, pos);
+    return true;
+}
+
+kv_pos mem_spec_end(mem *m, kv_seq seq, kv_pos pos, kv_pos n)
+{
+    if (!m->rs) {
+        kv_seq_rm(m->kv, seq, n, -1);
+        return n;
+    }
+    if (rs_pos(m->rs, seq) == n) {          /* every position kept: the step's state stands */
+        rs_drop_ckpt(m->rs, seq, pos);
+        kv_seq_rm(m->kv, seq, n, -1);
+        return n;
+    }
+    if (rs_restore(m->rs, seq, pos) == PK_OK) {
+        kv_seq_rm(m->kv, seq, pos, -1);
+        return pos;
+    }
+    return mem_keep(m, seq, MIN(n, pos));
+}
+
 int mem_resume_points(const mem *m, kv_seq seq, kv_pos *out)
 {
     return m->rs ? rs_positions(m->rs, seq, out) : 0;

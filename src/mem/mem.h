@@ -131,6 +131,27 @@ void mem_checkpoint_at(mem *m, kv_seq seq, kv_pos pos);
 int mem_resume_points(const mem *m, kv_seq seq, kv_pos *out);
 bool mem_hybrid(const mem *m);
 
+/* ---- speculation ----
+ *
+ * A step that verifies guesses writes seq's cells and state past what the
+ * sampler then keeps.  Cells are cut back; a recurrent state cannot be, so
+ * on a hybrid the step starts with a checkpoint at its first position
+ * (made as the step begins, without cutting it: the weights are still
+ * read once) and a step whose guesses were not all kept goes back to it;
+ * the caller then decodes the kept tokens again. */
+
+/* seq (holding [0, pos), its state at pos) may verify guesses in the next
+ * step: on a hybrid a checkpoint at pos is asked for, when a state slot is
+ * free and seq is under RS_MAX_CKPT checkpoints (so none is evicted);
+ * false, nothing asked, otherwise.  Attention-only models: true. */
+bool mem_spec_begin(mem *m, kv_seq seq, kv_pos pos);
+/* The step begun at pos is judged: seq keeps [0, n).  Returns where seq's
+ * state is now: n when every position of the step was kept or on
+ * attention-only models (the checkpoint goes); else pos (the checkpoint
+ * becomes the state), or less when the checkpoint could not be made (a
+ * keep to the one before it): [returned, n) is to be decoded again. */
+kv_pos mem_spec_end(mem *m, kv_seq seq, kv_pos pos, kv_pos n);
+
 /* ---- copies out of the cache and back ---- */
 
 size_t mem_pos_bytes(const mem *m);             /* one position's state */

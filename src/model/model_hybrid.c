@@ -181,8 +181,11 @@ void hy_begin_batch(model_ctx *c, const model_batch *b)
             pk_status st = rs_begin(c->rs, s);
             ASSERT(st == PK_OK);   /* hy_check_batch counted the free slots */
         }
-        if (i == 0 || b->seq[i - 1][0] != s) maybe_checkpoint(c, s);
     }
+    /* Then the checkpoints asked for where states are now, into the slots
+     * left (none left: none is kept), never before a state the batch needs. */
+    for (int i = 0; i < b->n_tokens; i++)
+        if (i == 0 || b->seq[i - 1][0] != b->seq[i][0]) maybe_checkpoint(c, b->seq[i][0]);
 }
 
 void hy_chunk_done(model_ctx *c, const model_batch *b, int i0, int n)
