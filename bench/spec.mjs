@@ -12,11 +12,12 @@
 // the run without speculation.
 //
 // Then the 8 prompts at once (-np 8): the sum of their tokens over the
-// wall time of the 8, in the three modes.  Then, when --repeat-model
-// exists (bench/run.mjs makes it: the 0.5B-shaped qwen2 of random
-// weights, Q8_0), on that model with -t 2: each prompt with speculation
-// first (random weights: what guessing costs where little is right), then
-// without, then repeated with speculation.
+// wall time of the 8, in the three modes.  Then on each --repeat-model
+// that exists (bench/run.mjs makes them: the 0.5B-shaped qwen2 Q8_0 and
+// the 9B-shaped Qwen3.5 hybrid Q4_K_M, random weights), -t 2, 4 prompts,
+// --repeat-n tokens: each prompt with speculation first (random weights:
+// what guessing costs where little is right), then without, then repeated
+// with speculation.
 //
 //   node bench/spec.mjs [--rounds 5] [--model ../shared/models/stories260K.gguf]
 //   LLAMA_SERVER=/path/llama-server LD_LIBRARY_PATH=... node bench/spec.mjs
@@ -30,7 +31,9 @@ const { values: a } = parseArgs({ options: {
   model: { type: 'string', default: '../shared/models/stories260K.gguf' },
   bin: { type: 'string', default: 'build/polykv' },
   n: { type: 'string', default: '256' },
-  'repeat-model': { type: 'string', default: 'models/bench/qwen2-0.5b-shape-q8_0.gguf' } } });
+  'repeat-model': { type: 'string',
+                    default: 'models/bench/qwen2-0.5b-shape-q8_0.gguf,models/bench/qwen35-9b-shape-l8-q4_k_m.gguf' },
+  'repeat-n': { type: 'string', default: '128' } } });
 const PROMPTS = ['Once upon a time', 'The little dog', 'Lily and Tom went to the park', 'One day, a boy named Tim',
                  'The sun was shining', 'There was a big red ball', 'Sue wanted to fly a kite', 'The cat sat on the mat'];
 const N = Number(a.n);
@@ -123,17 +126,18 @@ if (process.env.LLAMA_SERVER) {
   for (const t of types) console.log(`  ${t.padEnd(13)} ${median(ll[t]).toFixed(0)} tok/s`);
 }
 
-if (existsSync(a['repeat-model'])) {
-  const rp = await start(a.bin, ['serve', '-m', a['repeat-model'], '--port', '18193', '-np', '1', '-c', '4096', '-t', '2',
+const RN = Number(a['repeat-n']);
+for (const model of a['repeat-model'].split(',').filter((f) => existsSync(f))) {
+  const rp = await start(a.bin, ['serve', '-m', model, '--port', '18193', '-np', '1', '-c', '4096', '-t', '2',
                                  '--spec-type', 'ngram-cache'], 18193);
   const rr = { off: [], on: [], fresh: [] }, ra = [0, 0], fa = [0, 0];
   let diff = 0;
   for (let r = 0; r < rounds; r++) {
-    for (const p0 of PROMPTS) {
+    for (const p0 of PROMPTS.slice(0, 4)) {
       const p = `${p0} (${r})`;
-      const fresh = await complete(18193, p, {});          // the first time: guesses from other texts, then into the store
-      const off = await complete(18193, p, { 'speculative.type': 'none' });
-      const on = await complete(18193, p, {});
+      const fresh = await complete(18193, p, { n_predict: RN });          // the first time: guesses from other texts, then into the store
+      const off = await complete(18193, p, { 'speculative.type': 'none', n_predict: RN });
+      const on = await complete(18193, p, { n_predict: RN });
       rr.fresh.push(fresh.timings.predicted_per_second);
       fa[0] += fresh.timings.draft_n_accepted || 0;
       fa[1] += fresh.timings.draft_n || 0;
@@ -147,7 +151,7 @@ if (existsSync(a['repeat-model'])) {
   }
   await stop(rp);
   const off = median(rr.off), on = median(rr.on), fr = median(rr.fresh);
-  console.log(`${a['repeat-model']}, -t 2, a repeated request (${PROMPTS.length} prompts x ${rounds} rounds, ${N} tokens):`);
+  console.log(`${model}, -t 2, a repeated request (4 prompts x ${rounds} rounds, ${RN} tokens):`);
   console.log(`  without speculation ${off.toFixed(1)} tok/s, ngram-cache ${on.toFixed(1)} tok/s: ${(on / off).toFixed(2)}x, ` +
               `acceptance ${(ra[0] / Math.max(ra[1], 1)).toFixed(2)}; texts differing: ${diff}`);
   console.log(`  a prompt not seen before: ngram-cache ${fr.toFixed(1)} tok/s, ${(fr / off).toFixed(2)}x, ${fa[1]} guesses, ` +
