@@ -232,6 +232,20 @@ static void test_masks(void)
     CHECK_EQ_INT(gram_matcher_stats(m).n_mask_built, s2.n_mask_built);
     CHECK_EQ_INT(gram_matcher_accept_bytes(m, "{\"a\":1}", 7), PK_OK);
     CHECK(gram_matcher_done(m));
+    /* a state saved and set back undoes what was accepted since (the
+     * engine runs a session's guesses ahead this way) */
+    CHECK(gram_matcher_reset(m));
+    CHECK_EQ_INT(gram_matcher_accept_bytes(m, "{\"ab", 4), PK_OK);
+    int32_t at = gram_matcher_state(m);
+    uint64_t before = gram_matcher_mask(m)[0];
+    CHECK_EQ_INT(gram_matcher_accept_bytes(m, "\":12}", 5), PK_OK);
+    CHECK(gram_matcher_done(m));
+    gram_matcher_set_state(m, at);
+    CHECK(!gram_matcher_done(m));
+    CHECK_EQ_INT(gram_matcher_mask(m)[0], before);
+    CHECK_EQ_INT(gram_matcher_accept(m, 10), PK_EINVAL);  /* "1" cannot follow a key's letters */
+    CHECK_EQ_INT(gram_matcher_accept_bytes(m, "c\":1}", 5), PK_OK);
+    CHECK(gram_matcher_done(m));
     gram_matcher_free(m);
     /* equal: same code from the same text, not from another */
     gram_grammar *g2 = compile("root ::= \"{\" \" \"? \"\\\"\" [a-c\xc3\xa9\xe2\x82\xac]* \"\\\":\" [0-9]+ \"}\"");

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../grammar/gram.h"
 #include "eng_impl.h"
 
 #define STORE_CONTEXT 64        /* prompt tokens stored before a generation */
@@ -96,6 +97,22 @@ int32_t eng_spec_propose(eng *e, slot *s, int32_t budget)
             }
         }
     }
+    /* A constrained session guesses only what its grammar allows: the
+     * guesses are run through its matcher, which is then set back. */
+    if (s->gm && got > 0) {
+        int32_t at = gram_matcher_state(s->gm), ok = 0;
+        for (; ok < got; ok++) {
+            if (gram_matcher_accept(s->gm, s->draft[ok]) != PK_OK) break;
+            if (gram_matcher_done(s->gm)) {   /* it completes the output: nothing follows */
+                ok++;
+                break;
+            }
+        }
+        gram_matcher_set_state(s->gm, at);
+        got = ok;
+    }
+    for (int32_t j = 0; j < got; j++)         /* nothing follows an end of generation either */
+        if (tok_is_eog(model_vocab(e->m), s->draft[j])) got = j + 1;
     /* On a hybrid the step starts with a checkpoint to come back to. */
     if (got < n_min || !rows_ready(e) || !mem_spec_begin(e->mem, s->id, s->n_hist)) return 0;
     s->spec_pos0 = s->n_hist;

@@ -157,6 +157,11 @@ const uint64_t *gram_matcher_mask(gram_matcher *m);
  * allowed only where the grammar may end, and leaves the state as it is. */
 pk_status gram_matcher_accept(gram_matcher *m, int32_t token);
 
+/* Where the matcher is: its states are interned, so a number; setting it
+ * back undoes the accepts since (speculation checks its guesses ahead). */
+int32_t gram_matcher_state(const gram_matcher *m);
+void gram_matcher_set_state(gram_matcher *m, int32_t state);
+
 /* Advances over raw bytes (for tests and prompts); same errors. */
 pk_status gram_matcher_accept_bytes(gram_matcher *m, const char *s, size_t n);
 

@@ -479,6 +479,14 @@ pk_status gram_matcher_accept(gram_matcher *m, int32_t token)
 
 bool gram_matcher_can_end(const gram_matcher *m) { return state_can_end(m, m->cur); }
 
+int32_t gram_matcher_state(const gram_matcher *m) { return m->cur; }
+
+void gram_matcher_set_state(gram_matcher *m, int32_t state)
+{
+    ASSERT(state >= 0 && state < m->n_st);
+    m->cur = state;
+}
+
 bool gram_matcher_reset(gram_matcher *m)
 {
     m->cur = 0;                /* the start state was interned first */

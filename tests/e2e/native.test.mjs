@@ -176,16 +176,29 @@ test('/slots, /metrics, /polykv/tps', { skip }, async () => {
   // waits for (eng_get_stats) plus scheduling, so the mean of 4 gaps is at
   // least 0.9 interval (never flooded) and at most interval + 2 steps (the
   // step from the running session's own tps_ewma) + 100 ms.
-  const gen = post(s.url + '/completion', { prompt: 'Once', n_predict: 2000, ignore_eos: true });
+  // The session must outlast the 6 snapshots: stories260K writes a 2,000-
+  // token context in about 0.1 s, so this server's steps take 2 ms more.
+  const slow = await startServer(sharedModel(STORIES), ['-c', '2048', '-np', '1', '-t', '1'],
+                                 { env: { POLYKV_TEST_STEP_DELAY_MS: '2' } });
+  const stopGen = new AbortController();
+  const gen = fetch(slow.url + '/completion', { method: 'POST', signal: stopGen.signal,
+    body: JSON.stringify({ prompt: 'Once', n_predict: 2000, ignore_eos: true }) }).catch(() => {});
+  for (let t0 = Date.now(); (await get(slow.url + '/polykv/tps')).json.sessions.length === 0;) {
+    assert.ok(Date.now() - t0 < 30000, 'the session never started');
+    await sleep(5);
+  }
   const ac = new AbortController();
-  const res = await fetch(s.url + '/polykv/tps?stream=1&interval_ms=60', { signal: ac.signal });
+  const res = await fetch(slow.url + '/polykv/tps?stream=1&interval_ms=60', { signal: ac.signal });
   const snaps = [];
   await readSSE(res, (data) => {
     snaps.push(JSON.parse(data));
     return snaps.length < 6;
   }).catch(() => {});
   ac.abort();
+  stopGen.abort();
   await gen;
+  assert.equal(await slow.stop(), 0);
+  assert.ok(snaps.every((x) => x.sessions.length === 1), 'the session ran through every snapshot');
   assert.equal(snaps.length, 6);
   for (let i = 1; i < 6; i++) assert.ok(snaps[i].ts >= snaps[i - 1].ts);
   const gap = (snaps[5].ts - snaps[1].ts) / 4;
