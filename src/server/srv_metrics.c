@@ -193,7 +193,7 @@ json_t *srv_tps_json(const srv *s, const eng_stats *st, const srv_view *v)
                                                   "session_id", si->session_id[0] ? si->session_id : NULL,
                                                   "pool_id", si->pool_id > 0 ? json_integer(si->pool_id) : json_null(),
                                                   "warming", si->warming);
-        if (o) json_object_set_new(o, "speculative", spec_json(si));
+        if (o) json_object_set_new(o, "speculation", spec_json(si));
         if (v) srv_view_tag(v, s, o, v->slot_tenant[i]);
         json_array_append_new(sessions, o);
     }
@@ -283,7 +283,10 @@ enum MHD_Result srv_h_slots(srv_req *r, json_t *body)
         json_object_set_new(slot, "pool_id", si->pool_id > 0 ? json_integer(si->pool_id) : json_null());
         json_object_set_new(slot, "session_id", si->session_id[0] ? json_string(si->session_id) : json_null());
         json_object_set_new(slot, "pool_shared_tokens", json_integer(si->pool_shared));
-        json_object_set_new(slot, "speculative", spec_json(si));
+        /* llama-server's flag (the server speculates), then polykv's counts */
+        json_object_set_new(slot, "speculative",
+                            json_boolean(eng_get_params(srv_engine(r->s))->spec.kind != SPEC_NONE));
+        json_object_set_new(slot, "speculation", spec_json(si));
         json_object_set_new(slot, "ctx_used", json_integer(si->n_past));
         json_object_set_new(slot, "ctx_total", json_integer(si->n_ctx));
         json_object_set_new(slot, "ctx_headroom_tokens", json_integer(si->n_ctx - si->n_past));
