@@ -87,6 +87,9 @@ static void slot_release(eng *e, slot *s)
     s->task = NULL;
     s->state = ENG_SLOT_IDLE;
     eng_spec_trim(e, s);
+    /* This step's guesses and re-run are judged with it (a failed step
+     * leaves them set): an idle slot's history is n_hist as it stands. */
+    s->n_draft = s->n_replay = s->n_replay_step = 0;
     eng_history_done(e, s);
 }
 
