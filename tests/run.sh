@@ -93,7 +93,10 @@ else
     else
         failed="$failed e2e"
         echo "FAIL e2e (exit $rc, ${secs}s): $n_fail of $((n_pass + n_fail)) node tests failed"
-        echo "$out" | grep -E '^not ok|^ *(error|expected|actual):|^# Subtest' | grep -B1 -A3 '^not ok' | head -n 60 | sed 's/^/    /'
+        # Each failure with its diagnostics block (to its "..." line): a
+        # multi-line message (error: |-) is in the lines after "error:".
+        echo "$out" | awk '/^ *not ok/ { on = 1; n = 0 } on { print; if (/^ *\.\.\.$/ || ++n > 40) on = 0 }' |
+            head -n 120 | sed 's/^/    /'
         echo "$out" | tail -n 40 | sed 's/^/    /'
     fi
 fi
