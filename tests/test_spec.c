@@ -198,23 +198,33 @@ static void test_greedy(void)
     CHECK(s.n_accepted > 0 && s.n_accepted < s.n_drafted && s.n_verify_steps > 0);
 }
 
+/* One prompt sampled at temperature 1 with seed, without and with
+ * speculation: true when both drew the same tokens; *done the speculating
+ * run's DONE. */
+static bool seeded_same(eng *e, const int32_t *p, int n, int n_gen, uint64_t seed, eng_event *done)
+{
+    collected got[2];
+    for (int sp = 0; sp < 2; sp++) {
+        eng_completion c = req(p, n, n_gen, sp ? SPEC_NGRAM_CACHE : SPEC_NONE);
+        c.sp.temp = 1.0f;
+        c.sp.seed = seed;
+        eng_task *t;
+        CHECK(eng_submit(e, &c, &t) == PK_OK);
+        collect(t, &got[sp]);
+    }
+    *done = got[1].done;
+    return got[0].n_tok == got[1].n_tok && !memcmp(got[0].tok, got[1].tok, sizeof(int32_t) * (size_t)got[0].n_tok);
+}
+
 /* Seeded sampling: the same seed draws the same tokens with or without
  * speculation (a guess only moves where a row's logits come from). */
 static void test_seeded(void)
 {
     int same = 0, kept = 0;
     for (int i = 0; i < 8; i++) {
-        collected got[2];
-        for (int sp = 0; sp < 2; sp++) {
-            eng_completion c = req(pr[i % N_PROMPTS], np[i % N_PROMPTS], 120, sp ? SPEC_NGRAM_CACHE : SPEC_NONE);
-            c.sp.temp = 1.0f;
-            c.sp.seed = 1000 + (uint64_t)i;
-            eng_task *t;
-            CHECK(eng_submit(g_e, &c, &t) == PK_OK);
-            collect(t, &got[sp]);
-        }
-        same += got[0].n_tok == got[1].n_tok && !memcmp(got[0].tok, got[1].tok, sizeof(int32_t) * (size_t)got[0].n_tok);
-        kept += got[1].done.n_accepted;
+        eng_event done;
+        same += seeded_same(g_e, pr[i % N_PROMPTS], np[i % N_PROMPTS], 120, 1000 + (uint64_t)i, &done);
+        kept += done.n_accepted;
     }
     CHECK_EQ_INT(same, 8);
     CHECK(kept > 0);
@@ -415,18 +425,10 @@ static void test_hybrid(const char *bin, const char *shared)
     }
     int same = 0;
     for (int i = 0; i < NH; i++) {
-        collected got[2];
-        for (int sp = 0; sp < 2; sp++) {
-            eng_completion c = req(p[i], np_[i], GEN, sp ? SPEC_NGRAM_CACHE : SPEC_NONE);
-            c.sp.temp = 1.0f;
-            c.sp.seed = 77 + (uint64_t)i;
-            eng_task *t;
-            CHECK(eng_submit(e, &c, &t) == PK_OK);
-            collect(t, &got[sp]);
-        }
-        same += got[0].n_tok == got[1].n_tok && !memcmp(got[0].tok, got[1].tok, sizeof(int32_t) * (size_t)got[0].n_tok);
-        drafted += got[1].done.n_drafted;
-        kept += got[1].done.n_accepted;
+        eng_event done;
+        same += seeded_same(e, p[i], np_[i], GEN, 77 + (uint64_t)i, &done);
+        drafted += done.n_drafted;
+        kept += done.n_accepted;
     }
     CHECK_EQ_INT(same, NH);
     /* Guesses that go wrong: a request that bans the token its text had

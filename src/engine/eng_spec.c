@@ -18,10 +18,16 @@
 #define STORE_CONTEXT 64        /* prompt tokens stored before a generation */
 #define MISSES_BEFORE_SKIP 4    /* verifications keeping nothing before a pause */
 
+/* The store, made at start on an ngram-cache server and at the first
+ * ngram-cache request on another.  False when memory is short. */
+static bool store_ready(eng *e)
+{
+    return e->spec_store || spec_store_new(e->p.spec.store_tokens, e->p.spec.key_min, &e->spec_store) == PK_OK;
+}
+
 pk_status eng_spec_init(eng *e)
 {
-    if (e->p.spec.kind != SPEC_NGRAM_CACHE) return PK_OK;
-    return spec_store_new(e->p.spec.store_tokens, e->p.spec.key_min, &e->spec_store);
+    return e->p.spec.kind != SPEC_NGRAM_CACHE || store_ready(e) ? PK_OK : PK_ENOMEM;
 }
 
 void eng_spec_free(eng *e)
@@ -43,6 +49,20 @@ static bool rows_ready(eng *e)
     return true;
 }
 
+/* Where a session's text worth guessing from starts: its prompt's last
+ * STORE_CONTEXT tokens, then what it wrote. */
+static int32_t written_from(const slot *s) { return MAX(0, MIN(s->n_prompt, s->n_hist) - STORE_CONTEXT); }
+
+/* A lookup's n guesses (key length l) replace s's got (key *key) when
+ * their key is longer. */
+static void keep_longer(slot *s, const int32_t *alt, int32_t n, int32_t l, int32_t *got, int32_t *key)
+{
+    if (n <= 0 || l <= *key) return;
+    memcpy(s->draft, alt, (size_t)n * sizeof *alt);
+    *got = n;
+    *key = l;
+}
+
 int32_t eng_spec_propose(eng *e, slot *s, int32_t budget)
 {
     s->n_draft = 0;
@@ -62,9 +82,7 @@ int32_t eng_spec_propose(eng *e, slot *s, int32_t budget)
     lim = MIN(lim, e->n_ctx_slot - s->n_hist - 2);
     if (rq->n_predict >= 0) lim = MIN(lim, rq->n_predict - s->n_gen - 1);
     if (lim < n_min) return 0;
-    if (kind == SPEC_NGRAM_CACHE && !e->spec_store &&
-        spec_store_new(sp->store_tokens, sp->key_min, &e->spec_store) != PK_OK)
-        return 0;
+    if (kind == SPEC_NGRAM_CACHE && !store_ready(e)) return 0;
     /* The context ends with next_token, which this step decodes at
      * position n_hist (hist has room: n_hist + 1 < n_ctx_slot). */
     s->hist[s->n_hist] = s->next_token;
@@ -73,28 +91,22 @@ int32_t eng_spec_propose(eng *e, slot *s, int32_t budget)
         got = spec_ngram_lookup(s->hist, n, sp->size_n, sp->size_n, s->draft, MIN(lim, sp->size_m), &key);
     } else {
         got = spec_ngram_lookup(s->hist, n, sp->key_min, sp->key_max, s->draft, lim, &key);
-        int32_t alt[ENG_SPEC_MAX], key2 = 0;
-        int32_t got2 = key < sp->key_max ? spec_store_lookup(e->spec_store, s->hist, n, sp->key_max, alt, lim, &key2)
-                                         : 0;
-        if (got2 > 0 && key2 > key) {            /* a longer key in another session's text */
-            memcpy(s->draft, alt, (size_t)got2 * sizeof *alt);
-            got = got2;
-            key = key2;
+        /* A longer key in other sessions' text: the store of finished
+         * ones, then the sessions running beside it (a sibling sub-agent a
+         * few tokens behind another writing the same tool call follows it
+         * before it has finished). */
+        int32_t alt[ENG_SPEC_MAX], got2, key2;
+        if (key < sp->key_max) {
+            got2 = spec_store_lookup(e->spec_store, s->hist, n, sp->key_max, alt, lim, &key2);
+            keep_longer(s, alt, got2, key2, &got, &key);
         }
-        /* Sessions running beside it, over what they wrote and the end of
-         * their prompts: a sibling sub-agent a few tokens behind another
-         * writing the same tool call follows it before it has finished. */
         for (int32_t i = 0; i < e->p.n_slots && key < sp->key_max; i++) {
             const slot *o = &e->slots[i];
             if (o == s || o->state != ENG_SLOT_DECODE) continue;
-            int32_t from = MAX(0, MIN(o->n_prompt, o->n_hist) - STORE_CONTEXT);
+            int32_t from = written_from(o);
             got2 = spec_ngram_lookup_in(o->hist + from, o->n_hist - from, s->hist, n, sp->key_min, sp->key_max, alt,
                                         lim, &key2);
-            if (got2 > 0 && key2 > key) {
-                memcpy(s->draft, alt, (size_t)got2 * sizeof *alt);
-                got = got2;
-                key = key2;
-            }
+            keep_longer(s, alt, got2, key2, &got, &key);
         }
     }
     /* A constrained session guesses only what its grammar allows: the
@@ -147,6 +159,6 @@ void eng_spec_trim(eng *e, slot *s)
 void eng_spec_finished(eng *e, slot *s)
 {
     if (!e->spec_store || s->n_gen == 0) return;
-    int32_t from = MAX(0, MIN(s->n_prompt, s->n_hist) - STORE_CONTEXT);
+    int32_t from = written_from(s);
     spec_store_add(e->spec_store, s->hist + from, s->n_hist - from);
 }

@@ -88,13 +88,28 @@ kv_pos rs_pos(const rs_cache *rs, kv_seq seq)
     return s < 0 ? -1 : rs->slot[s].pos;
 }
 
-int rs_find(const rs_cache *rs, kv_seq seq, kv_pos pos)
+/* seq's checkpoint at pos (at most one: a checkpoint is never made where
+ * one is), -1 none. */
+static int find_ckpt(const rs_cache *rs, kv_seq seq, kv_pos pos)
 {
-    int l = rs_live(rs, seq);
-    if (l >= 0 && rs->slot[l].pos == pos) return l;
     for (int i = 0; i < rs->p.n_slots; i++)
         if (rs->slot[i].kind == RS_CKPT && rs->slot[i].seq == seq && rs->slot[i].pos == pos) return i;
     return -1;
+}
+
+int rs_find(const rs_cache *rs, kv_seq seq, kv_pos pos)
+{
+    int l = rs_live(rs, seq);
+    return l >= 0 && rs->slot[l].pos == pos ? l : find_ckpt(rs, seq, pos);
+}
+
+bool rs_has_ckpt(const rs_cache *rs, kv_seq seq, kv_pos pos) { return find_ckpt(rs, seq, pos) >= 0; }
+
+int rs_n_ckpts(const rs_cache *rs, kv_seq seq)
+{
+    int n = 0;
+    for (int i = 0; i < rs->p.n_slots; i++) n += rs->slot[i].kind == RS_CKPT && rs->slot[i].seq == seq;
+    return n;
 }
 
 int rs_positions(const rs_cache *rs, kv_seq seq, kv_pos *out)
@@ -211,13 +226,8 @@ pk_status rs_checkpoint(rs_cache *rs, kv_seq seq)
     int l = rs_live(rs, seq);
     if (l < 0) return PK_ENOTFOUND;
     kv_pos pos = rs->slot[l].pos;
-    int n = 0;
-    for (int i = 0; i < rs->p.n_slots; i++) {
-        if (rs->slot[i].kind != RS_CKPT || rs->slot[i].seq != seq) continue;
-        if (rs->slot[i].pos == pos) return PK_OK;
-        n++;
-    }
-    if (n == RS_MAX_CKPT) release(rs, nearest_other(rs, seq));
+    if (find_ckpt(rs, seq, pos) >= 0) return PK_OK;
+    if (rs_n_ckpts(rs, seq) == RS_MAX_CKPT) release(rs, nearest_other(rs, seq));
     int c = take(rs, seq, pos, RS_CKPT);
     if (c < 0) return PK_EFULL;
     memcpy(rs_data(rs, c), rs_data(rs, l), rs_state_bytes(rs));
@@ -227,9 +237,7 @@ pk_status rs_checkpoint(rs_cache *rs, kv_seq seq)
 pk_status rs_put_ckpt(rs_cache *rs, kv_seq seq, kv_pos pos, const float *state)
 {
     if (rs_find(rs, seq, pos) >= 0) return PK_OK;
-    int n = 0;
-    for (int i = 0; i < rs->p.n_slots; i++) n += rs->slot[i].kind == RS_CKPT && rs->slot[i].seq == seq;
-    int c = n < RS_MAX_CKPT ? take(rs, seq, pos, RS_CKPT) : -1;
+    int c = rs_n_ckpts(rs, seq) < RS_MAX_CKPT ? take(rs, seq, pos, RS_CKPT) : -1;
     if (c < 0) return PK_EFULL;
     memcpy(rs_data(rs, c), state, rs_state_bytes(rs));
     return PK_OK;
@@ -255,9 +263,7 @@ pk_status rs_rewind(rs_cache *rs, kv_seq seq, kv_pos pos)
 
 pk_status rs_restore(rs_cache *rs, kv_seq seq, kv_pos pos)
 {
-    int s = -1;
-    for (int i = 0; i < rs->p.n_slots && s < 0; i++)
-        if (rs->slot[i].kind == RS_CKPT && rs->slot[i].seq == seq && rs->slot[i].pos == pos) s = i;
+    int s = find_ckpt(rs, seq, pos);
     if (s < 0) return PK_ENOTFOUND;
     /* the checkpoint becomes the live state; the old live one goes */
     int l = rs_live(rs, seq);
@@ -270,22 +276,8 @@ pk_status rs_restore(rs_cache *rs, kv_seq seq, kv_pos pos)
 
 void rs_drop_ckpt(rs_cache *rs, kv_seq seq, kv_pos pos)
 {
-    for (int i = 0; i < rs->p.n_slots; i++)
-        if (rs->slot[i].kind == RS_CKPT && rs->slot[i].seq == seq && rs->slot[i].pos == pos) release(rs, i);
-}
-
-bool rs_has_ckpt(const rs_cache *rs, kv_seq seq, kv_pos pos)
-{
-    for (int i = 0; i < rs->p.n_slots; i++)
-        if (rs->slot[i].kind == RS_CKPT && rs->slot[i].seq == seq && rs->slot[i].pos == pos) return true;
-    return false;
-}
-
-int rs_n_ckpts(const rs_cache *rs, kv_seq seq)
-{
-    int n = 0;
-    for (int i = 0; i < rs->p.n_slots; i++) n += rs->slot[i].kind == RS_CKPT && rs->slot[i].seq == seq;
-    return n;
+    int c = find_ckpt(rs, seq, pos);
+    if (c >= 0) release(rs, c);
 }
 
 void rs_give_ckpts(rs_cache *rs, kv_seq seq, kv_seq dst, kv_pos lo, kv_pos hi)

@@ -142,12 +142,8 @@ bool mem_spec_begin(mem *m, kv_seq seq, kv_pos pos)
 
 kv_pos mem_spec_end(mem *m, kv_seq seq, kv_pos pos, kv_pos n)
 {
-    if (!m->rs) {
-        kv_seq_rm(m->kv, seq, n, -1);
-        return n;
-    }
-    if (rs_pos(m->rs, seq) == n) {          /* every position kept: the step's state stands */
-        rs_drop_ckpt(m->rs, seq, pos);
+    if (!m->rs || rs_pos(m->rs, seq) == n) {  /* cells cut back; a hybrid that kept every position */
+        if (m->rs) rs_drop_ckpt(m->rs, seq, pos);    /* keeps the step's state */
         kv_seq_rm(m->kv, seq, n, -1);
         return n;
     }

@@ -86,8 +86,7 @@ struct spec_store {
     int32_t *ring;              /* [mask + 1] tokens by absolute position & mask */
     uint64_t mask;
     uint64_t head;              /* tokens ever written: the next one's position */
-    uint64_t *index;            /* [index_mask + 1] position + 1 of a key_min-gram's last token */
-    uint64_t index_mask;
+    uint64_t *index;            /* [mask + 1] position + 1 of a key_min-gram's last token, by its hash */
     int32_t key_min;
 };
 
@@ -116,7 +115,7 @@ pk_status spec_store_new(int32_t cap, int32_t key_min, spec_store **out)
         spec_store_free(s);
         return PK_ENOMEM;
     }
-    s->mask = s->index_mask = size - 1;
+    s->mask = size - 1;
     s->key_min = key_min;
     *out = s;
     return PK_OK;
@@ -146,7 +145,7 @@ void spec_store_add(spec_store *s, const int32_t *toks, int32_t n)
         uint64_t p = s->head++;
         s->ring[p & s->mask] = toks[i];
         if (i + 1 >= s->key_min)
-            s->index[key_hash(toks + i + 1 - s->key_min, s->key_min) & s->index_mask] = p + 1;
+            s->index[key_hash(toks + i + 1 - s->key_min, s->key_min) & s->mask] = p + 1;
     }
 }
 
@@ -155,7 +154,7 @@ int32_t spec_store_lookup(const spec_store *s, const int32_t *ctx, int32_t n, in
 {
     if (key) *key = 0;
     if (n < s->key_min || max_out < 1) return 0;
-    uint64_t v = s->index[key_hash(ctx + n - s->key_min, s->key_min) & s->index_mask];
+    uint64_t v = s->index[key_hash(ctx + n - s->key_min, s->key_min) & s->mask];
     if (!v) return 0;
     uint64_t p = v - 1, lo = oldest(s);
     if (p >= s->head || p < lo + (uint64_t)(s->key_min - 1)) return 0;   /* overwritten since */
