@@ -6,7 +6,7 @@ CSTD    := -std=c11 -D_GNU_SOURCE
 WARN    := -Wall -Wextra -Wshadow -Wno-unused-parameter
 OPT     ?= -O2 -g
 CFLAGS  := $(CSTD) $(WARN) $(OPT) -fno-math-errno -pthread -MMD -MP
-LDLIBS  := -lmicrohttpd -ljansson -lxxhash -lcurl -lm -pthread
+LDLIBS  := -lmicrohttpd -ljansson -lxxhash -lcurl -lzmq -lmsgpackc -lm -pthread
 
 # Instruction-set flags go on the kernel files that need them, nowhere else,
 # so one binary runs on any x86-64 and picks its kernels at start.
@@ -24,7 +24,7 @@ BENCH_SRC := $(sort $(wildcard bench/*.c))
 BENCHES  := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
 # Debian packages the build and tests need; `make deps` installs the missing.
-DEB_PKGS := gcc make clang libjansson-dev libmicrohttpd-dev libxxhash-dev libcurl4-openssl-dev nodejs npm python3 python3-venv chromium git
+DEB_PKGS := gcc make clang libjansson-dev libmicrohttpd-dev libxxhash-dev libcurl4-openssl-dev libzmq3-dev libmsgpack-dev nodejs npm python3 python3-venv chromium git
 
 .PHONY: all deps run test test-asan test-tsan test-fault bench fuzz clean
 all: $(BUILD)/polykv
@@ -73,7 +73,7 @@ deps:
 run: deps all
 	@sh scripts/run.sh $(BUILD)/polykv "$(MODEL)"
 
-test: deps all $(TESTS) $(BUILD)/venv/.installed $(BUILD)/venv/.jinja
+test: deps all $(TESTS) $(BUILD)/venv/.installed $(BUILD)/venv/.jinja $(BUILD)/venv/.kv_events
 	@sh tests/run.sh $(BUILD)
 
 # The Python package's tests (clients/python): a venv under build/ with the
@@ -90,18 +90,23 @@ $(BUILD)/venv/.jinja: tests/jinja/requirements.txt $(BUILD)/venv/.installed
 	$(BUILD)/venv/bin/pip install -q --disable-pip-version-check -r tests/jinja/requirements.txt
 	@touch $@
 
+# The KV events test's subscriber (pyzmq, msgpack), pinned, in the same venv.
+$(BUILD)/venv/.kv_events: tests/kv_events/requirements.txt $(BUILD)/venv/.installed
+	$(BUILD)/venv/bin/pip install -q --disable-pip-version-check -r tests/kv_events/requirements.txt
+	@touch $@
+
 # A part's time limit (tests/run.sh, 600 s) is raised for the sanitized
 # runs: on a 2-core VM the e2e suite under ASan ran 409 s and past 600 s
 # (its JSON Schema tests 5x their plain time).
 test-asan: deps
-	$(MAKE) BUILD=build-asan OPT="-O1 -g -DPK_DEBUG -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all tests-only build-asan/venv/.installed build-asan/venv/.jinja
+	$(MAKE) BUILD=build-asan OPT="-O1 -g -DPK_DEBUG -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all tests-only build-asan/venv/.installed build-asan/venv/.jinja build-asan/venv/.kv_events
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 TEST_TIMEOUT=1500 sh tests/run.sh build-asan
 
 # ThreadSanitizer over the same suite (C tests, e2e against the TSan
 # binary, the Python package's live tests).  Reports abort the process
 # (halt_on_error), so a race fails the test it happens in.
 test-tsan: deps
-	$(MAKE) BUILD=build-tsan OPT="-O1 -g -DPK_DEBUG -fsanitize=thread -fno-omit-frame-pointer" all tests-only build-tsan/venv/.installed build-tsan/venv/.jinja
+	$(MAKE) BUILD=build-tsan OPT="-O1 -g -DPK_DEBUG -fsanitize=thread -fno-omit-frame-pointer" all tests-only build-tsan/venv/.installed build-tsan/venv/.jinja build-tsan/venv/.kv_events
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp" \
 	  TEST_TIMEOUT=3600 sh tests/run.sh build-tsan
 

@@ -109,7 +109,7 @@ if [ ! -x "$py" ]; then
 else
     start=$(date +%s)
     out=$(POLYKV_BIN="$build/polykv" POLYKV_SHARED="$shared" \
-          timeout "$timeout_s" "$py" -m pytest -q -rs -p no:cacheprovider clients/python/tests 2>&1); rc=$?
+          timeout "$timeout_s" "$py" -m pytest -q -rs -p no:cacheprovider clients/python/tests tests/kv_events 2>&1); rc=$?
     secs=$(( $(date +%s) - start ))
     last=$(echo "$out" | grep -E '^[=]* *[0-9]+ (passed|failed|skipped|error)|no tests ran' | tail -n 1)
     count() { echo "$last" | sed -n "s/.*[^0-9]\([0-9][0-9]*\) $1.*/\1/p;s/^\([0-9][0-9]*\) $1.*/\1/p" | head -n 1; }

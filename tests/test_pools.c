@@ -17,6 +17,7 @@
 #include "ref.h"
 
 #include "../src/engine/eng.h"
+#include "../src/kvev/kvev_pub.h"
 #include "../src/pool/pool.h"
 
 static int V;
@@ -445,6 +446,14 @@ static void test_random(model *m, int n_steps)
     ep.n_threads = 2;
     ep.n_pools = 8;
     ep.pool_grace_ms = 50;
+    /* KV events on: eng_check (POLYKV_CHECK=1) holds the tracker to every
+     * holder after each step, forks, evictions and erases included. */
+    kvev_pub_config kc = kvev_pub_default();
+    snprintf(kc.endpoint, sizeof kc.endpoint, "ipc:///tmp/polykv-test-pools-%d", (int)getpid());
+    char why[256];
+    kvev_pub *kv;
+    ASSERT(kvev_pub_new(&kc, &kv, why, sizeof why) == PK_OK);
+    ep.kv_events = kv;
     eng *e;
     ASSERT(eng_new(m, &ep, &e) == PK_OK);
     eng_stats *st = malloc(sizeof *st);
@@ -527,6 +536,11 @@ static void test_random(model *m, int n_steps)
            n_done, n_err);
     free(st);
     eng_free(e);
+    kvev_pub_stats ks;
+    kvev_pub_stats_get(kv, &ks);
+    CHECK(ks.batches > 10 && ks.events > ks.batches && ks.dropped == 0);
+    kvev_pub_free(kv);
+    unlink(kc.endpoint + 6);
 }
 
 /* ---- context shift and its guard ------------------------------------------ */

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "../engine/eng.h"
+#include "../kvev/kvev_pub.h"
 #include "../model/model.h"
 #include "../server/srv.h"
 #include "../tensor/tq.h"
@@ -91,6 +92,13 @@ static void usage(void)
         "  --admission-on-saturation S   reject | warn | queue (default reject)\n"
         "  --admission-settle-tokens N, --admission-settle-max-ms MS, --admission-queue-max-ms MS,\n"
         "  --admission-guarantee N  the policy's other fields (48, 5000, 30000, 1)\n"
+        "  --kv-events-endpoint E  publish KV events (docs/kv-events.md) on ZMQ endpoint E, bound when\n"
+        "                          it has '*' (tcp://*:5557), else connected\n"
+        "  --kv-events-replay-endpoint E   answer replay requests there (ROUTER)\n"
+        "  --kv-events-topic T     default kv@<$POD_IP or host>@<model>\n"
+        "  --kv-events-encoding tagged|array   events as maps with \"type\" (default) or arrays\n"
+        "  --kv-events-config JSON vLLM's KVEventsConfig (enable_kv_cache_events, endpoint, ...)\n"
+        "  --kv-block-size N       tokens per KV events block and lookup block (default 16)\n"
         "  --spec-type T           speculative decoding (docs/speculative.md): ngram-cache (the\n"
         "                          session's tokens and the server's recent generations) or\n"
         "                          ngram-simple (the session's own, one key length); default none\n"
@@ -115,7 +123,52 @@ typedef struct serve_opts {
     bool mmap;
     eng_params ep;
     srv_params sp;
+    kvev_pub_config kc;          /* --kv-events-* */
+    bool kv_events;              /* on: a config enabling them, or an endpoint flag */
 } serve_opts;
+
+/* --kv-events-config JSON (vLLM's KVEventsConfig) and polykv's single
+ * flags, which also turn events on (docs/kv-events.md). */
+static bool kv_events_flag(serve_opts *o, const char *a, const char *v)
+{
+    kvev_pub_config *c = &o->kc;
+    if (!strcmp(a, "--kv-events-config")) {
+        char why[256];
+        if (kvev_pub_parse(v, c, &o->kv_events, why, sizeof why) == PK_OK) return true;
+        fprintf(stderr, "polykv serve: %s\n", why);
+        return false;
+    }
+    char *dst = !strcmp(a, "--kv-events-endpoint") ? c->endpoint
+              : !strcmp(a, "--kv-events-replay-endpoint") ? c->replay_endpoint
+              : !strcmp(a, "--kv-events-topic") ? c->topic : NULL;
+    size_t cap = dst == c->topic ? sizeof c->topic : sizeof c->endpoint;
+    if (dst) {
+        if (strlen(v) >= cap || (dst == c->endpoint && !*v)) {
+            fprintf(stderr, "polykv serve: %s: bad value\n", a);
+            return false;
+        }
+        snprintf(dst, cap, "%s", v);
+    } else if (!strcmp(a, "--kv-events-encoding") && (!strcmp(v, "tagged") || !strcmp(v, "array"))) {
+        c->legacy = v[0] == 'a';
+    } else {
+        fprintf(stderr, "polykv serve: %s: %s\n", a,
+                !strcmp(a, "--kv-events-encoding") ? "must be tagged or array" : "unknown option");
+        return false;
+    }
+    o->kv_events = true;
+    return true;
+}
+
+/* The topic llm-d reads a replica and model from: kv@<pod>@<model>, the
+ * pod being srv_replica_name's. */
+static void kv_events_topic(serve_opts *o, const model *m)
+{
+    if (o->kc.topic[0]) return;
+    char name[240], pod[240];
+    srv_model_name(o->sp.model_alias, o->model, m, name, sizeof name);
+    srv_replica_name(pod, sizeof pod);
+    snprintf(o->kc.topic, sizeof o->kc.topic, "kv@%s@%s", pod, name);
+}
 
 /* --admission-NAME VALUE: any of them makes the server-wide policy set. */
 static bool admission_flag(adm_policy *p, const char *name, const char *v)
@@ -202,7 +255,8 @@ static bool takes_value(const char *a)
         "-a", "--alias", "--chat-template", "--chat-template-file", "-to", "--timeout", "--max-body", "--header-timeout", "--max-per-ip",
         "--max-connections", "--kv-type", "--pool-dir", "--models-dir", "--models-max", "--models-preset",
         "--sleep-idle-seconds", "--spec-type", "--spec-draft-n-max", "--spec-draft-n-min",
-        "--spec-ngram-simple-size-n", "--spec-ngram-simple-size-m",
+        "--spec-ngram-simple-size-n", "--spec-ngram-simple-size-m", "--kv-events-config", "--kv-events-endpoint",
+        "--kv-events-replay-endpoint", "--kv-events-topic", "--kv-events-encoding", "--kv-block-size",
     };
     if (!strncmp(a, "--slot-", 7) || !strncmp(a, "--admission-", 12)) return true;
     for (size_t k = 0; k < ARRAY_LEN(names); k++)
@@ -261,6 +315,7 @@ static bool parse(int argc, char **argv, serve_opts *o)
     o->ep = eng_default_params();
     o->ep.n_threads = cli_default_threads();
     o->sp = srv_default_params();
+    o->kc = kvev_pub_default();
     const char *bad = NULL;
     if (pol_params_from_env(&o->ep.policy, &bad) != PK_OK) {   /* flags below override */
         fprintf(stderr, "polykv serve: %s: bad value\n", bad ? bad : "POLYKV_SLOT_*");
@@ -338,6 +393,8 @@ static bool parse(int argc, char **argv, serve_opts *o)
             o->ep.sleep_idle_ms = x < 0 ? 0 : (int32_t)x * 1000;
         }
         else if (!strncmp(a, "--spec-", 7)) { if (!spec_flag(&o->ep.spec, a, v)) return false; }
+        else if (!strncmp(a, "--kv-events-", 12)) { if (!kv_events_flag(o, a, v)) return false; }
+        else if (!strcmp(a, "--kv-block-size")) { if (!cli_int(a, v, 1, 1024, &x)) return false; o->ep.kv_block_size = (int32_t)x; }
         else if (!strcmp(a, "--rs-slots")) { if (!cli_int(a, v, 1, 4096, &x)) return false; o->ep.n_rs = (int32_t)x; }
         else if (!strcmp(a, "--pools")) { if (!cli_int(a, v, 0, ENG_MAX_POOLS, &x)) return false; o->ep.n_pools = (int32_t)x; }
         else if (!strcmp(a, "--pool-grace-ms")) { if (!cli_int(a, v, 0, 1 << 30, &x)) return false; o->ep.pool_grace_ms = (int32_t)x; }
@@ -378,6 +435,12 @@ static bool parse(int argc, char **argv, serve_opts *o)
         /* The router's own routes (load, unload) and its children's health
          * checks know one key; tenants' namespaces are a model server's. */
         fprintf(stderr, "polykv serve: --api-key-file is for a one-model server (-m), not router mode\n");
+        return false;
+    }
+    if (!o->model && o->kv_events) {
+        /* Every child would publish on one endpoint: events are a
+         * replica's, one model each (docs/kv-events.md). */
+        fprintf(stderr, "polykv serve: KV events are a one-model server's (-m): run one per replica, not router mode\n");
         return false;
     }
     if (!o->model && !child_args(argc, argv, o)) return false;
@@ -468,18 +531,22 @@ int cli_serve(int argc, char **argv)
     double t0 = pk_time_ms();
     model *m = NULL;
     eng *e = NULL;
+    kvev_pub *kv = NULL;
     pk_status st;
     if ((st = model_load(o.model, o.mmap ? MODEL_MMAP : MODEL_COPY, &m, err, sizeof err)) != PK_OK) {
         fprintf(stderr, "polykv: %s: %s\n", o.model, err);
-    } else if ((st = eng_new(m, &o.ep, &e)) != PK_OK) {
+    } else if (o.kv_events && (kv_events_topic(&o, m), st = kvev_pub_new(&o.kc, &kv, err, sizeof err)) != PK_OK) {
+        fprintf(stderr, "polykv: %s\n", err);
+    } else if ((o.ep.kv_events = kv, st = eng_new(m, &o.ep, &e)) != PK_OK) {
         fprintf(stderr, "polykv: cannot start the engine (%d slots, %d cells): %s\n", o.ep.n_slots, o.ep.n_ctx,
                 pk_status_str(st));
-    } else if ((st = srv_set_engine(s, e, o.model, err, sizeof err)) != PK_OK) {
+    } else if ((srv_set_kv_events(s, kv), st = srv_set_engine(s, e, o.model, err, sizeof err)) != PK_OK) {
         fprintf(stderr, "polykv: %s\n", err);
     }
     if (st != PK_OK) {
         srv_free(s);
         eng_free(e);
+        kvev_pub_free(kv);
         model_free(m);
         return 1;
     }
@@ -490,12 +557,17 @@ int cli_serve(int argc, char **argv)
         fprintf(stderr, "polykv: hybrid model: a recurrent state of %.2f MiB per sequence and per checkpoint, "
                 "%d state slots; no context shift: a session stops (truncated) at its context's end\n",
                 model_state_bytes(m) / 1048576.0, eng_n_states(e));
+    if (kv)
+        fprintf(stderr, "polykv: KV events on %s%s%s, topic %s, blocks of %d tokens, %s encoding\n", o.kc.endpoint,
+                o.kc.replay_endpoint[0] ? ", replay on " : "", o.kc.replay_endpoint, o.kc.topic, o.ep.kv_block_size,
+                o.kc.legacy ? "array" : "tagged");
 
     int sig = 0;
     sigwait(&stop, &sig);
     fprintf(stderr, "polykv: %s: shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     srv_free(s);
     eng_free(e);
+    kvev_pub_free(kv);
     model_free(m);
     return 0;
 }

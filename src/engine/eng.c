@@ -32,7 +32,7 @@ eng_params eng_default_params(void)
                          .kv_type = TQ_F16, .tps_window_tokens = 128, .tps_window_ms = 2000,
                          .policy = pol_params_default(), .cache_ram_mib = 8192, .n_pools = 16,
                          .pool_grace_ms = 30000, .admission = adm_policy_default(),
-                         .spec = spec_params_default() };
+                         .spec = spec_params_default(), .kv_block_size = 16 };
 }
 
 const eng_params *eng_get_params(const eng *e) { return &e->p; }
@@ -676,6 +676,7 @@ void *eng_main(void *arg)
         if (n > 0 || eng_has_work(e)) e->sleep.idle_since_ms = pk_time_ms();
         e->wq.nap = n == 0 && e->wq.n_waiting > 0 && !eng_running(e) && !eng_pool_busy(e);
         eng_admit_step(e);
+        eng_kvev_step(e);
         publish(e);
         if (e->dbg.check) eng_check(e);
     }

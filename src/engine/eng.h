@@ -102,6 +102,9 @@ typedef struct eng_params {
     adm_policy admission;       /* server-wide, for sessions on no pool (--admission-*);
                                    also the defaults of a pool's policy */
     spec_params spec;           /* speculative decoding (--spec-*; docs/speculative.md) */
+    int32_t kv_block_size;      /* --kv-block-size: tokens per block of KV events and the lookup, 16 */
+    struct kvev_pub *kv_events; /* where KV events go (docs/kv-events.md), NULL: none; borrowed,
+                                   outlives the engine */
 } eng_params;
 
 eng_params eng_default_params(void);
@@ -423,6 +426,20 @@ pk_status eng_slot_restore(eng *e, int32_t slot, const char *dir, const char *na
  * replaces it (set->set is forced true), then *out gets the one in force.
  * PK_ENOTFOUND (no such pool), PK_EINVAL (a bad policy), PK_ECANCELLED. */
 pk_status eng_admission(eng *e, int32_t pool_id, const adm_policy *set, adm_policy *out);
+
+/* The longest prefix of a token list the engine could reuse for a new
+ * request now (docs/kv-events.md): where it is and in which medium. */
+typedef struct eng_lookup_reply {
+    int32_t n_cached;           /* tokens */
+    int32_t block_size;         /* --kv-block-size */
+    const char *where;          /* "slot", "parked", "pool", "ram" or "none" (static) */
+    int32_t ref;                /* the slot id, pool id or RAM entry; -1 none */
+    int medium;                 /* kvev_medium: 0 cells, 1 the RAM tier */
+} eng_lookup_reply;
+
+/* Read-only: nothing runs, nothing moves.  PK_ENOMEM, PK_ECANCELLED
+ * (stopping). */
+pk_status eng_lookup(eng *e, const int32_t *tokens, int32_t n, eng_lookup_reply *out);
 
 typedef struct eng_capacity_reply {
     pk_status status;

@@ -58,6 +58,7 @@ static const struct {
     [ENG_MSG_CAPACITY]  = { eng_capacity_msg, 0 },
     [ENG_MSG_SLOT_FILE] = { eng_slot_file_msg, MSG_CHANGES },
     [ENG_MSG_WAKE]      = { on_wake, 0 },
+    [ENG_MSG_LOOKUP]    = { eng_lookup_msg, MSG_ASLEEP },
 };
 
 void eng_call_done(eng *e, eng_call *c)
@@ -310,6 +311,14 @@ pk_status eng_capacity(eng *e, int32_t pool_id, int32_t expected_tokens, const c
     return st != PK_OK ? st : out->status;
 }
 
+pk_status eng_lookup(eng *e, const int32_t *tokens, int32_t n, eng_lookup_reply *out)
+{
+    memset(out, 0, sizeof *out);
+    eng_call c = { .msg.kind = ENG_MSG_LOOKUP, .u.lookup = { .tokens = tokens, .n = MAX(n, 0), .out = out } };
+    pk_status st = call(e, &c);
+    return st != PK_OK ? st : c.status;
+}
+
 pk_status eng_pool_op(eng *e, const eng_pool_req *rq, eng_pool_reply *out)
 {
     memset(out, 0, sizeof *out);
@@ -394,6 +403,7 @@ static void teardown(eng *e)
     free(e->batch.b_want);
     free(e->batch.logits);
     eng_spec_free(e);
+    eng_kvev_free(e);
     free(e->batch.gram_logits);
     free(e->batch.bias_logits);
     mem_free(e->mem);
@@ -414,7 +424,7 @@ static bool params_ok(const eng_params *p)
            p->tps_window_ms >= 1 && p->cache_ram_mib >= 0 && p->n_pools >= 0 && p->n_pools <= ENG_MAX_POOLS &&
            p->n_slots + p->n_pools <= KV_MAX_SEQ && p->pool_grace_ms >= 0 && p->sleep_idle_ms >= 0 &&
            adm_policy_check(&p->admission) == PK_OK && pol_params_check(&p->policy) == PK_OK &&
-           !spec_params_check(&p->spec);
+           !spec_params_check(&p->spec) && p->kv_block_size >= 1 && p->kv_block_size <= 1024;
 }
 
 pk_status eng_new(const model *m, const eng_params *p, eng **out)
@@ -462,7 +472,8 @@ pk_status eng_new(const model *m, const eng_params *p, eng **out)
         e->slots[i].spec_pos0 = -1;
         if (!(e->slots[i].hist = malloc((size_t)e->n_ctx_slot * sizeof(int32_t)))) goto fail;
     }
-    if ((st = eng_place_init(e)) || (st = eng_pool_init(e)) || (st = eng_save_init(e)) || (st = eng_spec_init(e)))
+    if ((st = eng_place_init(e)) || (st = eng_pool_init(e)) || (st = eng_save_init(e)) || (st = eng_spec_init(e)) ||
+        (st = eng_kvev_init(e)))
         goto fail;
     st = PK_ENOMEM;
 #ifdef PK_DEBUG

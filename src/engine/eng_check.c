@@ -22,6 +22,8 @@
  *              --pool-dir
  *   pools      eng_pool_check: resident pools hold [0, L), evicted none,
  *              the allocator's pool ids are the tree's
+ *   KV events  eng_kvev_check: the tracker's counts are its holders',
+ *              and each holder has the full blocks of what it holds now
  *   asleep     no cache, no history anywhere, the weights released
  */
 #include "eng_impl.h"
@@ -101,6 +103,7 @@ void eng_check(eng *e)
     check_mailbox(e);
     check_published(e);
     check_scratch(e);
+    ASSERT(eng_kvev_check(e));
     if (e->sleep.sleeping) {
         check_asleep(e);
         return;

@@ -111,6 +111,7 @@ static int32_t take_rec(eng *e, const int32_t *tokens, int32_t n, int32_t marker
     r->last_use_s = last_use_s;
     r->max_gap_ms = max_gap_ms;
     r->pool_id = pool_id;
+    r->serial = ++e->hist.next_serial;
     snprintf(r->session, sizeof r->session, "%s", session ? session : "");
     return i;
 }

@@ -43,6 +43,11 @@ typedef struct eng_call {
             eng_capacity_reply *out;
         } capacity;                                                         /* CAPACITY */
         struct {
+            const int32_t *tokens;
+            int32_t n;
+            eng_lookup_reply *out;
+        } lookup;                                                           /* LOOKUP */
+        struct {
             int32_t slot;
             const char *dir, *name;
             bool save;          /* save, else restore */
@@ -237,6 +242,7 @@ typedef struct hrec {
     char session[ENG_SESSION_CAP];  /* still a known session's context: never gated as new */
     double max_gap_ms;          /* kept from its slot (adm_live_ms) */
     int32_t pool_id;            /* kept from its slot: its agent's admission scope */
+    uint64_t serial;            /* unique in the process: KV events tell a new record in a reused entry */
 } hrec;
 
 /* ---- the engine, by owner ----
@@ -276,6 +282,7 @@ typedef struct eng_hists {
     int32_t n_parked, n_spilled;
     size_t spill_bytes;         /* images held now, at most p.cache_ram_mib */
     int32_t spill_pin;          /* RAM entry being restored: never evicted, -1 none */
+    uint64_t next_serial;       /* hrec.serial of the next record */
     struct eng_snap *snap;      /* placement scratch */
     int32_t marker[16];         /* turn marker tokens */
     int32_t n_marker;
@@ -373,7 +380,17 @@ struct eng {
     eng_sleeper sleep;
     eng_debug dbg;
     struct spec_store *spec_store;  /* ngram-cache's recent generations (eng_spec.c) */
+    struct eng_kvev *kvev;      /* KV events' tracker (eng_kvev.c), NULL when off */
 };
+
+/* eng_kvev.c: KV events and the prefix lookup (docs/kv-events.md). */
+pk_status eng_kvev_init(eng *e);                /* after the history store and pools */
+void eng_kvev_free(eng *e);
+/* After every step: what each holder holds now, to the tracker; the net
+ * change to the publisher. */
+void eng_kvev_step(eng *e);
+bool eng_kvev_check(eng *e);
+void eng_lookup_msg(eng *e, eng_call *c);
 
 /* eng_spec.c: speculation's part of a step (docs/speculative.md). */
 pk_status eng_spec_init(eng *e);
@@ -498,6 +515,8 @@ void eng_pool_detach(eng *e, slot *s);
 /* Resident pools for the placement snapshot: fills h[0..cap) and their
  * seq ids, returns how many. */
 int32_t eng_pool_hists(eng *e, const int32_t *excl, pol_hist *h, int32_t *seq, int32_t cap);
+/* The id of the pool under sequence seq. */
+int32_t eng_pool_id_of(const eng *e, kv_seq seq);
 /* Drops a pool's cells under cache pressure (the policy chose it). */
 void eng_pool_evict_seq(eng *e, kv_seq seq, const char *why);
 /* A session's history: the sequence holding it and its tokens, or -1. */
@@ -554,6 +573,8 @@ bool eng_session_known(const eng *e, const char *session);
 void eng_admit_stats(eng *e, int32_t pool_id, eng_adm_info *o);
 
 /* eng_save.c: KV state on disk */
+/* The model's fingerprint (file formats, KV events' hash seed). */
+uint64_t eng_model_fingerprint(const eng *e);
 /* The model's fingerprint; with --pool-dir, the saved pools restored
  * (before the engine thread starts). */
 pk_status eng_save_init(eng *e);

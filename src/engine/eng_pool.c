@@ -686,6 +686,11 @@ int32_t eng_pool_hists(eng *e, const int32_t *excl, pol_hist *h, int32_t *seq, i
     return n;
 }
 
+int32_t eng_pool_id_of(const eng *e, kv_seq seq)
+{
+    return e->pools->m[seq].id;
+}
+
 void eng_pool_evict_seq(eng *e, kv_seq seq, const char *why)
 {
     const pool_node *p = pool_get(e->pools->tree, e->pools->m[seq].id);

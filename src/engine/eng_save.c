@@ -61,6 +61,11 @@ static uint64_t fingerprint(const model *m)
     return fp;
 }
 
+uint64_t eng_model_fingerprint(const eng *e)
+{
+    return e->persist->fingerprint;
+}
+
 static sav_expect expect(const eng *e)
 {
     mem_layout l = mem_get_layout(e->mem);

@@ -16,7 +16,27 @@ struct mem {
     model_ctx *ctx;             /* borrowed: the forward pass owns the storage */
     kv_cache *kv;               /* model_ctx_kv(ctx) */
     rs_cache *rs;               /* model_ctx_rs(ctx): NULL unless a hybrid */
+    int32_t cut[KV_MAX_SEQ];    /* the lowest position each sequence lost since mem_take_cut */
 };
+
+/* seq's cells at p and past go: every removal passes here, so
+ * mem_take_cut knows what still stands. */
+static void rm_from(mem *m, kv_seq seq, kv_pos p0, kv_pos p1)
+{
+    kv_seq_rm(m->kv, seq, p0, p1);
+    p0 = MAX(p0, 0);
+    if (seq < 0)
+        for (kv_seq s = 0; s < KV_MAX_SEQ; s++) m->cut[s] = MIN(m->cut[s], p0);
+    else m->cut[seq] = MIN(m->cut[seq], p0);
+}
+
+int32_t mem_take_cut(mem *m, kv_seq seq)
+{
+    ASSERT(seq >= 0 && seq < KV_MAX_SEQ);
+    int32_t c = m->cut[seq];
+    m->cut[seq] = INT32_MAX;
+    return c;
+}
 
 pk_status mem_new(model_ctx *ctx, mem **out)
 {
@@ -69,7 +89,7 @@ int32_t mem_keep(mem *m, kv_seq seq, kv_pos n)
             rs_drop(m->rs, seq);
         }
     }
-    kv_seq_rm(m->kv, seq, n, -1);
+    rm_from(m, seq, n, -1);
     return n;
 }
 
@@ -80,7 +100,7 @@ void mem_give_checkpoints(mem *m, kv_seq seq, kv_seq dst, kv_pos lo, kv_pos hi)
 
 void mem_drop(mem *m, kv_seq seq)
 {
-    kv_seq_rm(m->kv, seq, -1, -1);
+    rm_from(m, seq, -1, -1);
     if (m->rs) {
         rs_drop(m->rs, seq);
         model_rs_checkpoint_at(m->ctx, seq, -1);
@@ -89,7 +109,7 @@ void mem_drop(mem *m, kv_seq seq)
 
 void mem_drop_prefix(mem *m, kv_seq seq, kv_pos n)
 {
-    kv_seq_rm(m->kv, seq, 0, n);
+    rm_from(m, seq, 0, n);
 }
 
 void mem_charge(mem *m, kv_seq seq, kv_pos p0, kv_pos p1)
@@ -103,15 +123,16 @@ pk_status mem_shift(mem *m, kv_seq seq, kv_pos n_keep, kv_pos n_discard)
     int32_t excl[KV_MAX_SEQ];
     kv_excl_counts(m->kv, excl);
     if (excl[seq] != kv_seq_cells(m->kv, seq)) return PK_ECONFLICT;
-    kv_seq_rm(m->kv, seq, n_keep, n_keep + n_discard);
+    rm_from(m, seq, n_keep, n_keep + n_discard);
     pk_status st = model_kv_shift(m->ctx, seq, n_keep + n_discard, -1, -n_discard);
-    if (st != PK_OK) kv_seq_rm(m->kv, seq, n_keep, -1);   /* nothing half-moved stays */
+    if (st != PK_OK) rm_from(m, seq, n_keep, -1);   /* nothing half-moved stays */
     return st;
 }
 
 void mem_clear(mem *m)
 {
     kv_clear(m->kv);
+    for (kv_seq s = 0; s < KV_MAX_SEQ; s++) m->cut[s] = 0;
     if (m->rs) {
         rs_clear(m->rs);
         for (kv_seq s = 0; s < KV_MAX_SEQ; s++) model_rs_checkpoint_at(m->ctx, s, -1);
@@ -144,11 +165,11 @@ kv_pos mem_spec_end(mem *m, kv_seq seq, kv_pos pos, kv_pos n)
 {
     if (!m->rs || rs_pos(m->rs, seq) == n) {  /* cells cut back; a hybrid that kept every position */
         if (m->rs) rs_drop_ckpt(m->rs, seq, pos);    /* keeps the step's state */
-        kv_seq_rm(m->kv, seq, n, -1);
+        rm_from(m, seq, n, -1);
         return n;
     }
     if (rs_restore(m->rs, seq, pos) == PK_OK) {
-        kv_seq_rm(m->kv, seq, pos, -1);
+        rm_from(m, seq, pos, -1);
         return pos;
     }
     return mem_keep(m, seq, MIN(n, pos));

@@ -192,6 +192,11 @@ int32_t mem_common(const mem *m, kv_seq a, kv_seq b, kv_pos p0, kv_pos p1);
 /* For every sequence id, what dropping it alone would free, in cells:
  * out[KV_MAX_SEQ].  One pass. */
 void mem_excl_counts(const mem *m, int32_t *out);
+/* The lowest position seq lost (cut back, dropped, shifted) since the
+ * last call for it, INT32_MAX when none; 0 before the first call.  KV
+ * events (eng_kvev.c) learn from it which of a holder's blocks still
+ * stand: below it, seq's state is what it was. */
+int32_t mem_take_cut(mem *m, kv_seq seq);
 /* True when seq holds exactly the positions [0, n) (n = 0: nothing). */
 bool mem_holds(const mem *m, kv_seq seq, int32_t n);
 

@@ -54,6 +54,7 @@ static const srv_route routes[] = {
     { "/metrics",             "GET",  srv_h_metrics,         SRV_PROBE, false, false },
     { "/polykv/tps",          "GET",  srv_h_tps,             SRV_KEY, false, false },
     { "/polykv/cache",        "GET",  srv_h_cache,           SRV_KEY, false, false },
+    { "/polykv/lookup",       "POST", srv_h_lookup,          SRV_KEY, false, true },
     { "/polykv/pools",        "*",    srv_h_pools,           SRV_KEY, false, false },
     { "/polykv/admission",    "*",    srv_h_admission,       SRV_KEY, false, false },
     { "/polykv/capacity",     "GET",  srv_h_capacity,        SRV_KEY, false, false },
@@ -697,6 +698,7 @@ pk_status srv_new(const srv_params *p, srv **out, char *err, size_t err_len)
     s->p.cors_origins = s->cors_origins = dup_or_null(srv_cors_default(p), &oom);
     s->p.model_tags = s->tags = dup_or_null(p->model_tags, &oom);
     s->p.gcp_predict_route = s->gcp_predict = dup_or_null(p->gcp_predict_route, &oom);
+    srv_replica_name(s->replica, sizeof s->replica);
     s->p.gcp_health_route = s->gcp_health = dup_or_null(p->gcp_health_route, &oom);
     s->t_start = (int64_t)time(NULL);
     atomic_init(&s->stopping, false);
@@ -779,6 +781,26 @@ static void base_name(const char *path, char *out, size_t cap)
     snprintf(out, cap, "%s", b);
 }
 
+void srv_replica_name(char *out, size_t cap)
+{
+    const char *ip = getenv("POD_IP");
+    if (ip && *ip) snprintf(out, cap, "%s", ip);
+    else if (cap < 2 || gethostname(out, cap - 1) != 0) snprintf(out, cap, "localhost");
+    else out[cap - 1] = 0;
+}
+
+void srv_set_kv_events(srv *s, struct kvev_pub *kv)
+{
+    s->kv = kv;
+}
+
+void srv_model_name(const char *alias, const char *model_path, const model *m, char *out, size_t cap)
+{
+    if (alias && *alias) first_alias(alias, out, cap);
+    else if (model_path) base_name(model_path, out, cap);
+    else snprintf(out, cap, "%s", model_desc(m));
+}
+
 pk_status srv_set_engine(srv *s, eng *e, const char *model_path, char *err, size_t err_len)
 {
     ASSERT(!srv_engine(s));
@@ -818,9 +840,7 @@ pk_status srv_set_engine(srv *s, eng *e, const char *model_path, char *err, size
     s->tmpl_src = src;
     s->max_token_bytes = tok_max_token_bytes(v);
     s->model_path = model_path ? strdup(model_path) : NULL;
-    if (s->p.model_alias && *s->p.model_alias) first_alias(s->p.model_alias, s->model_name, sizeof s->model_name);
-    else if (model_path) base_name(model_path, s->model_name, sizeof s->model_name);
-    else snprintf(s->model_name, sizeof s->model_name, "%s", model_desc(m));
+    srv_model_name(s->p.model_alias, model_path, m, s->model_name, sizeof s->model_name);
     atomic_store_explicit(&s->e, e, memory_order_release);
     return PK_OK;
 }

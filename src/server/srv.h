@@ -136,6 +136,15 @@ int srv_port(const srv *s);
  * in the params is unknown (reason in err); the server then keeps
  * answering 503. */
 pk_status srv_set_engine(srv *s, eng *e, const char *model_path, char *err, size_t err_len);
+/* KV events' publisher (docs/kv-events.md), whose counters /metrics
+ * shows: borrowed, outliving the server.  Call before srv_set_engine. */
+void srv_set_kv_events(srv *s, struct kvev_pub *kv);
+/* This replica's name for routers and KV events' topic: $POD_IP
+ * (Kubernetes' downward API), else the host's name. */
+void srv_replica_name(char *out, size_t cap);
+/* The model's name in responses: the alias list's first name in sort
+ * order, else the file's name, else m's description. */
+void srv_model_name(const char *alias, const char *model_path, const model *m, char *out, size_t cap);
 
 /* Stops accepting, ends the requests in flight (their tasks cancelled) and
  * frees everything.  NULL is a no-op. */

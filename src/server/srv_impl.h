@@ -90,6 +90,8 @@ struct srv {
     const char *tmpl_src;          /* the model's template source when it is used, else NULL */
     srv_jinja jj;                  /* the Jinja template (srv_chat.c), set once with tmpl */
     char model_name[SRV_MAX_NAME];
+    char replica[256];             /* srv_replica_name, at srv_new */
+    struct kvev_pub *kv;           /* KV events (srv_set_kv_events, before the engine), NULL off */
     char *model_path;
     size_t max_token_bytes;        /* tok_max_token_bytes: bounds a prompt before tokenizing; 0 none */
     pthread_mutex_t scrape_mu;     /* guards scrape: the counters at the last /metrics */
@@ -285,6 +287,7 @@ enum MHD_Result srv_h_slots(srv_req *r, json_t *body);
 enum MHD_Result srv_h_metrics(srv_req *r, json_t *body);
 enum MHD_Result srv_h_tps(srv_req *r, json_t *body);
 enum MHD_Result srv_h_cache(srv_req *r, json_t *body);
+enum MHD_Result srv_h_lookup(srv_req *r, json_t *body);
 enum MHD_Result srv_h_pools(srv_req *r, json_t *body);        /* srv_pools.c */
 enum MHD_Result srv_h_pool(srv_req *r, json_t *body);
 enum MHD_Result srv_h_slot_action(srv_req *r, json_t *body);
@@ -355,7 +358,10 @@ json_t *srv_pools_json(const srv *s, const eng_stats *st, int32_t root, const sr
 
 /* Prometheus text of a stats snapshot (llamacpp:, polykv:, vllm: series).
  * Returns a malloc'ed NUL-terminated string, NULL when out of memory. */
-char *srv_metrics_text(const eng_stats *st, const srv_scrape *since, const char *model_name);
+/* kv: KV events' counters, NULL when they are off. */
+struct kvev_pub_stats;
+char *srv_metrics_text(const eng_stats *st, const srv_scrape *since, const char *model_name, const char *replica,
+                       const struct kvev_pub_stats *kv);
 /* "idle", "prefill" or "decode", as /slots, /polykv/tps and /polykv/pools say it. */
 const char *srv_slot_state(eng_slot_state s);
 /* The /polykv/tps snapshot object. */

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../kvev/kvev_pub.h"
 #include "srv_impl.h"
 
 static void metric(pk_buf *b, const char *name, const char *type, const char *help, const char *labels, double v)
@@ -75,7 +76,24 @@ static void pool_series(pk_buf *b, const eng_stats *st)
     }
 }
 
-char *srv_metrics_text(const eng_stats *st, const srv_scrape *since, const char *model_name)
+/* Writes s escaped for a label value (\\, " and new lines) at o, up to
+ * end; returns where it stopped. */
+static char *escape_label(char *o, const char *end, const char *s)
+{
+    for (const char *c = s; *c && o < end; c++) {
+        if (*c == '\\' || *c == '"') *o++ = '\\';
+        if (*c == '\n') {
+            *o++ = '\\';
+            *o++ = 'n';
+            continue;
+        }
+        *o++ = *c;
+    }
+    return o;
+}
+
+char *srv_metrics_text(const eng_stats *st, const srv_scrape *since, const char *model_name, const char *replica,
+                       const kvev_pub_stats *kv)
 {
     pk_buf b = {0};
     double prompt_s = st->prompt_ms_total / 1e3, predicted_s = st->predicted_ms_total / 1e3;
@@ -140,20 +158,30 @@ char *srv_metrics_text(const eng_stats *st, const srv_scrape *since, const char 
            "", st->control_ms_total / 1000.0);
     pool_series(&b, st);
     admission_series(&b, st);
+    if (kv) {
+        metric(&b, "polykv:kv_events_batches_total", "counter",
+               "KV event batches numbered (sent or dropped): the next sequence number.", "", (double)kv->batches);
+        metric(&b, "polykv:kv_events_dropped_total", "counter",
+               "KV event batches dropped (publisher queue full): gaps in the sequence numbers.", "",
+               (double)kv->dropped);
+        metric(&b, "polykv:kv_events_total", "counter", "KV events in the batches queued for sending.", "",
+               (double)kv->events);
+        metric(&b, "polykv:kv_events_replays_total", "counter", "Replay requests answered.", "",
+               (double)kv->replays);
+    }
 
     /* Label values escape \, " and new lines (Prometheus text format). */
     char label[SRV_MAX_NAME * 2 + 32], *o = label;
     o += sprintf(o, "{model_name=\"");
-    for (const char *c = model_name; *c && o < label + sizeof label - 8; c++) {
-        if (*c == '\\' || *c == '"') *o++ = '\\';
-        if (*c == '\n') {
-            *o++ = '\\';
-            *o++ = 'n';
-            continue;
-        }
-        *o++ = *c;
-    }
+    o = escape_label(o, label + sizeof label - 8, model_name);
     strcpy(o, "\"}");
+    char who[SRV_MAX_NAME * 2 + 600], *w = who;
+    w += sprintf(w, "{replica=\"");
+    w = escape_label(w, who + sizeof who / 2 - 8, replica);
+    w += sprintf(w, "\",model_name=\"");
+    w = escape_label(w, who + sizeof who - 8, model_name);
+    strcpy(w, "\"}");
+    metric(&b, "polykv:replica_info", "gauge", "This replica (its $POD_IP or host name) and its model.", who, 1);
     metric(&b, "vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", label,
            st->n_waiting);
     metric(&b, "vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", label,
@@ -229,7 +257,9 @@ enum MHD_Result srv_h_metrics(srv_req *r, json_t *body)
     if (!stats(r, &st)) return srv_reply_errorf(r, 503, "the engine is stopping");
     /* One scrape at a time: each one's window starts where the last ended. */
     pthread_mutex_lock(&r->s->scrape_mu);
-    char *text = srv_metrics_text(&st, &r->s->scrape, r->s->model_name);
+    kvev_pub_stats kv;
+    if (r->s->kv) kvev_pub_stats_get(r->s->kv, &kv);
+    char *text = srv_metrics_text(&st, &r->s->scrape, r->s->model_name, r->s->replica, r->s->kv ? &kv : NULL);
     if (text)
         r->s->scrape = (srv_scrape){ st.n_prompt_tokens, st.n_predicted_tokens, st.prompt_ms_total,
                                      st.predicted_ms_total };

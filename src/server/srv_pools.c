@@ -214,7 +214,8 @@ json_t *srv_pools_json(const srv *s, const eng_stats *st, int32_t root, const sr
     /* on a hybrid, the recurrent states are bytes in use too: every state
      * is a slot's, a parked history's or a pool's (docs/hybrid.md) */
     double bytes = (double)st->kv_cell_bytes, states = (double)st->state_bytes;
-    return json_pack("{s:I, s:o, s:i, s:i, s:i, s:f, s:f, s:f}", "ts", (json_int_t)st->ts_ms, "pools", a,
+    return json_pack("{s:s, s:s, s:I, s:o, s:i, s:i, s:i, s:f, s:f, s:f}", "replica", s->replica, "model",
+                     s->model_name, "ts", (json_int_t)st->ts_ms, "pools", a,
                      "tree_depth", st->pool_tree_depth, "seq_ids_used", st->seq_ids_used, "seq_ids_max",
                      st->seq_ids_max, "kv_bytes_used", st->kv_used * bytes + st->states_used * states,
                      "kv_bytes_total", st->kv_total * bytes + st->states_total * states,
@@ -222,6 +223,43 @@ json_t *srv_pools_json(const srv *s, const eng_stats *st, int32_t root, const sr
 }
 
 /* ---- handlers --------------------------------------------------------- */
+
+/* POST /polykv/lookup: the longest prefix of a token list this replica
+ * could reuse now, read-only (docs/kv-events.md).  "tokens": ids, or
+ * "prompt": a completion prompt, tokenized as /completion does.  Admin
+ * only: the answer says what other tenants' prompts hold. */
+enum MHD_Result srv_h_lookup(srv_req *r, json_t *body)
+{
+    srv *s = r->s;
+    if (!srv_req_admin(r)) return srv_reply_errorf(r, 403, "/polykv/lookup needs an admin key");
+    const json_t *tokens = json_object_get(body, "tokens"), *prompt = json_object_get(body, "prompt");
+    if (!tokens == !prompt) return srv_reply_errorf(r, 400, "give one of 'tokens' (token ids) or 'prompt'");
+    srv_err e;
+    int32_t *ids = NULL, n = 0;
+    if (prompt) {
+        if (!srv_tokenize_prompt(s->voc, prompt, "prompt", true, &ids, &n, &e)) return srv_reply_error(r, &e);
+    } else {
+        if (!json_is_array(tokens)) return srv_reply_errorf(r, 400, "'tokens' must be an array of token ids");
+        n = (int32_t)MIN(json_array_size(tokens), (size_t)INT32_MAX);
+        if (!(ids = malloc((size_t)MAX(n, 1) * sizeof *ids))) return srv_reply_errorf(r, 500, "out of memory");
+        for (int32_t i = 0; i < n; i++) {
+            const json_t *t = json_array_get(tokens, (size_t)i);
+            if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) >= tok_n_vocab(s->voc)) {
+                free(ids);
+                return srv_reply_errorf(r, 400, "'tokens'[%d] is not a token id of this model", i);
+            }
+            ids[i] = (int32_t)json_integer_value(t);
+        }
+    }
+    eng_lookup_reply o;
+    pk_status st = eng_lookup(srv_engine(s), ids, n, &o);
+    free(ids);
+    if (st != PK_OK) return srv_reply_errorf(r, st == PK_ENOMEM ? 500 : 503, "lookup failed: %s", pk_status_str(st));
+    return srv_reply_json(r, 200, json_pack("{s:i, s:i, s:i, s:i, s:s, s:i, s:s, s:s}", "n_tokens", n, "n_cached",
+                                            o.n_cached, "n_blocks", o.n_cached / o.block_size, "block_size",
+                                            o.block_size, "where", o.where, "id", o.ref, "medium",
+                                            o.medium ? "CPU" : "GPU", "replica", s->replica));
+}
 
 enum MHD_Result srv_h_pools(srv_req *r, json_t *body)
 {
