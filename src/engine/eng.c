@@ -676,7 +676,9 @@ void *eng_main(void *arg)
         if (n > 0 || eng_has_work(e)) e->sleep.idle_since_ms = pk_time_ms();
         e->wq.nap = n == 0 && e->wq.n_waiting > 0 && !eng_running(e) && !eng_pool_busy(e);
         eng_admit_step(e);
+        double t_ev = pk_time_ms();
         eng_kvev_step(e);
+        e->stat.kv_events_ms += pk_time_ms() - t_ev;
         publish(e);
         if (e->dbg.check) eng_check(e);
     }
@@ -749,6 +751,7 @@ void eng_stats_fill(eng *e, eng_stats *o)
     o->n_tokens_max = e->stat.n_tokens_max;
     o->n_busy_slots_sum = e->stat.n_busy_slots_sum;
     o->control_ms_total = e->stat.control_ms;
+    o->kv_events_ms_total = e->stat.kv_events_ms;
     o->n_requests_done = e->stat.n_done;
     o->n_drafted = e->stat.n_drafted;
     o->n_accepted = e->stat.n_accepted;

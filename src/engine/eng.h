@@ -342,6 +342,8 @@ typedef struct eng_stats {
     int64_t spec_store_tokens;           /* ngram-cache's store: tokens held */
     int32_t n_tokens_max;                /* the most positions one slot has held after a step */
     double prompt_ms_total, predicted_ms_total;
+    double kv_events_ms_total;           /* the engine thread telling KV events' tracker what changed
+                                            and queueing the batch (eng_kvev_step), since start */
     double control_ms_total;             /* the engine thread answering control messages and
                                             publishing snapshots: time no batch runs */
     /* Cache: histories parked now, prompt tokens reused vs read since start,

@@ -314,6 +314,7 @@ typedef struct eng_counters {
     double prompt_tps;          /* EWMA of prefill tokens/s */
     uint64_t n_prompt_tokens, n_predicted_tokens, n_decode_calls, n_busy_slots_sum, n_done;
     double control_ms;          /* see eng_stats.control_ms_total */
+    double kv_events_ms;        /* see eng_stats.kv_events_ms_total */
     int32_t n_tokens_max;       /* largest slot n_hist seen after a decode */
     uint64_t n_tokens_reused, n_tokens_read, n_tokens_restored;
     uint64_t n_drafted, n_accepted, n_verify_steps;

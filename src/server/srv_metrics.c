@@ -168,6 +168,9 @@ char *srv_metrics_text(const eng_stats *st, const srv_scrape *since, const char 
                (double)kv->events);
         metric(&b, "polykv:kv_events_replays_total", "counter", "Replay requests answered.", "",
                (double)kv->replays);
+        metric(&b, "polykv:kv_events_engine_seconds_total", "counter",
+               "Engine thread time spent finding what changed in the cache and queueing its events.", "",
+               st->kv_events_ms_total / 1000.0);
     }
 
     /* Label values escape \, " and new lines (Prometheus text format). */
