@@ -96,7 +96,8 @@ static void usage(void)
         "                          it has '*' (tcp://*:5557), else connected\n"
         "  --kv-events-replay-endpoint E   answer replay requests there (ROUTER)\n"
         "  --kv-events-topic T     default kv@<$POD_IP or host>@<model>\n"
-        "  --kv-events-encoding tagged|array   events as maps with \"type\" (default) or arrays\n"
+        "  --kv-events-encoding array|tagged   events as positional arrays (default: what llm-d\n"
+        "                          decodes) or as maps with \"type\"\n"
         "  --kv-events-config JSON vLLM's KVEventsConfig (enable_kv_cache_events, endpoint, ...)\n"
         "  --kv-block-size N       tokens per KV events block and lookup block (default 16)\n"
         "  --spec-type T           speculative decoding (docs/speculative.md): ngram-cache (the\n"
@@ -149,7 +150,7 @@ static bool kv_events_flag(serve_opts *o, const char *a, const char *v)
         }
         snprintf(dst, cap, "%s", v);
     } else if (!strcmp(a, "--kv-events-encoding") && (!strcmp(v, "tagged") || !strcmp(v, "array"))) {
-        c->legacy = v[0] == 'a';
+        c->tagged = v[0] == 't';
     } else {
         fprintf(stderr, "polykv serve: %s: %s\n", a,
                 !strcmp(a, "--kv-events-encoding") ? "must be tagged or array" : "unknown option");
@@ -560,7 +561,7 @@ int cli_serve(int argc, char **argv)
     if (kv)
         fprintf(stderr, "polykv: KV events on %s%s%s, topic %s, blocks of %d tokens, %s encoding\n", o.kc.endpoint,
                 o.kc.replay_endpoint[0] ? ", replay on " : "", o.kc.replay_endpoint, o.kc.topic, o.ep.kv_block_size,
-                o.kc.legacy ? "array" : "tagged");
+                o.kc.tagged ? "tagged" : "array");
 
     int sig = 0;
     sigwait(&stop, &sig);

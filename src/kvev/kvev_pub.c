@@ -96,7 +96,7 @@ pk_status kvev_pub_parse(const char *json, kvev_pub_config *c, bool *enabled, ch
             ok = put_int(v, &c->max_queue, 1);
         } else if (!strcmp(key, "encoding")) {
             ok = json_is_string(v) && (!strcmp(json_string_value(v), "tagged") || !strcmp(json_string_value(v), "array"));
-            if (ok) c->legacy = !strcmp(json_string_value(v), "array");
+            if (ok) c->tagged = !strcmp(json_string_value(v), "tagged");
         } else {
             snprintf(why, cap, "--kv-events-config: unknown field \"%s\"", key);
             st = PK_EINVAL;
@@ -322,7 +322,7 @@ bool kvev_pub_send(kvev_pub *p, const kvev_list *l, int64_t ts_ms)
     uint8_t *payload;
     size_t n;
     bool sent = false;
-    if (kvev_encode(l, ts_ms, p->c.legacy, p->c.dp_rank, &payload, &n) == PK_OK) {
+    if (kvev_encode(l, ts_ms, p->c.tagged, p->c.dp_rank, &payload, &n) == PK_OK) {
         zmq_msg_t m;
         if (zmq_msg_init_size(&m, n + 8) == 0) {
             be64(zmq_msg_data(&m), seq);

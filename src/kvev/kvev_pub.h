@@ -37,7 +37,8 @@ typedef struct kvev_pub_config {
     int32_t buffer_steps;       /* batches kept for replay, 10000 */
     int32_t hwm;                /* PUB high-water mark (messages per subscriber), 100000 */
     int32_t max_queue;          /* batches waiting for the publisher thread, 100000 */
-    bool legacy;                /* positional arrays (vLLM before its tagged maps) */
+    bool tagged;                /* events as maps with "type" (vLLM's newer encoding); else
+                                   msgspec's positional arrays, what llm-d's adapter decodes */
     int32_t dp_rank;            /* data_parallel_rank, -1: nil */
 } kvev_pub_config;
 
@@ -47,7 +48,7 @@ kvev_pub_config kvev_pub_default(void);
 /* Reads a KVEventsConfig-shaped JSON object into *c (fields it names
  * replace c's: publisher ("zmq" or "null"), endpoint, replay_endpoint,
  * topic, buffer_steps, hwm, max_queue_size, enable_kv_cache_events,
- * polykv's "encoding": "tagged" | "array"; unknown fields are refused).
+ * polykv's "encoding": "array" | "tagged"; unknown fields are refused).
  * *enabled is enable_kv_cache_events (false when absent, as in vLLM) and
  * publisher != "null".  PK_EINVAL
  * with the reason in why. */
@@ -78,6 +79,6 @@ const kvev_pub_config *kvev_pub_get_config(const kvev_pub *p);
 
 /* The msgpack payload of one batch (kvev_pub_send's encoding), malloc'ed
  * into *out / *n; for tests and the fuzzer.  PK_ENOMEM. */
-pk_status kvev_encode(const kvev_list *l, int64_t ts_ms, bool legacy, int32_t dp_rank, uint8_t **out, size_t *n);
+pk_status kvev_encode(const kvev_list *l, int64_t ts_ms, bool tagged, int32_t dp_rank, uint8_t **out, size_t *n);
 
 #endif

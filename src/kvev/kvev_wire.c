@@ -2,18 +2,19 @@
  * kvev_wire.c - one EventBatch as msgpack (msgpack-c), in vLLM's two
  * encodings (docs/kv-events.md, "On the wire"):
  *
- *   tagged (default): every event a map with its "type"
+ *   array (default): msgspec's array_like structs with the tag first, what
+ *   llm-d's vLLM adapter decodes (pkg/kvevents/engineadapter/vllm_adapter.go)
+ *     [ts, [ ["BlockStored", [...], h|nil, [...], n, nil, "GPU", nil],
+ *            ["BlockRemoved", [...], "GPU"], ["AllBlocksCleared"] ], dp_rank|nil]
+ *   tagged: every event a map with its "type" (vLLM's newer encoding)
  *     [ts, [ {"type": "BlockStored", "block_hashes": [...], "parent_block_hash": h|nil,
  *             "token_ids": [...], "block_size": n, "lora_id": nil, "medium": "GPU",
  *             "lora_name": nil},
  *            {"type": "BlockRemoved", "block_hashes": [...], "medium": "GPU"},
- *            {"type": "AllBlocksCleared"} ], dp_rank]
- *   array (legacy): msgspec's array_like structs with the tag first
- *     [ts, [ ["BlockStored", [...], h|nil, [...], n, nil, "GPU", nil],
- *            ["BlockRemoved", [...], "GPU"], ["AllBlocksCleared"] ], dp_rank]
+ *            {"type": "AllBlocksCleared"} ], dp_rank|nil]
  *
- * The batch itself is msgspec's array_like EventBatch in both; dp_rank is
- * left out when nil (msgspec's omit_defaults trims a trailing default).
+ * The batch itself is msgspec's array_like EventBatch in both, its three
+ * fields always there (vLLM writes a nil rank).
  * Hashes are unsigned 64-bit integers (vLLM's ExternalBlockHash may be an
  * int).
  */
@@ -73,7 +74,7 @@ static int event(msgpack_packer *pk, const kvev_list *l, const kvev_event *ev, b
     return r;
 }
 
-pk_status kvev_encode(const kvev_list *l, int64_t ts_ms, bool legacy, int32_t dp_rank, uint8_t **out, size_t *n)
+pk_status kvev_encode(const kvev_list *l, int64_t ts_ms, bool tagged, int32_t dp_rank, uint8_t **out, size_t *n)
 {
     *out = NULL;
     *n = 0;
@@ -81,11 +82,11 @@ pk_status kvev_encode(const kvev_list *l, int64_t ts_ms, bool legacy, int32_t dp
     msgpack_sbuffer_init(&sb);
     msgpack_packer pk;
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    int r = msgpack_pack_array(&pk, dp_rank >= 0 ? 3 : 2);
+    int r = msgpack_pack_array(&pk, 3);
     r = r || msgpack_pack_double(&pk, (double)ts_ms / 1000.0);
     r = r || msgpack_pack_array(&pk, (size_t)l->n_ev);
-    for (int32_t i = 0; !r && i < l->n_ev; i++) r = event(&pk, l, &l->ev[i], !legacy);
-    if (dp_rank >= 0) r = r || msgpack_pack_int32(&pk, dp_rank);
+    for (int32_t i = 0; !r && i < l->n_ev; i++) r = event(&pk, l, &l->ev[i], tagged);
+    r = r || (dp_rank >= 0 ? msgpack_pack_int32(&pk, dp_rank) : msgpack_pack_nil(&pk));
     if (r) {
         msgpack_sbuffer_destroy(&sb);
         return PK_ENOMEM;

@@ -7,7 +7,9 @@ tier, and erases.  After each phase, for every probe token list, the
 blocks the subscriber's index matches (walking the chain by parent and
 token content, as llm-d's indexer does) equal what /polykv/lookup says
 the replica could reuse; sequence numbers have no gap; the replay socket
-returns the batches the live socket sent, byte for byte.
+returns the batches the live socket sent, byte for byte.  Both encodings:
+msgspec's positional arrays (the default, what llm-d decodes) and maps
+tagged with "type".
 """
 import os
 import random
@@ -27,6 +29,20 @@ SHARED = os.environ.get("POLYKV_SHARED") or os.path.join(ROOT, "..", "shared")
 MODEL = os.path.join(SHARED, "models", "stories260K.gguf")
 BIN = os.environ.get("POLYKV_BIN") or os.path.join(ROOT, "build", "polykv")
 BS = 16
+STORED = ["type", "block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name"]
+REMOVED = ["type", "block_hashes", "medium"]
+
+
+def as_map(ev, encoding):
+    """An event as a map: tagged events are; positional ones name their
+    fields in vLLM's order (tag first, trailing defaults may be absent)."""
+    if encoding == "tagged":
+        assert isinstance(ev, dict), ev
+        return ev
+    assert isinstance(ev, list) and ev and isinstance(ev[0], str), ev
+    names = {"BlockStored": STORED, "BlockRemoved": REMOVED}.get(ev[0], ["type"])
+    assert len(ev) <= len(names), ev
+    return {k: (ev[i] if i < len(ev) else None) for i, k in enumerate(names)}
 
 pytestmark = pytest.mark.skipif(not os.path.exists(MODEL), reason=f"KV events: {MODEL} absent")
 
@@ -40,17 +56,19 @@ def free_port():
 class Index:
     """What a router knows of one replica, from its events alone."""
 
-    def __init__(self):
+    def __init__(self, encoding):
+        self.encoding = encoding
         self.key = {}                       # (parent hash or None, block tokens) -> hash
         self.held = {"GPU": set(), "CPU": set()}
         self.n_stored = self.n_removed = self.n_cleared = 0
 
     def apply(self, payload):
         batch = msgpack.unpackb(payload, raw=False)
-        assert isinstance(batch, list) and len(batch) in (2, 3), batch
+        assert isinstance(batch, list) and len(batch) == 3 and batch[2] is None, batch
         ts, events = batch[0], batch[1]
         assert isinstance(ts, float) and abs(ts - time.time()) < 600
         for ev in events:
+            ev = as_map(ev, self.encoding)
             kind = ev["type"]
             if kind == "BlockStored":
                 assert ev["block_size"] == BS and ev["lora_id"] is None
@@ -86,14 +104,14 @@ class Index:
 
 
 class Subscriber(threading.Thread):
-    def __init__(self, ctx, endpoint):
+    def __init__(self, ctx, endpoint, encoding):
         super().__init__(daemon=True)
         self.sock = ctx.socket(zmq.SUB)
         self.sock.setsockopt(zmq.SUBSCRIBE, b"kv@")
         self.sock.setsockopt(zmq.RCVTIMEO, 100)
         self.sock.connect(endpoint)
         self.batches = {}                   # seq -> (topic, payload)
-        self.index = Index()
+        self.index = Index(encoding)
         self.lock = threading.Lock()
         self.stop = False
 
@@ -110,8 +128,8 @@ class Subscriber(threading.Thread):
                 self.index.apply(payload)
 
 
-@pytest.fixture(scope="module")
-def server():
+@pytest.fixture(scope="module", params=["array", "tagged"])
+def server(request):
     if not os.access(BIN, os.X_OK):
         pytest.fail(f"{BIN} is not built")
     pub, rep = free_port(), free_port()
@@ -120,7 +138,7 @@ def server():
     p = subprocess.Popen([BIN, "serve", "-m", MODEL, "--port", "0", "-np", "2", "-c", "384", "-t", "1", "--metrics",
                           "--cache-ram", "64", "--kv-events-endpoint", f"tcp://*:{pub}",
                           "--kv-events-replay-endpoint", f"tcp://*:{rep}",
-                          "--kv-events-topic", "kv@replica-a@stories"],
+                          "--kv-events-topic", "kv@replica-a@stories", "--kv-events-encoding", request.param],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     base, lines, t0 = None, [], time.monotonic()
     while time.monotonic() - t0 < 30 and base is None:
@@ -136,7 +154,7 @@ def server():
     threading.Thread(target=p.stdout.read, daemon=True).start()
     while time.monotonic() - t0 < 30 and requests.get(base + "/health").status_code != 200:
         time.sleep(0.05)
-    yield base, f"tcp://127.0.0.1:{pub}", f"tcp://127.0.0.1:{rep}"
+    yield base, f"tcp://127.0.0.1:{pub}", f"tcp://127.0.0.1:{rep}", request.param
     p.terminate()
     p.wait(10)
 
@@ -172,9 +190,9 @@ def complete(base, tokens, n=8, **extra):
 
 
 def test_events_follow_the_cache(server):
-    base, pub_ep, rep_ep = server
+    base, pub_ep, rep_ep, encoding = server
     ctx = zmq.Context()
-    sub = Subscriber(ctx, pub_ep)
+    sub = Subscriber(ctx, pub_ep, encoding)
     sub.start()
     time.sleep(0.5)                          # the subscription reaches the publisher
     rng = random.Random(7)
