@@ -39,7 +39,7 @@ static int key(msgpack_packer *pk, bool tagged, const char *k)
 static int hashes(msgpack_packer *pk, const kvev_list *l, const kvev_event *ev)
 {
     int r = msgpack_pack_array(pk, (size_t)ev->n_hash);
-    for (int32_t i = 0; !r && i < ev->n_hash; i++) r = msgpack_pack_uint64(pk, l->hash[ev->h0 + i]);
+    for (int32_t i = 0; !r && i < ev->n_hash; i++) r = msgpack_pack_fix_uint64(pk, l->hash[ev->h0 + i]);
     return r;
 }
 
@@ -56,7 +56,7 @@ static int event(msgpack_packer *pk, const kvev_list *l, const kvev_event *ev, b
     case KVEV_STORED:
         r = r || key(pk, tagged, "block_hashes") || hashes(pk, l, ev);
         r = r || key(pk, tagged, "parent_block_hash") ||
-            (ev->has_parent ? msgpack_pack_uint64(pk, ev->parent) : msgpack_pack_nil(pk));
+            (ev->has_parent ? msgpack_pack_fix_uint64(pk, ev->parent) : msgpack_pack_nil(pk));
         r = r || key(pk, tagged, "token_ids") || msgpack_pack_array(pk, (size_t)ev->n_tok);
         for (int32_t i = 0; !r && i < ev->n_tok; i++) r = msgpack_pack_int32(pk, l->tok[ev->t0 + i]);
         r = r || key(pk, tagged, "block_size") || msgpack_pack_int32(pk, l->block_size);
