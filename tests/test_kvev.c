@@ -6,10 +6,13 @@
  * formula, each stored event's hashes chain from its parent over its own
  * tokens, nothing is stored twice or removed unknown.
  */
+#include <msgpack.h>
 #include <xxhash.h>
+#include <zmq.h>
 
 #include "test.h"
 #include "../src/kvev/kvev.h"
+#include "../src/kvev/kvev_pub.h"
 
 static uint64_t rng = 0x6b76657674657374ull;
 
@@ -267,11 +270,228 @@ static void test_growth(void)
     kvev_free(t);
 }
 
+/* ---- the encoding ---- */
+
+static const msgpack_object *at(const msgpack_object *o, uint32_t i)
+{
+    return o->type == MSGPACK_OBJECT_ARRAY && i < o->via.array.size ? &o->via.array.ptr[i] : NULL;
+}
+
+static bool is_str(const msgpack_object *o, const char *s)
+{
+    return o && o->type == MSGPACK_OBJECT_STR && o->via.str.size == strlen(s) && !memcmp(o->via.str.ptr, s, strlen(s));
+}
+
+static const msgpack_object *field(const msgpack_object *o, const char *k)
+{
+    if (!o || o->type != MSGPACK_OBJECT_MAP) return NULL;
+    for (uint32_t i = 0; i < o->via.map.size; i++)
+        if (is_str(&o->via.map.ptr[i].key, k)) return &o->via.map.ptr[i].val;
+    return NULL;
+}
+
+/* One batch of each kind, decoded by msgpack-c: vLLM's fields in order
+ * (arrays) or by name (maps); every hash a full 64-bit integer (0xcf),
+ * the one form llm-d's adapter reads, even a small one. */
+static void test_encode(void)
+{
+    uint64_t hash[] = { 5, 0xfedcba9876543210ull, 9 };
+    int32_t tok[] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+    kvev_event ev[] = { { .kind = KVEV_STORED, .medium = KVEV_CPU, .h0 = 0, .n_hash = 2, .has_parent = true,
+                          .parent = 7, .t0 = 0, .n_tok = 8 },
+                        { .kind = KVEV_REMOVED, .medium = KVEV_GPU, .h0 = 2, .n_hash = 1 },
+                        { .kind = KVEV_CLEARED } };
+    kvev_list l = { .ev = ev, .n_ev = 3, .hash = hash, .tok = tok, .block_size = 4 };
+    for (int tagged = 0; tagged < 2; tagged++) {
+        uint8_t *p;
+        size_t n;
+        CHECK_EQ_INT(kvev_encode(&l, 1700000000123, tagged, -1, &p, &n), PK_OK);
+        static const uint8_t five[] = { 0xcf, 0, 0, 0, 0, 0, 0, 0, 5 }, seven[] = { 0xcf, 0, 0, 0, 0, 0, 0, 0, 7 };
+        CHECK(memmem(p, n, five, sizeof five) && memmem(p, n, seven, sizeof seven));
+        msgpack_unpacked u;
+        msgpack_unpacked_init(&u);
+        size_t off = 0;
+        CHECK(msgpack_unpack_next(&u, (const char *)p, n, &off) == MSGPACK_UNPACK_SUCCESS && off == n);
+        const msgpack_object *root = &u.data, *evs = at(root, 1);
+        CHECK(root->type == MSGPACK_OBJECT_ARRAY && root->via.array.size == 3);
+        CHECK(at(root, 0) && at(root, 0)->type == MSGPACK_OBJECT_FLOAT64 && fabs(at(root, 0)->via.f64 - 1700000000.123) < 1e-6);
+        CHECK(at(root, 2) && at(root, 2)->type == MSGPACK_OBJECT_NIL);
+        CHECK(evs && evs->via.array.size == 3);
+        const msgpack_object *st = at(evs, 0), *rm = at(evs, 1), *cl = at(evs, 2);
+        const msgpack_object *hs, *parent, *toks, *bs, *medium;
+        if (tagged) {
+            CHECK(is_str(field(st, "type"), "BlockStored") && is_str(field(rm, "type"), "BlockRemoved") &&
+                  is_str(field(cl, "type"), "AllBlocksCleared"));
+            hs = field(st, "block_hashes"), parent = field(st, "parent_block_hash"), toks = field(st, "token_ids");
+            bs = field(st, "block_size"), medium = field(st, "medium");
+            CHECK(field(st, "lora_id") && field(st, "lora_id")->type == MSGPACK_OBJECT_NIL);
+            CHECK(is_str(field(rm, "medium"), "GPU") && field(rm, "block_hashes")->via.array.ptr[0].via.u64 == 9);
+        } else {
+            CHECK(is_str(at(st, 0), "BlockStored") && st->via.array.size == 8 && is_str(at(rm, 0), "BlockRemoved") &&
+                  rm->via.array.size == 3 && is_str(at(cl, 0), "AllBlocksCleared") && cl->via.array.size == 1);
+            hs = at(st, 1), parent = at(st, 2), toks = at(st, 3), bs = at(st, 4), medium = at(st, 6);
+            CHECK(at(st, 5)->type == MSGPACK_OBJECT_NIL && at(st, 7)->type == MSGPACK_OBJECT_NIL);
+            CHECK(is_str(at(rm, 2), "GPU") && at(at(rm, 1), 0)->via.u64 == 9);
+        }
+        CHECK(hs && hs->via.array.size == 2 && hs->via.array.ptr[0].via.u64 == 5 &&
+              hs->via.array.ptr[1].via.u64 == 0xfedcba9876543210ull);
+        CHECK(parent && parent->type == MSGPACK_OBJECT_POSITIVE_INTEGER && parent->via.u64 == 7);
+        CHECK(toks && toks->via.array.size == 8 && toks->via.array.ptr[7].via.u64 == 8);
+        CHECK(bs && bs->via.u64 == 4 && is_str(medium, "CPU"));
+        msgpack_unpacked_destroy(&u);
+        free(p);
+    }
+}
+
+/* ---- the publisher ---- */
+
+static uint64_t be64(const void *p)
+{
+    const uint8_t *b = p;
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v = v << 8 | b[i];
+    return v;
+}
+
+/* A real subscriber (libzmq SUB) and a replay client (DEALER): batches
+ * arrive as topic | seq | payload with increasing numbers, the missing
+ * numbers are exactly the drops counted, and a replay from the middle
+ * returns the kept batches the subscriber saw, byte for byte, then -1. */
+static void test_publisher(void)
+{
+    char ep[128], rep[128];
+    snprintf(ep, sizeof ep, "ipc:///tmp/polykv-test-kvev-%d", (int)getpid());
+    snprintf(rep, sizeof rep, "ipc:///tmp/polykv-test-kvev-replay-%d", (int)getpid());
+    kvev_pub_config c = kvev_pub_default();
+    snprintf(c.endpoint, sizeof c.endpoint, "%s", ep);
+    snprintf(c.replay_endpoint, sizeof c.replay_endpoint, "%s", rep);
+    snprintf(c.topic, sizeof c.topic, "kv@test@model");
+    c.max_queue = 64;                   /* a flood must drop some */
+    c.buffer_steps = 100000;
+    char why[256];
+    kvev_pub *p;
+    CHECK_EQ_INT(kvev_pub_new(&c, &p, why, sizeof why), PK_OK);
+    void *zctx = zmq_ctx_new(), *sub = zmq_socket(zctx, ZMQ_SUB);
+    int hwm = 0, ms = 2000;
+    zmq_setsockopt(sub, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(sub, ZMQ_RCVTIMEO, &ms, sizeof ms);
+    zmq_setsockopt(sub, ZMQ_SUBSCRIBE, "kv@", 3);
+    zmq_connect(sub, ep);
+
+    uint64_t hash[1] = { 42 };
+    int32_t tok[4] = { 1, 2, 3, 4 };
+    kvev_event ev = { .kind = KVEV_STORED, .n_hash = 1, .n_tok = 4 };
+    kvev_list l = { .ev = &ev, .n_ev = 1, .hash = hash, .tok = tok, .block_size = 4 };
+    /* The subscription reaches the publisher: send until one arrives. */
+    int64_t first = -1;
+    char buf[4096];
+    for (int i = 0; i < 200 && first < 0; i++) {
+        kvev_pub_send(p, &l, 1);
+        ms = 10;
+        zmq_setsockopt(sub, ZMQ_RCVTIMEO, &ms, sizeof ms);
+        if (zmq_recv(sub, buf, sizeof buf, 0) > 0) {        /* topic */
+            zmq_recv(sub, buf, sizeof buf, 0);
+            first = (int64_t)be64(buf);
+            zmq_recv(sub, buf, sizeof buf, 0);
+        }
+    }
+    CHECK(first >= 0);
+    enum { FLOOD = 3000 };
+    for (int i = 0; i < FLOOD; i++) kvev_pub_send(p, &l, 1);
+    kvev_pub_stats s;
+    kvev_pub_stats_get(p, &s);
+    uint64_t last_sent = s.batches - 1;
+    static uint8_t seen[FLOOD + 400];
+    int64_t prev = first, n_got = 0, bad_order = 0;
+    ms = 1000;
+    zmq_setsockopt(sub, ZMQ_RCVTIMEO, &ms, sizeof ms);
+    while (zmq_recv(sub, buf, sizeof buf, 0) > 0) {
+        CHECK(zmq_recv(sub, buf, sizeof buf, 0) == 8);
+        int64_t seq = (int64_t)be64(buf);
+        int n = zmq_recv(sub, buf, sizeof buf, 0);
+        bad_order += seq <= prev || n <= 0;
+        prev = seq;
+        if (seq < (int64_t)sizeof seen) seen[seq] = 1;
+        n_got++;
+        if ((uint64_t)seq == last_sent) break;
+    }
+    kvev_pub_stats_get(p, &s);
+    int64_t missing = 0;
+    for (int64_t q = first + 1; q <= (int64_t)last_sent; q++) missing += !seen[q];
+    CHECK_EQ_INT(bad_order, 0);
+    /* Every number after the first seen is a batch received or a drop
+     * counted (the drops before it were the handshake's). */
+    CHECK(s.dropped > 0);
+    CHECK(missing <= (int64_t)s.dropped && n_got + missing == (int64_t)(last_sent - first));
+    printf("publisher: %d batches flooded through a queue of 64: %lld received, %llu dropped, every gap one of them\n",
+           FLOOD, (long long)n_got, (unsigned long long)s.dropped);
+
+    /* Replay from the middle. */
+    void *d = zmq_socket(zctx, ZMQ_DEALER);
+    zmq_setsockopt(d, ZMQ_RCVTIMEO, &ms, sizeof ms);
+    zmq_connect(d, rep);
+    uint8_t start[8];
+    uint64_t from = (uint64_t)first + (last_sent - (uint64_t)first) / 2;
+    for (int i = 0; i < 8; i++) start[i] = (uint8_t)(from >> (56 - 8 * i));
+    zmq_send(d, "", 0, ZMQ_SNDMORE);
+    zmq_send(d, start, 8, 0);
+    int64_t n_replayed = 0, replay_bad = 0;
+    for (;;) {
+        if (zmq_recv(d, buf, sizeof buf, 0) != 0) { replay_bad++; break; }
+        if (zmq_recv(d, buf, sizeof buf, 0) != 8) { replay_bad++; break; }
+        uint64_t seq = be64(buf);
+        int n = zmq_recv(d, buf, sizeof buf, 0);
+        if (seq == UINT64_MAX) {
+            replay_bad += n != 0;
+            break;
+        }
+        replay_bad += seq < from || seq > last_sent || !seen[seq] || n <= 0;
+        n_replayed++;
+    }
+    int64_t want = 0;
+    for (uint64_t q = from; q <= last_sent; q++) want += seen[q];
+    CHECK_EQ_INT(replay_bad, 0);
+    CHECK_EQ_INT(n_replayed, want);
+    kvev_pub_stats_get(p, &s);
+    CHECK_EQ_INT(s.replays, 1);
+    zmq_close(d);
+    zmq_close(sub);
+    zmq_ctx_term(zctx);
+    kvev_pub_free(p);
+    unlink(ep + 6);
+    unlink(rep + 6);
+}
+
+/* --kv-events-config: vLLM's fields, its default of off, refusals. */
+static void test_config(void)
+{
+    kvev_pub_config c = kvev_pub_default();
+    bool on;
+    char why[256];
+    CHECK_EQ_INT(kvev_pub_parse("{\"endpoint\": \"tcp://*:6000\", \"topic\": \"kv@a@b\"}", &c, &on, why, sizeof why), PK_OK);
+    CHECK(!on && !strcmp(c.endpoint, "tcp://*:6000") && !strcmp(c.topic, "kv@a@b"));
+    CHECK_EQ_INT(kvev_pub_parse("{\"enable_kv_cache_events\": true, \"publisher\": \"zmq\", \"buffer_steps\": 5, "
+                                "\"replay_endpoint\": \"tcp://*:6001\", \"encoding\": \"tagged\"}", &c, &on, why, sizeof why),
+                 PK_OK);
+    CHECK(on && c.buffer_steps == 5 && c.tagged && !strcmp(c.replay_endpoint, "tcp://*:6001"));
+    CHECK_EQ_INT(kvev_pub_parse("{\"enable_kv_cache_events\": true, \"publisher\": \"null\"}", &c, &on, why, sizeof why), PK_OK);
+    CHECK(!on);
+    CHECK_EQ_INT(kvev_pub_parse("{\"enable_kv_cache_events\": true, \"publisher\": \"kafka\"}", &c, &on, why, sizeof why),
+                 PK_EINVAL);
+    CHECK_EQ_INT(kvev_pub_parse("{\"hwm\": -1}", &c, &on, why, sizeof why), PK_EINVAL);
+    CHECK_EQ_INT(kvev_pub_parse("{\"nope\": 1}", &c, &on, why, sizeof why), PK_EINVAL);
+    CHECK(strstr(why, "nope") != NULL);
+    CHECK_EQ_INT(kvev_pub_parse("[1]", &c, &on, why, sizeof why), PK_EINVAL);
+}
+
 int main(int argc, char **argv)
 {
     test_select(argc, argv);
     TEST_RUN(test_shared_once);
     TEST_RUN(test_random, 3000);
     TEST_RUN(test_growth);
+    TEST_RUN(test_encode);
+    TEST_RUN(test_publisher);
+    TEST_RUN(test_config);
     return test_finish();
 }
