@@ -161,13 +161,13 @@ static bool kv_events_flag(serve_opts *o, const char *a, const char *v)
 }
 
 /* The topic llm-d reads a replica and model from: kv@<pod>@<model>, the
- * pod being srv_replica_name's. */
-static void kv_events_topic(serve_opts *o, const model *m)
+ * pod being srv_replica_name's ($POD_IP:port, llm-d's form). */
+static void kv_events_topic(serve_opts *o, const model *m, int port)
 {
     if (o->kc.topic[0]) return;
     char name[240], pod[240];
     srv_model_name(o->sp.model_alias, o->model, m, name, sizeof name);
-    srv_replica_name(pod, sizeof pod);
+    srv_replica_name(port, pod, sizeof pod);
     snprintf(o->kc.topic, sizeof o->kc.topic, "kv@%s@%s", pod, name);
 }
 
@@ -536,7 +536,7 @@ int cli_serve(int argc, char **argv)
     pk_status st;
     if ((st = model_load(o.model, o.mmap ? MODEL_MMAP : MODEL_COPY, &m, err, sizeof err)) != PK_OK) {
         fprintf(stderr, "polykv: %s: %s\n", o.model, err);
-    } else if (o.kv_events && (kv_events_topic(&o, m), st = kvev_pub_new(&o.kc, &kv, err, sizeof err)) != PK_OK) {
+    } else if (o.kv_events && (kv_events_topic(&o, m, srv_port(s)), st = kvev_pub_new(&o.kc, &kv, err, sizeof err)) != PK_OK) {
         fprintf(stderr, "polykv: %s\n", err);
     } else if ((o.ep.kv_events = kv, st = eng_new(m, &o.ep, &e)) != PK_OK) {
         fprintf(stderr, "polykv: cannot start the engine (%d slots, %d cells): %s\n", o.ep.n_slots, o.ep.n_ctx,

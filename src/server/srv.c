@@ -698,7 +698,6 @@ pk_status srv_new(const srv_params *p, srv **out, char *err, size_t err_len)
     s->p.cors_origins = s->cors_origins = dup_or_null(srv_cors_default(p), &oom);
     s->p.model_tags = s->tags = dup_or_null(p->model_tags, &oom);
     s->p.gcp_predict_route = s->gcp_predict = dup_or_null(p->gcp_predict_route, &oom);
-    srv_replica_name(s->replica, sizeof s->replica);
     s->p.gcp_health_route = s->gcp_health = dup_or_null(p->gcp_health_route, &oom);
     s->t_start = (int64_t)time(NULL);
     atomic_init(&s->stopping, false);
@@ -755,6 +754,7 @@ pk_status srv_new(const srv_params *p, srv **out, char *err, size_t err_len)
         return PK_EINVAL;
     }
     s->port = port;
+    srv_replica_name(port, s->replica, sizeof s->replica);
     *out = s;
     return PK_OK;
 }
@@ -781,12 +781,14 @@ static void base_name(const char *path, char *out, size_t cap)
     snprintf(out, cap, "%s", b);
 }
 
-void srv_replica_name(char *out, size_t cap)
+void srv_replica_name(int port, char *out, size_t cap)
 {
+    char host[256] = "localhost";
     const char *ip = getenv("POD_IP");
-    if (ip && *ip) snprintf(out, cap, "%s", ip);
-    else if (cap < 2 || gethostname(out, cap - 1) != 0) snprintf(out, cap, "localhost");
-    else out[cap - 1] = 0;
+    if (ip && *ip) snprintf(host, sizeof host, "%s", ip);
+    else if (gethostname(host, sizeof host - 1) != 0) snprintf(host, sizeof host, "localhost");
+    host[sizeof host - 1] = 0;
+    snprintf(out, cap, "%s:%d", host, port);
 }
 
 void srv_set_kv_events(srv *s, struct kvev_pub *kv)

@@ -139,9 +139,10 @@ pk_status srv_set_engine(srv *s, eng *e, const char *model_path, char *err, size
 /* KV events' publisher (docs/kv-events.md), whose counters /metrics
  * shows: borrowed, outliving the server.  Call before srv_set_engine. */
 void srv_set_kv_events(srv *s, struct kvev_pub *kv);
-/* This replica's name for routers and KV events' topic: $POD_IP
- * (Kubernetes' downward API), else the host's name. */
-void srv_replica_name(char *out, size_t cap);
+/* This replica's name for routers and KV events' topic, as llm-d's
+ * guides write it: "$POD_IP:port" ($POD_IP from Kubernetes' downward
+ * API), else "<host name>:port". */
+void srv_replica_name(int port, char *out, size_t cap);
 /* The model's name in responses: the alias list's first name in sort
  * order, else the file's name, else m's description. */
 void srv_model_name(const char *alias, const char *model_path, const model *m, char *out, size_t cap);

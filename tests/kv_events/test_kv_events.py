@@ -288,3 +288,48 @@ def test_lookup_refuses_bad_input(server):
     assert requests.post(base + "/polykv/lookup", json={"tokens": "x"}).status_code == 400
     r = requests.post(base + "/polykv/lookup", json={"prompt": "Once upon a time"})
     assert r.status_code == 200 and r.json()["n_tokens"] > 0
+
+
+def test_default_topic_is_llm_d_s():
+    """Without --kv-events-topic: kv@$POD_IP:port@<model>, the replica's
+    name in /metrics and /polykv/pools too."""
+    pub = free_port()
+    env = dict(os.environ, POD_IP="10.1.2.3")
+    p = subprocess.Popen([BIN, "serve", "-m", MODEL, "--port", "0", "-np", "1", "-c", "256", "-t", "1", "--metrics",
+                          "--kv-events-config",
+                          f'{{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:{pub}"}}'],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        base = None
+        for _ in range(50):
+            m = re.search(r"listening on (http://\S+)", p.stdout.readline())
+            if m:
+                base = m.group(1)
+                break
+        assert base
+        threading.Thread(target=p.stdout.read, daemon=True).start()
+        port = int(base.rsplit(":", 1)[1])
+        while requests.get(base + "/health").status_code != 200:
+            time.sleep(0.05)
+        ctx = zmq.Context()
+        s = ctx.socket(zmq.SUB)
+        s.setsockopt(zmq.SUBSCRIBE, b"")
+        s.setsockopt(zmq.RCVTIMEO, 200)
+        s.connect(f"tcp://127.0.0.1:{pub}")
+        topic = None
+        for _ in range(25):                  # until the subscription has reached the publisher
+            complete(base, [1] + list(range(10, 50)), n=1)
+            try:
+                topic = s.recv_multipart()[0]
+                break
+            except zmq.Again:
+                pass
+        assert topic == f"kv@10.1.2.3:{port}@stories260K.gguf".encode()
+        assert f'polykv:replica_info{{replica="10.1.2.3:{port}",model_name="stories260K.gguf"}} 1' in \
+            requests.get(base + "/metrics").text
+        assert requests.get(base + "/polykv/pools").json()["replica"] == f"10.1.2.3:{port}"
+        s.close(0)
+        ctx.term()
+    finally:
+        p.terminate()
+        p.wait(10)
