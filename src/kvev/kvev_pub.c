@@ -276,6 +276,10 @@ pk_status kvev_pub_new(const kvev_pub_config *c, kvev_pub **out, char *why, size
     if (attach(p->pub, c->endpoint)) return fail(p, binds(c->endpoint) ? "bind" : "connect to", c->endpoint, why, cap);
     if (c->replay_endpoint[0]) {
         if (!(p->replay = zmq_socket(p->zctx, ZMQ_ROUTER))) return fail(p, "open", "the replay socket", why, cap);
+        /* A ROUTER drops what passes its high-water mark: an answer may
+         * be the whole ring (buffer_steps batches), so no mark. */
+        int none = 0;
+        zmq_setsockopt(p->replay, ZMQ_SNDHWM, &none, sizeof none);
         zmq_setsockopt(p->replay, ZMQ_LINGER, &linger, sizeof linger);
         if (zmq_bind(p->replay, c->replay_endpoint)) return fail(p, "bind", c->replay_endpoint, why, cap);
     }
