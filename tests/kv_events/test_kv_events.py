@@ -48,9 +48,18 @@ pytestmark = pytest.mark.skipif(not os.path.exists(MODEL), reason=f"KV events: {
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below the kernel's ephemeral range, so the server's own
+    --port 0 cannot be given the same one before polykv binds it."""
+    lo, _ = map(int, open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
+    rnd = random.Random()
+    while True:
+        port = rnd.randrange(max(lo - 12000, 1024), lo)
+        with socket.socket() as s:
+            try:
+                s.bind(("0.0.0.0", port))
+                return port
+            except OSError:
+                continue
 
 
 class Index:
@@ -151,9 +160,16 @@ def server(request):
     if base is None:
         p.kill()
         pytest.fail("polykv serve did not start:\n" + "".join(lines))
-    threading.Thread(target=p.stdout.read, daemon=True).start()
-    while time.monotonic() - t0 < 30 and requests.get(base + "/health").status_code != 200:
+    threading.Thread(target=lambda: lines.extend(p.stdout), daemon=True).start()
+    while time.monotonic() - t0 < 30 and p.poll() is None:
+        try:
+            if requests.get(base + "/health").status_code == 200:
+                break
+        except requests.ConnectionError:
+            pass
         time.sleep(0.05)
+    if p.poll() is not None:
+        pytest.fail("polykv serve exited:\n" + "".join(lines))
     yield base, f"tcp://127.0.0.1:{pub}", f"tcp://127.0.0.1:{rep}", request.param
     p.terminate()
     p.wait(10)
