@@ -349,3 +349,51 @@ def test_default_topic_is_llm_d_s():
     finally:
         p.terminate()
         p.wait(10)
+
+
+def test_sleep_removes_every_block():
+    """--sleep-idle-seconds: the cache goes, and with it every block; after
+    waking, new blocks are stored again."""
+    pub = free_port()
+    p = subprocess.Popen([BIN, "serve", "-m", MODEL, "--port", "0", "-np", "2", "-c", "512", "-t", "1", "--metrics",
+                          "--sleep-idle-seconds", "1", "--kv-events-endpoint", f"tcp://*:{pub}"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        base = None
+        for _ in range(50):
+            m = re.search(r"listening on (http://\S+)", p.stdout.readline())
+            if m:
+                base = m.group(1)
+                break
+        assert base
+        threading.Thread(target=p.stdout.read, daemon=True).start()
+        while requests.get(base + "/health").status_code != 200:
+            time.sleep(0.05)
+        ctx = zmq.Context()
+        sub = Subscriber(ctx, f"tcp://127.0.0.1:{pub}", "array")
+        sub.start()
+        time.sleep(0.5)
+        prompt = [1] + list(range(20, 60))
+        complete(base, prompt, n=4)
+        settle(base, sub)
+        with sub.lock:
+            assert sub.index.match(prompt)[0] == 2
+        t0 = time.monotonic()
+        while not requests.get(base + "/props").json().get("is_sleeping"):
+            assert time.monotonic() - t0 < 10, "never slept"
+            time.sleep(0.1)
+        settle(base, sub)
+        with sub.lock:
+            assert sub.index.match(prompt)[0] == 0 and not sub.index.held["GPU"] and sub.index.n_removed >= 2
+        complete(base, prompt, n=4)                  # wakes, reads the prompt again
+        settle(base, sub)
+        with sub.lock:
+            assert sub.index.match(prompt)[0] == 2
+        assert lookup(base, prompt)["n_blocks"] == 2
+        sub.stop = True
+        sub.join(2)
+        sub.sock.close(0)
+        ctx.term()
+    finally:
+        p.terminate()
+        p.wait(10)
