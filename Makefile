@@ -128,7 +128,7 @@ test-fault: deps
 
 tests-only: $(TESTS)
 
-bench: deps all $(BENCHES)
+bench: deps all $(BENCHES) $(BUILD)/venv/.kv_events
 	@sh bench/run.sh $(BUILD)
 
 fuzz: deps

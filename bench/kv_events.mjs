@@ -22,7 +22,7 @@ const { values: a } = parseArgs({ options: {
   rounds: { type: 'string', default: '7' },
   model: { type: 'string', default: 'models/bench/qwen2-0.5b-shape-q8_0.gguf' },
   bin: { type: 'string', default: 'build/polykv' },
-  python: { type: 'string', default: 'build/venv/bin/python' },
+  python: { type: 'string', default: 'build/venv/bin/python' },   // make bench installs pyzmq and msgpack there
   threads: { type: 'string', short: 't', default: '2' } } });
 if (!existsSync(a.model)) {
   console.error(`${a.model} is absent: bench/run.mjs makes it (or --model PATH)`);
