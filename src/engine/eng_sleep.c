@@ -38,6 +38,9 @@ bool eng_sleep_enter(eng *e)
     model_ctx_free(e->ctx);
     e->ctx = NULL;
     model_weights_release(e->m);
+    /* Every block is gone: its removals leave now, before anyone can see
+     * the engine asleep, not with the next message. */
+    eng_kvev_step(e);
     e->sleep.sleeping = true;
     atomic_store(&e->sleep.asleep, true);
     fprintf(stderr, "polykv: idle for %g s: sleeping (weights and KV cache released)\n",
