@@ -9,9 +9,13 @@ import { readFileSync } from 'node:fs';
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /* Resident set of process pid in KiB (/proc), 0 when it cannot be read. */
-export function rssKiB(pid) {
+// Resident memory of pid in KiB: VmRSS (everything), or with 'RssAnon'
+// the anonymous part only (heap, caches, the copied weights: what a leak
+// grows; file-backed pages, which the kernel reclaims when another
+// process needs memory, are left out).  0 when the process is gone.
+export function rssKiB(pid, field = 'VmRSS') {
   try {
-    return Number(readFileSync(`/proc/${pid}/status`, 'utf8').match(/VmRSS:\s+(\d+)/)[1]);
+    return Number(readFileSync(`/proc/${pid}/status`, 'utf8').match(new RegExp(`${field}:\\s+(\\d+)`))[1]);
   } catch {
     return 0;
   }
