@@ -171,8 +171,10 @@ def server(request):
     if p.poll() is not None:
         pytest.fail("polykv serve exited:\n" + "".join(lines))
     yield base, f"tcp://127.0.0.1:{pub}", f"tcp://127.0.0.1:{rep}", request.param
+    died = p.poll()
     p.terminate()
     p.wait(10)
+    assert died is None, f"polykv serve exited ({died}) during the tests:\n" + "".join(lines[-40:])
 
 
 def metric(base, name):
@@ -333,8 +335,8 @@ def test_default_topic_is_llm_d_s():
         s.setsockopt(zmq.RCVTIMEO, 200)
         s.connect(f"tcp://127.0.0.1:{pub}")
         topic = None
-        for _ in range(25):                  # until the subscription has reached the publisher
-            complete(base, [1] + list(range(10, 50)), n=1)
+        for i in range(50):                  # until the subscription has reached the publisher:
+            complete(base, [1, 300 + i] + list(range(10, 50)), n=1)   # new blocks each time
             try:
                 topic = s.recv_multipart()[0]
                 break
