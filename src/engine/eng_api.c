@@ -60,6 +60,7 @@ static const struct {
     [ENG_MSG_WAKE]      = { on_wake, 0 },
     [ENG_MSG_LOOKUP]    = { eng_lookup_msg, MSG_ASLEEP },
 };
+_Static_assert(ARRAY_LEN(msg_kinds) == ENG_MSG_END, "a message kind without its row");
 
 void eng_call_done(eng *e, eng_call *c)
 {

@@ -41,7 +41,7 @@ static void check_mailbox(eng *e)
     pthread_mutex_lock(&e->mb.mu);
     const eng_msg *last = NULL;
     for (const eng_msg *m = e->mb.inbox_head; m; m = m->next) {
-        ASSERT(m->kind >= ENG_MSG_TASK && m->kind <= ENG_MSG_WAKE);
+        ASSERT(m->kind >= ENG_MSG_TASK && m->kind < ENG_MSG_END);
         last = m;
     }
     ASSERT(last == e->mb.inbox_tail);

@@ -20,7 +20,8 @@
  * message is in its task. */
 typedef enum eng_msg_kind {
     ENG_MSG_TASK = 1, ENG_MSG_STATS, ENG_MSG_POOL, ENG_MSG_ERASE, ENG_MSG_ADMISSION, ENG_MSG_CAPACITY,
-    ENG_MSG_SLOT_FILE, ENG_MSG_WAKE, ENG_MSG_LOOKUP
+    ENG_MSG_SLOT_FILE, ENG_MSG_WAKE, ENG_MSG_LOOKUP,
+    ENG_MSG_END                 /* one past the last kind */
 } eng_msg_kind;
 
 typedef struct eng_msg {
