@@ -11,6 +11,7 @@ returns the batches the live socket sent, byte for byte.  Both encodings:
 msgspec's positional arrays (the default, what llm-d decodes) and maps
 tagged with "type".
 """
+import contextlib
 import os
 import random
 import re
@@ -137,18 +138,15 @@ class Subscriber(threading.Thread):
                 self.index.apply(payload)
 
 
-@pytest.fixture(scope="module", params=["array", "tagged"])
-def server(request):
+@contextlib.contextmanager
+def polykv(args, env=None):
+    """A polykv serving stories260K with args, until the block ends: its
+    URL, once /health answers.  Its output is kept, and shown when it does
+    not start or when it exits before the block ends."""
     if not os.access(BIN, os.X_OK):
         pytest.fail(f"{BIN} is not built")
-    pub, rep = free_port(), free_port()
-    # 2 slots of 192 positions and a small RAM tier: pressure parks and
-    # spills histories within a few requests.
-    p = subprocess.Popen([BIN, "serve", "-m", MODEL, "--port", "0", "-np", "2", "-c", "384", "-t", "1", "--metrics",
-                          "--cache-ram", "64", "--kv-events-endpoint", f"tcp://*:{pub}",
-                          "--kv-events-replay-endpoint", f"tcp://*:{rep}",
-                          "--kv-events-topic", "kv@replica-a@stories", "--kv-events-encoding", request.param],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    p = subprocess.Popen([BIN, "serve", "-m", MODEL, "--port", "0", *args], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, env=env)
     base, lines, t0 = None, [], time.monotonic()
     while time.monotonic() - t0 < 30 and base is None:
         line = p.stdout.readline()
@@ -170,11 +168,24 @@ def server(request):
         time.sleep(0.05)
     if p.poll() is not None:
         pytest.fail("polykv serve exited:\n" + "".join(lines))
-    yield base, f"tcp://127.0.0.1:{pub}", f"tcp://127.0.0.1:{rep}", request.param
-    died = p.poll()
-    p.terminate()
-    p.wait(10)
+    try:
+        yield base
+    finally:
+        died = p.poll()
+        p.terminate()
+        p.wait(10)
     assert died is None, f"polykv serve exited ({died}) during the tests:\n" + "".join(lines[-40:])
+
+
+@pytest.fixture(scope="module", params=["array", "tagged"])
+def server(request):
+    pub, rep = free_port(), free_port()
+    # 2 slots of 192 positions and a small RAM tier: pressure parks and
+    # spills histories within a few requests.
+    with polykv(["-np", "2", "-c", "384", "-t", "1", "--metrics", "--cache-ram", "64",
+                 "--kv-events-endpoint", f"tcp://*:{pub}", "--kv-events-replay-endpoint", f"tcp://*:{rep}",
+                 "--kv-events-topic", "kv@replica-a@stories", "--kv-events-encoding", request.param]) as base:
+        yield base, f"tcp://127.0.0.1:{pub}", f"tcp://127.0.0.1:{rep}", request.param
 
 
 def metric(base, name):
@@ -312,23 +323,10 @@ def test_default_topic_is_llm_d_s():
     """Without --kv-events-topic: kv@$POD_IP:port@<model>, the replica's
     name in /metrics and /polykv/pools too."""
     pub = free_port()
-    env = dict(os.environ, POD_IP="10.1.2.3")
-    p = subprocess.Popen([BIN, "serve", "-m", MODEL, "--port", "0", "-np", "1", "-c", "256", "-t", "1", "--metrics",
-                          "--kv-events-config",
-                          f'{{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:{pub}"}}'],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    try:
-        base = None
-        for _ in range(50):
-            m = re.search(r"listening on (http://\S+)", p.stdout.readline())
-            if m:
-                base = m.group(1)
-                break
-        assert base
-        threading.Thread(target=p.stdout.read, daemon=True).start()
+    with polykv(["-np", "1", "-c", "256", "-t", "1", "--metrics", "--kv-events-config",
+                 f'{{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:{pub}"}}'],
+                env=dict(os.environ, POD_IP="10.1.2.3")) as base:
         port = int(base.rsplit(":", 1)[1])
-        while requests.get(base + "/health").status_code != 200:
-            time.sleep(0.05)
         ctx = zmq.Context()
         s = ctx.socket(zmq.SUB)
         s.setsockopt(zmq.SUBSCRIBE, b"")
@@ -348,29 +346,14 @@ def test_default_topic_is_llm_d_s():
         assert requests.get(base + "/polykv/pools").json()["replica"] == f"10.1.2.3:{port}"
         s.close(0)
         ctx.term()
-    finally:
-        p.terminate()
-        p.wait(10)
 
 
 def test_sleep_removes_every_block():
     """--sleep-idle-seconds: the cache goes, and with it every block; after
     waking, new blocks are stored again."""
     pub = free_port()
-    p = subprocess.Popen([BIN, "serve", "-m", MODEL, "--port", "0", "-np", "2", "-c", "512", "-t", "1", "--metrics",
-                          "--sleep-idle-seconds", "1", "--kv-events-endpoint", f"tcp://*:{pub}"],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        base = None
-        for _ in range(50):
-            m = re.search(r"listening on (http://\S+)", p.stdout.readline())
-            if m:
-                base = m.group(1)
-                break
-        assert base
-        threading.Thread(target=p.stdout.read, daemon=True).start()
-        while requests.get(base + "/health").status_code != 200:
-            time.sleep(0.05)
+    with polykv(["-np", "2", "-c", "512", "-t", "1", "--metrics", "--sleep-idle-seconds", "1",
+                 "--kv-events-endpoint", f"tcp://*:{pub}"]) as base:
         ctx = zmq.Context()
         sub = Subscriber(ctx, f"tcp://127.0.0.1:{pub}", "array")
         sub.start()
@@ -396,6 +379,3 @@ def test_sleep_removes_every_block():
         sub.join(2)
         sub.sock.close(0)
         ctx.term()
-    finally:
-        p.terminate()
-        p.wait(10)
