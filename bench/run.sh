@@ -1,7 +1,8 @@
 #!/bin/sh
 # `make bench`: the speed benchmarks in one table (see bench/run.mjs), the
 # admission spawn ramp once on the model they made (bench/spawn.sh), KV
-# events' cost (bench/kv_events.mjs) and, with LLMD_SCORER built beside
+# events' cost (bench/kv_events.mjs), speculation with n-grams and with a
+# draft model (bench/spec.mjs, bench/draft.mjs) and, with LLMD_SCORER built beside
 # the project (bench/llmd/build.sh), routing by llm-d's index against
 # round-robin (bench/llmd_route.mjs), then the load test (bench/load.mjs:
 # 64 clients for LOAD_SECONDS, 600 by default).
@@ -14,6 +15,8 @@ else
 fi
 if [ -f "$model" ]; then
     node "$(dirname "$0")/kv_events.mjs" --bin "${1:-build}/polykv" --model "$model" --rounds 21 || exit 1
+    node "$(dirname "$0")/spec.mjs" --bin "${1:-build}/polykv" --rounds 3 || exit 1
+    node "$(dirname "$0")/draft.mjs" --bin "${1:-build}/polykv" --rounds 3 --shape 0.5b || exit 1
     if [ -x "${LLMD_SCORER:-build/llmd-scorer}" ]; then
         node "$(dirname "$0")/llmd_route.mjs" --bin "${1:-build}/polykv" --model "$model" --requests 200 \
              --cache-ram 256 || exit 1

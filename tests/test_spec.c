@@ -27,6 +27,7 @@
 #include "../src/grammar/gram.h"
 #include "../src/spec/spec.h"
 #include "gen.h"
+#include "spec_run.h"
 static uint32_t rnd_u32(void)           /* xorshift64*: the same texts everywhere */
 {
     static uint64_t x = 0x5bec5bec1234ull;
@@ -125,38 +126,6 @@ static eng *g_e;
 enum { N_PROMPTS = 6, N_GEN = 200 };
 static int32_t pr[N_PROMPTS][64], np[N_PROMPTS], want[N_PROMPTS][N_GEN], nw[N_PROMPTS];
 
-typedef struct collected {
-    int32_t tok[N_GEN];
-    int n_tok;
-    eng_event done;
-} collected;
-
-static void collect(eng_task *t, collected *c)
-{
-    memset(c, 0, sizeof *c);
-    eng_event ev;
-    while (eng_task_next(t, &ev, 30000) == PK_OK) {
-        if (ev.kind == ENG_EV_TOKEN) {
-            if (c->n_tok < N_GEN) c->tok[c->n_tok++] = ev.token;
-            eng_event_clear(&ev);
-        } else {
-            c->done = ev;
-            eng_event_clear(&ev);
-            break;
-        }
-    }
-    eng_task_release(t);
-}
-
-static eng_completion req(const int32_t *p, int n, int n_predict, spec_kind kind)
-{
-    eng_completion c = { .prompt = p, .n_prompt = n, .n_predict = n_predict, .cache_prompt = false, .id_slot = -1,
-                         .has_spec_kind = true, .spec_kind = kind };
-    c.sp = smp_default_params();
-    c.sp.temp = 0;
-    return c;
-}
-
 /* Greedy, one session at a time and all at once (8 with 6 prompts and two
  * repeated), each proposer: the model's own greedy tokens. */
 static void test_greedy(void)
@@ -198,24 +167,6 @@ static void test_greedy(void)
     CHECK(s.n_accepted > 0 && s.n_accepted < s.n_drafted && s.n_verify_steps > 0);
 }
 
-/* One prompt sampled at temperature 1 with seed, without and with
- * speculation: true when both drew the same tokens; *done the speculating
- * run's DONE. */
-static bool seeded_same(eng *e, const int32_t *p, int n, int n_gen, uint64_t seed, eng_event *done)
-{
-    collected got[2];
-    for (int sp = 0; sp < 2; sp++) {
-        eng_completion c = req(p, n, n_gen, sp ? SPEC_NGRAM_CACHE : SPEC_NONE);
-        c.sp.temp = 1.0f;
-        c.sp.seed = seed;
-        eng_task *t;
-        CHECK(eng_submit(e, &c, &t) == PK_OK);
-        collect(t, &got[sp]);
-    }
-    *done = got[1].done;
-    return got[0].n_tok == got[1].n_tok && !memcmp(got[0].tok, got[1].tok, sizeof(int32_t) * (size_t)got[0].n_tok);
-}
-
 /* Seeded sampling: the same seed draws the same tokens with or without
  * speculation (a guess only moves where a row's logits come from). */
 static void test_seeded(void)
@@ -223,7 +174,7 @@ static void test_seeded(void)
     int same = 0, kept = 0;
     for (int i = 0; i < 8; i++) {
         eng_event done;
-        same += seeded_same(g_e, pr[i % N_PROMPTS], np[i % N_PROMPTS], 120, 1000 + (uint64_t)i, &done);
+        same += seeded_same(g_e, pr[i % N_PROMPTS], np[i % N_PROMPTS], 120, 1000 + (uint64_t)i, SPEC_NGRAM_CACHE, &done);
         kept += done.n_accepted;
     }
     CHECK_EQ_INT(same, 8);
@@ -426,7 +377,7 @@ static void test_hybrid(const char *bin, const char *shared)
     int same = 0;
     for (int i = 0; i < NH; i++) {
         eng_event done;
-        same += seeded_same(e, p[i], np_[i], GEN, 77 + (uint64_t)i, &done);
+        same += seeded_same(e, p[i], np_[i], GEN, 77 + (uint64_t)i, SPEC_NGRAM_CACHE, &done);
         drafted += done.n_drafted;
         kept += done.n_accepted;
     }

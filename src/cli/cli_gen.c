@@ -151,6 +151,8 @@ static void usage(void)
         "         -o OUT.gguf\n"
         "  shape: --n-embd 256 --n-layer 2 --n-head 4 --n-head-kv 2 --n-ff 512 [--head-dim D]\n"
         "         [--ctx 4096] [--rope-base B] [--eps E] [--untied]\n"
+        "         [--pass-through-from L]  layers L.. add nothing (zero output projections): a\n"
+        "                                  one of L layers from the same seed predicts it exactly\n"
         "  qwen35, qwen35moe (--n-layer: the trunk; one MTP block follows it):\n"
         "         [--attn-every 4] [--ssm-groups 2] [--ssm-heads 4] [--ssm-state 64] [--ssm-conv 4]\n"
         "  qwen35moe: [--n-expert 8] [--n-expert-used 2] [--n-ff-exp N_FF/4] [--n-ff-shexp N_FF/2]\n"
@@ -189,16 +191,17 @@ static int llama_tensors(gguf_writer *w, const gen_shape *sh, const gen_type *gt
     if (!sh->tied) rc |= add_tensor(w, "output.weight", out_t, sh->n_embd, n_vocab, ts++, 0, s_e);
     for (int il = 0; il < sh->n_layer && !rc; il++) {
         tq_type tv = gt->k_mix && gen_more_bits(il, (int)sh->n_layer) ? TQ_Q6_K : t;
+        bool silent = sh->pass_from > 0 && il >= sh->pass_from;
         struct { const char *n; tq_type t; long cols, rows; float mean, std; } L[] = {
             { "attn_norm.weight", TQ_F32, sh->n_embd, 1, 1.0f, 0.1f },
             { "attn_q.weight", t, sh->n_embd, sh->n_head * hd, 0, s_qk },
             { "attn_k.weight", t, sh->n_embd, sh->n_head_kv * hd, 0, s_qk },
             { "attn_v.weight", tv, sh->n_embd, sh->n_head_kv * hd, 0, s_e },
-            { "attn_output.weight", t, sh->n_head * hd, sh->n_embd, 0, s_o },
+            { "attn_output.weight", t, sh->n_head * hd, sh->n_embd, 0, silent ? 0 : s_o },
             { "ffn_norm.weight", TQ_F32, sh->n_embd, 1, 1.0f, 0.1f },
             { "ffn_gate.weight", t, sh->n_embd, sh->n_ff, 0, s_e },
             { "ffn_up.weight", t, sh->n_embd, sh->n_ff, 0, s_e },
-            { "ffn_down.weight", tv, sh->n_ff, sh->n_embd, 0, s_f },
+            { "ffn_down.weight", tv, sh->n_ff, sh->n_embd, 0, silent ? 0 : s_f },
             { qwen2 ? "attn_q.bias" : NULL, TQ_F32, sh->n_head * hd, 1, 0, 0.1f },
             { qwen2 ? "attn_k.bias" : NULL, TQ_F32, sh->n_head_kv * hd, 1, 0, 0.1f },
             { qwen2 ? "attn_v.bias" : NULL, TQ_F32, sh->n_head_kv * hd, 1, 0, 0.1f },
@@ -238,6 +241,7 @@ int cli_gen_model(int argc, char **argv)
             { "--n-expert", offsetof(gen_shape, n_expert) },
             { "--n-expert-used", offsetof(gen_shape, n_expert_used) },
             { "--n-ff-exp", offsetof(gen_shape, n_ff_exp) },    { "--n-ff-shexp", offsetof(gen_shape, n_ff_shexp) },
+            { "--pass-through-from", offsetof(gen_shape, pass_from) },
         };
         long *lp = !strcmp(a, "--seed") ? &seed : NULL;
         for (size_t k = 0; k < ARRAY_LEN(longs) && !lp; k++)
@@ -271,6 +275,10 @@ int cli_gen_model(int argc, char **argv)
         return 2;
     }
     if (hybrid && !gen_hybrid_check(&sh)) return 2;
+    if (hybrid && sh.pass_from) {
+        fprintf(stderr, "polykv gen-model: --pass-through-from is for llama, qwen2 and qwen3\n");
+        return 2;
+    }
     if (!sh.rope_base) sh.rope_base = llama ? 500000.0 : hybrid ? 10000000.0 : 1000000.0;
     if (!sh.eps) sh.eps = llama ? 1e-5 : 1e-6;
 

@@ -19,6 +19,10 @@ typedef struct gen_shape {
      * attn_every-th layer full attention; qwen35moe's experts */
     long ssm_state, ssm_groups, ssm_heads, ssm_conv, attn_every;
     long n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
+    /* layers from pass_from on add nothing (their output projections are
+     * zero, so the residual stream passes through; 0: none do): a target
+     * that a draft of its first layers predicts exactly, for speculation */
+    long pass_from;
     double rope_base, eps;
     bool tied;
 } gen_shape;

@@ -101,9 +101,13 @@ static void usage(void)
         "  --kv-events-config JSON vLLM's KVEventsConfig (enable_kv_cache_events, endpoint, ...)\n"
         "  --kv-block-size N       tokens per KV events block and lookup block (default 16)\n"
         "  --spec-type T           speculative decoding (docs/speculative.md): ngram-cache (the\n"
-        "                          session's tokens and the server's recent generations) or\n"
-        "                          ngram-simple (the session's own, one key length); default none\n"
-        "  --spec-draft-n-max N    guesses a session verifies per step, at most (default 16, <= 64)\n"
+        "                          session's tokens and the server's recent generations),\n"
+        "                          ngram-simple (the session's own, one key length) or draft-simple\n"
+        "                          (a draft model, -md; its default with -md); default none\n"
+        "  -md, --spec-draft-model FILE   a draft model: a smaller dense model, the same vocabulary\n"
+        "  --spec-draft-p-min P    the draft stops where its token's probability is below P (0)\n"
+        "  --spec-draft-n-max N    guesses a session verifies per step, at most (default 16, 3 with\n"
+        "                          a draft model; <= 64)\n"
         "  --spec-draft-n-min N    a shorter guess is not verified (default 0)\n"
         "  --spec-ngram-simple-size-n N, --spec-ngram-simple-size-m M   ngram-simple's key and its\n"
         "                          longest guess (12, 48)\n"
@@ -126,6 +130,8 @@ typedef struct serve_opts {
     srv_params sp;
     kvev_pub_config kc;          /* --kv-events-* */
     bool kv_events;              /* on: a config enabling them, or an endpoint flag */
+    const char *draft;           /* -md: a draft model (draft-simple) */
+    bool n_max_set;              /* --spec-draft-n-max given */
 } serve_opts;
 
 /* --kv-events-config JSON (vLLM's KVEventsConfig) and polykv's single
@@ -221,8 +227,8 @@ static bool spec_flag(spec_params *p, const char *a, const char *v)
         for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save), n++) {
             spec_kind k;
             if (!spec_kind_parse(t, &k)) {
-                fprintf(stderr, "polykv serve: --spec-type %s: polykv speculates with ngram-simple or ngram-cache "
-                        "(draft models, MTP heads and the other n-gram types are not built yet)\n", t);
+                fprintf(stderr, "polykv serve: --spec-type %s: polykv speculates with ngram-simple, ngram-cache or "
+                        "draft-simple (MTP heads and the other n-gram types are not built yet)\n", t);
                 return false;
             }
             if (n > 0 && k != p->kind) {
@@ -231,6 +237,12 @@ static bool spec_flag(spec_params *p, const char *a, const char *v)
             }
             p->kind = k;
         }
+        return true;
+    }
+    if (!strcmp(a, "--spec-draft-p-min")) {
+        double pm;
+        if (!cli_float(a, v, &pm)) return false;
+        p->p_min = (float)pm;
         return true;
     }
     int32_t *f = !strcmp(a, "--spec-draft-n-max") ? &p->n_max : !strcmp(a, "--spec-draft-n-min") ? &p->n_min
@@ -256,7 +268,8 @@ static bool takes_value(const char *a)
         "-a", "--alias", "--chat-template", "--chat-template-file", "-to", "--timeout", "--max-body", "--header-timeout", "--max-per-ip",
         "--max-connections", "--kv-type", "--pool-dir", "--models-dir", "--models-max", "--models-preset",
         "--sleep-idle-seconds", "--spec-type", "--spec-draft-n-max", "--spec-draft-n-min",
-        "--spec-ngram-simple-size-n", "--spec-ngram-simple-size-m", "--kv-events-config", "--kv-events-endpoint",
+        "--spec-ngram-simple-size-n", "--spec-ngram-simple-size-m", "-md", "--spec-draft-model", "--model-draft",
+        "--spec-draft-p-min", "--draft-p-min", "--kv-events-config", "--kv-events-endpoint",
         "--kv-events-replay-endpoint", "--kv-events-topic", "--kv-events-encoding", "--kv-block-size",
     };
     if (!strncmp(a, "--slot-", 7) || !strncmp(a, "--admission-", 12)) return true;
@@ -393,7 +406,12 @@ static bool parse(int argc, char **argv, serve_opts *o)
             }
             o->ep.sleep_idle_ms = x < 0 ? 0 : (int32_t)x * 1000;
         }
-        else if (!strncmp(a, "--spec-", 7)) { if (!spec_flag(&o->ep.spec, a, v)) return false; }
+        else if (!strcmp(a, "-md") || !strcmp(a, "--spec-draft-model") || !strcmp(a, "--model-draft")) o->draft = v;
+        else if (!strcmp(a, "--draft-p-min")) { if (!spec_flag(&o->ep.spec, "--spec-draft-p-min", v)) return false; }
+        else if (!strncmp(a, "--spec-", 7)) {
+            if (!spec_flag(&o->ep.spec, a, v)) return false;
+            o->n_max_set |= !strcmp(a, "--spec-draft-n-max");
+        }
         else if (!strncmp(a, "--kv-events-", 12)) { if (!kv_events_flag(o, a, v)) return false; }
         else if (!strcmp(a, "--kv-block-size")) { if (!cli_int(a, v, 1, 1024, &x)) return false; o->ep.kv_block_size = (int32_t)x; }
         else if (!strcmp(a, "--rs-slots")) { if (!cli_int(a, v, 1, 4096, &x)) return false; o->ep.n_rs = (int32_t)x; }
@@ -422,6 +440,14 @@ static bool parse(int argc, char **argv, serve_opts *o)
         }
     }
     if (!dirs_apart(o->sp.slot_save_path, o->ep.pool_dir)) return false;
+    /* A draft model speculates unless told otherwise, llama-server's 3
+     * guesses at most unless told otherwise. */
+    if (o->draft && o->ep.spec.kind == SPEC_NONE) o->ep.spec.kind = SPEC_DRAFT_SIMPLE;
+    if (o->draft && !o->n_max_set) o->ep.spec.n_max = MIN(o->ep.spec.n_max, 3);
+    if (o->ep.spec.kind == SPEC_DRAFT_SIMPLE && !o->draft) {
+        fprintf(stderr, "polykv serve: --spec-type draft-simple needs a draft model (-md FILE)\n");
+        return false;
+    }
     const char *bad_spec = spec_params_check(&o->ep.spec);
     if (bad_spec) {
         fprintf(stderr, "polykv serve: %s\n", bad_spec);
@@ -534,11 +560,18 @@ int cli_serve(int argc, char **argv)
     eng *e = NULL;
     kvev_pub *kv = NULL;
     pk_status st;
+    model *dm = NULL;
+    const char *why;
     if ((st = model_load(o.model, o.mmap ? MODEL_MMAP : MODEL_COPY, &m, err, sizeof err)) != PK_OK) {
         fprintf(stderr, "polykv: %s: %s\n", o.model, err);
+    } else if (o.draft && (st = model_load(o.draft, o.mmap ? MODEL_MMAP : MODEL_COPY, &dm, err, sizeof err)) != PK_OK) {
+        fprintf(stderr, "polykv: %s: %s\n", o.draft, err);
+    } else if (dm && (why = eng_draft_compatible(m, dm))) {
+        fprintf(stderr, "polykv: -md %s: %s\n", o.draft, why);
+        st = PK_EINVAL;
     } else if (o.kv_events && (kv_events_topic(&o, m, srv_port(s)), st = kvev_pub_new(&o.kc, &kv, err, sizeof err)) != PK_OK) {
         fprintf(stderr, "polykv: %s\n", err);
-    } else if ((o.ep.kv_events = kv, st = eng_new(m, &o.ep, &e)) != PK_OK) {
+    } else if ((o.ep.kv_events = kv, o.ep.draft = dm, st = eng_new(m, &o.ep, &e)) != PK_OK) {
         fprintf(stderr, "polykv: cannot start the engine (%d slots, %d cells): %s\n", o.ep.n_slots, o.ep.n_ctx,
                 pk_status_str(st));
     } else if ((srv_set_kv_events(s, kv), st = srv_set_engine(s, e, o.model, err, sizeof err)) != PK_OK) {
@@ -548,6 +581,7 @@ int cli_serve(int argc, char **argv)
         srv_free(s);
         eng_free(e);
         kvev_pub_free(kv);
+        model_free(dm);
         model_free(m);
         return 1;
     }
@@ -558,6 +592,9 @@ int cli_serve(int argc, char **argv)
         fprintf(stderr, "polykv: hybrid model: a recurrent state of %.2f MiB per sequence and per checkpoint, "
                 "%d state slots; no context shift: a session stops (truncated) at its context's end\n",
                 model_state_bytes(m) / 1048576.0, eng_n_states(e));
+    if (dm)
+        fprintf(stderr, "polykv: draft model %s (%s): up to %d guesses a step (draft-simple)\n", o.draft,
+                model_desc(dm), o.ep.spec.n_max);
     if (kv)
         fprintf(stderr, "polykv: KV events on %s%s%s, topic %s, blocks of %d tokens, %s encoding\n", o.kc.endpoint,
                 o.kc.replay_endpoint[0] ? ", replay on " : "", o.kc.replay_endpoint, o.kc.topic, o.ep.kv_block_size,
@@ -569,6 +606,7 @@ int cli_serve(int argc, char **argv)
     srv_free(s);
     eng_free(e);
     kvev_pub_free(kv);
+    model_free(dm);
     model_free(m);
     return 0;
 }

@@ -46,7 +46,7 @@ void cli_serve_llama_usage(void)
         "  --tags A,B              tags /v1/models lists for the model (--alias takes a list too)\n"
         "  -ub, --ubatch-size N    accepted: polykv picks its own micro-batch (min of -b and 512)\n"
         "refused with the reason: --hf-repo/-hf, --hf-file/-hff, --model-url/-mu (no downloads: pass\n"
-        "  -m FILE), --embedding(s), --reranking, --lora, -ngl/--n-gpu-layers, --model-draft,\n"
+        "  -m FILE), --embedding(s), --reranking, --lora, -ngl/--n-gpu-layers,\n"
         "  --mmproj(-url)\n");
 }
 
@@ -153,8 +153,6 @@ int cli_serve_llama_flag(int argc, char **argv, int *i, srv_params *sp)
         { "-ngl", "polykv runs on the CPU only" },
         { "--n-gpu-layers", "polykv runs on the CPU only" },
         { "--gpu-layers", "polykv runs on the CPU only" },
-        { "--model-draft", "speculation with a draft model is not built yet (--spec-type ngram-cache is)" },
-        { "-md", "speculation with a draft model is not built yet (--spec-type ngram-cache is)" },
         { "--mmproj", "multimodal projectors are not supported" },
         { "--mmproj-url", "multimodal projectors are not supported" },
     };

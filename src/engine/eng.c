@@ -667,6 +667,7 @@ void *eng_main(void *arg)
         e->adm.t_step_ms = pk_time_ms();       /* the step's time, placement and prompt work included */
         drop_cancelled(e);
         eng_place_waiting(e);
+        if (e->draft.ctx) eng_draft_step(e);
         int32_t n_dec, n = build_batch(e, &n_dec);
         while (n > 0 && !eng_make_room(e, n) && shed_newest(e)) n = build_batch(e, &n_dec);
         if (n > 0 && e->dbg.test_step_ms > 0)
@@ -752,6 +753,8 @@ void eng_stats_fill(eng *e, eng_stats *o)
     o->n_busy_slots_sum = e->stat.n_busy_slots_sum;
     o->control_ms_total = e->stat.control_ms;
     o->kv_events_ms_total = e->stat.kv_events_ms;
+    o->draft_ms_total = e->stat.draft_ms;
+    o->draft_cells = e->draft.mem ? mem_used(e->draft.mem) : 0;
     o->n_requests_done = e->stat.n_done;
     o->n_drafted = e->stat.n_drafted;
     o->n_accepted = e->stat.n_accepted;

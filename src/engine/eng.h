@@ -103,6 +103,8 @@ typedef struct eng_params {
                                    also the defaults of a pool's policy */
     spec_params spec;           /* speculative decoding (--spec-*; docs/speculative.md) */
     int32_t kv_block_size;      /* --kv-block-size: tokens per block of KV events and the lookup, 16 */
+    const model *draft;         /* -md: the draft model of --spec-type draft-simple, NULL: none;
+                                   borrowed, outlives the engine; eng_draft_compatible with m */
     struct kvev_pub *kv_events; /* where KV events go (docs/kv-events.md), NULL: none; borrowed,
                                    outlives the engine */
 } eng_params;
@@ -115,6 +117,9 @@ typedef struct eng_task eng_task;
 /* Starts the engine thread over a loaded model (which must outlive it).
  * PK_EINVAL for bad params, PK_ENOMEM. */
 pk_status eng_new(const model *m, const eng_params *p, eng **out);
+/* NULL when draft can guess for target (the same tokens, ids and
+ * specials, a dense model), else why not (static text). */
+const char *eng_draft_compatible(const model *target, const model *draft);
 /* Stops the thread; tasks still running end with an ERROR event. */
 void eng_free(eng *e);                         /* NULL is a no-op */
 const eng_params *eng_get_params(const eng *e);
@@ -342,6 +347,8 @@ typedef struct eng_stats {
     int64_t spec_store_tokens;           /* ngram-cache's store: tokens held */
     int32_t n_tokens_max;                /* the most positions one slot has held after a step */
     double prompt_ms_total, predicted_ms_total;
+    double draft_ms_total;               /* the draft model's passes (-md), since start */
+    int32_t draft_cells;                 /* cells in use in the draft model's cache */
     double kv_events_ms_total;           /* the engine thread telling KV events' tracker what changed
                                             and queueing the batch (eng_kvev_step), since start */
     double control_ms_total;             /* the engine thread answering control messages and

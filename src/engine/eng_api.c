@@ -385,6 +385,7 @@ model_ctx_params eng_ctx_params(const eng *e)
 static void teardown(eng *e)
 {
     eng_save_free(e);
+    eng_draft_free(e);                     /* its context runs on the target's threads */
     for (int32_t i = 0; e->slots && i < e->p.n_slots; i++) {
         slot *s = &e->slots[i];
         smp_free(s->smp);
@@ -474,7 +475,7 @@ pk_status eng_new(const model *m, const eng_params *p, eng **out)
         if (!(e->slots[i].hist = malloc((size_t)e->n_ctx_slot * sizeof(int32_t)))) goto fail;
     }
     if ((st = eng_place_init(e)) || (st = eng_pool_init(e)) || (st = eng_save_init(e)) || (st = eng_spec_init(e)) ||
-        (st = eng_kvev_init(e)))
+        (st = eng_draft_init(e)) || (st = eng_kvev_init(e)))
         goto fail;
     st = PK_ENOMEM;
 #ifdef PK_DEBUG

@@ -104,6 +104,7 @@ void eng_check(eng *e)
     check_published(e);
     check_scratch(e);
     ASSERT(eng_kvev_check(e));
+    ASSERT(eng_draft_check(e));
     if (e->sleep.sleeping) {
         check_asleep(e);
         return;

@@ -191,6 +191,13 @@ typedef struct slot {
     int32_t spec_k;             /* guesses the next step may verify (grows on success) */
     int32_t spec_misses;        /* verifications in a row that kept nothing */
     int32_t spec_skip;          /* tokens to decode before guessing again */
+    /* A draft model's side (eng_draft.c): what its sequence for this slot
+     * holds, and this step's proposal. */
+    int32_t *d_hist;            /* [n_ctx_slot] tokens of the draft's cells, NULL without -md */
+    int32_t d_n;
+    int32_t d_prop[ENG_SPEC_MAX];
+    int32_t n_prop;
+    int32_t d_gram_at;          /* the grammar's state as the draft began */
 } slot;
 
 /* An idle slot whose history its conversation left for less than ms ago
@@ -315,6 +322,7 @@ typedef struct eng_counters {
     uint64_t n_prompt_tokens, n_predicted_tokens, n_decode_calls, n_busy_slots_sum, n_done;
     double control_ms;          /* see eng_stats.control_ms_total */
     double kv_events_ms;        /* see eng_stats.kv_events_ms_total */
+    double draft_ms;            /* see eng_stats.draft_ms_total */
     int32_t n_tokens_max;       /* largest slot n_hist seen after a decode */
     uint64_t n_tokens_reused, n_tokens_read, n_tokens_restored;
     uint64_t n_drafted, n_accepted, n_verify_steps;
@@ -359,6 +367,19 @@ typedef struct eng_debug {
                                    what a big model's steps do to the answers served between them */
 } eng_debug;
 
+/* A draft model's forward pass and memory (eng_draft.c); ctx NULL
+ * without -md or asleep. */
+typedef struct eng_draft {
+    model_ctx *ctx;
+    mem *mem;
+    int32_t n_vocab, n_cand;    /* the draft's vocabulary; the ids both models have */
+    int32_t *tok, *nseq, *row_of;   /* a batch of CATCHUP + n_slots; each slot's logits row */
+    kv_pos *pos;
+    kv_seq (*seq)[MODEL_MAX_TOKEN_SEQS];
+    bool *want;
+    float *logits;              /* [n_slots][n_vocab] */
+} eng_draft;
+
 struct eng {
     const model *m;
     eng_params p;
@@ -381,6 +402,7 @@ struct eng {
     eng_sleeper sleep;
     eng_debug dbg;
     struct spec_store *spec_store;  /* ngram-cache's recent generations (eng_spec.c) */
+    eng_draft draft;            /* -md (eng_draft.c) */
     struct eng_kvev *kvev;      /* KV events' tracker (eng_kvev.c), NULL when off */
 };
 
@@ -399,6 +421,8 @@ void eng_spec_free(eng *e);
 /* The guesses slot s (decoding) verifies this step, at most budget, into
  * s->draft; returns their count (also s->n_draft).  May grow the logits. */
 int32_t eng_spec_propose(eng *e, slot *s, int32_t budget);
+/* The proposer s's task guesses with. */
+spec_kind eng_spec_kind(const eng *e, const slot *s);
 /* The sampler kept n_kept of s's n_draft guesses: counts and the
  * adaptive limit; the guesses' cells past n_hist go (eng_spec_trim). */
 void eng_spec_judged(eng *e, slot *s, int32_t n_kept);
@@ -407,6 +431,18 @@ void eng_spec_judged(eng *e, slot *s, int32_t n_kept);
 void eng_spec_trim(eng *e, slot *s);
 /* s's task ends: what it wrote joins the store (ngram-cache). */
 void eng_spec_finished(eng *e, slot *s);
+
+/* eng_draft.c: a draft model's guesses (draft-simple). */
+pk_status eng_draft_init(eng *e);               /* after the slots and the context */
+void eng_draft_free(eng *e);
+void eng_draft_sleep(eng *e);                   /* its context freed, its weights released */
+pk_status eng_draft_wake(eng *e);
+/* Before a step's batch: every session that guesses from the draft this
+ * step gets its proposal (s->d_prop, s->n_prop). */
+void eng_draft_step(eng *e);
+/* At most lim of s's proposal into s->draft; their count. */
+int32_t eng_draft_take(slot *s, int32_t lim);
+bool eng_draft_check(eng *e);
 
 /* eng_place.c */
 pk_status eng_place_init(eng *e);               /* reserve ids, turn marker */

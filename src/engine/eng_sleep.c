@@ -33,6 +33,7 @@ bool eng_sleep_enter(eng *e)
     for (int32_t i = 0; i < e->p.n_slots; i++) eng_pool_detach(e, &e->slots[i]);
     eng_pool_evict_all(e, "the server sleeps");
     eng_stats_fill(e, e->sleep.sleep_stats);
+    eng_draft_sleep(e);
     mem_free(e->mem);
     e->mem = NULL;
     model_ctx_free(e->ctx);
@@ -57,6 +58,13 @@ pk_status eng_sleep_wake(eng *e)
     if (st == PK_OK && (st = mem_new(e->ctx, &e->mem)) != PK_OK) {
         model_ctx_free(e->ctx);
         e->ctx = NULL;
+    }
+    if (st == PK_OK && (st = eng_draft_wake(e)) != PK_OK) {
+        mem_free(e->mem);
+        model_ctx_free(e->ctx);
+        e->mem = NULL;
+        e->ctx = NULL;
+        model_weights_release(e->p.draft);
     }
     if (st != PK_OK) {
         e->ctx = NULL;

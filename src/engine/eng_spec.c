@@ -16,7 +16,12 @@
 #include "eng_impl.h"
 
 #define STORE_CONTEXT 64        /* prompt tokens stored before a generation */
-#define MISSES_BEFORE_SKIP 4    /* verifications keeping nothing before a pause */
+/* Verifications keeping nothing before a pause, and the first pause: a
+ * draft model's guesses cost a pass of the draft each, an n-gram's only
+ * its rows in the step, so a draft gives up sooner and for longer.  Each
+ * miss after a pause doubles it, up to 256 tokens (512 for a draft). */
+#define MISSES_BEFORE_SKIP 4
+#define DRAFT_MISSES_BEFORE_SKIP 2
 
 /* The store, made at start on an ngram-cache server and at the first
  * ngram-cache request on another.  False when memory is short. */
@@ -68,7 +73,7 @@ int32_t eng_spec_propose(eng *e, slot *s, int32_t budget)
     s->n_draft = 0;
     const eng_completion *rq = &s->task->req;
     const spec_params *sp = &e->p.spec;
-    spec_kind kind = rq->has_spec_kind ? rq->spec_kind : sp->kind;
+    spec_kind kind = eng_spec_kind(e, s);
     int32_t n_max = rq->has_spec_n_max ? rq->spec_n_max : sp->n_max;
     int32_t n_min = MAX(rq->has_spec_n_min ? rq->spec_n_min : sp->n_min, 1);
     if (kind == SPEC_NONE || s->n_replay > 0) return 0;
@@ -87,7 +92,9 @@ int32_t eng_spec_propose(eng *e, slot *s, int32_t budget)
      * position n_hist (hist has room: n_hist + 1 < n_ctx_slot). */
     s->hist[s->n_hist] = s->next_token;
     int32_t n = s->n_hist + 1, key = 0, got;
-    if (kind == SPEC_NGRAM_SIMPLE) {
+    if (kind == SPEC_DRAFT_SIMPLE) {
+        got = eng_draft_take(s, lim);
+    } else if (kind == SPEC_NGRAM_SIMPLE) {
         got = spec_ngram_lookup(s->hist, n, sp->size_n, sp->size_n, s->draft, MIN(lim, sp->size_m), &key);
     } else {
         got = spec_ngram_lookup(s->hist, n, sp->key_min, sp->key_max, s->draft, lim, &key);
@@ -131,6 +138,12 @@ int32_t eng_spec_propose(eng *e, slot *s, int32_t budget)
     return s->n_draft = got;
 }
 
+spec_kind eng_spec_kind(const eng *e, const slot *s)
+{
+    const eng_completion *rq = &s->task->req;
+    return rq->has_spec_kind ? rq->spec_kind : e->p.spec.kind;
+}
+
 void eng_spec_judged(eng *e, slot *s, int32_t n_kept)
 {
     if (s->n_draft == 0) return;
@@ -140,8 +153,12 @@ void eng_spec_judged(eng *e, slot *s, int32_t n_kept)
     } else {
         s->spec_k = n_kept + 1;
         if (n_kept > 0) s->spec_misses = 0;
-        else if (++s->spec_misses >= MISSES_BEFORE_SKIP)   /* nothing pays here: back off, longer each time */
+        else if (eng_spec_kind(e, s) == SPEC_DRAFT_SIMPLE) {
+            if (++s->spec_misses >= DRAFT_MISSES_BEFORE_SKIP)
+                s->spec_skip = 16 << MIN(s->spec_misses - DRAFT_MISSES_BEFORE_SKIP, 5);
+        } else if (++s->spec_misses >= MISSES_BEFORE_SKIP) {  /* nothing pays here: back off, longer each time */
             s->spec_skip = MIN(8 << MIN(s->spec_misses - MISSES_BEFORE_SKIP, 5), 256);
+        }
     }
     s->n_draft = 0;
     eng_spec_trim(e, s);

@@ -162,6 +162,9 @@ typedef struct model_ctx_params {
     int32_t n_threads;
     tq_type kv_type;          /* TQ_F16 (default) or TQ_F32 */
     int32_t n_rs;             /* hybrids: recurrent state slots (rs.h), 0: 8 */
+    tp_pool *tp;              /* a threadpool to run on, borrowed (a draft model's context runs
+                                 on its target's, so the two never spin against each other);
+                                 NULL: its own of n_threads */
 } model_ctx_params;
 
 typedef struct model_ctx model_ctx;
@@ -169,6 +172,7 @@ typedef struct model_ctx model_ctx;
 pk_status model_ctx_new(const model *m, const model_ctx_params *p, model_ctx **out);
 void model_ctx_free(model_ctx *c);                 /* NULL is a no-op */
 kv_cache *model_ctx_kv(model_ctx *c);
+tp_pool *model_ctx_tp(model_ctx *c);
 /* The recurrent states of a hybrid's sequences (rs.h); NULL otherwise. */
 rs_cache *model_ctx_rs(model_ctx *c);
 /* Every sequence's cells and states freed (a benchmark's fresh start). */

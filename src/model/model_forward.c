@@ -51,7 +51,7 @@ void model_ctx_free(model_ctx *c)
     hy_ctx_free(c);
     rs_free(c->rs);
     kv_free(c->kv);
-    tp_free(c->tp);
+    if (!c->p.tp) tp_free(c->tp);
     void *bufs[] = { c->x, c->xn, c->q, c->k, c->v, c->att, c->gate, c->up, c->tmp, c->rope,
                      c->mm_scratch, c->attn_buf, c->priv, c->cells, c->vis, c->vis_cells, c->tok_order,
                      c->tok_list, c->tok_nvis, c->tok_pos, c->tok_cell, c->out_rows };
@@ -60,6 +60,7 @@ void model_ctx_free(model_ctx *c)
 }
 
 kv_cache *model_ctx_kv(model_ctx *c) { return c->kv; }
+tp_pool *model_ctx_tp(model_ctx *c) { return c->tp; }
 rs_cache *model_ctx_rs(model_ctx *c) { return c->rs; }
 
 void model_ctx_clear(model_ctx *c)
@@ -80,7 +81,7 @@ pk_status model_ctx_new(const model *m, const model_ctx_params *p, model_ctx **o
     *out = NULL;
     const model_hparams *hp = &m->hp;
     if (p->n_ctx < 1 || p->n_ubatch < 1 || p->n_threads < 1 ||
-        (p->kv_type != TQ_F16 && p->kv_type != TQ_F32))
+        (p->kv_type != TQ_F16 && p->kv_type != TQ_F32) || (p->tp && tp_n_threads(p->tp) != p->n_threads))
         return PK_EINVAL;
     model_ctx *c = calloc(1, sizeof *c);
     if (!c) return PK_ENOMEM;
@@ -92,7 +93,8 @@ pk_status model_ctx_new(const model *m, const model_ctx_params *p, model_ctx **o
                      .n_embd_v = hp->n_head_kv * hp->head_dim_v, .type = p->kv_type };
     pk_status st = kv_new(&kp, &c->kv);
     if (st) goto fail;
-    if ((st = tp_new(p->n_threads, &c->tp))) goto fail;
+    if (p->tp) c->tp = p->tp;
+    else if ((st = tp_new(p->n_threads, &c->tp))) goto fail;
 
     size_t nub = (size_t)p->n_ubatch, fl = sizeof(float);
     size_t qw = (size_t)hp->n_head * hp->head_dim_k, aw = (size_t)hp->n_head * hp->head_dim_v;

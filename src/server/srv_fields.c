@@ -245,8 +245,8 @@ static bool parse_speculative(const json_t *b, eng_completion *c, srv_err *e)
     const json_t *t = srv_field(b, "speculative.type");
     if (t) {
         if (!json_is_string(t) || !spec_kind_parse(json_string_value(t), &c->spec_kind))
-            return srv_fail(e, 400, "speculative.type", "'speculative.type' must be \"none\", \"ngram-simple\" or "
-                            "\"ngram-cache\"");
+            return srv_fail(e, 400, "speculative.type", "'speculative.type' must be \"none\", \"ngram-simple\", "
+                            "\"ngram-cache\" or \"draft-simple\"");
         c->has_spec_kind = true;
     }
     long long x;

@@ -115,6 +115,10 @@ char *srv_metrics_text(const eng_stats *st, const srv_scrape *since, const char 
            (double)st->n_accepted);
     metric(&b, "llamacpp:spec_decode_num_drafts_total", "counter",
            "Number of speculative verification steps (steps that verified a draft).", "", (double)st->n_verify_steps);
+    metric(&b, "polykv:spec_draft_model_seconds_total", "counter",
+           "Engine thread time in the draft model's passes (-md).", "", st->draft_ms_total / 1000.0);
+    metric(&b, "polykv:spec_draft_model_cells", "gauge", "Cells in use in the draft model's KV cache (-md).", "",
+           (double)st->draft_cells);
     metric(&b, "llamacpp:n_busy_slots_per_decode", "gauge", "Average number of busy slots per decode call.", "",
            ratio((double)st->n_busy_slots_sum, (double)st->n_decode_calls));
     metric(&b, "llamacpp:prompt_tokens_seconds", "gauge",

@@ -13,6 +13,7 @@ static const struct { const char *name; spec_kind kind; } kinds[] = {
     { "none", SPEC_NONE },
     { "ngram-simple", SPEC_NGRAM_SIMPLE },
     { "ngram-cache", SPEC_NGRAM_CACHE },
+    { "draft-simple", SPEC_DRAFT_SIMPLE },
 };
 
 bool spec_kind_parse(const char *name, spec_kind *out)
@@ -46,6 +47,7 @@ const char *spec_params_check(const spec_params *p)
     if (p->size_m < 1 || p->size_m > 1024) return "--spec-ngram-simple-size-m must be in 1..1024";
     if (p->key_min < 1 || p->key_max < p->key_min || p->key_max > 64)
         return "the n-gram key lengths must satisfy 1 <= min <= max <= 64";
+    if (!(p->p_min >= 0 && p->p_min <= 1)) return "--spec-draft-p-min must be in 0..1";
     if (p->store_tokens < 1024 || p->store_tokens > (1 << 26)) return "the n-gram store must hold 1Ki..64Mi tokens";
     return NULL;
 }

@@ -18,6 +18,9 @@
  *                      re-query or a sibling sub-agent writing the same
  *                      tool call finds the tokens another session wrote.
  *
+ * The third proposer, a draft model (SPEC_DRAFT_SIMPLE), runs a model and
+ * lives with the engine (src/engine/eng_draft.c); only its name is here.
+ *
  * Threads: a store has one owner at a time (the engine thread).
  */
 #ifndef POLYKV_SPEC_H
@@ -32,6 +35,7 @@ typedef enum spec_kind {
     SPEC_NONE = 0,
     SPEC_NGRAM_SIMPLE,          /* the session's own tokens, one key length (size_n) */
     SPEC_NGRAM_CACHE,           /* the session's tokens and the server's store, key_max..key_min */
+    SPEC_DRAFT_SIMPLE,          /* a draft model's greedy tokens (-md; eng_draft.c) */
 } spec_kind;
 
 /* llama-server's --spec-type names; false for a name not built here. */
@@ -46,6 +50,8 @@ typedef struct spec_params {
     int32_t size_m;             /* --spec-ngram-simple-size-m: its longest guess, 48 */
     int32_t key_min, key_max;   /* ngram-cache's key lengths, 3 and 8 */
     int32_t store_tokens;       /* ngram-cache's store, 1 << 20 tokens */
+    float p_min;                /* --spec-draft-p-min: a draft model stops guessing where its
+                                   token's probability is below this, 0 */
 } spec_params;
 
 spec_params spec_params_default(void);

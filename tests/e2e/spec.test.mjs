@@ -3,8 +3,10 @@
 // turns it off (speculative.type "none"), in fewer steps; timings carry
 // llama-server's draft_n / draft_n_accepted; /metrics counts drafts and
 // accepted tokens; /slots and /polykv/tps show each session's counts; the
-// types polykv has not built are refused at start-up; a Qwen3.5 hybrid
-// speculates too (its state goes back where a guess was not kept).
+// types polykv has not built and drafts that cannot guess are refused at
+// start-up; a draft model (-md: the model itself, so every guess is right)
+// gives the same text; a Qwen3.5 hybrid speculates too (its state goes
+// back where a guess was not kept).
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -68,14 +70,43 @@ test('speculative.n_max 0 and a bad speculative.type', { skip }, async () => {
   assert.match(bad.json.error.message, /speculative\.type/);
 });
 
-test('types not built are refused at start-up with the reason', { skip }, () => {
+test('types not built and drafts that cannot guess are refused at start-up with the reason', { skip }, () => {
+  const other = genModel('qwen3-e64-l1-qwen35vocab.gguf', ['--arch', 'qwen3', '--vocab',
+    path.join(SHARED, 'models', 'vocab/ggml-vocab-qwen35.gguf'), '--n-embd', '64', '--n-layer', '1', '--n-head', '4',
+    '--n-head-kv', '2', '--n-ff', '128', '--type', 'q8_0', '--seed', '5']);
   for (const [args, want] of [[['--spec-type', 'draft-mtp'], /not built yet/],
-                              [['-md', 'x.gguf'], /draft model is not built yet/],
+                              [['--spec-type', 'draft-simple'], /needs a draft model/],
+                              [['-md', other], /-md .*(vocabulary|tokens|tokenizer|special)/],
+                              [['-md', 'no-such-draft.gguf'], /no-such-draft\.gguf/],
                               [['--spec-type', 'ngram-cache', '--spec-draft-n-max', '99'], /n-max/]]) {
     const r = spawnSync(BIN, ['serve', '-m', sharedModel(STORIES), '--port', '0', '-t', '1', ...args],
       { encoding: 'utf8', timeout: 30000 });
     assert.notEqual(r.status, 0, args.join(' '));
     assert.match(r.stderr, want);
+  }
+});
+
+test('a draft model: stories260K as its own draft guesses right, the text is the text without it', { skip }, async () => {
+  const d = await startServer(sharedModel(STORIES), ['-c', '2048', '-np', '2', '-t', '1', '--metrics',
+                                                     '-md', sharedModel(STORIES), '--spec-draft-n-max', '4']);
+  try {
+    for (const p of ['Once upon a time', 'The little dog']) {
+      const ask = (extra) => post(d.url + '/completion', { prompt: p, n_predict: 120, temperature: 0,
+                                                           cache_prompt: false, ...extra });
+      const off = await ask({ 'speculative.type': 'none' });
+      const on = await ask({});
+      assert.equal(on.status, 200, on.text);
+      assert.equal(on.json.content, off.json.content);
+      assert.ok(on.json.timings.draft_n > 60, JSON.stringify(on.json.timings));
+      assert.equal(on.json.timings.draft_n_accepted, on.json.timings.draft_n);
+    }
+    const m = await get(d.url + '/metrics');
+    const num = (name) => Number(m.text.match(new RegExp(`^${name} (\\S+)$`, 'm'))[1]);
+    assert.ok(num('polykv:spec_draft_model_seconds_total') > 0);
+    assert.ok(num('polykv:spec_draft_model_cells') > 0);
+    assert.equal(num('llamacpp:spec_decode_num_accepted_tokens_total'), num('llamacpp:spec_decode_num_draft_tokens_total'));
+  } finally {
+    assert.equal(await d.stop(), 0);
   }
 });
 
