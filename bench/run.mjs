@@ -3,7 +3,8 @@
 // Qwen2.5-0.5B-shaped random-weight models in Q8_0, Q4_0 and Q4_K_M, and on
 // Qwen3.5 hybrids shaped as the 9B and the 35B-A3B (their published
 // per-layer shapes, 8 layers of them; TYPES entries qwen35-9b:q4_k_m and
-// qwen35moe-35b-a3b:q4_k_m), one table at the end.
+// qwen35moe-35b-a3b:q4_k_m), and on Qwen3 30B-A3B's MoE layer (8 of its
+// 48; qwen3moe-30b-a3b:q4_k_m), one table at the end.
 //
 // Every test runs ROUNDS times, polykv and the reference engine back to back
 // in each round (the machine is shared: interleaving spreads other load over
@@ -27,7 +28,7 @@
 //
 // Usage: sh bench/run.sh BUILD_DIR
 // env: THREADS=2 ROUNDS=3 MODELS_DIR=models/bench
-//      TYPES=q8_0,q4_0,q4_k_m,qwen35-9b:q4_k_m,qwen35moe-35b-a3b:q4_k_m
+//      TYPES=q8_0,q4_0,q4_k_m,qwen35-9b:q4_k_m,qwen35moe-35b-a3b:q4_k_m,qwen3moe-30b-a3b:q4_k_m
 //      TESTS=pp,tg,depth,batch,startup LLAMA_CPP_BIN=... JSON=out.json
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
@@ -38,7 +39,8 @@ const threads = process.env.THREADS || '2';
 const rounds = Number(process.env.ROUNDS || '3');
 const dir = process.env.MODELS_DIR || 'models/bench';
 const peer = process.env.LLAMA_CPP_BIN || '';
-const types = (process.env.TYPES || 'q8_0,q4_0,q4_k_m,qwen35-9b:q4_k_m,qwen35moe-35b-a3b:q4_k_m').split(',');
+const types = (process.env.TYPES ||
+               'q8_0,q4_0,q4_k_m,qwen35-9b:q4_k_m,qwen35moe-35b-a3b:q4_k_m,qwen3moe-30b-a3b:q4_k_m').split(',');
 const tests = new Set((process.env.TESTS || 'pp,tg,depth,batch,startup').split(','));
 /* The model shapes: a TYPES entry is a weight type (the qwen2 shape) or
  * shape:type.  The hybrids take the Qwen3.5 vocabulary of ../shared
@@ -52,6 +54,11 @@ const shapes = {
                   '--n-ff', '4864'] },
   'qwen35-9b': { file: 'shape-l8', vocab: '../shared/models/vocab/ggml-vocab-qwen35.gguf',
                  args: ['--arch', 'qwen35', '--n-embd', '4096', '--n-head-kv', '4', '--n-ff', '12288', ...hybrid] },
+  /* Qwen3 30B-A3B's layer (128 experts, 8 used, 768 wide), 8 of its 48 */
+  'qwen3moe-30b-a3b': { file: 'shape-l8', vocab: '../shared/models/vocab/ggml-vocab-qwen35.gguf',
+                        args: ['--arch', 'qwen3moe', '--n-embd', '2048', '--n-layer', '8', '--n-head', '32',
+                               '--n-head-kv', '4', '--head-dim', '128', '--n-ff', '6144', '--n-expert', '128',
+                               '--n-expert-used', '8', '--n-ff-exp', '768', '--rope-base', '1000000', '--untied'] },
   'qwen35moe-35b-a3b': { file: 'shape-l8', vocab: '../shared/models/vocab/ggml-vocab-qwen35.gguf',
                          args: ['--arch', 'qwen35moe', '--n-embd', '2048', '--n-head-kv', '2', '--n-expert', '256',
                                 '--n-expert-used', '8', '--n-ff-exp', '512', '--n-ff-shexp', '512', ...hybrid] },

@@ -42,9 +42,7 @@
  * F32 checks all 128 greedy steps of each and matches every one.  The
  * eight take about 15 s on 2 threads.
  */
-#include "ref.h"
-#include "sha256.h"
-#include "gen.h"
+#include "gen_ref.h"
 
 #include <stdlib.h>
 #include <unistd.h>
@@ -61,41 +59,6 @@ static const struct { const char *name; double frac, frac_steps; } models[] = {
     { "rand-qwen35moe-e256-l4-x8a2-Q8_0", 1e-2, 1.2e-1 },
     { "rand-qwen35moe-e256-l4-x8a2-Q4_K_M", 1e-2, 1.2e-1 },
 };
-
-/* One model against llama.cpp's run of it (the JSON at jpath): four
- * prompts, 32 greedy steps each, within frac of max |logit| at the first
- * positions and frac_steps at the greedy steps. */
-static void check_file(const char *name, const char *path, const char *jpath, double frac, double frac_steps)
-{
-    char err[512] = "";
-    model *m;
-    pk_status s = model_load(path, MODEL_MMAP, &m, err, sizeof err);
-    CHECK(s == PK_OK);
-    if (s) {
-        fprintf(stderr, "%s: %s\n", path, err);
-        return;
-    }
-    model_ctx_params cp = { .n_ctx = 2048, .n_ubatch = 512, .n_threads = 2, .kv_type = TQ_F32 };
-    model_ctx *ctx;
-    CHECK(model_ctx_new(m, &cp, &ctx) == PK_OK);
-    json_t *j = ref_load_json(jpath);
-    CHECK(j != NULL);
-    int32_t V = model_get_hparams(m)->n_vocab;
-    float *logits = malloc((size_t)V * sizeof *logits);
-    ref_tally ta = {0};
-    json_t *results = json_object_get(j, "results");
-    CHECK(json_array_size(results) == 4);
-    for (size_t p = 0; p < json_array_size(results); p++)
-        ref_check_prompt(name, ctx, V, model_vocab(m), json_array_get(results, p), logits, frac, frac_steps, NULL, &ta);
-    printf("%-36s max |diff| / max |logit| %.2e, at the first positions %.2e (budgets %.1e, %.1e); greedy: %d of %d "
-           "steps with margin >= 2 eps checked, free run agrees %d/%d, prompts that must match all 32: %s\n",
-           name, ta.max_rel, ta.max_first, frac, frac_steps, ta.n_checked, ta.n_steps, ta.n_free, ta.n_steps,
-           ta.full[0] ? ta.full : "none");
-    free(logits);
-    json_decref(j);
-    model_ctx_free(ctx);
-    model_free(m);
-}
 
 static const struct { const char *name, *args; double frac; } gen_models[] = {
     { "gen-qwen35-e64-l4-F32", GEN_DENSE " --type f32", 3e-6 },
@@ -120,58 +83,7 @@ static void check_model(const char *name, double frac, double frac_steps)
     }
     snprintf(path, sizeof path, "%s/%s.gguf", dir, name);
     snprintf(jpath, sizeof jpath, DATA "/%s.json", name);
-    check_file(name, path, jpath, frac, frac_steps);
-}
-
-/* The sha256 commands-gen.txt records for $OUT/<name>.gguf in hex[65]. */
-static bool gen_sha(const char *name, char hex[65])
-{
-    FILE *f = fopen(DATA "/commands-gen.txt", "r");
-    char line[1024], tail[256];
-    snprintf(tail, sizeof tail, "  $OUT/%s.gguf\n", name);
-    bool found = false;
-    while (f && !found && fgets(line, sizeof line, f)) {
-        size_t n = strlen(line), nt = strlen(tail);
-        found = !strncmp(line, "# sha256 ", 9) && n == 9 + 64 + nt && !strcmp(line + 9 + 64, tail);
-        if (found) snprintf(hex, 65, "%.64s", line + 9);
-    }
-    if (f) fclose(f);
-    return found;
-}
-
-/* gen-model's own qwen35 / qwen35moe file (gen_models), written here by
- * the binary under test, checked to be byte for byte the file llama.cpp
- * ran (its sha256 in commands-gen.txt: a change to gen-model fails here
- * rather than turning the references stale), then held to llama.cpp's
- * outputs like the converter's models above.  Needs ../shared for the
- * vocabulary. */
-static void check_gen(const char *name, const char *args, double frac)
-{
-    const char *shared = test_shared_dir();
-    if (!shared) {
-        SKIP_PART("%s: ../shared absent (set POLYKV_SHARED): gen-model needs its Qwen3.5 vocabulary", name);
-        return;
-    }
-    if (access(g_bin, X_OK) != 0) {
-        SKIP_PART("%s: %s not built (set POLYKV_BIN)", name, g_bin);
-        return;
-    }
-    char want[65] = "", got[65] = "", dir[] = "/tmp/polykv-test-qwen35-XXXXXX", path[256], jpath[256];
-    CHECK(gen_sha(name, want));
-    CHECK(mkdtemp(dir) != NULL);
-    snprintf(path, sizeof path, "%s/%s.gguf", dir, name);
-    CHECK(gen_model(g_bin, shared, args, path));
-    CHECK(sha256_file(path, got));
-    CHECK_STR(got, want);
-    if (strcmp(got, want))
-        fprintf(stderr, "%s: gen-model wrote another file than the one llama.cpp ran: rerun "
-                "scripts/qwen35/make_gen_refs.sh\n", name);
-    else {
-        snprintf(jpath, sizeof jpath, DATA "/%s.json", name);
-        check_file(name, path, jpath, frac, frac);
-    }
-    unlink(path);
-    rmdir(dir);
+    gen_ref_check_file(name, path, jpath, 4, NULL, frac, frac_steps);
 }
 
 static char *slurp(const char *path, size_t *n)
@@ -251,6 +163,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < ARRAY_LEN(models); i++)
         TEST_RUN(check_model, models[i].name, models[i].frac, models[i].frac_steps);
     for (size_t i = 0; i < ARRAY_LEN(gen_models); i++)
-        TEST_RUN(check_gen, gen_models[i].name, gen_models[i].args, gen_models[i].frac);
+        TEST_RUN(gen_ref_check_gen, g_bin, DATA, DATA "/commands-gen.txt", "scripts/qwen35/make_gen_refs.sh",
+                 gen_models[i].name, gen_models[i].args, gen_models[i].frac);
     return test_finish();
 }

@@ -31,7 +31,7 @@
  *     a first difference); the test prints which prompts those are, and how
  *     many tokens the free run agrees on.
  */
-#include "ref.h"
+#include "gen_ref.h"
 
 #include <stdint.h>
 
@@ -117,38 +117,11 @@ static void check_dequant(tq_type t)
 
 static void check_model(const char *type, double frac)
 {
-    char path[256], jpath[256], tsv[256], err[512] = "";
+    char path[256], jpath[256], tsv[256];
     snprintf(path, sizeof path, DATA "/rand-llama-e256-l2-%s.gguf", type);
     snprintf(jpath, sizeof jpath, DATA "/rand-llama-e256-l2-%s.json", type);
     snprintf(tsv, sizeof tsv, DATA "/rand-llama-e256-l2-%s.firstpos_logits.p0.tsv", type);
-    model *m;
-    pk_status s = model_load(path, MODEL_MMAP, &m, err, sizeof err);
-    CHECK(s == PK_OK);
-    if (s) {
-        fprintf(stderr, "%s: %s\n", path, err);
-        return;
-    }
-    model_ctx_params cp = { .n_ctx = 2048, .n_ubatch = 512, .n_threads = 2, .kv_type = TQ_F32 };
-    model_ctx *ctx;
-    CHECK(model_ctx_new(m, &cp, &ctx) == PK_OK);
-    json_t *j = ref_load_json(jpath);
-    CHECK(j != NULL);
-    int32_t V = model_get_hparams(m)->n_vocab;
-    float *logits = malloc((size_t)V * sizeof *logits);
-    ref_tally ta = {0};
-    json_t *results = json_object_get(j, "results");
-    CHECK(json_array_size(results) == 3);
-    for (size_t p = 0; p < json_array_size(results); p++)
-        ref_check_prompt(type, ctx, V, model_vocab(m), json_array_get(results, p), logits, frac, frac,
-                     p == 0 ? tsv : NULL, &ta);
-    printf("%-7s max |diff| / max |logit| %.2e, at the first positions %.2e (budget %.1e); greedy: %d of %d "
-           "steps with margin >= 2 eps checked, free run agrees %d/%d, prompts that must match all 32: %s\n",
-           type, ta.max_rel, ta.max_first, frac, ta.n_checked, ta.n_steps, ta.n_free, ta.n_steps,
-           ta.full[0] ? ta.full : "none");
-    free(logits);
-    json_decref(j);
-    model_ctx_free(ctx);
-    model_free(m);
+    gen_ref_check_file(type, path, jpath, 3, tsv, frac, frac);
 }
 
 int main(int argc, char **argv)

@@ -147,7 +147,8 @@ static void add_byte_vocab(gguf_writer *w)
 static void usage(void)
 {
     fprintf(stderr,
-        "usage: polykv gen-model --arch llama|qwen2|qwen3|qwen35|qwen35moe [--vocab VOCAB.gguf] --type T --seed S\n"
+        "usage: polykv gen-model --arch llama|qwen2|qwen3|qwen3moe|qwen35|qwen35moe [--vocab VOCAB.gguf] --type T\n"
+        "         --seed S\n"
         "         -o OUT.gguf\n"
         "  shape: --n-embd 256 --n-layer 2 --n-head 4 --n-head-kv 2 --n-ff 512 [--head-dim D]\n"
         "         [--ctx 4096] [--rope-base B] [--eps E] [--untied]\n"
@@ -156,6 +157,8 @@ static void usage(void)
         "  qwen35, qwen35moe (--n-layer: the trunk; one MTP block follows it):\n"
         "         [--attn-every 4] [--ssm-groups 2] [--ssm-heads 4] [--ssm-state 64] [--ssm-conv 4]\n"
         "  qwen35moe: [--n-expert 8] [--n-expert-used 2] [--n-ff-exp N_FF/4] [--n-ff-shexp N_FF/2]\n"
+        "  qwen3moe: [--n-expert 8] [--n-expert-used 2] [--n-ff-exp N_FF/4] (--n-ff: the dense size the\n"
+        "         file records, no dense FFN is written)\n"
         "  types: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k (= q4_k_m mix) q4_k_s q5_k q6_k\n"
         "         q2_k q3_k (= q3_k_s) iq4_nl iq4_xs\n");
 }
@@ -163,6 +166,12 @@ static void usage(void)
 static void llama_keys(gguf_writer *w, const gen_shape *sh)
 {
     char key[128];
+    if (!strcmp(sh->arch, "qwen3moe")) {
+        gguf_add_u32(w, gen_akey(key, sh->arch, "expert_count"), (uint32_t)sh->n_expert);
+        gguf_add_u32(w, gen_akey(key, sh->arch, "expert_used_count"), (uint32_t)sh->n_expert_used);
+        gguf_add_u32(w, gen_akey(key, sh->arch, "expert_feed_forward_length"),
+                     (uint32_t)(sh->n_ff_exp ? sh->n_ff_exp : sh->n_ff / 4));
+    }
     gguf_add_u32(w, gen_akey(key, sh->arch, "context_length"), (uint32_t)sh->n_ctx);
     gguf_add_u32(w, gen_akey(key, sh->arch, "embedding_length"), (uint32_t)sh->n_embd);
     gguf_add_u32(w, gen_akey(key, sh->arch, "block_count"), (uint32_t)sh->n_layer);
@@ -179,11 +188,13 @@ static void llama_keys(gguf_writer *w, const gen_shape *sh)
 
 static int llama_tensors(gguf_writer *w, const gen_shape *sh, const gen_type *gt, long n_vocab, uint64_t ts)
 {
-    const bool qwen2 = !strcmp(sh->arch, "qwen2"), qwen3 = !strcmp(sh->arch, "qwen3");
+    const bool qwen2 = !strcmp(sh->arch, "qwen2"), moe = !strcmp(sh->arch, "qwen3moe");
+    const bool qwen3 = moe || !strcmp(sh->arch, "qwen3");
+    const long nx = moe ? sh->n_expert : 1, ffx = sh->n_ff_exp ? sh->n_ff_exp : sh->n_ff / 4;
     const long hd = sh->head_dim ? sh->head_dim : sh->n_embd / sh->n_head;
     tq_type t = gt->type, out_t = gt->k_mix ? TQ_Q6_K : t;
     float s_e = 1.5f / sqrtf((float)sh->n_embd), s_o = 1.5f / sqrtf((float)(sh->n_head * hd));
-    float s_f = 1.5f / sqrtf((float)sh->n_ff), s_qk = qwen3 ? 0.02f : s_e;
+    float s_f = 1.5f / sqrtf((float)sh->n_ff), s_qk = qwen3 ? 0.02f : s_e, s_x = 1.5f / sqrtf((float)ffx);
     char name[128];
     int rc = 0;
     rc |= add_tensor(w, "token_embd.weight", sh->tied ? out_t : t, sh->n_embd, n_vocab, ts++, 0, 0.02f);
@@ -192,27 +203,37 @@ static int llama_tensors(gguf_writer *w, const gen_shape *sh, const gen_type *gt
     for (int il = 0; il < sh->n_layer && !rc; il++) {
         tq_type tv = gt->k_mix && gen_more_bits(il, (int)sh->n_layer) ? TQ_Q6_K : t;
         bool silent = sh->pass_from > 0 && il >= sh->pass_from;
-        struct { const char *n; tq_type t; long cols, rows; float mean, std; } L[] = {
-            { "attn_norm.weight", TQ_F32, sh->n_embd, 1, 1.0f, 0.1f },
-            { "attn_q.weight", t, sh->n_embd, sh->n_head * hd, 0, s_qk },
-            { "attn_k.weight", t, sh->n_embd, sh->n_head_kv * hd, 0, s_qk },
-            { "attn_v.weight", tv, sh->n_embd, sh->n_head_kv * hd, 0, s_e },
-            { "attn_output.weight", t, sh->n_head * hd, sh->n_embd, 0, silent ? 0 : s_o },
-            { "ffn_norm.weight", TQ_F32, sh->n_embd, 1, 1.0f, 0.1f },
-            { "ffn_gate.weight", t, sh->n_embd, sh->n_ff, 0, s_e },
-            { "ffn_up.weight", t, sh->n_embd, sh->n_ff, 0, s_e },
-            { "ffn_down.weight", tv, sh->n_ff, sh->n_embd, 0, silent ? 0 : s_f },
-            { qwen2 ? "attn_q.bias" : NULL, TQ_F32, sh->n_head * hd, 1, 0, 0.1f },
-            { qwen2 ? "attn_k.bias" : NULL, TQ_F32, sh->n_head_kv * hd, 1, 0, 0.1f },
-            { qwen2 ? "attn_v.bias" : NULL, TQ_F32, sh->n_head_kv * hd, 1, 0, 0.1f },
-            { qwen3 ? "attn_q_norm.weight" : NULL, TQ_F32, hd, 1, 1.0f, 0.1f },
-            { qwen3 ? "attn_k_norm.weight" : NULL, TQ_F32, hd, 1, 1.0f, 0.1f },
+        struct { const char *n; tq_type t; long cols, rows; float mean, std; long mats; } L[] = {
+            { "attn_norm.weight", TQ_F32, sh->n_embd, 1, 1.0f, 0.1f, 1 },
+            { "attn_q.weight", t, sh->n_embd, sh->n_head * hd, 0, s_qk, 1 },
+            { "attn_k.weight", t, sh->n_embd, sh->n_head_kv * hd, 0, s_qk, 1 },
+            { "attn_v.weight", tv, sh->n_embd, sh->n_head_kv * hd, 0, s_e, 1 },
+            { "attn_output.weight", t, sh->n_head * hd, sh->n_embd, 0, silent ? 0 : s_o, 1 },
+            { "ffn_norm.weight", TQ_F32, sh->n_embd, 1, 1.0f, 0.1f, 1 },
+            { moe ? NULL : "ffn_gate.weight", t, sh->n_embd, sh->n_ff, 0, s_e, 1 },
+            { moe ? NULL : "ffn_up.weight", t, sh->n_embd, sh->n_ff, 0, s_e, 1 },
+            { moe ? NULL : "ffn_down.weight", tv, sh->n_ff, sh->n_embd, 0, silent ? 0 : s_f, 1 },
+            { qwen2 ? "attn_q.bias" : NULL, TQ_F32, sh->n_head * hd, 1, 0, 0.1f, 1 },
+            { qwen2 ? "attn_k.bias" : NULL, TQ_F32, sh->n_head_kv * hd, 1, 0, 0.1f, 1 },
+            { qwen2 ? "attn_v.bias" : NULL, TQ_F32, sh->n_head_kv * hd, 1, 0, 0.1f, 1 },
+            { qwen3 ? "attn_q_norm.weight" : NULL, TQ_F32, hd, 1, 1.0f, 0.1f, 1 },
+            { qwen3 ? "attn_k_norm.weight" : NULL, TQ_F32, hd, 1, 1.0f, 0.1f, 1 },
+            /* the experts last, each stream taken only when written: the
+             * other architectures' tensors keep the values they had */
+            { moe ? "ffn_gate_inp.weight" : NULL, TQ_F32, sh->n_embd, nx, 0, s_e, 1 },
+            { moe ? "ffn_gate_exps.weight" : NULL, t, sh->n_embd, ffx, 0, s_e, nx },
+            { moe ? "ffn_up_exps.weight" : NULL, t, sh->n_embd, ffx, 0, s_e, nx },
+            { moe ? "ffn_down_exps.weight" : NULL, tv, ffx, sh->n_embd, 0, silent ? 0 : s_x, nx },
         };
+        const size_t n_always = ARRAY_LEN(L) - 4;
         for (size_t k = 0; k < ARRAY_LEN(L); k++) {
+            if (!L[k].n && k >= n_always) continue;
             uint64_t s = ts++;
             if (!L[k].n) continue;
             snprintf(name, sizeof name, "blk.%d.%s", il, L[k].n);
-            rc |= add_tensor(w, name, L[k].t, L[k].cols, L[k].rows, s, L[k].mean, L[k].std);
+            const int64_t ne[3] = { L[k].cols, L[k].rows, L[k].mats };
+            rc |= L[k].mats > 1 ? gen_add_normal(w, name, L[k].t, 3, ne, s, L[k].mean, L[k].std)
+                                : add_tensor(w, name, L[k].t, L[k].cols, L[k].rows, s, L[k].mean, L[k].std);
         }
     }
     return rc;
@@ -263,7 +284,8 @@ int cli_gen_model(int argc, char **argv)
         usage();
         return 2;
     }
-    bool llama = !strcmp(sh.arch, "llama"), qwen2 = !strcmp(sh.arch, "qwen2"), qwen3 = !strcmp(sh.arch, "qwen3");
+    bool llama = !strcmp(sh.arch, "llama"), qwen2 = !strcmp(sh.arch, "qwen2");
+    bool qwen3 = !strcmp(sh.arch, "qwen3") || !strcmp(sh.arch, "qwen3moe");
     bool hybrid = !strcmp(sh.arch, "qwen35") || !strcmp(sh.arch, "qwen35moe");
     if (!llama && !qwen2 && !qwen3 && !hybrid) {
         fprintf(stderr, "polykv gen-model: unknown arch '%s'\n", sh.arch);
@@ -275,6 +297,10 @@ int cli_gen_model(int argc, char **argv)
         return 2;
     }
     if (hybrid && !gen_hybrid_check(&sh)) return 2;
+    if (!strcmp(sh.arch, "qwen3moe") && (sh.n_expert < 2 || sh.n_expert_used < 1 || sh.n_expert_used > sh.n_expert)) {
+        fprintf(stderr, "polykv gen-model: qwen3moe needs --n-expert >= 2 and 1 <= --n-expert-used <= --n-expert\n");
+        return 2;
+    }
     if (hybrid && sh.pass_from) {
         fprintf(stderr, "polykv gen-model: --pass-through-from is for llama, qwen2 and qwen3\n");
         return 2;

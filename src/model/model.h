@@ -1,5 +1,5 @@
 /*
- * model.h - llama-family models (llama, qwen2, qwen3) and the Qwen3.5
+ * model.h - llama-family models (llama, qwen2, qwen3, qwen3moe) and the Qwen3.5
  * hybrids (qwen35, qwen35moe: gated DeltaNet and gated attention layers,
  * docs/hybrid.md): hyper-parameters, weights from a GGUF, and the forward
  * pass of one batch.
@@ -44,7 +44,9 @@
 #include "../tensor/tp.h"
 #include "../tokenizer/tok.h"
 
-typedef enum model_arch { MODEL_LLAMA = 1, MODEL_QWEN2, MODEL_QWEN3, MODEL_QWEN35, MODEL_QWEN35MOE } model_arch;
+typedef enum model_arch {
+    MODEL_LLAMA = 1, MODEL_QWEN2, MODEL_QWEN3, MODEL_QWEN35, MODEL_QWEN35MOE, MODEL_QWEN3MOE
+} model_arch;
 typedef enum model_rope { MODEL_ROPE_NORM = 0, MODEL_ROPE_NEOX = 2 } model_rope;
 
 typedef struct model_hparams {
@@ -74,7 +76,7 @@ typedef struct model_hparams {
     int32_t ssm_d_state;      /* DeltaNet key and value head size */
     int32_t ssm_n_k_heads;    /* key (and query) heads */
     int32_t ssm_n_v_heads;    /* value heads, a multiple of ssm_n_k_heads */
-    /* MoE (qwen35moe): experts, chosen per token, and their FFN sizes */
+    /* MoE (qwen3moe, qwen35moe): experts, chosen per token, and their FFN sizes */
     int32_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
 } model_hparams;
 

@@ -49,6 +49,7 @@ void model_ctx_free(model_ctx *c)
 {
     if (!c) return;
     hy_ctx_free(c);
+    moe_ctx_free(c);
     rs_free(c->rs);
     kv_free(c->kv);
     if (!c->p.tp) tp_free(c->tp);
@@ -144,6 +145,7 @@ pk_status model_ctx_new(const model *m, const model_ctx_params *p, model_ctx **o
         goto fail;
     tk_matmul_scratch_init(c->mm_scratch);
     if (hp->hybrid && (st = hy_ctx_new(c))) goto fail;
+    if (hp->n_expert > 0 && (st = moe_ctx_new(c))) goto fail;
     *out = c;
     return PK_OK;
 fail:
@@ -361,13 +363,17 @@ static void layers_job(int ith, int nth, void *arg)
             c->ops->rms_norm(x + t * E, c->tmp + t * E, L->ffn_norm.data, xn + t * E, E, hp->rms_eps);
         if (!priv) tp_barrier(c->tp);
 
-        const model_w *gu_w[2] = { &L->w_gate, &L->w_up };
-        float *gu_y[2] = { c->gate, c->up };
-        fwd_matmul_set(ith, nth, c, gu_w, gu_y, 2, xn, T);
-        for (int64_t t = e0; t < e1; t++) c->ops->swiglu(c->gate + t * F, c->up + t * F, h + t * F, F);
-        if (!priv) tp_barrier(c->tp);
-
-        fwd_matmul(ith, nth, c, &L->w_down, h, T, c->tmp);
+        if (L->moe_router.data) {
+            fwd_moe(c, ith, nth, L, T, xn);
+            tp_barrier(c->tp);              /* every token's rows of c->tmp */
+        } else {
+            const model_w *gu_w[2] = { &L->w_gate, &L->w_up };
+            float *gu_y[2] = { c->gate, c->up };
+            fwd_matmul_set(ith, nth, c, gu_w, gu_y, 2, xn, T);
+            for (int64_t t = e0; t < e1; t++) c->ops->swiglu(c->gate + t * F, c->up + t * F, h + t * F, F);
+            if (!priv) tp_barrier(c->tp);
+            fwd_matmul(ith, nth, c, &L->w_down, h, T, c->tmp);
+        }
         for (int64_t t = e0; t < e1; t++) {   /* the next norm reads only this thread's tokens */
             float *xt = x + t * E;
             const float *d = c->tmp + t * E;

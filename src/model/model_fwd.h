@@ -51,6 +51,7 @@ struct model_ctx {
     rs_cache *rs;        /* hybrids: the sequences' recurrent states */
     kv_pos ckpt_at[KV_MAX_SEQ][MODEL_CKPT_PENDING];   /* hybrids: checkpoint each sequence there, -1 */
     struct hy_ctx *hy;   /* hybrids: model_hybrid.c's scratch */
+    struct moe_ctx *moe; /* MoE models: model_moe.c's scratch */
 };
 
 
@@ -66,6 +67,14 @@ void fwd_rope_head(float *x, const float *cs, int n_rot, model_rope type);
 void *fwd_alloc(size_t n);   /* zeroed, 64-byte aligned */
 
 /* model_hybrid.c */
+/* model_moe.c: the MoE FFN of the chunk's normed inputs xn into c->tmp
+ * (a phase of a job; rows of c->tmp are written by the thread that owns
+ * the token, tp_split's share, so a reader of other rows waits at a
+ * barrier). */
+pk_status moe_ctx_new(model_ctx *c);
+void moe_ctx_free(model_ctx *c);
+void fwd_moe(model_ctx *c, int ith, int nth, const model_layer *L, int T, const float *xn);
+
 pk_status hy_ctx_new(model_ctx *c);
 void hy_ctx_free(model_ctx *c);
 /* The batch's hybrid rules (model_decode in model.h); PK_EFULL when its new

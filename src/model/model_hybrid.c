@@ -51,25 +51,13 @@ struct hy_ctx {
     float *bl, *al;     /* [nub][n_v]          beta and alpha logits */
     float *gT, *bT;     /* [n_v][nub]          log decay and beta, per head */
     float *o;           /* [nub][value_dim]    the delta rule's output */
-    /* MoE */
-    float *rlog;        /* [nub][n_expert]     router logits */
-    float *shg;         /* [nub]               shared expert gate logits */
-    int32_t *sel;       /* [nub][k]            chosen experts, best first */
-    float *selw;        /* [nub][k]            their weights */
-    int32_t *ecount;    /* [n_expert] */
-    int32_t *etok;      /* [n_expert][nub]     token * k + slot routed to each expert */
-    float *xg;          /* [nub][n_embd]       one expert's inputs, gathered */
-    float *eg, *eu, *eh;   /* [nub][n_ff_exp] */
-    float *ey;          /* [nub][n_embd] */
-    float *eout;        /* [nub][k][n_embd]    each slot's expert output */
 };
 
 void hy_ctx_free(model_ctx *c)
 {
     struct hy_ctx *h = c->hy;
     if (!h) return;
-    void *bufs[] = { h->qg, h->gt, h->mix, h->cv, h->z, h->bl, h->al, h->gT, h->bT, h->o, h->rlog,
-                     h->shg, h->sel, h->selw, h->ecount, h->etok, h->xg, h->eg, h->eu, h->eh, h->ey, h->eout };
+    void *bufs[] = { h->qg, h->gt, h->mix, h->cv, h->z, h->bl, h->al, h->gT, h->bT, h->o };
     for (size_t i = 0; i < ARRAY_LEN(bufs); i++) free(bufs[i]);
     free(h);
     c->hy = NULL;
@@ -86,9 +74,7 @@ pk_status hy_ctx_new(model_ctx *c)
     h->key_dim = (int)(ds * hp->ssm_n_k_heads);
     h->value_dim = (int)(ds * nv);
     h->conv_dim = 2 * h->key_dim + h->value_dim;
-    const size_t hq = (size_t)hp->n_head * hp->head_dim_k, k = (size_t)MAX(hp->n_expert_used, 1);
-    const size_t nx = (size_t)MAX(hp->n_expert, 1), ffe = (size_t)MAX(hp->n_ff_exp, 1), E = (size_t)hp->n_embd;
-    bool moe = hp->n_expert > 0;
+    const size_t hq = (size_t)hp->n_head * hp->head_dim_k;
     rs_params rp = { .n_layer = 0, .conv_floats = (size_t)(hp->ssm_d_conv - 1) * h->conv_dim,
                      .ssm_floats = nv * ds * ds, .n_slots = c->p.n_rs > 0 ? c->p.n_rs : 8 };
     for (int il = 0; il < hp->n_layer; il++) rp.n_layer += c->m->layers[il].rs_layer >= 0;
@@ -101,14 +87,6 @@ pk_status hy_ctx_new(model_ctx *c)
         !(h->z = fwd_alloc(nub * h->value_dim * fl)) || !(h->bl = fwd_alloc(nub * nv * fl)) ||
         !(h->al = fwd_alloc(nub * nv * fl)) || !(h->gT = fwd_alloc(nub * nv * fl)) ||
         !(h->bT = fwd_alloc(nub * nv * fl)) || !(h->o = fwd_alloc(nub * h->value_dim * fl)))
-        return PK_ENOMEM;
-    if (moe && (!(h->rlog = fwd_alloc(nub * nx * fl)) || !(h->shg = fwd_alloc(nub * fl)) ||
-                !(h->sel = fwd_alloc(nub * k * sizeof(int32_t))) || !(h->selw = fwd_alloc(nub * k * fl)) ||
-                !(h->ecount = fwd_alloc(nx * sizeof(int32_t))) ||
-                !(h->etok = fwd_alloc(nx * nub * sizeof(int32_t))) || !(h->xg = fwd_alloc(nub * E * fl)) ||
-                !(h->eg = fwd_alloc(nub * ffe * fl)) || !(h->eu = fwd_alloc(nub * ffe * fl)) ||
-                !(h->eh = fwd_alloc(nub * ffe * fl)) || !(h->ey = fwd_alloc(nub * E * fl)) ||
-                !(h->eout = fwd_alloc(nub * k * E * fl))))
         return PK_ENOMEM;
     return PK_OK;
 }
@@ -211,14 +189,6 @@ static void l2_norm(float *x, int n, float eps)
     for (int i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
     const float scale = 1.0f / sqrtf((float)(sum / n) + eps / (float)n), post = 1.0f / sqrtf((float)n);
     for (int i = 0; i < n; i++) x[i] = x[i] * scale * post;
-}
-
-/* A stacked matrix's e-th matrix. */
-static model_w slice(const model_w *w, int e)
-{
-    int64_t rows = w->n_rows / w->n_mat;
-    return (model_w){ .type = w->type, .n_cols = w->n_cols, .n_rows = rows, .n_mat = 1,
-                      .data = (const char *)w->data + (size_t)e * rows * tq_row_size(w->type, w->n_cols) };
 }
 
 /* ---- the layers ---- */
@@ -351,124 +321,6 @@ static void gated_attention(model_ctx *c, int ith, int nth, const model_layer *L
     fwd_matmul(ith, nth, c, &L->wo, c->att, T, c->tmp);
 }
 
-/* Softmax over the router's logits, the k best (ties: the lower id), their
- * weights renormalized to sum 1. */
-static void route(const model_hparams *hp, const float *logit, int32_t *sel, float *w)
-{
-    const int n = hp->n_expert, k = hp->n_expert_used;
-    float mx = -INFINITY, p[4096];
-    for (int e = 0; e < n; e++) mx = fmaxf(mx, logit[e]);
-    double sum = 0;
-    for (int e = 0; e < n; e++) sum += (double)(p[e] = expf(logit[e] - mx));
-    const float inv = (float)(1.0 / sum);
-    for (int e = 0; e < n; e++) p[e] *= inv;
-    for (int s = 0; s < k; s++) {
-        int best = -1;
-        for (int e = 0; e < n; e++) {
-            bool taken = false;
-            for (int r = 0; r < s; r++) taken = taken || sel[r] == e;
-            if (!taken && (best < 0 || p[e] > p[best])) best = e;
-        }
-        sel[s] = best;
-        w[s] = p[best];
-    }
-    float ws = 0;
-    for (int s = 0; s < k; s++) ws += w[s];
-    ws = fmaxf(ws, 6.103515625e-5f);
-    for (int s = 0; s < k; s++) w[s] /= ws;
-}
-
-/* The MoE FFN of xn into c->tmp. */
-static void moe(model_ctx *c, int ith, int nth, const model_layer *L, int T, const float *xn)
-{
-    const model_hparams *hp = &c->m->hp;
-    struct hy_ctx *h = c->hy;
-    const int E = hp->n_embd, K = hp->n_expert_used, F = hp->n_ff_exp, nub = c->p.n_ubatch;
-    const bool shared = L->sh_gate.data != NULL;
-    int64_t t0, t1;
-    tp_split(T, ith, nth, &t0, &t1);
-
-    const model_w *rw[2] = { &L->moe_router, &L->sh_router };
-    float *ry[2] = { h->rlog, h->shg };
-    fwd_matmul_set(ith, nth, c, rw, ry, shared ? 2 : 1, xn, T);
-    for (int64_t t = t0; t < t1; t++) route(hp, h->rlog + t * hp->n_expert, h->sel + t * K, h->selw + t * K);
-    tp_barrier(c->tp);
-    if (ith == 0 && T > 1) {
-        memset(h->ecount, 0, (size_t)hp->n_expert * sizeof(int32_t));
-        for (int t = 0; t < T; t++)
-            for (int s = 0; s < K; s++) {
-                int e = h->sel[t * K + s];
-                h->etok[(size_t)e * nub + h->ecount[e]++] = t * K + s;
-            }
-    }
-    tp_barrier(c->tp);
-
-    if (T == 1) {
-        /* a decode step: every chosen expert reads the same token, so their
-         * gate and up products run 4 experts (8 matrices) to a phase, and
-         * their outputs go straight to the slots' rows */
-        for (int s0 = 0; s0 < K; s0 += 4) {
-            const int ns = MIN(4, K - s0);
-            model_w g[4], u[4];
-            const model_w *ws[8];
-            float *ys[8];
-            for (int i = 0; i < ns; i++) {
-                g[i] = slice(&L->exp_gate, h->sel[s0 + i]), u[i] = slice(&L->exp_up, h->sel[s0 + i]);
-                ws[2 * i] = &g[i], ws[2 * i + 1] = &u[i];
-                ys[2 * i] = h->eg + (size_t)(s0 + i) * F, ys[2 * i + 1] = h->eu + (size_t)(s0 + i) * F;
-            }
-            fwd_matmul_set(ith, nth, c, ws, ys, 2 * ns, xn, 1);
-        }
-        for (int i = ith; i < K; i += nth)
-            c->ops->swiglu(h->eg + (size_t)i * F, h->eu + (size_t)i * F, h->eh + (size_t)i * F, F);
-        tp_barrier(c->tp);
-        for (int i = 0; i < K; i++) {
-            model_w d = slice(&L->exp_down, h->sel[i]);
-            fwd_matmul(ith, nth, c, &d, h->eh + (size_t)i * F, 1, h->eout + (size_t)i * E);
-        }
-    }
-    /* each chosen expert once over the tokens routed to it */
-    for (int e = 0; e < hp->n_expert && T > 1; e++) {
-        const int n = h->ecount[e];
-        if (!n) continue;
-        const int32_t *rows = h->etok + (size_t)e * nub;
-        int64_t r0, r1;
-        tp_split(n, ith, nth, &r0, &r1);
-        for (int64_t r = r0; r < r1; r++)
-            memcpy(h->xg + r * E, xn + (size_t)(rows[r] / K) * E, (size_t)E * sizeof(float));
-        tp_barrier(c->tp);
-        model_w g = slice(&L->exp_gate, e), u = slice(&L->exp_up, e), d = slice(&L->exp_down, e);
-        const model_w *gu[2] = { &g, &u };
-        float *gy[2] = { h->eg, h->eu };
-        fwd_matmul_set(ith, nth, c, gu, gy, 2, h->xg, n);
-        for (int64_t r = r0; r < r1; r++) c->ops->swiglu(h->eg + r * F, h->eu + r * F, h->eh + r * F, F);
-        tp_barrier(c->tp);
-        fwd_matmul(ith, nth, c, &d, h->eh, n, h->ey);
-        for (int64_t r = r0; r < r1; r++)
-            memcpy(h->eout + (size_t)rows[r] * E, h->ey + r * E, (size_t)E * sizeof(float));
-    }
-    if (shared) {
-        const int FS = hp->n_ff_shexp;
-        const model_w *gu[2] = { &L->sh_gate, &L->sh_up };
-        float *gy[2] = { c->gate, c->up };
-        fwd_matmul_set(ith, nth, c, gu, gy, 2, xn, T);
-        for (int64_t t = t0; t < t1; t++) c->ops->swiglu(c->gate + t * FS, c->up + t * FS, c->up + t * FS, FS);
-        tp_barrier(c->tp);
-        fwd_matmul(ith, nth, c, &L->sh_down, c->up, T, c->tmp);
-    } else {
-        tp_barrier(c->tp);   /* every expert's rows are in eout */
-    }
-    for (int64_t t = t0; t < t1; t++) {
-        float *d = c->tmp + t * E;
-        const float sg = shared ? sigmoid(h->shg[t]) : 0.0f;
-        for (int i = 0; i < E; i++) {
-            float acc = h->eout[((size_t)t * K) * E + i] * h->selw[t * K];
-            for (int s = 1; s < K; s++) acc += h->eout[((size_t)t * K + s) * E + i] * h->selw[t * K + s];
-            d[i] = shared ? acc + d[i] * sg : acc;
-        }
-    }
-}
-
 void hy_layers_job(int ith, int nth, void *arg)
 {
     const fwd_job *j = arg;
@@ -491,7 +343,7 @@ void hy_layers_job(int ith, int nth, void *arg)
             c->ops->rms_norm(x + t * E, c->tmp + t * E, L->ffn_norm.data, xn + t * E, E, hp->rms_eps);
         tp_barrier(c->tp);
         if (L->moe_router.data) {
-            moe(c, ith, nth, L, T, xn);
+            fwd_moe(c, ith, nth, L, T, xn);
         } else {
             const model_w *gu[2] = { &L->w_gate, &L->w_up };
             float *gy[2] = { c->gate, c->up };

@@ -53,6 +53,9 @@ pk_status model_get_w(const gguf_ctx *g, const char *name, int64_t n_cols, int64
 
 /* model_load_hybrid.c: the Qwen3.5 hybrids' hyper-parameters (after the
  * common ones) and weights. */
+/* The experts' keys (expert_count, expert_used_count, expert_feed_forward_length,
+ * expert_shared_feed_forward_length) of an MoE architecture. */
+pk_status model_moe_hparams(const gguf_ctx *g, const char *arch, model_hparams *hp, char *err, size_t err_len);
 pk_status model_hybrid_hparams(const gguf_ctx *g, const char *arch, model_hparams *hp, char *err, size_t err_len);
 pk_status model_hybrid_weights(model *m, char *err, size_t err_len);
 

@@ -20,6 +20,7 @@ const char *model_arch_name(model_arch a)
     case MODEL_QWEN3: return "qwen3";
     case MODEL_QWEN35: return "qwen35";
     case MODEL_QWEN35MOE: return "qwen35moe";
+    case MODEL_QWEN3MOE: return "qwen3moe";
     }
     return "?";
 }
@@ -73,8 +74,9 @@ static pk_status read_hparams(const gguf_ctx *g, model_hparams *hp, char *err, s
     else if (!strcmp(arch, "qwen3")) hp->arch = MODEL_QWEN3;
     else if (!strcmp(arch, "qwen35")) hp->arch = MODEL_QWEN35;
     else if (!strcmp(arch, "qwen35moe")) hp->arch = MODEL_QWEN35MOE;
+    else if (!strcmp(arch, "qwen3moe")) hp->arch = MODEL_QWEN3MOE;
     else return pk_errf(err, err_len, PK_EUNSUPPORTED,
-                     "unsupported architecture '%s' (llama, qwen2, qwen3, qwen35, qwen35moe are)", arch);
+                     "unsupported architecture '%s' (llama, qwen2, qwen3, qwen3moe, qwen35, qwen35moe are)", arch);
     hp->hybrid = hp->arch == MODEL_QWEN35 || hp->arch == MODEL_QWEN35MOE;
 
     pk_status st;
@@ -83,8 +85,8 @@ static pk_status read_hparams(const gguf_ctx *g, model_hparams *hp, char *err, s
     if ((st = model_arch_int(g, arch, "context_length", false, 1, 1 << 30, &hp->n_ctx_train, err, err_len)) ||
         (st = model_arch_int(g, arch, "embedding_length", true, 1, big, &hp->n_embd, err, err_len)) ||
         (st = model_arch_int(g, arch, "block_count", true, 1, 4096, &hp->n_layer, err, err_len)) ||
-        (st = model_arch_int(g, arch, "feed_forward_length", hp->arch != MODEL_QWEN35MOE, 1, big, &hp->n_ff, err,
-                             err_len)) ||
+        (st = model_arch_int(g, arch, "feed_forward_length", hp->arch != MODEL_QWEN35MOE && hp->arch != MODEL_QWEN3MOE,
+                             1, big, &hp->n_ff, err, err_len)) ||
         (st = model_arch_int(g, arch, "attention.head_count", true, 1, 4096, &hp->n_head, err, err_len)))
         return st;
     hp->n_head_kv = hp->n_head;
@@ -133,7 +135,25 @@ static pk_status read_hparams(const gguf_ctx *g, model_hparams *hp, char *err, s
     }
     hp->rope_type = hp->arch == MODEL_LLAMA ? MODEL_ROPE_NORM : MODEL_ROPE_NEOX;
     hp->n_layer_attn = hp->n_layer;
+    if (hp->arch == MODEL_QWEN3MOE && (st = model_moe_hparams(g, arch, hp, err, err_len))) return st;
     return hp->hybrid ? model_hybrid_hparams(g, arch, hp, err, err_len) : PK_OK;
+}
+
+pk_status model_moe_hparams(const gguf_ctx *g, const char *arch, model_hparams *hp, char *err, size_t err_len)
+{
+    const int32_t big = 1 << 24;
+    pk_status st;
+    hp->n_ff_shexp = 0;
+    if ((st = model_arch_int(g, arch, "expert_count", true, 2, 4096, &hp->n_expert, err, err_len)) ||
+        (st = model_arch_int(g, arch, "expert_used_count", true, 1, 64, &hp->n_expert_used, err, err_len)) ||
+        (st = model_arch_int(g, arch, "expert_feed_forward_length", true, 1, big, &hp->n_ff_exp, err, err_len)) ||
+        (st = model_arch_int(g, arch, "expert_shared_feed_forward_length", false, 1, big, &hp->n_ff_shexp, err,
+                             err_len)))
+        return st;
+    if (hp->n_expert_used > hp->n_expert)
+        return pk_errf(err, err_len, PK_EFORMAT, "expert_used_count %d > expert_count %d", hp->n_expert_used,
+                       hp->n_expert);
+    return PK_OK;
 }
 
 pk_status model_get_w(const gguf_ctx *g, const char *name, int64_t n_cols, int64_t n_rows, int32_t n_mat,
@@ -199,29 +219,36 @@ static pk_status load_weights(model *m, char *err, size_t err_len)
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers) return pk_errf(err, err_len, PK_ENOMEM, "out of memory");
     for (int il = 0; il < hp->n_layer; il++) m->layers[il].kv_layer = il, m->layers[il].rs_layer = -1;
-    bool qkv_bias = hp->arch == MODEL_QWEN2, qk_norm = hp->arch == MODEL_QWEN3;
-    const struct { size_t off; const char *name; int64_t cols, rows; bool required; } spec[] = {
-        { offsetof(model_layer, attn_norm), "attn_norm.weight", e, 0, true },
-        { offsetof(model_layer, wq), "attn_q.weight", e, qd, true },
-        { offsetof(model_layer, wk), "attn_k.weight", e, kd, true },
-        { offsetof(model_layer, wv), "attn_v.weight", e, vd, true },
-        { offsetof(model_layer, wo), "attn_output.weight", od, e, true },
-        { offsetof(model_layer, bq), "attn_q.bias", qd, 0, qkv_bias },
-        { offsetof(model_layer, bk), "attn_k.bias", kd, 0, qkv_bias },
-        { offsetof(model_layer, bv), "attn_v.bias", vd, 0, qkv_bias },
-        { offsetof(model_layer, q_norm), "attn_q_norm.weight", hp->head_dim_k, 0, qk_norm },
-        { offsetof(model_layer, k_norm), "attn_k_norm.weight", hp->head_dim_k, 0, qk_norm },
-        { offsetof(model_layer, ffn_norm), "ffn_norm.weight", e, 0, true },
-        { offsetof(model_layer, w_gate), "ffn_gate.weight", e, hp->n_ff, true },
-        { offsetof(model_layer, w_up), "ffn_up.weight", e, hp->n_ff, true },
-        { offsetof(model_layer, w_down), "ffn_down.weight", hp->n_ff, e, true },
+    bool qkv_bias = hp->arch == MODEL_QWEN2, qk_norm = hp->arch == MODEL_QWEN3 || hp->arch == MODEL_QWEN3MOE;
+    bool moe = hp->arch == MODEL_QWEN3MOE;
+    const int32_t nx = hp->n_expert;
+    const struct { size_t off; const char *name; int64_t cols, rows; int32_t n_mat; bool required; } spec[] = {
+        { offsetof(model_layer, attn_norm), "attn_norm.weight", e, 0, 1, true },
+        { offsetof(model_layer, wq), "attn_q.weight", e, qd, 1, true },
+        { offsetof(model_layer, wk), "attn_k.weight", e, kd, 1, true },
+        { offsetof(model_layer, wv), "attn_v.weight", e, vd, 1, true },
+        { offsetof(model_layer, wo), "attn_output.weight", od, e, 1, true },
+        { offsetof(model_layer, bq), "attn_q.bias", qd, 0, 1, qkv_bias },
+        { offsetof(model_layer, bk), "attn_k.bias", kd, 0, 1, qkv_bias },
+        { offsetof(model_layer, bv), "attn_v.bias", vd, 0, 1, qkv_bias },
+        { offsetof(model_layer, q_norm), "attn_q_norm.weight", hp->head_dim_k, 0, 1, qk_norm },
+        { offsetof(model_layer, k_norm), "attn_k_norm.weight", hp->head_dim_k, 0, 1, qk_norm },
+        { offsetof(model_layer, ffn_norm), "ffn_norm.weight", e, 0, 1, true },
+        { offsetof(model_layer, w_gate), "ffn_gate.weight", e, hp->n_ff, 1, !moe },
+        { offsetof(model_layer, w_up), "ffn_up.weight", e, hp->n_ff, 1, !moe },
+        { offsetof(model_layer, w_down), "ffn_down.weight", hp->n_ff, e, 1, !moe },
+        { offsetof(model_layer, moe_router), "ffn_gate_inp.weight", e, nx, 1, moe },
+        { offsetof(model_layer, exp_gate), "ffn_gate_exps.weight", e, hp->n_ff_exp, nx, moe },
+        { offsetof(model_layer, exp_up), "ffn_up_exps.weight", e, hp->n_ff_exp, nx, moe },
+        { offsetof(model_layer, exp_down), "ffn_down_exps.weight", hp->n_ff_exp, e, nx, moe },
     };
     for (int il = 0; il < hp->n_layer; il++) {
         for (size_t k = 0; k < ARRAY_LEN(spec); k++) {
             char name[96];
             snprintf(name, sizeof name, "blk.%d.%s", il, spec[k].name);
             model_w *w = (model_w *)((char *)&m->layers[il] + spec[k].off);
-            if ((st = get_w(g, name, spec[k].cols, spec[k].rows, spec[k].required, w, err, err_len)))
+            if ((st = model_get_w(g, name, spec[k].cols, spec[k].rows, spec[k].n_mat, spec[k].required, w, err,
+                                  err_len)))
                 return st;
         }
     }

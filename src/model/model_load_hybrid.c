@@ -41,16 +41,7 @@ pk_status model_hybrid_hparams(const gguf_ctx *g, const char *arch, model_hparam
     if (hp->head_dim_k != hp->head_dim_v)
         return pk_errf(err, err_len, PK_EFORMAT, "attention key and value head sizes differ");
     if (hp->arch == MODEL_QWEN35MOE) {
-        hp->n_ff_shexp = 0;
-        if ((st = model_arch_int(g, arch, "expert_count", true, 2, 4096, &hp->n_expert, err, err_len)) ||
-            (st = model_arch_int(g, arch, "expert_used_count", true, 1, 64, &hp->n_expert_used, err, err_len)) ||
-            (st = model_arch_int(g, arch, "expert_feed_forward_length", true, 1, big, &hp->n_ff_exp, err, err_len)) ||
-            (st = model_arch_int(g, arch, "expert_shared_feed_forward_length", false, 1, big, &hp->n_ff_shexp, err,
-                                 err_len)))
-            return st;
-        if (hp->n_expert_used > hp->n_expert)
-            return pk_errf(err, err_len, PK_EFORMAT, "expert_used_count %d > expert_count %d", hp->n_expert_used,
-                           hp->n_expert);
+        if ((st = model_moe_hparams(g, arch, hp, err, err_len))) return st;
         hp->n_ff = MAX(hp->n_ff_exp, hp->n_ff_shexp);
     }
     return PK_OK;
