@@ -602,6 +602,12 @@ static void sample_and_emit(eng *e, int32_t n, int32_t n_dec_batch)
             e->stat.n_drafted += (uint64_t)n_draft;
             e->stat.n_verify_steps++;
         }
+        eng_task *held = NULL;                 /* the step's tokens wake the reader once */
+        if (n_draft > 0) {
+            held = s->task;
+            atomic_fetch_add(&held->refs, 1);  /* the slot may let go of it while sampling */
+            eng_task_hold(held);
+        }
         for (int32_t j = 0;; j++) {
             int32_t id = sample_row(e, s, s->logits_row + j);
             n_emit += id >= 0;
@@ -609,6 +615,10 @@ static void sample_and_emit(eng *e, int32_t n, int32_t n_dec_batch)
             s->n_hist++;                       /* the guess's cell holds the right token */
             s->n_accepted++;
             e->stat.n_accepted++;
+        }
+        if (held) {
+            eng_task_wake(held);
+            eng_task_unref(held);
         }
         eng_spec_judged(e, s, n_emit - 1);
         n_emitted += n_emit;

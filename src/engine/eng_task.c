@@ -112,7 +112,23 @@ void eng_task_push(eng_task *t, eng_event *ev)
     t->q_n++;
     if (final) t->finished = true;
     memset(ev, 0, sizeof *ev);
-    pthread_cond_broadcast(&t->cv);
+    if (t->held && !final) t->unwoken = true;
+    else pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+}
+
+void eng_task_hold(eng_task *t)
+{
+    pthread_mutex_lock(&t->mu);
+    t->held = true;
+    pthread_mutex_unlock(&t->mu);
+}
+
+void eng_task_wake(eng_task *t)
+{
+    pthread_mutex_lock(&t->mu);
+    if (t->unwoken) pthread_cond_broadcast(&t->cv);
+    t->held = t->unwoken = false;
     pthread_mutex_unlock(&t->mu);
 }
 

@@ -46,6 +46,7 @@ struct eng_task {
     int32_t q_max;               /* tests: the ring never grows past this, 0 = no limit */
     bool finished;               /* the last event was queued */
     bool drained;                /* ... and read */
+    bool held, unwoken;          /* eng_task_hold: pushes wait for eng_task_wake to wake the reader */
 
     /* Admission (engine thread): a new session of a scope with a policy,
      * held once (counted once), admitted over a "no". */
@@ -62,6 +63,12 @@ eng_task *eng_task_new(uint64_t id, const eng_completion *c);
 void eng_task_unref(eng_task *t);
 /* Queues an event (the task takes its text).  ERROR and DONE finish it. */
 void eng_task_push(eng_task *t, eng_event *ev);
+/* The tokens of one step go to the reader together: after eng_task_hold
+ * pushes queue without waking it, eng_task_wake wakes it once (a step
+ * that keeps several speculated tokens costs the reader one wake-up, not
+ * one per token).  A final event always wakes.  Engine thread only. */
+void eng_task_hold(eng_task *t);
+void eng_task_wake(eng_task *t);
 /* Queues an ERROR event with a message. */
 void eng_task_fail(eng_task *t, pk_status st, const char *msg);
 
