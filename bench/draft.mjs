@@ -22,7 +22,15 @@
 // two runs of a pair); every text is checked equal to the one without
 // speculation.
 //
-//   node bench/draft.mjs [--rounds 3] [--k 3] [--n 128] [--shape 0.5b,1.5b]
+// Then the MTP block (--spec-type draft-mtp) on a Qwen3.5 9B-shaped hybrid
+// (8 of its layers, Q4_K_M, the Qwen3.5 vocabulary): a trunk that adds
+// nothing to the embeddings and a block that passes the next token's
+// normed embedding through (--pass-through-from 0 --mtp-agree: the block
+// predicts exactly what the trunk will), and the random-weight file of
+// bench/run.mjs, whose block is wrong; llama-server with --spec-type
+// draft-mtp on the agreeing file.
+//
+//   node bench/draft.mjs [--rounds 3] [--k 3] [--n 128] [--shape 0.5b,1.5b] [--mtp 9b]
 //   LLAMA_SERVER=/path/llama-server LD_LIBRARY_PATH=... node bench/draft.mjs
 
 import { spawnSync } from 'node:child_process';
@@ -37,6 +45,8 @@ const { values: a } = parseArgs({ options: {
   bin: { type: 'string', default: 'build/polykv' },
   dir: { type: 'string', default: 'models/bench' },
   shape: { type: 'string', default: '0.5b,1.5b' },
+  mtp: { type: 'string', default: '9b' },
+  'mtp-vocab': { type: 'string', default: '../shared/models/vocab/ggml-vocab-qwen35.gguf' },
   vocab: { type: 'string', default: '../shared/models/rand-qwen2-qwen2vocab-e64-l2-F16.gguf' } } });
 const N = Number(a.n), K = a.k, rounds = Number(a.rounds);
 const PROMPTS = ['Once upon a time', 'The little dog', 'Lily and Tom went to the park', 'One day, a boy named Tim'];
@@ -72,9 +82,11 @@ async function complete(url, prompt, extra) {
   return r.json();
 }
 
-/* One polykv server with draft d: per prompt, without and with. */
+/* One polykv server with draft d (or null: the model's MTP block): per
+ * prompt, without and with. */
 async function polykv(target, d) {
-  const s = await startServer(a.bin, ['-m', target, '-md', d, '--spec-draft-n-max', K, '--port', '0', '-np', '1',
+  const spec = d ? ['-md', d] : ['--spec-type', 'draft-mtp'];
+  const s = await startServer(a.bin, ['-m', target, ...spec, '--spec-draft-n-max', K, '--port', '0', '-np', '1',
                                       '-c', '4096', '-t', '2'], 'draft bench', died);
   const res = { off: [], on: [], ratio: [] }, acc = [0, 0];
   let diff = 0;
@@ -94,7 +106,7 @@ async function polykv(target, d) {
   }
   /* 4 sessions at once: every request's tokens over the wall time. */
   await s.stop();
-  const s4 = await startServer(a.bin, ['-m', target, '-md', d, '--spec-draft-n-max', K, '--port', '0', '-np', '4',
+  const s4 = await startServer(a.bin, ['-m', target, ...spec, '--spec-draft-n-max', K, '--port', '0', '-np', '4',
                                        '-c', '8192', '-t', '2'], 'draft bench', died);
   const agg = { off: [], on: [], ratio: [] };
   for (let r = 0; r < rounds; r++) {
@@ -112,45 +124,76 @@ async function polykv(target, d) {
            agg_ratio: median(agg.ratio) };
 }
 
-for (const name of a.shape.split(',')) {
+/* llama-server on target, without speculation and with args, interleaved
+ * by round: medians, acceptance, texts differing. */
+async function llama(target, args) {
+  const ll = { off: [], on: [] }, acc = [0, 0];
+  let diff = 0;
+  for (let r = 0; r < rounds; r++) {
+    const texts = {};
+    for (const mode of r % 2 ? ['on', 'off'] : ['off', 'on']) {
+      const base = ['-m', target, '--port', '18195', '-np', '1', '-c', '4096', '-t', '2', '--no-warmup'];
+      const ls = await startLlama(mode === 'on' ? [...base, ...args] : base);
+      texts[mode] = [];
+      for (const p0 of PROMPTS) {
+        const x = await complete('http://127.0.0.1:18195', `${p0} (${r})`, {});
+        ll[mode].push(x.timings.predicted_per_second);
+        texts[mode].push(x.content);
+        if (mode === 'on') { acc[0] += x.timings.draft_n_accepted || 0; acc[1] += x.timings.draft_n || 0; }
+      }
+      await ls.stop();
+    }
+    diff += texts.on.filter((t, i) => t !== texts.off[i]).length;
+  }
+  return { off: median(ll.off), on: median(ll.on), acc: acc[0] / Math.max(acc[1], 1), diff };
+}
+
+const line = (what, x) => {
+  console.log(`${what}: without ${x.off.toFixed(1)} tok/s, with ${x.on.toFixed(1)} tok/s: ${(x.on / x.off).toFixed(2)}x ` +
+              `(median of paired ratios ${x.ratio.toFixed(2)}); ` +
+              `acceptance ${x.acc.toFixed(2)}, ${x.drafted.toFixed(1)} guesses per ${N}-token request; texts differing: ${x.diff}`);
+  console.log(`  4 sessions at once: without ${x.agg_off.toFixed(1)} tok/s, with ${x.agg_on.toFixed(1)} tok/s: ` +
+              `${(x.agg_on / x.agg_off).toFixed(2)}x (paired ${x.agg_ratio.toFixed(2)})`);
+};
+
+for (const name of a.shape.split(',').filter(Boolean)) {
   const [target, exact, wrong] = models(name);
   const ex = await polykv(target, exact), wr = await polykv(target, wrong);
-  const line = (what, x) => {
-    console.log(`${what}: without ${x.off.toFixed(1)} tok/s, with ${x.on.toFixed(1)} tok/s: ${(x.on / x.off).toFixed(2)}x ` +
-                `(median of paired ratios ${x.ratio.toFixed(2)}); ` +
-                `acceptance ${x.acc.toFixed(2)}, ${x.drafted.toFixed(1)} guesses per ${N}-token request; texts differing: ${x.diff}`);
-    console.log(`  4 sessions at once: without ${x.agg_off.toFixed(1)} tok/s, with ${x.agg_on.toFixed(1)} tok/s: ` +
-                `${(x.agg_on / x.agg_off).toFixed(2)}x (paired ${x.agg_ratio.toFixed(2)})`);
-  };
   console.log(`polykv, ${target}, k = ${K}, ${PROMPTS.length} prompts x ${rounds} rounds, ${N} tokens, -t 2 (medians):`);
   line('  the exact draft', ex);
   line('  a wrong draft', wr);
 
   if (process.env.LLAMA_SERVER) {
-    const ll = { off: [], on: [] }, acc = [0, 0];
-    let diff = 0;
-    for (let r = 0; r < rounds; r++) {
-      const texts = {};
-      for (const mode of r % 2 ? ['on', 'off'] : ['off', 'on']) {
-        const args = ['-m', target, '--port', '18195', '-np', '1', '-c', '4096', '-t', '2', '--no-warmup'];
-        if (mode === 'on') args.push('-md', exact, '--spec-type', 'draft-simple', '--spec-draft-n-max', K, '-td', '2');
-        const ls = await startLlama(args);
-        texts[mode] = [];
-        for (const p0 of PROMPTS) {
-          const x = await complete('http://127.0.0.1:18195', `${p0} (${r})`, {});
-          ll[mode].push(x.timings.predicted_per_second);
-          texts[mode].push(x.content);
-          if (mode === 'on') { acc[0] += x.timings.draft_n_accepted || 0; acc[1] += x.timings.draft_n || 0; }
-        }
-        await ls.stop();
-      }
-      diff += texts.on.filter((t, i) => t !== texts.off[i]).length;
-    }
-    const off = median(ll.off), on = median(ll.on);
-    console.log(`llama-server, the same files and prompts: without ${off.toFixed(1)} tok/s, -md exact draft ` +
-                `${on.toFixed(1)} tok/s: ${(on / off).toFixed(2)}x; acceptance ${(acc[0] / Math.max(acc[1], 1)).toFixed(2)}; ` +
-                `texts differing: ${diff}`);
-    console.log(`polykv / llama-server with the exact draft: ${(ex.on / on).toFixed(2)}x`);
+    const ll = await llama(target, ['-md', exact, '--spec-type', 'draft-simple', '--spec-draft-n-max', K, '-td', '2']);
+    console.log(`llama-server, the same files and prompts: without ${ll.off.toFixed(1)} tok/s, -md exact draft ` +
+                `${ll.on.toFixed(1)} tok/s: ${(ll.on / ll.off).toFixed(2)}x; acceptance ${ll.acc.toFixed(2)}; ` +
+                `texts differing: ${ll.diff}`);
+    console.log(`polykv / llama-server with the exact draft: ${(ex.on / ll.on).toFixed(2)}x`);
+  }
+}
+
+if (a.mtp === '9b') {
+  const hybrid = ['--arch', 'qwen35', '--n-embd', '4096', '--n-head-kv', '4', '--n-ff', '12288', '--ssm-groups', '16',
+                  '--ssm-heads', '32', '--ssm-state', '128', '--ssm-conv', '4', '--n-head', '16', '--head-dim', '256',
+                  '--n-layer', '8', '--rope-base', '10000000', '--untied', '--ctx', '32768', '--type', 'q4_k_m',
+                  '--vocab', a['mtp-vocab'], '--seed', '1'];
+  const agree = `${a.dir}/qwen35-9b-shape-l8-pass0-mtp-q4_k_m.gguf`, random = `${a.dir}/qwen35-9b-shape-l8-q4_k_m.gguf`;
+  for (const [path, extra] of [[agree, ['--pass-through-from', '0', '--mtp-agree']], [random, []]]) {
+    if (existsSync(path)) continue;
+    if (!existsSync(a['mtp-vocab'])) { console.log(`${a['mtp-vocab']} not found`); process.exit(1); }
+    console.log(`making ${path}`);
+    if (spawnSync(a.bin, ['gen-model', ...hybrid, ...extra, '-o', path], { stdio: 'inherit' }).status !== 0) process.exit(1);
+  }
+  const ag = await polykv(agree, null), rn = await polykv(random, null);
+  console.log(`polykv, the MTP block of a Qwen3.5 9B shape (8 layers, Q4_K_M), k = ${K}, ${PROMPTS.length} prompts x ` +
+              `${rounds} rounds, ${N} tokens, -t 2 (medians):`);
+  line('  a block that agrees', ag);
+  line('  a block of random weights', rn);
+  if (process.env.LLAMA_SERVER) {
+    const ll = await llama(agree, ['--spec-type', 'draft-mtp', '--spec-draft-n-max', K]);
+    console.log(`llama-server, the agreeing file: without ${ll.off.toFixed(1)} tok/s, draft-mtp ${ll.on.toFixed(1)} ` +
+                `tok/s: ${(ll.on / ll.off).toFixed(2)}x; acceptance ${ll.acc.toFixed(2)}; texts differing: ${ll.diff}`);
+    console.log(`polykv / llama-server with the MTP block: ${(ag.on / ll.on).toFixed(2)}x`);
   }
 }
 

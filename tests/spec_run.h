@@ -66,4 +66,26 @@ static inline bool seeded_same(eng *e, const int32_t *p, int n, int n_gen, uint6
     return got[0].n_tok == got[1].n_tok && !memcmp(got[0].tok, got[1].tok, sizeof(int32_t) * (size_t)got[0].n_tok);
 }
 
+/* Greedy text of p[0..n) (n_gen tokens) with tokens banned (logit bias
+ * -inf), with proposer kind and without (in that order: the speculating
+ * run goes first, so an n-gram store holds only the text without the ban):
+ * true when both wrote the same tokens; *done the speculating run's DONE.
+ * The ban is what makes guesses wrong: proposers do not see biases. */
+static inline bool banned_same(eng *e, const int32_t *p, int n, int n_gen, const eng_bias *ban, int n_ban,
+                               spec_kind kind, eng_event *done)
+{
+    collected r[2];
+    memset(done, 0, sizeof *done);
+    for (int sp = 1; sp >= 0; sp--) {
+        eng_completion c = req(p, n, n_gen, sp ? kind : SPEC_NONE);
+        c.bias = ban;
+        c.n_bias = n_ban;
+        eng_task *t;
+        if (eng_submit(e, &c, &t) != PK_OK) return false;
+        collect(t, &r[sp]);
+    }
+    *done = r[1].done;
+    return r[0].n_tok == r[1].n_tok && !memcmp(r[0].tok, r[1].tok, sizeof(int32_t) * (size_t)r[0].n_tok);
+}
+
 #endif

@@ -1,7 +1,8 @@
 /*
- * test_draft.c - speculation with a draft model (-md, draft-simple;
- * eng_draft.c, docs/speculative.md), on models gen-model writes with the
- * Qwen3.5 vocabulary:
+ * test_draft.c - speculation with a draft model (-md, draft-simple) and
+ * with a Qwen3.5 file's MTP block (draft-mtp; eng_draft.c, model_mtp.c,
+ * docs/speculative.md), on models gen-model writes with the Qwen3.5
+ * vocabulary:
  *   - a target whose layers after the first add nothing and a one-layer
  *     draft of the same seed: the draft is right, every guess is kept,
  *     and the text is the target's greedy text run directly, alone and 6
@@ -15,6 +16,12 @@
  *   - a Qwen3.5 hybrid target with a dense draft: its state goes back after
  *     a guess not kept (greedy equals the model run directly);
  *   - a draft of another vocabulary or a hybrid draft is refused;
+ *   - the MTP block: a context that runs it gives the trunk's logits bit
+ *     for bit; its draft reads the kept state of the position before;
+ *     a pass-through trunk with a block that agrees keeps every guess,
+ *     a banned token makes some wrong (state rolled back, the same text);
+ *     random blocks (qwen35, qwen35moe) give the model's own greedy and
+ *     seeded text;
  *   - eng_check after every step (POLYKV_CHECK=1) holds the draft's cells
  *     to the tokens the engine says they are.
  */
@@ -75,7 +82,7 @@ static void expect(eng_task *t, const int32_t *want, int nw, int64_t *drafted, i
 
 /* Every prompt alone, then all at once: the target's own greedy tokens.
  * Returns the guesses kept; *drafted the guesses verified. */
-static int64_t greedy_equal(eng *e, model *target, int64_t *drafted)
+static int64_t greedy_equal_kind(eng *e, model *target, spec_kind kind, int64_t *drafted)
 {
     static int32_t want[NP][N_GEN];
     int nw[NP];
@@ -84,16 +91,21 @@ static int64_t greedy_equal(eng *e, model *target, int64_t *drafted)
     *drafted = 0;
     eng_task *ts[NP];
     for (int i = 0; i < NP; i++) {
-        eng_completion c = req(g_p[i], g_np[i], N_GEN, SPEC_DRAFT_SIMPLE);
+        eng_completion c = req(g_p[i], g_np[i], N_GEN, kind);
         CHECK(eng_submit(e, &c, &ts[i]) == PK_OK);
         expect(ts[i], want[i], nw[i], drafted, &kept);
     }
     for (int i = 0; i < NP; i++) {
-        eng_completion c = req(g_p[i], g_np[i], N_GEN, SPEC_DRAFT_SIMPLE);
+        eng_completion c = req(g_p[i], g_np[i], N_GEN, kind);
         CHECK(eng_submit(e, &c, &ts[i]) == PK_OK);
     }
     for (int i = 0; i < NP; i++) expect(ts[i], want[i], nw[i], drafted, &kept);
     return kept;
+}
+
+static int64_t greedy_equal(eng *e, model *target, int64_t *drafted)
+{
+    return greedy_equal_kind(e, target, SPEC_DRAFT_SIMPLE, drafted);
 }
 
 /* The draft is the target's first layer, which is all the target does. */
@@ -249,6 +261,133 @@ static void test_hybrid_target(void)
     model_free(t);
 }
 
+/* The MTP block runs after the trunk: a context that runs it gives the
+ * same logits, bit for bit, as one that does not. */
+static void test_mtp_logits(void)
+{
+    model *m = make("t", GEN_DENSE " --type q8_0");
+    CHECK(model_has_mtp(m));
+    int32_t V = model_get_hparams(m)->n_vocab;
+    float *l[2][2];
+    static ref_batch rb;
+    for (int on = 0; on < 2; on++) {
+        model_ctx_params cp = { .n_ctx = 1024, .n_ubatch = 64, .n_threads = 2, .kv_type = TQ_F32, .mtp = on,
+                                .mtp_seqs = 2 };
+        model_ctx *c;
+        ASSERT(model_ctx_new(m, &cp, &c) == PK_OK);
+        /* the 280-token prompt in chunks of 64, then one token more */
+        for (int k = 0; k < 2; k++) l[on][k] = malloc((size_t)V * sizeof(float));
+        ref_batch_make(&rb, g_p[5], g_np[5], 0, 0, false);
+        CHECK(model_decode(c, &rb.b, l[on][0]) == PK_OK);
+        ref_batch_make(&rb, &g_p[4][0], 1, g_np[5], 0, false);
+        CHECK(model_decode(c, &rb.b, l[on][1]) == PK_OK);
+        if (on) {
+            /* A draft from the kept state of the position before (h_in
+             * NULL), from zeros, and from the kept state again: the state
+             * is there and is what the block reads; the draft's cell goes
+             * each time. */
+            const int E = model_get_hparams(m)->n_embd;
+            float *d[3], *h = calloc((size_t)E, sizeof *h), *hout = malloc((size_t)E * sizeof *hout);
+            kv_pos at = g_np[5] + 1;
+            for (int k = 0; k < 3; k++) {
+                d[k] = malloc((size_t)V * sizeof(float));
+                ref_batch_make(&rb, &g_p[4][1], 1, at, 0, false);
+                CHECK(model_mtp_draft(c, &rb.b, k == 1 ? h : NULL, d[k], hout) == PK_OK);
+                kv_seq_rm(model_ctx_kv(c), 0, at, -1);
+            }
+            CHECK(!memcmp(d[0], d[2], (size_t)V * sizeof(float)));
+            CHECK(memcmp(d[0], d[1], (size_t)V * sizeof(float)) != 0);
+            for (int k = 0; k < 3; k++) free(d[k]);
+            free(h);
+            free(hout);
+        }
+        model_ctx_free(c);
+    }
+    for (int k = 0; k < 2; k++) {
+        CHECK(!memcmp(l[0][k], l[1][k], (size_t)V * sizeof(float)));
+        free(l[0][k]);
+        free(l[1][k]);
+    }
+    model_ctx_params bad = { .n_ctx = 64, .n_ubatch = 8, .n_threads = 1, .kv_type = TQ_F32, .mtp = true };
+    model *d = make("d", "--arch qwen3 " SMALL " --n-layer 1 --seed 46 --type q8_0");
+    model_ctx *c = NULL;
+    CHECK(!model_has_mtp(d));
+    CHECK_EQ_INT(model_ctx_new(d, &bad, &c), PK_EINVAL);   /* no MTP block to run */
+    model_free(d);
+    model_free(m);
+}
+
+/* Engines whose sessions guess with the model's MTP block. */
+static eng *start_mtp(model *m, int n_slots)
+{
+    eng_params ep = eng_default_params();
+    ep.n_slots = n_slots;
+    ep.n_ctx = n_slots * 1024;
+    ep.n_threads = 2;
+    ep.spec.kind = SPEC_DRAFT_MTP;
+    ep.spec.n_max = 4;
+    eng *e;
+    ASSERT(eng_new(m, &ep, &e) == PK_OK);
+    return e;
+}
+
+/* A trunk that adds nothing to the embeddings and an MTP block that
+ * passes the next token's normed embedding through: the block predicts
+ * what the trunk will say, every guess is kept.  Then the MTP block of
+ * random weights (wrong nearly always): the text is the model's own
+ * greedy text and seeded text, the state rolled back after every guess
+ * not kept. */
+static void test_mtp(void)
+{
+    model *m = make("t", GEN_DENSE " --type q8_0 --pass-through-from 0 --mtp-agree");
+    eng *e = start_mtp(m, NP);
+    int64_t drafted, kept = greedy_equal_kind(e, m, SPEC_DRAFT_MTP, &drafted);
+    printf("  MTP that agrees: %lld of %lld guesses kept\n", (long long)kept, (long long)drafted);
+    CHECK(kept > NP * N_GEN);
+    CHECK(kept == drafted);
+    /* A logit bias the block does not know of bans a token the text has:
+     * the guesses past it are wrong, the state goes back and the kept
+     * tokens are decoded again; the text is the one without guesses. */
+    kept = drafted = 0;
+    for (int i = 0; i < NP; i++) {
+        collected g;
+        eng_completion c = req(g_p[i], g_np[i], 60, SPEC_NONE);
+        eng_task *t;
+        CHECK(eng_submit(e, &c, &t) == PK_OK);
+        collect(t, &g);
+        /* (a step here keeps 4 guesses and samples a fifth: 21 and 33 are guesses) */
+        eng_bias ban[2] = { { g.tok[21], -INFINITY }, { g.tok[33], -INFINITY } };
+        eng_event done;
+        CHECK(banned_same(e, g_p[i], g_np[i], 60, ban, 2, SPEC_DRAFT_MTP, &done));
+        drafted += done.n_drafted;
+        kept += done.n_accepted;
+    }
+    printf("  MTP that agrees, a token banned: %lld of %lld guesses kept\n", (long long)kept, (long long)drafted);
+    CHECK(kept > 0 && drafted > kept);
+    eng_free(e);
+    model_free(m);
+
+    static const char *const random[] = { GEN_DENSE " --type q8_0", GEN_MOE " --type q8_0" };
+    for (size_t k = 0; k < ARRAY_LEN(random); k++) {
+        m = make("t", random[k]);
+        e = start_mtp(m, NP);
+        kept = greedy_equal_kind(e, m, SPEC_DRAFT_MTP, &drafted);
+        int same = 0;
+        for (int i = 0; i < NP; i++) {
+            eng_event done;
+            same += seeded_same(e, g_p[i], g_np[i], 80, 900 + (uint64_t)i, SPEC_DRAFT_MTP, &done);
+            drafted += done.n_drafted;
+            kept += done.n_accepted;
+        }
+        printf("  MTP of random weights (%s): %lld of %lld guesses kept\n", k ? "qwen35moe" : "qwen35",
+               (long long)kept, (long long)drafted);
+        CHECK_EQ_INT(same, NP);
+        CHECK(drafted > kept);
+        eng_free(e);
+        model_free(m);
+    }
+}
+
 /* A draft with another vocabulary cannot guess the target's ids. */
 static void test_refused(void)
 {
@@ -289,6 +428,8 @@ int main(int argc, char **argv)
     TEST_RUN(test_shared_prefix);
     TEST_RUN(test_hybrid_target);
     TEST_RUN(test_refused);
+    TEST_RUN(test_mtp_logits);
+    TEST_RUN(test_mtp);
     rmdir(g_dir);
     return test_finish();
 }

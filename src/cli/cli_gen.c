@@ -154,6 +154,8 @@ static void usage(void)
         "         [--ctx 4096] [--rope-base B] [--eps E] [--untied]\n"
         "         [--pass-through-from L]  layers L.. add nothing (zero output projections): a\n"
         "                                  one of L layers from the same seed predicts it exactly\n"
+        "  qwen35, qwen35moe: [--mtp-agree]  an MTP block that adds nothing to the token's normed\n"
+        "         embedding: with --pass-through-from 0 it predicts exactly what the trunk does\n"
         "  qwen35, qwen35moe (--n-layer: the trunk; one MTP block follows it):\n"
         "         [--attn-every 4] [--ssm-groups 2] [--ssm-heads 4] [--ssm-state 64] [--ssm-conv 4]\n"
         "  qwen35moe: [--n-expert 8] [--n-expert-used 2] [--n-ff-exp N_FF/4] [--n-ff-shexp N_FF/2]\n"
@@ -202,7 +204,7 @@ static int llama_tensors(gguf_writer *w, const gen_shape *sh, const gen_type *gt
     if (!sh->tied) rc |= add_tensor(w, "output.weight", out_t, sh->n_embd, n_vocab, ts++, 0, s_e);
     for (int il = 0; il < sh->n_layer && !rc; il++) {
         tq_type tv = gt->k_mix && gen_more_bits(il, (int)sh->n_layer) ? TQ_Q6_K : t;
-        bool silent = sh->pass_from > 0 && il >= sh->pass_from;
+        bool silent = sh->pass_from >= 0 && il >= sh->pass_from;
         struct { const char *n; tq_type t; long cols, rows; float mean, std; long mats; } L[] = {
             { "attn_norm.weight", TQ_F32, sh->n_embd, 1, 1.0f, 0.1f, 1 },
             { "attn_q.weight", t, sh->n_embd, sh->n_head * hd, 0, s_qk, 1 },
@@ -244,12 +246,13 @@ int cli_gen_model(int argc, char **argv)
     gen_shape sh = { .arch = NULL, .n_embd = 256, .n_layer = 2, .n_head = 4, .n_head_kv = 2,
                      .n_ff = 512, .n_ctx = 4096, .ssm_state = 64, .ssm_groups = 2, .ssm_heads = 4,
                      .ssm_conv = 4, .attn_every = 4, .n_expert = 8, .n_expert_used = 2,
-                     .rope_base = 0, .eps = 0, .tied = true };
+                     .rope_base = 0, .eps = 0, .tied = true, .pass_from = -1 };
     const char *vocab = NULL, *outp = NULL, *tname = "f16";
     long seed = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--untied")) { sh.tied = false; continue; }
+        if (!strcmp(a, "--mtp-agree")) { sh.mtp_agree = true; continue; }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
         if (!(v = cli_arg(argc, argv, &i))) return 2;
         static const struct { const char *opt; size_t off; } longs[] = {
@@ -301,8 +304,8 @@ int cli_gen_model(int argc, char **argv)
         fprintf(stderr, "polykv gen-model: qwen3moe needs --n-expert >= 2 and 1 <= --n-expert-used <= --n-expert\n");
         return 2;
     }
-    if (hybrid && sh.pass_from) {
-        fprintf(stderr, "polykv gen-model: --pass-through-from is for llama, qwen2 and qwen3\n");
+    if (!hybrid && sh.mtp_agree) {
+        fprintf(stderr, "polykv gen-model: --mtp-agree is for qwen35 and qwen35moe (their MTP block)\n");
         return 2;
     }
     if (!sh.rope_base) sh.rope_base = llama ? 500000.0 : hybrid ? 10000000.0 : 1000000.0;

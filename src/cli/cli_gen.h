@@ -22,7 +22,8 @@ typedef struct gen_shape {
     /* layers from pass_from on add nothing (their output projections are
      * zero, so the residual stream passes through; 0: none do): a target
      * that a draft of its first layers predicts exactly, for speculation */
-    long pass_from;
+    long pass_from;             /* (-1 in the hybrids' parse when not given) */
+    bool mtp_agree;             /* hybrids: an MTP block that predicts what a pass-through trunk does */
     double rope_base, eps;
     bool tied;
 } gen_shape;

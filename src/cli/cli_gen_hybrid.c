@@ -133,6 +133,19 @@ static int add_spec(gguf_writer *w, const char *name, const hspec *h, uint64_t s
     return rc;
 }
 
+/* eh_proj of an MTP block that passes the token's normed embedding
+ * through: [I | 0] (n_embd rows of 2 n_embd). */
+static int add_identity(gguf_writer *w, const char *name, tq_type type, long e)
+{
+    float *x = calloc((size_t)(2 * e * e), sizeof *x);
+    if (!x) return -1;
+    for (long r = 0; r < e; r++) x[r * 2 * e + r] = 1.0f;
+    const int64_t ne[2] = { 2 * e, e };
+    int rc = gen_add_floats(w, name, type, 2, ne, x);
+    free(x);
+    return rc;
+}
+
 int gen_hybrid_tensors(gguf_writer *w, const gen_shape *sh, const gen_type *gt, long n_vocab, uint64_t ts)
 {
     const bool moe = !strcmp(sh->arch, "qwen35moe");
@@ -158,6 +171,10 @@ int gen_hybrid_tensors(gguf_writer *w, const gen_shape *sh, const gen_type *gt, 
     for (int il = 0; il < n_blocks && !rc; il++) {
         const bool rec = recurrent(sh, il), mtp = il == sh->n_layer, att = !rec;
         const tq_type tv = gt->k_mix && gen_more_bits(il, n_blocks) ? TQ_Q6_K : t;
+        /* a block that adds nothing to the residual stream: the trunk's
+         * layers from pass_from on, the MTP block that agrees */
+        const bool silent = mtp ? sh->mtp_agree : sh->pass_from >= 0 && il >= sh->pass_from;
+        const float z = silent ? 0.0f : 1.0f;
         const hspec L[] = {
             { "attn_norm.weight", F, 1, e, 1, 1, 1.0f, 0.1f, false },
             { "post_attention_norm.weight", F, 1, e, 1, 1, 1.0f, 0.1f, false },
@@ -171,37 +188,39 @@ int gen_hybrid_tensors(gguf_writer *w, const gen_shape *sh, const gen_type *gt, 
             { rec ? "ssm_beta.weight" : NULL, t, 2, e, nv, 1, 0, s_e, false },
             { rec ? "ssm_alpha.weight" : NULL, t, 2, e, nv, 1, 0, 0.5f / sqrtf((float)e), false },
             { rec ? "ssm_norm.weight" : NULL, F, 1, ds, 1, 1, 1.0f, 0.1f, false },
-            { rec ? "ssm_out.weight" : NULL, t, 2, value_dim, e, 1, 0, S(value_dim), false },
+            { rec ? "ssm_out.weight" : NULL, t, 2, value_dim, e, 1, 0, z * S(value_dim), false },
             /* gated attention: per head [q | gate] rows */
             { att ? "attn_q.weight" : NULL, t, 2, e, 2 * nq, 1, 0, s_e, false },
             { att ? "attn_k.weight" : NULL, t, 2, e, nkv, 1, 0, s_e, false },
             { att ? "attn_v.weight" : NULL, tv, 2, e, nkv, 1, 0, s_e, false },
-            { att ? "attn_output.weight" : NULL, t, 2, nq, e, 1, 0, S(nq), false },
+            { att ? "attn_output.weight" : NULL, t, 2, nq, e, 1, 0, z * S(nq), false },
             { att ? "attn_q_norm.weight" : NULL, F, 1, hd, 1, 1, 1.0f, 0.1f, false },
             { att ? "attn_k_norm.weight" : NULL, F, 1, hd, 1, 1, 1.0f, 0.1f, false },
             /* FFN */
             { moe ? NULL : "ffn_gate.weight", t, 2, e, ff, 1, 0, s_e, false },
             { moe ? NULL : "ffn_up.weight", t, 2, e, ff, 1, 0, s_e, false },
-            { moe ? NULL : "ffn_down.weight", tv, 2, ff, e, 1, 0, S(ff), false },
+            { moe ? NULL : "ffn_down.weight", tv, 2, ff, e, 1, 0, z * S(ff), false },
             { moe ? "ffn_gate_inp.weight" : NULL, F, 2, e, nx, 1, 0, s_e, false },
             { moe ? "ffn_gate_exps.weight" : NULL, t, 3, e, ffx, nx, 0, s_e, false },
             { moe ? "ffn_up_exps.weight" : NULL, t, 3, e, ffx, nx, 0, s_e, false },
-            { moe ? "ffn_down_exps.weight" : NULL, tv, 3, ffx, e, nx, 0, S(ffx), false },
+            { moe ? "ffn_down_exps.weight" : NULL, tv, 3, ffx, e, nx, 0, z * S(ffx), false },
             { moe ? "ffn_gate_shexp.weight" : NULL, t, 2, e, ffs, 1, 0, s_e, false },
             { moe ? "ffn_up_shexp.weight" : NULL, t, 2, e, ffs, 1, 0, s_e, false },
-            { moe ? "ffn_down_shexp.weight" : NULL, tv, 2, ffs, e, 1, 0, S(ffs), false },
+            { moe ? "ffn_down_shexp.weight" : NULL, tv, 2, ffs, e, 1, 0, z * S(ffs), false },
             { moe ? "ffn_gate_inp_shexp.weight" : NULL, F, 2, e, 1, 1, 0, s_e, false },
             /* MTP: the next token's embedding and the trunk's last state, normed and projected */
             { mtp ? "nextn.eh_proj.weight" : NULL, t, 2, 2 * e, e, 1, 0, S(2 * e), false },
-            { mtp ? "nextn.enorm.weight" : NULL, F, 1, e, 1, 1, 1.0f, 0.1f, false },
+            { mtp ? "nextn.enorm.weight" : NULL, F, 1, e, 1, 1, 1.0f, 0.1f * z, false },
             { mtp ? "nextn.hnorm.weight" : NULL, F, 1, e, 1, 1, 1.0f, 0.1f, false },
-            { mtp ? "nextn.shared_head_norm.weight" : NULL, F, 1, e, 1, 1, 1.0f, 0.1f, false },
+            /* agreeing: absent, so the trunk's output_norm is the head's norm */
+            { mtp && !silent ? "nextn.shared_head_norm.weight" : NULL, F, 1, e, 1, 1, 1.0f, 0.1f, false },
         };
         for (size_t k = 0; k < ARRAY_LEN(L); k++) {
             uint64_t s = ts++;
             if (!L[k].name) continue;
             snprintf(name, sizeof name, "blk.%d.%s", il, L[k].name);
-            rc |= add_spec(w, name, &L[k], s);
+            if (mtp && silent && !strcmp(L[k].name, "nextn.eh_proj.weight")) rc |= add_identity(w, name, t, e);
+            else rc |= add_spec(w, name, &L[k], s);
         }
     }
 #undef S

@@ -103,7 +103,8 @@ static void usage(void)
         "  --spec-type T           speculative decoding (docs/speculative.md): ngram-cache (the\n"
         "                          session's tokens and the server's recent generations),\n"
         "                          ngram-simple (the session's own, one key length) or draft-simple\n"
-        "                          (a draft model, -md; its default with -md); default none\n"
+        "                          (a draft model, -md; its default with -md) or draft-mtp (a Qwen3.5\n"
+        "                          file's own MTP block); default none\n"
         "  -md, --spec-draft-model FILE   a draft model: a smaller dense model, the same vocabulary\n"
         "  --spec-draft-p-min P    the draft stops where its token's probability is below P (0)\n"
         "  --spec-draft-n-max N    guesses a session verifies per step, at most (default 16, 3 with\n"
@@ -227,8 +228,8 @@ static bool spec_flag(spec_params *p, const char *a, const char *v)
         for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save), n++) {
             spec_kind k;
             if (!spec_kind_parse(t, &k)) {
-                fprintf(stderr, "polykv serve: --spec-type %s: polykv speculates with ngram-simple, ngram-cache or "
-                        "draft-simple (MTP heads and the other n-gram types are not built yet)\n", t);
+                fprintf(stderr, "polykv serve: --spec-type %s: polykv speculates with ngram-simple, ngram-cache, "
+                        "draft-simple or draft-mtp (the other types are not built)\n", t);
                 return false;
             }
             if (n > 0 && k != p->kind) {
@@ -443,7 +444,7 @@ static bool parse(int argc, char **argv, serve_opts *o)
     /* A draft model speculates unless told otherwise, llama-server's 3
      * guesses at most unless told otherwise. */
     if (o->draft && o->ep.spec.kind == SPEC_NONE) o->ep.spec.kind = SPEC_DRAFT_SIMPLE;
-    if (o->draft && !o->n_max_set) o->ep.spec.n_max = MIN(o->ep.spec.n_max, 3);
+    if ((o->draft || o->ep.spec.kind == SPEC_DRAFT_MTP) && !o->n_max_set) o->ep.spec.n_max = MIN(o->ep.spec.n_max, 3);
     if (o->ep.spec.kind == SPEC_DRAFT_SIMPLE && !o->draft) {
         fprintf(stderr, "polykv serve: --spec-type draft-simple needs a draft model (-md FILE)\n");
         return false;
@@ -569,6 +570,10 @@ int cli_serve(int argc, char **argv)
     } else if (dm && (why = eng_draft_compatible(m, dm))) {
         fprintf(stderr, "polykv: -md %s: %s\n", o.draft, why);
         st = PK_EINVAL;
+    } else if (o.ep.spec.kind == SPEC_DRAFT_MTP && !model_has_mtp(m)) {
+        fprintf(stderr, "polykv: --spec-type draft-mtp: %s has no MTP block (a Qwen3.5 file with nextn "
+                        "tensors has one)\n", o.model);
+        st = PK_EINVAL;
     } else if (o.kv_events && (kv_events_topic(&o, m, srv_port(s)), st = kvev_pub_new(&o.kc, &kv, err, sizeof err)) != PK_OK) {
         fprintf(stderr, "polykv: %s\n", err);
     } else if ((o.ep.kv_events = kv, o.ep.draft = dm, st = eng_new(m, &o.ep, &e)) != PK_OK) {
@@ -595,6 +600,9 @@ int cli_serve(int argc, char **argv)
     if (dm)
         fprintf(stderr, "polykv: draft model %s (%s): up to %d guesses a step (draft-simple)\n", o.draft,
                 model_desc(dm), o.ep.spec.n_max);
+    if (o.ep.spec.kind == SPEC_DRAFT_MTP)
+        fprintf(stderr, "polykv: the model's MTP block drafts up to %d guesses a step (draft-mtp); its K/V are "
+                        "one more layer of the cache\n", o.ep.spec.n_max);
     if (kv)
         fprintf(stderr, "polykv: KV events on %s%s%s, topic %s, blocks of %d tokens, %s encoding\n", o.kc.endpoint,
                 o.kc.replay_endpoint[0] ? ", replay on " : "", o.kc.replay_endpoint, o.kc.topic, o.ep.kv_block_size,

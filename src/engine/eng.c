@@ -677,7 +677,7 @@ void *eng_main(void *arg)
         e->adm.t_step_ms = pk_time_ms();       /* the step's time, placement and prompt work included */
         drop_cancelled(e);
         eng_place_waiting(e);
-        if (e->draft.ctx) eng_draft_step(e);
+        if (e->draft.ctx || e->draft.mtp) eng_draft_step(e);
         int32_t n_dec, n = build_batch(e, &n_dec);
         while (n > 0 && !eng_make_room(e, n) && shed_newest(e)) n = build_batch(e, &n_dec);
         if (n > 0 && e->dbg.test_step_ms > 0)

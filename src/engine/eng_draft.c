@@ -24,6 +24,14 @@
  * llama-server keeps one draft context per slot and re-evaluates the
  * draft's prompt per slot; polykv shares the draft's prefixes between
  * slots and batches every slot's draft rounds into one pass each.
+ *
+ * A Qwen3.5 file's MTP block (--spec-type draft-mtp) drafts the same way
+ * with no cache to follow: the target's context runs the block with every
+ * pass (model_mtp.c: its K/V are a layer of the target's cells), so a
+ * round is model_mtp_draft over the guessing sessions, its first input
+ * the trunk's state before the token the step decodes, each next one the
+ * block's own output.  The rounds' cells hold only the block's K/V and
+ * leave the sessions' sequences before the step's batch.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -70,10 +78,12 @@ static pk_status ctx_new(eng *e)
 
 pk_status eng_draft_init(eng *e)
 {
-    if (!e->p.draft) return PK_OK;
-    if (eng_draft_compatible(e->m, e->p.draft)) return PK_EINVAL;
     eng_draft *d = &e->draft;
-    d->n_vocab = model_get_hparams(e->p.draft)->n_vocab;
+    d->mtp = e->p.spec.kind == SPEC_DRAFT_MTP;
+    if (d->mtp && !model_has_mtp(e->m)) return PK_EINVAL;
+    if (!e->p.draft && !d->mtp) return PK_OK;
+    if (e->p.draft && eng_draft_compatible(e->m, e->p.draft)) return PK_EINVAL;
+    d->n_vocab = d->mtp ? e->n_vocab : model_get_hparams(e->p.draft)->n_vocab;
     d->n_cand = MIN(d->n_vocab, e->n_vocab);
     int32_t cap = CATCHUP + e->p.n_slots;
     d->tok = malloc((size_t)cap * sizeof *d->tok);
@@ -84,6 +94,10 @@ pk_status eng_draft_init(eng *e)
     d->row_of = malloc((size_t)e->p.n_slots * sizeof *d->row_of);
     d->logits = malloc((size_t)e->p.n_slots * d->n_vocab * sizeof *d->logits);
     if (!d->tok || !d->pos || !d->nseq || !d->seq || !d->want || !d->row_of || !d->logits) return PK_ENOMEM;
+    if (d->mtp) {
+        size_t rows = (size_t)e->p.n_slots * model_get_hparams(e->m)->n_embd * sizeof(float);
+        return (d->h_in = malloc(rows)) && (d->h_out = malloc(rows)) ? PK_OK : PK_ENOMEM;
+    }
     for (int32_t i = 0; i < e->p.n_slots; i++)
         if (!(e->slots[i].d_hist = malloc((size_t)e->n_ctx_slot * sizeof(int32_t)))) return PK_ENOMEM;
     return ctx_new(e);
@@ -104,11 +118,13 @@ void eng_draft_free(eng *e)
     free(d->want);
     free(d->row_of);
     free(d->logits);
+    free(d->h_in);
+    free(d->h_out);
 }
 
 void eng_draft_sleep(eng *e)
 {
-    if (!e->p.draft) return;
+    if (!e->p.draft) return;              /* the MTP block sleeps with the target */
     mem_free(e->draft.mem);
     model_ctx_free(e->draft.ctx);
     e->draft.mem = NULL;
@@ -206,6 +222,15 @@ static void drop_idle(eng *e)
     }
 }
 
+/* A round of the MTP block (h_in: the rows of the sessions going on, NULL
+ * the first round); its outputs' states into d->h_out. */
+static bool run_mtp(eng *e, int32_t n, bool first)
+{
+    eng_draft *d = &e->draft;
+    model_batch b = { n, d->tok, d->pos, d->nseq, (const kv_seq (*)[MODEL_MAX_TOKEN_SEQS])d->seq, d->want };
+    return model_mtp_draft(e->ctx, &b, first ? NULL : d->h_in, d->logits, d->h_out) == PK_OK;
+}
+
 static bool run(eng *e, int32_t n)
 {
     eng_draft *d = &e->draft;
@@ -242,21 +267,27 @@ void eng_draft_step(eng *e)
         e->slots[i].n_prop = 0;
         n_dec += e->slots[i].state == ENG_SLOT_DECODE;
     }
-    if (!d->ctx) return;
+    if (!d->ctx && !d->mtp) return;
     double t0 = pk_time_ms();
     /* Catch-up: every guessing session's missing tokens in one batch, the
-     * row of its last one wanted. */
+     * row of its last one wanted (the MTP block: its token, the first
+     * round). */
     int32_t budget = MIN(ENG_SPEC_STEP, e->p.n_batch - n_dec), catchup = CATCHUP;
+    const spec_kind kind = d->mtp ? SPEC_DRAFT_MTP : SPEC_DRAFT_SIMPLE;
     for (int32_t i = 0; i < e->p.n_slots && budget > 0; i++) {
         slot *s = &e->slots[i];
         if (s->state != ENG_SLOT_DECODE || s->n_replay > 0 || s->spec_skip > 0) continue;
-        if (eng_spec_kind(e, s) != SPEC_DRAFT_SIMPLE) continue;
+        if (eng_spec_kind(e, s) != kind) continue;
         int32_t l = MIN(limit(e, s), budget);
         if (l < 1) continue;
-        int32_t c = context(s), from = sync_prefix(e, s, c), k = MIN(c - from, catchup);
-        for (int32_t j = 0; j < k; j++) add(d, &n, s->hist[from + j], from + j, s->id, from + j == c - 1);
-        catchup -= k;
-        if (from + k < c) continue;           /* caught up over the next steps */
+        if (d->mtp) {
+            add(d, &n, s->next_token, s->n_hist, s->id, true);
+        } else {
+            int32_t c = context(s), from = sync_prefix(e, s, c), k = MIN(c - from, catchup);
+            for (int32_t j = 0; j < k; j++) add(d, &n, s->hist[from + j], from + j, s->id, from + j == c - 1);
+            catchup -= k;
+            if (from + k < c) continue;       /* caught up over the next steps */
+        }
         if (s->gm) s->d_gram_at = gram_matcher_state(s->gm);
         d->row_of[s->id] = n_g;
         all[n_g] = guessing[n_g] = i;
@@ -264,7 +295,8 @@ void eng_draft_step(eng *e)
         budget -= l;
     }
     int32_t n_all = n_g;
-    bool ok = n == 0 || run(e, n);
+    const size_t E = (size_t)model_get_hparams(e->m)->n_embd;
+    bool ok = n == 0 || (d->mtp ? run_mtp(e, n, true) : run(e, n));
     /* Rounds: each session's greedy token, fed back while it goes on. */
     for (int32_t r = 0; ok && n_g > 0; r++) {
         int32_t n_next = 0;
@@ -279,13 +311,20 @@ void eng_draft_step(eng *e)
                 if (s->gm) more = more && gram_matcher_accept(s->gm, t) == PK_OK && !gram_matcher_done(s->gm);
             }
             if (!more) continue;
+            if (d->mtp)                       /* the block's output goes on as its next input */
+                memmove(d->h_in + n_next * E, d->h_out + (size_t)d->row_of[s->id] * E, E * sizeof(float));
             d->row_of[s->id] = n_next;
             guessing[n_next] = guessing[g];
             lim[n_next++] = lim[g];
             add(d, &n, t, s->n_hist + s->n_prop, s->id, true);
         }
         n_g = n_next;
-        ok = n == 0 || run(e, n);
+        ok = n == 0 || (d->mtp ? run_mtp(e, n, false) : run(e, n));
+    }
+    for (int32_t g = 0; d->mtp && g < n_all; g++) {   /* the rounds' cells go before the step's batch */
+        slot *s = &e->slots[all[g]];
+        kv_pos kept = mem_keep(e->mem, s->id, s->n_hist);
+        ASSERT(kept == s->n_hist);
     }
     for (int32_t g = 0; g < n_all; g++) {   /* grammars back where the step starts */
         slot *s = &e->slots[all[g]];

@@ -378,6 +378,8 @@ typedef struct eng_draft {
     kv_seq (*seq)[MODEL_MAX_TOKEN_SEQS];
     bool *want;
     float *logits;              /* [n_slots][n_vocab] */
+    bool mtp;                   /* the model's MTP block drafts (draft-mtp), no model of its own */
+    float *h_in, *h_out;        /* MTP: the rounds' hidden states [n_slots][n_embd] */
 } eng_draft;
 
 struct eng {

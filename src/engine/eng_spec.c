@@ -92,7 +92,7 @@ int32_t eng_spec_propose(eng *e, slot *s, int32_t budget)
      * position n_hist (hist has room: n_hist + 1 < n_ctx_slot). */
     s->hist[s->n_hist] = s->next_token;
     int32_t n = s->n_hist + 1, key = 0, got;
-    if (kind == SPEC_DRAFT_SIMPLE) {
+    if (kind == SPEC_DRAFT_SIMPLE || kind == SPEC_DRAFT_MTP) {
         got = eng_draft_take(s, lim);
     } else if (kind == SPEC_NGRAM_SIMPLE) {
         got = spec_ngram_lookup(s->hist, n, sp->size_n, sp->size_n, s->draft, MIN(lim, sp->size_m), &key);
@@ -153,7 +153,7 @@ void eng_spec_judged(eng *e, slot *s, int32_t n_kept)
     } else {
         s->spec_k = n_kept + 1;
         if (n_kept > 0) s->spec_misses = 0;
-        else if (eng_spec_kind(e, s) == SPEC_DRAFT_SIMPLE) {
+        else if (eng_spec_kind(e, s) == SPEC_DRAFT_SIMPLE || eng_spec_kind(e, s) == SPEC_DRAFT_MTP) {
             if (++s->spec_misses >= DRAFT_MISSES_BEFORE_SKIP)
                 s->spec_skip = 16 << MIN(s->spec_misses - DRAFT_MISSES_BEFORE_SKIP, 5);
         } else if (++s->spec_misses >= MISSES_BEFORE_SKIP) {  /* nothing pays here: back off, longer each time */

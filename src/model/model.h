@@ -164,6 +164,9 @@ typedef struct model_ctx_params {
     int32_t n_threads;
     tq_type kv_type;          /* TQ_F16 (default) or TQ_F32 */
     int32_t n_rs;             /* hybrids: recurrent state slots (rs.h), 0: 8 */
+    bool mtp;                 /* run the MTP block with every pass (model_has_mtp): its K/V are one
+                                 more layer of the cache; model_mtp_draft drafts with it */
+    int32_t mtp_seqs;         /* ... and sequences [0, mtp_seqs) keep their recent hidden states */
     tp_pool *tp;              /* a threadpool to run on, borrowed (a draft model's context runs
                                  on its target's, so the two never spin against each other);
                                  NULL: its own of n_threads */
@@ -205,6 +208,24 @@ typedef struct model_batch {
  * a fresh state), else PK_EINVAL; PK_EFULL when no state slot is free.
  */
 pk_status model_decode(model_ctx *c, const model_batch *b, float *logits);
+
+/*
+ * Qwen3.5's MTP block (model_mtp.c).  With model_ctx_params.mtp, every
+ * pass also runs the block over its tokens, so its K/V follow every
+ * sequence like the trunk's, and the trunk's normed hidden states of the
+ * last MODEL_MTP_RING positions of sequences below mtp_seqs are kept.
+ * model_mtp_draft runs only the block over b (one token per sequence, at
+ * and after the sequence's end, n_tokens <= n_ubatch): a token's input
+ * hidden state is h_in's row (NULL: the kept state of the position
+ * before), its logits go to logits and the block's normed output to h_out
+ * ([n_tokens][n_embd], the next round's h_in).  Its cells hold only the
+ * block's K/V: the caller cuts them before the next model_decode.  The
+ * recurrent states do not move.  PK_EINVAL without MTP or for a bad batch,
+ * PK_EFULL when cells are short.  Engine thread only.
+ */
+#define MODEL_MTP_RING 80
+bool model_has_mtp(const model *m);
+pk_status model_mtp_draft(model_ctx *c, const model_batch *b, const float *h_in, float *logits, float *h_out);
 
 /* Hybrids: a checkpoint of seq's recurrent state is kept when it reaches
  * pos (rs_checkpoint; a chunk ends there).  MODEL_CKPT_PENDING are pending

@@ -50,6 +50,7 @@ void model_ctx_free(model_ctx *c)
     if (!c) return;
     hy_ctx_free(c);
     moe_ctx_free(c);
+    mtp_ctx_free(c);
     rs_free(c->rs);
     kv_free(c->kv);
     if (!c->p.tp) tp_free(c->tp);
@@ -82,14 +83,15 @@ pk_status model_ctx_new(const model *m, const model_ctx_params *p, model_ctx **o
     *out = NULL;
     const model_hparams *hp = &m->hp;
     if (p->n_ctx < 1 || p->n_ubatch < 1 || p->n_threads < 1 ||
-        (p->kv_type != TQ_F16 && p->kv_type != TQ_F32) || (p->tp && tp_n_threads(p->tp) != p->n_threads))
+        (p->kv_type != TQ_F16 && p->kv_type != TQ_F32) || (p->tp && tp_n_threads(p->tp) != p->n_threads) ||
+        (p->mtp && !model_has_mtp(m)))
         return PK_EINVAL;
     model_ctx *c = calloc(1, sizeof *c);
     if (!c) return PK_ENOMEM;
     c->m = m;
     c->p = *p;
     c->ops = tk_ops_get();
-    kv_params kp = { .n_layer = hp->n_layer_attn, .n_ctx = p->n_ctx,
+    kv_params kp = { .n_layer = hp->n_layer_attn + p->mtp, .n_ctx = p->n_ctx,
                      .n_embd_k = hp->n_head_kv * hp->head_dim_k,
                      .n_embd_v = hp->n_head_kv * hp->head_dim_v, .type = p->kv_type };
     pk_status st = kv_new(&kp, &c->kv);
@@ -101,8 +103,10 @@ pk_status model_ctx_new(const model *m, const model_ctx_params *p, model_ctx **o
     size_t qw = (size_t)hp->n_head * hp->head_dim_k, aw = (size_t)hp->n_head * hp->head_dim_v;
     size_t xnw = MAX(MAX((size_t)hp->n_embd, aw), (size_t)hp->n_ff);
     size_t mm = scratch_for(&m->output, p->n_ubatch);
-    for (int il = 0; il < hp->n_layer; il++) {
-        const model_layer *L = &m->layers[il];
+    if (p->mtp)   /* the MTP block's projection (2 n_embd wide) and its own head */
+        mm = MAX(mm, MAX(scratch_for(&m->mtp.nextn_eh_proj, p->n_ubatch), scratch_for(&m->mtp.nextn_head, p->n_ubatch)));
+    for (int il = 0; il < hp->n_layer + p->mtp; il++) {
+        const model_layer *L = il < hp->n_layer ? &m->layers[il] : &m->mtp;
         const model_w *ws = &L->attn_norm;
         for (size_t k = 0; k < offsetof(model_layer, nextn_eh_proj) / sizeof(model_w); k++)
             mm = MAX(mm, scratch_for(&ws[k], p->n_ubatch));
@@ -146,6 +150,7 @@ pk_status model_ctx_new(const model *m, const model_ctx_params *p, model_ctx **o
     tk_matmul_scratch_init(c->mm_scratch);
     if (hp->hybrid && (st = hy_ctx_new(c))) goto fail;
     if (hp->n_expert > 0 && (st = moe_ctx_new(c))) goto fail;
+    if (p->mtp && (st = mtp_ctx_new(c))) goto fail;
     *out = c;
     return PK_OK;
 fail:
@@ -534,8 +539,37 @@ pk_status model_decode(model_ctx *c, const model_batch *b, float *logits)
             tp_run(c->tp, output_job, &oj);
             out += (size_t)n_out * hp->n_vocab;
         }
+        if (c->mtp) {   /* the MTP block's K/V for these positions, from the trunk's output */
+            mtp_prepare(c, b, i0, n, false, NULL);
+            mtp_job_args mj = { .c = c, .b = b, .i0 = i0, .n_tok = n };
+            tp_run(c->tp, mtp_job, &mj);
+        }
         i0 += n;
     }
+    model_pass_end(m);
+    return PK_OK;
+}
+
+bool model_has_mtp(const model *m) { return m->hp.hybrid && m->mtp.nextn_eh_proj.data; }
+
+pk_status model_mtp_draft(model_ctx *c, const model_batch *b, const float *h_in, float *logits, float *h_out)
+{
+    const model *m = c->m;
+    pk_status st = check_batch(c, b);
+    if (st) return st;
+    if (!c->mtp || b->n_tokens > c->p.n_ubatch) return PK_EINVAL;
+    if ((st = kv_find_slot(c->kv, b->n_tokens, c->cells))) return st;
+    model_pass_begin(m);
+    for (int i = 0; i < b->n_tokens; i++) {
+        rope_angles(m, b->pos[i], c->rope + (size_t)i * m->hp.n_rot);
+        c->tok_pos[i] = b->pos[i];
+        c->tok_cell[i] = c->cells[i];
+        kv_cell_set(c->kv, c->cells[i], b->pos[i], b->seq[i], b->n_seq[i]);
+    }
+    build_visibility(c, b, 0, b->n_tokens);
+    mtp_prepare(c, b, 0, b->n_tokens, true, h_in);
+    mtp_job_args mj = { .c = c, .b = b, .n_tok = b->n_tokens, .draft = true, .h_out = h_out, .logits = logits };
+    tp_run(c->tp, mtp_job, &mj);
     model_pass_end(m);
     return PK_OK;
 }

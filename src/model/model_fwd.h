@@ -52,6 +52,7 @@ struct model_ctx {
     kv_pos ckpt_at[KV_MAX_SEQ][MODEL_CKPT_PENDING];   /* hybrids: checkpoint each sequence there, -1 */
     struct hy_ctx *hy;   /* hybrids: model_hybrid.c's scratch */
     struct moe_ctx *moe; /* MoE models: model_moe.c's scratch */
+    struct mtp_ctx *mtp; /* p.mtp: model_mtp.c's ring and scratch */
 };
 
 
@@ -85,6 +86,9 @@ void hy_begin_batch(model_ctx *c, const model_batch *b);
 /* The chunk's layers (the job tp_run runs), and after it the states'
  * positions advanced. */
 void hy_layers_job(int ith, int nth, void *arg);
+/* One layer of a hybrid (DeltaNet or gated attention, then the FFN) over
+ * the chunk's T rows of c->x (a phase of a job: ends with a barrier). */
+void hy_layer(model_ctx *c, int ith, int nth, const model_layer *L, int T);
 void hy_chunk_done(model_ctx *c, const model_batch *b, int i0, int n);
 /* A checkpoint of s is asked for at pos. */
 bool hy_ckpt_pending(const model_ctx *c, kv_seq s, kv_pos pos);
@@ -93,5 +97,22 @@ typedef struct fwd_job {
     model_ctx *c;
     int n_tok;           /* tokens in this chunk */
 } fwd_job;
+
+/* model_mtp.c: the MTP block over a chunk (b's tokens [i0, i0 + n_tok)):
+ * after a pass's trunk (draft false: its K/V, and the chunk's h kept), or
+ * as a draft (its normed output to h_out, its logits to logits). */
+typedef struct mtp_job_args {
+    model_ctx *c;
+    const model_batch *b;
+    int i0, n_tok;
+    bool draft;
+    float *h_out, *logits;
+} mtp_job_args;
+pk_status mtp_ctx_new(model_ctx *c);
+void mtp_ctx_free(model_ctx *c);
+/* Each token's h_{p-1}: h_in's row (drafts after the first), else the row
+ * before it in the chunk (passes), else its sequence's kept one. */
+void mtp_prepare(model_ctx *c, const model_batch *b, int i0, int n, bool draft, const float *h_in);
+void mtp_job(int ith, int nth, void *arg);
 
 #endif

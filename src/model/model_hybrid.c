@@ -321,42 +321,41 @@ static void gated_attention(model_ctx *c, int ith, int nth, const model_layer *L
     fwd_matmul(ith, nth, c, &L->wo, c->att, T, c->tmp);
 }
 
+void hy_layer(model_ctx *c, int ith, int nth, const model_layer *L, int T)
+{
+    const model_hparams *hp = &c->m->hp;
+    const int E = hp->n_embd, F = hp->n_ff;
+    float *x = c->x, *xn = c->xn;
+    int64_t t0, t1;
+    tp_split(T, ith, nth, &t0, &t1);
+    for (int64_t t = t0; t < t1; t++) c->ops->rms_norm(x + t * E, NULL, L->attn_norm.data, xn + t * E, E, hp->rms_eps);
+    tp_barrier(c->tp);
+    if (L->rs_layer >= 0) deltanet(c, ith, nth, L, T, xn);
+    else gated_attention(c, ith, nth, L, T, xn);
+    for (int64_t t = t0; t < t1; t++)
+        c->ops->rms_norm(x + t * E, c->tmp + t * E, L->ffn_norm.data, xn + t * E, E, hp->rms_eps);
+    tp_barrier(c->tp);
+    if (L->moe_router.data) {
+        fwd_moe(c, ith, nth, L, T, xn);
+    } else {
+        const model_w *gu[2] = { &L->w_gate, &L->w_up };
+        float *gy[2] = { c->gate, c->up };
+        fwd_matmul_set(ith, nth, c, gu, gy, 2, xn, T);
+        for (int64_t t = t0; t < t1; t++) c->ops->swiglu(c->gate + t * F, c->up + t * F, c->up + t * F, F);
+        tp_barrier(c->tp);
+        fwd_matmul(ith, nth, c, &L->w_down, c->up, T, c->tmp);
+    }
+    for (int64_t t = t0; t < t1; t++) {
+        float *xt = x + t * E;
+        const float *d = c->tmp + t * E;
+        for (int i = 0; i < E; i++) xt[i] += d[i];
+    }
+    tp_barrier(c->tp);
+}
+
 void hy_layers_job(int ith, int nth, void *arg)
 {
     const fwd_job *j = arg;
     model_ctx *c = j->c;
-    const model *m = c->m;
-    const model_hparams *hp = &m->hp;
-    const int T = j->n_tok, E = hp->n_embd, F = hp->n_ff;
-    float *x = c->x, *xn = c->xn;
-    int64_t t0, t1;
-    tp_split(T, ith, nth, &t0, &t1);
-
-    for (int il = 0; il < hp->n_layer; il++) {
-        const model_layer *L = &m->layers[il];
-        for (int64_t t = t0; t < t1; t++)
-            c->ops->rms_norm(x + t * E, NULL, L->attn_norm.data, xn + t * E, E, hp->rms_eps);
-        tp_barrier(c->tp);
-        if (L->rs_layer >= 0) deltanet(c, ith, nth, L, T, xn);
-        else gated_attention(c, ith, nth, L, T, xn);
-        for (int64_t t = t0; t < t1; t++)
-            c->ops->rms_norm(x + t * E, c->tmp + t * E, L->ffn_norm.data, xn + t * E, E, hp->rms_eps);
-        tp_barrier(c->tp);
-        if (L->moe_router.data) {
-            fwd_moe(c, ith, nth, L, T, xn);
-        } else {
-            const model_w *gu[2] = { &L->w_gate, &L->w_up };
-            float *gy[2] = { c->gate, c->up };
-            fwd_matmul_set(ith, nth, c, gu, gy, 2, xn, T);
-            for (int64_t t = t0; t < t1; t++) c->ops->swiglu(c->gate + t * F, c->up + t * F, c->up + t * F, F);
-            tp_barrier(c->tp);
-            fwd_matmul(ith, nth, c, &L->w_down, c->up, T, c->tmp);
-        }
-        for (int64_t t = t0; t < t1; t++) {
-            float *xt = x + t * E;
-            const float *d = c->tmp + t * E;
-            for (int i = 0; i < E; i++) xt[i] += d[i];
-        }
-        tp_barrier(c->tp);
-    }
+    for (int il = 0; il < c->m->hp.n_layer; il++) hy_layer(c, ith, nth, &c->m->layers[il], j->n_tok);
 }

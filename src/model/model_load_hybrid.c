@@ -199,7 +199,8 @@ pk_status model_hybrid_weights(model *m, char *err, size_t err_len)
          * token's embedding and the trunk's last hidden state */
         const int il = hp->n_layer;
         model_layer *L = &m->mtp;
-        L->kv_layer = L->rs_layer = -1;
+        L->kv_layer = hp->n_layer_attn;   /* the cache layer it takes where a context runs it */
+        L->rs_layer = -1;
         const wspec nextn[] = {
             { W(nextn_eh_proj), "nextn.eh_proj.weight", 2 * e, e, 1, true },
             { W(nextn_enorm), "nextn.enorm.weight", e, 0, 1, true },

@@ -246,7 +246,7 @@ static bool parse_speculative(const json_t *b, eng_completion *c, srv_err *e)
     if (t) {
         if (!json_is_string(t) || !spec_kind_parse(json_string_value(t), &c->spec_kind))
             return srv_fail(e, 400, "speculative.type", "'speculative.type' must be \"none\", \"ngram-simple\", "
-                            "\"ngram-cache\" or \"draft-simple\"");
+                            "\"ngram-cache\", \"draft-simple\" or \"draft-mtp\"");
         c->has_spec_kind = true;
     }
     long long x;

@@ -14,6 +14,7 @@ static const struct { const char *name; spec_kind kind; } kinds[] = {
     { "ngram-simple", SPEC_NGRAM_SIMPLE },
     { "ngram-cache", SPEC_NGRAM_CACHE },
     { "draft-simple", SPEC_DRAFT_SIMPLE },
+    { "draft-mtp", SPEC_DRAFT_MTP },
 };
 
 bool spec_kind_parse(const char *name, spec_kind *out)

@@ -36,6 +36,7 @@ typedef enum spec_kind {
     SPEC_NGRAM_SIMPLE,          /* the session's own tokens, one key length (size_n) */
     SPEC_NGRAM_CACHE,           /* the session's tokens and the server's store, key_max..key_min */
     SPEC_DRAFT_SIMPLE,          /* a draft model's greedy tokens (-md; eng_draft.c) */
+    SPEC_DRAFT_MTP,             /* the model's own MTP block's greedy tokens (eng_draft.c) */
 } spec_kind;
 
 /* llama-server's --spec-type names; false for a name not built here. */

@@ -5,8 +5,9 @@
 // accepted tokens; /slots and /polykv/tps show each session's counts; the
 // types polykv has not built and drafts that cannot guess are refused at
 // start-up; a draft model (-md: the model itself, so every guess is right)
-// gives the same text; a Qwen3.5 hybrid speculates too (its state goes
-// back where a guess was not kept).
+// and a Qwen3.5 file's MTP block (one built to agree with its trunk) give
+// the same text; a Qwen3.5 hybrid speculates too (its state goes back where
+// a guess was not kept).
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -65,7 +66,7 @@ test('speculative.n_max 0 and a bad speculative.type', { skip }, async () => {
   const r = await complete('Once upon a time', { 'speculative.n_max': 0 });
   assert.equal(r.status, 200);
   assert.equal(r.json.timings.draft_n, undefined);
-  const bad = await complete('Once upon a time', { 'speculative.type': 'draft-mtp' });
+  const bad = await complete('Once upon a time', { 'speculative.type': 'draft-eagle3' });
   assert.equal(bad.status, 400);
   assert.match(bad.json.error.message, /speculative\.type/);
 });
@@ -74,7 +75,8 @@ test('types not built and drafts that cannot guess are refused at start-up with 
   const other = genModel('qwen3-e64-l1-qwen35vocab.gguf', ['--arch', 'qwen3', '--vocab',
     path.join(SHARED, 'models', 'vocab/ggml-vocab-qwen35.gguf'), '--n-embd', '64', '--n-layer', '1', '--n-head', '4',
     '--n-head-kv', '2', '--n-ff', '128', '--type', 'q8_0', '--seed', '5']);
-  for (const [args, want] of [[['--spec-type', 'draft-mtp'], /not built yet/],
+  for (const [args, want] of [[['--spec-type', 'draft-eagle3'], /not built/],
+                              [['--spec-type', 'draft-mtp'], /no MTP block/],
                               [['--spec-type', 'draft-simple'], /needs a draft model/],
                               [['-md', other], /-md .*(vocabulary|tokens|tokenizer|special)/],
                               [['-md', 'no-such-draft.gguf'], /no-such-draft\.gguf/],
@@ -107,6 +109,26 @@ test('a draft model: stories260K as its own draft guesses right, the text is the
     assert.equal(num('llamacpp:spec_decode_num_accepted_tokens_total'), num('llamacpp:spec_decode_num_draft_tokens_total'));
   } finally {
     assert.equal(await d.stop(), 0);
+  }
+});
+
+test('the MTP block of a Qwen3.5 file drafts: every guess of a block that agrees is kept, the text is the text without it', { skip }, async () => {
+  const agree = genModel('qwen35-e128-l4-pass0-mtp-q8_0.gguf', ['--arch', 'qwen35', '--vocab',
+    path.join(SHARED, 'models', 'vocab/ggml-vocab-qwen35.gguf'), '--n-embd', '128', '--n-layer', '4', '--n-head', '4',
+    '--n-head-kv', '2', '--head-dim', '64', '--n-ff', '256', '--ssm-groups', '2', '--ssm-heads', '4', '--ssm-state', '32',
+    '--type', 'q8_0', '--seed', '5', '--pass-through-from', '0', '--mtp-agree']);
+  const h = await startServer(agree, ['-c', '2048', '-np', '2', '-t', '1', '--spec-type', 'draft-mtp', '--metrics']);
+  try {
+    const ask = (extra) => post(h.url + '/completion', { prompt: 'The tools are listed below', n_predict: 64,
+                                                          temperature: 0, cache_prompt: false, ...extra });
+    const off = await ask({ 'speculative.type': 'none' });
+    const on = await ask({});
+    assert.equal(on.status, 200, on.text);
+    assert.equal(on.json.content, off.json.content);
+    assert.ok(on.json.timings.draft_n > 30, JSON.stringify(on.json.timings));
+    assert.equal(on.json.timings.draft_n_accepted, on.json.timings.draft_n);
+  } finally {
+    assert.equal(await h.stop(), 0);
   }
 });
 
