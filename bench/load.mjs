@@ -15,7 +15,12 @@
 //   - anonymous resident memory (RssAnon: what a leak grows) after
 //     warm-up (the first quarter, 10 s at least) grows less than
 //     --mem-tolerance to the end (medians of 5 s windows, as bench/soak.mjs
-//     explains); VmRSS is reported beside it, not checked: it also counts
+//     explains), or else still grows in the second half of that time by
+//     less than a quarter of it: a leak grows with the requests, all the
+//     way; allocator arenas and thread stacks grow with how many
+//     connections overlap, which a loaded machine raises and which then
+//     levels off (make bench beside make test: +10.3% in 40 s, once in
+//     five runs); VmRSS is reported beside it, not checked: it also counts
 //     file-backed pages, which the kernel takes back when something beside
 //     the test needs memory (make bench beside make test: -11.8%);
 //   - the shared prefix is not corrupted: a greedy attach to a pool made
@@ -265,9 +270,14 @@ const rssWarm = median(inWarm), rssEnd = median(inEnd);
 const drift = rssWarm ? (rssEnd - rssWarm) / rssWarm : 0;
 const anonWarm = median(sWarm.map(([, , n]) => n)), anonEnd = median(sEnd.map(([, , n]) => n));
 const growth = anonWarm ? (anonEnd - anonWarm) / anonWarm : 0;
+const tMid = (warm + tEnd) / 2;
+const anonMid = median(samples.filter(([t]) => t >= tMid - 2500 && t < tMid + 2500).map(([, , n]) => n));
+const lateGrowth = anonWarm ? (anonEnd - anonMid) / anonWarm : 0;
+const tol = Number(a['mem-tolerance']);
 if (memcheck && (inWarm.length < 6 || inEnd.length < 6)) fail('too few memory samples for the check');
-if (memcheck && growth > Number(a['mem-tolerance']))
-  fail(`anonymous resident memory grew ${(100 * growth).toFixed(1)}% after warm-up (${anonWarm} -> ${anonEnd} KiB)`);
+if (memcheck && growth > tol && lateGrowth > tol / 4)
+  fail(`anonymous resident memory grew ${(100 * growth).toFixed(1)}% after warm-up (${anonWarm} -> ${anonEnd} KiB), ` +
+       `${(100 * lateGrowth).toFixed(1)}% of it in the second half (${anonMid} -> ${anonEnd} KiB)`);
 const n5xx = Object.entries(byStatus).filter(([s]) => Number(s) >= 500).reduce((n, [, v]) => n + v, 0);
 if (n5xx) fail(`${n5xx} responses with a 5xx status`);
 
@@ -285,7 +295,8 @@ const rows = [
   ['responses by status', Object.entries(byStatus).map(([k, v]) => `${k}: ${v}`).join(', ')],
   ['5xx', n5xx],
   ['RSS after warm-up -> end', memcheck ? `${rssWarm} -> ${rssEnd} KiB (${(100 * drift).toFixed(2)}%)` : 'not checked'],
-  ['anonymous RSS after warm-up -> end', memcheck ? `${anonWarm} -> ${anonEnd} KiB (${(100 * growth).toFixed(2)}%)` : 'not checked'],
+  ['anonymous RSS after warm-up -> middle -> end', memcheck ? `${anonWarm} -> ${anonMid} -> ${anonEnd} KiB ` +
+    `(${(100 * growth).toFixed(2)}%, second half ${(100 * lateGrowth).toFixed(2)}%)` : 'not checked'],
   ['shared prefix after the load', sameTokens && sameProbs ? 'same tokens and log-probs' : 'DIFFERENT'],
   ['at the end', `${end.kv_cells_used} KV cells, ${end.parked_histories} parked, ${end.seq_ids_used} seq ids ` +
     `(the ${nSlots} slots'), ${end.pools_left} pools`],
