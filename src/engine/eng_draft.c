@@ -248,17 +248,6 @@ static bool run(eng *e, int32_t n)
     return st == PK_OK;
 }
 
-/* The limit eng_spec_propose will apply to s's guesses this step. */
-static int32_t limit(const eng *e, const slot *s)
-{
-    const eng_completion *rq = &s->task->req;
-    int32_t n_max = rq->has_spec_n_max ? rq->spec_n_max : e->p.spec.n_max;
-    int32_t lim = MIN(MIN(n_max, s->spec_k), ENG_SPEC_MAX);
-    lim = MIN(lim, e->n_ctx_slot - s->n_hist - 2);
-    if (rq->n_predict >= 0) lim = MIN(lim, rq->n_predict - s->n_gen - 1);
-    return lim;
-}
-
 void eng_draft_step(eng *e)
 {
     eng_draft *d = &e->draft;
@@ -278,7 +267,7 @@ void eng_draft_step(eng *e)
         slot *s = &e->slots[i];
         if (s->state != ENG_SLOT_DECODE || s->n_replay > 0 || s->spec_skip > 0) continue;
         if (eng_spec_kind(e, s) != kind) continue;
-        int32_t l = MIN(limit(e, s), budget);
+        int32_t l = MIN(eng_spec_limit(e, s), budget);
         if (l < 1) continue;
         if (d->mtp) {
             add(d, &n, s->next_token, s->n_hist, s->id, true);

@@ -423,6 +423,9 @@ void eng_spec_free(eng *e);
 /* The guesses slot s (decoding) verifies this step, at most budget, into
  * s->draft; returns their count (also s->n_draft).  May grow the logits. */
 int32_t eng_spec_propose(eng *e, slot *s, int32_t budget);
+/* The most guesses s may verify in its next step (its limits, its
+ * context's room, n_predict), before the step's budget. */
+int32_t eng_spec_limit(const eng *e, const slot *s);
 /* The proposer s's task guesses with. */
 spec_kind eng_spec_kind(const eng *e, const slot *s);
 /* The sampler kept n_kept of s's n_draft guesses: counts and the

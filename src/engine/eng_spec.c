@@ -68,24 +68,31 @@ static void keep_longer(slot *s, const int32_t *alt, int32_t n, int32_t l, int32
     *key = l;
 }
 
+int32_t eng_spec_limit(const eng *e, const slot *s)
+{
+    const eng_completion *rq = &s->task->req;
+    int32_t n_max = rq->has_spec_n_max ? rq->spec_n_max : e->p.spec.n_max;
+    /* Room for every guess and the token after them inside the slot's
+     * context (on_token's rule), and no guess past n_predict. */
+    int32_t lim = MIN(MIN(n_max, s->spec_k), ENG_SPEC_MAX);
+    lim = MIN(lim, e->n_ctx_slot - s->n_hist - 2);
+    if (rq->n_predict >= 0) lim = MIN(lim, rq->n_predict - s->n_gen - 1);
+    return lim;
+}
+
 int32_t eng_spec_propose(eng *e, slot *s, int32_t budget)
 {
     s->n_draft = 0;
     const eng_completion *rq = &s->task->req;
     const spec_params *sp = &e->p.spec;
     spec_kind kind = eng_spec_kind(e, s);
-    int32_t n_max = rq->has_spec_n_max ? rq->spec_n_max : sp->n_max;
     int32_t n_min = MAX(rq->has_spec_n_min ? rq->spec_n_min : sp->n_min, 1);
     if (kind == SPEC_NONE || s->n_replay > 0) return 0;
     if (s->spec_skip > 0) {
         s->spec_skip--;
         return 0;
     }
-    /* Room for every guess and the token after them inside the slot's
-     * context (on_token's rule), and no guess past n_predict. */
-    int32_t lim = MIN(MIN(n_max, s->spec_k), MIN(budget, ENG_SPEC_MAX));
-    lim = MIN(lim, e->n_ctx_slot - s->n_hist - 2);
-    if (rq->n_predict >= 0) lim = MIN(lim, rq->n_predict - s->n_gen - 1);
+    int32_t lim = MIN(eng_spec_limit(e, s), budget);
     if (lim < n_min) return 0;
     if (kind == SPEC_NGRAM_CACHE && !store_ready(e)) return 0;
     /* The context ends with next_token, which this step decodes at
