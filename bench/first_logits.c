@@ -40,7 +40,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "first_logits: the prompt does not tokenize into 1..%d tokens\n", MAX_TOKENS);
         return 1;
     }
-    model_ctx_params cp = { .n_ctx = MAX_TOKENS, .n_ubatch = 512, .n_threads = 2, .kv_type = TQ_F32 };
+    model_ctx_params cp = { .n_ctx = MAX_TOKENS, .n_ubatch = 512, .n_threads = 2, .type_k = TQ_F32, .type_v = TQ_F32 };
     model_ctx *ctx;
     if (model_ctx_new(m, &cp, &ctx) != PK_OK) {
         fprintf(stderr, "first_logits: no context\n");

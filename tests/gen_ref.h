@@ -32,7 +32,7 @@ static inline void gen_ref_check_file(const char *name, const char *path, const 
         fprintf(stderr, "%s: %s\n", path, err);
         return;
     }
-    model_ctx_params cp = { .n_ctx = 2048, .n_ubatch = 512, .n_threads = 2, .kv_type = TQ_F32 };
+    model_ctx_params cp = { .n_ctx = 2048, .n_ubatch = 512, .n_threads = 2, .type_k = TQ_F32, .type_v = TQ_F32 };
     model_ctx *ctx;
     CHECK(model_ctx_new(m, &cp, &ctx) == PK_OK);
     json_t *j = ref_load_json(jpath);

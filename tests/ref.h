@@ -185,7 +185,7 @@ static inline void ref_check_prompt(const char *name, model_ctx *ctx, int32_t V,
  * reference for the engine (n_gen at most 1024 - n; EOG ends it, counted). */
 static inline int ref_greedy(model *m, const int32_t *prompt, int n, int n_gen, int32_t *out)
 {
-    model_ctx_params cp = { .n_ctx = 1024, .n_ubatch = 512, .n_threads = 2, .kv_type = TQ_F16 };
+    model_ctx_params cp = { .n_ctx = 1024, .n_ubatch = 512, .n_threads = 2, .type_k = TQ_F16, .type_v = TQ_F16 };
     model_ctx *ctx;
     ASSERT(model_ctx_new(m, &cp, &ctx) == PK_OK);
     const int V = model_get_hparams(m)->n_vocab;

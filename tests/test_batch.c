@@ -49,7 +49,7 @@ static void run_model(const char *shared, const char *name)
         return;
     }
     const int V = model_get_hparams(m)->n_vocab;
-    model_ctx_params cp = { .n_ctx = 1024, .n_ubatch = 64, .n_threads = 2, .kv_type = TQ_F16 };
+    model_ctx_params cp = { .n_ctx = 1024, .n_ubatch = 64, .n_threads = 2, .type_k = TQ_F16, .type_v = TQ_F16 };
     model_ctx *ctx;
     CHECK(model_ctx_new(m, &cp, &ctx) == PK_OK);
     kv_cache *kv = model_ctx_kv(ctx);

@@ -95,7 +95,7 @@ static void check_run(const char *model_path)
     model *m;
     CHECK(model_load(model_path, MODEL_COPY, &m, err, sizeof err) == PK_OK);
     if (m && json_is_array(toks)) {
-        model_ctx_params cp = { .n_ctx = 64, .n_ubatch = 32, .n_threads = 2, .kv_type = TQ_F32 };
+        model_ctx_params cp = { .n_ctx = 64, .n_ubatch = 32, .n_threads = 2, .type_k = TQ_F32, .type_v = TQ_F32 };
         model_ctx *ctx;
         ASSERT(model_ctx_new(m, &cp, &ctx) == PK_OK);
         json_t *pt = json_object_get(o, "prompt_tokens");

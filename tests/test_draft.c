@@ -271,7 +271,7 @@ static void test_mtp_logits(void)
     float *l[2][2];
     static ref_batch rb;
     for (int on = 0; on < 2; on++) {
-        model_ctx_params cp = { .n_ctx = 1024, .n_ubatch = 64, .n_threads = 2, .kv_type = TQ_F32, .mtp = on,
+        model_ctx_params cp = { .n_ctx = 1024, .n_ubatch = 64, .n_threads = 2, .type_k = TQ_F32, .type_v = TQ_F32, .mtp = on,
                                 .mtp_seqs = 2 };
         model_ctx *c;
         ASSERT(model_ctx_new(m, &cp, &c) == PK_OK);
@@ -308,7 +308,7 @@ static void test_mtp_logits(void)
         free(l[0][k]);
         free(l[1][k]);
     }
-    model_ctx_params bad = { .n_ctx = 64, .n_ubatch = 8, .n_threads = 1, .kv_type = TQ_F32, .mtp = true };
+    model_ctx_params bad = { .n_ctx = 64, .n_ubatch = 8, .n_threads = 1, .type_k = TQ_F32, .type_v = TQ_F32, .mtp = true };
     model *d = make("d", "--arch qwen3 " SMALL " --n-layer 1 --seed 46 --type q8_0");
     model_ctx *c = NULL;
     CHECK(!model_has_mtp(d));

@@ -238,7 +238,7 @@ static void case_random(void)
 /* Greedy tokens straight from the model (a fresh context), the reference. */
 static int greedy_direct(const int32_t *prompt, int n, int n_gen, int32_t *out)
 {
-    model_ctx_params cp = { .n_ctx = 1024, .n_ubatch = 512, .n_threads = 2, .kv_type = TQ_F16 };
+    model_ctx_params cp = { .n_ctx = 1024, .n_ubatch = 512, .n_threads = 2, .type_k = TQ_F16, .type_v = TQ_F16 };
     model_ctx *ctx;
     ASSERT(model_ctx_new(g_m, &cp, &ctx) == PK_OK);
     float *logits = malloc((size_t)g_V * sizeof *logits);
@@ -432,7 +432,7 @@ int main(int argc, char **argv)
     ASSERT(gen_model(gen_bin(argv[0]), shared, GEN_DENSE " --type q8_0", path));
     ASSERT(model_load(path, MODEL_MMAP, &g_m, err, sizeof err) == PK_OK);
     g_V = model_get_hparams(g_m)->n_vocab;
-    model_ctx_params cp = { .n_ctx = 1024, .n_ubatch = 64, .n_threads = 2, .kv_type = TQ_F32, .n_rs = 16 };
+    model_ctx_params cp = { .n_ctx = 1024, .n_ubatch = 64, .n_threads = 2, .type_k = TQ_F32, .type_v = TQ_F32, .n_rs = 16 };
     ASSERT(model_ctx_new(g_m, &cp, &g_ctx) == PK_OK);
     ASSERT(mem_new(g_ctx, &g_mem) == PK_OK);
     CHECK(mem_hybrid(g_mem) && mem_state_bytes(g_mem) > 0);

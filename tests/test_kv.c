@@ -6,15 +6,20 @@
 
 #include <stdint.h>
 
-static kv_cache *make(int n_layer, int n_ctx, int n_embd_k, int n_embd_v, tq_type type)
+static kv_cache *make2(int n_layer, int n_ctx, int n_embd_k, int n_embd_v, tq_type type_k, tq_type type_v)
 {
     kv_params p = { .n_layer = n_layer, .n_ctx = n_ctx, .n_embd_k = n_embd_k,
-                    .n_embd_v = n_embd_v, .type = type };
+                    .n_embd_v = n_embd_v, .type_k = type_k, .type_v = type_v };
     kv_cache *kv = NULL;
     pk_status st = kv_new(&p, &kv);
     CHECK_EQ_INT(st, PK_OK);
     if (!kv) { test_finish(); exit(1); }
     return kv;
+}
+
+static kv_cache *make(int n_layer, int n_ctx, int n_embd_k, int n_embd_v, tq_type type)
+{
+    return make2(n_layer, n_ctx, n_embd_k, n_embd_v, type, type);
 }
 
 /* Occupies the lowest free cell with (pos, members) and returns its index. */
@@ -42,8 +47,10 @@ static void test_params(void)
 {
     kv_cache *kv = (kv_cache *)1;
     kv_params bad[] = {
-        { 0, 8, 4, 4, TQ_F16 }, { 1, 0, 4, 4, TQ_F16 }, { 1, 8, 0, 4, TQ_F16 },
-        { 1, 8, 4, -1, TQ_F16 }, { 1, 8, 4, 4, TQ_Q8_0 }, { 1, 8, 4, 4, TQ_BF16 },
+        { 0, 8, 4, 4, TQ_F16, TQ_F16 }, { 1, 0, 4, 4, TQ_F16, TQ_F16 }, { 1, 8, 0, 4, TQ_F16, TQ_F16 },
+        { 1, 8, 4, -1, TQ_F16, TQ_F16 },
+        /* rows of a block format hold whole blocks */
+        { 1, 8, 4, 4, TQ_Q8_0, TQ_Q8_0 }, { 1, 8, 64, 48, TQ_Q8_0, TQ_Q4_0 }, { 1, 8, 64, 64, TQ_F16, 12345 },
     };
     for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
         CHECK_EQ_INT(kv_new(&bad[i], &kv), PK_EINVAL);
@@ -51,23 +58,25 @@ static void test_params(void)
     }
     CHECK_EQ_INT(kv_new(NULL, &kv), PK_EINVAL);
     /* Sizes whose product overflows size_t are refused before allocating. */
-    kv_params huge = { INT32_MAX, INT32_MAX, INT32_MAX, INT32_MAX, TQ_F32 };
+    kv_params huge = { INT32_MAX, INT32_MAX, INT32_MAX, INT32_MAX, TQ_F32, TQ_F32 };
     CHECK_EQ_INT(kv_new(&huge, &kv), PK_ENOMEM);
     CHECK(kv == NULL);
     kv_free(NULL);
 }
 
-static void test_storage(tq_type type, size_t elt)
+/* Rows of nk and nv values: kb and vb bytes each. */
+static void test_storage(tq_type tk_, tq_type tv, int nk, int nv, size_t kb, size_t vb)
 {
-    const int n_layer = 3, n_ctx = 37, nk = 13, nv = 7;
-    kv_cache *kv = make(n_layer, n_ctx, nk, nv, type);
+    const int n_layer = 3, n_ctx = 37;
+    kv_cache *kv = make2(n_layer, n_ctx, nk, nv, tk_, tv);
     const kv_params *p = kv_get_params(kv);
     CHECK_EQ_INT(p->n_layer, n_layer);
     CHECK_EQ_INT(p->n_ctx, n_ctx);
-    CHECK_EQ_INT(p->type, type);
-    CHECK_EQ_INT(kv_k_row_bytes(kv), nk * elt);
-    CHECK_EQ_INT(kv_v_row_bytes(kv), nv * elt);
-    CHECK_EQ_INT(kv_size_bytes(kv), (size_t)n_layer * n_ctx * (nk + nv) * elt);
+    CHECK_EQ_INT(p->type_k, tk_);
+    CHECK_EQ_INT(p->type_v, tv);
+    CHECK_EQ_INT(kv_k_row_bytes(kv), kb);
+    CHECK_EQ_INT(kv_v_row_bytes(kv), vb);
+    CHECK_EQ_INT(kv_size_bytes(kv), (size_t)n_layer * n_ctx * (kb + vb));
 
     /* Zeroed at creation. */
     int nonzero = 0;
@@ -107,7 +116,7 @@ static void test_storage(tq_type type, size_t elt)
     CHECK_EQ_INT(bad, 0);
 
     /* Typed access through the row pointers. */
-    if (type == TQ_F32) {
+    if (tk_ == TQ_F32) {
         float *r = kv_k_row(kv, 2, 36);
         r[nk - 1] = 1.5f;
         CHECK(((const float *)kv_k_base(kv, 2))[36 * nk + nk - 1] == 1.5f);
@@ -624,8 +633,12 @@ int main(int argc, char **argv)
 {
     test_select(argc, argv);
     TEST_RUN(test_params);
-    TEST_RUN(test_storage, TQ_F16, 2);
-    TEST_RUN(test_storage, TQ_F32, 4);
+    TEST_RUN(test_storage, TQ_F16, TQ_F16, 13, 7, 26, 14);
+    TEST_RUN(test_storage, TQ_F32, TQ_F32, 13, 7, 52, 28);
+    TEST_RUN(test_storage, TQ_BF16, TQ_F16, 13, 7, 26, 14);
+    /* a block format's rows: 34 bytes per 32 values (Q8_0), 18 (Q4_0) */
+    TEST_RUN(test_storage, TQ_Q8_0, TQ_Q8_0, 64, 96, 68, 102);
+    TEST_RUN(test_storage, TQ_Q8_0, TQ_Q4_0, 64, 32, 68, 18);
     TEST_RUN(test_empty);
     TEST_RUN(test_find_slot_and_set);
     TEST_RUN(test_rm_ranges);

@@ -167,7 +167,7 @@ int main(int argc, char **argv)
         return 1;
     }
     g_V = model_get_hparams(g_m)->n_vocab;
-    model_ctx_params cp = { .n_ctx = 256, .n_ubatch = 64, .n_threads = 1, .kv_type = TQ_F16 };
+    model_ctx_params cp = { .n_ctx = 256, .n_ubatch = 64, .n_threads = 1, .type_k = TQ_F16, .type_v = TQ_F16 };
     if (model_ctx_new(g_m, &cp, &g_ctx) != PK_OK || mem_new(g_ctx, &g_mem) != PK_OK) return 1;
     const char *text = "Once upon a time there was a little dog who liked the sun";
     CHECK_EQ_INT(tok_encode(model_vocab(g_m), text, strlen(text), true, false, g_tok, 128, &g_n), PK_OK);

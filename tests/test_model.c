@@ -163,7 +163,7 @@ static stats check_model(const char *shared, const ref_model *rm, tq_type kv_typ
         fprintf(stderr, "%s: %s\n", path, err);
         return st;
     }
-    model_ctx_params cp = { .n_ctx = 2048, .n_ubatch = 512, .n_threads = 2, .kv_type = kv_type };
+    model_ctx_params cp = { .n_ctx = 2048, .n_ubatch = 512, .n_threads = 2, .type_k = kv_type, .type_v = kv_type };
     model_ctx *ctx;
     CHECK(model_ctx_new(m, &cp, &ctx) == PK_OK);
 
@@ -207,7 +207,7 @@ static void check_copy(const char *shared, const char *file)
     CHECK(model_load(path, MODEL_MMAP, &mm, err, sizeof err) == PK_OK);
     CHECK(model_load(path, MODEL_COPY, &mc, err, sizeof err) == PK_OK);
     if (!mm || !mc) return;
-    model_ctx_params cp = { .n_ctx = 64, .n_ubatch = 16, .n_threads = 2, .kv_type = TQ_F32 };
+    model_ctx_params cp = { .n_ctx = 64, .n_ubatch = 16, .n_threads = 2, .type_k = TQ_F32, .type_v = TQ_F32 };
     model_ctx *cm, *cc;
     CHECK(model_ctx_new(mm, &cp, &cm) == PK_OK && model_ctx_new(mc, &cp, &cc) == PK_OK);
     int32_t V = model_get_hparams(mm)->n_vocab, ids[8] = { 1, 400, 27, 90, 301, 12, 77, 5 };
@@ -261,7 +261,7 @@ static long long load_growth(const char *path, growth_mode mode, long long *kv)
         char err[512];
         model *m = NULL;
         model_ctx *ctx = NULL;
-        model_ctx_params cp = { .n_ctx = 2048, .n_ubatch = 512, .n_threads = 2, .kv_type = TQ_F32 };
+        model_ctx_params cp = { .n_ctx = 2048, .n_ubatch = 512, .n_threads = 2, .type_k = TQ_F32, .type_v = TQ_F32 };
         model_hold hold = mode == RUN_COPY ? MODEL_COPY : MODEL_MMAP;
         if (model_load(path, hold, &m, err, sizeof err) == PK_OK && mode == LOAD_ONLY) {
             out[0] = (long long)rss_bytes() - (long long)rss0;

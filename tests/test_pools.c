@@ -146,7 +146,7 @@ static const eng_pool_info *pool_info(const eng_stats *st, int32_t id)
 static double lockstep(model *m, model_ctx *shared, kv_seq seq, const int32_t *prompt, int n, int n_shared,
                        int32_t *tok, float *lp, int *n_near_tie)
 {
-    model_ctx_params cp = { .n_ctx = 1024, .n_ubatch = 512, .n_threads = 2, .kv_type = TQ_F16 };
+    model_ctx_params cp = { .n_ctx = 1024, .n_ubatch = 512, .n_threads = 2, .type_k = TQ_F16, .type_v = TQ_F16 };
     model_ctx *alone;
     ASSERT(model_ctx_new(m, &cp, &alone) == PK_OK);
     float *la = malloc((size_t)V * sizeof *la), *ls = malloc((size_t)V * sizeof *ls);
@@ -210,7 +210,7 @@ static void test_forks(const char *shared_dir, const char *name)
     }
 
     /* The mechanism at the model level: the tree's sequences in one cache. */
-    model_ctx_params cp = { .n_ctx = 2048, .n_ubatch = 512, .n_threads = 2, .kv_type = TQ_F16 };
+    model_ctx_params cp = { .n_ctx = 2048, .n_ubatch = 512, .n_threads = 2, .type_k = TQ_F16, .type_v = TQ_F16 };
     model_ctx *ctx;
     ASSERT(model_ctx_new(m, &cp, &ctx) == PK_OK);
     kv_cache *kv = model_ctx_kv(ctx);
@@ -554,7 +554,7 @@ static void test_kv_shift(model *m)
     const tok_vocab *v = model_vocab(m);
     int32_t t[128];
     int n = encode(v, ROOT, true, t, 128);
-    model_ctx_params cp = { .n_ctx = 512, .n_ubatch = 512, .n_threads = 2, .kv_type = TQ_F32 };
+    model_ctx_params cp = { .n_ctx = 512, .n_ubatch = 512, .n_threads = 2, .type_k = TQ_F32, .type_v = TQ_F32 };
     model_ctx *a, *b;
     ASSERT(model_ctx_new(m, &cp, &a) == PK_OK && model_ctx_new(m, &cp, &b) == PK_OK);
     float *la = malloc((size_t)V * sizeof *la), *lb = malloc((size_t)V * sizeof *lb);

@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 
 #include "../src/save/sav.h"
+#include "../src/tensor/tq.h"
 #include "test.h"
 
 static const sav_expect want = { .fingerprint = 0x1234567890abcdefull, .kv_type = 1, .n_layer = 3,
@@ -109,6 +110,12 @@ static void test_damage(void)
  * reason naming what differs. */
 static void test_foreign(void)
 {
+    /* a cache of one type for K and V records it as files did before the
+     * two could differ; different types are told apart whichever is which */
+    CHECK_EQ_INT(sav_kv_type(TQ_F16, TQ_F16), 1);
+    CHECK_EQ_INT(sav_kv_type(TQ_Q8_0, TQ_Q8_0), TQ_Q8_0);
+    CHECK(sav_kv_type(TQ_F16, TQ_F32) != sav_kv_type(TQ_F16, TQ_F16));
+    CHECK(sav_kv_type(TQ_F32, TQ_F16) != sav_kv_type(TQ_F16, TQ_F32));
     struct { const char *field; const char *reason; pk_status st; } cases[] = {
         { "fingerprint", "another model", PK_EUNSUPPORTED }, { "kv_type", "KV type", PK_EUNSUPPORTED },
         { "n_layer", "row layout", PK_EUNSUPPORTED },       { "k_row_bytes", "row layout", PK_EUNSUPPORTED },
@@ -120,7 +127,7 @@ static void test_foreign(void)
         sav_header h = pool_header(10, 4);
         const char *f = cases[c].field;
         if (!strcmp(f, "fingerprint")) h.fingerprint ^= 1;
-        if (!strcmp(f, "kv_type")) h.kv_type = 0;
+        if (!strcmp(f, "kv_type")) h.kv_type = sav_kv_type(TQ_Q8_0, TQ_Q4_0);
         if (!strcmp(f, "n_layer")) h.n_layer = 4;
         if (!strcmp(f, "k_row_bytes")) h.k_row_bytes = 16;
         if (!strcmp(f, "version")) h.version = SAV_VERSION + 1;
@@ -147,6 +154,7 @@ static void test_foreign(void)
         CHECK_EQ_INT(sav_parse(buf, n, &want, &got, &tok, &rows, why, sizeof why), cases[c].st);
         if (!strstr(why, cases[c].reason)) fprintf(stderr, "case %s: reason '%s'\n", f, why);
         CHECK(strstr(why, cases[c].reason) != NULL);
+        if (!strcmp(f, "kv_type")) CHECK_STR(why, "KV types q8_0/q4_0, the cache holds f16/f16");
         free(buf);
     }
 }

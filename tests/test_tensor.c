@@ -314,13 +314,21 @@ static void test_simd_dots(const tk_ops *ops)
     free(a);
 }
 
+/* The K/V cache types attention is tested on, as (K, V) pairs. */
+static const tq_type kv_pairs[][2] = {
+    { TQ_F16, TQ_F16 }, { TQ_F32, TQ_F32 }, { TQ_BF16, TQ_BF16 }, { TQ_Q8_0, TQ_Q8_0 }, { TQ_Q4_0, TQ_Q4_0 },
+    { TQ_Q4_1, TQ_Q5_0 }, { TQ_Q5_1, TQ_IQ4_NL }, { TQ_Q8_0, TQ_F16 }, { TQ_F16, TQ_Q4_0 },
+};
+
 /*
- * Attention against the scalar table's, F16 and F32 caches, GQA-like row
- * counts (1, 7, 8, 9, 16) with causal prefixes, head dims 8..128 (8, 24
- * and 40 padded to 16 lanes; rows packed at their own width), cells in
- * scattered order.  Budget: outputs are convex combinations of V rows, so
- * |simd - ref| <= 2e-5 * max |V| (score sums in float instead of double, a
- * running max, a polynomial exp).
+ * Attention against the scalar table's for every cache type pair of
+ * kv_pairs, GQA-like row counts (1, 7, 8, 9, 16) with causal prefixes, head
+ * dims 8..128 (8, 24 and 40 padded to 16 lanes, F16 / F32 / BF16 only: the
+ * block formats take multiples of 32; rows packed at their own width),
+ * cells in scattered order.  Both kernels read the same stored rows, so the
+ * budget does not depend on the type: outputs are convex combinations of
+ * V rows, so |simd - ref| <= 2e-5 * max |V| (score sums in float instead of
+ * double, a running max, a polynomial exp).
  */
 static void test_simd_attend(const tk_ops *ops)
 {
@@ -330,25 +338,21 @@ static void test_simd_attend(const tk_ops *ops)
     enum { N_CELLS = 300 };
     void *scratch = malloc(tk_attn_scratch_size());
     int bad = 0;
-    for (int kvt = 0; kvt < 2; kvt++) {
-        tq_type type = kvt ? TQ_F32 : TQ_F16;
-        size_t esz = kvt ? 4 : 2;
+    for (size_t ti = 0; ti < ARRAY_LEN(kv_pairs); ti++) {
+        tq_type tk_ = kv_pairs[ti][0], tv = kv_pairs[ti][1];
         for (size_t di = 0; di < ARRAY_LEN(dims); di++) {
             int hk = dims[di][0], hv = dims[di][1];
-            size_t ks = (size_t)hk * esz + 16, vs = (size_t)hv * esz + 8;   /* strides wider than a row */
+            if (!tq_row_size(tk_, hk) || !tq_row_size(tv, hv)) continue;
+            size_t ks = tq_row_size(tk_, hk) + 16, vs = tq_row_size(tv, hv) + 8;   /* strides wider than a row */
             char *k = malloc(ks * N_CELLS), *v = malloc(vs * N_CELLS);
             float vmax = 0;
             for (int c = 0; c < N_CELLS; c++) {
                 float kr[128], vr[128];
                 fill_random(kr, hk);
                 fill_random(vr, hv);
-                if (kvt) {
-                    memcpy(k + c * ks, kr, (size_t)hk * 4);
-                    memcpy(v + c * vs, vr, (size_t)hv * 4);
-                } else {
-                    tq_quantize_row(TQ_F16, kr, k + c * ks, hk);
-                    tq_quantize_row(TQ_F16, vr, v + c * vs, hv);
-                }
+                tq_quantize_row(tk_, kr, k + c * ks, hk);
+                tq_quantize_row(tv, vr, v + c * vs, hv);
+                tq_dequantize_row(tv, v + c * vs, vr, hv);
                 for (int d = 0; d < hv; d++) vmax = fmaxf(vmax, fabsf(vr[d]));
             }
             int32_t cells[N_CELLS];
@@ -359,12 +363,18 @@ static void test_simd_attend(const tk_ops *ops)
                 int32_t nkv[16];
                 fill_random(q, (int64_t)n * hk);
                 for (int i = 0; i < n; i++) nkv[i] = N_CELLS - (n - 1 - i) * 13 - (int)(rnd_u32() % 3);
-                tk_attn a = { n, hk, hv, q, nkv, cells, type, k, v, ks, vs, 1.0f / sqrtf((float)hk), o1 };
+                tk_attn a = { .n_q = n, .hd_k = hk, .hd_v = hv, .q = q, .n_kv = nkv, .cells = cells, .type_k = tk_,
+                              .type_v = tv, .k = k, .v = v, .k_stride = ks, .v_stride = vs,
+                              .scale = 1.0f / sqrtf((float)hk), .out = o1 };
                 ops->attend(&a, scratch);
                 a.out = o2;
                 ref->attend(&a, scratch);
                 for (int i = 0; i < n * hv; i++)
-                    if (!(fabsf(o1[i] - o2[i]) <= 2e-5f * vmax)) bad++;
+                    if (!(fabsf(o1[i] - o2[i]) <= 2e-5f * vmax)) {
+                        if (bad++ < 3)
+                            fprintf(stderr, "%s attend %s/%s %dx%d rows %d: %.7g vs %.7g\n", ops->isa,
+                                    tq_get(tk_)->name, tq_get(tv)->name, hk, hv, n, o1[i], o2[i]);
+                    }
             }
             free(k);
             free(v);
@@ -378,27 +388,28 @@ static void test_simd_attend(const tk_ops *ops)
 /* The cells-outside kernel (head dims the SIMD kernels do not take, and
  * the scalar table's) against the reference: the same bits for every row,
  * with rows seeing different prefixes (a step verifying guesses), head
- * dims 8, 24 and 64, F16 and F32 caches. */
+ * dims 8, 24 and 64 (the block formats: 64 only), every pair of
+ * kv_pairs. */
 static void test_attend_rows(void)
 {
-    static const int dims[][2] = { { 8, 8 }, { 24, 24 }, { 64, 32 } };
+    static const int dims[][2] = { { 8, 8 }, { 24, 24 }, { 64, 32 }, { 64, 64 } };
     void *scratch = malloc(tk_attn_scratch_size());
     int diff = 0;
     /* 200 cells: the scores kept between the passes; 4,000 x 16 rows: recomputed */
     for (int n_cells = 200; n_cells <= 4000; n_cells += 3800)
-    for (int kvt = 0; kvt < 2; kvt++) {
-        tq_type type = kvt ? TQ_F32 : TQ_F16;
-        size_t esz = kvt ? 4 : 2;
+    for (size_t ti = 0; ti < ARRAY_LEN(kv_pairs); ti++) {
+        tq_type tk_ = kv_pairs[ti][0], tv = kv_pairs[ti][1];
         for (size_t di = 0; di < ARRAY_LEN(dims); di++) {
             int hk = dims[di][0], hv = dims[di][1];
-            size_t ks = (size_t)hk * esz + 8, vs = (size_t)hv * esz;
+            if (!tq_row_size(tk_, hk) || !tq_row_size(tv, hv)) continue;
+            size_t ks = tq_row_size(tk_, hk) + 8, vs = tq_row_size(tv, hv);
             char *k = malloc(ks * n_cells), *v = malloc(vs * n_cells);
             for (int c = 0; c < n_cells; c++) {
                 float kr[64], vr[64];
                 fill_random(kr, hk);
                 fill_random(vr, hv);
-                tq_quantize_row(type, kr, k + c * ks, hk);
-                tq_quantize_row(type, vr, v + c * vs, hv);
+                tq_quantize_row(tk_, kr, k + c * ks, hk);
+                tq_quantize_row(tv, vr, v + c * vs, hv);
             }
             int32_t *cells = malloc(n_cells * sizeof *cells);
             for (int j = 0; j < n_cells; j++) cells[j] = (j * 37) % n_cells;   /* a permutation (37 is prime to both) */
@@ -407,7 +418,9 @@ static void test_attend_rows(void)
                 int32_t nkv[TK_ATTN_ROWS];
                 fill_random(q, (int64_t)n * hk);
                 for (int i = 0; i < n; i++) nkv[i] = n_cells - (n - 1 - i) * 3 - (i % 2);
-                tk_attn a = { n, hk, hv, q, nkv, cells, type, k, v, ks, vs, 1.0f / sqrtf((float)hk), o1 };
+                tk_attn a = { .n_q = n, .hd_k = hk, .hd_v = hv, .q = q, .n_kv = nkv, .cells = cells, .type_k = tk_,
+                              .type_v = tv, .k = k, .v = v, .k_stride = ks, .v_stride = vs,
+                              .scale = 1.0f / sqrtf((float)hk), .out = o1 };
                 tk_attend_rows(&a, scratch);
                 a.out = o2;
                 tk_attend_ref(&a, scratch);

@@ -26,29 +26,15 @@ BUILD=${1:-build}
 PEER=${PEER:-/work/peers/llama.cpp}
 OUT=${OUT:-/work/peers/moe-gen}
 SHARED=${POLYKV_SHARED:-../shared}
-BIN=$PEER/build/bin
 DATA=tests/data/moe
 PROMPTS=tests/data/qwen35/prompts.txt
 VOCAB=$SHARED/models/vocab/ggml-vocab-qwen35.gguf
 QWEN3MOE="--arch qwen3moe --n-embd 128 --n-layer 3 --n-head 4 --n-head-kv 2 --n-ff 256 --n-expert 8
           --n-expert-used 2 --n-ff-exp 64 --seed 37"
-[ -d "$PEER/build" ] || { echo "make_moe_refs: no llama.cpp build at $PEER/build" >&2; exit 2; }
 [ -r "$VOCAB" ] || { echo "make_moe_refs: no $VOCAB" >&2; exit 2; }
-mkdir -p "$OUT" "$DATA"
-
+. scripts/refs/lib.sh
 [ -x "$BUILD/polykv" ] || make -s BUILD="$BUILD" "$BUILD/polykv"
-g++ -std=c++17 -O2 -I"$PEER/include" -I"$PEER/ggml/include" scripts/refs/probe.cpp -L"$BIN" \
-    -lllama -lggml -lggml-base -Wl,-rpath,"$BIN" -o "$OUT/probe"
-export LD_LIBRARY_PATH="$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-
-rev=$(git -C "$PEER" rev-parse HEAD 2>/dev/null || echo unknown)
-log=$DATA/commands.txt
-{
-    echo "# Written by scripts/refs/make_moe_refs.sh; llama.cpp: $rev"
-    echo "# (the node-llama-cpp@3.22.1 bundle, release v0.5.0: see ../shared/reference/README.md)"
-    echo "# \$OUT = $OUT; \$PEER = $PEER"
-} > "$log"
-say() { echo "$*" | sed "s|$OUT|\$OUT|g; s|$BIN|\$BIN|g" >> "$log"; "$@"; }
+refs_start make_moe_refs.sh
 
 for a in "qwen3moe-e128-l3-x8a2:$QWEN3MOE"; do
     base=gen-${a%%:*} args=$(echo "${a#*:}" | tr -s ' \n' '  ')

@@ -19,7 +19,9 @@
  *       special parsing, a fresh context per prompt with n_ctx = n_batch =
  *       n_ubatch = 2048, one sequence, 2 threads, a K/V cache of type KV
  *       (f32, the default, or f16), flash attention off (with f16 too: its
- *       flash attention sums V in F16, which polykv does not); the prompt
+ *       flash attention sums V in F16, which polykv does not); KV q8_0 or
+ *       q4_0 (both K and V) turns flash attention on, as llama.cpp needs for
+ *       a quantized V cache; the prompt
  *       decoded as one batch, then N_GEN greedy
  *       steps (argmax over the raw logits, ties to the lower id), one token
  *       per llama_decode.  Per prompt: the tokens, the top 10 at the first
@@ -160,6 +162,8 @@ static int argmax(const float *l, int V, float *margin)
     return best;
 }
 
+static bool flash(ggml_type kv) { return kv != GGML_TYPE_F32 && kv != GGML_TYPE_F16; }
+
 static int run(const char *mpath, const char *ppath, const char *opath, int n_gen, const char *tsv,
                ggml_type kv)
 {
@@ -172,8 +176,8 @@ static int run(const char *mpath, const char *ppath, const char *opath, int n_ge
     fprintf(out, "{\"model\": ");
     json_str(out, strrchr(mpath, '/') ? strrchr(mpath, '/') + 1 : mpath);
     fprintf(out, ", \"n_vocab\": %d, \"settings\": {\"n_ctx\": 2048, \"n_batch\": 2048, \"n_ubatch\": 2048, "
-                 "\"kv_type\": \"%s\", \"flash_attn\": 0, \"threads\": 2}, \"results\": [", V,
-            ggml_type_name(kv));
+                 "\"kv_type\": \"%s\", \"flash_attn\": %d, \"threads\": 2}, \"results\": [", V,
+            ggml_type_name(kv), flash(kv));
     static char line[65536];
     std::vector<llama_token> tok(4096);
     for (int p = 0; fgets(line, sizeof line, pf); p++) {
@@ -185,7 +189,7 @@ static int run(const char *mpath, const char *ppath, const char *opath, int n_ge
         cp.n_seq_max = 1;
         cp.n_threads = cp.n_threads_batch = 2;
         cp.type_k = cp.type_v = kv;
-        cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+        cp.flash_attn_type = flash(kv) ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
         llama_context *ctx = llama_init_from_model(m, cp);
         if (!ctx || llama_decode(ctx, llama_batch_get_one(tok.data(), n)) != 0) return 1;
         const float *l = llama_get_logits_ith(ctx, -1);
@@ -275,7 +279,9 @@ int main(int argc, char **argv)
     if (argc == 3 && !strcmp(argv[1], "dequant")) return dequant(argv[2]);
     if ((argc == 7 || argc == 8) && !strcmp(argv[1], "run")) {
         llama_backend_init();
-        ggml_type kv = argc == 8 && !strcmp(argv[7], "f16") ? GGML_TYPE_F16 : GGML_TYPE_F32;
+        const char *kn = argc == 8 ? argv[7] : "f32";
+        ggml_type kv = !strcmp(kn, "f16") ? GGML_TYPE_F16 : !strcmp(kn, "q8_0") ? GGML_TYPE_Q8_0
+                     : !strcmp(kn, "q4_0") ? GGML_TYPE_Q4_0 : GGML_TYPE_F32;
         return run(argv[2], argv[3], argv[4], atoi(argv[5]), argv[6], kv);
     }
     if (argc == 5 && !strcmp(argv[1], "tokenize")) {
@@ -284,6 +290,6 @@ int main(int argc, char **argv)
     }
     fprintf(stderr, "usage: probe dequant OUT_DIR\n"
                     "       probe tokenize MODEL.gguf INP OUT\n"
-                    "       probe run MODEL.gguf PROMPTS.txt OUT.json N_GEN FIRSTPOS_P0.tsv|- [f32|f16]\n");
+                    "       probe run MODEL.gguf PROMPTS.txt OUT.json N_GEN FIRSTPOS_P0.tsv|- [f32|f16|q8_0|q4_0]\n");
     return 2;
 }

@@ -6,6 +6,7 @@
 #define CLI_H
 
 #include "../common/pk.h"
+#include "../tensor/tq.h"
 
 int cli_run(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
@@ -61,6 +62,9 @@ bool cli_float(const char *opt, const char *s, double *out);
 /* A byte count: digits, optionally followed by one of K, M, G, T (either
  * case: 2^10 ... 2^40); false (with a message) when bad or past 2^64. */
 bool cli_bytes(const char *opt, const char *s, uint64_t *out);
+/* A K/V cache type by llama-server's name (f32, f16, bf16, q8_0, q4_0,
+ * q4_1, q5_0, q5_1, iq4_nl); false (with a message naming opt) when not. */
+bool cli_kv_type(const char *opt, const char *s, tq_type *out);
 /* Default thread count: the CPUs this process may run on. */
 int cli_default_threads(void);
 

@@ -105,9 +105,10 @@ static double timed(model_ctx *ctx, bench_batch *b, const int32_t *tok, int n_se
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: polykv bench -m MODEL [-p 512] [-n 128] [-d 0] [--batch 1] [-t N] [-r 3] [--mmap] [--json]\n"
+    fprintf(f, "usage: polykv bench -m MODEL [-p 512] [-n 128] [-d 0] [--batch 1] [-t N] [-r 3] [-ctk T] [-ctv T] [--mmap] [--json]\n"
                "  -d D       start pp and tg from a cache holding D tokens (llama-bench -d)\n"
                "  --batch B  B sequences decoded together (llama-batched-bench): tg in total tok/s\n"
+               "  -ctk, -ctv K and V cache types (default f16; serve's choices)\n"
                "  --mmap     map the model file instead of reading it into huge pages\n");
 }
 
@@ -116,6 +117,7 @@ int cli_bench(int argc, char **argv)
     const char *path = NULL;
     long n_pp = 512, n_tg = 128, n_threads = cli_default_threads(), reps = 3, depth = 0, n_seq = 1;
     bool json = false, mmap = false;
+    tq_type type_k = TQ_F16, type_v = TQ_F16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--json")) { json = true; continue; }
@@ -129,6 +131,8 @@ int cli_bench(int argc, char **argv)
         else if (!strcmp(a, "--batch")) { if (!cli_int(a, v, 1, 64, &n_seq)) return 2; }
         else if (!strcmp(a, "-t")) { if (!cli_int(a, v, 1, 1024, &n_threads)) return 2; }
         else if (!strcmp(a, "-r")) { if (!cli_int(a, v, 1, 1000, &reps)) return 2; }
+        else if (!strcmp(a, "-ctk")) { if (!cli_kv_type(a, v, &type_k)) return 2; }
+        else if (!strcmp(a, "-ctv")) { if (!cli_kv_type(a, v, &type_v)) return 2; }
         else { fprintf(stderr, "polykv bench: unknown option %s\n", a); return 2; }
     }
     if (!path) {
@@ -141,12 +145,18 @@ int cli_bench(int argc, char **argv)
         fprintf(stderr, "polykv: %s: %s\n", path, err);
         return 1;
     }
+    const char *why = model_kv_types_refusal(m, type_k, type_v);
+    if (why) {
+        fprintf(stderr, "polykv: -ctk %s -ctv %s: %s\n", tq_get(type_k)->name, tq_get(type_v)->name, why);
+        model_free(m);
+        return 2;
+    }
     model_wait_copy(m);   /* time the weights where decoding will read them */
     const model_hparams *hp = model_get_hparams(m);
     /* batched: each sequence holds its prompt and its generated tokens */
     long per_seq = n_seq > 1 ? n_pp + n_tg : depth + MAX(n_pp, n_tg);
     model_ctx_params cp = { .n_ctx = (int32_t)MAX(1, per_seq * n_seq), .n_ubatch = UBATCH,
-                            .n_threads = (int32_t)n_threads, .kv_type = TQ_F16 };
+                            .n_threads = (int32_t)n_threads, .type_k = type_k, .type_v = type_v };
     model_ctx *ctx;
     if (model_ctx_new(m, &cp, &ctx)) {
         fprintf(stderr, "polykv: out of memory\n");

@@ -23,7 +23,7 @@ static void usage(void)
         "  --seed S         sampler seed (default random)\n"
         "  -t N             threads (default: all CPUs)\n"
         "  -c N             context cells (default: prompt + n)\n"
-        "  --kv-type f16|f32  KV cache type (default f16)\n"
+        "  -ctk T, -ctv T   K and V cache types (default f16; serve's choices); --kv-type T both\n"
         "  --mmap           map the model file instead of reading it into huge pages\n"
         "  --chat           send the prompt as a user turn through the model's chat template\n"
         "  --chat-template NAME  use this template (chatml, llama3, llama2, llama2-sys, mistral, command-r)\n"
@@ -35,7 +35,7 @@ typedef struct run_opts {
     bool chat;
     long n_predict, n_threads, n_ctx;
     smp_params sp;
-    tq_type kv_type;
+    tq_type type_k, type_v;
     bool json, mmap;
 } run_opts;
 
@@ -43,7 +43,7 @@ static bool parse(int argc, char **argv, run_opts *o)
 {
     o->n_predict = 128;
     o->n_threads = cli_default_threads();
-    o->kv_type = TQ_F16;
+    o->type_k = o->type_v = TQ_F16;
     o->sp = smp_default_params();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -65,10 +65,11 @@ static bool parse(int argc, char **argv, run_opts *o)
         else if (!strcmp(a, "--top-p")) { if (!cli_float(a, v, &d)) return false; o->sp.top_p = (float)d; }
         else if (!strcmp(a, "--min-p")) { if (!cli_float(a, v, &d)) return false; o->sp.min_p = (float)d; }
         else if (!strcmp(a, "--repeat-penalty")) { if (!cli_float(a, v, &d)) return false; o->sp.repeat_penalty = (float)d; }
+        else if (!strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k")) { if (!cli_kv_type(a, v, &o->type_k)) return false; }
+        else if (!strcmp(a, "-ctv") || !strcmp(a, "--cache-type-v")) { if (!cli_kv_type(a, v, &o->type_v)) return false; }
         else if (!strcmp(a, "--kv-type")) {
-            if (!strcmp(v, "f16")) o->kv_type = TQ_F16;
-            else if (!strcmp(v, "f32")) o->kv_type = TQ_F32;
-            else { fprintf(stderr, "polykv: --kv-type must be f16 or f32\n"); return false; }
+            if (!cli_kv_type(a, v, &o->type_k)) return false;
+            o->type_v = o->type_k;
         } else {
             fprintf(stderr, "polykv run: unknown option %s\n", a);
             return false;
@@ -116,6 +117,12 @@ int cli_run(int argc, char **argv)
         fprintf(stderr, "polykv: %s: %s\n", o.model, err);
         return 1;
     }
+    const char *why = model_kv_types_refusal(m, o.type_k, o.type_v);
+    if (why) {
+        fprintf(stderr, "polykv: -ctk %s -ctv %s: %s\n", tq_get(o.type_k)->name, tq_get(o.type_v)->name, why);
+        model_free(m);
+        return 2;
+    }
     const model_hparams *hp = model_get_hparams(m);
     const tok_vocab *voc = model_vocab(m);
     char *chat_text = NULL;
@@ -154,7 +161,7 @@ int cli_run(int argc, char **argv)
         return 1;
     }
     model_ctx_params cp = { .n_ctx = (int32_t)n_ctx, .n_ubatch = 512,
-                            .n_threads = (int32_t)o.n_threads, .kv_type = o.kv_type };
+                            .n_threads = (int32_t)o.n_threads, .type_k = o.type_k, .type_v = o.type_v };
     model_ctx *ctx;
     smp_ctx *smp;
     if (model_ctx_new(m, &cp, &ctx) || smp_new(&o.sp, hp->n_vocab, (int32_t)n_ctx, &smp)) {

@@ -45,7 +45,10 @@ static void usage(void)
         "  -b, --batch-size N      tokens per engine step (default 512)\n"
         "  --batch-decoding N      prompt tokens a step may add while sessions decode (default 0:\n"
         "                          the batch size); shorter steps make decoding sessions wait less\n"
-        "  --kv-type f16|f32       KV cache type (default f16)\n"
+        "  -ctk, --cache-type-k T  K cache type: f16 (default), f32, bf16, q8_0, q4_0, q4_1, q5_0,\n"
+        "                          q5_1, iq4_nl (the block formats need head dims of 32s)\n"
+        "  -ctv, --cache-type-v T  V cache type, the same choices\n"
+        "  --kv-type T             both\n"
         "  --mmap / --no-mmap      map the model file instead of reading it into huge pages\n"
         "                          (starts without a copy; pages shared with other processes)\n"
         "  -cram, --cache-ram MIB  RAM for histories spilled out of the KV cache (default 8192, 0 = none)\n"
@@ -267,7 +270,7 @@ static bool takes_value(const char *a)
         "-b", "--batch-size", "--batch-decoding", "--pools", "--pool-grace-ms", "--rs-slots", "--host", "--port", "--api-key",
         "--api-key-file",
         "-a", "--alias", "--chat-template", "--chat-template-file", "-to", "--timeout", "--max-body", "--header-timeout", "--max-per-ip",
-        "--max-connections", "--kv-type", "--pool-dir", "--models-dir", "--models-max", "--models-preset",
+        "--max-connections", "--kv-type", "-ctk", "--cache-type-k", "-ctv", "--cache-type-v", "--pool-dir", "--models-dir", "--models-max", "--models-preset",
         "--sleep-idle-seconds", "--spec-type", "--spec-draft-n-max", "--spec-draft-n-min",
         "--spec-ngram-simple-size-n", "--spec-ngram-simple-size-m", "-md", "--spec-draft-model", "--model-draft",
         "--spec-draft-p-min", "--draft-p-min", "--kv-events-config", "--kv-events-endpoint",
@@ -431,10 +434,11 @@ static bool parse(int argc, char **argv, serve_opts *o)
         else if (!strcmp(a, "--header-timeout")) { if (!cli_int(a, v, 1, 1 << 24, &x)) return false; o->sp.header_timeout_s = (int)x; }
         else if (!strcmp(a, "--max-per-ip")) { if (!cli_int(a, v, 0, 1 << 16, &x)) return false; o->sp.max_per_ip = (int)x; }
         else if (!strcmp(a, "--max-connections")) { if (!cli_int(a, v, 1, 1 << 16, &x)) return false; o->sp.max_connections = (int)x; }
+        else if (!strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k")) { if (!cli_kv_type(a, v, &o->ep.type_k)) return false; }
+        else if (!strcmp(a, "-ctv") || !strcmp(a, "--cache-type-v")) { if (!cli_kv_type(a, v, &o->ep.type_v)) return false; }
         else if (!strcmp(a, "--kv-type")) {
-            if (!strcmp(v, "f16")) o->ep.kv_type = TQ_F16;
-            else if (!strcmp(v, "f32")) o->ep.kv_type = TQ_F32;
-            else { fprintf(stderr, "polykv: --kv-type must be f16 or f32\n"); return false; }
+            if (!cli_kv_type(a, v, &o->ep.type_k)) return false;
+            o->ep.type_v = o->ep.type_k;
         } else {
             fprintf(stderr, "polykv serve: unknown option %s\n", a);
             return false;
@@ -573,6 +577,9 @@ int cli_serve(int argc, char **argv)
     } else if (o.ep.spec.kind == SPEC_DRAFT_MTP && !model_has_mtp(m)) {
         fprintf(stderr, "polykv: --spec-type draft-mtp: %s has no MTP block (a Qwen3.5 file with nextn "
                         "tensors has one)\n", o.model);
+        st = PK_EINVAL;
+    } else if ((why = model_kv_types_refusal(m, o.ep.type_k, o.ep.type_v))) {
+        fprintf(stderr, "polykv: -ctk %s -ctv %s: %s\n", tq_get(o.ep.type_k)->name, tq_get(o.ep.type_v)->name, why);
         st = PK_EINVAL;
     } else if (o.kv_events && (kv_events_topic(&o, m, srv_port(s)), st = kvev_pub_new(&o.kc, &kv, err, sizeof err)) != PK_OK) {
         fprintf(stderr, "polykv: %s\n", err);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "../tensor/tk.h"
 
 static void usage(FILE *f)
 {
@@ -65,6 +66,17 @@ bool cli_bytes(const char *opt, const char *s, uint64_t *out)
     }
     *out = (uint64_t)v << shift;
     return true;
+}
+
+bool cli_kv_type(const char *opt, const char *s, tq_type *out)
+{
+    for (int t = 0; t < TQ_COUNT; t++)
+        if (tk_kv_type_ok((tq_type)t) && !strcmp(tq_get(t)->name, s)) {
+            *out = (tq_type)t;
+            return true;
+        }
+    fprintf(stderr, "polykv: %s must be one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl\n", opt);
+    return false;
 }
 
 bool cli_float(const char *opt, const char *s, double *out)

@@ -29,7 +29,7 @@
 eng_params eng_default_params(void)
 {
     return (eng_params){ .n_slots = 4, .n_ctx = 8192, .n_batch = 512, .n_batch_decoding = 0, .n_threads = 1,
-                         .kv_type = TQ_F16, .tps_window_tokens = 128, .tps_window_ms = 2000,
+                         .type_k = TQ_F16, .type_v = TQ_F16, .tps_window_tokens = 128, .tps_window_ms = 2000,
                          .policy = pol_params_default(), .cache_ram_mib = 8192, .n_pools = 16,
                          .pool_grace_ms = 30000, .admission = adm_policy_default(),
                          .spec = spec_params_default(), .kv_block_size = 16 };

@@ -80,7 +80,7 @@ typedef struct eng_params {
     int32_t n_batch_decoding;   /* --batch-decoding: prompt tokens a step may add while sessions
                                    decode (their next token waits for the step); 0 (default) = n_batch */
     int32_t n_threads;
-    tq_type kv_type;            /* TQ_F16 */
+    tq_type type_k, type_v;     /* the K/V cache's types (model_kv_types_ok), TQ_F16 */
     int32_t tps_window_tokens;  /* 128 */
     int32_t tps_window_ms;      /* 2000 */
     pol_params policy;          /* slot placement and retention */

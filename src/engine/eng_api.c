@@ -376,7 +376,7 @@ model_ctx_params eng_ctx_params(const eng *e)
     /* Hybrids: a recurrent state for each slot and two of its
      * checkpoints, and 8 for parked histories and pools (docs/hybrid.md) */
     return (model_ctx_params){ .n_ctx = e->p.n_ctx, .n_ubatch = MIN(e->p.n_batch, 512),
-                               .n_threads = e->p.n_threads, .kv_type = e->p.kv_type,
+                               .n_threads = e->p.n_threads, .type_k = e->p.type_k, .type_v = e->p.type_v,
                                .n_rs = e->p.n_rs > 0 ? e->p.n_rs : 3 * e->p.n_slots + 8,
                                .mtp = e->p.spec.kind == SPEC_DRAFT_MTP && model_has_mtp(e->m),
                                .mtp_seqs = e->p.n_slots };

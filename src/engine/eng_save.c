@@ -69,7 +69,7 @@ uint64_t eng_model_fingerprint(const eng *e)
 static sav_expect expect(const eng *e)
 {
     mem_layout l = mem_get_layout(e->mem);
-    return (sav_expect){ .fingerprint = e->persist->fingerprint, .kv_type = (uint32_t)l.type,
+    return (sav_expect){ .fingerprint = e->persist->fingerprint, .kv_type = sav_kv_type(l.type_k, l.type_v),
                          .n_layer = (uint32_t)l.n_layer, .k_row_bytes = (uint32_t)l.k_row_bytes,
                          .v_row_bytes = (uint32_t)l.v_row_bytes, .state_bytes = (uint32_t)l.state_bytes,
                          .max_tokens = (uint32_t)e->n_ctx_slot - 1, .n_vocab = (uint32_t)e->n_vocab };

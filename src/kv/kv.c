@@ -79,11 +79,9 @@ pk_status kv_new(const kv_params *p, kv_cache **out)
     *out = NULL;
     if (!p || p->n_layer <= 0 || p->n_ctx <= 0 || p->n_embd_k <= 0 || p->n_embd_v <= 0)
         return PK_EINVAL;
-    if (p->type != TQ_F16 && p->type != TQ_F32)
+    size_t krow = tq_row_size(p->type_k, p->n_embd_k), vrow = tq_row_size(p->type_v, p->n_embd_v);
+    if (!krow || !vrow)
         return PK_EINVAL;
-
-    size_t elt = p->type == TQ_F16 ? 2 : 4;
-    size_t krow = (size_t)p->n_embd_k * elt, vrow = (size_t)p->n_embd_v * elt;
     size_t kreg, vreg, layer, total, payload;
     if (!mul_ok(krow, (size_t)p->n_ctx, &kreg) || !mul_ok(vrow, (size_t)p->n_ctx, &vreg))
         return PK_ENOMEM;

@@ -3,8 +3,11 @@
  *
  * DESIGN
  *   One array of n_ctx cells.  Cell i holds, for every layer, one K row
- *   (n_embd_k values) and one V row (n_embd_v values) in the cache type (F16
- *   by default, or F32), plus a position and a set of sequence ids.
+ *   (n_embd_k values of type_k) and one V row (n_embd_v values of type_v),
+ *   plus a position and a set of sequence ids.  The types are the cache's
+ *   (F16 by default; F32, BF16 or a 32-value block format such as Q8_0):
+ *   a row is tq_row_size bytes, so a quantized cell is stored, shared and
+ *   copied as the bytes it is.
  *
  *     k[layer] : [n_ctx][n_embd_k]   v[layer] : [n_ctx][n_embd_v]
  *     cell[i]  : { pos, seqs (bitset of KV_MAX_SEQ), owner }
@@ -61,7 +64,8 @@ typedef struct kv_params {
     int n_ctx;          /* cells */
     int n_embd_k;       /* K values per cell per layer (n_head_kv * head_dim_k) */
     int n_embd_v;
-    tq_type type;       /* TQ_F16 or TQ_F32 */
+    tq_type type_k;     /* any type tq_row_size knows; n_embd_k a multiple of its block */
+    tq_type type_v;
 } kv_params;
 
 typedef struct kv_cache kv_cache;
@@ -73,7 +77,7 @@ void kv_free(kv_cache *kv);                      /* NULL is a no-op */
 const kv_params *kv_get_params(const kv_cache *kv);
 size_t kv_size_bytes(const kv_cache *kv);        /* K + V storage */
 
-/* Storage rows (type kv_get_params()->type).  Each layer's K and V regions
+/* Storage rows (types kv_get_params()->type_k / type_v).  Each layer's K and V regions
  * start 64-byte aligned; row r is at base + r * row bytes. */
 void *kv_k_row(kv_cache *kv, int layer, int cell);
 void *kv_v_row(kv_cache *kv, int layer, int cell);

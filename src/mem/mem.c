@@ -207,7 +207,7 @@ size_t mem_image_bytes(const mem *m, int32_t n)
 mem_layout mem_get_layout(const mem *m)
 {
     const kv_params *kp = kv_get_params(m->kv);
-    return (mem_layout){ .type = kp->type, .n_layer = kp->n_layer, .k_row_bytes = kv_k_row_bytes(m->kv),
+    return (mem_layout){ .type_k = kp->type_k, .type_v = kp->type_v, .n_layer = kp->n_layer, .k_row_bytes = kv_k_row_bytes(m->kv),
                          .v_row_bytes = kv_v_row_bytes(m->kv), .state_bytes = section_bytes(m) };
 }
 

@@ -68,7 +68,7 @@ typedef struct mem mem;
 /* What an image's bytes are laid out by: a file records it, and restoring
  * an image of another layout is refused. */
 typedef struct mem_layout {
-    tq_type type;               /* the cells' K/V type */
+    tq_type type_k, type_v;     /* the cells' K and V types */
     int32_t n_layer;
     size_t k_row_bytes, v_row_bytes;
     size_t state_bytes;         /* an image's states section (0: not a hybrid) */

@@ -162,7 +162,7 @@ typedef struct model_ctx_params {
     int32_t n_ctx;            /* KV cells */
     int32_t n_ubatch;         /* tokens per forward chunk */
     int32_t n_threads;
-    tq_type kv_type;          /* TQ_F16 (default) or TQ_F32 */
+    tq_type type_k, type_v;   /* the K/V cache's types (model_kv_types_ok) */
     int32_t n_rs;             /* hybrids: recurrent state slots (rs.h), 0: 8 */
     bool mtp;                 /* run the MTP block with every pass (model_has_mtp): its K/V are one
                                  more layer of the cache; model_mtp_draft drafts with it */
@@ -173,6 +173,12 @@ typedef struct model_ctx_params {
 } model_ctx_params;
 
 typedef struct model_ctx model_ctx;
+
+/* Why m's K/V cache cannot hold types k and v (a type no cache takes, or a
+ * block format whose block does not divide a head), as one sentence; NULL
+ * when it can.  model_ctx_new refuses what this refuses (PK_EINVAL). */
+const char *model_kv_types_refusal(const model *m, tq_type k, tq_type v);
+static inline bool model_kv_types_ok(const model *m, tq_type k, tq_type v) { return !model_kv_types_refusal(m, k, v); }
 
 pk_status model_ctx_new(const model *m, const model_ctx_params *p, model_ctx **out);
 void model_ctx_free(model_ctx *c);                 /* NULL is a no-op */

@@ -78,12 +78,22 @@ static size_t scratch_for(const model_w *w, int64_t n_tok)
     return w->data && w->n_rows > 1 ? tk_matmul_scratch_size(w->type, w->n_cols, n_tok) : 0;
 }
 
+const char *model_kv_types_refusal(const model *m, tq_type k, tq_type v)
+{
+    if (!tk_kv_type_ok(k) || !tk_kv_type_ok(v))
+        return "a K/V cache type must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1 or iq4_nl";
+    /* heads are sliced out of a row at block boundaries */
+    if (m->hp.head_dim_k % tq_get(k)->blck_size || m->hp.head_dim_v % tq_get(v)->blck_size)
+        return "the model's head dimension is not a multiple of the cache type's block of 32 values";
+    return NULL;
+}
+
 pk_status model_ctx_new(const model *m, const model_ctx_params *p, model_ctx **out)
 {
     *out = NULL;
     const model_hparams *hp = &m->hp;
     if (p->n_ctx < 1 || p->n_ubatch < 1 || p->n_threads < 1 ||
-        (p->kv_type != TQ_F16 && p->kv_type != TQ_F32) || (p->tp && tp_n_threads(p->tp) != p->n_threads) ||
+        !model_kv_types_ok(m, p->type_k, p->type_v) || (p->tp && tp_n_threads(p->tp) != p->n_threads) ||
         (p->mtp && !model_has_mtp(m)))
         return PK_EINVAL;
     model_ctx *c = calloc(1, sizeof *c);
@@ -93,7 +103,7 @@ pk_status model_ctx_new(const model *m, const model_ctx_params *p, model_ctx **o
     c->ops = tk_ops_get();
     kv_params kp = { .n_layer = hp->n_layer_attn + p->mtp, .n_ctx = p->n_ctx,
                      .n_embd_k = hp->n_head_kv * hp->head_dim_k,
-                     .n_embd_v = hp->n_head_kv * hp->head_dim_v, .type = p->kv_type };
+                     .n_embd_v = hp->n_head_kv * hp->head_dim_v, .type_k = p->type_k, .type_v = p->type_v };
     pk_status st = kv_new(&kp, &c->kv);
     if (st) goto fail;
     if (p->tp) c->tp = p->tp;
@@ -235,15 +245,15 @@ void fwd_matmul_set(int ith, int nth, model_ctx *c, const model_w *const *ws, fl
  * tokens (in chunk order) times the GQA group's heads, so one unit is the 7
  * heads of a decoded token, or a few tokens' heads in prefill, and each K/V
  * row is read once per unit.  Threads take units from a shared counter
- * (causal prefill units differ in cost).  With an F16 cache the kernel
- * rounds the query to F16 first, as the reference engine does before K.Q.
+ * (causal prefill units differ in cost).  The kernel rounds the query to
+ * what the reference engine multiplies the cache's K with (tk.h).
  */
 void fwd_attention(model_ctx *c, int ith, int il)
 {
     const model_hparams *hp = &c->m->hp;
     const int hdk = hp->head_dim_k, hdv = hp->head_dim_v, nh = hp->n_head, nkv = hp->n_head_kv;
     const int G = nh / nkv;
-    const size_t esz = c->p.kv_type == TQ_F16 ? 2 : 4;
+    const size_t k_head = tq_row_size(c->p.type_k, hdk), v_head = tq_row_size(c->p.type_v, hdv);
     char *buf = c->attn_buf + (size_t)ith * c->attn_bytes;
     float *qrows = (float *)(buf + tk_attn_scratch_size());   /* [TK_ATTN_ROWS][hdk] */
     float *orows = qrows + TK_ATTN_ROWS * hdk;                /* [TK_ATTN_ROWS][hdv] */
@@ -271,9 +281,9 @@ void fwd_attention(model_ctx *c, int ith, int il)
         }
         tk_attn a = {
             .n_q = n, .hd_k = hdk, .hd_v = hdv, .q = qrows, .n_kv = nvis,
-            .cells = c->vis_cells + (size_t)l * c->p.n_ctx, .kv_type = c->p.kv_type,
-            .k = (const char *)kv_k_base(c->kv, il) + (size_t)kvh * hdk * esz,
-            .v = (const char *)kv_v_base(c->kv, il) + (size_t)kvh * hdv * esz,
+            .cells = c->vis_cells + (size_t)l * c->p.n_ctx, .type_k = c->p.type_k, .type_v = c->p.type_v,
+            .k = (const char *)kv_k_base(c->kv, il) + (size_t)kvh * k_head,
+            .v = (const char *)kv_v_base(c->kv, il) + (size_t)kvh * v_head,
             .k_stride = kv_k_row_bytes(c->kv), .v_stride = kv_v_row_bytes(c->kv),
             .scale = 1.0f / sqrtf((float)hdk), .out = orows,
         };
@@ -307,14 +317,23 @@ static void qkv_finish(model_ctx *c, int il, int t)
         if (L->k_norm.data) c->ops->rms_norm(k + h * hdk, NULL, L->k_norm.data, k + h * hdk, hdk, hp->rms_eps);
         fwd_rope_head(k + h * hdk, cs, hp->n_rot, hp->rope_type);
     }
-    int cell = c->tok_cell[t];
-    if (c->p.kv_type == TQ_F16) {
-        c->ops->quantize[TQ_F16](k, kv_k_row(c->kv, il, cell), nk * hdk);
-        c->ops->quantize[TQ_F16](v, kv_v_row(c->kv, il, cell), nk * hp->head_dim_v);
-    } else {
-        memcpy(kv_k_row(c->kv, il, cell), k, (size_t)nk * hdk * sizeof(float));
-        memcpy(kv_v_row(c->kv, il, cell), v, (size_t)nk * hp->head_dim_v * sizeof(float));
-    }
+    fwd_kv_store(c, il, c->tok_cell[t], k, v);
+}
+
+/* A row in the cache's type: the activation quantizers where the kernels
+ * have one (F32, F16, BF16, Q8_0: the reference's rounding), else the
+ * reference quantizer (the rarer block formats). */
+static void kv_put(const model_ctx *c, tq_type type, const float *x, void *row, int n)
+{
+    if (c->ops->quantize[type]) c->ops->quantize[type](x, row, n);
+    else tq_quantize_row(type, x, row, n);
+}
+
+void fwd_kv_store(model_ctx *c, int kvl, int cell, const float *k, const float *v)
+{
+    const model_hparams *hp = &c->m->hp;
+    kv_put(c, c->p.type_k, k, kv_k_row(c->kv, kvl, cell), hp->n_head_kv * hp->head_dim_k);
+    kv_put(c, c->p.type_v, v, kv_v_row(c->kv, kvl, cell), hp->n_head_kv * hp->head_dim_v);
 }
 
 /*
@@ -612,11 +631,9 @@ pk_status model_kv_shift(model_ctx *c, kv_seq seq, kv_pos p0, kv_pos p1, kv_pos 
         if (!moved[i]) continue;
         for (int il = 0; il < kv_get_params(kv)->n_layer; il++) {
             void *k = kv_k_row(kv, il, i);
-            if (c->p.kv_type == TQ_F16) tq_dequantize_row(TQ_F16, k, row, n);
-            else memcpy(row, k, (size_t)n * sizeof *row);
+            tq_dequantize_row(c->p.type_k, k, row, n);
             for (int h = 0; h < nk; h++) fwd_rope_head(row + h * hdk, cs, hp->n_rot, hp->rope_type);
-            if (c->p.kv_type == TQ_F16) tq_quantize_row(TQ_F16, row, k, n);
-            else memcpy(k, row, (size_t)n * sizeof *row);
+            kv_put(c, c->p.type_k, row, k, n);
         }
     }
     free(cs);

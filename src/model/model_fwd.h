@@ -64,6 +64,9 @@ void fwd_matmul_set(int ith, int nth, model_ctx *c, const model_w *const *ws, fl
 /* Attention of the chunk's queries (c->q) over the cells of KV layer kvl,
  * into c->att; attn_next reset to 0 before the phase. */
 void fwd_attention(model_ctx *c, int ith, int kvl);
+/* One token's K and V (n_head_kv heads, F32) into its cell of KV layer kvl,
+ * in the cache's types. */
+void fwd_kv_store(model_ctx *c, int kvl, int cell, const float *k, const float *v);
 void fwd_rope_head(float *x, const float *cs, int n_rot, model_rope type);
 void *fwd_alloc(size_t n);   /* zeroed, 64-byte aligned */
 

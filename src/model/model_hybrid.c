@@ -299,14 +299,7 @@ static void gated_attention(model_ctx *c, int ith, int nth, const model_layer *L
             c->ops->rms_norm(k + i * hd, NULL, L->k_norm.data, k + i * hd, hd, hp->rms_eps);
             fwd_rope_head(k + i * hd, cs, hp->n_rot, hp->rope_type);
         }
-        int cell = c->tok_cell[t];
-        if (c->p.kv_type == TQ_F16) {
-            c->ops->quantize[TQ_F16](k, kv_k_row(c->kv, kvl, cell), nk * hd);
-            c->ops->quantize[TQ_F16](v, kv_v_row(c->kv, kvl, cell), nk * hd);
-        } else {
-            memcpy(kv_k_row(c->kv, kvl, cell), k, (size_t)nk * hd * sizeof(float));
-            memcpy(kv_v_row(c->kv, kvl, cell), v, (size_t)nk * hd * sizeof(float));
-        }
+        fwd_kv_store(c, kvl, c->tok_cell[t], k, v);
     }
     if (ith == 0) atomic_store_explicit(&c->attn_next, 0, memory_order_relaxed);
     tp_barrier(c->tp);

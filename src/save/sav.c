@@ -20,6 +20,7 @@
 #include <xxhash.h>
 
 #include "sav.h"
+#include "../tensor/tq.h"
 
 static const char magic[8] = { 'P', 'K', 'V', 'S', 'T', 'A', 'T', 'E' };
 static const char list_magic[4] = { 'P', 'K', 'V', 'T' };
@@ -189,6 +190,16 @@ void sav_encode(const sav_header *h, const int32_t *tokens, const uint8_t *rows,
     if (nr) memcpy(buf + SAV_HEADER_BYTES + nt, rows, nr);
 }
 
+/* "k/v" type names of a header's kv_type (sav_kv_type), into buf[40]. */
+static const char *kv_types_name(uint32_t code, char buf[40])
+{
+    uint32_t k = code & 0xffff, v = code >> 16 ? (code >> 16) - 1 : k;
+    const tq_traits *tk = tq_get((int)k), *tv = tq_get((int)v);
+    if (tk && tv) snprintf(buf, 40, "%s/%s", tk->name, tv->name);
+    else snprintf(buf, 40, "#%u", code);
+    return buf;
+}
+
 /* Every check of the header alone (b holds SAV_HEADER_BYTES): the reader
  * runs them before it reads or allocates the payload. */
 static pk_status parse_header(const uint8_t *b, const sav_expect *want, sav_header *h, char *why, size_t cap)
@@ -209,8 +220,11 @@ static pk_status parse_header(const uint8_t *b, const sav_expect *want, sav_head
     if (h->fingerprint != want->fingerprint)
         return fail(PK_EUNSUPPORTED, why, cap, "saved by another model (fingerprint %016llx, this one %016llx)",
                     (unsigned long long)h->fingerprint, (unsigned long long)want->fingerprint);
-    if (h->kv_type != want->kv_type)
-        return fail(PK_EUNSUPPORTED, why, cap, "KV type %u, the cache holds type %u", h->kv_type, want->kv_type);
+    if (h->kv_type != want->kv_type) {
+        char got[40], have[40];
+        return fail(PK_EUNSUPPORTED, why, cap, "KV types %s, the cache holds %s", kv_types_name(h->kv_type, got),
+                    kv_types_name(want->kv_type, have));
+    }
     if (h->n_layer != want->n_layer || h->k_row_bytes != want->k_row_bytes || h->v_row_bytes != want->v_row_bytes)
         return fail(PK_EUNSUPPORTED, why, cap, "row layout %u layers x %u+%u bytes, the cache has %u x %u+%u", h->n_layer,
                     h->k_row_bytes, h->v_row_bytes, want->n_layer, want->k_row_bytes, want->v_row_bytes);

@@ -63,7 +63,7 @@ typedef struct sav_header {
     uint32_t version;
     uint32_t kind;              /* sav_kind */
     uint64_t fingerprint;       /* of the model (sav_fingerprint) */
-    uint32_t kv_type;           /* tq_type of the rows */
+    uint32_t kv_type;           /* sav_kv_type of the rows' K and V types */
     uint32_t n_layer;
     uint32_t k_row_bytes, v_row_bytes;
     uint32_t n_tokens;
@@ -81,6 +81,11 @@ typedef struct sav_expect {
     uint32_t max_tokens;        /* longest prefix accepted */
     uint32_t n_vocab;           /* every token must be below it */
 } sav_expect;
+
+/* The header's kv_type for K rows of type k and V rows of type v: k's
+ * tq_type when both are the same (what files held before the two could
+ * differ), else k | (v + 1) << 16. */
+static inline uint32_t sav_kv_type(uint32_t k, uint32_t v) { return k == v ? k : k | (v + 1) << 16; }
 
 /* Bytes of a whole file with header h (its counts), as sav_encode writes
  * it, 0 when they overflow; sav_head_bytes: where its header starts. */

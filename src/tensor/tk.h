@@ -33,12 +33,14 @@ typedef void (*tk_quantize_fn)(const float *x, void *y, int64_t n);
  *
  *   out[i] = sum_j softmax_j(scale * K[cell_j] . q[i]) * V[cell_j],  j < n_kv[i]
  *
- * so each K/V row is read once for all the rows.  K/V rows are F16 or F32
- * (kv_type); the row of cell c starts at k + c * k_stride bytes (already
- * offset to the head's slice).  With an F16 cache the query is rounded to
- * F16 first, as the reference engine does before its K.Q product.  Rows
- * may see different prefixes of cells (a causal batch).  head dims <=
- * TK_ATTN_MAX_DIM.  n_kv[i] >= 1.
+ * so each K/V row is read once for all the rows.  K and V rows are of any
+ * cache type tk_kv_type_ok accepts (type_k, type_v: F32, F16, BF16 or a
+ * 32-value block format); the row of cell c starts at k + c * k_stride
+ * bytes (already offset to the head's slice).  The query is first rounded
+ * to what the reference engine multiplies K with (tk_attn_round_query):
+ * F16 for an F16 K, BF16 for BF16, Q8_0 for the block formats.  Rows may
+ * see different prefixes of cells (a causal batch).  head dims <=
+ * TK_ATTN_MAX_DIM, multiples of the types' block sizes.  n_kv[i] >= 1.
  */
 #define TK_ATTN_ROWS 16
 #define TK_ATTN_MAX_DIM 256
@@ -47,7 +49,7 @@ typedef struct tk_attn {
     const float *q;          /* [n_q][hd_k] */
     const int32_t *n_kv;     /* [n_q] cells row i sees: cells[0 .. n_kv[i]) */
     const int32_t *cells;    /* cell indices, in position order */
-    tq_type kv_type;         /* TQ_F16 or TQ_F32 */
+    tq_type type_k, type_v;  /* cache types (tk_kv_type_ok) */
     const void *k, *v;
     size_t k_stride, v_stride;
     float scale;
@@ -56,6 +58,15 @@ typedef struct tk_attn {
 /* scratch: tk_attn_scratch_size() bytes, any alignment, private to the call. */
 typedef void (*tk_attend_fn)(const tk_attn *a, void *scratch);
 size_t tk_attn_scratch_size(void);
+/* Whether a K/V cache may hold `type`: F32, F16, BF16, and the 32-value
+ * block formats Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL (llama-server's
+ * -ctk / -ctv choices). */
+bool tk_kv_type_ok(tq_type type);
+/* q[0..n) rounded in place to the values the reference engine multiplies
+ * a type_k K row with: F16 or BF16 for those caches, Q8_0 (per 32 values)
+ * for the block formats, unchanged for F32.  n a multiple of 32 for block
+ * formats. */
+void tk_attn_round_query(tq_type type_k, float *q, int n);
 
 typedef struct tk_ops {
     const char *isa;                        /* "scalar", "avx2", "avx512" */

@@ -4,7 +4,9 @@
  *
  * DESIGN: head dimensions go across the 16 lanes of a zmm register.  The
  * cells are walked once, in blocks of 16; a block's K and V rows are
- * converted to float once into L1 scratch and then serve every row:
+ * converted to float once into L1 scratch (from F32, F16, BF16, Q8_0 and
+ * Q4_0 in vector code, the rarer block formats by the reference's
+ * conversion) and then serve every row:
  *
  *   scores   for one row, 16 cells at once: acc[c] = sum_k K[c][k..k+15] *
  *            q[k..k+15] (hd/16 FMAs each), then one transposing reduction
@@ -38,15 +40,42 @@
 static inline __mmask16 lanes(int n, int d) { return n - d >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - d)) - 1); }
 
 /* Row `cell` of K or V as n floats into dst (64-byte aligned), zeros up to
- * the next multiple of 16. */
+ * the next multiple of 16.  The block formats' n is a multiple of 32. */
 static inline void load_row(float *dst, const void *base, size_t stride, int cell, int n, tq_type type)
 {
     const char *row = (const char *)base + (size_t)cell * stride;
-    for (int d = 0; d < n; d += 16) {
-        __mmask16 k = lanes(n, d);
-        __m512 v = type == TQ_F16 ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, row + 2 * d))
-                                  : _mm512_maskz_loadu_ps(k, (const float *)row + d);
-        _mm512_store_ps(dst + d, v);
+    switch (type) {
+    case TQ_F32: case TQ_F16: case TQ_BF16:
+        for (int d = 0; d < n; d += 16) {
+            __mmask16 k = lanes(n, d);
+            __m512 v = type == TQ_F32 ? _mm512_maskz_loadu_ps(k, (const float *)row + d)
+                     : type == TQ_F16 ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, row + 2 * d))
+                     : _mm512_castsi512_ps(_mm512_slli_epi32(
+                           _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, row + 2 * d)), 16));
+            _mm512_store_ps(dst + d, v);
+        }
+        break;
+    case TQ_Q8_0:
+        for (const tq_block_q8_0 *b = (const void *)row; n > 0; n -= 32, b++, dst += 32) {
+            __m512 s = _mm512_set1_ps(tq_f16_to_f32(b->d));
+            __m128i lo = _mm_loadu_si128((const __m128i *)b->qs), hi = _mm_loadu_si128((const __m128i *)b->qs + 1);
+            _mm512_store_ps(dst, _mm512_mul_ps(s, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo))));
+            _mm512_store_ps(dst + 16, _mm512_mul_ps(s, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi))));
+        }
+        break;
+    case TQ_Q4_0:
+        for (const tq_block_q4_0 *b = (const void *)row; n > 0; n -= 32, b++, dst += 32) {
+            __m512 s = _mm512_set1_ps(tq_f16_to_f32(b->d));
+            __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)b->qs)), eight = _mm512_set1_epi32(8);
+            __m512i lo = _mm512_sub_epi32(_mm512_and_si512(q, _mm512_set1_epi32(15)), eight);
+            __m512i hi = _mm512_sub_epi32(_mm512_srli_epi32(q, 4), eight);
+            _mm512_store_ps(dst, _mm512_mul_ps(s, _mm512_cvtepi32_ps(lo)));
+            _mm512_store_ps(dst + 16, _mm512_mul_ps(s, _mm512_cvtepi32_ps(hi)));
+        }
+        break;
+    default:   /* the rarer block formats: the reference's conversion */
+        tq_dequantize_row(type, row, dst, n);
+        break;
     }
 }
 
@@ -147,9 +176,10 @@ static void attend(const tk_attn *a, void *scratch)
     for (int r = 0; r < n; r++) {
         for (int d = 0; d < hk; d += 16) {
             __m512 v = _mm512_maskz_loadu_ps(lanes(hk0, d), a->q + (size_t)r * hk0 + d);
-            if (a->kv_type == TQ_F16) v = _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+            if (a->type_k == TQ_F16) v = _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
             _mm512_store_ps(q + (size_t)r * hk + d, v);
         }
+        if (a->type_k != TQ_F32 && a->type_k != TQ_F16) tk_attn_round_query(a->type_k, q + (size_t)r * hk, hk0);
         memset(o + (size_t)r * hv, 0, (size_t)hv * sizeof(float));
         m[r] = -FLT_MAX;
         l[r] = 0;
@@ -159,8 +189,8 @@ static void attend(const tk_attn *a, void *scratch)
     for (int j0 = 0; j0 < max_kv; j0 += BLK) {
         int nb = MIN(BLK, max_kv - j0);
         for (int c = 0; c < nb; c++) {
-            load_row(kb + (size_t)c * hk, a->k, a->k_stride, a->cells[j0 + c], hk0, a->kv_type);
-            load_row(vb + (size_t)c * hv, a->v, a->v_stride, a->cells[j0 + c], hv0, a->kv_type);
+            load_row(kb + (size_t)c * hk, a->k, a->k_stride, a->cells[j0 + c], hk0, a->type_k);
+            load_row(vb + (size_t)c * hv, a->v, a->v_stride, a->cells[j0 + c], hv0, a->type_v);
         }
         if (nb < BLK) {   /* masked below; zeros keep stale scratch from making NaNs */
             memset(kb + (size_t)nb * hk, 0, (size_t)(BLK - nb) * hk * sizeof(float));

@@ -65,39 +65,80 @@ size_t tk_attn_scratch_size(void)
                                         + 64 * TK_ATTN_ROWS + TK_ATTN_MAX_DIM);
 }
 
-static float kv_value(const void *row, int d, tq_type type)
+bool tk_kv_type_ok(tq_type type)
 {
-    return type == TQ_F16 ? tq_f16_to_f32(((const tq_f16 *)row)[d]) : ((const float *)row)[d];
+    switch (type) {
+    case TQ_F32: case TQ_F16: case TQ_BF16:
+    case TQ_Q8_0: case TQ_Q4_0: case TQ_Q4_1: case TQ_Q5_0: case TQ_Q5_1: case TQ_IQ4_NL:
+        return true;
+    default:
+        return false;
+    }
 }
 
-/* One row at a time, over the cells in blocks of 64 scores: max, then
- * exp(s - max) summed in double, then the weighted sum of V. */
+/* The reference engine converts the query to K's vec_dot_type before its
+ * K.Q product (its flash attention for the block formats, its matrix
+ * product for F16 and BF16): rounding it the same way here keeps scores
+ * on its values.  (Q8_1, Q4_1 / Q5_1's activation type, has Q8_0's values.) */
+void tk_attn_round_query(tq_type type_k, float *q, int n)
+{
+    switch (type_k) {
+    case TQ_F32:
+        break;
+    case TQ_F16:
+        for (int d = 0; d < n; d++) q[d] = tq_f16_to_f32(tq_f32_to_f16(q[d]));
+        break;
+    case TQ_BF16:
+        for (int d = 0; d < n; d++) q[d] = tq_bf16_to_f32(tq_f32_to_bf16(q[d]));
+        break;
+    default: {
+        tq_block_q8_0 b;
+        ASSERT(n % TQ_QK8_0 == 0);
+        for (int d = 0; d < n; d += TQ_QK8_0) {
+            tq_quant_q8_0(q + d, &b, TQ_QK8_0);
+            float s = tq_f16_to_f32(b.d);
+            for (int j = 0; j < TQ_QK8_0; j++) q[d + j] = s * b.qs[j];
+        }
+    }
+    }
+}
+
+static void kv_row(const tk_attn *a, bool v, int j, float *out)
+{
+    const char *base = v ? a->v : a->k;
+    size_t stride = v ? a->v_stride : a->k_stride;
+    tq_dequantize_row(v ? a->type_v : a->type_k, base + (size_t)a->cells[j] * stride, out, v ? a->hd_v : a->hd_k);
+}
+
+/* One row at a time, over the cells: max, then exp(s - max) summed in
+ * double, then the weighted sum of V. */
 void tk_attend_ref(const tk_attn *a, void *scratch)
 {
     float *q = scratch;                      /* [hd_k] the (rounded) query */
+    float *kr = q + TK_ATTN_MAX_DIM, *vr = kr + TK_ATTN_MAX_DIM;
     ASSERT(a->n_q <= TK_ATTN_ROWS && a->hd_k <= TK_ATTN_MAX_DIM && a->hd_v <= TK_ATTN_MAX_DIM);
     for (int i = 0; i < a->n_q; i++) {
-        const float *qi = a->q + (size_t)i * a->hd_k;
         float *out = a->out + (size_t)i * a->hd_v;
-        for (int d = 0; d < a->hd_k; d++) q[d] = a->kv_type == TQ_F16 ? tq_f16_to_f32(tq_f32_to_f16(qi[d])) : qi[d];
+        memcpy(q, a->q + (size_t)i * a->hd_k, (size_t)a->hd_k * sizeof *q);
+        tk_attn_round_query(a->type_k, q, a->hd_k);
         const int n = a->n_kv[i];
         float mx = -INFINITY;
         for (int j = 0; j < n; j++) {
-            const char *kr = (const char *)a->k + (size_t)a->cells[j] * a->k_stride;
+            kv_row(a, false, j, kr);
             double s = 0;
-            for (int d = 0; d < a->hd_k; d++) s += (double)kv_value(kr, d, a->kv_type) * q[d];
+            for (int d = 0; d < a->hd_k; d++) s += (double)kr[d] * q[d];
             mx = fmaxf(mx, (float)s * a->scale);
         }
         double sum = 0;
         for (int d = 0; d < a->hd_v; d++) out[d] = 0;
         for (int j = 0; j < n; j++) {
-            const char *kr = (const char *)a->k + (size_t)a->cells[j] * a->k_stride;
-            const char *vr = (const char *)a->v + (size_t)a->cells[j] * a->v_stride;
+            kv_row(a, false, j, kr);
+            kv_row(a, true, j, vr);
             double s = 0;
-            for (int d = 0; d < a->hd_k; d++) s += (double)kv_value(kr, d, a->kv_type) * q[d];
+            for (int d = 0; d < a->hd_k; d++) s += (double)kr[d] * q[d];
             float p = expf((float)s * a->scale - mx);
             sum += p;
-            for (int d = 0; d < a->hd_v; d++) out[d] += p * kv_value(vr, d, a->kv_type);
+            for (int d = 0; d < a->hd_v; d++) out[d] += p * vr[d];
         }
         float inv = (float)(1.0 / sum);
         for (int d = 0; d < a->hd_v; d++) out[d] *= inv;
@@ -125,10 +166,8 @@ void tk_attend_rows(const tk_attn *a, void *scratch)
     double sum[TK_ATTN_ROWS];
     int n_all = 0;
     for (int i = 0; i < nq; i++) {
-        for (int d = 0; d < hk; d++) {
-            float x = a->q[(size_t)i * hk + d];
-            q[(size_t)i * hk + d] = a->kv_type == TQ_F16 ? tq_f16_to_f32(tq_f32_to_f16(x)) : x;
-        }
+        memcpy(q + (size_t)i * hk, a->q + (size_t)i * hk, (size_t)hk * sizeof *q);
+        tk_attn_round_query(a->type_k, q + (size_t)i * hk, hk);
         mx[i] = -INFINITY;
         sum[i] = 0;
         for (int d = 0; d < hv; d++) a->out[(size_t)i * hv + d] = 0;
@@ -136,8 +175,7 @@ void tk_attend_rows(const tk_attn *a, void *scratch)
     }
     const bool keep = (size_t)n_all * nq <= room;
     for (int j = 0; j < n_all; j++) {
-        const char *k = (const char *)a->k + (size_t)a->cells[j] * a->k_stride;
-        for (int d = 0; d < hk; d++) kr[d] = kv_value(k, d, a->kv_type);
+        kv_row(a, false, j, kr);
         for (int i = 0; i < nq; i++) {
             if (j >= a->n_kv[i]) continue;
             double s = 0;
@@ -148,11 +186,8 @@ void tk_attend_rows(const tk_attn *a, void *scratch)
         }
     }
     for (int j = 0; j < n_all; j++) {
-        const char *k = (const char *)a->k + (size_t)a->cells[j] * a->k_stride;
-        const char *v = (const char *)a->v + (size_t)a->cells[j] * a->v_stride;
-        if (!keep)
-            for (int d = 0; d < hk; d++) kr[d] = kv_value(k, d, a->kv_type);
-        for (int d = 0; d < hv; d++) vr[d] = kv_value(v, d, a->kv_type);
+        if (!keep) kv_row(a, false, j, kr);
+        kv_row(a, true, j, vr);
         for (int i = 0; i < nq; i++) {
             if (j >= a->n_kv[i]) continue;
             float x;
