@@ -360,12 +360,19 @@ static void test_simd_attend(const tk_ops *ops)
             for (size_t ri = 0; ri < ARRAY_LEN(rows); ri++) {
                 int n = rows[ri];
                 float q[16 * 128], o1[16 * 128], o2[16 * 128];
-                int32_t nkv[16];
+                int32_t nkv[16], kv0[16];
+                float sink[16];
                 fill_random(q, (int64_t)n * hk);
-                for (int i = 0; i < n; i++) nkv[i] = N_CELLS - (n - 1 - i) * 13 - (int)(rnd_u32() % 3);
+                fill_random(sink, n);
+                for (int i = 0; i < n; i++) {
+                    nkv[i] = N_CELLS - (n - 1 - i) * 13 - (int)(rnd_u32() % 3);
+                    kv0[i] = MAX(0, nkv[i] - 37 - (int)(rnd_u32() % 20));   /* a window of 37-56 cells */
+                }
+                /* every other pair: a sliding window and sinks (gpt-oss) */
                 tk_attn a = { .n_q = n, .hd_k = hk, .hd_v = hv, .q = q, .n_kv = nkv, .cells = cells, .type_k = tk_,
                               .type_v = tv, .k = k, .v = v, .k_stride = ks, .v_stride = vs,
-                              .scale = 1.0f / sqrtf((float)hk), .out = o1 };
+                              .scale = 1.0f / sqrtf((float)hk), .out = o1,
+                              .kv0 = ri % 2 ? kv0 : NULL, .sink = (ri + di) % 2 ? sink : NULL };
                 ops->attend(&a, scratch);
                 a.out = o2;
                 ref->attend(&a, scratch);
@@ -382,6 +389,48 @@ static void test_simd_attend(const tk_ops *ops)
     }
     if (bad) fprintf(stderr, "%s attend: %d outputs off the reference\n", ops->isa, bad);
     CHECK_EQ_INT(bad, 0);
+    free(scratch);
+}
+
+/* A sink is one more term of the softmax's sum with no value: the output
+ * with sink s is the output without it times sum / (sum + e^s), the sum
+ * computed here in double from the scores; and a window [kv0, n) is the
+ * attention over those cells alone. */
+static void test_attend_sink_window(void)
+{
+    enum { HD = 64, N = 50 };
+    static float k[N][HD], v[N][HD];
+    float q[HD], o_plain[HD], o_sink[HD], o_win[HD], o_sub[HD], sink = 0.7f;
+    fill_random(&k[0][0], N * HD);
+    fill_random(&v[0][0], N * HD);
+    fill_random(q, HD);
+    int32_t cells[N], nkv = N, kv0 = 20, nsub = N - 20;
+    for (int j = 0; j < N; j++) cells[j] = j;
+    void *scratch = malloc(tk_attn_scratch_size());
+    tk_attn a = { .n_q = 1, .hd_k = HD, .hd_v = HD, .q = q, .n_kv = &nkv, .cells = cells, .type_k = TQ_F32,
+                  .type_v = TQ_F32, .k = k, .v = v, .k_stride = HD * 4, .v_stride = HD * 4, .scale = 0.125f,
+                  .out = o_plain };
+    tk_attend_ref(&a, scratch);
+    a.sink = &sink, a.out = o_sink;
+    tk_attend_ref(&a, scratch);
+    double mx = sink, sum = 0;
+    for (int j = 0; j < N; j++) {
+        double s = 0;
+        for (int d = 0; d < HD; d++) s += (double)k[j][d] * q[d];
+        mx = fmax(mx, s * 0.125);
+    }
+    for (int j = 0; j < N; j++) {
+        double s = 0;
+        for (int d = 0; d < HD; d++) s += (double)k[j][d] * q[d];
+        sum += exp(s * 0.125 - mx);
+    }
+    double f = sum / (sum + exp(sink - mx));
+    for (int d = 0; d < HD; d++) CHECK_NEAR(o_sink[d], o_plain[d] * f, 1e-5);
+    a.sink = NULL, a.kv0 = &kv0, a.out = o_win;
+    tk_attend_ref(&a, scratch);
+    a.kv0 = NULL, a.n_kv = &nsub, a.cells = cells + 20, a.out = o_sub;
+    tk_attend_ref(&a, scratch);
+    for (int d = 0; d < HD; d++) CHECK(o_win[d] == o_sub[d]);
     free(scratch);
 }
 
@@ -415,12 +464,18 @@ static void test_attend_rows(void)
             for (int j = 0; j < n_cells; j++) cells[j] = (j * 37) % n_cells;   /* a permutation (37 is prime to both) */
             for (int n = 1; n <= TK_ATTN_ROWS; n += 5) {
                 float q[TK_ATTN_ROWS * 64], o1[TK_ATTN_ROWS * 64], o2[TK_ATTN_ROWS * 64];
-                int32_t nkv[TK_ATTN_ROWS];
+                int32_t nkv[TK_ATTN_ROWS], kv0[TK_ATTN_ROWS];
+                float sink[TK_ATTN_ROWS];
                 fill_random(q, (int64_t)n * hk);
-                for (int i = 0; i < n; i++) nkv[i] = n_cells - (n - 1 - i) * 3 - (i % 2);
+                fill_random(sink, n);
+                for (int i = 0; i < n; i++) {
+                    nkv[i] = n_cells - (n - 1 - i) * 3 - (i % 2);
+                    kv0[i] = nkv[i] - 1 - (int)(rnd_u32() % 100);
+                }
                 tk_attn a = { .n_q = n, .hd_k = hk, .hd_v = hv, .q = q, .n_kv = nkv, .cells = cells, .type_k = tk_,
                               .type_v = tv, .k = k, .v = v, .k_stride = ks, .v_stride = vs,
-                              .scale = 1.0f / sqrtf((float)hk), .out = o1 };
+                              .scale = 1.0f / sqrtf((float)hk), .out = o1,
+                              .kv0 = n % 2 ? kv0 : NULL, .sink = ti % 2 ? sink : NULL };
                 tk_attend_rows(&a, scratch);
                 a.out = o2;
                 tk_attend_ref(&a, scratch);
@@ -1061,6 +1116,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_golden);
     TEST_RUN(test_tables);
     TEST_RUN(test_attend_rows);
+    TEST_RUN(test_attend_sink_window);
     for (size_t i = 1; i < ARRAY_LEN(isa_list); i++) {
         const tk_ops *o = tk_ops_named(isa_list[i]);
         if (!o) {

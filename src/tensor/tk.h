@@ -31,23 +31,28 @@ typedef void (*tk_quantize_fn)(const float *x, void *y, int64_t n);
  * Attention of up to TK_ATTN_ROWS query rows that share one K/V head (the
  * query heads of a GQA group, for one or several tokens of one sequence):
  *
- *   out[i] = sum_j softmax_j(scale * K[cell_j] . q[i]) * V[cell_j],  j < n_kv[i]
+ *   out[i] = sum_j softmax_j(scale * K[cell_j] . q[i]) * V[cell_j],  kv0[i] <= j < n_kv[i]
  *
+ * (kv0 NULL: 0; a sliding window starts a row's cells later).  With sink
+ * (per row, NULL: none) the softmax's sum has one more term, exp(sink[i]),
+ * that carries no value: gpt-oss's attention sinks.
  * so each K/V row is read once for all the rows.  K and V rows are of any
  * cache type tk_kv_type_ok accepts (type_k, type_v: F32, F16, BF16 or a
  * 32-value block format); the row of cell c starts at k + c * k_stride
  * bytes (already offset to the head's slice).  The query is first rounded
  * to what the reference engine multiplies K with (tk_attn_round_query):
  * F16 for an F16 K, BF16 for BF16, Q8_0 for the block formats.  Rows may
- * see different prefixes of cells (a causal batch).  head dims <=
- * TK_ATTN_MAX_DIM, multiples of the types' block sizes.  n_kv[i] >= 1.
+ * see different spans of cells (a causal batch).  head dims <=
+ * TK_ATTN_MAX_DIM, multiples of the types' block sizes.  kv0[i] < n_kv[i].
  */
 #define TK_ATTN_ROWS 16
 #define TK_ATTN_MAX_DIM 256
 typedef struct tk_attn {
     int n_q, hd_k, hd_v;
     const float *q;          /* [n_q][hd_k] */
-    const int32_t *n_kv;     /* [n_q] cells row i sees: cells[0 .. n_kv[i]) */
+    const int32_t *n_kv;     /* [n_q] cells row i sees: cells[kv0[i] .. n_kv[i]) */
+    const int32_t *kv0;      /* [n_q] or NULL (0) */
+    const float *sink;       /* [n_q] or NULL */
     const int32_t *cells;    /* cell indices, in position order */
     tq_type type_k, type_v;  /* cache types (tk_kv_type_ok) */
     const void *k, *v;

@@ -99,8 +99,9 @@ static inline __m512 sum16x16(__m512 v[16])
                          _mm512_shuffle_f32x4(w[0], w[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-/* Scores of row r (q, its n_kv) against the block's cells [j0, j0 + 16). */
-static inline __m512 scores16(const float *kb, int hk, const float *q, int j0, int n_kv, float scale)
+/* Scores of row r (q, the cells it sees: [kv0, n_kv)) against the block's
+ * cells [j0, j0 + 16). */
+static inline __m512 scores16(const float *kb, int hk, const float *q, int j0, int kv0, int n_kv, float scale)
 {
     __m512 acc[16];
     #pragma GCC unroll 16
@@ -111,8 +112,9 @@ static inline __m512 scores16(const float *kb, int hk, const float *q, int j0, i
         for (int c = 0; c < 16; c++) acc[c] = _mm512_fmadd_ps(_mm512_load_ps(kb + (size_t)c * hk + k), qv, acc[c]);
     }
     __m512 s = _mm512_mul_ps(sum16x16(acc), _mm512_set1_ps(scale));
-    __mmask16 vis = _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(n_kv), _mm512_add_epi32(_mm512_set1_epi32(j0),
-                                            _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)));
+    __m512i j = _mm512_add_epi32(_mm512_set1_epi32(j0), _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0));
+    __mmask16 vis = _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(n_kv), j) &
+                    _mm512_cmpge_epi32_mask(j, _mm512_set1_epi32(kv0));
     return _mm512_mask_blend_ps(vis, _mm512_set1_ps(-INFINITY), s);
 }
 
@@ -172,7 +174,7 @@ static void attend(const tk_attn *a, void *scratch)
     float *p = o + TK_ATTN_ROWS * hv;       /* [n][BLK] a block's probabilities */
     float m[TK_ATTN_ROWS];
     double l[TK_ATTN_ROWS];
-    int max_kv = 0;
+    int max_kv = 0, min_kv0 = INT32_MAX;
     for (int r = 0; r < n; r++) {
         for (int d = 0; d < hk; d += 16) {
             __m512 v = _mm512_maskz_loadu_ps(lanes(hk0, d), a->q + (size_t)r * hk0 + d);
@@ -184,9 +186,10 @@ static void attend(const tk_attn *a, void *scratch)
         m[r] = -FLT_MAX;
         l[r] = 0;
         max_kv = MAX(max_kv, a->n_kv[r]);
+        min_kv0 = MIN(min_kv0, a->kv0 ? a->kv0[r] : 0);
     }
 
-    for (int j0 = 0; j0 < max_kv; j0 += BLK) {
+    for (int j0 = min_kv0 / BLK * BLK; j0 < max_kv; j0 += BLK) {
         int nb = MIN(BLK, max_kv - j0);
         for (int c = 0; c < nb; c++) {
             load_row(kb + (size_t)c * hk, a->k, a->k_stride, a->cells[j0 + c], hk0, a->type_k);
@@ -198,11 +201,12 @@ static void attend(const tk_attn *a, void *scratch)
         }
         for (int r = 0; r < n; r++) {
             float *pr = p + r * BLK;
-            if (a->n_kv[r] <= j0) {   /* nothing new for this row */
+            const int kv0 = a->kv0 ? a->kv0[r] : 0;
+            if (a->n_kv[r] <= j0 || kv0 >= j0 + BLK) {   /* nothing in this block for this row */
                 _mm512_store_ps(pr, _mm512_setzero_ps());
                 continue;
             }
-            __m512 s = scores16(kb, hk, q + (size_t)r * hk, j0, a->n_kv[r], a->scale);
+            __m512 s = scores16(kb, hk, q + (size_t)r * hk, j0, kv0, a->n_kv[r], a->scale);
             float bmax = _mm512_reduce_max_ps(s), m_new = bmax > m[r] ? bmax : m[r];
             if (m_new > m[r]) {
                 float corr = _mm512_cvtss_f32(tk_exp16(_mm512_set1_ps(m[r] - m_new)));
@@ -220,6 +224,18 @@ static void attend(const tk_attn *a, void *scratch)
     }
 
     for (int r = 0; r < n; r++) {
+        if (a->sink) {   /* one more term of the sum, with no value */
+            float s = a->sink[r];
+            if (s > m[r]) {
+                float corr = expf(m[r] - s);
+                l[r] = l[r] * corr + 1.0;
+                for (int d = 0; d < hv; d += 16)
+                    _mm512_store_ps(o + (size_t)r * hv + d, _mm512_mul_ps(_mm512_load_ps(o + (size_t)r * hv + d),
+                                                                          _mm512_set1_ps(corr)));
+            } else {
+                l[r] += expf(s - m[r]);
+            }
+        }
         __m512 inv = _mm512_set1_ps((float)(1.0 / l[r]));
         for (int d = 0; d < hv; d += 16)
             _mm512_mask_storeu_ps(a->out + (size_t)r * hv0 + d, lanes(hv0, d),

@@ -121,17 +121,18 @@ void tk_attend_ref(const tk_attn *a, void *scratch)
         float *out = a->out + (size_t)i * a->hd_v;
         memcpy(q, a->q + (size_t)i * a->hd_k, (size_t)a->hd_k * sizeof *q);
         tk_attn_round_query(a->type_k, q, a->hd_k);
-        const int n = a->n_kv[i];
+        const int n = a->n_kv[i], j0 = a->kv0 ? a->kv0[i] : 0;
         float mx = -INFINITY;
-        for (int j = 0; j < n; j++) {
+        for (int j = j0; j < n; j++) {
             kv_row(a, false, j, kr);
             double s = 0;
             for (int d = 0; d < a->hd_k; d++) s += (double)kr[d] * q[d];
             mx = fmaxf(mx, (float)s * a->scale);
         }
+        if (a->sink) mx = fmaxf(mx, a->sink[i]);
         double sum = 0;
         for (int d = 0; d < a->hd_v; d++) out[d] = 0;
-        for (int j = 0; j < n; j++) {
+        for (int j = j0; j < n; j++) {
             kv_row(a, false, j, kr);
             kv_row(a, true, j, vr);
             double s = 0;
@@ -140,6 +141,7 @@ void tk_attend_ref(const tk_attn *a, void *scratch)
             sum += p;
             for (int d = 0; d < a->hd_v; d++) out[d] += p * vr[d];
         }
+        if (a->sink) sum += expf(a->sink[i] - mx);
         float inv = (float)(1.0 / sum);
         for (int d = 0; d < a->hd_v; d++) out[d] *= inv;
     }
@@ -177,7 +179,7 @@ void tk_attend_rows(const tk_attn *a, void *scratch)
     for (int j = 0; j < n_all; j++) {
         kv_row(a, false, j, kr);
         for (int i = 0; i < nq; i++) {
-            if (j >= a->n_kv[i]) continue;
+            if (j >= a->n_kv[i] || (a->kv0 && j < a->kv0[i])) continue;
             double s = 0;
             for (int d = 0; d < hk; d++) s += (double)kr[d] * q[(size_t)i * hk + d];
             float x = (float)s * a->scale;
@@ -185,11 +187,12 @@ void tk_attend_rows(const tk_attn *a, void *scratch)
             mx[i] = fmaxf(mx[i], x);
         }
     }
+    for (int i = 0; a->sink && i < nq; i++) mx[i] = fmaxf(mx[i], a->sink[i]);
     for (int j = 0; j < n_all; j++) {
         if (!keep) kv_row(a, false, j, kr);
         kv_row(a, true, j, vr);
         for (int i = 0; i < nq; i++) {
-            if (j >= a->n_kv[i]) continue;
+            if (j >= a->n_kv[i] || (a->kv0 && j < a->kv0[i])) continue;
             float x;
             if (keep) {
                 x = sc[(size_t)j * nq + i];
@@ -205,6 +208,7 @@ void tk_attend_rows(const tk_attn *a, void *scratch)
         }
     }
     for (int i = 0; i < nq; i++) {
+        if (a->sink) sum[i] += expf(a->sink[i] - mx[i]);
         float inv = (float)(1.0 / sum[i]);
         for (int d = 0; d < hv; d++) a->out[(size_t)i * hv + d] *= inv;
     }
