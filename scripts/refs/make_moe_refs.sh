@@ -1,6 +1,6 @@
 #!/bin/sh
 # make_moe_refs.sh - writes tests/data/moe/gen-*.json: llama.cpp's outputs on
-# qwen3moe models that `polykv gen-model` writes (the converter's keys and
+# qwen3moe and gpt-oss models that `polykv gen-model` writes (the converter's keys and
 # tensors, random weights, the 151,936-token vocabulary of
 # ../shared/models/vocab/ggml-vocab-qwen35.gguf), which tests/test_moe.c
 # checks polykv against with no model kept anywhere: the test writes each
@@ -16,7 +16,7 @@
 #   3. Every command, with each model's sha256 (the test's check) and each
 #      JSON's, in tests/data/moe/commands.txt.
 #
-# The shape is tests/test_moe.c's GEN_QWEN3MOE: change both.
+# The shapes are tests/test_moe.c's GEN_QWEN3MOE and GEN_GPTOSS: change both.
 #
 # Usage: sh scripts/refs/make_moe_refs.sh [BUILD]   (from the repository root)
 #   PEER  llama.cpp source with build/ configured (default /work/peers/llama.cpp)
@@ -31,12 +31,14 @@ PROMPTS=tests/data/qwen35/prompts.txt
 VOCAB=$SHARED/models/vocab/ggml-vocab-qwen35.gguf
 QWEN3MOE="--arch qwen3moe --n-embd 128 --n-layer 3 --n-head 4 --n-head-kv 2 --n-ff 256 --n-expert 8
           --n-expert-used 2 --n-ff-exp 64 --seed 37"
+GPTOSS="--arch gpt-oss --n-embd 128 --n-layer 4 --n-head 4 --n-head-kv 2 --head-dim 32 --n-ff 256 --n-expert 8
+        --n-expert-used 2 --n-ff-exp 64 --swa 32 --seed 43"
 [ -r "$VOCAB" ] || { echo "make_moe_refs: no $VOCAB" >&2; exit 2; }
 . scripts/refs/lib.sh
 [ -x "$BUILD/polykv" ] || make -s BUILD="$BUILD" "$BUILD/polykv"
 refs_start make_moe_refs.sh
 
-for a in "qwen3moe-e128-l3-x8a2:$QWEN3MOE"; do
+for a in "qwen3moe-e128-l3-x8a2:$QWEN3MOE" "gptoss-e128-l4-x8a2-w32:$GPTOSS"; do
     base=gen-${a%%:*} args=$(echo "${a#*:}" | tr -s ' \n' '  ')
     for t in F32 BF16 Q8_0 Q4_K; do
         m=$OUT/$base-$t.gguf

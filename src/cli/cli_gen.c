@@ -147,7 +147,8 @@ static void add_byte_vocab(gguf_writer *w)
 static void usage(void)
 {
     fprintf(stderr,
-        "usage: polykv gen-model --arch llama|qwen2|qwen3|qwen3moe|qwen35|qwen35moe [--vocab VOCAB.gguf] --type T\n"
+        "usage: polykv gen-model --arch llama|qwen2|qwen3|qwen3moe|gpt-oss|qwen35|qwen35moe [--vocab VOCAB.gguf]\n"
+        "         --type T\n"
         "         --seed S\n"
         "         -o OUT.gguf\n"
         "  shape: --n-embd 256 --n-layer 2 --n-head 4 --n-head-kv 2 --n-ff 512 [--head-dim D]\n"
@@ -161,6 +162,8 @@ static void usage(void)
         "  qwen35moe: [--n-expert 8] [--n-expert-used 2] [--n-ff-exp N_FF/4] [--n-ff-shexp N_FF/2]\n"
         "  qwen3moe: [--n-expert 8] [--n-expert-used 2] [--n-ff-exp N_FF/4] (--n-ff: the dense size the\n"
         "         file records, no dense FFN is written)\n"
+        "  gpt-oss: qwen3moe's expert options, [--swa 128] (the even layers' window), [--yarn 32]\n"
+        "         (YaRN's factor over --ctx; 0: none); untied, biases, sinks\n"
         "  types: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k (= q4_k_m mix) q4_k_s q5_k q6_k\n"
         "         q2_k q3_k (= q3_k_s) iq4_nl iq4_xs\n");
 }
@@ -168,7 +171,15 @@ static void usage(void)
 static void llama_keys(gguf_writer *w, const gen_shape *sh)
 {
     char key[128];
-    if (!strcmp(sh->arch, "qwen3moe")) {
+    if (!strcmp(sh->arch, "gpt-oss")) {
+        gguf_add_u32(w, gen_akey(key, sh->arch, "attention.sliding_window"), (uint32_t)sh->n_swa);
+        if (sh->yarn) {
+            gguf_add_str(w, gen_akey(key, sh->arch, "rope.scaling.type"), "yarn", 4);
+            gguf_add_f32(w, gen_akey(key, sh->arch, "rope.scaling.factor"), (float)sh->yarn);
+            gguf_add_u32(w, gen_akey(key, sh->arch, "rope.scaling.original_context_length"), (uint32_t)sh->n_ctx);
+        }
+    }
+    if (!strcmp(sh->arch, "qwen3moe") || !strcmp(sh->arch, "gpt-oss")) {
         gguf_add_u32(w, gen_akey(key, sh->arch, "expert_count"), (uint32_t)sh->n_expert);
         gguf_add_u32(w, gen_akey(key, sh->arch, "expert_used_count"), (uint32_t)sh->n_expert_used);
         gguf_add_u32(w, gen_akey(key, sh->arch, "expert_feed_forward_length"),
@@ -190,8 +201,9 @@ static void llama_keys(gguf_writer *w, const gen_shape *sh)
 
 static int llama_tensors(gguf_writer *w, const gen_shape *sh, const gen_type *gt, long n_vocab, uint64_t ts)
 {
-    const bool qwen2 = !strcmp(sh->arch, "qwen2"), moe = !strcmp(sh->arch, "qwen3moe");
-    const bool qwen3 = moe || !strcmp(sh->arch, "qwen3");
+    const bool oss = !strcmp(sh->arch, "gpt-oss"), qwen2 = !strcmp(sh->arch, "qwen2");
+    const bool moe = oss || !strcmp(sh->arch, "qwen3moe");
+    const bool qwen3 = !strcmp(sh->arch, "qwen3moe") || !strcmp(sh->arch, "qwen3");
     const long nx = moe ? sh->n_expert : 1, ffx = sh->n_ff_exp ? sh->n_ff_exp : sh->n_ff / 4;
     const long hd = sh->head_dim ? sh->head_dim : sh->n_embd / sh->n_head;
     tq_type t = gt->type, out_t = gt->k_mix ? TQ_Q6_K : t;
@@ -211,13 +223,13 @@ static int llama_tensors(gguf_writer *w, const gen_shape *sh, const gen_type *gt
             { "attn_k.weight", t, sh->n_embd, sh->n_head_kv * hd, 0, s_qk, 1 },
             { "attn_v.weight", tv, sh->n_embd, sh->n_head_kv * hd, 0, s_e, 1 },
             { "attn_output.weight", t, sh->n_head * hd, sh->n_embd, 0, silent ? 0 : s_o, 1 },
-            { "ffn_norm.weight", TQ_F32, sh->n_embd, 1, 1.0f, 0.1f, 1 },
+            { oss ? "post_attention_norm.weight" : "ffn_norm.weight", TQ_F32, sh->n_embd, 1, 1.0f, 0.1f, 1 },
             { moe ? NULL : "ffn_gate.weight", t, sh->n_embd, sh->n_ff, 0, s_e, 1 },
             { moe ? NULL : "ffn_up.weight", t, sh->n_embd, sh->n_ff, 0, s_e, 1 },
             { moe ? NULL : "ffn_down.weight", tv, sh->n_ff, sh->n_embd, 0, silent ? 0 : s_f, 1 },
-            { qwen2 ? "attn_q.bias" : NULL, TQ_F32, sh->n_head * hd, 1, 0, 0.1f, 1 },
-            { qwen2 ? "attn_k.bias" : NULL, TQ_F32, sh->n_head_kv * hd, 1, 0, 0.1f, 1 },
-            { qwen2 ? "attn_v.bias" : NULL, TQ_F32, sh->n_head_kv * hd, 1, 0, 0.1f, 1 },
+            { qwen2 || oss ? "attn_q.bias" : NULL, TQ_F32, sh->n_head * hd, 1, 0, 0.1f, 1 },
+            { qwen2 || oss ? "attn_k.bias" : NULL, TQ_F32, sh->n_head_kv * hd, 1, 0, 0.1f, 1 },
+            { qwen2 || oss ? "attn_v.bias" : NULL, TQ_F32, sh->n_head_kv * hd, 1, 0, 0.1f, 1 },
             { qwen3 ? "attn_q_norm.weight" : NULL, TQ_F32, hd, 1, 1.0f, 0.1f, 1 },
             { qwen3 ? "attn_k_norm.weight" : NULL, TQ_F32, hd, 1, 1.0f, 0.1f, 1 },
             /* the experts last, each stream taken only when written: the
@@ -226,8 +238,15 @@ static int llama_tensors(gguf_writer *w, const gen_shape *sh, const gen_type *gt
             { moe ? "ffn_gate_exps.weight" : NULL, t, sh->n_embd, ffx, 0, s_e, nx },
             { moe ? "ffn_up_exps.weight" : NULL, t, sh->n_embd, ffx, 0, s_e, nx },
             { moe ? "ffn_down_exps.weight" : NULL, tv, ffx, sh->n_embd, 0, silent ? 0 : s_x, nx },
+            /* gpt-oss's biases and sinks (bias rows per expert: 2-D) */
+            { oss ? "attn_output.bias" : NULL, TQ_F32, sh->n_embd, 1, 0, silent ? 0 : 0.1f, 1 },
+            { oss ? "attn_sinks.weight" : NULL, TQ_F32, sh->n_head, 1, 0, 1.0f, 1 },
+            { oss ? "ffn_gate_inp.bias" : NULL, TQ_F32, nx, 1, 0, 0.1f, 1 },
+            { oss ? "ffn_gate_exps.bias" : NULL, TQ_F32, ffx, nx, 0, 0.1f, 1 },
+            { oss ? "ffn_up_exps.bias" : NULL, TQ_F32, ffx, nx, 0, 0.1f, 1 },
+            { oss ? "ffn_down_exps.bias" : NULL, TQ_F32, sh->n_embd, nx, 0, silent ? 0 : 0.1f, 1 },
         };
-        const size_t n_always = ARRAY_LEN(L) - 4;
+        const size_t n_always = ARRAY_LEN(L) - 10;
         for (size_t k = 0; k < ARRAY_LEN(L); k++) {
             if (!L[k].n && k >= n_always) continue;
             uint64_t s = ts++;
@@ -246,7 +265,7 @@ int cli_gen_model(int argc, char **argv)
     gen_shape sh = { .arch = NULL, .n_embd = 256, .n_layer = 2, .n_head = 4, .n_head_kv = 2,
                      .n_ff = 512, .n_ctx = 4096, .ssm_state = 64, .ssm_groups = 2, .ssm_heads = 4,
                      .ssm_conv = 4, .attn_every = 4, .n_expert = 8, .n_expert_used = 2,
-                     .rope_base = 0, .eps = 0, .tied = true, .pass_from = -1 };
+                     .rope_base = 0, .eps = 0, .tied = true, .pass_from = -1, .n_swa = 128, .yarn = 32 };
     const char *vocab = NULL, *outp = NULL, *tname = "f16";
     long seed = 1;
     for (int i = 1; i < argc; i++) {
@@ -266,6 +285,7 @@ int cli_gen_model(int argc, char **argv)
             { "--n-expert-used", offsetof(gen_shape, n_expert_used) },
             { "--n-ff-exp", offsetof(gen_shape, n_ff_exp) },    { "--n-ff-shexp", offsetof(gen_shape, n_ff_shexp) },
             { "--pass-through-from", offsetof(gen_shape, pass_from) },
+            { "--swa", offsetof(gen_shape, n_swa) },            { "--yarn", offsetof(gen_shape, yarn) },
         };
         long *lp = !strcmp(a, "--seed") ? &seed : NULL;
         for (size_t k = 0; k < ARRAY_LEN(longs) && !lp; k++)
@@ -288,9 +308,9 @@ int cli_gen_model(int argc, char **argv)
         return 2;
     }
     bool llama = !strcmp(sh.arch, "llama"), qwen2 = !strcmp(sh.arch, "qwen2");
-    bool qwen3 = !strcmp(sh.arch, "qwen3") || !strcmp(sh.arch, "qwen3moe");
+    bool qwen3 = !strcmp(sh.arch, "qwen3") || !strcmp(sh.arch, "qwen3moe"), oss = !strcmp(sh.arch, "gpt-oss");
     bool hybrid = !strcmp(sh.arch, "qwen35") || !strcmp(sh.arch, "qwen35moe");
-    if (!llama && !qwen2 && !qwen3 && !hybrid) {
+    if (!llama && !qwen2 && !qwen3 && !hybrid && !oss) {
         fprintf(stderr, "polykv gen-model: unknown arch '%s'\n", sh.arch);
         return 2;
     }
@@ -300,15 +320,24 @@ int cli_gen_model(int argc, char **argv)
         return 2;
     }
     if (hybrid && !gen_hybrid_check(&sh)) return 2;
-    if (!strcmp(sh.arch, "qwen3moe") && (sh.n_expert < 2 || sh.n_expert_used < 1 || sh.n_expert_used > sh.n_expert)) {
-        fprintf(stderr, "polykv gen-model: qwen3moe needs --n-expert >= 2 and 1 <= --n-expert-used <= --n-expert\n");
+    if ((!strcmp(sh.arch, "qwen3moe") || oss) &&
+        (sh.n_expert < 2 || sh.n_expert_used < 1 || sh.n_expert_used > sh.n_expert)) {
+        fprintf(stderr, "polykv gen-model: %s needs --n-expert >= 2 and 1 <= --n-expert-used <= --n-expert\n",
+                sh.arch);
         return 2;
+    }
+    if (oss) {
+        if (sh.n_swa < 1) {
+            fprintf(stderr, "polykv gen-model: gpt-oss needs --swa >= 1\n");
+            return 2;
+        }
+        sh.tied = false;   /* the reference engine requires gpt-oss's output.weight */
     }
     if (!hybrid && sh.mtp_agree) {
         fprintf(stderr, "polykv gen-model: --mtp-agree is for qwen35 and qwen35moe (their MTP block)\n");
         return 2;
     }
-    if (!sh.rope_base) sh.rope_base = llama ? 500000.0 : hybrid ? 10000000.0 : 1000000.0;
+    if (!sh.rope_base) sh.rope_base = llama ? 500000.0 : hybrid ? 10000000.0 : oss ? 150000.0 : 1000000.0;
     if (!sh.eps) sh.eps = llama ? 1e-5 : 1e-6;
 
     char err[512] = "";

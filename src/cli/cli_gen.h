@@ -26,6 +26,8 @@ typedef struct gen_shape {
     bool mtp_agree;             /* hybrids: an MTP block that predicts what a pass-through trunk does */
     double rope_base, eps;
     bool tied;
+    /* gpt-oss: the sliding window of its even layers, YaRN's factor */
+    long n_swa, yarn;
 } gen_shape;
 
 typedef struct gen_type { const char *name; tq_type type; bool k_mix; int ftype; } gen_type;

@@ -45,8 +45,15 @@
 #include "../tokenizer/tok.h"
 
 typedef enum model_arch {
-    MODEL_LLAMA = 1, MODEL_QWEN2, MODEL_QWEN3, MODEL_QWEN35, MODEL_QWEN35MOE, MODEL_QWEN3MOE
+    MODEL_LLAMA = 1, MODEL_QWEN2, MODEL_QWEN3, MODEL_QWEN35, MODEL_QWEN35MOE, MODEL_QWEN3MOE, MODEL_GPTOSS
 } model_arch;
+/* How a MoE router's logits become the chosen experts' weights: softmax
+ * over all, the k best renormalized (qwen3moe, qwen35moe); or the k best
+ * logits, softmax over those k (gpt-oss). */
+typedef enum model_gate { MODEL_GATE_SOFTMAX = 0, MODEL_GATE_TOPK_SOFTMAX } model_gate;
+/* An expert's activation: silu(g) * u, or gpt-oss's clamped variant
+ * min(g, 7) * sigmoid(1.702 min(g, 7)) * (clamp(u, -7, 7) + 1). */
+typedef enum model_act { MODEL_ACT_SWIGLU = 0, MODEL_ACT_SWIGLU_OAI } model_act;
 typedef enum model_rope { MODEL_ROPE_NORM = 0, MODEL_ROPE_NEOX = 2 } model_rope;
 
 typedef struct model_hparams {
@@ -63,7 +70,12 @@ typedef struct model_hparams {
     int32_t n_rot;            /* rope dimension count */
     model_rope rope_type;
     float rope_freq_base;
-    float rope_freq_scale;    /* 1 / linear scaling factor */
+    float rope_freq_scale;    /* 1 / linear (or YaRN) scaling factor */
+    /* YaRN (rope.scaling.type yarn): frequencies between the corrected
+     * dims blend interpolation and extrapolation; cos and sin are scaled */
+    bool rope_yarn;
+    float rope_yarn_corr[2];  /* the blend's first and last dim pair */
+    float rope_mscale;        /* what cos and sin are multiplied by (1 without YaRN) */
     float rms_eps;
     bool tied_output;         /* logits use token_embd */
 
@@ -78,6 +90,11 @@ typedef struct model_hparams {
     int32_t ssm_n_v_heads;    /* value heads, a multiple of ssm_n_k_heads */
     /* MoE (qwen3moe, qwen35moe): experts, chosen per token, and their FFN sizes */
     int32_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
+    model_gate moe_gate;
+    model_act moe_act;
+    /* sliding-window layers (gpt-oss: every other layer from the first)
+     * see the n_swa positions up to their own; 0: none */
+    int32_t n_swa;
 } model_hparams;
 
 /* One weight matrix or vector: n_rows rows of n_cols values of `type`. */
@@ -94,17 +111,21 @@ typedef struct model_w {
  * has the ssm_* weights instead of wq..wo.  Expert matrices hold n_expert
  * matrices one after another (n_rows = n_expert x the rows of one). */
 typedef struct model_layer {
-    model_w attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm;
+    model_w attn_norm, wq, wk, wv, wo, bq, bk, bv, bo, q_norm, k_norm;
+    model_w sinks;            /* [n_head] F32: a logit per head that joins the softmax's sum (gpt-oss) */
     model_w ffn_norm, w_gate, w_up, w_down;
     /* gated DeltaNet */
     model_w ssm_qkv, ssm_z, ssm_conv, ssm_dt, ssm_a, ssm_beta, ssm_alpha, ssm_norm, ssm_out;
     /* MoE: router, experts, shared expert and its gate */
     model_w moe_router, exp_gate, exp_up, exp_down, sh_gate, sh_up, sh_down, sh_router;
+    /* gpt-oss: the router's bias, the experts' ([n_expert] rows each) */
+    model_w moe_router_b, exp_gate_b, exp_up_b, exp_down_b;
     /* MTP (nextn) block: loaded and checked, run by speculation */
     model_w nextn_eh_proj, nextn_enorm, nextn_hnorm, nextn_head_norm, nextn_embd, nextn_head;
     /* the layer's index among the layers with KV cells (-1: recurrent) and
      * among the recurrent ones (-1: attention) */
     int32_t kv_layer, rs_layer;
+    bool swa;                 /* a sliding-window layer (hp.n_swa) */
 } model_layer;
 
 typedef struct model model;

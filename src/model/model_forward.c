@@ -56,7 +56,7 @@ void model_ctx_free(model_ctx *c)
     if (!c->p.tp) tp_free(c->tp);
     void *bufs[] = { c->x, c->xn, c->q, c->k, c->v, c->att, c->gate, c->up, c->tmp, c->rope,
                      c->mm_scratch, c->attn_buf, c->priv, c->cells, c->vis, c->vis_cells, c->tok_order,
-                     c->tok_list, c->tok_nvis, c->tok_pos, c->tok_cell, c->out_rows };
+                     c->tok_list, c->tok_nvis, c->tok_vis0, c->tok_pos, c->tok_cell, c->out_rows };
     for (size_t i = 0; i < ARRAY_LEN(bufs); i++) free(bufs[i]);
     free(c);
 }
@@ -153,6 +153,7 @@ pk_status model_ctx_new(const model *m, const model_ctx_params *p, model_ctx **o
         !(c->vis = fwd_alloc((size_t)FWD_MAX_LISTS * p->n_ctx * sizeof(uint64_t))) ||
         !(c->tok_list = fwd_alloc(nub * sizeof(int32_t))) ||
         !(c->tok_nvis = fwd_alloc(nub * sizeof(int32_t))) ||
+        !(c->tok_vis0 = fwd_alloc(nub * sizeof(int32_t))) ||
         !(c->tok_pos = fwd_alloc(nub * sizeof(kv_pos))) ||
         !(c->tok_cell = fwd_alloc(nub * sizeof(int32_t))) ||
         !(c->out_rows = fwd_alloc(nub * sizeof(int32_t))))
@@ -192,6 +193,10 @@ void fwd_rope_head(float *x, const float *cs, int n_rot, model_rope type)
 
 /* cos/sin of each rotated pair at position pos.  The angle is a running
  * float product, as the reference engine computes it, so the low bits agree. */
+/* cos and sin of each dim pair's angle at pos, the reference engine's
+ * way: a running float product for the frequencies; with YaRN each angle
+ * blends the interpolated and the extrapolated one by a ramp over the
+ * corrected dims, and cos and sin are scaled by rope_mscale. */
 static void rope_angles(const model *m, kv_pos pos, float *cs)
 {
     const model_hparams *hp = &m->hp;
@@ -199,9 +204,15 @@ static void rope_angles(const model *m, kv_pos pos, float *cs)
     float theta_scale = powf(hp->rope_freq_base, -2.0f / hp->n_rot);
     float theta = (float)pos;
     for (int i = 0; i < hp->n_rot / 2; i++) {
-        float t = hp->rope_freq_scale * (ff ? theta / ff[i] : theta);
-        cs[2 * i] = cosf(t);
-        cs[2 * i + 1] = sinf(t);
+        float ext = ff ? theta / ff[i] : theta, t = hp->rope_freq_scale * ext;
+        if (hp->rope_yarn) {
+            const float *cd = hp->rope_yarn_corr;
+            float y = ((float)i - cd[0]) / fmaxf(0.001f, cd[1] - cd[0]);
+            float mix = 1 - fminf(1, fmaxf(0, y));
+            t = t * (1 - mix) + ext * mix;
+        }
+        cs[2 * i] = cosf(t) * hp->rope_mscale;
+        cs[2 * i + 1] = sinf(t) * hp->rope_mscale;
         theta *= theta_scale;
     }
 }
@@ -248,7 +259,7 @@ void fwd_matmul_set(int ith, int nth, model_ctx *c, const model_w *const *ws, fl
  * (causal prefill units differ in cost).  The kernel rounds the query to
  * what the reference engine multiplies the cache's K with (tk.h).
  */
-void fwd_attention(model_ctx *c, int ith, int il)
+void fwd_attention(model_ctx *c, int ith, const model_layer *L, int il)
 {
     const model_hparams *hp = &c->m->hp;
     const int hdk = hp->head_dim_k, hdv = hp->head_dim_v, nh = hp->n_head, nkv = hp->n_head_kv;
@@ -258,6 +269,8 @@ void fwd_attention(model_ctx *c, int ith, int il)
     float *qrows = (float *)(buf + tk_attn_scratch_size());   /* [TK_ATTN_ROWS][hdk] */
     float *orows = qrows + TK_ATTN_ROWS * hdk;                /* [TK_ATTN_ROWS][hdv] */
     int32_t *nvis = (int32_t *)(orows + TK_ATTN_ROWS * hdv);  /* [TK_ATTN_ROWS] */
+    int32_t vis0[TK_ATTN_ROWS];
+    float sink[TK_ATTN_ROWS];
     int32_t th[TK_ATTN_ROWS][2];                               /* (token, head) of each row */
 
     for (;;) {
@@ -278,6 +291,8 @@ void fwd_attention(model_ctx *c, int ith, int il)
             th[i][0] = t, th[i][1] = h;
             memcpy(qrows + (size_t)i * hdk, c->q + ((size_t)t * nh + h) * hdk, (size_t)hdk * sizeof(float));
             nvis[i] = c->tok_nvis[t];
+            vis0[i] = L->swa ? c->tok_vis0[t] : 0;
+            if (L->sinks.data) sink[i] = ((const float *)L->sinks.data)[h];
         }
         tk_attn a = {
             .n_q = n, .hd_k = hdk, .hd_v = hdv, .q = qrows, .n_kv = nvis,
@@ -286,6 +301,7 @@ void fwd_attention(model_ctx *c, int ith, int il)
             .v = (const char *)kv_v_base(c->kv, il) + (size_t)kvh * v_head,
             .k_stride = kv_k_row_bytes(c->kv), .v_stride = kv_v_row_bytes(c->kv),
             .scale = 1.0f / sqrtf((float)hdk), .out = orows,
+            .kv0 = L->swa ? vis0 : NULL, .sink = L->sinks.data ? sink : NULL,
         };
         c->ops->attend(&a, buf);
         for (int i = 0; i < n; i++)
@@ -379,12 +395,20 @@ static void layers_job(int ith, int nth, void *arg)
         if (ith == 0) atomic_store_explicit(&c->attn_next, 0, memory_order_relaxed);
         tp_barrier(c->tp);
 
-        fwd_attention(c, ith, il);
+        fwd_attention(c, ith, L, il);
         tp_barrier(c->tp);
 
         fwd_matmul(ith, nth, c, &L->wo, c->att, T, c->tmp);
-        for (int64_t t = e0; t < e1; t++)   /* residual add and norm in one pass */
-            c->ops->rms_norm(x + t * E, c->tmp + t * E, L->ffn_norm.data, xn + t * E, E, hp->rms_eps);
+        for (int64_t t = e0; t < e1; t++) {  /* residual add and norm in one pass */
+            if (L->bo.data) {                /* x + (Wo a + bo), the reference's order */
+                const float *bo = L->bo.data, *d = c->tmp + t * E;
+                float *xt = x + t * E;
+                for (int i = 0; i < E; i++) xt[i] += d[i] + bo[i];
+                c->ops->rms_norm(xt, NULL, L->ffn_norm.data, xn + t * E, E, hp->rms_eps);
+            } else {
+                c->ops->rms_norm(x + t * E, c->tmp + t * E, L->ffn_norm.data, xn + t * E, E, hp->rms_eps);
+            }
+        }
         if (!priv) tp_barrier(c->tp);
 
         if (L->moe_router.data) {
@@ -484,6 +508,18 @@ static void build_visibility(model_ctx *c, const model_batch *b, int i0, int n)
             if (v[mid] <= key) lo = mid + 1; else hi = mid;
         }
         c->tok_nvis[i] = lo;
+        /* a sliding-window layer sees the positions after pos - n_swa */
+        const int32_t n_swa = c->m->hp.n_swa;
+        if (n_swa > 0) {
+            int64_t p0 = (int64_t)c->tok_pos[i] - n_swa + 1;
+            uint64_t first = p0 > 0 ? (uint64_t)p0 << 32 : 0;
+            int w0 = 0, w1 = lo;
+            while (w0 < w1) {           /* first entry >= first */
+                int mid = (w0 + w1) / 2;
+                if (v[mid] < first) w0 = mid + 1; else w1 = mid;
+            }
+            c->tok_vis0[i] = w0;
+        }
     }
 }
 

@@ -44,6 +44,7 @@ struct model_ctx {
     int32_t *tok_order;  /* [n_ubatch] chunk tokens grouped by list, in chunk order */
     int32_t *tok_list;   /* [n_ubatch] list of each token */
     int32_t *tok_nvis;   /* [n_ubatch] visible cells of each token */
+    int32_t *tok_vis0;   /* [n_ubatch] its first visible cell in a sliding-window layer (hp.n_swa) */
     kv_pos *tok_pos;     /* [n_ubatch] */
     int32_t *tok_cell;   /* [n_ubatch] */
     int32_t *out_rows;   /* [n_ubatch] chunk rows that want logits */
@@ -61,9 +62,10 @@ void fwd_matmul(int ith, int nth, model_ctx *c, const model_w *w, const float *x
 /* Products of up to 8 matrices with the same input. */
 void fwd_matmul_set(int ith, int nth, model_ctx *c, const model_w *const *ws, float *const *ys, int n,
                     const float *x, int n_tok);
-/* Attention of the chunk's queries (c->q) over the cells of KV layer kvl,
- * into c->att; attn_next reset to 0 before the phase. */
-void fwd_attention(model_ctx *c, int ith, int kvl);
+/* Attention of the chunk's queries (c->q) over the cells of KV layer kvl
+ * (of layer L: its window and sinks), into c->att; attn_next reset to 0
+ * before the phase. */
+void fwd_attention(model_ctx *c, int ith, const model_layer *L, int kvl);
 /* One token's K and V (n_head_kv heads, F32) into its cell of KV layer kvl,
  * in the cache's types. */
 void fwd_kv_store(model_ctx *c, int kvl, int cell, const float *k, const float *v);

@@ -5,6 +5,7 @@
  */
 #include "model_impl.h"
 
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@ const char *model_arch_name(model_arch a)
     case MODEL_QWEN35: return "qwen35";
     case MODEL_QWEN35MOE: return "qwen35moe";
     case MODEL_QWEN3MOE: return "qwen3moe";
+    case MODEL_GPTOSS: return "gpt-oss";
     }
     return "?";
 }
@@ -59,6 +61,35 @@ pk_status model_arch_float(const gguf_ctx *g, const char *arch, const char *suff
     return PK_OK;
 }
 
+/* YaRN as the reference engine sets it up: extrapolation factor 1, beta
+ * fast 32 and slow 1 over the original context (it reads no yarn_* key for
+ * these architectures), the magnitude factor 1 + 0.1 ln(factor) times its
+ * attention factor, which cancels the same (rounded as it rounds it) and
+ * takes rope.scaling.attn_factor, and the dims where the blend runs. */
+static pk_status yarn(const gguf_ctx *g, const char *arch, float factor, model_hparams *hp, char *err, size_t err_len)
+{
+    int32_t n_orig = hp->n_ctx_train;
+    float attn_factor = 1.0f;
+    pk_status st;
+    if ((st = model_arch_int(g, arch, "rope.scaling.original_context_length", false, 1, 1 << 30, &n_orig, err,
+                             err_len)) ||
+        (st = model_arch_float(g, arch, "rope.scaling.attn_factor", &attn_factor, err, err_len)))
+        return st;
+    hp->rope_yarn = true;
+    hp->rope_freq_scale = 1.0f / factor;
+    const float beta_fast = 32.0f, beta_slow = 1.0f, n = (float)hp->n_rot, base = hp->rope_freq_base;
+    float lo = floorf(n * logf((float)n_orig / (beta_fast * 2 * (float)M_PI)) / (2 * logf(base)));
+    float hi = ceilf(n * logf((float)n_orig / (beta_slow * 2 * (float)M_PI)) / (2 * logf(base)));
+    hp->rope_yarn_corr[0] = fmaxf(0.0f, lo);
+    hp->rope_yarn_corr[1] = fminf(n - 1, hi);
+    float f = 1.0f / hp->rope_freq_scale;
+    float attn = 0.1f * 1.0f * logf(f) + 1.0f;
+    attn *= 1.0f / (1.0f + 0.1f * logf(f));
+    attn *= attn_factor;
+    hp->rope_mscale = attn * (1.0f + 0.1f * logf(1.0f / hp->rope_freq_scale));
+    return PK_OK;
+}
+
 static pk_status read_hparams(const gguf_ctx *g, model_hparams *hp, char *err, size_t err_len)
 {
     gguf_str a;
@@ -75,8 +106,11 @@ static pk_status read_hparams(const gguf_ctx *g, model_hparams *hp, char *err, s
     else if (!strcmp(arch, "qwen35")) hp->arch = MODEL_QWEN35;
     else if (!strcmp(arch, "qwen35moe")) hp->arch = MODEL_QWEN35MOE;
     else if (!strcmp(arch, "qwen3moe")) hp->arch = MODEL_QWEN3MOE;
+    else if (!strcmp(arch, "gpt-oss")) hp->arch = MODEL_GPTOSS;
     else return pk_errf(err, err_len, PK_EUNSUPPORTED,
-                     "unsupported architecture '%s' (llama, qwen2, qwen3, qwen3moe, qwen35, qwen35moe are)", arch);
+                     "unsupported architecture '%s' (llama, qwen2, qwen3, qwen3moe, gpt-oss, qwen35, qwen35moe are)",
+                     arch);
+    const bool moe = hp->arch == MODEL_QWEN3MOE || hp->arch == MODEL_QWEN35MOE || hp->arch == MODEL_GPTOSS;
     hp->hybrid = hp->arch == MODEL_QWEN35 || hp->arch == MODEL_QWEN35MOE;
 
     pk_status st;
@@ -85,8 +119,7 @@ static pk_status read_hparams(const gguf_ctx *g, model_hparams *hp, char *err, s
     if ((st = model_arch_int(g, arch, "context_length", false, 1, 1 << 30, &hp->n_ctx_train, err, err_len)) ||
         (st = model_arch_int(g, arch, "embedding_length", true, 1, big, &hp->n_embd, err, err_len)) ||
         (st = model_arch_int(g, arch, "block_count", true, 1, 4096, &hp->n_layer, err, err_len)) ||
-        (st = model_arch_int(g, arch, "feed_forward_length", hp->arch != MODEL_QWEN35MOE && hp->arch != MODEL_QWEN3MOE,
-                             1, big, &hp->n_ff, err, err_len)) ||
+        (st = model_arch_int(g, arch, "feed_forward_length", !moe, 1, big, &hp->n_ff, err, err_len)) ||
         (st = model_arch_int(g, arch, "attention.head_count", true, 1, 4096, &hp->n_head, err, err_len)))
         return st;
     hp->n_head_kv = hp->n_head;
@@ -125,8 +158,11 @@ static pk_status read_hparams(const gguf_ctx *g, model_hparams *hp, char *err, s
     bool have_type = gguf_get_str(g, key, &scaling) == PK_OK;
     float factor = 1.0f;
     if ((st = model_arch_float(g, arch, "rope.scaling.factor", &factor, err, err_len))) return st;
+    hp->rope_mscale = 1.0f;
     if (have_type && gguf_str_eq(scaling, "linear")) {
         hp->rope_freq_scale = 1.0f / factor;
+    } else if (have_type && gguf_str_eq(scaling, "yarn") && factor > 1.0f) {
+        if ((st = yarn(g, arch, factor, hp, err, err_len))) return st;
     } else if (have_type && !gguf_str_eq(scaling, "none") && factor != 1.0f) {
         return pk_errf(err, err_len, PK_EUNSUPPORTED, "rope scaling type '%.*s' is not supported",
                     (int)scaling.n, scaling.p);
@@ -135,7 +171,15 @@ static pk_status read_hparams(const gguf_ctx *g, model_hparams *hp, char *err, s
     }
     hp->rope_type = hp->arch == MODEL_LLAMA ? MODEL_ROPE_NORM : MODEL_ROPE_NEOX;
     hp->n_layer_attn = hp->n_layer;
-    if (hp->arch == MODEL_QWEN3MOE && (st = model_moe_hparams(g, arch, hp, err, err_len))) return st;
+    if ((hp->arch == MODEL_QWEN3MOE || hp->arch == MODEL_GPTOSS) && (st = model_moe_hparams(g, arch, hp, err, err_len)))
+        return st;
+    if (hp->arch == MODEL_GPTOSS) {
+        hp->moe_gate = MODEL_GATE_TOPK_SOFTMAX;
+        hp->moe_act = MODEL_ACT_SWIGLU_OAI;
+        hp->n_ff = hp->n_ff_exp;
+        if ((st = model_arch_int(g, arch, "attention.sliding_window", true, 1, 1 << 30, &hp->n_swa, err, err_len)))
+            return st;
+    }
     return hp->hybrid ? model_hybrid_hparams(g, arch, hp, err, err_len) : PK_OK;
 }
 
@@ -218,9 +262,13 @@ static pk_status load_weights(model *m, char *err, size_t err_len)
     }
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers) return pk_errf(err, err_len, PK_ENOMEM, "out of memory");
-    for (int il = 0; il < hp->n_layer; il++) m->layers[il].kv_layer = il, m->layers[il].rs_layer = -1;
-    bool qkv_bias = hp->arch == MODEL_QWEN2, qk_norm = hp->arch == MODEL_QWEN3 || hp->arch == MODEL_QWEN3MOE;
-    bool moe = hp->arch == MODEL_QWEN3MOE;
+    /* gpt-oss: every other layer, from the first, has a sliding window (the
+     * reference engine's pattern 2) */
+    for (int il = 0; il < hp->n_layer; il++)
+        m->layers[il] = (model_layer){ .kv_layer = il, .rs_layer = -1, .swa = hp->n_swa > 0 && il % 2 == 0 };
+    const bool oss = hp->arch == MODEL_GPTOSS;
+    bool qkv_bias = hp->arch == MODEL_QWEN2 || oss, qk_norm = hp->arch == MODEL_QWEN3 || hp->arch == MODEL_QWEN3MOE;
+    bool moe = hp->arch == MODEL_QWEN3MOE || oss;
     const int32_t nx = hp->n_expert;
     const struct { size_t off; const char *name; int64_t cols, rows; int32_t n_mat; bool required; } spec[] = {
         { offsetof(model_layer, attn_norm), "attn_norm.weight", e, 0, 1, true },
@@ -233,7 +281,9 @@ static pk_status load_weights(model *m, char *err, size_t err_len)
         { offsetof(model_layer, bv), "attn_v.bias", vd, 0, 1, qkv_bias },
         { offsetof(model_layer, q_norm), "attn_q_norm.weight", hp->head_dim_k, 0, 1, qk_norm },
         { offsetof(model_layer, k_norm), "attn_k_norm.weight", hp->head_dim_k, 0, 1, qk_norm },
-        { offsetof(model_layer, ffn_norm), "ffn_norm.weight", e, 0, 1, true },
+        { offsetof(model_layer, bo), "attn_output.bias", e, 0, 1, oss },
+        { offsetof(model_layer, sinks), "attn_sinks.weight", hp->n_head, 0, 1, oss },
+        { offsetof(model_layer, ffn_norm), oss ? "post_attention_norm.weight" : "ffn_norm.weight", e, 0, 1, true },
         { offsetof(model_layer, w_gate), "ffn_gate.weight", e, hp->n_ff, 1, !moe },
         { offsetof(model_layer, w_up), "ffn_up.weight", e, hp->n_ff, 1, !moe },
         { offsetof(model_layer, w_down), "ffn_down.weight", hp->n_ff, e, 1, !moe },
@@ -241,6 +291,10 @@ static pk_status load_weights(model *m, char *err, size_t err_len)
         { offsetof(model_layer, exp_gate), "ffn_gate_exps.weight", e, hp->n_ff_exp, nx, moe },
         { offsetof(model_layer, exp_up), "ffn_up_exps.weight", e, hp->n_ff_exp, nx, moe },
         { offsetof(model_layer, exp_down), "ffn_down_exps.weight", hp->n_ff_exp, e, nx, moe },
+        { offsetof(model_layer, moe_router_b), "ffn_gate_inp.bias", nx, 0, 1, oss },
+        { offsetof(model_layer, exp_gate_b), "ffn_gate_exps.bias", hp->n_ff_exp, nx, 1, oss },
+        { offsetof(model_layer, exp_up_b), "ffn_up_exps.bias", hp->n_ff_exp, nx, 1, oss },
+        { offsetof(model_layer, exp_down_b), "ffn_down_exps.bias", e, nx, 1, oss },
     };
     for (int il = 0; il < hp->n_layer; il++) {
         for (size_t k = 0; k < ARRAY_LEN(spec); k++) {
@@ -250,6 +304,8 @@ static pk_status load_weights(model *m, char *err, size_t err_len)
             if ((st = model_get_w(g, name, spec[k].cols, spec[k].rows, spec[k].n_mat, spec[k].required, w, err,
                                   err_len)))
                 return st;
+            if (w->data && w->type != TQ_F32 && strstr(spec[k].name, ".bias"))
+                return pk_errf(err, err_len, PK_EUNSUPPORTED, "tensor '%s': biases must be f32", name);
         }
     }
     return PK_OK;

@@ -6,7 +6,10 @@
  * DESIGN
  *   The router's logits for the chunk's tokens (and the shared expert's
  *   gate, where there is one) in one phase; each token's k best experts
- *   by softmax, their weights renormalized to sum 1.  A decode step (one
+ *   by softmax, their weights renormalized to sum 1 (or, gpt-oss, the k
+ *   best logits after the router's bias, weighted by a softmax over those
+ *   k; its experts add their biases to each product and use the clamped
+ *   SwiGLU).  A decode step (one
  *   token) runs its chosen experts' gate and up products 4 experts to a
  *   phase and reads only their rows.  A longer chunk groups its tokens by
  *   expert, so each chosen expert's three matrices are read once for all
@@ -76,17 +79,9 @@ static model_w slice(const model_w *w, int e)
                       .data = (const char *)w->data + (size_t)e * rows * tq_row_size(w->type, w->n_cols) };
 }
 
-/* Softmax over the router's logits, the k best (ties: the lower id), their
- * weights renormalized to sum 1. */
-static void route(const model_hparams *hp, const float *logit, int32_t *sel, float *w)
+/* The k best of p[n] (ties: the lower id) into sel, their values into w. */
+static void top_k(const float *p, int n, int k, int32_t *sel, float *w)
 {
-    const int n = hp->n_expert, k = hp->n_expert_used;
-    float mx = -INFINITY, p[4096];
-    for (int e = 0; e < n; e++) mx = fmaxf(mx, logit[e]);
-    double sum = 0;
-    for (int e = 0; e < n; e++) sum += (double)(p[e] = expf(logit[e] - mx));
-    const float inv = (float)(1.0 / sum);
-    for (int e = 0; e < n; e++) p[e] *= inv;
     for (int s = 0; s < k; s++) {
         int best = -1;
         for (int e = 0; e < n; e++) {
@@ -97,10 +92,71 @@ static void route(const model_hparams *hp, const float *logit, int32_t *sel, flo
         sel[s] = best;
         w[s] = p[best];
     }
+}
+
+/* In place: softmax of x[n], the sum in double, scaled by its float
+ * inverse (the reference's soft_max). */
+static void softmax(float *x, int n)
+{
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++) mx = fmaxf(mx, x[i]);
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += (double)(x[i] = expf(x[i] - mx));
+    const float inv = (float)(1.0 / sum);
+    for (int i = 0; i < n; i++) x[i] *= inv;
+}
+
+/* The chosen experts and their weights from the router's logits (bias,
+ * when the layer has one, added first). */
+static void route(const model_hparams *hp, const model_layer *L, float *logit, int32_t *sel, float *w)
+{
+    const int n = hp->n_expert, k = hp->n_expert_used;
+    if (L->moe_router_b.data)
+        for (int e = 0; e < n; e++) logit[e] += ((const float *)L->moe_router_b.data)[e];
+    if (hp->moe_gate == MODEL_GATE_TOPK_SOFTMAX) {
+        top_k(logit, n, k, sel, w);
+        softmax(w, k);
+        return;
+    }
+    float mx = -INFINITY, p[4096];
+    for (int e = 0; e < n; e++) mx = fmaxf(mx, logit[e]);
+    double sum = 0;
+    for (int e = 0; e < n; e++) sum += (double)(p[e] = expf(logit[e] - mx));
+    const float inv = (float)(1.0 / sum);
+    for (int e = 0; e < n; e++) p[e] *= inv;
+    top_k(p, n, k, sel, w);
     float ws = 0;
     for (int s = 0; s < k; s++) ws += w[s];
     ws = fmaxf(ws, 6.103515625e-5f);
     for (int s = 0; s < k; s++) w[s] /= ws;
+}
+
+/* gpt-oss's activation, as the reference computes it. */
+static void swiglu_oai(const float *g, const float *u, float *out, int n)
+{
+    const float alpha = 1.702f, limit = 7.0f;
+    for (int i = 0; i < n; i++) {
+        const float x = fminf(g[i], limit), y = fminf(fmaxf(u[i], -limit), limit);
+        out[i] = x / (1.f + expf(alpha * (-x))) * (y + 1.f);
+    }
+}
+
+/* An expert's row of bias b (NULL data: none) added to y[n]. */
+static void add_row(const model_w *b, int e, float *y, int n)
+{
+    if (!b->data) return;
+    const float *r = (const float *)b->data + (size_t)e * n;
+    for (int i = 0; i < n; i++) y[i] += r[i];
+}
+
+/* One expert's hidden row: its biases on the gate and up products, then
+ * the activation. */
+static void expert_act(model_ctx *c, const model_layer *L, int e, float *g, float *u, float *out, int F)
+{
+    add_row(&L->exp_gate_b, e, g, F);
+    add_row(&L->exp_up_b, e, u, F);
+    if (c->m->hp.moe_act == MODEL_ACT_SWIGLU_OAI) swiglu_oai(g, u, out, F);
+    else c->ops->swiglu(g, u, out, F);
 }
 
 void fwd_moe(model_ctx *c, int ith, int nth, const model_layer *L, int T, const float *xn)
@@ -115,7 +171,7 @@ void fwd_moe(model_ctx *c, int ith, int nth, const model_layer *L, int T, const 
     const model_w *rw[2] = { &L->moe_router, &L->sh_router };
     float *ry[2] = { h->rlog, h->shg };
     fwd_matmul_set(ith, nth, c, rw, ry, shared ? 2 : 1, xn, T);
-    for (int64_t t = t0; t < t1; t++) route(hp, h->rlog + t * hp->n_expert, h->sel + t * K, h->selw + t * K);
+    for (int64_t t = t0; t < t1; t++) route(hp, L, h->rlog + t * hp->n_expert, h->sel + t * K, h->selw + t * K);
     tp_barrier(c->tp);
     if (ith == 0 && T > 1) {
         memset(h->ecount, 0, (size_t)hp->n_expert * sizeof(int32_t));
@@ -144,11 +200,15 @@ void fwd_moe(model_ctx *c, int ith, int nth, const model_layer *L, int T, const 
             fwd_matmul_set(ith, nth, c, ws, ys, 2 * ns, xn, 1);
         }
         for (int i = ith; i < K; i += nth)
-            c->ops->swiglu(h->eg + (size_t)i * F, h->eu + (size_t)i * F, h->eh + (size_t)i * F, F);
+            expert_act(c, L, h->sel[i], h->eg + (size_t)i * F, h->eu + (size_t)i * F, h->eh + (size_t)i * F, F);
         tp_barrier(c->tp);
         for (int i = 0; i < K; i++) {
             model_w d = slice(&L->exp_down, h->sel[i]);
             fwd_matmul(ith, nth, c, &d, h->eh + (size_t)i * F, 1, h->eout + (size_t)i * E);
+        }
+        if (L->exp_down_b.data) {
+            tp_barrier(c->tp);
+            for (int i = ith; i < K; i += nth) add_row(&L->exp_down_b, h->sel[i], h->eout + (size_t)i * E, E);
         }
     }
     /* each chosen expert once over the tokens routed to it */
@@ -165,11 +225,13 @@ void fwd_moe(model_ctx *c, int ith, int nth, const model_layer *L, int T, const 
         const model_w *gu[2] = { &g, &u };
         float *gy[2] = { h->eg, h->eu };
         fwd_matmul_set(ith, nth, c, gu, gy, 2, h->xg, n);
-        for (int64_t r = r0; r < r1; r++) c->ops->swiglu(h->eg + r * F, h->eu + r * F, h->eh + r * F, F);
+        for (int64_t r = r0; r < r1; r++) expert_act(c, L, e, h->eg + r * F, h->eu + r * F, h->eh + r * F, F);
         tp_barrier(c->tp);
         fwd_matmul(ith, nth, c, &d, h->eh, n, h->ey);
-        for (int64_t r = r0; r < r1; r++)
+        for (int64_t r = r0; r < r1; r++) {
             memcpy(h->eout + (size_t)rows[r] * E, h->ey + r * E, (size_t)E * sizeof(float));
+            add_row(&L->exp_down_b, e, h->eout + (size_t)rows[r] * E, E);
+        }
     }
     if (shared) {
         const int FS = hp->n_ff_shexp;
