@@ -305,13 +305,13 @@ static pk_status check(const hub_opts *o, char *repo, char *tag, char *endpoint,
                        size_t err_len)
 {
     if (hub_parse_spec(o->repo, repo, tag) != PK_OK)
-        return pk_errf(err, err_len, PK_EINVAL, "-hf %s: not USER/REPO[:QUANT] (letters, digits, '_', and '.', '-' "
+        return pk_errf(err, err_len, PK_EINVAL, "%s: not USER/REPO[:QUANT] (letters, digits, '_', and '.', '-' "
                        "between them; QUANT of [A-Za-z0-9_.-])", o->repo ? o->repo : "(none)");
     if (o->file && !hub_valid_subpath(o->file))
-        return pk_errf(err, err_len, PK_EINVAL, "-hff %s: not a path inside the repo", o->file);
+        return pk_errf(err, err_len, PK_EINVAL, "%s: not a path inside the repo", o->file);
     for (const char *t = o->token; t && *t; t++)
         if ((unsigned char)*t <= ' ' || *t == 0x7f)
-            return pk_errf(err, err_len, PK_EINVAL, "--hf-token / HF_TOKEN: holds a space or control byte");
+            return pk_errf(err, err_len, PK_EINVAL, "the token holds a space or control byte");
     if (o->endpoint) snprintf(endpoint, 1024, "%s%s", o->endpoint, o->endpoint[strlen(o->endpoint) - 1] == '/' ? "" : "/");
     else hub_endpoint(endpoint, 1024);
     if (strncmp(endpoint, "http://", 7) && strncmp(endpoint, "https://", 8))
