@@ -358,8 +358,8 @@ pk_status hub_resolve(const hub_opts *o, hub_model *out, char *err, size_t err_l
     st = choose(&l, repo, tag, o->file, &parts, &n_parts, err, err_len);
     for (int i = 0; st == PK_OK && i < n_parts; i++)
         st = fetch(o, endpoint, repo, repo_dir, &l, &l.v[parts[i]], &out->n_downloaded, err, err_len);
-    if (st == PK_OK) st = fill(out, repo_dir, &l, parts[0], n_parts);
-    if (st == PK_ENOMEM) pk_errf(err, err_len, st, "out of memory");
+    if (st == PK_OK && (st = fill(out, repo_dir, &l, parts[0], n_parts)) != PK_OK)
+        pk_errf(err, err_len, st, "%s", st == PK_ENOMEM ? "out of memory" : "the cache path is too long");
     free(parts);
     hub_list_free(&l);
     if (st != PK_OK) {

@@ -160,7 +160,7 @@ static void progress(dl *t, bool done)
     }
     /* Lines: one per tenth of a known size, one per 100 MiB of an unknown one. */
     int tenth = t->total > 0 ? (int)(10 * t->have / t->total) : (int)(t->have / (100 * 1024 * 1024));
-    if (tenth <= t->shown_tenth && !done) return;
+    if (tenth <= t->shown_tenth && (!done || (t->total > 0 && tenth == 10))) return;
     t->shown_tenth = tenth;
     if (t->total > 0)
         fprintf(stderr, "polykv: %s: %d%% (%.1f of %.1f MiB, %.1f MiB/s)\n", t->d->name, (int)(100 * t->have / t->total),
