@@ -15,6 +15,8 @@
 #include <dirent.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <stdarg.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -517,6 +519,36 @@ static void test_resume(void)
     hub_model_free(&m);
 }
 
+/* A write that fails (a file size limit stands for a full disk): a clear
+ * error, no retry, the partial file kept; the next start resumes it. */
+static void test_write_fails(void)
+{
+    hub_model m;
+    char err[1024];
+    const fake_file *f = file_by_path("tiny-Q4_K_M.gguf");
+    hub_opts o = opts(REPO, true);
+    struct rlimit old, lim;
+    getrlimit(RLIMIT_FSIZE, &old);
+    lim = old;
+    lim.rlim_cur = 65536;
+    signal(SIGXFSZ, SIG_IGN);
+    setrlimit(RLIMIT_FSIZE, &lim);
+    int r0 = requests();
+    pk_status st = hub_resolve(&o, &m, err, sizeof err);
+    setrlimit(RLIMIT_FSIZE, &old);
+    CHECK_EQ_INT(st, PK_EFULL);
+    CHECK(strstr(err, "writing") && strstr(err, "kept"));
+    CHECK_EQ_INT(requests() - r0, 5);                 /* no second try */
+    char partial[1024];
+    snprintf(partial, sizeof partial, "%s/models--tester--Tiny-GGUF/blobs/%s.downloadInProgress", o.cache_dir, f->sha);
+    struct stat sb;
+    CHECK(stat(partial, &sb) == 0 && sb.st_size == 65536);
+    CHECK_EQ_INT(hub_resolve(&o, &m, err, sizeof err), PK_OK);
+    CHECK_STR(last_range, "bytes=65536-");
+    CHECK(m.path && same_bytes(m.path, f));
+    hub_model_free(&m);
+}
+
 /* A damaged body: refused by its sha256, nothing left in the cache. */
 static void test_corrupt(void)
 {
@@ -660,6 +692,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_llama_cache);
     TEST_RUN(test_pick_files);
     TEST_RUN(test_resume);
+    TEST_RUN(test_write_fails);
     TEST_RUN(test_corrupt);
     TEST_RUN(test_token);
     TEST_RUN(test_bad_answers);

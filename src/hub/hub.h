@@ -98,9 +98,10 @@ hub_opts hub_default_opts(void);
  * the names there listed; the hub answered 404), PK_EREFUSED (401 / 403:
  * a gated or private repo, the token missing or wrong), PK_EFORMAT (the
  * hub's answer is not what its API gives; a sha256 mismatch, the file
- * deleted), PK_EIO (no answer after n_tries; a write failed: the partial
- * file is kept and resumed next time), PK_EFULL (the disk has no room for
- * the file), PK_EUNSUPPORTED (an http(s) endpoint only), PK_ENOMEM.
+ * deleted), PK_EIO (no answer after n_tries; a write failed), PK_EFULL
+ * (no room for the file, seen before the download or by a write: no more
+ * tries), PK_EUNSUPPORTED (an http(s) endpoint only), PK_ENOMEM.  A
+ * download that failed keeps its partial file; the next call resumes it.
  * Progress and notes go to stderr.  Any thread. */
 pk_status hub_resolve(const hub_opts *o, hub_model *out, char *err, size_t err_len);
 

@@ -184,9 +184,13 @@ static pk_status write_all(dl *t, const char *p, size_t n, char *err, size_t err
     while (n) {
         ssize_t k = write(t->fd, p, n);
         if (k < 0 && errno == EINTR) continue;
-        if (k <= 0)
-            return pk_errf(err, err_len, errno == ENOSPC ? PK_EFULL : PK_EIO, "writing %s: %s (the partial file "
-                           "is kept; the next start resumes it)", t->tmp, strerror(k < 0 ? errno : EIO));
+        if (k <= 0) {
+            /* No room is not worth another try in this start; the next one resumes. */
+            int e = k < 0 ? errno : EIO;
+            bool full = e == ENOSPC || e == EDQUOT || e == EFBIG;
+            return pk_errf(err, err_len, full ? PK_EFULL : PK_EIO, "writing %s: %s (the partial file is kept; "
+                           "the next start resumes it)", t->tmp, strerror(e));
+        }
         pk_sha256_update(&t->sha, p, (size_t)k);
         t->have += k;
         p += k, n -= (size_t)k;
