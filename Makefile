@@ -68,8 +68,9 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BUILD)/libpolykv.a
 deps:
 	@sh scripts/deps.sh $(DEB_PKGS)
 
-# MODEL=path serves/generates with a real GGUF; without it a random-weight
-# demo model is made once by gen-model.
+# MODEL=path serves a GGUF, MODEL=hf:USER/REPO[:QUANT] a model by name from
+# the Hugging Face hub (docs/models.md); without it, Qwen3.5 0.8B from the
+# hub, or offline a random-weight demo model gen-model makes once.
 run: deps all
 	@sh scripts/run.sh $(BUILD)/polykv "$(MODEL)"
 

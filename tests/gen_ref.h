@@ -15,7 +15,7 @@
 
 #include "ref.h"
 #include "gen.h"
-#include "sha256.h"
+#include "../src/common/sha256.h"
 
 /* One model against llama.cpp's run of it (the JSON at jpath): its
  * n_prompts prompts, 32 greedy steps each, within frac of max |logit| at
@@ -94,7 +94,7 @@ static inline void gen_ref_check_gen(const char *bin, const char *data, const ch
     CHECK(mkdtemp(dir) != NULL);
     snprintf(path, sizeof path, "%s/%s.gguf", dir, name);
     CHECK(gen_model(bin, shared, args, path));
-    CHECK(sha256_file(path, got));
+    CHECK(pk_sha256_file(path, got));
     CHECK_STR(got, want);
     if (strcmp(got, want)) {
         fprintf(stderr, "%s: gen-model wrote another file than the one llama.cpp ran: rerun %s\n", name, script);

@@ -14,6 +14,24 @@ int cli_bench(int argc, char **argv);
 int cli_gen_model(int argc, char **argv);
 int cli_serve(int argc, char **argv);
 int cli_template(int argc, char **argv);
+int cli_pull(int argc, char **argv);
+
+/* cli_hub.c: a model by name (src/hub) on the command line.  cli_hub_env
+ * starts h from hub_default_opts and the environment (LLAMA_ARG_HF_REPO,
+ * LLAMA_ARG_HF_FILE, HF_TOKEN, LLAMA_ARG_OFFLINE); cli_hub_flag reads
+ * argv[*i] (and its value, advancing *i) into h: 1 taken, 0 not one of
+ * its flags, -1 bad (the message printed); h keeps pointers into argv and
+ * the environment.  cli_hub_check: -1 (said why, as `polykv cmd`) when
+ * the flags do not go together.  cli_hub_resolve finds or downloads h's
+ * model and sets *path (malloc'ed) to it: 0, or -1 with the reason on
+ * stderr. */
+struct hub_opts;
+void cli_hub_env(struct hub_opts *h);
+int cli_hub_flag(int argc, char **argv, int *i, struct hub_opts *h);
+bool cli_hub_takes_value(const char *a);
+int cli_hub_check(const struct hub_opts *h, const char *cmd);
+int cli_hub_resolve(const struct hub_opts *h, char **path);
+void cli_hub_usage(void);
 
 /* cli_serve_llama.c: the llama-server flags of `polykv serve`.  Reads
  * argv[*i] (and its value, advancing *i) into sp: 1 taken, 0 not one of

@@ -22,6 +22,7 @@
 
 #include "../engine/eng.h"
 #include "../kvev/kvev_pub.h"
+#include "../hub/hub.h"
 #include "../model/model.h"
 #include "../server/srv.h"
 #include "../tensor/tq.h"
@@ -123,10 +124,14 @@ static void usage(void)
         fprintf(stderr, "  --slot-%-18s %s\n", pi->name, pi->help);
     }
     cli_serve_llama_usage();
+    cli_hub_usage();
 }
 
 typedef struct serve_opts {
-    const char *model;
+    const char *model;           /* -m, or the file -hf resolved to */
+    hub_opts hub;                /* -hf and its flags and environment */
+    bool hf_flag;                /* -hf on the command line (not from LLAMA_ARG_HF_REPO) */
+    char *hub_path;              /* what -hf resolved to (malloc'ed) */
     cli_router_opts router;
     bool router_flag;            /* a --models-* flag was given */
     bool mmap;
@@ -294,7 +299,7 @@ static bool child_args(int argc, char **argv, serve_opts *o)
     o->router.child_args = calloc((size_t)argc + 1, sizeof *o->router.child_args);
     if (!o->router.child_args) return false;
     for (int i = 1; i < argc; i++) {
-        int n = 1 + (takes_value(argv[i]) || cli_serve_llama_takes_value(argv[i]));
+        int n = 1 + cli_serve_takes_value(argv[i]);
         bool keep = true;
         for (size_t k = 0; k < ARRAY_LEN(own); k++) keep &= strcmp(argv[i], own[k]) != 0;
         for (int k = 0; keep && k < n && i + k < argc; k++) o->router.child_args[o->router.n_child_args++] = argv[i + k];
@@ -334,6 +339,7 @@ static bool parse(int argc, char **argv, serve_opts *o)
     o->ep.n_threads = cli_default_threads();
     o->sp = srv_default_params();
     o->kc = kvev_pub_default();
+    cli_hub_env(&o->hub);
     const char *bad = NULL;
     if (pol_params_from_env(&o->ep.policy, &bad) != PK_OK) {   /* flags below override */
         fprintf(stderr, "polykv serve: %s: bad value\n", bad ? bad : "POLYKV_SLOT_*");
@@ -361,6 +367,13 @@ static bool parse(int argc, char **argv, serve_opts *o)
         }
         if (!strcmp(a, "-kvu") || !strcmp(a, "--kv-unified")) { o->ep.kv_unified = true; continue; }
         if (!strcmp(a, "-no-kvu") || !strcmp(a, "--no-kv-unified")) { o->ep.kv_unified = false; continue; }
+        const char *was = o->hub.repo;
+        int hub = cli_hub_flag(argc, argv, &i, &o->hub);
+        if (hub) {
+            if (hub < 0) return false;
+            o->hf_flag |= o->hub.repo != was;
+            continue;
+        }
         int llama = cli_serve_llama_flag(argc, argv, &i, &o->sp);
         if (llama) {
             if (llama < 0) return false;
@@ -445,6 +458,13 @@ static bool parse(int argc, char **argv, serve_opts *o)
         }
     }
     if (!dirs_apart(o->sp.slot_save_path, o->ep.pool_dir)) return false;
+    if (o->model && o->hf_flag) {
+        fprintf(stderr, "polykv serve: -m and -hf name two models: give one\n");
+        return false;
+    }
+    if (o->model) o->hub.repo = o->hub.file = NULL;     /* -m wins over LLAMA_ARG_HF_REPO */
+    if (cli_hub_check(&o->hub, "serve")) return false;
+    bool one_model = o->model || o->hub.repo;
     /* A draft model speculates unless told otherwise, llama-server's 3
      * guesses at most unless told otherwise. */
     if (o->draft && o->ep.spec.kind == SPEC_NONE) o->ep.spec.kind = SPEC_DRAFT_SIMPLE;
@@ -458,30 +478,30 @@ static bool parse(int argc, char **argv, serve_opts *o)
         fprintf(stderr, "polykv serve: %s\n", bad_spec);
         return false;
     }
-    if (o->model && o->router_flag) {
+    if (one_model && o->router_flag) {
         fprintf(stderr, "polykv serve: --models-dir, --models-preset, --models-max and --models-autoload are for "
                         "router mode (without -m)\n");
         return false;
     }
-    if (!o->model && o->sp.api_key_file) {
+    if (!one_model && o->sp.api_key_file) {
         /* The router's own routes (load, unload) and its children's health
          * checks know one key; tenants' namespaces are a model server's. */
         fprintf(stderr, "polykv serve: --api-key-file is for a one-model server (-m), not router mode\n");
         return false;
     }
-    if (!o->model && o->kv_events) {
+    if (!one_model && o->kv_events) {
         /* Every child would publish on one endpoint: events are a
          * replica's, one model each (docs/kv-events.md). */
         fprintf(stderr, "polykv serve: KV events are a one-model server's (-m): run one per replica, not router mode\n");
         return false;
     }
-    if (!o->model && !child_args(argc, argv, o)) return false;
+    if (!one_model && !child_args(argc, argv, o)) return false;
     /* Vertex AI's environment is a one-model server's; a router's children
      * inherit it but listen where the router says. */
-    if (!o->model && getenv("AIP_MODE") && !strcmp(getenv("AIP_MODE"), "PREDICTION"))
+    if (!one_model && getenv("AIP_MODE") && !strcmp(getenv("AIP_MODE"), "PREDICTION"))
         fprintf(stderr, "polykv: AIP_MODE=PREDICTION: the predict route is a one-model server's (-m); not in "
                         "router mode\n");
-    if (o->model && !getenv("POLYKV_EXIT_ON_STDIN_EOF") && cli_serve_gcp_env(&o->sp) < 0) return false;
+    if (one_model && !getenv("POLYKV_EXIT_ON_STDIN_EOF") && cli_serve_gcp_env(&o->sp) < 0) return false;
     if (o->ep.ctx_shift)
         fprintf(stderr, "polykv: --context-shift applies to sessions whose cells are their own; a session on a "
                         "pool (or sharing another's cells) stops at its context's end instead (truncated)\n");
@@ -509,7 +529,7 @@ void cli_serve_note_probes(const srv_params *sp)
 
 bool cli_serve_takes_value(const char *a)
 {
-    return takes_value(a) || cli_serve_llama_takes_value(a);
+    return takes_value(a) || cli_serve_llama_takes_value(a) || cli_hub_takes_value(a);
 }
 
 bool cli_serve_check(int argc, char **argv)
@@ -537,16 +557,24 @@ int cli_serve(int argc, char **argv)
     const char *watch = getenv("POLYKV_EXIT_ON_STDIN_EOF");
     pthread_t watcher;
     if (watch && !strcmp(watch, "1") && !pthread_create(&watcher, NULL, watch_stdin, NULL)) pthread_detach(watcher);
-    if (!o.model) {
+    if (!o.model && !o.hub.repo) {
         int rc = cli_router(&o.sp, &o.router);
         free(o.router.child_args);
         return rc;
+    }
+    /* As llama-server: the model is fetched before the server listens; its
+     * name in responses is the -hf text unless -a gives one. */
+    if (o.hub.repo) {
+        if (cli_hub_resolve(&o.hub, &o.hub_path)) return 1;
+        o.model = o.hub_path;
+        if (!o.sp.model_alias) o.sp.model_alias = o.hub.repo;
     }
 
     char err[512] = "";
     srv *s;
     if (srv_new(&o.sp, &s, err, sizeof err)) {
         fprintf(stderr, "polykv: %s\n", err);
+        free(o.hub_path);
         return 1;
     }
     fprintf(stderr, "polykv: listening on");
@@ -595,6 +623,7 @@ int cli_serve(int argc, char **argv)
         kvev_pub_free(kv);
         model_free(dm);
         model_free(m);
+        free(o.hub_path);
         return 1;
     }
     fprintf(stderr, "polykv: model %s (%s, %s) loaded in %.0f ms; %d slots of %d positions, %d threads; ready\n",
@@ -623,5 +652,6 @@ int cli_serve(int argc, char **argv)
     kvev_pub_free(kv);
     model_free(dm);
     model_free(m);
+    free(o.hub_path);
     return 0;
 }

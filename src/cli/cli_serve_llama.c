@@ -2,10 +2,11 @@
  * cli_serve_llama.c - the flags of `polykv serve` that scripts written for
  * llama-server pass, with llama-server's meaning: request defaults
  * (sampling, -n), --verbose, --props, CORS, reasoning, and the flags that
- * are accepted because polykv already behaves that way (--cont-batching,
- * --offline).  A llama-server flag polykv cannot honour
- * (downloads, embeddings, LoRA, GPU offload ...) is refused by name with
- * the reason, never taken and ignored.
+ * are accepted because polykv already behaves that way (--cont-batching).
+ * The hub's flags (-hf, -hff, -hft, --offline) are cli_hub.c's.  A
+ * llama-server flag polykv cannot honour (a model by URL, embeddings,
+ * LoRA, GPU offload ...) is refused by name with the reason, never taken
+ * and ignored.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +36,6 @@ void cli_serve_llama_usage(void)
         "  --reasoning-budget N    -1 unlimited (default); 0 no thinking (an opened <think> is closed in\n"
         "                          the prompt, a <think> token banned); N > 0 is not supported\n"
         "  -cb, --cont-batching    accepted: batching is always continuous\n"
-        "  --offline               accepted: polykv never downloads\n"
         "  --backend-sampling      accepted: polykv samples on the CPU, where its logits are\n"
         "  --no-ui                 no monitor page at / (404)\n"
         "  --no-prefill-assistant  a chat's last assistant message is a finished turn (default: its\n"
@@ -45,9 +45,8 @@ void cli_serve_llama_usage(void)
         "                          environments: callers reach what this machine reaches\n"
         "  --tags A,B              tags /v1/models lists for the model (--alias takes a list too)\n"
         "  -ub, --ubatch-size N    accepted: polykv picks its own micro-batch (min of -b and 512)\n"
-        "refused with the reason: --hf-repo/-hf, --hf-file/-hff, --model-url/-mu (no downloads: pass\n"
-        "  -m FILE), --embedding(s), --reranking, --lora, -ngl/--n-gpu-layers,\n"
-        "  --mmproj(-url)\n");
+        "refused with the reason: --model-url/-mu (pass -hf USER/REPO[:QUANT] or -m FILE),\n"
+        "  --embedding(s), --reranking, --lora, -ngl/--n-gpu-layers, --mmproj(-url)\n");
 }
 
 static int fail(const char *a, const char *why)
@@ -138,13 +137,8 @@ int cli_serve_llama_flag(int argc, char **argv, int *i, srv_params *sp)
 {
     const char *a = argv[*i];
     static const char *const refused[][2] = {
-        { "--hf-repo", "polykv does not download models; pass -m FILE.gguf" },
-        { "-hf", "polykv does not download models; pass -m FILE.gguf" },
-        { "-hfr", "polykv does not download models; pass -m FILE.gguf" },
-        { "--hf-file", "polykv does not download models; pass -m FILE.gguf" },
-        { "-hff", "polykv does not download models; pass -m FILE.gguf" },
-        { "--model-url", "polykv does not download models; pass -m FILE.gguf" },
-        { "-mu", "polykv does not download models; pass -m FILE.gguf" },
+        { "--model-url", "a model by URL is not supported; pass -hf USER/REPO[:QUANT] (the hub) or -m FILE.gguf" },
+        { "-mu", "a model by URL is not supported; pass -hf USER/REPO[:QUANT] (the hub) or -m FILE.gguf" },
         { "--embedding", "embeddings are not supported" },
         { "--embeddings", "embeddings are not supported" },
         { "--reranking", "reranking is not supported" },
@@ -170,8 +164,7 @@ int cli_serve_llama_flag(int argc, char **argv, int *i, srv_params *sp)
         sp->ui_mcp_proxy = false;
         return 1;
     }
-    if (!strcmp(a, "-cb") || !strcmp(a, "--cont-batching") || !strcmp(a, "--offline"))
-        return 1;
+    if (!strcmp(a, "-cb") || !strcmp(a, "--cont-batching")) return 1;
     /* llama.cpp's backend sampling moves the sampler chain onto the GPU
      * next to the logits, giving the same tokens and probabilities as the
      * host's; polykv samples on the CPU where its logits already are, so

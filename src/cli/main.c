@@ -18,7 +18,9 @@ static void usage(FILE *f)
         "  run       -m MODEL -p PROMPT [-n N] [--temp T] [--seed S] [-t N] [-c N] [--kv-type f16|f32] [--json]\n"
         "  tokenize  -m MODEL [--no-bos] [--json] TEXT\n"
         "  bench     -m MODEL [-p 512] [-n 128] [-t N] [-r 3] [--json]\n"
-        "  serve     -m MODEL [-c N_CTX] [-np N_SLOTS] [-t N] [--port 8080] [--slot-* ...] (see serve --help)\n"
+        "  serve     -m MODEL | -hf USER/REPO[:QUANT] [-c N_CTX] [-np N_SLOTS] [-t N] [--port 8080] [--slot-* ...]\n"
+        "            (see serve --help)\n"
+        "  pull      -hf USER/REPO[:QUANT] [-hff FILE] [--offline]   download to the cache, print the path\n"
         "  template  --file T.jinja [--context CTX.json] [--now EPOCH] [--bench N]\n"
         "  gen-model --arch llama|qwen2|qwen3 --vocab VOCAB.gguf [shape] --type T --seed S -o OUT.gguf\n"
         "Each command prints its own options with --help.\n");
@@ -115,6 +117,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "gen-model")) return cli_gen_model(argc - 1, argv + 1);
     if (!strcmp(cmd, "serve")) return cli_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "template")) return cli_template(argc - 1, argv + 1);
+    if (!strcmp(cmd, "pull")) return cli_pull(argc - 1, argv + 1);
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
         usage(stdout);
         return 0;

@@ -347,7 +347,7 @@ pk_status httpc_open(const httpc_request *rq, httpc_stream **out, httpc_response
         snprintf(err, err_len, "out of memory");
         return PK_ENOMEM;
     }
-    if (!drive(f, have_head)) {
+    if (!drive(f, have_head) && !(f->head_done && have_bytes(f))) {   /* body bytes before a failure: httpc_read's */
         bool timed_out = false;
         st = failure(f, &timed_out, err, err_len);
         f->head = NULL;
@@ -377,7 +377,10 @@ pk_status httpc_open(const httpc_request *rq, httpc_stream **out, httpc_response
 long httpc_read(httpc_stream *f, void *buf, size_t cap, bool *timed_out, char *err, size_t err_len)
 {
     if (timed_out) *timed_out = false;
-    if (!drive(f, have_bytes)) return failure(f, timed_out, err, err_len);
+    /* Bytes that came before a failure are the caller's first (the part
+     * of a download before a cut is kept and resumed); the failure is
+     * told when nothing is left to read. */
+    if (!drive(f, have_bytes) && !have_bytes(f)) return failure(f, timed_out, err, err_len);
     size_t n = MIN(cap, f->body.n - f->pos);
     if (n) memcpy(buf, f->body.p + f->pos, n);
     f->pos += n;

@@ -79,7 +79,9 @@ pk_status httpc_open(const httpc_request *rq, httpc_stream **out, httpc_response
 
 /* Waits for body bytes: the count copied into buf[cap] (> 0), 0 at the
  * body's end, or a negative pk_status as httpc_fetch's (err says why,
- * timed_out as *timed_out when not NULL). */
+ * timed_out as *timed_out when not NULL).  The bytes that arrived before
+ * a failure (a connection cut midway) are given first, the failure once
+ * they are read. */
 long httpc_read(httpc_stream *s, void *buf, size_t cap, bool *timed_out, char *err, size_t err_len);
 
 /* Ends the exchange (the connection closes if the body is not over) and

@@ -177,13 +177,14 @@ test('flags: unknown and refused ones are named, and --help lists the llama-serv
   };
   assert.match(run(['-m', 'x.gguf', '--frobnicate']), /unknown option --frobnicate/);
   assert.match(run(['-m', 'x.gguf', '--no-such-switch-at-end']), /unknown option --no-such-switch-at-end/);
-  assert.match(run(['--hf-repo', 'ggml-org/models']), /--hf-repo: polykv does not download models/);
+  assert.match(run(['--model-url', 'http://127.0.0.1:1/m.gguf']), /--model-url: a model by URL is not supported/);
   assert.match(run(['-m', 'x.gguf', '--reasoning-budget', '100']), /--reasoning-budget/);
   assert.match(run(['-m', 'x.gguf', '--reasoning-format', 'sideways']), /--reasoning-format/);
   const h = spawnSync(BIN, ['serve', '--help']);
   const help = h.stdout.toString() + h.stderr.toString();
   for (const f of ['--seed', '--temp', '--top-k', '--n-predict', '--verbose', '--props', '--cors-origins',
-    '--reasoning-format', '--reasoning-budget', '--alias', '--no-slots'])
+    '--reasoning-format', '--reasoning-budget', '--alias', '--no-slots', '--hf-repo', '--hf-file', '--hf-token',
+    '--offline'])
     assert.ok(help.includes(f), f);
 });
 
