@@ -303,7 +303,15 @@ int main(int argc, char **argv)
         char *ring = pk_huge_alloc(mat * n_copies), *rows = malloc(mat);
         void *scratch = malloc(tk_matmul_scratch_size(wt, N_COLS, 1));
         if (!ring || !rows || !scratch) return 1;
-        for (int r = 0; r < N_ROWS; r++) tq_quantize_row(plain, wf + (size_t)r * N_COLS, rows + r * wrow, N_COLS);
+        if (tq_has_quantizer(plain)) {
+            for (int r = 0; r < N_ROWS; r++) tq_quantize_row(plain, wf + (size_t)r * N_COLS, rows + r * wrow, N_COLS);
+        } else {
+            /* the lattice formats (no quantizer): random bytes, a sane f16 scale up front (IQ1_M keeps
+             * its scale elsewhere; random bits only time the same) */
+            for (size_t b = 0; b < mat; b++) rows[b] = (char)(wf[b % ((size_t)N_ROWS * N_COLS)] * 97);
+            tq_f16 h = tq_f32_to_f16(1.0f / 64);
+            for (size_t b = 0; wt != TQ_IQ1_M && b < mat; b += tr->type_size) memcpy(rows + b, &h, sizeof h);
+        }
         if (tr->tile_rows)
             tq_tile(wt, rows, N_ROWS, N_COLS, ring);
         else

@@ -1,12 +1,15 @@
 /*
  * test_lowbit.c - the weight formats added for the files people download
- * after Q4_K_M: Q2_K and Q3_K (against Q8_K activations), IQ4_NL (against
- * Q8_0) and IQ4_XS (against Q8_K).
+ * after Q4_K_M: Q2_K and Q3_K (against Q8_K activations), IQ4_NL and
+ * MXFP4 (against Q8_0), IQ4_XS and the lattice formats IQ2_XXS, IQ3_XXS,
+ * IQ2_XS, IQ3_S, IQ2_S, IQ1_S, IQ1_M (against Q8_K).
  *
  *   - layouts: blocks built field by field here, decoded here bit by bit,
- *     and dequantize must give the same floats;
+ *     and dequantize must give the same floats; a few entries of the
+ *     lattice tables as ggml-common.h lists them;
  *   - quantizers: relative RMS error of dequant(quant(x)) within each
- *     format's budget, all-zero input decoding to zeros;
+ *     format's budget, all-zero input decoding to zeros (the lattice
+ *     formats have none: their weights here are random blocks);
  *   - the reference dot against the dequantized rows within an error budget
  *     computed from the magnitudes summed (dot_in_budget);
  *   - every SIMD table's dot equal to the scalar one bit for bit (the
@@ -19,6 +22,7 @@
  * reference engine; it needs the reference build beside the project.)
  */
 #include "../src/tensor/tk.h"
+#include "../src/tensor/tq_impl.h"   /* the lattice tables */
 #include "test.h"
 
 #include <math.h>
@@ -27,7 +31,22 @@
 #define TEST_RNG_SEED 0x853c49e6748fea9bull
 #include "test_rng.h"
 
-static const tq_type types[] = { TQ_Q2_K, TQ_Q3_K, TQ_IQ4_NL, TQ_IQ4_XS };
+static const tq_type types[] = {
+    TQ_Q2_K, TQ_Q3_K, TQ_IQ4_NL, TQ_IQ4_XS, TQ_MXFP4,
+    TQ_IQ2_XXS, TQ_IQ3_XXS, TQ_IQ2_XS, TQ_IQ3_S, TQ_IQ2_S, TQ_IQ1_S, TQ_IQ1_M,
+};
+
+/* Weights of type wt for the floats w: quantized, or for the lattice
+ * formats random blocks with scales of the magnitude w's would get. */
+static void make_weights(tq_type wt, const float *w, void *qw, int n)
+{
+    if (tq_has_quantizer(wt)) {
+        tq_quantize_row(wt, w, qw, n);
+        return;
+    }
+    size_t bs = tq_get(wt)->type_size;
+    for (int b = 0; b < n / 256; b++) random_scaled_block(wt, (char *)qw + b * bs, 0.002f + 0.01f * uniform());
+}
 
 /* ---- layouts ------------------------------------------------------------ */
 
@@ -76,6 +95,117 @@ static float decode_iq4_xs(const tq_block_iq4_xs *b, int v)
     return tq_f16_to_f32(b->d) * (ls - 32) * iq4_value(b->qs + 16 * j, v % 32);
 }
 
+/* ---- the lattice formats, decoded from their description (tq_iqgrid.c) */
+
+static uint32_t le32_at(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* 7 stored sign bits, the 8th their parity (an even count of minus signs). */
+static int sign_of(unsigned seven, int j)
+{
+    unsigned eight = seven | (unsigned)(__builtin_popcount(seven) & 1) << 7;
+    return eight >> j & 1 ? -1 : 1;
+}
+
+static float signed_value(float scale, int mag, int sign)
+{
+    float v = scale * mag;
+    return sign < 0 ? -v : v;
+}
+
+static uint8_t byte_of(uint64_t word, int j) { return (uint8_t)(word >> (8 * j)); }
+
+/* value v of a block: run r, group of 8 l, place j */
+static float decode_lattice(tq_type t, const void *blk, int v)
+{
+    int r = v / 32, l = v % 32 / 8, j = v % 8, k = v % 32 / 4, h = v % 32 / 16;
+    switch (t) {
+    case TQ_IQ2_XXS: {
+        const tq_block_iq2_xxs *b = blk;
+        const uint8_t *q = (const uint8_t *)b->qs;
+        uint32_t s = le32_at(q + 8 * r + 4);
+        float sc = tq_f16_to_f32(b->d) * (0.5f + (s >> 28)) * 0.25f;
+        return signed_value(sc, byte_of(tq_iq2xxs_grid[q[8 * r + l]], j), sign_of((s >> 7 * l) & 127, j));
+    }
+    case TQ_IQ2_XS: {
+        const tq_block_iq2_xs *b = blk;
+        uint16_t q = b->qs[4 * r + l];
+        float sc = tq_f16_to_f32(b->d) * (0.5f + ((b->scales[r] >> 4 * h) & 15)) * 0.25f;
+        return signed_value(sc, byte_of(tq_iq2xs_grid[q & 511], j), sign_of(q >> 9, j));
+    }
+    case TQ_IQ2_S: {
+        const tq_block_iq2_s *b = blk;
+        int idx = b->qs[4 * r + l] | ((b->qh[r] >> 2 * l) & 3) << 8;
+        float sc = tq_f16_to_f32(b->d) * (0.5f + ((b->scales[r] >> 4 * h) & 15)) * 0.25f;
+        return signed_value(sc, byte_of(tq_iq2s_grid[idx], j), b->qs[32 + 4 * r + l] >> j & 1 ? -1 : 1);
+    }
+    case TQ_IQ3_XXS: {
+        const tq_block_iq3_xxs *b = blk;
+        uint32_t s = le32_at(b->qs + 64 + 4 * r);
+        float sc = tq_f16_to_f32(b->d) * (0.5f + (s >> 28)) * 0.5f;
+        int mag = (tq_iq3xxs_grid[b->qs[8 * r + k]] >> (8 * (v % 4))) & 255;
+        return signed_value(sc, mag, sign_of((s >> 7 * l) & 127, j));
+    }
+    case TQ_IQ3_S: {
+        const tq_block_iq3_s *b = blk;
+        int idx = b->qs[8 * r + k] | ((b->qh[r] >> k) & 1) << 8;
+        float sc = tq_f16_to_f32(b->d) * (1 + 2 * ((b->scales[r / 2] >> 4 * (r % 2)) & 15));
+        int mag = (tq_iq3s_grid[idx] >> (8 * (v % 4))) & 255;
+        return signed_value(sc, mag, b->signs[4 * r + l] >> j & 1 ? -1 : 1);
+    }
+    case TQ_IQ1_S: {
+        const tq_block_iq1_s *b = blk;
+        uint16_t q = b->qh[r];
+        int idx = b->qs[4 * r + l] | ((q >> 3 * l) & 7) << 8;
+        float sc = tq_f16_to_f32(b->d) * (2 * ((q >> 12) & 7) + 1);
+        return sc * ((int8_t)byte_of(tq_iq1s_grid[idx], j) + (q & 0x8000 ? -0.125f : 0.125f));
+    }
+    case TQ_IQ1_M: {
+        const tq_block_iq1_m *b = blk;
+        int w[4], nib = (b->qh[2 * r + l / 2] >> 4 * (l % 2)) & 15;
+        for (int i = 0; i < 4; i++) w[i] = b->scales[2 * i] | b->scales[2 * i + 1] << 8;
+        tq_f16 d = (tq_f16)((w[0] >> 12) | (w[1] >> 12) << 4 | (w[2] >> 12) << 8 | (w[3] >> 12) << 12);
+        int idx = b->qs[4 * r + l] | (nib & 7) << 8;
+        float sc = tq_f16_to_f32(d) * (2 * ((w[r / 2] >> (6 * (r % 2) + 3 * h)) & 7) + 1);
+        return sc * ((int8_t)byte_of(tq_iq1s_grid[idx], j) + (nib & 8 ? -0.125f : 0.125f));
+    }
+    default: break;
+    }
+    return NAN;
+}
+
+/* MXFP4 value v: E2M1 code (sign, 2-bit exponent, 1-bit mantissa) of
+ * nibble v / 16 of byte v % 16, times 2^(e - 127). */
+static float decode_mxfp4(const tq_block_mxfp4 *b, int v)
+{
+    int code = (b->qs[v % 16] >> (4 * (v / 16))) & 15, ex = (code >> 1) & 3, man = code & 1;
+    float mag = ex == 0 ? 0.5f * man : ldexpf(1.0f + 0.5f * man, ex - 1);
+    float scale = ldexpf(1.0f, b->e - 127);
+    return (code & 8 ? -mag : mag) * scale;
+}
+
+/* Table entries as ggml-common.h lists them (first, last), and the sign
+ * table's parity rule. */
+static void test_lattice_tables(void)
+{
+    CHECK(tq_iq2xxs_grid[0] == 0x0808080808080808ull && tq_iq2xxs_grid[1] == 0x080808080808082bull);
+    CHECK(tq_iq2xxs_grid[255] == 0x2b2b2b1908081908ull);
+    CHECK(tq_iq2xs_grid[511] == 0x2b2b2b2b2b2b2b2bull && tq_iq2s_grid[1023] == 0x2b2b2b2b2b2b2b2bull);
+    CHECK(tq_iq3xxs_grid[0] == 0x04040404u && tq_iq3xxs_grid[255] == 0x3e341c04u);
+    CHECK(tq_iq3s_grid[0] == 0x01010101u && tq_iq3s_grid[511] == 0x0f0f0101u);
+    CHECK(tq_iq1s_grid[0] == 0xffffffffffffffffull && tq_iq1s_grid[2047] == 0x0101010101010101ull);
+    int bad = 0;
+    for (unsigned i = 0; i < 128; i++) {
+        for (int j = 0; j < 8; j++) {
+            bad += (tq_ksigns_iq2xs[i] >> j & 1 ? -1 : 1) != sign_of(i, j);
+            bad += (int8_t)byte_of(tq_signs64[i], j) != sign_of(i, j);
+        }
+    }
+    CHECK_EQ_INT(bad, 0);
+}
+
 static void test_layouts(void)
 {
     int bad = 0;
@@ -105,6 +235,24 @@ static void test_layouts(void)
         bx.d = tq_f32_to_f16(uniform() - 0.5f);
         tq_dequantize_row(TQ_IQ4_XS, &bx, y, 256);
         for (int v = 0; v < 256; v++) bad += y[v] != decode_iq4_xs(&bx, v);
+
+        tq_block_mxfp4 bm;
+        random_block(&bm, sizeof bm);
+        bm.e = (uint8_t)(100 + rep);
+        tq_dequantize_row(TQ_MXFP4, &bm, y, 32);
+        for (int v = 0; v < 32; v++) bad += y[v] != decode_mxfp4(&bm, v);
+
+        for (size_t t = 0; t < ARRAY_LEN(types); t++) {
+            if (tq_has_quantizer(types[t])) continue;
+            uint8_t blk[128];
+            random_scaled_block(types[t], blk, uniform() - 0.5f);
+            tq_dequantize_row(types[t], blk, y, 256);
+            for (int v = 0; v < 256; v++) {
+                float want = decode_lattice(types[t], blk, v);
+                if (memcmp(&y[v], &want, sizeof want) != 0 && bad++ < 3)
+                    fprintf(stderr, "%s value %d: %.9g, decoded here %.9g\n", tq_get(types[t])->name, v, y[v], want);
+            }
+        }
     }
     CHECK_EQ_INT(bad, 0);
     CHECK_EQ_INT(tq_row_size(TQ_Q2_K, 256), 84);
@@ -113,20 +261,32 @@ static void test_layouts(void)
     CHECK_EQ_INT(tq_row_size(TQ_IQ4_XS, 256), 136);
     CHECK_EQ_INT(tq_get(TQ_IQ4_NL)->vec_dot_type, TQ_Q8_0);
     CHECK_EQ_INT(tq_get(TQ_IQ4_XS)->vec_dot_type, TQ_Q8_K);
+    CHECK_EQ_INT(tq_row_size(TQ_MXFP4, 64), 34);
+    CHECK_EQ_INT(tq_get(TQ_MXFP4)->vec_dot_type, TQ_Q8_0);
+    static const struct { tq_type t; int bytes; } sizes[] = {
+        { TQ_IQ2_XXS, 66 }, { TQ_IQ2_XS, 74 }, { TQ_IQ2_S, 82 }, { TQ_IQ3_XXS, 98 },
+        { TQ_IQ3_S, 110 }, { TQ_IQ1_S, 50 }, { TQ_IQ1_M, 56 },
+    };
+    for (size_t i = 0; i < ARRAY_LEN(sizes); i++) {
+        CHECK_EQ_INT(tq_row_size(sizes[i].t, 512), 2 * sizes[i].bytes);
+        CHECK_EQ_INT(tq_get(sizes[i].t)->vec_dot_type, TQ_Q8_K);
+        CHECK(!tq_has_quantizer(sizes[i].t));
+    }
 }
 
 /* ---- quantizer accuracy -------------------------------------------------- */
 
 /* Relative RMS error on gaussian rows of 4 widths; bounds about 1.25x what
  * the formats reach here (Q2_K 0.284, Q3_K 0.144, IQ4_NL 0.073, IQ4_XS
- * 0.075). */
+ * 0.075, MXFP4 0.116).  The lattice formats have no quantizer. */
 static void test_round_trip(void)
 {
     enum { N = 256 * 32 };
     static float x[N], y[N];
     static uint8_t q[N];
-    const double bound[] = { 0.355, 0.18, 0.092, 0.094 };   /* as types[] */
+    const double bound[] = { 0.355, 0.18, 0.092, 0.094, 0.145 };   /* as types[] */
     for (size_t t = 0; t < ARRAY_LEN(types); t++) {
+        if (!tq_has_quantizer(types[t])) continue;
         for (int i = 0; i < N; i++) x[i] = gaussish() * (1 + i / 256 % 4);
         tq_quantize_row(types[t], x, q, N);
         tq_dequantize_row(types[t], q, y, N);
@@ -203,7 +363,7 @@ static void test_dot_vs_dequant(void)
         int bad = 0;
         for (int rep = 0; rep < 30; rep++) {
             fill(w, x, N, rep);
-            tq_quantize_row(types[t], w, qw, N);
+            make_weights(types[t], w, qw, N);
             quantize_act(types[t], x, qa, N);
             double exact;
             float got = tq_vec_dot_ref(types[t], N, qw, qa);
@@ -231,7 +391,7 @@ static void test_dots_simd(const tk_ops *ref, const tk_ops *simd)
             if (n % tq_get(wt)->blck_size) continue;
             for (int rep = 0; rep < 30; rep++) {
                 fill(w, x, n, rep);
-                tq_quantize_row(wt, w, qw, n);
+                make_weights(wt, w, qw, n);
                 quantize_act(wt, x, qa, n);
                 float r = ref->vec_dot[wt](n, qw, qa), v = simd->vec_dot[wt](n, qw, qa);
                 double exact;
@@ -269,7 +429,7 @@ static void test_matmul(void)
         for (int r = 0; r < ROWS; r++) {
             float dummy[COLS];
             fill(w, dummy, COLS, r);
-            tq_quantize_row(wt, w, qw + r * wrow, COLS);
+            make_weights(wt, w, qw + r * wrow, COLS);
         }
         for (int i = 0; i < MAX_TOK * COLS; i++) x[i] = gaussish();
         int bad = 0;
@@ -296,6 +456,7 @@ int main(int argc, char **argv)
 {
     test_select(argc, argv);
     TEST_RUN(test_layouts);
+    TEST_RUN(test_lattice_tables);
     TEST_RUN(test_round_trip);
     TEST_RUN(test_dot_vs_dequant);
     const tk_ops *ref = tk_ops_named("scalar");

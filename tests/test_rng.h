@@ -9,7 +9,11 @@
 #ifndef TEST_RNG_H
 #define TEST_RNG_H
 
+#include "../src/tensor/tq.h"
+
+#include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifndef TEST_RNG_SEED
 #error "define TEST_RNG_SEED before including test_rng.h"
@@ -33,6 +37,23 @@ static float uniform(void)   /* [0, 1) */
 static float gaussish(void)  /* Irwin-Hall(4), unit variance */
 {
     return (uniform() + uniform() + uniform() + uniform() - 2.0f) * 1.7320508f;
+}
+
+/* A block of `type` of random bytes (any bit pattern is a valid block of
+ * the formats without a quantizer, tq.h) with its f16 scale set to d:
+ * IQ1_M keeps it in the top nibbles of its 4 scale words, the rest at the
+ * start. */
+static inline void random_scaled_block(tq_type type, void *blk, float d)
+{
+    uint8_t *p = blk;
+    for (size_t i = 0; i < tq_get(type)->type_size; i++) p[i] = (uint8_t)next_u32();
+    tq_f16 h = tq_f32_to_f16(d);
+    if (type != TQ_IQ1_M) {
+        memcpy(p, &h, sizeof h);
+        return;
+    }
+    uint8_t *sc = p + offsetof(tq_block_iq1_m, scales);
+    for (int k = 0; k < 4; k++) sc[2 * k + 1] = (uint8_t)((sc[2 * k + 1] & 0x0f) | ((h >> (4 * k)) & 15) << 4);
 }
 
 #endif

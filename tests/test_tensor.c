@@ -52,6 +52,20 @@ static void fill_random(float *x, int64_t n)
     }
 }
 
+/* A block of a lattice format (tq.h: no quantizer) of random bytes with its
+ * f16 scale 1/64: at the start, or for IQ1_M in the top nibbles of its 4
+ * scale words. */
+static void lattice_block(tq_type t, uint8_t *blk)
+{
+    for (size_t i = 0; i < tq_get(t)->type_size; i++) blk[i] = (uint8_t)rnd_u32();
+    tq_f16 h = tq_f32_to_f16(1.0f / 64);
+    if (t != TQ_IQ1_M) {
+        memcpy(blk, &h, sizeof h);
+        return;
+    }
+    for (int k = 0; k < 4; k++) blk[48 + 2 * k + 1] = (uint8_t)((blk[48 + 2 * k + 1] & 15) | ((h >> 4 * k) & 15) << 4);
+}
+
 static const tq_type legacy_types[] = {
     TQ_F32, TQ_F16, TQ_BF16, TQ_Q4_0, TQ_Q4_1, TQ_Q5_0, TQ_Q5_1, TQ_Q8_0,
 };
@@ -780,7 +794,13 @@ static void check_matmul(tp_pool *tp[2], tq_type wt, int64_t n_rows, int64_t n_c
     void *scratch = malloc(tk_matmul_scratch_size(wt, n_cols, n_tok));
     fill_random(wf, n_rows * n_cols);
     fill_random(x, n_tok * n_cols);
-    for (int64_t r = 0; r < n_rows; r++) tq_quantize_row(wt, wf + r * n_cols, w + r * wrow, n_cols);
+    if (tq_has_quantizer(wt)) {
+        for (int64_t r = 0; r < n_rows; r++) tq_quantize_row(wt, wf + r * n_cols, w + r * wrow, n_cols);
+    } else {
+        /* the lattice formats (no quantizer): random blocks, scale 1/64 */
+        size_t bs = tq_get(wt)->type_size;
+        for (size_t b = 0; b < wrow * (size_t)n_rows / bs; b++) lattice_block(wt, w + b * bs);
+    }
     for (int i = 0; i < 3; i++)
         for (int64_t k = 0; k < n_tok * n_rows; k++) y[i][k] = NAN;
 

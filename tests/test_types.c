@@ -3,16 +3,19 @@
  * from tests/data/types/ (written by scripts/refs/make_refs.sh with a
  * llama.cpp build beside the project; its README and commands.txt say how).
  *
- * Dequantization, all 14 stored types (F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0,
- * Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS; F32 is stored as it
+ * Dequantization, all 22 stored types (F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0,
+ * Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4, IQ2_XXS,
+ * IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M; F32 is stored as it
  * is): 64 x 256 values per type, half quantized by ggml from random floats
  * and half random bytes with finite scales, dequantized by ggml's to_float;
  * tq_dequantize_row must give the same floats bit for bit.
  *
- * Whole models, the 9 types that ../shared/reference has no model of (BF16,
- * Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS; test_model checks F32,
- * F16, Q8_0, Q4_0, Q4_K, Q6_K): a random-weight llama model per type (every
- * matrix in that type, llama-quantize --pure), three prompts, F32 cache, 32
+ * Whole models, the 17 types that ../shared/reference has no model of (BF16,
+ * Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS, MXFP4 and the seven
+ * lattice formats; test_model checks F32, F16, Q8_0, Q4_0, Q4_K, Q6_K): a
+ * random-weight llama model per type (every matrix in that type,
+ * llama-quantize --pure; IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M keep token_embd in Q8_0,
+ * tests/data/README.md says why), three prompts, F32 cache, 32
  * greedy steps, checked thus:
  *   - prompt tokens equal;
  *   - logits within eps = frac x max |logit| of the prompt's first position
@@ -40,6 +43,7 @@
 static const tq_type dq_types[] = {
     TQ_F16, TQ_BF16, TQ_Q8_0, TQ_Q4_0, TQ_Q4_1, TQ_Q5_0, TQ_Q5_1,
     TQ_Q2_K, TQ_Q3_K, TQ_Q4_K, TQ_Q5_K, TQ_Q6_K, TQ_IQ4_NL, TQ_IQ4_XS,
+    TQ_MXFP4, TQ_IQ2_XXS, TQ_IQ2_XS, TQ_IQ2_S, TQ_IQ3_XXS, TQ_IQ3_S, TQ_IQ1_S, TQ_IQ1_M,
 };
 
 /*
@@ -54,7 +58,9 @@ static const tq_type dq_types[] = {
  * jumps (an activation that rounds the other way in its Q8 / BF16
  * conversion).  Measured max |diff| / max |logit| per type: BF16 2.3e-3,
  * Q5_0 6.8e-3, Q2_K 8.9e-3, Q3_K 1.15e-2, Q5_K 1.18e-2, IQ4_NL 5.0e-3,
- * IQ4_XS 1.13e-2: budget 3e-3 for BF16, 1.5e-2 for those.
+ * IQ4_XS 1.13e-2, MXFP4 9.2e-3, IQ2_XXS 6.6e-3, IQ3_XXS 1.03e-2, IQ2_XS
+ * 6.2e-3, IQ3_S 1.02e-2, IQ2_S 6.2e-3, IQ1_S 9.5e-3, IQ1_M 1.09e-2:
+ * budget 3e-3 for BF16, 1.5e-2 for those.
  *
  * Q4_1 and Q5_1 measure 3.2e-2 and 2.4e-2, 2.7e-2 already at prompt 0's
  * first position: their arithmetic is not the reference's.  polykv takes
@@ -67,6 +73,8 @@ static const tq_type dq_types[] = {
 static const struct { const char *name; double frac; } models[] = {
     { "BF16", 3e-3 }, { "Q4_1", 4e-2 }, { "Q5_0", 1.5e-2 }, { "Q5_1", 4e-2 }, { "Q2_K", 1.5e-2 },
     { "Q3_K", 1.5e-2 }, { "Q5_K", 1.5e-2 }, { "IQ4_NL", 1.5e-2 }, { "IQ4_XS", 1.5e-2 },
+    { "MXFP4", 1.5e-2 }, { "IQ2_XXS", 1.5e-2 }, { "IQ3_XXS", 1.5e-2 }, { "IQ2_XS", 1.5e-2 },
+    { "IQ3_S", 1.5e-2 }, { "IQ2_S", 1.5e-2 }, { "IQ1_S", 1.5e-2 }, { "IQ1_M", 1.5e-2 },
 };
 
 static void *read_file(const char *path, size_t *len)

@@ -10,7 +10,15 @@
 #      2 layers, 4 / 2 heads, n_ff 256, seed 11), under OUT (not committed:
 #      the same command writes the same bytes).
 #   2. `llama-quantize --pure SRC DST TYPE 2` makes one model per type, every
-#      matrix in TYPE (token_embd too, which is also the tied output).
+#      matrix in TYPE (token_embd too, which is also the tied output).  The
+#      types llama-quantize refuses without an importance matrix (IQ2_XXS,
+#      IQ3_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M) get `--imatrix`, one made by
+#      llama-imatrix from the F32 model reading docs/architecture.md (any
+#      text will do: the weights are random).  It has no entry for
+#      token_embd (the tied output is not seen as a product), and ggml's
+#      IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S and IQ1_M quantizers stop without one,
+#      so those five keep token_embd in Q8_0 (`--tensor-type
+#      token_embd=q8_0`), as llama.cpp's own mixes keep the output wider.
 #   3. scripts/refs/probe.cpp, built against the same libllama, runs each
 #      model on ../shared/reference/prompts.txt (F32 cache, 32 greedy steps)
 #      and dequantizes blocks of every type with ggml's to_float.
@@ -32,11 +40,14 @@ OUT=${OUT:-/work/peers/types}
 SHARED=${POLYKV_SHARED:-../shared}
 BIN=$PEER/build/bin
 DATA=tests/data/types
-TYPES="BF16 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q5_K IQ4_NL IQ4_XS"
+TYPES="BF16 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q5_K IQ4_NL IQ4_XS MXFP4 IQ2_XXS IQ3_XXS IQ2_XS IQ3_S IQ2_S IQ1_S IQ1_M"
+IMATRIX_TYPES="IQ2_XXS IQ3_XXS IQ2_XS IQ2_S IQ1_S IQ1_M"
+EMBD_Q8_TYPES="IQ2_XXS IQ2_XS IQ2_S IQ1_S IQ1_M"
 [ -d "$PEER/build" ] || { echo "make_refs: no llama.cpp build at $PEER/build" >&2; exit 2; }
 mkdir -p "$OUT" "$DATA"
 
-[ -x "$BIN/llama-quantize" ] || cmake --build "$PEER/build" --target llama-quantize -j2 >&2
+[ -x "$BIN/llama-quantize" ] && [ -x "$BIN/llama-imatrix" ] ||
+    cmake --build "$PEER/build" --target llama-quantize llama-imatrix -j2 >&2
 [ -x "$BUILD/polykv" ] || make -s "$BUILD/polykv"
 g++ -std=c++17 -O2 -I"$PEER/include" -I"$PEER/ggml/include" scripts/refs/probe.cpp -L"$BIN" \
     -lllama -lggml -lggml-base -Wl,-rpath,"$BIN" -o "$OUT/probe"
@@ -54,9 +65,16 @@ src=$OUT/rand-llama-e256-l2-F32.gguf
 say "$BUILD/polykv" gen-model --arch llama --vocab "$SHARED/models/stories260K.gguf" --n-embd 256 \
     --n-layer 2 --n-head 4 --n-head-kv 2 --n-ff 256 --type f32 --seed 11 -o "$src"
 echo "# sha256 $(sha256sum "$src" | cut -d' ' -f1)  \$OUT/$(basename "$src")" >> "$log"
+imat=$OUT/rand-llama-e256-l2.imatrix.gguf
+say "$BIN/llama-imatrix" -m "$src" -f docs/architecture.md -c 256 -t 2 -o "$imat" > "$OUT/imatrix.log" 2>&1
+echo "# sha256 $(sha256sum "$imat" | cut -d' ' -f1)  \$OUT/$(basename "$imat")" >> "$log"
 for t in $TYPES; do
     m=$DATA/rand-llama-e256-l2-$t.gguf
-    say "$BIN/llama-quantize" --pure "$src" "$m" "$t" 2 > "$OUT/quantize-$t.log" 2>&1
+    case " $IMATRIX_TYPES " in *" $t "*) im="--imatrix $imat" ;; *) im= ;; esac
+    case " $EMBD_Q8_TYPES " in *" $t "*) im="$im --tensor-type token_embd=q8_0" ;; esac
+    # shellcheck disable=SC2086  # $im: none, two or four words
+    qt=$t; [ "$t" = MXFP4 ] && qt=MXFP4_MOE   # with --pure: every matrix MXFP4
+    say "$BIN/llama-quantize" $im --pure "$src" "$m" "$qt" 2 > "$OUT/quantize-$t.log" 2>&1
     say "$OUT/probe" run "$m" "$SHARED/reference/prompts.txt" "$DATA/rand-llama-e256-l2-$t.json" 32 \
         "$DATA/rand-llama-e256-l2-$t.firstpos_logits.p0.tsv"
 done

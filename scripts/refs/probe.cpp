@@ -9,7 +9,8 @@
  *       For every weight type, 64 blocks' worth of values: half made by
  *       ggml_quantize_chunk from random floats (six shapes of data), half
  *       random bytes with every F16/BF16 scale made finite; each dequantized
- *       by ggml's own ggml_get_type_traits(type)->to_float.  Writes
+ *       by ggml's own ggml_get_type_traits(type)->to_float.  The types whose
+ *       quantizer needs an importance matrix get one of all ones.  Writes
  *       OUT_DIR/dq_<TYPE>.bin: the block bytes, then the floats (f32, little
  *       endian); 64 * 256 values for every type.
  *
@@ -79,11 +80,15 @@ static float gauss(void)
 /* Offsets of the F16 scale fields in a block, -1 ended. */
 static const int *f16_fields(ggml_type t)
 {
+    /* IQ1_M's f16 is the top nibbles of its 4 scale words: the exponent's
+     * top bit is bit 6 of byte 55, the high byte of a "field" at 54 */
     static const int d0[] = { 0, -1 }, dm0[] = { 0, 2, -1 }, q2k[] = { 80, 82, -1 }, q3k[] = { 108, -1 },
-                     q6k[] = { 208, -1 }, none[] = { -1 };
+                     q6k[] = { 208, -1 }, iq1m[] = { 54, -1 }, none[] = { -1 };
     switch (t) {
     case GGML_TYPE_Q4_0: case GGML_TYPE_Q5_0: case GGML_TYPE_Q8_0: case GGML_TYPE_IQ4_NL:
-    case GGML_TYPE_IQ4_XS: return d0;
+    case GGML_TYPE_IQ4_XS: case GGML_TYPE_IQ2_XXS: case GGML_TYPE_IQ2_XS: case GGML_TYPE_IQ2_S:
+    case GGML_TYPE_IQ3_XXS: case GGML_TYPE_IQ3_S: case GGML_TYPE_IQ1_S: return d0;
+    case GGML_TYPE_IQ1_M: return iq1m;
     case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_1: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: return dm0;
     case GGML_TYPE_Q2_K: return q2k;
     case GGML_TYPE_Q3_K: return q3k;
@@ -98,7 +103,11 @@ static int dequant(const char *dir)
         GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0,
         GGML_TYPE_Q5_1, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
         GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS,
+        /* appended, so the random stream of the types above is unchanged */
+        GGML_TYPE_MXFP4, GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S, GGML_TYPE_IQ3_XXS,
+        GGML_TYPE_IQ3_S, GGML_TYPE_IQ1_S, GGML_TYPE_IQ1_M,
     };
+    const std::vector<float> ones(256, 1.0f);
     const int64_t n = 64 * 256, half = n / 2;
     std::vector<float> x(n), y(n);
     for (ggml_type t : types) {
@@ -115,7 +124,8 @@ static int dequant(const char *dir)
             case 5: x[i] = (float)((int)(next_u32() % 9) - 4) * 0.25f; break;
             }
         }
-        ggml_quantize_chunk(t, x.data(), q.data(), 0, half / 256, 256, NULL);
+        ggml_quantize_chunk(t, x.data(), q.data(), 0, half / 256, 256,
+                            ggml_quantize_requires_imatrix(t) ? ones.data() : NULL);
         for (size_t b = hb; b < bytes; b++) q[b] = (uint8_t)next_u32();
         if (t == GGML_TYPE_F16 || t == GGML_TYPE_BF16) {
             for (size_t b = hb; b < bytes; b += 2) q[b + 1] &= 0xbf;  /* exponent's top bit off */

@@ -33,6 +33,7 @@ static const gen_type gen_types[] = {
     { "q4_k_m", TQ_Q4_K, true, 15 }, { "q4_k_s", TQ_Q4_K, false, 14 }, { "q5_k", TQ_Q5_K, false, 16 },
     { "q6_k", TQ_Q6_K, false, 18 }, { "q2_k", TQ_Q2_K, false, 10 }, { "q3_k", TQ_Q3_K, false, 11 },
     { "iq4_nl", TQ_IQ4_NL, false, 25 }, { "iq4_xs", TQ_IQ4_XS, false, 30 },
+    { "mxfp4", TQ_MXFP4, false, 38 },   /* every matrix, as llama-quantize --pure MXFP4_MOE */
 };
 
 /* splitmix64: a fresh stream per tensor from (seed, tensor index). */
@@ -165,7 +166,7 @@ static void usage(void)
         "  gpt-oss: qwen3moe's expert options, [--swa 128] (the even layers' window), [--yarn 32]\n"
         "         (YaRN's factor over --ctx; 0: none); untied, biases, sinks\n"
         "  types: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k (= q4_k_m mix) q4_k_s q5_k q6_k\n"
-        "         q2_k q3_k (= q3_k_s) iq4_nl iq4_xs\n");
+        "         q2_k q3_k (= q3_k_s) iq4_nl iq4_xs mxfp4 (every matrix)\n");
 }
 
 static void llama_keys(gguf_writer *w, const gen_shape *sh)

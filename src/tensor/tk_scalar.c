@@ -45,6 +45,14 @@ void tk_fill_scalar(tk_ops *o)
     o->vec_dot[TQ_Q6_K] = tq_dot_q6_K;
     o->vec_dot[TQ_IQ4_NL] = tq_dot_iq4_nl;
     o->vec_dot[TQ_IQ4_XS] = tq_dot_iq4_xs;
+    o->vec_dot[TQ_MXFP4] = tq_dot_mxfp4;
+    o->vec_dot[TQ_IQ2_XXS] = tq_dot_iq2_xxs;
+    o->vec_dot[TQ_IQ2_XS] = tq_dot_iq2_xs;
+    o->vec_dot[TQ_IQ2_S] = tq_dot_iq2_s;
+    o->vec_dot[TQ_IQ3_XXS] = tq_dot_iq3_xxs;
+    o->vec_dot[TQ_IQ3_S] = tq_dot_iq3_s;
+    o->vec_dot[TQ_IQ1_S] = tq_dot_iq1_s;
+    o->vec_dot[TQ_IQ1_M] = tq_dot_iq1_m;
 
     o->quantize[TQ_F32]  = tq_quant_f32;
     o->quantize[TQ_F16]  = tq_quant_f16;

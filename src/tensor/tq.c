@@ -35,6 +35,14 @@ static const tq_traits traits[TQ_COUNT] = {
     [TQ_Q8_K] = { "q8_K", TQ_QK_K,   sizeof(tq_block_q8_K), TQ_Q8_K, true },
     [TQ_IQ4_NL] = { "iq4_nl", TQ_QK4_NL, sizeof(tq_block_iq4_nl), TQ_Q8_0, true },
     [TQ_IQ4_XS] = { "iq4_xs", TQ_QK_K,   sizeof(tq_block_iq4_xs), TQ_Q8_K, true },
+    [TQ_MXFP4]  = { "mxfp4",  TQ_QK_MXFP4, sizeof(tq_block_mxfp4), TQ_Q8_0, true },
+    [TQ_IQ2_XXS] = { "iq2_xxs", TQ_QK_K, sizeof(tq_block_iq2_xxs), TQ_Q8_K, true },
+    [TQ_IQ2_XS]  = { "iq2_xs",  TQ_QK_K, sizeof(tq_block_iq2_xs),  TQ_Q8_K, true },
+    [TQ_IQ2_S]   = { "iq2_s",   TQ_QK_K, sizeof(tq_block_iq2_s),   TQ_Q8_K, true },
+    [TQ_IQ3_XXS] = { "iq3_xxs", TQ_QK_K, sizeof(tq_block_iq3_xxs), TQ_Q8_K, true },
+    [TQ_IQ3_S]   = { "iq3_s",   TQ_QK_K, sizeof(tq_block_iq3_s),   TQ_Q8_K, true },
+    [TQ_IQ1_S]   = { "iq1_s",   TQ_QK_K, sizeof(tq_block_iq1_s),   TQ_Q8_K, true },
+    [TQ_IQ1_M]   = { "iq1_m",   TQ_QK_K, sizeof(tq_block_iq1_m),   TQ_Q8_K, true },
     [TQ_Q4_0X16] = { "q4_0x16", TQ_QK4_0, sizeof(tq_block_q4_0), TQ_Q8_0, true, TQ_TILE_ROWS, TQ_Q4_0 },
     [TQ_Q8_0X16] = { "q8_0x16", TQ_QK8_0, sizeof(tq_block_q8_0), TQ_Q8_0, true, TQ_TILE_ROWS, TQ_Q8_0 },
     [TQ_Q4_KX16] = { "q4_Kx16", TQ_QK_K, sizeof(tq_block_q4_K), TQ_Q8_K, true, TQ_TILE_ROWS, TQ_Q4_K },
@@ -55,6 +63,14 @@ _Static_assert(sizeof(tq_block_q6_K) == 210, "q6_K layout");
 _Static_assert(sizeof(tq_block_q8_K) == 292, "q8_K layout");
 _Static_assert(sizeof(tq_block_iq4_nl) == 18, "iq4_nl layout");
 _Static_assert(sizeof(tq_block_iq4_xs) == 136, "iq4_xs layout");
+_Static_assert(sizeof(tq_block_mxfp4) == 17, "mxfp4 layout");
+_Static_assert(sizeof(tq_block_iq2_xxs) == 66, "iq2_xxs layout");
+_Static_assert(sizeof(tq_block_iq2_xs) == 74, "iq2_xs layout");
+_Static_assert(sizeof(tq_block_iq2_s) == 82, "iq2_s layout");
+_Static_assert(sizeof(tq_block_iq3_xxs) == 98, "iq3_xxs layout");
+_Static_assert(sizeof(tq_block_iq3_s) == 110, "iq3_s layout");
+_Static_assert(sizeof(tq_block_iq1_s) == 50, "iq1_s layout");
+_Static_assert(sizeof(tq_block_iq1_m) == 56, "iq1_m layout");
 
 const tq_traits *tq_get(int type)
 {
@@ -158,6 +174,14 @@ void tq_dequantize_row(tq_type type, const void *x, float *y, int64_t n)
     case TQ_Q8_K: tq_dequant_q8_K(x, y, n); break;
     case TQ_IQ4_NL: tq_dequant_iq4_nl(x, y, n); break;
     case TQ_IQ4_XS: tq_dequant_iq4_xs(x, y, n); break;
+    case TQ_MXFP4: tq_dequant_mxfp4(x, y, n); break;
+    case TQ_IQ2_XXS: tq_dequant_iq2_xxs(x, y, n); break;
+    case TQ_IQ2_XS: tq_dequant_iq2_xs(x, y, n); break;
+    case TQ_IQ2_S: tq_dequant_iq2_s(x, y, n); break;
+    case TQ_IQ3_XXS: tq_dequant_iq3_xxs(x, y, n); break;
+    case TQ_IQ3_S: tq_dequant_iq3_s(x, y, n); break;
+    case TQ_IQ1_S: tq_dequant_iq1_s(x, y, n); break;
+    case TQ_IQ1_M: tq_dequant_iq1_m(x, y, n); break;
     default: ASSERT(!"tq_dequantize_row: unsupported type");
     }
 }
@@ -181,7 +205,19 @@ void tq_quantize_row(tq_type type, const float *x, void *y, int64_t n)
     case TQ_Q8_K: tq_quant_q8_K(x, y, n); break;
     case TQ_IQ4_NL: tq_quant_iq4_nl(x, y, n); break;
     case TQ_IQ4_XS: tq_quant_iq4_xs(x, y, n); break;
+    case TQ_MXFP4: tq_quant_mxfp4(x, y, n); break;
     default: ASSERT(!"tq_quantize_row: unsupported type");
+    }
+}
+
+bool tq_has_quantizer(int type)
+{
+    const tq_traits *t = tq_get(type);
+    if (!t || !t->supported || t->tile_rows) return false;
+    switch (type) {
+    case TQ_IQ2_XXS: case TQ_IQ2_XS: case TQ_IQ2_S: case TQ_IQ3_XXS: case TQ_IQ3_S: case TQ_IQ1_S: case TQ_IQ1_M:
+        return false;
+    default: return true;
     }
 }
 
@@ -203,6 +239,14 @@ float tq_vec_dot_ref(tq_type wtype, int64_t n, const void *w, const void *a)
     case TQ_Q6_K: return tq_dot_q6_K(n, w, a);
     case TQ_IQ4_NL: return tq_dot_iq4_nl(n, w, a);
     case TQ_IQ4_XS: return tq_dot_iq4_xs(n, w, a);
+    case TQ_MXFP4: return tq_dot_mxfp4(n, w, a);
+    case TQ_IQ2_XXS: return tq_dot_iq2_xxs(n, w, a);
+    case TQ_IQ2_XS: return tq_dot_iq2_xs(n, w, a);
+    case TQ_IQ2_S: return tq_dot_iq2_s(n, w, a);
+    case TQ_IQ3_XXS: return tq_dot_iq3_xxs(n, w, a);
+    case TQ_IQ3_S: return tq_dot_iq3_s(n, w, a);
+    case TQ_IQ1_S: return tq_dot_iq1_s(n, w, a);
+    case TQ_IQ1_M: return tq_dot_iq1_m(n, w, a);
     default: ASSERT(!"tq_vec_dot_ref: unsupported weight type");
     }
     return 0.0f;

@@ -9,9 +9,15 @@
  * The scalar functions here are the algorithmic reference: the SIMD kernels
  * (tk.h) are tested against them.  A weight type W is multiplied against
  * activations converted to tq_get(W)->vec_dot_type (F16 for F16, Q8_0 for
- * Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL — Q8_1 is not used —, Q8_K for the K-quants
- * and IQ4_XS, F32 for F32, BF16 for BF16), which is what the reference engine
- * does, so results agree with it to rounding.
+ * Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL/MXFP4 — Q8_1 is not used —, Q8_K for the
+ * K-quants, IQ4_XS and the lattice formats IQ1_S/IQ1_M/IQ2_XXS/IQ2_XS/
+ * IQ2_S/IQ3_XXS/IQ3_S, F32 for F32, BF16 for BF16), which is what the
+ * reference engine does, so results agree with it to rounding.
+ *
+ * The lattice formats have no quantizer here: the reference engine's needs
+ * an importance matrix and a search over the lattice per group, and files
+ * of these types come quantized.  tq_quantize_row refuses them (an ASSERT:
+ * callers check tq_has_quantizer first).
  */
 #ifndef TQ_H
 #define TQ_H
@@ -33,9 +39,17 @@ typedef enum tq_type {
     TQ_Q5_K = 13,
     TQ_Q6_K = 14,
     TQ_Q8_K = 15,
+    TQ_IQ2_XXS = 16,
+    TQ_IQ2_XS = 17,
+    TQ_IQ3_XXS = 18,
+    TQ_IQ1_S = 19,
     TQ_IQ4_NL = 20,
+    TQ_IQ3_S = 21,
+    TQ_IQ2_S = 22,
     TQ_IQ4_XS = 23,
+    TQ_IQ1_M = 29,
     TQ_BF16 = 30,
+    TQ_MXFP4 = 39,
     /* tiled layouts (below): made at load time, never read from a file */
     TQ_Q4_0X16 = 40,
     TQ_Q8_0X16 = 41,
@@ -53,6 +67,7 @@ typedef uint16_t tq_bf16;  /* bfloat16, bit pattern */
 #define TQ_QK5_1 32
 #define TQ_QK8_0 32
 #define TQ_QK4_NL 32
+#define TQ_QK_MXFP4 32
 #define TQ_QK_K 256
 #define TQ_K_SCALE_SIZE 12
 
@@ -97,6 +112,45 @@ typedef struct {                                                              /*
     uint8_t scales_l[TQ_QK_K / 64];   /* low 4 bits, two per byte */
     uint8_t qs[TQ_QK_K / 2];
 } tq_block_iq4_xs;
+/* MXFP4 (OCP microscaling): 32 E2M1 values sharing one power-of-two scale,
+ * value = 2^(e - 127) * fp4(level); levels as Q4_0's nibbles. */
+typedef struct { uint8_t e; uint8_t qs[TQ_QK_MXFP4 / 2]; } tq_block_mxfp4;        /* 17 B */
+/*
+ * The lattice formats (layouts in tq_iqgrid.c): a 256-value super-block of
+ * 8 runs of 32; each group of 8 (IQ3: 4) values is an index into a table of
+ * points (tq_impl.h's grids), with signs stored apart (IQ2/IQ3) or a shift
+ * (IQ1), and a scale per run or half run.
+ */
+typedef struct { tq_f16 d; uint16_t qs[TQ_QK_K / 8]; } tq_block_iq2_xxs;          /* 66 B */
+typedef struct {                                                              /* 74 B */
+    tq_f16 d;
+    uint16_t qs[TQ_QK_K / 8];         /* 9-bit grid index | 7 sign bits << 9 */
+    uint8_t scales[TQ_QK_K / 32];     /* 4-bit scale per 16 values */
+} tq_block_iq2_xs;
+typedef struct {                                                              /* 82 B */
+    tq_f16 d;
+    uint8_t qs[TQ_QK_K / 4];          /* low 8 bits of 32 grid indices, then 32 sign bytes */
+    uint8_t qh[TQ_QK_K / 32];         /* top 2 bits of the indices */
+    uint8_t scales[TQ_QK_K / 32];
+} tq_block_iq2_s;
+typedef struct { tq_f16 d; uint8_t qs[3 * TQ_QK_K / 8]; } tq_block_iq3_xxs;       /* 98 B */
+typedef struct {                                                              /* 110 B */
+    tq_f16 d;
+    uint8_t qs[TQ_QK_K / 4];          /* low 8 bits of 64 grid indices */
+    uint8_t qh[TQ_QK_K / 32];         /* 9th bits */
+    uint8_t signs[TQ_QK_K / 8];
+    uint8_t scales[TQ_QK_K / 64];     /* 4-bit scale per run */
+} tq_block_iq3_s;
+typedef struct {                                                              /* 50 B */
+    tq_f16 d;
+    uint8_t qs[TQ_QK_K / 8];          /* low 8 bits of 32 grid indices */
+    uint16_t qh[TQ_QK_K / 32];        /* 4 x 3 index bits | 3-bit scale << 12 | shift sign << 15 */
+} tq_block_iq1_s;
+typedef struct {                                                              /* 56 B */
+    uint8_t qs[TQ_QK_K / 8];
+    uint8_t qh[TQ_QK_K / 16];         /* 3 index bits | shift sign << 3, per nibble */
+    uint8_t scales[TQ_QK_K / 32];     /* 16 x 3-bit scales; the f16 d in the top nibbles */
+} tq_block_iq1_m;
 typedef struct {                                                              /* 292 B */
     float d;
     int8_t qs[TQ_QK_K];
@@ -132,8 +186,12 @@ tq_bf16 tq_f32_to_bf16(float f);
 /* Reference: x (n values of `type`) -> y (n floats).  n % blck_size == 0. */
 void tq_dequantize_row(tq_type type, const void *x, float *y, int64_t n);
 
-/* Reference quantizer: n floats -> n values of `type` (any supported type,
- * including the activation types Q8_0 and Q8_K).  The activation types
+/* Whether tq_quantize_row takes `type`: every supported type but the
+ * lattice formats (see the top). */
+bool tq_has_quantizer(int type);
+
+/* Reference quantizer: n floats -> n values of `type` (a type with
+ * tq_has_quantizer, including the activation types Q8_0 and Q8_K).  The activation types
  * (F16, BF16, Q8_0, Q8_K) match the reference engine's rounding exactly; the
  * weight types follow its reference quantizers (used by gen-model). */
 void tq_quantize_row(tq_type type, const float *x, void *y, int64_t n);

@@ -1,7 +1,7 @@
 /*
  * tq_iquant.c - scalar reference for the non-linear 4-bit formats IQ4_NL
- * (32-value blocks, multiplied against Q8_0) and IQ4_XS (256-value
- * super-blocks, against Q8_K).
+ * (32-value blocks, multiplied against Q8_0), IQ4_XS (256-value
+ * super-blocks, against Q8_K) and MXFP4 (32-value blocks, against Q8_0).
  *
  * LAYOUTS (structs in tq.h)
  *
@@ -14,6 +14,10 @@
  *   IQ4_XS: 8 groups, value = d * (ls[j] - 32) * table[level], ls 6-bit:
  *   low 4 bits in nibble j % 2 of scales_l[j / 2], top 2 bits in bits 2j,
  *   2j+1 of scales_h.
+ *   MXFP4: one group, value = 2^(e - 128) * tq_mxfp4_values[level], the
+ *   E2M1 values doubled (0, 1, 2, 3, 4, 6, 8, 12 and their negatives) so
+ *   they are integers; e 255 is an ordinary scale here, as in the
+ *   reference engine (the OCP format reserves it for NaN).
  *
  * NUMERICS
  *
@@ -32,11 +36,19 @@
  * lanes per super-block (each group's lanes times its scale) and one set of
  * float lanes.  (The reference repacks IQ4_NL matrices whose row count is a
  * multiple of 8, 8 rows at a time, on AVX2 CPUs; that kernel rounds
- * differently in the last bits.)
+ * differently in the last bits; it does the same with MXFP4.)  MXFP4's
+ * dot is IQ4_NL's with the scale product d_a * 2^(e - 128), its last odd
+ * block added as that product times the total (one rounding each).
+ *
+ * MXFP4's quantizer is the reference's: the scale exponent from
+ * floor(log2(max |x|)) - 2 (libm's log2f, as the reference calls it, so a
+ * maximum just under a power of two lands where the reference's does),
+ * then each value to the nearest table entry, the lower index on a tie.
  */
 #include "tq_impl.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 const int8_t tq_iq4nl_values[16] = {
@@ -58,13 +70,22 @@ static int nearest_level(float v)
     return v - t[lo] < t[hi] - v ? lo : hi;
 }
 
+const int8_t tq_mxfp4_values[16] = {
+    0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
+};
+
 /* The values of one 32-value group of levels in qs, in value order. */
-static void group_values(const uint8_t *qs, int8_t v[32])
+static void table_values(const int8_t *table, const uint8_t *qs, int8_t v[32])
 {
     for (int l = 0; l < 16; l++) {
-        v[l] = tq_iq4nl_values[qs[l] & 0xf];
-        v[16 + l] = tq_iq4nl_values[qs[l] >> 4];
+        v[l] = table[qs[l] & 0xf];
+        v[16 + l] = table[qs[l] >> 4];
     }
+}
+
+static void group_values(const uint8_t *qs, int8_t v[32])
+{
+    table_values(tq_iq4nl_values, qs, v);
 }
 
 /*
@@ -153,19 +174,28 @@ static void group_lanes(const int8_t v[32], const int8_t *a, int32_t sc, int32_t
     }
 }
 
-float tq_dot_iq4_nl(int64_t n, const void *vw, const void *va)
+/* The float scale of 32-value block i of a row times its activation
+ * block's (d_w * d_a). */
+typedef float (*block_scale_fn)(const void *w, int64_t i, const tq_block_q8_0 *a);
+
+/*
+ * The dot of n / 32 blocks of bsize bytes at w, each with its 16 level
+ * bytes at qs_off and values from `table`, with Q8_0 blocks, in the
+ * reference's AVX2 order (top of file); a last odd block adds its scale
+ * times its total.
+ */
+static float dot_groups32(int64_t n, const int8_t *table, const void *w, size_t bsize, size_t qs_off,
+                          block_scale_fn scale, const tq_block_q8_0 *a)
 {
-    const tq_block_iq4_nl *b = vw;
-    const tq_block_q8_0 *a = va;
-    int64_t nb = n / TQ_QK4_NL, ib = 0;
+    int64_t nb = n / 32, ib = 0;
     float acc[2][8] = {{0}};
     int8_t v[32];
     for (; ib + 1 < nb; ib += 2) {
         for (int k = 0; k < 2; k++) {
             int32_t lane[8] = {0};
-            group_values(b[ib + k].qs, v);
+            table_values(table, (const uint8_t *)w + (size_t)(ib + k) * bsize + qs_off, v);
             group_lanes(v, a[ib + k].qs, 1, lane);
-            float d = tq_f16_to_f32(a[ib + k].d) * tq_f16_to_f32(b[ib + k].d);
+            float d = scale(w, ib + k, a);
             for (int m = 0; m < 8; m++) acc[k][m] = fmaf(d, (float)lane[m], acc[k][m]);
         }
     }
@@ -174,11 +204,23 @@ float tq_dot_iq4_nl(int64_t n, const void *vw, const void *va)
     float total = tq_sum_lanes(sum);
     if (ib < nb) {
         int32_t s = 0;
-        group_values(b[ib].qs, v);
+        table_values(table, (const uint8_t *)w + (size_t)ib * bsize + qs_off, v);
         for (int l = 0; l < 32; l++) s += v[l] * a[ib].qs[l];
-        total += tq_f16_to_f32(a[ib].d) * tq_f16_to_f32(b[ib].d) * (float)s;
+        total += scale(w, ib, a) * (float)s;
     }
     return total;
+}
+
+/* The reference rounds d_a * d_w first: the same float either way. */
+static float iq4_nl_scale(const void *w, int64_t i, const tq_block_q8_0 *a)
+{
+    return tq_f16_to_f32(a[i].d) * tq_f16_to_f32(((const tq_block_iq4_nl *)w)[i].d);
+}
+
+float tq_dot_iq4_nl(int64_t n, const void *w, const void *a)
+{
+    return dot_groups32(n, tq_iq4nl_values, w, sizeof(tq_block_iq4_nl), offsetof(tq_block_iq4_nl, qs),
+                        iq4_nl_scale, a);
 }
 
 /* ---- IQ4_XS ------------------------------------------------------------- */
@@ -252,4 +294,59 @@ float tq_dot_iq4_xs(int64_t n, const void *vw, const void *va)
         for (int m = 0; m < 8; m++) acc[m] = fmaf(d, (float)lane[m], acc[m]);
     }
     return tq_sum_lanes(acc);
+}
+
+/* ---- MXFP4 -------------------------------------------------------------- */
+
+void tq_dequant_mxfp4(const void *vx, float *y, int64_t n)
+{
+    const tq_block_mxfp4 *b = vx;
+    int8_t v[32];
+    for (int64_t i = 0; i < n / TQ_QK_MXFP4; i++, b++) {
+        float d = tq_e8m0_half(b->e);
+        table_values(tq_mxfp4_values, b->qs, v);
+        for (int l = 0; l < 32; l++) *y++ = v[l] * d;
+    }
+}
+
+/* The first table index whose value times d is nearest x. */
+static int mxfp4_level(float x, float d)
+{
+    int best = 0;
+    float best_err = fabsf(tq_mxfp4_values[0] * d - x);
+    for (int i = 1; i < 16; i++) {
+        float err = fabsf(tq_mxfp4_values[i] * d - x);
+        if (err < best_err) {
+            best = i;
+            best_err = err;
+        }
+    }
+    return best;
+}
+
+void tq_quant_mxfp4(const float *x, void *vy, int64_t n)
+{
+    tq_block_mxfp4 *b = vy;
+    for (int64_t i = 0; i < n / TQ_QK_MXFP4; i++, b++, x += TQ_QK_MXFP4) {
+        float amax = 0.0f;
+        for (int j = 0; j < TQ_QK_MXFP4; j++)
+            if (amax < fabsf(x[j])) amax = fabsf(x[j]);
+        /* through int as x86 converts float to uint8_t: a maximum below
+         * 2^-125 wraps the same way as in the reference */
+        b->e = amax > 0.0f ? (uint8_t)(int)(floorf(log2f(amax)) - 2 + 127) : 0;
+        float d = tq_e8m0_half(b->e);
+        for (int j = 0; j < TQ_QK_MXFP4 / 2; j++)
+            b->qs[j] = (uint8_t)(mxfp4_level(x[j], d) | mxfp4_level(x[TQ_QK_MXFP4 / 2 + j], d) << 4);
+    }
+}
+
+static float mxfp4_scale(const void *w, int64_t i, const tq_block_q8_0 *a)
+{
+    return tq_f16_to_f32(a[i].d) * tq_e8m0_half(((const tq_block_mxfp4 *)w)[i].e);
+}
+
+float tq_dot_mxfp4(int64_t n, const void *w, const void *a)
+{
+    return dot_groups32(n, tq_mxfp4_values, w, sizeof(tq_block_mxfp4), offsetof(tq_block_mxfp4, qs), mxfp4_scale,
+                        a);
 }
