@@ -75,10 +75,11 @@ static inline bool gen_ref_sha(const char *commands, const char *name, char hex[
  * binary under test, checked to be byte for byte the file llama.cpp ran
  * (its sha256 in data/commands: a change to gen-model fails here rather
  * than turning the references stale), then held to llama.cpp's outputs
- * (data/<name>.json) within frac.  Needs ../shared for the vocabulary;
+ * (data/<name>.json) within frac at the first positions and frac_steps
+ * (0: frac) at the greedy steps.  Needs ../shared for the vocabulary;
  * script is what writes the references again. */
 static inline void gen_ref_check_gen(const char *bin, const char *data, const char *commands, const char *script,
-                                     const char *name, const char *args, double frac)
+                                     const char *name, const char *args, double frac, double frac_steps)
 {
     const char *shared = test_shared_dir();
     if (!shared) {
@@ -100,7 +101,7 @@ static inline void gen_ref_check_gen(const char *bin, const char *data, const ch
         fprintf(stderr, "%s: gen-model wrote another file than the one llama.cpp ran: rerun %s\n", name, script);
     } else {
         snprintf(jpath, sizeof jpath, "%s/%s.json", data, name);
-        gen_ref_check_file(name, path, jpath, 4, NULL, frac, frac);
+        gen_ref_check_file(name, path, jpath, 4, NULL, frac, frac_steps > 0 ? frac_steps : frac);
     }
     unlink(path);
     rmdir(dir);

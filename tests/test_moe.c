@@ -29,22 +29,25 @@
 #define GEN_GPTOSS "--arch gpt-oss --n-embd 128 --n-layer 4 --n-head 4 --n-head-kv 2 --head-dim 32 --n-ff 256 " \
                    "--n-expert 8 --n-expert-used 2 --n-ff-exp 64 --swa 32 --seed 43"
 
-static const struct { const char *name, *args; double frac; } gen_models[] = {
-    { "gen-qwen3moe-e128-l3-x8a2-F32", GEN_QWEN3MOE " --type f32", 3e-6 },
-    { "gen-qwen3moe-e128-l3-x8a2-BF16", GEN_QWEN3MOE " --type bf16", 4e-3 },
-    { "gen-qwen3moe-e128-l3-x8a2-Q8_0", GEN_QWEN3MOE " --type q8_0", 1e-2 },
-    { "gen-qwen3moe-e128-l3-x8a2-Q4_K", GEN_QWEN3MOE " --type q4_k", 1.5e-2 },
-    /* gpt-oss's budgets are wider where its routing makes them so: the k
-     * best of 8 raw logits switch experts at a near-tie on a last-bit
-     * difference (the quantized runs' activations round differently in
-     * llama.cpp's repacked kernels), and a switched expert moves that
-     * step's logits by up to 3e-2 of max |logit| (measured 4.3e-6, 4.2e-3,
-     * 1.2e-2, 4.5e-2; the first positions 1.8e-6, 2.1e-3, 5.0e-3, 8.6e-3;
-     * F32: YaRN's angles, which its compiler may contract into FMAs) */
-    { "gen-gptoss-e128-l4-x8a2-w32-F32", GEN_GPTOSS " --type f32", 1e-5 },
-    { "gen-gptoss-e128-l4-x8a2-w32-BF16", GEN_GPTOSS " --type bf16", 6e-3 },
-    { "gen-gptoss-e128-l4-x8a2-w32-Q8_0", GEN_GPTOSS " --type q8_0", 1.5e-2 },
-    { "gen-gptoss-e128-l4-x8a2-w32-Q4_K", GEN_GPTOSS " --type q4_k", 5e-2 },
+static const struct { const char *name, *args; double frac, frac_steps; } gen_models[] = {
+    { "gen-qwen3moe-e128-l3-x8a2-F32", GEN_QWEN3MOE " --type f32", 3e-6, 0 },
+    { "gen-qwen3moe-e128-l3-x8a2-BF16", GEN_QWEN3MOE " --type bf16", 4e-3, 0 },
+    { "gen-qwen3moe-e128-l3-x8a2-Q8_0", GEN_QWEN3MOE " --type q8_0", 1e-2, 0 },
+    { "gen-qwen3moe-e128-l3-x8a2-Q4_K", GEN_QWEN3MOE " --type q4_k", 1.5e-2, 0 },
+    /* gpt-oss: the first positions within the qwen3moe budgets (F32 1e-5:
+     * YaRN's angles, which llama.cpp's compiler may contract into FMAs);
+     * the greedy steps wider, because the k best of 8 raw logits switch
+     * experts at a near-tie on a last-bit difference (the quantized runs'
+     * activations round differently in llama.cpp's repacked Q4_K and MXFP4
+     * kernels), and a switched expert moves that step's logits by several
+     * hundredths of max |logit|.  Measured, first positions / steps:
+     * 1.8e-6 / 4.3e-6, 2.1e-3 / 4.2e-3, 5.0e-3 / 1.2e-2, 8.6e-3 / 4.5e-2,
+     * 9.6e-3 / 6.9e-2. */
+    { "gen-gptoss-e128-l4-x8a2-w32-F32", GEN_GPTOSS " --type f32", 1e-5, 0 },
+    { "gen-gptoss-e128-l4-x8a2-w32-BF16", GEN_GPTOSS " --type bf16", 4e-3, 6e-3 },
+    { "gen-gptoss-e128-l4-x8a2-w32-Q8_0", GEN_GPTOSS " --type q8_0", 1e-2, 2e-2 },
+    { "gen-gptoss-e128-l4-x8a2-w32-Q4_K", GEN_GPTOSS " --type q4_k", 1.5e-2, 8e-2 },
+    { "gen-gptoss-e128-l4-x8a2-w32-MXFP4_MOE", GEN_GPTOSS " --type mxfp4_moe", 1.5e-2, 8e-2 },
 };
 
 static const char *g_bin;
@@ -110,7 +113,7 @@ int main(int argc, char **argv)
         SKIP(DATA " absent (run from the repository root): llama.cpp's outputs are there");
     for (size_t i = 0; i < ARRAY_LEN(gen_models); i++)
         TEST_RUN(gen_ref_check_gen, g_bin, DATA, DATA "/commands.txt", "scripts/refs/make_moe_refs.sh",
-                 gen_models[i].name, gen_models[i].args, gen_models[i].frac);
+                 gen_models[i].name, gen_models[i].args, gen_models[i].frac, gen_models[i].frac_steps);
     TEST_RUN(check_engine, GEN_QWEN3MOE " --type q8_0");
     TEST_RUN(check_engine, GEN_GPTOSS " --type q8_0");
     return test_finish();

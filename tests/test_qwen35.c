@@ -164,6 +164,6 @@ int main(int argc, char **argv)
         TEST_RUN(check_model, models[i].name, models[i].frac, models[i].frac_steps);
     for (size_t i = 0; i < ARRAY_LEN(gen_models); i++)
         TEST_RUN(gen_ref_check_gen, g_bin, DATA, DATA "/commands-gen.txt", "scripts/qwen35/make_gen_refs.sh",
-                 gen_models[i].name, gen_models[i].args, gen_models[i].frac);
+                 gen_models[i].name, gen_models[i].args, gen_models[i].frac, 0.0);
     return test_finish();
 }

@@ -38,9 +38,12 @@ GPTOSS="--arch gpt-oss --n-embd 128 --n-layer 4 --n-head 4 --n-head-kv 2 --head-
 [ -x "$BUILD/polykv" ] || make -s BUILD="$BUILD" "$BUILD/polykv"
 refs_start make_moe_refs.sh
 
-for a in "qwen3moe-e128-l3-x8a2:$QWEN3MOE" "gptoss-e128-l4-x8a2-w32:$GPTOSS"; do
-    base=gen-${a%%:*} args=$(echo "${a#*:}" | tr -s ' \n' '  ')
-    for t in F32 BF16 Q8_0 Q4_K; do
+# model:types:args (gpt-oss also as its downloads come: experts in MXFP4)
+for a in "qwen3moe-e128-l3-x8a2:F32 BF16 Q8_0 Q4_K:$QWEN3MOE" \
+         "gptoss-e128-l4-x8a2-w32:F32 BF16 Q8_0 Q4_K MXFP4_MOE:$GPTOSS"; do
+    base=gen-${a%%:*} rest=${a#*:}
+    types=${rest%%:*} args=$(echo "${rest#*:}" | tr -s ' \n' '  ')
+    for t in $types; do
         m=$OUT/$base-$t.gguf
         # shellcheck disable=SC2086 # args is a list of options
         say "$BUILD/polykv" gen-model $args --type "$(echo "$t" | tr 'A-Z' 'a-z')" --vocab "$VOCAB" -o "$m"

@@ -27,13 +27,15 @@
 #include "cli_gen.h"
 
 static const gen_type gen_types[] = {
-    { "f32", TQ_F32, false, 0 },   { "f16", TQ_F16, false, 1 },   { "bf16", TQ_BF16, false, 32 },
-    { "q8_0", TQ_Q8_0, false, 7 }, { "q4_0", TQ_Q4_0, false, 2 }, { "q4_1", TQ_Q4_1, false, 3 },
-    { "q5_0", TQ_Q5_0, false, 8 }, { "q5_1", TQ_Q5_1, false, 9 }, { "q4_k", TQ_Q4_K, true, 15 },
-    { "q4_k_m", TQ_Q4_K, true, 15 }, { "q4_k_s", TQ_Q4_K, false, 14 }, { "q5_k", TQ_Q5_K, false, 16 },
-    { "q6_k", TQ_Q6_K, false, 18 }, { "q2_k", TQ_Q2_K, false, 10 }, { "q3_k", TQ_Q3_K, false, 11 },
-    { "iq4_nl", TQ_IQ4_NL, false, 25 }, { "iq4_xs", TQ_IQ4_XS, false, 30 },
-    { "mxfp4", TQ_MXFP4, false, 38 },   /* every matrix, as llama-quantize --pure MXFP4_MOE */
+    { "f32", TQ_F32, false, 0, 0 },   { "f16", TQ_F16, false, 1, 0 },   { "bf16", TQ_BF16, false, 32, 0 },
+    { "q8_0", TQ_Q8_0, false, 7, 0 }, { "q4_0", TQ_Q4_0, false, 2, 0 }, { "q4_1", TQ_Q4_1, false, 3, 0 },
+    { "q5_0", TQ_Q5_0, false, 8, 0 }, { "q5_1", TQ_Q5_1, false, 9, 0 }, { "q4_k", TQ_Q4_K, true, 15, 0 },
+    { "q4_k_m", TQ_Q4_K, true, 15, 0 }, { "q4_k_s", TQ_Q4_K, false, 14, 0 }, { "q5_k", TQ_Q5_K, false, 16, 0 },
+    { "q6_k", TQ_Q6_K, false, 18, 0 }, { "q2_k", TQ_Q2_K, false, 10, 0 }, { "q3_k", TQ_Q3_K, false, 11, 0 },
+    { "iq4_nl", TQ_IQ4_NL, false, 25, 0 }, { "iq4_xs", TQ_IQ4_XS, false, 30, 0 },
+    { "mxfp4", TQ_MXFP4, false, 38, 0 },   /* every matrix, as llama-quantize --pure MXFP4_MOE */
+    /* experts in MXFP4, the rest Q8_0: the shape of gpt-oss's downloads */
+    { "mxfp4_moe", TQ_Q8_0, false, 38, TQ_MXFP4 },
 };
 
 /* splitmix64: a fresh stream per tensor from (seed, tensor index). */
@@ -166,7 +168,8 @@ static void usage(void)
         "  gpt-oss: qwen3moe's expert options, [--swa 128] (the even layers' window), [--yarn 32]\n"
         "         (YaRN's factor over --ctx; 0: none); untied, biases, sinks\n"
         "  types: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k (= q4_k_m mix) q4_k_s q5_k q6_k\n"
-        "         q2_k q3_k (= q3_k_s) iq4_nl iq4_xs mxfp4 (every matrix)\n");
+        "         q2_k q3_k (= q3_k_s) iq4_nl iq4_xs mxfp4 (every matrix) mxfp4_moe (experts mxfp4, the\n"
+        "         rest q8_0)\n");
 }
 
 static void llama_keys(gguf_writer *w, const gen_shape *sh)
@@ -207,7 +210,7 @@ static int llama_tensors(gguf_writer *w, const gen_shape *sh, const gen_type *gt
     const bool qwen3 = !strcmp(sh->arch, "qwen3moe") || !strcmp(sh->arch, "qwen3");
     const long nx = moe ? sh->n_expert : 1, ffx = sh->n_ff_exp ? sh->n_ff_exp : sh->n_ff / 4;
     const long hd = sh->head_dim ? sh->head_dim : sh->n_embd / sh->n_head;
-    tq_type t = gt->type, out_t = gt->k_mix ? TQ_Q6_K : t;
+    tq_type t = gt->type, out_t = gt->k_mix ? TQ_Q6_K : t, te = gt->exp_type ? gt->exp_type : t;
     float s_e = 1.5f / sqrtf((float)sh->n_embd), s_o = 1.5f / sqrtf((float)(sh->n_head * hd));
     float s_f = 1.5f / sqrtf((float)sh->n_ff), s_qk = qwen3 ? 0.02f : s_e, s_x = 1.5f / sqrtf((float)ffx);
     char name[128];
@@ -236,9 +239,9 @@ static int llama_tensors(gguf_writer *w, const gen_shape *sh, const gen_type *gt
             /* the experts last, each stream taken only when written: the
              * other architectures' tensors keep the values they had */
             { moe ? "ffn_gate_inp.weight" : NULL, TQ_F32, sh->n_embd, nx, 0, s_e, 1 },
-            { moe ? "ffn_gate_exps.weight" : NULL, t, sh->n_embd, ffx, 0, s_e, nx },
-            { moe ? "ffn_up_exps.weight" : NULL, t, sh->n_embd, ffx, 0, s_e, nx },
-            { moe ? "ffn_down_exps.weight" : NULL, tv, ffx, sh->n_embd, 0, silent ? 0 : s_x, nx },
+            { moe ? "ffn_gate_exps.weight" : NULL, te, sh->n_embd, ffx, 0, s_e, nx },
+            { moe ? "ffn_up_exps.weight" : NULL, te, sh->n_embd, ffx, 0, s_e, nx },
+            { moe ? "ffn_down_exps.weight" : NULL, gt->exp_type ? te : tv, ffx, sh->n_embd, 0, silent ? 0 : s_x, nx },
             /* gpt-oss's biases and sinks (bias rows per expert: 2-D) */
             { oss ? "attn_output.bias" : NULL, TQ_F32, sh->n_embd, 1, 0, silent ? 0 : 0.1f, 1 },
             { oss ? "attn_sinks.weight" : NULL, TQ_F32, sh->n_head, 1, 0, 1.0f, 1 },

@@ -30,7 +30,9 @@ typedef struct gen_shape {
     long n_swa, yarn;
 } gen_shape;
 
-typedef struct gen_type { const char *name; tq_type type; bool k_mix; int ftype; } gen_type;
+/* A --type: the matrices' type (k_mix: llama-quantize's Q4_K_M mix of
+ * Q6_K rows), and the MoE experts' when it differs (0: the same). */
+typedef struct gen_type { const char *name; tq_type type; bool k_mix; int ftype; tq_type exp_type; } gen_type;
 
 /* "<arch>.<suffix>" in buf (128 bytes). */
 const char *gen_akey(char *buf, const char *arch, const char *suffix);
