@@ -37,6 +37,7 @@
 #include "gen_ref.h"
 
 #include <stdint.h>
+#include <strings.h>
 
 #define DATA "tests/data/types"
 
@@ -123,10 +124,33 @@ static void check_dequant(tq_type t)
     free(p);
 }
 
+/* The file holds what its name says: every layer matrix of that type (a
+ * file type can stand for another: llama.cpp's IQ2_S is IQ2_XS matrices). */
+static void check_layer_types(const char *path, const char *type)
+{
+    char err[256] = "";
+    gguf_ctx *g = NULL;
+    CHECK(gguf_open(path, &g, err, sizeof err) == PK_OK);
+    int n = 0, other = 0;
+    for (int64_t i = 0; g && i < gguf_n_tensors(g); i++) {
+        const gguf_tensor *t = gguf_tensor_at(g, i);
+        if (t->n_dims < 2 || strncmp(t->name.p, "blk.", 4)) continue;
+        n++;
+        if (strcasecmp(tq_get(t->type)->name, type)) {
+            if (other++ == 0)
+                fprintf(stderr, "%s: %.*s is %s\n", path, (int)t->name.n, t->name.p, tq_get(t->type)->name);
+        }
+    }
+    CHECK(n > 0);
+    CHECK_EQ_INT(other, 0);
+    gguf_close(g);
+}
+
 static void check_model(const char *type, double frac)
 {
     char path[256], jpath[256], tsv[256];
     snprintf(path, sizeof path, DATA "/rand-llama-e256-l2-%s.gguf", type);
+    check_layer_types(path, type);
     snprintf(jpath, sizeof jpath, DATA "/rand-llama-e256-l2-%s.json", type);
     snprintf(tsv, sizeof tsv, DATA "/rand-llama-e256-l2-%s.firstpos_logits.p0.tsv", type);
     gen_ref_check_file(type, path, jpath, 3, tsv, frac, frac);

@@ -13,8 +13,8 @@
 #      matrix in TYPE (token_embd too, which is also the tied output).  The
 #      types llama-quantize refuses without an importance matrix (IQ2_XXS,
 #      IQ3_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M) get `--imatrix`, one made by
-#      llama-imatrix from the F32 model reading docs/architecture.md (any
-#      text will do: the weights are random).  It has no entry for
+#      llama-imatrix from the F32 model reading tests/data/qwen35/prompts.txt
+#      (any fixed text will do: the weights are random).  It has no entry for
 #      token_embd (the tied output is not seen as a product), and ggml's
 #      IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S and IQ1_M quantizers stop without one,
 #      so those five keep token_embd in Q8_0 (`--tensor-type
@@ -38,42 +38,32 @@ BUILD=${1:-build}
 PEER=${PEER:-/work/peers/llama.cpp}
 OUT=${OUT:-/work/peers/types}
 SHARED=${POLYKV_SHARED:-../shared}
-BIN=$PEER/build/bin
 DATA=tests/data/types
 TYPES="BF16 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q5_K IQ4_NL IQ4_XS MXFP4 IQ2_XXS IQ3_XXS IQ2_XS IQ3_S IQ2_S IQ1_S IQ1_M"
 IMATRIX_TYPES="IQ2_XXS IQ3_XXS IQ2_XS IQ2_S IQ1_S IQ1_M"
 EMBD_Q8_TYPES="IQ2_XXS IQ2_XS IQ2_S IQ1_S IQ1_M"
-[ -d "$PEER/build" ] || { echo "make_refs: no llama.cpp build at $PEER/build" >&2; exit 2; }
-mkdir -p "$OUT" "$DATA"
-
-[ -x "$BIN/llama-quantize" ] && [ -x "$BIN/llama-imatrix" ] ||
-    cmake --build "$PEER/build" --target llama-quantize llama-imatrix -j2 >&2
+. scripts/refs/lib.sh
+[ -d "$PEER/build" ] && { [ -x "$BIN/llama-quantize" ] && [ -x "$BIN/llama-imatrix" ] ||
+    cmake --build "$PEER/build" --target llama-quantize llama-imatrix -j2 >&2; }
 [ -x "$BUILD/polykv" ] || make -s "$BUILD/polykv"
-g++ -std=c++17 -O2 -I"$PEER/include" -I"$PEER/ggml/include" scripts/refs/probe.cpp -L"$BIN" \
-    -lllama -lggml -lggml-base -Wl,-rpath,"$BIN" -o "$OUT/probe"
-export LD_LIBRARY_PATH="$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-
-rev=$(git -C "$PEER" rev-parse HEAD 2>/dev/null || echo unknown)
-log=$DATA/commands.txt
-{
-    echo "# Written by scripts/refs/make_refs.sh; llama.cpp: $rev"
-    echo "# (the node-llama-cpp@3.22.1 bundle, release v0.5.0: see ../shared/reference/README.md)"
-} > "$log"
-say() { echo "$*" | sed "s|$OUT|\$OUT|g; s|$BIN|\$BIN|g" >> "$log"; "$@"; }
+refs_start make_refs.sh
 
 src=$OUT/rand-llama-e256-l2-F32.gguf
 say "$BUILD/polykv" gen-model --arch llama --vocab "$SHARED/models/stories260K.gguf" --n-embd 256 \
     --n-layer 2 --n-head 4 --n-head-kv 2 --n-ff 256 --type f32 --seed 11 -o "$src"
 echo "# sha256 $(sha256sum "$src" | cut -d' ' -f1)  \$OUT/$(basename "$src")" >> "$log"
 imat=$OUT/rand-llama-e256-l2.imatrix.gguf
-say "$BIN/llama-imatrix" -m "$src" -f docs/architecture.md -c 256 -t 2 -o "$imat" > "$OUT/imatrix.log" 2>&1
+say "$BIN/llama-imatrix" -m "$src" -f tests/data/qwen35/prompts.txt -c 256 -t 2 -o "$imat" > "$OUT/imatrix.log" 2>&1
 echo "# sha256 $(sha256sum "$imat" | cut -d' ' -f1)  \$OUT/$(basename "$imat")" >> "$log"
 for t in $TYPES; do
     m=$DATA/rand-llama-e256-l2-$t.gguf
     case " $IMATRIX_TYPES " in *" $t "*) im="--imatrix $imat" ;; *) im= ;; esac
     case " $EMBD_Q8_TYPES " in *" $t "*) im="$im --tensor-type token_embd=q8_0" ;; esac
     # shellcheck disable=SC2086  # $im: none, two or four words
-    qt=$t; [ "$t" = MXFP4 ] && qt=MXFP4_MOE   # with --pure: every matrix MXFP4
+    # the file types whose matrices are TYPE: MXFP4_MOE (with --pure every
+    # matrix MXFP4), and IQ2_M for IQ2_S (llama.cpp's IQ2_S file type is
+    # made of IQ2_XS matrices)
+    case $t in MXFP4) qt=MXFP4_MOE ;; IQ2_S) qt=IQ2_M ;; *) qt=$t ;; esac
     say "$BIN/llama-quantize" $im --pure "$src" "$m" "$qt" 2 > "$OUT/quantize-$t.log" 2>&1
     say "$OUT/probe" run "$m" "$SHARED/reference/prompts.txt" "$DATA/rand-llama-e256-l2-$t.json" 32 \
         "$DATA/rand-llama-e256-l2-$t.firstpos_logits.p0.tsv"
@@ -84,7 +74,7 @@ say "$OUT/probe" dequant "$DATA"
 F16=tests/data/f16kv
 mkdir -p "$F16"
 log=$F16/commands.txt
-echo "# Written by scripts/refs/make_refs.sh; llama.cpp: $rev" > "$log"
+head -n 1 "$DATA/commands.txt" > "$log"
 for m in stories260K rand-qwen2-qwen2vocab-e64-l2-F16 rand-qwen3-qwen2vocab-e64-l2-Q8_0 \
          rand-llama-llama3vocab-e256-l2-Q8_0 rand-llama-llama3vocab-e256-l2-Q4_0 \
          rand-llama-llama3vocab-e256-l2-Q4_K_M; do
