@@ -74,7 +74,7 @@ deps:
 run: deps all
 	@sh scripts/run.sh $(BUILD)/polykv "$(MODEL)"
 
-test: deps all $(TESTS) $(BUILD)/venv/.installed $(BUILD)/venv/.jinja $(BUILD)/venv/.kv_events
+test: deps all $(TESTS) $(BUILD)/venv/.installed $(BUILD)/venv/.jinja $(BUILD)/venv/.pretok $(BUILD)/venv/.kv_events
 	@sh tests/run.sh $(BUILD)
 
 # The Python package's tests (clients/python): a venv under build/ with the
@@ -91,6 +91,11 @@ $(BUILD)/venv/.jinja: tests/jinja/requirements.txt $(BUILD)/venv/.installed
 	$(BUILD)/venv/bin/pip install -q --disable-pip-version-check -r tests/jinja/requirements.txt
 	@touch $@
 
+# The pre-tokenizer oracle's regex module (tests/pretok), pinned, in the same venv.
+$(BUILD)/venv/.pretok: tests/pretok/requirements.txt $(BUILD)/venv/.installed
+	$(BUILD)/venv/bin/pip install -q --disable-pip-version-check -r tests/pretok/requirements.txt
+	@touch $@
+
 # The KV events test's subscriber (pyzmq, msgpack), pinned, in the same venv.
 $(BUILD)/venv/.kv_events: tests/kv_events/requirements.txt $(BUILD)/venv/.installed
 	$(BUILD)/venv/bin/pip install -q --disable-pip-version-check -r tests/kv_events/requirements.txt
@@ -100,14 +105,14 @@ $(BUILD)/venv/.kv_events: tests/kv_events/requirements.txt $(BUILD)/venv/.instal
 # runs: on a 2-core VM the e2e suite under ASan ran 409 s and past 600 s
 # (its JSON Schema tests 5x their plain time).
 test-asan: deps
-	$(MAKE) BUILD=build-asan OPT="-O1 -g -DPK_DEBUG -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all tests-only build-asan/venv/.installed build-asan/venv/.jinja build-asan/venv/.kv_events
+	$(MAKE) BUILD=build-asan OPT="-O1 -g -DPK_DEBUG -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all tests-only build-asan/venv/.installed build-asan/venv/.jinja build-asan/venv/.pretok build-asan/venv/.kv_events
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 TEST_TIMEOUT=1500 sh tests/run.sh build-asan
 
 # ThreadSanitizer over the same suite (C tests, e2e against the TSan
 # binary, the Python package's live tests).  Reports abort the process
 # (halt_on_error), so a race fails the test it happens in.
 test-tsan: deps
-	$(MAKE) BUILD=build-tsan OPT="-O1 -g -DPK_DEBUG -fsanitize=thread -fno-omit-frame-pointer" all tests-only build-tsan/venv/.installed build-tsan/venv/.jinja build-tsan/venv/.kv_events
+	$(MAKE) BUILD=build-tsan OPT="-O1 -g -DPK_DEBUG -fsanitize=thread -fno-omit-frame-pointer" all tests-only build-tsan/venv/.installed build-tsan/venv/.jinja build-tsan/venv/.pretok build-tsan/venv/.kv_events
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp" \
 	  TEST_TIMEOUT=3600 sh tests/run.sh build-tsan
 

@@ -64,6 +64,18 @@ else
 fi
 rm -f /tmp/pk_fetch.$$
 
+# The pre-tokenizer oracle (tests/pretok/oracle.py): the regex module runs
+# the reference's gpt-4o pattern again on every case of the committed split
+# file that test_pretok checks polykv against, so the file stays what the
+# oracle says.
+if [ ! -x "$py" ] || ! "$py" -c 'import regex' 2>/dev/null; then
+    skip=$((skip + 1)); echo "SKIP pretok oracle: no regex module in $build/venv (make test installs it)"
+elif out=$("$py" tests/pretok/oracle.py check tests/data/pretok/gpt-4o.txt 2>&1); then
+    pass=$((pass + 1)); echo "PASS pretok oracle: $(echo "$out" | tail -n 1)"
+else
+    fail=$((fail + 1)); failed="$failed pretok"; echo "FAIL pretok oracle"; echo "$out" | tail -n 12 | sed 's/^/    /'
+fi
+
 # End to end: needs node, ../shared (the models) and the npm packages of
 # tests/e2e, installed from its lock file when missing or older than it.
 shared=${POLYKV_SHARED:-../shared}

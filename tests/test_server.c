@@ -416,6 +416,55 @@ static void test_qwen35_template(const tok_vocab *v)
     json_decref(o);
 }
 
+/* The date line a template prints (today on the server, a fixed day in
+ * the recorded prompt) blanked, in place. */
+static void blank_date(char *p)
+{
+    char *d = strstr(p, "Current date: ");
+    for (d = d ? d + 14 : NULL; d && *d && *d != '\n'; d++) *d = '#';
+}
+
+/* gpt-oss's harmony template through the server's Jinja path
+ * (tests/jinja/gpt-oss/turns.py wrote the cases with jinja2): developer
+ * instructions, reasoning_effort from chat_template_kwargs, an assistant
+ * turn's reasoning_content as the template's `thinking`, its content
+ * dropped beside tool calls, string arguments as objects; the answer is
+ * parsed as harmony whether the request has tools or not. */
+static void test_gpt_oss_template(const tok_vocab *v)
+{
+    json_error_t je;
+    json_t *cases = json_load_file("tests/jinja/gpt-oss/turns.json", 0, &je);
+    if (!cases) {
+        SKIP_PART("tests/jinja/gpt-oss/turns.json: %.100s (run from the repository root)", je.text);
+        return;
+    }
+    srv s = {0};
+    s.p = srv_default_params();
+    s.p.chat_template_file = "tests/jinja/gpt-oss/chat_template.jinja";
+    char err[256] = "";
+    CHECK_EQ_INT(srv_chat_init(&s, v, &s.tmpl, &s.tmpl_src, err, sizeof err), PK_OK);
+    ASSERT(s.jj.t && s.jj.harmony);
+    for (size_t i = 0; i < json_array_size(cases); i++) {
+        const json_t *c = json_array_get(cases, i);
+        char *prompt = NULL, *want = strdup(json_string_value(json_object_get(json_array_get(cases, i), "prompt")));
+        size_t n = 0;
+        srv_tool_fmt fmt = SRV_TOOL_NONE;
+        bool think_open = false;
+        srv_err e;
+        memset(&e, 0, sizeof e);
+        CHECK(srv_chat_prompt(&s, json_object_get(c, "request"), &prompt, &n, &fmt, &think_open, &e));
+        if (e.status) fprintf(stderr, "srv_chat_prompt: %d %s\n", e.status, e.msg);
+        if (prompt) blank_date(prompt);
+        blank_date(want);
+        CHECK_STR(prompt, want);
+        CHECK_EQ_INT(srv_tools_detect(s.tmpl_src, SRV_TOOL_NONE), SRV_TOOL_HARMONY);
+        free(prompt);
+        free(want);
+    }
+    srv_chat_free(&s);
+    json_decref(cases);
+}
+
 /* ---- tool calls in chat answers ---- */
 
 /* A generation fed with texts as if they were token events. */
@@ -1049,6 +1098,7 @@ int main(int argc, char **argv)
     }
     TEST_RUN(test_prompts, model_vocab(m));
     TEST_RUN(test_qwen35_template, model_vocab(m));
+    TEST_RUN(test_gpt_oss_template, model_vocab(m));
     model_free(m);
     TEST_RUN(test_live, path);
     return test_finish();

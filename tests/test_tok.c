@@ -7,7 +7,9 @@
  *      decoding, EFULL, load errors);
  *   2. every .inp/.out vector in ../shared/models/vocab (tokenized with
  *      add_special = false, parse_special = false, as test-tokenizer-0 does),
- *      and the pieces of each result concatenated give the input back;
+ *      and the pieces of each result concatenated give the input back; the
+ *      gpt-4o pre-tokenizer's texts (tests/data/pretok) with the Llama 3
+ *      vocabulary relabelled gpt-4o, as the reference tokenized them;
  *      Phi-3's stripping of the white space after special tokens;
  *   3. every prompt in the reference JSON files (add_special = true,
  *      parse_special = false), its pieces, and for the generated tokens their
@@ -313,6 +315,14 @@ static void test_load_errors(void)
     static const char *const dup[3] = {"a", "b", "a"};
     s = (vocab_spec){.model = "llama", .tokens = dup, .n = 3, .bos = -1, .eos = -1};
     CHECK_EQ_INT(load_spec(&s, &v, err, sizeof(err)), PK_EFORMAT);
+    /* Every name the reference gives o200k's split loads. */
+    static const char *const gpt4o[] = {"gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"};
+    for (size_t i = 0; i < ARRAY_LEN(gpt4o); i++) {
+        s = (vocab_spec){.model = "gpt2", .pre = gpt4o[i], .tokens = tok, .n = 3, .merges = merges, .n_merges = 1,
+                         .bos = -1, .eos = -1};
+        CHECK_EQ_INT(load_spec(&s, &v, err, sizeof(err)), PK_OK);
+        tok_free(v);
+    }
     /* A BPE file without a pre-tokenizer name uses the default one. */
     s = (vocab_spec){.model = "gpt2", .tokens = tok, .n = 3, .merges = merges, .n_merges = 1, .bos = -1, .eos = -1};
     CHECK_EQ_INT(load_spec(&s, &v, err, sizeof(err)), PK_OK);
@@ -338,16 +348,13 @@ static tok_vocab *open_vocab(const char *path)
     return v;
 }
 
-static void test_vectors(const char *shared, const vocab_file *f)
+/* The texts of inp_path (separated as the reference's tokenizer tests do)
+ * against the ids of out_path, one line per text; takes v. */
+static void check_vectors(const char *name, const char *inp_path, const char *out_path, tok_vocab *v)
 {
-    char path[512];
     size_t n_inp, n_out;
-    snprintf(path, sizeof(path), "%s/models/vocab/ggml-vocab-%s.gguf.inp", shared, f->name);
-    char *inp = read_file(path, &n_inp);
-    snprintf(path, sizeof(path), "%s/models/vocab/ggml-vocab-%s.gguf.out", shared, f->name);
-    char *out = read_file(path, &n_out);
-    snprintf(path, sizeof(path), "%s/models/%s", shared, f->gguf);
-    tok_vocab *v = open_vocab(path);
+    char *inp = read_file(inp_path, &n_inp);
+    char *out = read_file(out_path, &n_out);
     CHECK(inp && out && v);
     if (!inp || !out || !v) { free(inp); free(out); tok_free(v); return; }
 
@@ -375,7 +382,7 @@ static void test_vectors(const char *shared, const vocab_file *f)
         n_tests++;
         n_ok += ok;
         if (!ok) {
-            fprintf(stderr, "%s: test %d (%zu bytes) differs:\n  want", f->name, n_tests, len);
+            fprintf(stderr, "%s: test %d (%zu bytes) differs:\n  want", name, n_tests, len);
             for (int i = 0; i < n_want; i++) fprintf(stderr, " %d", want[i]);
             fprintf(stderr, "\n  got ");
             for (int i = 0; i < n; i++) fprintf(stderr, " %d", g_ids[i]);
@@ -393,11 +400,61 @@ static void test_vectors(const char *shared, const vocab_file *f)
         line = eol ? eol + 1 : NULL;
     }
     CHECK(n_tests > 30);
-    printf("vectors %-15s %d/%d match, %d/%d round-trip\n", f->name, n_ok, n_tests, n_round, n_tests);
+    printf("vectors %-15s %d/%d match, %d/%d round-trip\n", name, n_ok, n_tests, n_round, n_tests);
     free(back);
     free(inp);
     free(out);
     tok_free(v);
+}
+
+static void test_vectors(const char *shared, const vocab_file *f)
+{
+    char inp[512], out[512], gguf[512];
+    snprintf(inp, sizeof(inp), "%s/models/vocab/ggml-vocab-%s.gguf.inp", shared, f->name);
+    snprintf(out, sizeof(out), "%s/models/vocab/ggml-vocab-%s.gguf.out", shared, f->name);
+    snprintf(gguf, sizeof(gguf), "%s/models/%s", shared, f->gguf);
+    check_vectors(f->name, inp, out, open_vocab(gguf));
+}
+
+/* Copies a string array key from g to w; false when g lacks it. */
+static bool copy_strings(const gguf_ctx *g, gguf_writer *w, const char *key)
+{
+    gguf_type t;
+    uint64_t n;
+    if (gguf_get_arr(g, key, &t, &n) != PK_OK || t != GGUF_TYPE_STRING) return false;
+    gguf_str *v = malloc(n * sizeof(*v));
+    if (!v) return false;
+    for (uint64_t i = 0; i < n; i++) v[i] = gguf_arr_str(g, key, i);
+    bool ok = gguf_add_arr_str(w, key, v, n) == PK_OK;
+    free(v);
+    return ok;
+}
+
+/* gpt-4o's split as the reference engine tokenizes it: with no o200k
+ * vocabulary at hand, the Llama 3 one relabelled "gpt-4o", on the texts of
+ * tests/data/pretok (scripts/refs/make_gpt4o_refs.sh wrote the ids). */
+static void test_gpt4o_reference(const char *shared)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/models/rand-llama-llama3vocab-e256-l2-Q4_0.gguf", shared);
+    gguf_ctx *g = NULL;
+    char err[256];
+    CHECK_EQ_INT(gguf_open(path, &g, err, sizeof(err)), PK_OK);
+    if (!g) return;
+    gguf_writer *w = gguf_writer_new();
+    gguf_add_str(w, "tokenizer.ggml.model", "gpt2", 4);
+    gguf_add_str(w, "tokenizer.ggml.pre", "gpt-4o", 6);
+    bool ok = copy_strings(g, w, "tokenizer.ggml.tokens") && copy_strings(g, w, "tokenizer.ggml.merges");
+    gguf_type t;
+    uint64_t n;
+    if (ok && gguf_get_arr(g, "tokenizer.ggml.token_type", &t, &n) == PK_OK && t == GGUF_TYPE_INT32)
+        ok = gguf_add_arr(w, "tokenizer.ggml.token_type", t, gguf_arr_data(g, "tokenizer.ggml.token_type"), n) == PK_OK;
+    gguf_close(g);
+    snprintf(path, sizeof(path), "%s/v.gguf", g_tmp);
+    CHECK(ok && gguf_write_file(w, path) == PK_OK);
+    gguf_writer_free(w);
+    tok_vocab *v = open_vocab(path);
+    check_vectors("gpt-4o", "tests/data/pretok/gpt-4o-llama3.inp", "tests/data/pretok/gpt-4o-llama3.out", v);
 }
 
 /* Special tokens and the white space after them: Phi-3 vocabularies (by
@@ -605,12 +662,13 @@ int main(int argc, char **argv)
     TEST_RUN(test_spm_synthetic);
     TEST_RUN(test_bpe_synthetic);
     TEST_RUN(test_load_errors);
+
+    const char *shared = test_shared_dir();
+    if (shared) TEST_RUN(test_gpt4o_reference, shared);
     char path[128];
     snprintf(path, sizeof(path), "%s/v.gguf", g_tmp);
     unlink(path);
     rmdir(g_tmp);
-
-    const char *shared = test_shared_dir();
     if (!shared) {
         SKIP_PART("../shared absent: vocabulary, reference and speed checks not run");
         return test_finish();

@@ -100,6 +100,52 @@ static void test_harmony(void)
     srv_tool_msg_free(&m);
 }
 
+/* What gpt-oss writes after the generation prompt "<|start|>assistant", in
+ * the layout its template (llama.cpp's models/templates/openai-gpt-oss-120b.jinja)
+ * renders the same turns in: the recipient in the role part of the header
+ * right away, a preamble on the commentary channel, a final answer with a
+ * constrained format; the end tokens (<|call|>, <|return|>) end generation
+ * and are not part of the text. */
+static void test_harmony_template(void)
+{
+    srv_tool_msg m = parse(SRV_TOOL_HARMONY, " to=functions.get_weather<|channel|>commentary json<|message|>"
+                                             "{\"city\": \"Paris\", \"unit\": \"celsius\"}");
+    CHECK_EQ_INT(m.n_calls, 1);
+    check_call(&m, 0, "get_weather", "{\"city\":\"Paris\",\"unit\":\"celsius\"}");
+    CHECK_STR(m.content, "");
+    CHECK(m.reasoning == NULL);
+    srv_tool_msg_free(&m);
+    m = parse(SRV_TOOL_HARMONY, "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant to=functions."
+                                "get_weather<|channel|>commentary json<|message|>{\"city\": \"Lima\"}");
+    check_call(&m, 0, "get_weather", "{\"city\":\"Lima\"}");
+    CHECK_STR(m.reasoning, "Need the weather.");
+    CHECK_STR(m.content, "");
+    srv_tool_msg_free(&m);
+    m = parse(SRV_TOOL_HARMONY, "<|channel|>analysis<|message|>Plan.<|end|><|start|>assistant<|channel|>commentary"
+                                "<|message|>Let me check.<|end|><|start|>assistant<|channel|>commentary to=functions.now "
+                                "<|constrain|>json<|message|>{}");
+    check_call(&m, 0, "now", "{}");
+    CHECK_STR(m.content, "Let me check.");
+    CHECK_STR(m.reasoning, "Plan.");
+    srv_tool_msg_free(&m);
+    m = parse(SRV_TOOL_HARMONY, "<|channel|>analysis<|message|>JSON wanted.<|end|><|start|>assistant<|channel|>final "
+                                "<|constrain|>json<|message|>{\"ok\": true}");
+    CHECK_EQ_INT(m.n_calls, 0);
+    CHECK_STR(m.content, "{\"ok\": true}");
+    CHECK_STR(m.reasoning, "JSON wanted.");
+    srv_tool_msg_free(&m);
+    /* Cut off while thinking (max_tokens): all reasoning so far. */
+    m = parse(SRV_TOOL_HARMONY, "<|channel|>analysis<|message|>Let me think about");
+    CHECK_STR(m.content, "");
+    CHECK_STR(m.reasoning, "Let me think about");
+    srv_tool_msg_free(&m);
+    /* A header cut off before its body shows nothing. */
+    m = parse(SRV_TOOL_HARMONY, "<|channel|>analysis<|message|>x<|end|><|start|>assistant to=functions.get_wea");
+    CHECK_EQ_INT(m.n_calls, 0);
+    CHECK_STR(m.content, "");
+    srv_tool_msg_free(&m);
+}
+
 static srv_tool_msg parse_typed(const json_t *tools, const char *text)
 {
     srv_tool_msg m;
@@ -376,6 +422,7 @@ static void test_stream(void)
     check_stream(SRV_TOOL_DEEPSEEK, "Just text, with a <tag>.", 0);
     check_stream(SRV_TOOL_HARMONY, "<|channel|>analysis<|message|>x<|end|><|start|>assistant<|channel|>commentary "
                                    "to=functions.now <|constrain|>json<|message|>{}<|call|>", 1);
+    check_stream(SRV_TOOL_HARMONY, " to=functions.now<|channel|>commentary json<|message|>{}", 1);
     check_stream(SRV_TOOL_QWEN, "Checking.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>", 1);
     check_stream(SRV_TOOL_LLAMA3, "<|python_tag|>{\"name\": \"f\", \"parameters\": {\"a\": 1}}", 1);
     check_stream(SRV_TOOL_QWEN_XML, "Checking.\n\n<tool_call>\n<function=f>\n<parameter=a>\nx < y\n</parameter>\n"
@@ -391,6 +438,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_mistral);
     TEST_RUN(test_deepseek);
     TEST_RUN(test_harmony);
+    TEST_RUN(test_harmony_template);
     TEST_RUN(test_qwen_xml);
     TEST_RUN(test_qwen_xml_oracle);
     TEST_RUN(test_qwen_xml_forced);

@@ -24,6 +24,13 @@
  * objects (`arguments | tojson`: Llama 3.1, DeepSeek, gpt-oss) gets the
  * arguments OpenAI clients send as strings parsed into objects; a probe at
  * start finds out which templates those are, as llama.cpp's does.
+ *
+ * gpt-oss's harmony template (its source holds "<|channel|>") reads a turn's
+ * analysis from `thinking`: an assistant turn's string reasoning_content is
+ * copied there, and a turn that also has tool calls loses its content
+ * (which the template would print as the analysis), as llama-server does.
+ * Rendered without the generation prompt, the last <|return|> becomes
+ * <|end|>: a finished turn in the prompt is closed as in inference.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,6 +116,40 @@ static json_t *object_arguments(const json_t *msgs)
     return copy;
 }
 
+/* messages (or the copy already made, which it takes) with each assistant
+ * turn's reasoning_content also as `thinking`; NULL when nothing changed. */
+static json_t *harmony_thinking(const json_t *msgs, json_t *copy)
+{
+    const json_t *src = copy ? copy : msgs;
+    for (size_t i = 0; i < json_array_size(src); i++) {
+        const json_t *m = json_array_get(src, i);
+        const json_t *rc = json_object_get(m, "reasoning_content");
+        if (!json_is_string(rc)) continue;
+        if (!copy && !(copy = json_deep_copy(msgs))) return NULL;
+        json_t *cm = json_array_get(copy, i);
+        json_object_set(cm, "thinking", json_object_get(cm, "reasoning_content"));
+        if (json_array_size(json_object_get(cm, "tool_calls"))) json_object_del(cm, "content");
+        src = copy;
+    }
+    return copy;
+}
+
+/* The last "<|return|>" of the prompt made "<|end|>", in place (the
+ * shorter text). */
+static void harmony_close_return(char *p, size_t *n)
+{
+    static const char ret[] = "<|return|>", end[] = "<|end|>";
+    size_t rl = sizeof ret - 1, el = sizeof end - 1;
+    for (size_t i = *n >= rl ? *n - rl + 1 : 0; i-- > 0;)
+        if (!memcmp(p + i, ret, rl)) {
+            memcpy(p + i, end, el);
+            memmove(p + i + el, p + i + rl, *n - i - rl);
+            *n -= rl - el;
+            p[*n] = 0;
+            return;
+        }
+}
+
 pk_status srv_chat_init(srv *s, const tok_vocab *v, tmpl_kind *k, const char **src, char *err, size_t err_len)
 {
     const char *path = s->p.chat_template_file;
@@ -148,6 +189,7 @@ pk_status srv_chat_init(srv *s, const tok_vocab *v, tmpl_kind *k, const char **s
     s->jj.object_arguments = wants_object_arguments(s->jj.t);
     *k = tmpl_detect(text);
     s->jj.knows_tools = strstr(text, "tools") != NULL || *k == TMPL_UNKNOWN;
+    s->jj.harmony = strstr(text, "<|channel|>") != NULL;
     if (*k == TMPL_UNKNOWN) *k = TMPL_CHATML;
     *src = text;
     return PK_OK;
@@ -227,8 +269,10 @@ static bool render(const srv *s, const json_t *body, char **prompt, size_t *n_pr
     if (ctx && json_is_object(kw)) json_object_update(ctx, (json_t *)kw);
     if (ctx && !json_object_get(ctx, "enable_thinking"))     /* --reasoning-budget 0: off, as llama-server */
         json_object_set_new(ctx, "enable_thinking", json_boolean(s->p.reasoning_budget != 0));
-    json_t *msgs = s->jj.object_arguments ? object_arguments(json_object_get(body, "messages")) : NULL;
-    if (!msgs) msgs = json_incref(json_object_get(body, "messages"));
+    const json_t *sent = json_object_get(body, "messages");
+    json_t *msgs = s->jj.object_arguments ? object_arguments(sent) : NULL;
+    if (s->jj.harmony) msgs = harmony_thinking(sent, msgs);
+    if (!msgs) msgs = json_incref((json_t *)sent);
     if (!ctx || json_object_set_new(ctx, "messages", msgs) ||
         json_object_set_new(ctx, "tools", tools ? json_incref((json_t *)tools) : json_null()) ||
         json_object_set_new(ctx, "documents", json_null()) ||
@@ -246,6 +290,7 @@ static bool render(const srv *s, const json_t *body, char **prompt, size_t *n_pr
     json_decref(ctx);
     if (st == PK_ENOMEM) return srv_fail(e, 500, NULL, "out of memory");
     if (st) return srv_fail(e, 400, "messages", "chat template: %s", msg);
+    if (s->jj.harmony && !add_gen) harmony_close_return(*prompt, n_prompt);
     if (tools) *tools_fmt = s->tmpl == TMPL_LLAMA3 ? SRV_TOOL_LLAMA3 : SRV_TOOL_QWEN;
     return true;
 }

@@ -50,6 +50,7 @@ typedef struct srv_jinja {
     char *bos, *eos;               /* the vocabulary's bos / eos text, "" when none */
     bool knows_tools;              /* the template reads `tools` (else tmpl_tools.c lays them out) */
     bool object_arguments;         /* it prints tool-call arguments only when they are objects */
+    bool harmony;                  /* gpt-oss's: messages in channels, the analysis read from `thinking` */
 } srv_jinja;
 
 /* The throughput gauges of /metrics are over the time between two scrapes,

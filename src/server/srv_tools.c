@@ -579,7 +579,10 @@ static void parse_harmony(const char *s, size_t n, srv_tool_msg *m, pk_buf *cont
 {
     size_t pos = 0, c = find(s, 0, n, H_CHANNEL);
     size_t st = find(s, 0, n, H_START);
-    pk_buf_put(content, s, MIN(c, st));          /* plain text before any message */
+    /* Plain text before any message is content, except the rest of a header:
+     * after the prompt's "<|start|>assistant" a model may name the
+     * recipient first (" to=functions.f<|channel|>commentary json<|message|>"). */
+    if (!(c < st && find(s, 0, c, "to=") < c)) pk_buf_put(content, s, MIN(c, st));
     while ((c = find(s, pos, n, H_CHANNEL)) < n) {
         /* The header: from the message's <|start|> (if any) to <|message|>. */
         size_t h0 = pos, msg = find(s, c, n, H_MESSAGE);
@@ -620,7 +623,9 @@ static void parse_harmony(const char *s, size_t n, srv_tool_msg *m, pk_buf *cont
 srv_tool_fmt srv_tools_detect(const char *src, srv_tool_fmt fallback)
 {
     if (!src) return fallback;
-    if (strstr(src, H_CHANNEL) && strstr(src, "to=functions")) return SRV_TOOL_HARMONY;
+    /* As llama.cpp decides: gpt-oss's template writes "to=" and "functions."
+     * apart, so the channel marker alone says harmony. */
+    if (strstr(src, H_CHANNEL)) return SRV_TOOL_HARMONY;
     if (strstr(src, DS_CALLS)) return SRV_TOOL_DEEPSEEK;
     if (strstr(src, MI_CALLS)) return SRV_TOOL_MISTRAL;
     /* Before Hermes: these templates wrap their functions in <tool_call> too. */

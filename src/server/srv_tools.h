@@ -99,8 +99,8 @@ pk_status srv_tools_parse(srv_tool_fmt f, const json_t *tools, const char *text,
 void srv_tool_msg_free(srv_tool_msg *m);                /* fields reset; NULL is a no-op */
 
 /* The format a chat template asks tool calls in, from its markers
- * ("<function=" with "<parameter=", "<tool_call>", "[TOOL_CALLS]", "<｜tool▁calls▁begin｜>", "<|channel|>"
- * with "to=functions", "<|python_tag|>" / Llama 3's headers); fallback when
+ * ("<function=" with "<parameter=", "<tool_call>", "[TOOL_CALLS]", "<｜tool▁calls▁begin｜>", "<|channel|>",
+ * "<|python_tag|>" / Llama 3's headers); fallback when
  * src is NULL or has none of them. */
 srv_tool_fmt srv_tools_detect(const char *src, srv_tool_fmt fallback);
 

@@ -52,6 +52,7 @@ typedef enum tok_pre {
     TOK_PRE_QWEN2,
     TOK_PRE_QWEN35,
     TOK_PRE_DEEPSEEK_CODER,
+    TOK_PRE_GPT4O,               /* o200k_base: gpt-oss, Llama 4 */
 } tok_pre;
 
 /*

@@ -146,6 +146,9 @@ static const pre_name k_pre_names[] = {
     {"qwen2", TOK_PRE_QWEN2}, {"deepseek-r1-qwen", TOK_PRE_QWEN2}, {"kormo", TOK_PRE_QWEN2},
     {"f2llmv2", TOK_PRE_QWEN2}, {"qwen35", TOK_PRE_QWEN35},
     {"deepseek-coder", TOK_PRE_DEEPSEEK_CODER},
+    /* minimax-m2 is a type of its own in the reference, with the same regex */
+    {"gpt-4o", TOK_PRE_GPT4O}, {"llama4", TOK_PRE_GPT4O}, {"kanana2", TOK_PRE_GPT4O},
+    {"talkie", TOK_PRE_GPT4O}, {"minimax-m2", TOK_PRE_GPT4O},
 };
 
 static pk_status set_model(const gguf_ctx *g, tok_vocab *v, char *err, size_t err_len)
@@ -172,9 +175,10 @@ static pk_status set_model(const gguf_ctx *g, tok_vocab *v, char *err, size_t er
         if (v->pre == TOK_PRE_NONE)
             return pk_errf(err, err_len, PK_EUNSUPPORTED,
                         "pre-tokenizer '%.*s' is not supported (have: default, gpt-2, llama3/llama-bpe, "
-                        "qwen2, qwen35, deepseek-coder)", (int)MIN(pre.n, 64), pre.p);
+                        "qwen2, qwen35, deepseek-coder, gpt-4o)", (int)MIN(pre.n, 64), pre.p);
         if (v->pre == TOK_PRE_LLAMA3) v->ignore_merges = v->add_bos = true;
-        if (v->pre == TOK_PRE_QWEN2 || v->pre == TOK_PRE_QWEN35 || v->pre == TOK_PRE_DEEPSEEK_CODER)
+        if (v->pre == TOK_PRE_QWEN2 || v->pre == TOK_PRE_QWEN35 || v->pre == TOK_PRE_DEEPSEEK_CODER ||
+            v->pre == TOK_PRE_GPT4O)
             v->clean_spaces = false;
     } else {
         return pk_errf(err, err_len, PK_EUNSUPPORTED,

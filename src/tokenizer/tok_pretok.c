@@ -6,7 +6,8 @@
  * gpt2, llama3 and qwen2 expressions are hand-written scanners that make the
  * same decisions, branch for branch, as the reference engine's own scanners
  * (which is what the test vectors encode, including its small departures
- * from the regex, e.g. which code points count as \s).  The "default" and
+ * from the regex, e.g. which code points count as \s).  gpt-4o is a scanner
+ * too, of the regex the reference hands to std::regex.  The "default" and
  * deepseek-coder pre-tokenizers are chains of simple expressions that the
  * reference hands to std::regex after collapsing every non-ASCII code point
  * to one byte per category; each such expression here is a matcher that
@@ -265,6 +266,105 @@ static size_t regex_pass(pat p, const uint32_t *cpt, const uint32_t *in, size_t 
     return n_out;
 }
 
+/* ---- gpt-4o (o200k_base: gpt-oss, Llama 4, Kanana 2, MiniMax M2) ----
+ *
+ * The reference has no scanner of its own for this one: it runs, with
+ * std::regex over the collapsed view above,
+ *   [^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+C?
+ *  |[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*C?
+ *  |\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * with C = (?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD]), its
+ * rewrite of o200k's [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}...]+ classes.
+ * Only ASCII letters have a case there: any other letter is both "not a-z"
+ * (upper-ish, U) and "not A-Z" (lower-ish, W), and marks are not letters.
+ * Each helper below returns where the first alternative of its group that
+ * matches at pos ends (0: none), resolving the backtracking in closed form.
+ */
+enum { G_SPACE = 1, G_LETTER = 2, G_NUMBER = 4, G_OTHER = 8, G_U = 16, G_W = 32 };
+
+/* The class of the code point at pos in the collapsed view; 0 past the piece. */
+static unsigned g4(const scan *s, size_t pos)
+{
+    if (pos >= s->end) return 0;
+    uint32_t c = s->cpt[pos];
+    if (c_space(c)) return G_SPACE;
+    if (c_cat(c, TOK_UC_NUMBER)) return G_NUMBER;
+    if (!c_cat(c, TOK_UC_LETTER)) return G_OTHER;
+    return G_LETTER | (c >= 'a' && c <= 'z' ? 0 : G_U) | (c >= 'A' && c <= 'Z' ? 0 : G_W);
+}
+
+static uint32_t ascii_lower(uint32_t c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
+
+/* C? at pos: its length (0 when none). */
+static size_t gpt4o_contraction(const scan *s, size_t pos)
+{
+    if (at(s, pos) != '\'') return 0;
+    uint32_t a = ascii_lower(at(s, pos + 1)), b = ascii_lower(at(s, pos + 2));
+    if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
+    if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return 3;
+    return 0;
+}
+
+/* The two letter alternatives.  U* is greedy: after the longest U run, W+
+ * either goes on (an a-z letter follows) or U* gives back up to the last
+ * letter of the run that is W too (a non-ASCII one), which W+ then takes
+ * alone; a run of A-Z only fails the first alternative and is the second's
+ * U+ (W* empty, as no W follows). */
+static size_t gpt4o_word(const scan *s, size_t pos)
+{
+    size_t i = pos;
+    if (!(g4(s, pos) & G_LETTER)) {
+        uint32_t c = s->cpt[pos];
+        if (c == '\r' || c == '\n' || (g4(s, pos) & G_NUMBER) || !(g4(s, pos + 1) & G_LETTER)) return 0;
+        i++;
+    }
+    size_t u = i;
+    while (g4(s, u) & G_U) u++;
+    size_t e = u;
+    if (g4(s, u) & G_W) {
+        while (g4(s, e) & G_W) e++;
+    } else {
+        for (size_t k = u; k > i; k--)
+            if (g4(s, k - 1) & G_W) { e = k; break; }
+    }
+    return e + gpt4o_contraction(s, e);
+}
+
+/*  ?[^\s\p{L}\p{N}]+[\r\n/]* */
+static size_t gpt4o_symbols(const scan *s, size_t pos)
+{
+    size_t i = pos + (s->cpt[pos] == ' ' && (g4(s, pos + 1) & G_OTHER));
+    if (!(g4(s, i) & G_OTHER)) return 0;
+    while (g4(s, i) & G_OTHER) i++;
+    while (at(s, i) == '\r' || at(s, i) == '\n' || at(s, i) == '/') i++;
+    return i;
+}
+
+/* \s*[\r\n]+ (through the run's last CR or LF), \s+(?!\S) (all but the
+ * last space before a non-space), \s+. */
+static size_t gpt4o_spaces(const scan *s, size_t pos)
+{
+    size_t w = pos, after_newline = 0;
+    while (g4(s, w) & G_SPACE) {
+        if (s->cpt[w] == '\r' || s->cpt[w] == '\n') after_newline = w + 1;
+        w++;
+    }
+    if (after_newline) return after_newline;
+    return w - pos >= 2 && w < s->end ? w - 1 : w;
+}
+
+static void scan_gpt4o(scan *s)
+{
+    for (size_t pos = s->ini; pos < s->end; pos = s->prev) {
+        size_t e = gpt4o_word(s, pos);
+        if (!e && (g4(s, pos) & G_NUMBER))
+            for (e = pos; e < pos + 3 && (g4(s, e) & G_NUMBER);) e++;
+        if (!e) e = gpt4o_symbols(s, pos);
+        if (!e) e = gpt4o_spaces(s, pos);
+        emit(s, e);
+    }
+}
+
 static size_t gpt2_pass(const uint32_t *cpt, const uint32_t *in, size_t n_in, uint32_t *out)
 {
     scan s = {.cpt = cpt, .out = out};
@@ -294,6 +394,9 @@ size_t tok_pretok_split(tok_pre pre, const uint32_t *cpt, size_t n, uint32_t *le
     case TOK_PRE_QWEN35:
         s.marks_are_letters = true;
         scan_llama3(&s, 1);
+        return s.n_out;
+    case TOK_PRE_GPT4O:
+        scan_gpt4o(&s);
         return s.n_out;
     case TOK_PRE_DEFAULT:
         tmp[0] = (uint32_t)n;
