@@ -74,7 +74,8 @@ deps:
 run: deps all
 	@sh scripts/run.sh $(BUILD)/polykv "$(MODEL)"
 
-test: deps all $(TESTS) $(BUILD)/venv/.installed $(BUILD)/venv/.jinja $(BUILD)/venv/.pretok $(BUILD)/venv/.kv_events
+test: deps all $(TESTS) $(BUILD)/venv/.installed $(BUILD)/venv/.jinja $(BUILD)/venv/.pretok $(BUILD)/venv/.kv_events \
+      $(BUILD)/vocab/gpt-oss-o200k.gguf
 	@sh tests/run.sh $(BUILD)
 
 # The Python package's tests (clients/python): a venv under build/ with the
@@ -91,6 +92,14 @@ $(BUILD)/venv/.jinja: tests/jinja/requirements.txt $(BUILD)/venv/.installed
 	$(BUILD)/venv/bin/pip install -q --disable-pip-version-check -r tests/jinja/requirements.txt
 	@touch $@
 
+# gpt-oss's vocabulary for test_tok, written from the o200k ranks of the
+# pinned npm package js-tiktoken (tests/e2e's dependencies): no download
+# from the hub, nothing committed but the script.
+$(BUILD)/vocab/gpt-oss-o200k.gguf: scripts/o200k_vocab.mjs tests/e2e/package-lock.json
+	@mkdir -p $(dir $@)
+	@[ -d tests/e2e/node_modules/js-tiktoken ] || (cd tests/e2e && npm ci --no-audit --no-fund --loglevel=error)
+	node scripts/o200k_vocab.mjs $@
+
 # The pre-tokenizer oracle's regex module (tests/pretok), pinned, in the same venv.
 $(BUILD)/venv/.pretok: tests/pretok/requirements.txt $(BUILD)/venv/.installed
 	$(BUILD)/venv/bin/pip install -q --disable-pip-version-check -r tests/pretok/requirements.txt
@@ -105,14 +114,14 @@ $(BUILD)/venv/.kv_events: tests/kv_events/requirements.txt $(BUILD)/venv/.instal
 # runs: on a 2-core VM the e2e suite under ASan ran 409 s and past 600 s
 # (its JSON Schema tests 5x their plain time).
 test-asan: deps
-	$(MAKE) BUILD=build-asan OPT="-O1 -g -DPK_DEBUG -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all tests-only build-asan/venv/.installed build-asan/venv/.jinja build-asan/venv/.pretok build-asan/venv/.kv_events
+	$(MAKE) BUILD=build-asan OPT="-O1 -g -DPK_DEBUG -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all tests-only build-asan/venv/.installed build-asan/venv/.jinja build-asan/venv/.pretok build-asan/venv/.kv_events build-asan/vocab/gpt-oss-o200k.gguf
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 TEST_TIMEOUT=1500 sh tests/run.sh build-asan
 
 # ThreadSanitizer over the same suite (C tests, e2e against the TSan
 # binary, the Python package's live tests).  Reports abort the process
 # (halt_on_error), so a race fails the test it happens in.
 test-tsan: deps
-	$(MAKE) BUILD=build-tsan OPT="-O1 -g -DPK_DEBUG -fsanitize=thread -fno-omit-frame-pointer" all tests-only build-tsan/venv/.installed build-tsan/venv/.jinja build-tsan/venv/.pretok build-tsan/venv/.kv_events
+	$(MAKE) BUILD=build-tsan OPT="-O1 -g -DPK_DEBUG -fsanitize=thread -fno-omit-frame-pointer" all tests-only build-tsan/venv/.installed build-tsan/venv/.jinja build-tsan/venv/.pretok build-tsan/venv/.kv_events build-tsan/vocab/gpt-oss-o200k.gguf
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp" \
 	  TEST_TIMEOUT=3600 sh tests/run.sh build-tsan
 

@@ -457,6 +457,32 @@ static void test_gpt4o_reference(const char *shared)
     check_vectors("gpt-4o", "tests/data/pretok/gpt-4o-llama3.inp", "tests/data/pretok/gpt-4o-llama3.out", v);
 }
 
+/* gpt-oss's own vocabulary (o200k_harmony), which make test writes from
+ * the pinned js-tiktoken ranks (scripts/o200k_vocab.mjs) next to the
+ * binary under test, against llama.cpp's ids for it (tests/data/o200k,
+ * scripts/refs/make_o200k_refs.sh): the usual inputs and the
+ * pre-tokenizer's hard cases. */
+static void test_o200k(void)
+{
+    char path[128];
+    const char *bin = getenv("POLYKV_BIN");
+    const char *slash = bin ? strrchr(bin, '/') : NULL;
+    snprintf(path, sizeof(path), "%.*s/vocab/gpt-oss-o200k.gguf", slash ? (int)(slash - bin) : 5,
+             slash ? bin : "build");
+    if (access(path, R_OK) != 0) {
+        SKIP_PART("o200k: %s absent (make test writes it with scripts/o200k_vocab.mjs)", path);
+        return;
+    }
+    const char *shared = test_shared_dir();
+    if (shared) {
+        char inp[512];
+        snprintf(inp, sizeof(inp), "%s/models/vocab/ggml-vocab-qwen35.gguf.inp", shared);
+        check_vectors("gpt-oss", inp, "tests/data/o200k/vocab.out", open_vocab(path));
+    }
+    check_vectors("gpt-oss pretok", "tests/data/pretok/gpt-4o-llama3.inp", "tests/data/o200k/pretok.out",
+                  open_vocab(path));
+}
+
 /* Special tokens and the white space after them: Phi-3 vocabularies (by
  * general.name) drop it, Llama's keep it (and prefix the text that follows
  * with a space either way). */
@@ -665,6 +691,7 @@ int main(int argc, char **argv)
 
     const char *shared = test_shared_dir();
     if (shared) TEST_RUN(test_gpt4o_reference, shared);
+    TEST_RUN(test_o200k);
     char path[128];
     snprintf(path, sizeof(path), "%s/v.gguf", g_tmp);
     unlink(path);
