@@ -8,7 +8,9 @@
  *   2. every .inp/.out vector in ../shared/models/vocab (tokenized with
  *      add_special = false, parse_special = false, as test-tokenizer-0 does),
  *      and the pieces of each result concatenated give the input back;
- *      Phi-3's stripping of the white space after special tokens;
+ *      Phi-3's stripping of the white space after special tokens; and
+ *      Gemma 4's vectors beside llama.cpp's source (test_llama_cpp_dir: its
+ *      15 MB vocabulary is not kept here), skipped when that is absent;
  *   3. every prompt in the reference JSON files (add_special = true,
  *      parse_special = false), its pieces, and for the generated tokens their
  *      pieces and the detokenized text;
@@ -338,15 +340,17 @@ static tok_vocab *open_vocab(const char *path)
     return v;
 }
 
-static void test_vectors(const char *shared, const vocab_file *f)
+/* The vectors of vocabulary f: dir/<vocab>/ggml-vocab-<name>.gguf.inp and
+ * .out, the GGUF at dir/f->gguf. */
+static void test_vectors_in(const char *dir, const char *vocab, const vocab_file *f)
 {
     char path[512];
     size_t n_inp, n_out;
-    snprintf(path, sizeof(path), "%s/models/vocab/ggml-vocab-%s.gguf.inp", shared, f->name);
+    snprintf(path, sizeof(path), "%s/%s/ggml-vocab-%s.gguf.inp", dir, vocab, f->name);
     char *inp = read_file(path, &n_inp);
-    snprintf(path, sizeof(path), "%s/models/vocab/ggml-vocab-%s.gguf.out", shared, f->name);
+    snprintf(path, sizeof(path), "%s/%s/ggml-vocab-%s.gguf.out", dir, vocab, f->name);
     char *out = read_file(path, &n_out);
-    snprintf(path, sizeof(path), "%s/models/%s", shared, f->gguf);
+    snprintf(path, sizeof(path), "%s/%s", dir, f->gguf);
     tok_vocab *v = open_vocab(path);
     CHECK(inp && out && v);
     if (!inp || !out || !v) { free(inp); free(out); tok_free(v); return; }
@@ -610,6 +614,12 @@ int main(int argc, char **argv)
     unlink(path);
     rmdir(g_tmp);
 
+    /* Gemma 4's SentencePiece-style BPE, from llama.cpp's own vectors */
+    const char *peer = test_llama_cpp_dir();
+    static const vocab_file gemma4 = {"gemma-4", "models/ggml-vocab-gemma-4.gguf"};
+    if (peer) test_vectors_in(peer, "models", &gemma4);
+    else SKIP_PART("../peers/llama.cpp absent (set POLYKV_LLAMA_CPP): Gemma 4's vectors not run");
+
     const char *shared = test_shared_dir();
     if (!shared) {
         SKIP_PART("../shared absent: vocabulary, reference and speed checks not run");
@@ -625,7 +635,9 @@ int main(int argc, char **argv)
         {"llama-bpe", "rand-llama-llama3vocab-e256-l2-Q4_0.gguf"},
         {"qwen2", "rand-qwen2-qwen2vocab-e64-l2-F16.gguf"},
     };
-    for (size_t i = 0; i < ARRAY_LEN(vocabs); i++) test_vectors(shared, &vocabs[i]);
+    char models[512];
+    snprintf(models, sizeof(models), "%s/models", shared);
+    for (size_t i = 0; i < ARRAY_LEN(vocabs); i++) test_vectors_in(models, "vocab", &vocabs[i]);
     TEST_RUN(test_special_strip, shared);
 
     static const char *const refs[][2] = {
