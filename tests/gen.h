@@ -32,14 +32,21 @@ static inline const char *gen_bin(const char *argv0)
     return buf;
 }
 
-/* Writes a model with `bin gen-model ARGS --vocab <shared's qwen35
- * vocabulary> -o path`; true when it exits 0. */
-static inline bool gen_model(const char *bin, const char *shared, const char *args, const char *path)
+/* Writes a model with `bin gen-model ARGS --vocab VOCAB -o path`; true
+ * when it exits 0. */
+static inline bool gen_model_vocab(const char *bin, const char *vocab, const char *args, const char *path)
 {
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s gen-model %s --vocab %s/models/vocab/ggml-vocab-qwen35.gguf -o %s", bin, args,
-             shared, path);
+    snprintf(cmd, sizeof cmd, "%s gen-model %s --vocab %s -o %s", bin, args, vocab, path);
     return system(cmd) == 0;
+}
+
+/* The same with shared's qwen35 vocabulary. */
+static inline bool gen_model(const char *bin, const char *shared, const char *args, const char *path)
+{
+    char vocab[512];
+    snprintf(vocab, sizeof vocab, "%s/models/vocab/ggml-vocab-qwen35.gguf", shared);
+    return gen_model_vocab(bin, vocab, args, path);
 }
 
 #endif

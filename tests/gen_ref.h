@@ -76,16 +76,12 @@ static inline bool gen_ref_sha(const char *commands, const char *name, char hex[
  * (its sha256 in data/commands: a change to gen-model fails here rather
  * than turning the references stale), then held to llama.cpp's outputs
  * (data/<name>.json) within frac at the first positions and frac_steps
- * (0: frac) at the greedy steps.  Needs ../shared for the vocabulary;
- * script is what writes the references again. */
-static inline void gen_ref_check_gen(const char *bin, const char *data, const char *commands, const char *script,
-                                     const char *name, const char *args, double frac, double frac_steps)
+ * (0: frac) at the greedy steps, with gen-model's --vocab VOCAB; script is
+ * what writes the references again. */
+static inline void gen_ref_check_vocab(const char *bin, const char *vocab, const char *data, const char *commands,
+                                       const char *script, const char *name, const char *args, double frac,
+                                       double frac_steps)
 {
-    const char *shared = test_shared_dir();
-    if (!shared) {
-        SKIP_PART("%s: ../shared absent (set POLYKV_SHARED): gen-model needs its Qwen3.5 vocabulary", name);
-        return;
-    }
     if (access(bin, X_OK) != 0) {
         SKIP_PART("%s: %s not built (set POLYKV_BIN)", name, bin);
         return;
@@ -94,7 +90,7 @@ static inline void gen_ref_check_gen(const char *bin, const char *data, const ch
     CHECK(gen_ref_sha(commands, name, want));
     CHECK(mkdtemp(dir) != NULL);
     snprintf(path, sizeof path, "%s/%s.gguf", dir, name);
-    CHECK(gen_model(bin, shared, args, path));
+    CHECK(gen_model_vocab(bin, vocab, args, path));
     CHECK(pk_sha256_file(path, got));
     CHECK_STR(got, want);
     if (strcmp(got, want)) {
@@ -105,6 +101,20 @@ static inline void gen_ref_check_gen(const char *bin, const char *data, const ch
     }
     unlink(path);
     rmdir(dir);
+}
+
+/* gen_ref_check_vocab with ../shared's Qwen3.5 vocabulary. */
+static inline void gen_ref_check_gen(const char *bin, const char *data, const char *commands, const char *script,
+                                     const char *name, const char *args, double frac, double frac_steps)
+{
+    const char *shared = test_shared_dir();
+    if (!shared) {
+        SKIP_PART("%s: ../shared absent (set POLYKV_SHARED): gen-model needs its Qwen3.5 vocabulary", name);
+        return;
+    }
+    char vocab[512];
+    snprintf(vocab, sizeof vocab, "%s/models/vocab/ggml-vocab-qwen35.gguf", shared);
+    gen_ref_check_vocab(bin, vocab, data, commands, script, name, args, frac, frac_steps);
 }
 
 #endif

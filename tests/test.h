@@ -64,6 +64,18 @@ static inline const char *test_shared_dir(void)
     return NULL;
 }
 
+/* llama.cpp's source beside the project (POLYKV_LLAMA_CPP, else
+ * ../peers/llama.cpp): vocabularies and test vectors too large to keep in
+ * the repository (its models/ggml-vocab-gemma-4.gguf is 15 MB); NULL when
+ * absent, and the tests that need it skip. */
+static inline const char *test_llama_cpp_dir(void)
+{
+    const char *env = getenv("POLYKV_LLAMA_CPP");
+    if (env && access(env, R_OK) == 0) return env;
+    if (access("../peers/llama.cpp/models", R_OK) == 0) return "../peers/llama.cpp";
+    return NULL;
+}
+
 /* Named cases, libuv's task.h way: main calls test_select(argc, argv)
  * first, runs each case as TEST_RUN(test_name, args...), and ends with
  * test_finish().  With no argument every case runs; `test_x name...` runs

@@ -15,8 +15,7 @@
  */
 #include "gen_ref.h"
 
-#include "../src/engine/eng.h"
-#include "spec_run.h"
+#include "engine_greedy.h"
 
 #define DATA "tests/data/moe"
 #define GEN_QWEN3MOE "--arch qwen3moe --n-embd 128 --n-layer 3 --n-head 4 --n-head-kv 2 --n-ff 256 --n-expert 8 " \
@@ -62,45 +61,11 @@ static void check_engine(const char *args)
         SKIP_PART("engine: ../shared absent (set POLYKV_SHARED): gen-model needs its Qwen3.5 vocabulary");
         return;
     }
-    char dir[] = "/tmp/polykv-test-moe-XXXXXX", path[256], err[256] = "";
+    char dir[] = "/tmp/polykv-test-moe-XXXXXX", path[256];
     CHECK(mkdtemp(dir) != NULL);
     snprintf(path, sizeof path, "%s/m.gguf", dir);
     CHECK(gen_model(g_bin, shared, args, path));
-    model *m;
-    ASSERT(model_load(path, MODEL_MMAP, &m, err, sizeof err) == PK_OK);
-    enum { NS = 4, GEN = 48 };
-    static int32_t p[NS][300], want[NS][GEN];
-    int np[NS], nw[NS];
-    uint64_t x = 0x2545F4914F6CDD1Dull;
-    for (int i = 0; i < NS; i++) {
-        np[i] = 20 + 80 * i;                     /* prompts of 20 .. 260 tokens: chunks with every expert */
-        for (int j = 0; j < np[i]; j++) {
-            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-            p[i][j] = 300 + (int32_t)(x % 30000);
-        }
-        nw[i] = ref_greedy(m, p[i], np[i], GEN, want[i]);
-    }
-    eng_params ep = eng_default_params();
-    ep.n_slots = NS;
-    ep.n_ctx = NS * 512;
-    ep.n_threads = 2;
-    eng *e;
-    ASSERT(eng_new(m, &ep, &e) == PK_OK);
-    eng_task *ts[NS];
-    for (int i = 0; i < NS; i++) {
-        eng_completion c = req(p[i], np[i], GEN, SPEC_NONE);
-        CHECK(eng_submit(e, &c, &ts[i]) == PK_OK);
-    }
-    int same = 0;
-    for (int i = 0; i < NS; i++) {
-        collected got;
-        collect(ts[i], &got);
-        same += got.n_tok == nw[i] && !memcmp(got.tok, want[i], sizeof(int32_t) * (size_t)nw[i]);
-    }
-    printf("engine: %d of %d sessions at once wrote the model's own greedy text\n", same, NS);
-    CHECK_EQ_INT(same, NS);
-    eng_free(e);
-    model_free(m);
+    engine_greedy_check(path);
     unlink(path);
     rmdir(dir);
 }

@@ -9,8 +9,10 @@
  *      add_special = false, parse_special = false, as test-tokenizer-0 does),
  *      and the pieces of each result concatenated give the input back; the
  *      gpt-4o pre-tokenizer's texts (tests/data/pretok) with the Llama 3
- *      vocabulary relabelled gpt-4o, as the reference tokenized them;
- *      Phi-3's stripping of the white space after special tokens;
+ *      vocabulary relabelled gpt-4o, as the reference tokenized them, and
+ *      with gpt-oss's own (tests/data/o200k); Phi-3's stripping of the
+ *      white space after special tokens; Gemma 4's vectors beside
+ *      llama.cpp's source (test_llama_cpp_dir), skipped when that is absent;
  *   3. every prompt in the reference JSON files (add_special = true,
  *      parse_special = false), its pieces, and for the generated tokens their
  *      pieces and the detokenized text;
@@ -696,6 +698,19 @@ int main(int argc, char **argv)
     snprintf(path, sizeof(path), "%s/v.gguf", g_tmp);
     unlink(path);
     rmdir(g_tmp);
+
+    /* Gemma 4's SentencePiece-style BPE, from llama.cpp's own vectors (its
+     * 15 MB vocabulary is not kept here) */
+    const char *peer = test_llama_cpp_dir();
+    if (peer) {
+        char inp[512], out[512], gguf[512];
+        snprintf(inp, sizeof(inp), "%s/models/ggml-vocab-gemma-4.gguf.inp", peer);
+        snprintf(out, sizeof(out), "%s/models/ggml-vocab-gemma-4.gguf.out", peer);
+        snprintf(gguf, sizeof(gguf), "%s/models/ggml-vocab-gemma-4.gguf", peer);
+        check_vectors("gemma-4", inp, out, open_vocab(gguf));
+    } else {
+        SKIP_PART("../peers/llama.cpp absent (set POLYKV_LLAMA_CPP): Gemma 4's vectors not run");
+    }
     if (!shared) {
         SKIP_PART("../shared absent: vocabulary, reference and speed checks not run");
         return test_finish();

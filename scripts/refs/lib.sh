@@ -5,7 +5,7 @@
 #   refs_start NAME   checks $PEER/build, makes $OUT and $DATA, builds
 #                     $OUT/probe, starts $DATA/commands.txt with llama.cpp's
 #                     commit (NAME: the script, for the first line)
-#   say CMD...        logs CMD ($OUT, $BIN written as such) to $log and runs it
+#   say CMD...        logs CMD ($OUT, $BIN, $PEER written as such) to $log and runs it
 BIN=$PEER/build/bin
 
 refs_start() {
@@ -22,4 +22,4 @@ refs_start() {
     } > "$log"
 }
 
-say() { echo "$*" | sed "s|$OUT|\$OUT|g; s|$BIN|\$BIN|g" >> "$log"; "$@"; }
+say() { echo "$*" | sed "s|$OUT|\$OUT|g; s|$BIN|\$BIN|g; s|$PEER|\$PEER|g" >> "$log"; "$@"; }

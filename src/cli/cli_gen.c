@@ -14,8 +14,9 @@
  * "more bits" layers; a 256-block type falls back to Q5_0 / Q5_1 / Q8_0 when
  * a row is not a multiple of 256).  Norms and biases stay F32.
  *
- * The Qwen3.5 hybrids (qwen35, qwen35moe) are cli_gen_hybrid.c's: the
- * options parsed here, the keys and tensors written there.
+ * The Qwen3.5 hybrids (qwen35, qwen35moe) are cli_gen_hybrid.c's and Gemma 4
+ * (gemma4) cli_gen_gemma.c's: the options parsed here, the keys and tensors
+ * written there.
  */
 #include <math.h>
 #include <stddef.h>
@@ -150,7 +151,8 @@ static void add_byte_vocab(gguf_writer *w)
 static void usage(void)
 {
     fprintf(stderr,
-        "usage: polykv gen-model --arch llama|qwen2|qwen3|qwen3moe|gpt-oss|qwen35|qwen35moe [--vocab VOCAB.gguf]\n"
+        "usage: polykv gen-model --arch llama|qwen2|qwen3|qwen3moe|gpt-oss|gemma4|qwen35|qwen35moe\n"
+        "         [--vocab VOCAB.gguf]\n"
         "         --type T\n"
         "         --seed S\n"
         "         -o OUT.gguf\n"
@@ -167,6 +169,8 @@ static void usage(void)
         "         file records, no dense FFN is written)\n"
         "  gpt-oss: qwen3moe's expert options, [--swa 128] (the even layers' window), [--yarn 32]\n"
         "         (YaRN's factor over --ctx; 0: none); untied, biases, sinks\n"
+        "  gemma4: [--swa 128] [--swa-every 6] (every 6th layer global) [--head-dim-global 2xD]\n"
+        "         [--n-head-kv-global N] [--softcap 30]; the 31B's layout: tied, no attn_v on global layers\n"
         "  types: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k (= q4_k_m mix) q4_k_s q5_k q6_k\n"
         "         q2_k q3_k (= q3_k_s) iq4_nl iq4_xs mxfp4 (every matrix) mxfp4_moe (experts mxfp4, the\n"
         "         rest q8_0)\n");
@@ -269,7 +273,8 @@ int cli_gen_model(int argc, char **argv)
     gen_shape sh = { .arch = NULL, .n_embd = 256, .n_layer = 2, .n_head = 4, .n_head_kv = 2,
                      .n_ff = 512, .n_ctx = 4096, .ssm_state = 64, .ssm_groups = 2, .ssm_heads = 4,
                      .ssm_conv = 4, .attn_every = 4, .n_expert = 8, .n_expert_used = 2,
-                     .rope_base = 0, .eps = 0, .tied = true, .pass_from = -1, .n_swa = 128, .yarn = 32 };
+                     .rope_base = 0, .eps = 0, .tied = true, .pass_from = -1, .n_swa = 128, .yarn = 32,
+                     .swa_every = 6, .softcap = 30 };
     const char *vocab = NULL, *outp = NULL, *tname = "f16";
     long seed = 1;
     for (int i = 1; i < argc; i++) {
@@ -290,6 +295,9 @@ int cli_gen_model(int argc, char **argv)
             { "--n-ff-exp", offsetof(gen_shape, n_ff_exp) },    { "--n-ff-shexp", offsetof(gen_shape, n_ff_shexp) },
             { "--pass-through-from", offsetof(gen_shape, pass_from) },
             { "--swa", offsetof(gen_shape, n_swa) },            { "--yarn", offsetof(gen_shape, yarn) },
+            { "--swa-every", offsetof(gen_shape, swa_every) },
+            { "--head-dim-global", offsetof(gen_shape, head_dim_global) },
+            { "--n-head-kv-global", offsetof(gen_shape, n_head_kv_global) },
         };
         long *lp = !strcmp(a, "--seed") ? &seed : NULL;
         for (size_t k = 0; k < ARRAY_LEN(longs) && !lp; k++)
@@ -301,6 +309,7 @@ int cli_gen_model(int argc, char **argv)
         else if (!strcmp(a, "-o")) outp = v;
         else if (!strcmp(a, "--rope-base")) { if (!cli_float(a, v, &sh.rope_base)) return 2; }
         else if (!strcmp(a, "--eps")) { if (!cli_float(a, v, &sh.eps)) return 2; }
+        else if (!strcmp(a, "--softcap")) { if (!cli_float(a, v, &sh.softcap)) return 2; }
         else { fprintf(stderr, "polykv gen-model: unknown option %s\n", a); return 2; }
     }
     const gen_type *gt = NULL;
@@ -313,8 +322,8 @@ int cli_gen_model(int argc, char **argv)
     }
     bool llama = !strcmp(sh.arch, "llama"), qwen2 = !strcmp(sh.arch, "qwen2");
     bool qwen3 = !strcmp(sh.arch, "qwen3") || !strcmp(sh.arch, "qwen3moe"), oss = !strcmp(sh.arch, "gpt-oss");
-    bool hybrid = !strcmp(sh.arch, "qwen35") || !strcmp(sh.arch, "qwen35moe");
-    if (!llama && !qwen2 && !qwen3 && !hybrid && !oss) {
+    bool hybrid = !strcmp(sh.arch, "qwen35") || !strcmp(sh.arch, "qwen35moe"), gemma = !strcmp(sh.arch, "gemma4");
+    if (!llama && !qwen2 && !qwen3 && !hybrid && !oss && !gemma) {
         fprintf(stderr, "polykv gen-model: unknown arch '%s'\n", sh.arch);
         return 2;
     }
@@ -324,6 +333,7 @@ int cli_gen_model(int argc, char **argv)
         return 2;
     }
     if (hybrid && !gen_hybrid_check(&sh)) return 2;
+    if (gemma && !gen_gemma_check(&sh)) return 2;
     if ((!strcmp(sh.arch, "qwen3moe") || oss) &&
         (sh.n_expert < 2 || sh.n_expert_used < 1 || sh.n_expert_used > sh.n_expert)) {
         fprintf(stderr, "polykv gen-model: %s needs --n-expert >= 2 and 1 <= --n-expert-used <= --n-expert\n",
@@ -366,6 +376,7 @@ int cli_gen_model(int argc, char **argv)
     gguf_add_u32(w, "general.file_type", (uint32_t)gt->ftype);
     gguf_add_u32(w, "general.quantization_version", 2);
     if (hybrid) gen_hybrid_keys(w, &sh);
+    else if (gemma) gen_gemma_keys(w, &sh);
     else llama_keys(w, &sh);
     if (vg) {
         for (int64_t i = 0; i < gguf_n_kv(vg); i++) {
@@ -376,7 +387,9 @@ int cli_gen_model(int argc, char **argv)
         add_byte_vocab(w);
     }
     uint64_t ts = (uint64_t)seed * 1000003u;
-    int rc = hybrid ? gen_hybrid_tensors(w, &sh, gt, (long)n_vocab, ts) : llama_tensors(w, &sh, gt, (long)n_vocab, ts);
+    int rc = hybrid ? gen_hybrid_tensors(w, &sh, gt, (long)n_vocab, ts)
+             : gemma ? gen_gemma_tensors(w, &sh, gt, (long)n_vocab, ts)
+                     : llama_tensors(w, &sh, gt, (long)n_vocab, ts);
     pk_status st = rc ? PK_ENOMEM : gguf_write_file(w, outp);
     if (st) fprintf(stderr, "polykv gen-model: writing %s failed: %s\n", outp, pk_status_str(st));
     gguf_writer_free(w);

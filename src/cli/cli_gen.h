@@ -1,7 +1,7 @@
 /*
  * cli_gen.h - what `polykv gen-model`'s writers share: cli_gen.c parses the
  * options and writes the llama family (llama, qwen2, qwen3), cli_gen_hybrid.c
- * the Qwen3.5 hybrids (qwen35, qwen35moe).
+ * the Qwen3.5 hybrids (qwen35, qwen35moe), cli_gen_gemma.c Gemma 4 (gemma4).
  */
 #ifndef CLI_GEN_H
 #define CLI_GEN_H
@@ -28,6 +28,10 @@ typedef struct gen_shape {
     bool tied;
     /* gpt-oss: the sliding window of its even layers, YaRN's factor */
     long n_swa, yarn;
+    /* gemma4: every swa_every-th layer global, with its own head size and
+     * KV heads (0: 2 x head_dim, n_head_kv); the logits' soft cap */
+    long swa_every, head_dim_global, n_head_kv_global;
+    double softcap;
 } gen_shape;
 
 /* A --type: the matrices' type (k_mix: llama-quantize's Q4_K_M mix of
@@ -54,5 +58,11 @@ int gen_add_normal(gguf_writer *w, const char *name, tq_type type, int n_dims, c
 bool gen_hybrid_check(const gen_shape *sh);
 void gen_hybrid_keys(gguf_writer *w, const gen_shape *sh);
 int gen_hybrid_tensors(gguf_writer *w, const gen_shape *sh, const gen_type *gt, long n_vocab, uint64_t seed);
+
+/* cli_gen_gemma.c: gemma4's keys and tensors, as the hybrids'; the check
+ * also fills the shape's defaults. */
+bool gen_gemma_check(gen_shape *sh);
+void gen_gemma_keys(gguf_writer *w, const gen_shape *sh);
+int gen_gemma_tensors(gguf_writer *w, const gen_shape *sh, const gen_type *gt, long n_vocab, uint64_t seed);
 
 #endif

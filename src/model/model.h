@@ -1,5 +1,6 @@
 /*
- * model.h - llama-family models (llama, qwen2, qwen3, qwen3moe) and the Qwen3.5
+ * model.h - llama-family models (llama, qwen2, qwen3, qwen3moe, gpt-oss), Gemma 4's
+ * dense models (gemma4: model_gemma.c) and the Qwen3.5
  * hybrids (qwen35, qwen35moe: gated DeltaNet and gated attention layers,
  * docs/hybrid.md): hyper-parameters, weights from a GGUF, and the forward
  * pass of one batch.
@@ -45,7 +46,8 @@
 #include "../tokenizer/tok.h"
 
 typedef enum model_arch {
-    MODEL_LLAMA = 1, MODEL_QWEN2, MODEL_QWEN3, MODEL_QWEN35, MODEL_QWEN35MOE, MODEL_QWEN3MOE, MODEL_GPTOSS
+    MODEL_LLAMA = 1, MODEL_QWEN2, MODEL_QWEN3, MODEL_QWEN35, MODEL_QWEN35MOE, MODEL_QWEN3MOE, MODEL_GPTOSS,
+    MODEL_GEMMA4
 } model_arch;
 /* How a MoE router's logits become the chosen experts' weights: softmax
  * over all, the k best renormalized (qwen3moe, qwen35moe); or the k best
@@ -92,9 +94,19 @@ typedef struct model_hparams {
     int32_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
     model_gate moe_gate;
     model_act moe_act;
-    /* sliding-window layers (gpt-oss: every other layer from the first)
-     * see the n_swa positions up to their own; 0: none */
+    /* sliding-window layers (gpt-oss: every other layer from the first;
+     * gemma4: the file's pattern) see the n_swa positions up to their own;
+     * 0: none */
     int32_t n_swa;
+
+    /* Gemma 4: the sliding-window layers' own head size (keys = values),
+     * KV heads, rotated dims and RoPE base (scale 1, no factors); the
+     * global layers' are head_dim_k, n_head_kv, n_rot, rope_freq_base,
+     * with rope_freqs.  0 elsewhere. */
+    int32_t head_dim_swa, n_head_kv_swa, n_rot_swa;
+    float rope_freq_base_swa;
+    float embd_scale;         /* token embeddings times this (Gemma 4: sqrt(n_embd)); 0: none */
+    float logit_softcap;      /* logits = c tanh(logits / c); 0: none */
 } model_hparams;
 
 /* One weight matrix or vector: n_rows rows of n_cols values of `type`. */
@@ -120,6 +132,9 @@ typedef struct model_layer {
     model_w moe_router, exp_gate, exp_up, exp_down, sh_gate, sh_up, sh_down, sh_router;
     /* gpt-oss: the router's bias, the experts' ([n_expert] rows each) */
     model_w moe_router_b, exp_gate_b, exp_up_b, exp_down_b;
+    /* Gemma 4: norms of the attention's and the FFN's outputs before the
+     * residual adds, and a scalar the layer's output is multiplied by */
+    model_w attn_post_norm, ffn_post_norm, out_scale;
     /* MTP (nextn) block: loaded and checked, run by speculation */
     model_w nextn_eh_proj, nextn_enorm, nextn_hnorm, nextn_head_norm, nextn_embd, nextn_head;
     /* the layer's index among the layers with KV cells (-1: recurrent) and

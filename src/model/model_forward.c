@@ -49,6 +49,7 @@ void model_ctx_free(model_ctx *c)
 {
     if (!c) return;
     hy_ctx_free(c);
+    gm_ctx_free(c);
     moe_ctx_free(c);
     mtp_ctx_free(c);
     rs_free(c->rs);
@@ -83,7 +84,8 @@ const char *model_kv_types_refusal(const model *m, tq_type k, tq_type v)
     if (!tk_kv_type_ok(k) || !tk_kv_type_ok(v))
         return "a K/V cache type must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1 or iq4_nl";
     /* heads are sliced out of a row at block boundaries */
-    if (m->hp.head_dim_k % tq_get(k)->blck_size || m->hp.head_dim_v % tq_get(v)->blck_size)
+    if (m->hp.head_dim_k % tq_get(k)->blck_size || m->hp.head_dim_v % tq_get(v)->blck_size ||
+        m->hp.head_dim_swa % tq_get(k)->blck_size || m->hp.head_dim_swa % tq_get(v)->blck_size)
         return "the model's head dimension is not a multiple of the cache type's block of 32 values";
     return NULL;
 }
@@ -101,16 +103,20 @@ pk_status model_ctx_new(const model *m, const model_ctx_params *p, model_ctx **o
     c->m = m;
     c->p = *p;
     c->ops = tk_ops_get();
+    /* Gemma 4's two layer types have rows of their own widths: the cache's
+     * rows are the wider, a layer uses their start */
+    const int32_t kw_swa = hp->n_head_kv_swa * hp->head_dim_swa;
     kv_params kp = { .n_layer = hp->n_layer_attn + p->mtp, .n_ctx = p->n_ctx,
-                     .n_embd_k = hp->n_head_kv * hp->head_dim_k,
-                     .n_embd_v = hp->n_head_kv * hp->head_dim_v, .type_k = p->type_k, .type_v = p->type_v };
+                     .n_embd_k = MAX(hp->n_head_kv * hp->head_dim_k, kw_swa),
+                     .n_embd_v = MAX(hp->n_head_kv * hp->head_dim_v, kw_swa), .type_k = p->type_k, .type_v = p->type_v };
     pk_status st = kv_new(&kp, &c->kv);
     if (st) goto fail;
     if (p->tp) c->tp = p->tp;
     else if ((st = tp_new(p->n_threads, &c->tp))) goto fail;
 
     size_t nub = (size_t)p->n_ubatch, fl = sizeof(float);
-    size_t qw = (size_t)hp->n_head * hp->head_dim_k, aw = (size_t)hp->n_head * hp->head_dim_v;
+    const size_t hdk = (size_t)MAX(hp->head_dim_k, hp->head_dim_swa), hdv = (size_t)MAX(hp->head_dim_v, hp->head_dim_swa);
+    size_t qw = (size_t)hp->n_head * hdk, aw = (size_t)hp->n_head * hdv;
     size_t xnw = MAX(MAX((size_t)hp->n_embd, aw), (size_t)hp->n_ff);
     size_t mm = scratch_for(&m->output, p->n_ubatch);
     if (p->mtp)   /* the MTP block's projection (2 n_embd wide) and its own head */
@@ -134,7 +140,7 @@ pk_status model_ctx_new(const model *m, const model_ctx_params *p, model_ctx **o
     }
     /* attention scratch per thread: the kernel's, then query rows, output
      * rows and the rows' visible-cell counts */
-    c->attn_bytes = (tk_attn_scratch_size() + (size_t)TK_ATTN_ROWS * (hp->head_dim_k + hp->head_dim_v + 1) * fl
+    c->attn_bytes = (tk_attn_scratch_size() + (size_t)TK_ATTN_ROWS * (hdk + hdv + 1) * fl
                      + 63) & ~(size_t)63;
     atomic_init(&c->attn_next, 0);
     c->priv_floats = ((size_t)TK_PRIVATE_TOKENS * (2 * hp->n_embd + hp->n_ff) + 15) & ~(size_t)15;
@@ -144,7 +150,7 @@ pk_status model_ctx_new(const model *m, const model_ctx_params *p, model_ctx **o
         !(c->k = fwd_alloc(nub * kp.n_embd_k * fl)) || !(c->v = fwd_alloc(nub * kp.n_embd_v * fl)) ||
         !(c->att = fwd_alloc(nub * aw * fl)) || !(c->gate = fwd_alloc(nub * hp->n_ff * fl)) ||
         !(c->up = fwd_alloc(nub * hp->n_ff * fl)) || !(c->tmp = fwd_alloc(nub * hp->n_embd * fl)) ||
-        !(c->rope = fwd_alloc(nub * hp->n_rot * fl)) || !(c->mm_scratch = fwd_alloc(mm)) ||
+        !(c->rope = fwd_alloc(nub * (hp->n_rot + hp->n_rot_swa) * fl)) || !(c->mm_scratch = fwd_alloc(mm)) ||
         !(c->attn_buf = fwd_alloc((size_t)p->n_threads * c->attn_bytes)) ||
         !(c->priv = fwd_alloc((size_t)p->n_threads * c->priv_floats * fl)) ||
         !(c->vis_cells = fwd_alloc((size_t)FWD_MAX_LISTS * p->n_ctx * sizeof(int32_t))) ||
@@ -160,6 +166,7 @@ pk_status model_ctx_new(const model *m, const model_ctx_params *p, model_ctx **o
         goto fail;
     tk_matmul_scratch_init(c->mm_scratch);
     if (hp->hybrid && (st = hy_ctx_new(c))) goto fail;
+    if (hp->arch == MODEL_GEMMA4 && (st = gm_ctx_new(c))) goto fail;
     if (hp->n_expert > 0 && (st = moe_ctx_new(c))) goto fail;
     if (p->mtp && (st = mtp_ctx_new(c))) goto fail;
     *out = c;
@@ -191,20 +198,18 @@ void fwd_rope_head(float *x, const float *cs, int n_rot, model_rope type)
     }
 }
 
-/* cos/sin of each rotated pair at position pos.  The angle is a running
- * float product, as the reference engine computes it, so the low bits agree. */
 /* cos and sin of each dim pair's angle at pos, the reference engine's
- * way: a running float product for the frequencies; with YaRN each angle
- * blends the interpolated and the extrapolated one by a ramp over the
- * corrected dims, and cos and sin are scaled by rope_mscale. */
-static void rope_angles(const model *m, kv_pos pos, float *cs)
+ * way: a running float product for the frequencies (so the low bits
+ * agree); with YaRN each angle blends the interpolated and the
+ * extrapolated one by a ramp over the corrected dims, and cos and sin are
+ * scaled by rope_mscale. */
+void fwd_rope_angles(const model_hparams *hp, int n_rot, float base, float scale, const float *ff, kv_pos pos,
+                     float *cs)
 {
-    const model_hparams *hp = &m->hp;
-    const float *ff = m->rope_freqs.data;
-    float theta_scale = powf(hp->rope_freq_base, -2.0f / hp->n_rot);
+    float theta_scale = powf(base, -2.0f / n_rot);
     float theta = (float)pos;
-    for (int i = 0; i < hp->n_rot / 2; i++) {
-        float ext = ff ? theta / ff[i] : theta, t = hp->rope_freq_scale * ext;
+    for (int i = 0; i < n_rot / 2; i++) {
+        float ext = ff ? theta / ff[i] : theta, t = scale * ext;
         if (hp->rope_yarn) {
             const float *cd = hp->rope_yarn_corr;
             float y = ((float)i - cd[0]) / fmaxf(0.001f, cd[1] - cd[0]);
@@ -215,6 +220,14 @@ static void rope_angles(const model *m, kv_pos pos, float *cs)
         cs[2 * i + 1] = sinf(t) * hp->rope_mscale;
         theta *= theta_scale;
     }
+}
+
+/* A token's RoPE rows: the model's one table, or Gemma 4's two. */
+static void rope_angles(const model *m, kv_pos pos, float *cs)
+{
+    const model_hparams *hp = &m->hp;
+    if (hp->arch == MODEL_GEMMA4) gm_rope_angles(m, pos, cs);
+    else fwd_rope_angles(hp, hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale, m->rope_freqs.data, pos, cs);
 }
 
 static void add_bias(float *x, const model_w *b, int n)
@@ -259,10 +272,15 @@ void fwd_matmul_set(int ith, int nth, model_ctx *c, const model_w *const *ws, fl
  * (causal prefill units differ in cost).  The kernel rounds the query to
  * what the reference engine multiplies the cache's K with (tk.h).
  */
-void fwd_attention(model_ctx *c, int ith, const model_layer *L, int il)
+fwd_attn_dims fwd_dims(const model_hparams *hp)
+{
+    return (fwd_attn_dims){ hp->head_dim_k, hp->head_dim_v, hp->n_head_kv, 1.0f / sqrtf((float)hp->head_dim_k) };
+}
+
+void fwd_attention(model_ctx *c, int ith, const model_layer *L, int il, fwd_attn_dims d)
 {
     const model_hparams *hp = &c->m->hp;
-    const int hdk = hp->head_dim_k, hdv = hp->head_dim_v, nh = hp->n_head, nkv = hp->n_head_kv;
+    const int hdk = d.hd_k, hdv = d.hd_v, nh = hp->n_head, nkv = d.n_head_kv;
     const int G = nh / nkv;
     const size_t k_head = tq_row_size(c->p.type_k, hdk), v_head = tq_row_size(c->p.type_v, hdv);
     char *buf = c->attn_buf + (size_t)ith * c->attn_bytes;
@@ -300,7 +318,7 @@ void fwd_attention(model_ctx *c, int ith, const model_layer *L, int il)
             .k = (const char *)kv_k_base(c->kv, il) + (size_t)kvh * k_head,
             .v = (const char *)kv_v_base(c->kv, il) + (size_t)kvh * v_head,
             .k_stride = kv_k_row_bytes(c->kv), .v_stride = kv_v_row_bytes(c->kv),
-            .scale = 1.0f / sqrtf((float)hdk), .out = orows,
+            .scale = d.scale, .out = orows,
             .kv0 = L->swa ? vis0 : NULL, .sink = L->sinks.data ? sink : NULL,
         };
         c->ops->attend(&a, buf);
@@ -345,11 +363,16 @@ static void kv_put(const model_ctx *c, tq_type type, const float *x, void *row, 
     else tq_quantize_row(type, x, row, n);
 }
 
+void fwd_kv_store_n(model_ctx *c, int kvl, int cell, const float *k, int nk, const float *v, int nv)
+{
+    kv_put(c, c->p.type_k, k, kv_k_row(c->kv, kvl, cell), nk);
+    kv_put(c, c->p.type_v, v, kv_v_row(c->kv, kvl, cell), nv);
+}
+
 void fwd_kv_store(model_ctx *c, int kvl, int cell, const float *k, const float *v)
 {
     const model_hparams *hp = &c->m->hp;
-    kv_put(c, c->p.type_k, k, kv_k_row(c->kv, kvl, cell), hp->n_head_kv * hp->head_dim_k);
-    kv_put(c, c->p.type_v, v, kv_v_row(c->kv, kvl, cell), hp->n_head_kv * hp->head_dim_v);
+    fwd_kv_store_n(c, kvl, cell, k, hp->n_head_kv * hp->head_dim_k, v, hp->n_head_kv * hp->head_dim_v);
 }
 
 /*
@@ -395,7 +418,7 @@ static void layers_job(int ith, int nth, void *arg)
         if (ith == 0) atomic_store_explicit(&c->attn_next, 0, memory_order_relaxed);
         tp_barrier(c->tp);
 
-        fwd_attention(c, ith, L, il);
+        fwd_attention(c, ith, L, il, fwd_dims(hp));
         tp_barrier(c->tp);
 
         fwd_matmul(ith, nth, c, &L->wo, c->att, T, c->tmp);
@@ -451,6 +474,15 @@ static void output_job(int ith, int nth, void *arg)
         c->ops->rms_norm(c->x + (size_t)c->out_rows[r] * E, NULL, m->out_norm.data, xn + r * E, E, m->hp.rms_eps);
     if (!priv) tp_barrier(c->tp);
     fwd_matmul(ith, nth, c, &m->output, xn, j->n_out, j->logits);
+    const float cap = m->hp.logit_softcap;
+    if (cap > 0) {   /* the reference's order: x * (1 / c), tanh, * c; each thread a slice of the vocabulary */
+        const int64_t V = m->hp.n_vocab;
+        int64_t v0, v1;
+        tp_split(V, ith, nth, &v0, &v1);
+        const float inv = 1.0f / cap;
+        for (int64_t r = 0; r < j->n_out; r++)
+            for (int64_t i = v0; i < v1; i++) j->logits[r * V + i] = tanhf(j->logits[r * V + i] * inv) * cap;
+    }
 }
 
 /* ---- batch preparation ---- */
@@ -576,9 +608,10 @@ pk_status model_decode(model_ctx *c, const model_batch *b, float *logits)
         int n_out = 0;
         for (int i = 0; i < n; i++) {
             int bi = i0 + i;
-            tq_dequantize_row_at(m->tok_embd.type, m->tok_embd.data, b->token[bi], hp->n_embd,
-                                 c->x + (size_t)i * hp->n_embd);
-            rope_angles(m, b->pos[bi], c->rope + (size_t)i * hp->n_rot);
+            float *xi = c->x + (size_t)i * hp->n_embd;
+            tq_dequantize_row_at(m->tok_embd.type, m->tok_embd.data, b->token[bi], hp->n_embd, xi);
+            for (int e = 0; hp->embd_scale > 0 && e < hp->n_embd; e++) xi[e] *= hp->embd_scale;
+            rope_angles(m, b->pos[bi], c->rope + (size_t)i * (hp->n_rot + hp->n_rot_swa));
             c->tok_pos[i] = b->pos[bi];
             c->tok_cell[i] = c->cells[bi];
             kv_cell_set(c->kv, c->cells[bi], b->pos[bi], b->seq[bi], b->n_seq[bi]);
@@ -587,7 +620,7 @@ pk_status model_decode(model_ctx *c, const model_batch *b, float *logits)
         build_visibility(c, b, i0, n);
 
         fwd_job lj = { .c = c, .n_tok = n };
-        tp_run(c->tp, c->hy ? hy_layers_job : layers_job, &lj);
+        tp_run(c->tp, c->hy ? hy_layers_job : c->gm ? gm_layers_job : layers_job, &lj);
         if (c->hy) hy_chunk_done(c, b, i0, n);
         if (n_out > 0) {
             out_job oj = { .c = c, .n_out = n_out, .logits = out };
@@ -650,8 +683,8 @@ pk_status model_kv_shift(model_ctx *c, kv_seq seq, kv_pos p0, kv_pos p1, kv_pos 
         free(moved);
         return st;
     }
-    const int nk = hp->n_head_kv, hdk = hp->head_dim_k, n = nk * hdk;
-    float *cs = malloc((size_t)hp->n_rot * sizeof *cs), *row = malloc((size_t)n * sizeof *row);
+    const int n = kv_get_params(kv)->n_embd_k;
+    float *cs = malloc((size_t)(hp->n_rot + hp->n_rot_swa) * sizeof *cs), *row = malloc((size_t)n * sizeof *row);
     if (!cs || !row) {
         /* The positions moved but the rows could not be rotated: drop the
          * moved cells rather than keep K rows that lie about them. */
@@ -666,10 +699,15 @@ pk_status model_kv_shift(model_ctx *c, kv_seq seq, kv_pos p0, kv_pos p1, kv_pos 
     for (int i = 0; i < end; i++) {
         if (!moved[i]) continue;
         for (int il = 0; il < kv_get_params(kv)->n_layer; il++) {
+            /* Gemma 4's sliding layers: their heads, and the second RoPE row */
+            const bool swa = hp->arch == MODEL_GEMMA4 && c->m->layers[il].swa;
+            const int nk = swa ? hp->n_head_kv_swa : hp->n_head_kv, hdk = swa ? hp->head_dim_swa : hp->head_dim_k;
+            const int n_rot = swa ? hp->n_rot_swa : hp->n_rot;
+            const float *rcs = swa ? cs + hp->n_rot : cs;
             void *k = kv_k_row(kv, il, i);
-            tq_dequantize_row(c->p.type_k, k, row, n);
-            for (int h = 0; h < nk; h++) fwd_rope_head(row + h * hdk, cs, hp->n_rot, hp->rope_type);
-            kv_put(c, c->p.type_k, row, k, n);
+            tq_dequantize_row(c->p.type_k, k, row, nk * hdk);
+            for (int h = 0; h < nk; h++) fwd_rope_head(row + h * hdk, rcs, n_rot, hp->rope_type);
+            kv_put(c, c->p.type_k, row, k, nk * hdk);
         }
     }
     free(cs);

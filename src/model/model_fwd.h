@@ -54,6 +54,7 @@ struct model_ctx {
     struct hy_ctx *hy;   /* hybrids: model_hybrid.c's scratch */
     struct moe_ctx *moe; /* MoE models: model_moe.c's scratch */
     struct mtp_ctx *mtp; /* p.mtp: model_mtp.c's ring and scratch */
+    struct gm_ctx *gm;   /* gemma4: model_gemma.c's scratch */
 };
 
 
@@ -62,14 +63,23 @@ void fwd_matmul(int ith, int nth, model_ctx *c, const model_w *w, const float *x
 /* Products of up to 8 matrices with the same input. */
 void fwd_matmul_set(int ith, int nth, model_ctx *c, const model_w *const *ws, float *const *ys, int n,
                     const float *x, int n_tok);
-/* Attention of the chunk's queries (c->q) over the cells of KV layer kvl
- * (of layer L: its window and sinks), into c->att; attn_next reset to 0
- * before the phase. */
-void fwd_attention(model_ctx *c, int ith, const model_layer *L, int kvl);
+/* A layer's attention shape: head sizes, KV heads, the K.Q scale. */
+typedef struct fwd_attn_dims { int hd_k, hd_v, n_head_kv; float scale; } fwd_attn_dims;
+/* The model's own (every layer's but Gemma 4's): scale 1 / sqrt(hd_k). */
+fwd_attn_dims fwd_dims(const model_hparams *hp);
+/* Attention of the chunk's queries (c->q, [n_head][d.hd_k] a token) over
+ * the cells of KV layer kvl (of layer L: its window and sinks), into c->att
+ * ([n_head][d.hd_v] a token); attn_next reset to 0 before the phase. */
+void fwd_attention(model_ctx *c, int ith, const model_layer *L, int kvl, fwd_attn_dims d);
 /* One token's K and V (n_head_kv heads, F32) into its cell of KV layer kvl,
- * in the cache's types. */
+ * in the cache's types; _n: nk and nv values (a row's first). */
 void fwd_kv_store(model_ctx *c, int kvl, int cell, const float *k, const float *v);
+void fwd_kv_store_n(model_ctx *c, int kvl, int cell, const float *k, int nk, const float *v, int nv);
 void fwd_rope_head(float *x, const float *cs, int n_rot, model_rope type);
+/* cos, sin of each of n_rot / 2 dim pairs at pos (with YaRN where hp has
+ * it; ff: frequency divisors or NULL). */
+void fwd_rope_angles(const model_hparams *hp, int n_rot, float base, float scale, const float *ff, kv_pos pos,
+                     float *cs);
 void *fwd_alloc(size_t n);   /* zeroed, 64-byte aligned */
 
 /* model_hybrid.c */
@@ -80,6 +90,14 @@ void *fwd_alloc(size_t n);   /* zeroed, 64-byte aligned */
 pk_status moe_ctx_new(model_ctx *c);
 void moe_ctx_free(model_ctx *c);
 void fwd_moe(model_ctx *c, int ith, int nth, const model_layer *L, int T, const float *xn);
+
+/* model_gemma.c: Gemma 4's layers over a chunk (the job tp_run runs);
+ * each token's RoPE rows in c->rope are [n_rot global | n_rot_swa]. */
+pk_status gm_ctx_new(model_ctx *c);
+void gm_ctx_free(model_ctx *c);
+void gm_layers_job(int ith, int nth, void *arg);
+/* The RoPE rows of one token at pos (global then sliding). */
+void gm_rope_angles(const model *m, kv_pos pos, float *cs);
 
 pk_status hy_ctx_new(model_ctx *c);
 void hy_ctx_free(model_ctx *c);

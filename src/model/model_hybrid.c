@@ -303,7 +303,7 @@ static void gated_attention(model_ctx *c, int ith, int nth, const model_layer *L
     }
     if (ith == 0) atomic_store_explicit(&c->attn_next, 0, memory_order_relaxed);
     tp_barrier(c->tp);
-    fwd_attention(c, ith, L, kvl);
+    fwd_attention(c, ith, L, kvl, fwd_dims(hp));
     tp_barrier(c->tp);
     for (int64_t t = t0; t < t1; t++) {
         float *a = c->att + t * nq * hd;

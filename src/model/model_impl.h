@@ -59,6 +59,11 @@ pk_status model_moe_hparams(const gguf_ctx *g, const char *arch, model_hparams *
 pk_status model_hybrid_hparams(const gguf_ctx *g, const char *arch, model_hparams *hp, char *err, size_t err_len);
 pk_status model_hybrid_weights(model *m, char *err, size_t err_len);
 
+/* model_load_gemma.c: Gemma 4's hyper-parameters (after the common ones)
+ * and weights. */
+pk_status model_gemma_hparams(const gguf_ctx *g, const char *arch, model_hparams *hp, char *err, size_t err_len);
+pk_status model_gemma_weights(model *m, char *err, size_t err_len);
+
 /* model_copy.c */
 void model_copy_start(model *m);                     /* at the end of model_load (MODEL_COPY) */
 void model_copy_free(model *m);                      /* in model_free */

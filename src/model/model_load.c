@@ -23,6 +23,7 @@ const char *model_arch_name(model_arch a)
     case MODEL_QWEN35MOE: return "qwen35moe";
     case MODEL_QWEN3MOE: return "qwen3moe";
     case MODEL_GPTOSS: return "gpt-oss";
+    case MODEL_GEMMA4: return "gemma4";
     }
     return "?";
 }
@@ -107,9 +108,10 @@ static pk_status read_hparams(const gguf_ctx *g, model_hparams *hp, char *err, s
     else if (!strcmp(arch, "qwen35moe")) hp->arch = MODEL_QWEN35MOE;
     else if (!strcmp(arch, "qwen3moe")) hp->arch = MODEL_QWEN3MOE;
     else if (!strcmp(arch, "gpt-oss")) hp->arch = MODEL_GPTOSS;
+    else if (!strcmp(arch, "gemma4")) hp->arch = MODEL_GEMMA4;
     else return pk_errf(err, err_len, PK_EUNSUPPORTED,
-                     "unsupported architecture '%s' (llama, qwen2, qwen3, qwen3moe, gpt-oss, qwen35, qwen35moe are)",
-                     arch);
+                     "unsupported architecture '%s' (llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma4, qwen35, qwen35moe "
+                     "are)", arch);
     const bool moe = hp->arch == MODEL_QWEN3MOE || hp->arch == MODEL_QWEN35MOE || hp->arch == MODEL_GPTOSS;
     hp->hybrid = hp->arch == MODEL_QWEN35 || hp->arch == MODEL_QWEN35MOE;
 
@@ -123,7 +125,9 @@ static pk_status read_hparams(const gguf_ctx *g, model_hparams *hp, char *err, s
         (st = model_arch_int(g, arch, "attention.head_count", true, 1, 4096, &hp->n_head, err, err_len)))
         return st;
     hp->n_head_kv = hp->n_head;
-    if ((st = model_arch_int(g, arch, "attention.head_count_kv", false, 1, 4096, &hp->n_head_kv, err, err_len)))
+    /* Gemma 4's is an array, a count per layer (model_gemma_hparams) */
+    if (hp->arch != MODEL_GEMMA4 &&
+        (st = model_arch_int(g, arch, "attention.head_count_kv", false, 1, 4096, &hp->n_head_kv, err, err_len)))
         return st;
     if (hp->n_head % hp->n_head_kv)
         return pk_errf(err, err_len, PK_EFORMAT, "head_count %d not a multiple of head_count_kv %d",
@@ -180,6 +184,7 @@ static pk_status read_hparams(const gguf_ctx *g, model_hparams *hp, char *err, s
         if ((st = model_arch_int(g, arch, "attention.sliding_window", true, 1, 1 << 30, &hp->n_swa, err, err_len)))
             return st;
     }
+    if (hp->arch == MODEL_GEMMA4) return model_gemma_hparams(g, arch, hp, err, err_len);
     return hp->hybrid ? model_hybrid_hparams(g, arch, hp, err, err_len) : PK_OK;
 }
 
@@ -245,6 +250,7 @@ static pk_status load_weights(model *m, char *err, size_t err_len)
 {
     const gguf_ctx *g = m->gguf;
     if (m->hp.hybrid) return model_hybrid_weights(m, err, err_len);
+    if (m->hp.arch == MODEL_GEMMA4) return model_gemma_weights(m, err, err_len);
     const model_hparams *hp = &m->hp;
     int64_t e = hp->n_embd, qd = (int64_t)hp->n_head * hp->head_dim_k;
     int64_t kd = (int64_t)hp->n_head_kv * hp->head_dim_k, vd = (int64_t)hp->n_head_kv * hp->head_dim_v;

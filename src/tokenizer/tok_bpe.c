@@ -11,6 +11,11 @@
  * ignore_merges (llama3) a word that is itself a token is emitted whole.
  * A final symbol that is not a token emits the tokens of its single bytes
  * where they exist (this never happens with a complete byte alphabet).
+ *
+ * SentencePiece-style BPE (Gemma 4, v->spm_bpe) differs in three places, as
+ * the reference does it: spaces become U+2581 before the split, a word
+ * stays raw UTF-8 (no byte alphabet), and a word of newlines only that is
+ * itself a token is emitted whole; its byte fallback is <0xNN>.
  */
 #include "tok_impl.h"
 
@@ -65,7 +70,9 @@ static pk_status emit_symbol(const bpe *b, const tok_sym *y, tok_ids *out)
 
 static pk_status merge_word(bpe *b, const char *w, size_t len, tok_ids *out)
 {
-    if (b->v->ignore_merges) {
+    bool newlines = b->v->spm_bpe;
+    for (size_t i = 0; i < len && newlines; i++) newlines = w[i] == '\n';
+    if (b->v->ignore_merges || newlines) {
         int32_t id = tok_strtab_find(&b->v->tokens, w, len);
         if (id >= 0) return tok_ids_push(out, id);
     }
@@ -120,6 +127,7 @@ pk_status tok_bpe_encode(const tok_vocab *v, const char *text, size_t len, tok_i
     for (size_t off = 0; off < len; n++) {
         size_t adv;
         cpt[n] = tok_utf8_decode((const unsigned char *)text + off, len - off, &adv);
+        if (v->spm_bpe && cpt[n] == ' ') cpt[n] = 0x2581;
         off += adv;
     }
     size_t n_words = tok_pretok_split(v->pre, cpt, n, lens, tmp);
@@ -134,6 +142,11 @@ pk_status tok_bpe_encode(const tok_vocab *v, const char *text, size_t len, tok_i
         for (size_t i = start; i < start + lens[w] && st == PK_OK; i++) {
             char u[4];
             int ul = tok_utf8_encode(cpt[i], u);
+            if (v->spm_bpe) {
+                memcpy(word.v + word.n, u, (size_t)ul);
+                word.n += (size_t)ul;
+                continue;
+            }
             for (int k = 0; k < ul; k++) {
                 unsigned char byte = (unsigned char)u[k];
                 memcpy(word.v + word.n, alpha[byte], alpha_n[byte]);

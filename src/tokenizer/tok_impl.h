@@ -53,6 +53,7 @@ typedef enum tok_pre {
     TOK_PRE_QWEN35,
     TOK_PRE_DEEPSEEK_CODER,
     TOK_PRE_GPT4O,               /* o200k_base: gpt-oss, Llama 4 */
+    TOK_PRE_GEMMA4,              /* runs of newlines and runs of anything else */
 } tok_pre;
 
 /*
@@ -83,6 +84,9 @@ struct tok_vocab {
     int32_t bos, eos, eot, eom, unk, pad;
     int32_t byte_tok[256];       /* token of each byte: SPM <0xNN> fallback, BPE byte char; -1 none */
     bool add_bos, add_eos, add_space_prefix, ignore_merges, clean_spaces;
+    /* SentencePiece-style BPE (Gemma 4): spaces are U+2581 in the tokens,
+     * merges run on raw UTF-8 (no byte alphabet), bytes fall back to <0xNN> */
+    bool spm_bpe;
     char *chat_template;         /* NUL-terminated copy or NULL */
 };
 

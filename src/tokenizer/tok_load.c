@@ -149,6 +149,7 @@ static const pre_name k_pre_names[] = {
     /* minimax-m2 is a type of its own in the reference, with the same regex */
     {"gpt-4o", TOK_PRE_GPT4O}, {"llama4", TOK_PRE_GPT4O}, {"kanana2", TOK_PRE_GPT4O},
     {"talkie", TOK_PRE_GPT4O}, {"minimax-m2", TOK_PRE_GPT4O},
+    {"gemma4", TOK_PRE_GEMMA4}, {"granite-embed-multi-311m", TOK_PRE_GEMMA4},
 };
 
 static pk_status set_model(const gguf_ctx *g, tok_vocab *v, char *err, size_t err_len)
@@ -165,6 +166,12 @@ static pk_status set_model(const gguf_ctx *g, tok_vocab *v, char *err, size_t er
         v->unk = 0;
         v->add_space_prefix = true;
         v->add_bos = true;
+    } else if (str_is(model, "gemma4")) {
+        /* BPE whatever tokenizer.ggml.pre says, with no default ids */
+        v->kind = TOK_BPE;
+        v->bos = v->eos = -1;
+        v->clean_spaces = true;
+        v->pre = TOK_PRE_GEMMA4;
     } else if (str_is(model, "gpt2")) {
         v->kind = TOK_BPE;
         v->bos = v->eos = 11;   /* the reference's defaults for BPE files without ids */
@@ -175,16 +182,18 @@ static pk_status set_model(const gguf_ctx *g, tok_vocab *v, char *err, size_t er
         if (v->pre == TOK_PRE_NONE)
             return pk_errf(err, err_len, PK_EUNSUPPORTED,
                         "pre-tokenizer '%.*s' is not supported (have: default, gpt-2, llama3/llama-bpe, "
-                        "qwen2, qwen35, deepseek-coder, gpt-4o)", (int)MIN(pre.n, 64), pre.p);
+                        "qwen2, qwen35, deepseek-coder, gpt-4o, gemma4)", (int)MIN(pre.n, 64), pre.p);
         if (v->pre == TOK_PRE_LLAMA3) v->ignore_merges = v->add_bos = true;
         if (v->pre == TOK_PRE_QWEN2 || v->pre == TOK_PRE_QWEN35 || v->pre == TOK_PRE_DEEPSEEK_CODER ||
             v->pre == TOK_PRE_GPT4O)
             v->clean_spaces = false;
     } else {
         return pk_errf(err, err_len, PK_EUNSUPPORTED,
-                    "tokenizer model '%.*s' is not supported (have: llama = SentencePiece, gpt2 = BPE)",
+                    "tokenizer model '%.*s' is not supported (have: llama = SentencePiece, gpt2 and "
+                    "gemma4 = BPE)",
                     (int)MIN(model.n, 64), model.p);
     }
+    v->spm_bpe = v->pre == TOK_PRE_GEMMA4;
     bool_key(g, "tokenizer.ggml.add_space_prefix", &v->add_space_prefix);
     return PK_OK;
 }
@@ -408,7 +417,7 @@ static pk_status append_piece(const tok_vocab *v, int32_t id, tok_bytes *out)
         size_t adv;
         uint32_t c = tok_utf8_decode((const unsigned char *)s + i, n - i, &adv);
         i += (uint32_t)adv;
-        if (v->kind == TOK_SPM) {
+        if (v->kind == TOK_SPM || v->spm_bpe) {
             char u[4];
             st = c == 0x2581 ? tok_bytes_append(out, " ", 1) : tok_bytes_append(out, u, (size_t)tok_utf8_encode(c, u));
             continue;
@@ -454,11 +463,12 @@ static void find_bytes(tok_vocab *v)
     for (int b = 0; b < 256; b++) {
         char one = (char)b, hex[8];
         int32_t id = -1;
-        if (v->kind == TOK_SPM) {
+        if (v->kind == TOK_SPM || v->spm_bpe) {
             snprintf(hex, sizeof(hex), "<0x%02X>", b);
             id = find_c(v, hex);
         }
-        v->byte_tok[b] = id >= 0 ? id : tok_find(v, &one, 1);
+        /* SentencePiece-style BPE has only the <0xNN> spelling */
+        v->byte_tok[b] = id >= 0 || v->spm_bpe ? id : tok_find(v, &one, 1);
     }
 }
 
@@ -507,6 +517,7 @@ pk_status tok_load_gguf(const gguf_ctx *g, tok_vocab **out, char *err, size_t er
     id_key(g, "tokenizer.ggml.padding_token_id", n, &v->pad);
     bool_key(g, "tokenizer.ggml.add_bos_token", &v->add_bos);
     bool_key(g, "tokenizer.ggml.add_eos_token", &v->add_eos);
+    if (v->pre == TOK_PRE_GEMMA4) v->add_bos = true;   /* the reference overrides the file: a BOS always */
     if (v->bos < 0) v->add_bos = false;
     if (v->eos < 0) v->add_eos = false;
 

@@ -406,6 +406,15 @@ size_t tok_pretok_split(tok_pre pre, const uint32_t *cpt, size_t n, uint32_t *le
         k = regex_pass(PAT_ASCII3, cpt, lens, k, tmp);
         memcpy(lens, tmp, k * sizeof(*lens));
         return k;
+    case TOK_PRE_GEMMA4:   /* [^\n]+|[\n]+ */
+        k = 0;
+        for (size_t i = 0; i < n; k++) {
+            size_t j = i + 1;
+            while (j < n && (cpt[j] == '\n') == (cpt[i] == '\n')) j++;
+            lens[k] = (uint32_t)(j - i);
+            i = j;
+        }
+        return k;
     case TOK_PRE_DEEPSEEK_CODER:
         tmp[0] = (uint32_t)n;
         k = regex_pass(PAT_NEWLINE, cpt, tmp, 1, lens);

@@ -1,0 +1,135 @@
+/*
+ * cli_gen_gemma.c - `polykv gen-model --arch gemma4`: a Gemma 4 dense model
+ * in the 31B's layout, with the keys and tensor names llama.cpp's converter
+ * writes (conversion/gemma.py, Gemma4Model).
+ *
+ * Every swa_every-th layer (the last of each group; 6 in the 31B) is a
+ * global layer: head_dim_global heads, n_head_kv_global KV heads, no
+ * attn_v (V is K's projection, the 31B's attention_k_eq_v), RoPE at
+ * --rope-base over a quarter of its dims (rope_freqs: 1 for those pairs,
+ * 1e30 for the rest, as the converter writes for "proportional" RoPE).
+ * The others slide over --swa positions with head_dim heads rotated
+ * whole at base 10,000.  Norms are stored as the weights themselves
+ * (Gemma 4's converter adds no 1; the QK norms' near head_dim^-1/4), the embeddings are tied, each layer has
+ * a layer_output_scale, and the logits are soft-capped at --softcap.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_gen.h"
+
+static bool is_global(const gen_shape *sh, long il) { return il % sh->swa_every == sh->swa_every - 1; }
+
+bool gen_gemma_check(gen_shape *sh)
+{
+    if (!sh->head_dim) sh->head_dim = sh->n_embd / sh->n_head;
+    if (!sh->head_dim_global) sh->head_dim_global = 2 * sh->head_dim;
+    if (!sh->n_head_kv_global) sh->n_head_kv_global = sh->n_head_kv;
+    if (sh->swa_every < 1 || sh->n_swa < 1 || sh->n_head % sh->n_head_kv_global || sh->head_dim_global % 8 ||
+        sh->head_dim % 2 || !(sh->softcap >= 0)) {
+        fprintf(stderr, "polykv gen-model: gemma4 needs --swa >= 1, --swa-every >= 1, --n-head a multiple of "
+                        "--n-head-kv-global, --head-dim-global a multiple of 8, --softcap >= 0\n");
+        return false;
+    }
+    sh->tied = true;   /* Gemma's embeddings are its output */
+    return true;
+}
+
+void gen_gemma_keys(gguf_writer *w, const gen_shape *sh)
+{
+    char key[128];
+    const char *a = sh->arch;
+    int32_t *kv = malloc((size_t)sh->n_layer * sizeof *kv);
+    bool *swa = malloc((size_t)sh->n_layer * sizeof *swa);
+    ASSERT(kv && swa);
+    for (long il = 0; il < sh->n_layer; il++) {
+        swa[il] = !is_global(sh, il);
+        kv[il] = (int32_t)(swa[il] ? sh->n_head_kv : sh->n_head_kv_global);
+    }
+    gguf_add_u32(w, gen_akey(key, a, "context_length"), (uint32_t)sh->n_ctx);
+    gguf_add_u32(w, gen_akey(key, a, "embedding_length"), (uint32_t)sh->n_embd);
+    gguf_add_u32(w, gen_akey(key, a, "block_count"), (uint32_t)sh->n_layer);
+    gguf_add_u32(w, gen_akey(key, a, "feed_forward_length"), (uint32_t)sh->n_ff);
+    gguf_add_u32(w, gen_akey(key, a, "attention.head_count"), (uint32_t)sh->n_head);
+    gguf_add_arr(w, gen_akey(key, a, "attention.head_count_kv"), GGUF_TYPE_INT32, kv, (uint64_t)sh->n_layer);
+    gguf_add_f32(w, gen_akey(key, a, "rope.freq_base"), (float)sh->rope_base);
+    gguf_add_f32(w, gen_akey(key, a, "rope.freq_base_swa"), 10000.0f);
+    gguf_add_f32(w, gen_akey(key, a, "attention.layer_norm_rms_epsilon"), (float)sh->eps);
+    gguf_add_u32(w, gen_akey(key, a, "attention.key_length"), (uint32_t)sh->head_dim_global);
+    gguf_add_u32(w, gen_akey(key, a, "attention.value_length"), (uint32_t)sh->head_dim_global);
+    if (sh->softcap > 0) gguf_add_f32(w, gen_akey(key, a, "final_logit_softcapping"), (float)sh->softcap);
+    gguf_add_u32(w, gen_akey(key, a, "attention.sliding_window"), (uint32_t)sh->n_swa);
+    gguf_add_u32(w, gen_akey(key, a, "attention.shared_kv_layers"), 0);
+    gguf_add_u32(w, gen_akey(key, a, "embedding_length_per_layer_input"), 0);
+    gguf_add_arr(w, gen_akey(key, a, "attention.sliding_window_pattern"), GGUF_TYPE_BOOL, swa,
+                 (uint64_t)sh->n_layer);
+    gguf_add_u32(w, gen_akey(key, a, "attention.key_length_swa"), (uint32_t)sh->head_dim);
+    gguf_add_u32(w, gen_akey(key, a, "attention.value_length_swa"), (uint32_t)sh->head_dim);
+    gguf_add_u32(w, gen_akey(key, a, "rope.dimension_count"), (uint32_t)sh->head_dim_global);
+    gguf_add_u32(w, gen_akey(key, a, "rope.dimension_count_swa"), (uint32_t)sh->head_dim);
+    free(kv);
+    free(swa);
+}
+
+int gen_gemma_tensors(gguf_writer *w, const gen_shape *sh, const gen_type *gt, long n_vocab, uint64_t ts)
+{
+    const long e = sh->n_embd, ff = sh->n_ff, hg = sh->head_dim_global;
+    tq_type t = gt->type, out_t = gt->k_mix ? TQ_Q6_K : t;
+    float s_e = 1.5f / sqrtf((float)e), s_f = 1.5f / sqrtf((float)ff);
+    int rc = 0;
+    int64_t ne[2] = { e, n_vocab };
+    rc |= gen_add_normal(w, "token_embd.weight", out_t, 2, ne, ts++, 0, 0.02f);
+    /* proportional RoPE: a quarter of the global head's pairs turn (the
+     * reference loads rope_freqs only when a layer is global) */
+    bool any_global = false;
+    for (long il = 0; il < sh->n_layer; il++) any_global = any_global || is_global(sh, il);
+    float *ff_div = malloc((size_t)(hg / 2) * sizeof *ff_div);
+    if (!ff_div) return -1;
+    for (long i = 0; i < hg / 2; i++) ff_div[i] = i < hg / 8 ? 1.0f : 1e30f;
+    ne[0] = hg / 2;
+    if (any_global) rc |= gen_add_floats(w, "rope_freqs.weight", TQ_F32, 1, ne, ff_div);
+    free(ff_div);
+    ne[0] = e;
+    rc |= gen_add_normal(w, "output_norm.weight", TQ_F32, 1, ne, ts++, 1.0f, 0.1f);
+    for (long il = 0; il < sh->n_layer && !rc; il++) {
+        const bool glob = is_global(sh, il);
+        const long hd = glob ? hg : sh->head_dim, kd = (glob ? sh->n_head_kv_global : sh->n_head_kv) * hd;
+        const long qd = sh->n_head * hd;
+        tq_type tv = gt->k_mix && gen_more_bits((int)il, (int)sh->n_layer) ? TQ_Q6_K : t;
+        float s_o = 1.5f / sqrtf((float)qd);
+        /* Gemma 4 scales K.Q by 1, so the QK norms' weights carry the
+         * 1/sqrt(hd): at 1 the logits' spread is sqrt(hd), the softmax all
+         * but picks one cell, and a last-bit difference between two engines
+         * can switch which, which left this model unable to tell a bug from
+         * rounding (9e-4 of max |logit| apart from llama.cpp, which differed
+         * from itself by 2.5e-3 between batch sizes). */
+        const float qk = 1.0f / sqrtf(sqrtf((float)hd));
+        const struct { const char *n; tq_type t; long cols, rows; float mean, std; } L[] = {
+            { "attn_norm.weight", TQ_F32, e, 1, 1.0f, 0.1f },
+            { "attn_q.weight", t, e, qd, 0, s_e },
+            { "attn_k.weight", t, e, kd, 0, s_e },
+            { glob ? NULL : "attn_v.weight", tv, e, kd, 0, s_e },
+            { "attn_output.weight", t, qd, e, 0, s_o },
+            { "attn_q_norm.weight", TQ_F32, hd, 1, qk, 0.1f * qk },
+            { "attn_k_norm.weight", TQ_F32, hd, 1, qk, 0.1f * qk },
+            { "post_attention_norm.weight", TQ_F32, e, 1, 1.0f, 0.1f },
+            { "ffn_norm.weight", TQ_F32, e, 1, 1.0f, 0.1f },
+            { "ffn_gate.weight", t, e, ff, 0, s_e },
+            { "ffn_up.weight", t, e, ff, 0, s_e },
+            { "ffn_down.weight", tv, ff, e, 0, s_f },
+            { "post_ffw_norm.weight", TQ_F32, e, 1, 1.0f, 0.1f },
+            { "layer_output_scale.weight", TQ_F32, 1, 1, 0.8f, 0.1f },
+        };
+        for (size_t k = 0; k < sizeof L / sizeof L[0]; k++) {
+            uint64_t s = ts++;
+            if (!L[k].n) continue;
+            char name[128];
+            snprintf(name, sizeof name, "blk.%ld.%s", il, L[k].n);
+            int64_t dims[2] = { L[k].cols, L[k].rows };
+            rc |= gen_add_normal(w, name, L[k].t, L[k].rows > 1 ? 2 : 1, dims, s, L[k].mean, L[k].std);
+        }
+    }
+    return rc;
+}
