@@ -109,7 +109,7 @@ static int bench_gemm(tp_pool *pools[2], double secs)
 {
     static const int toks[] = { 4, 8, 16, 32, 48, 64, 512 };
     static const int types[] = { TQ_Q8_0, TQ_Q8_0X16, TQ_Q4_0, TQ_Q4_0X16, TQ_Q4_1, TQ_Q5_0, TQ_Q5_1, TQ_Q4_K, TQ_Q4_KX16, TQ_Q5_K, TQ_Q6_K,
-                                 TQ_Q2_K, TQ_Q3_K, TQ_IQ4_NL, TQ_IQ4_XS };
+                                 TQ_Q2_K, TQ_Q3_K, TQ_IQ4_NL, TQ_IQ4_NLX16, TQ_IQ4_XS, TQ_MXFP4, TQ_MXFP4X16 };
     const int T = 512;
     printf("\nmatmul %d x %d, GOP/s by tokens per call (1 thread, per CPU second | 2 threads, wall)\n",
            G_ROWS, G_COLS);
@@ -306,11 +306,18 @@ int main(int argc, char **argv)
         if (tq_has_quantizer(plain)) {
             for (int r = 0; r < N_ROWS; r++) tq_quantize_row(plain, wf + (size_t)r * N_COLS, rows + r * wrow, N_COLS);
         } else {
-            /* the lattice formats (no quantizer): random bytes, a sane f16 scale up front (IQ1_M keeps
-             * its scale elsewhere; random bits only time the same) */
+            /* the lattice formats (no quantizer): random bytes, a sane f16 scale up front (IQ1_M: in
+             * the top nibbles of its 4 scale words, or random bits may make it a NaN) */
             for (size_t b = 0; b < mat; b++) rows[b] = (char)(wf[b % ((size_t)N_ROWS * N_COLS)] * 97);
             tq_f16 h = tq_f32_to_f16(1.0f / 64);
-            for (size_t b = 0; wt != TQ_IQ1_M && b < mat; b += tr->type_size) memcpy(rows + b, &h, sizeof h);
+            for (size_t b = 0; b < mat; b += tr->type_size) {
+                if (wt != TQ_IQ1_M) {
+                    memcpy(rows + b, &h, sizeof h);
+                    continue;
+                }
+                uint8_t *sc = (uint8_t *)((tq_block_iq1_m *)(rows + b))->scales;
+                for (int k = 0; k < 4; k++) sc[2 * k + 1] = (uint8_t)((sc[2 * k + 1] & 0x0f) | ((h >> (4 * k)) & 0xf) << 4);
+            }
         }
         if (tr->tile_rows)
             tq_tile(wt, rows, N_ROWS, N_COLS, ring);

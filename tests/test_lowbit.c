@@ -15,7 +15,10 @@
  *   - every SIMD table's dot equal to the scalar one bit for bit (the
  *     kernels keep the reference's integer lanes and float order), and
  *     within the budget on its own;
- *   - tk_matmul at 1, 3, 9 and 40 tokens equal to one scalar dot per output.
+ *   - tk_matmul at 1, 3, 9 and 40 tokens equal to one scalar dot per
+ *     output, or for IQ4_NL and MXFP4 on the avx512 table (their kernels
+ *     round once per block, as Q4_0's) within the dot's budget, equal for
+ *     a token alone and in a batch, and equal from the tiled layout.
  *
  * Every expected value is computed at test time; nothing is read from
  * another program.  (bench/quant_logits.sh compares whole models with the
@@ -411,18 +414,68 @@ static void test_dots_simd(const tk_ops *ref, const tk_ops *simd)
 
 /* ---- the threaded product ------------------------------------------------- */
 
-/* tk_matmul (the table this CPU chose) on 2 threads against one scalar dot
- * per output, bit for bit, at token counts that take every path tk.h lists. */
+/* Whether tk_matmul runs wt through the 32-value kernels of the avx512
+ * table (tk_tiled_avx512.c, tk_gemm_avx512.c): one rounding per block in
+ * block order, as for Q4_0, not the reference's lanes.  Then its outputs
+ * are held to Q4_0's standard (test_tensor.c): within the dot's budget,
+ * the same bits for a token alone as in any batch, and the same bits from
+ * the tiled layout as from the plain rows. */
+static bool block_order(tq_type wt)
+{
+    return (wt == TQ_IQ4_NL || wt == TQ_MXFP4) && strcmp(tk_ops_get()->isa, "avx512") == 0;
+}
+
+/*
+ * tk_matmul of the ROWS x COLS matrix at qw (n_toks tokens of x) into y
+ * (2 threads), and the checks above: bit for bit equal to one scalar dot
+ * per output, or with block_order the 32-value kernels' standard.
+ * Returns the number of outputs that fail.
+ */
+static int check_products(tp_pool *tp, tq_type wt, const uint8_t *qw, int rows, int cols, const float *x)
+{
+    static const int n_toks[] = { 1, 3, 9, 40 };
+    static float y[40 * 64], y1[64], yt[40 * 64];
+    static uint8_t qa[4096 * 2], tiled[64 * 4096];
+    const tk_ops *ref = tk_ops_named("scalar");
+    const size_t wrow = tq_row_size(wt, cols);
+    const bool tile = block_order(wt) && tk_runs_tiled(wt, rows, cols);
+    if (tile) tq_tile((tq_type)tq_tiled(wt), qw, rows, cols, tiled);
+    int bad = 0;
+    for (size_t k = 0; k < ARRAY_LEN(n_toks); k++) {
+        int nt = n_toks[k];
+        void *scratch = malloc(tk_matmul_scratch_size(wt, cols, nt));
+        tk_matmul(tp, wt, qw, rows, cols, x, nt, y, scratch);
+        if (tile) {
+            tk_matmul(tp, (tq_type)tq_tiled(wt), tiled, rows, cols, x, nt, yt, scratch);
+            bad += memcmp(y, yt, (size_t)(nt * rows) * sizeof *y) != 0;
+        }
+        for (int tok = 0; tok < nt; tok++) {
+            quantize_act(wt, x + tok * cols, qa, cols);
+            if (block_order(wt)) tk_matmul(tp, wt, qw, rows, cols, x + tok * cols, 1, y1, scratch);
+            for (int r = 0; r < rows; r++) {
+                float got = y[tok * rows + r], want = ref->vec_dot[wt](cols, qw + r * wrow, qa);
+                double exact;
+                if (block_order(wt))
+                    bad += !dot_in_budget(wt, cols, qw + r * wrow, qa, got, &exact) || got != y1[r];
+                else
+                    bad += memcmp(&want, &got, sizeof want) != 0;
+            }
+        }
+        free(scratch);
+    }
+    return bad;
+}
+
+/* tk_matmul (the table this CPU chose) on 2 threads at token counts that
+ * take every path tk.h lists (check_products). */
 static void test_matmul(void)
 {
-    enum { ROWS = 40, COLS = 768, MAX_TOK = 40 };
-    static float w[COLS], x[MAX_TOK * COLS], y[MAX_TOK * ROWS];
-    static uint8_t qw[ROWS * COLS], qa[COLS * 2];
-    const tk_ops *ref = tk_ops_named("scalar");
+    enum { ROWS = 48, COLS = 768, MAX_TOK = 40 };
+    static float w[COLS], x[MAX_TOK * COLS];
+    static uint8_t qw[ROWS * COLS];
     tp_pool *tp = NULL;
     CHECK(tp_new(2, &tp) == PK_OK);
     if (!tp) return;
-    static const int n_toks[] = { 1, 3, 9, MAX_TOK };
     for (size_t t = 0; t < ARRAY_LEN(types); t++) {
         tq_type wt = types[t];
         size_t wrow = tq_row_size(wt, COLS);
@@ -432,23 +485,34 @@ static void test_matmul(void)
             make_weights(wt, w, qw + r * wrow, COLS);
         }
         for (int i = 0; i < MAX_TOK * COLS; i++) x[i] = gaussish();
-        int bad = 0;
-        for (size_t k = 0; k < ARRAY_LEN(n_toks); k++) {
-            int nt = n_toks[k];
-            void *scratch = malloc(tk_matmul_scratch_size(wt, COLS, nt));
-            tk_matmul(tp, wt, qw, ROWS, COLS, x, nt, y, scratch);
-            for (int tok = 0; tok < nt; tok++) {
-                quantize_act(wt, x + tok * COLS, qa, COLS);
-                for (int r = 0; r < ROWS; r++) {
-                    float want = ref->vec_dot[wt](COLS, qw + r * wrow, qa);
-                    bad += memcmp(&want, &y[tok * ROWS + r], sizeof want) != 0;
-                }
-            }
-            free(scratch);
-        }
-        if (bad) fprintf(stderr, "matmul %s: %d outputs differ from the scalar dot\n", tq_get(wt)->name, bad);
+        int bad = check_products(tp, wt, qw, ROWS, COLS, x);
+        if (bad) fprintf(stderr, "matmul %s: %d outputs off\n", tq_get(wt)->name, bad);
         CHECK_EQ_INT(bad, 0);
     }
+    tp_free(tp);
+}
+
+/* MXFP4 blocks of random levels and scale bytes from the extremes a file
+ * can hold without overflowing a float product (0 and 1: subnormal
+ * scales; up to 180), through every path, plain and tiled. */
+static void test_matmul_mxfp4_scales(void)
+{
+    enum { ROWS = 32, COLS = 2880, MAX_TOK = 40 };
+    static const uint8_t es[] = { 0, 1, 2, 3, 60, 120, 127, 128, 129, 140, 180 };
+    static uint8_t qw[ROWS * COLS];
+    static float x[MAX_TOK * COLS];
+    tp_pool *tp = NULL;
+    CHECK(tp_new(2, &tp) == PK_OK);
+    if (!tp) return;
+    tq_block_mxfp4 *b = (tq_block_mxfp4 *)qw;
+    for (size_t k = 0; k < (size_t)ROWS * COLS / 32; k++) {
+        random_block(&b[k], sizeof b[k]);
+        b[k].e = es[next_u32() % ARRAY_LEN(es)];
+    }
+    for (int i = 0; i < MAX_TOK * COLS; i++) x[i] = gaussish();
+    int bad = check_products(tp, TQ_MXFP4, qw, ROWS, COLS, x);
+    if (bad) fprintf(stderr, "matmul mxfp4 (extreme scales): %d outputs off\n", bad);
+    CHECK_EQ_INT(bad, 0);
     tp_free(tp);
 }
 
@@ -470,6 +534,9 @@ int main(int argc, char **argv)
         }
         TEST_RUN(test_dots_simd, ref, simd);
     }
-    if (ref) test_matmul();
+    if (ref) {
+        test_matmul();
+        test_matmul_mxfp4_scales();
+    }
     return test_finish();
 }

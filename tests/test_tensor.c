@@ -978,7 +978,7 @@ static void check_tiled(tp_pool *tp, tq_type plain, int64_t n_rows, int64_t n_co
         /* tiled kernel up to its last count (4 per pass: 33 leaves 1),
          * beside the plain matrix up to 7 (Q4_0 / Q8_0) or one product
          * each (the K-quants); GEMM beyond */
-        static const int64_t toks[] = { 1, 2, 3, 4, 7, 8, 17, 31, 32, 33, 70 };
+        static const int64_t toks[] = { 1, 2, 3, 4, 7, 8, 9, 17, 31, 32, 33, 40, 70 };
         /* the plain companion: same activation type, no tiled layout */
         const tq_type other = tq_get(plain)->vec_dot_type == TQ_Q8_K ? TQ_Q5_K : TQ_Q4_1;
         for (size_t k = 0; k < ARRAY_LEN(toks); k++) {
@@ -1031,6 +1031,8 @@ static void test_tiled(void)
     CHECK(tq_tiled(TQ_Q4_0) == TQ_Q4_0X16 && tq_tiled(TQ_Q8_0) == TQ_Q8_0X16 && tq_tiled(TQ_Q4_1) < 0);
     CHECK(tq_tiled(TQ_Q4_K) == TQ_Q4_KX16 && tq_tiled(TQ_Q6_K) == TQ_Q6_KX16 && tq_tiled(TQ_Q5_K) < 0);
     CHECK(tq_tiled(TQ_Q4_KX16) < 0);
+    CHECK(tq_tiled(TQ_MXFP4) == TQ_MXFP4X16 && tq_tiled(TQ_IQ4_NL) == TQ_IQ4_NLX16 && tq_tiled(TQ_IQ4_XS) < 0);
+    CHECK(tq_get(TQ_MXFP4X16)->untiled == TQ_MXFP4 && tq_row_size(TQ_MXFP4X16, 64) == 34);
     CHECK(tq_tileable(TQ_Q4_0, 32, 128) && !tq_tileable(TQ_Q4_0, 24, 128) && !tq_tileable(TQ_Q8_0, 32, 96));
     CHECK(tq_tileable(TQ_Q4_K, 16, 256) && tq_tileable(TQ_Q6_K, 16, 512) && !tq_tileable(TQ_Q6_K, 16, 768));
     CHECK(tq_get(TQ_Q4_0X16)->tile_rows == 16 && tq_get(TQ_Q4_0X16)->untiled == TQ_Q4_0);
@@ -1045,6 +1047,10 @@ static void test_tiled(void)
     check_tiled(tp, TQ_Q4_K, 160, 1024);
     check_tiled(tp, TQ_Q6_K, 48, 512);
     check_tiled(tp, TQ_Q6_K, 64, 2048);
+    check_tiled(tp, TQ_IQ4_NL, 48, 256);
+    check_tiled(tp, TQ_MXFP4, 48, 256);
+    check_tiled(tp, TQ_MXFP4, 64, 2880);   /* gpt-oss's experts: 45 units, half of them off the line grid */
+    check_tiled(tp, TQ_IQ4_NL, 32, 2880);
     tp_free(tp);
 }
 

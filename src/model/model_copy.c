@@ -14,11 +14,14 @@
  * contexts on several threads: passes hold m->passes (a count, or -1 while
  * switching) from start to end, and the switch happens only at count 0.
  *
- * TILING: Q4_0 and Q8_0 matrices that the CPU's kernels can run tiled
- * (tk_runs_tiled) are written into the copy in tq.h's tiled layout
- * instead: the same bytes at the same offsets, rearranged for the decode
- * kernel (tk_tiled_avx512.c), which needs less than half the vector
- * operations of the row-major one.  The switch then changes their type
+ * TILING: matrices of a type with a tiled layout (tq.h: Q4_0, Q8_0,
+ * IQ4_NL, MXFP4, Q4_K, Q6_K) that the CPU's kernels can run tiled
+ * (tk_runs_tiled) are written into the copy in that layout instead: the
+ * same bytes at the same offsets, rearranged for the decode kernels
+ * (tk_tiled_avx512.c, tk_tiledk_avx512.c), which need less than half the
+ * vector operations of the row-major ones.  Stacked experts are tiled
+ * matrix by matrix where each is whole tiles, so an expert's rows stay
+ * where slice() in model_moe.c looks for them.  The switch then changes their type
  * along with the pointer; every path gives the same results on either
  * layout.  So the tiling costs neither memory nor start-up time, only the
  * copier's time (the copy completed 143-254 ms after load instead of

@@ -118,16 +118,21 @@ const tk_ops *tk_ops_named(const char *isa);
  *     whole blocks in order (one rounding per block), within the error
  *     budget above, and do the same operations per output, so a token's
  *     outputs are the same whatever batch it is in.
- *   - the tiled layouts of Q4_0 / Q8_0 (tq.h, tk_runs_tiled): the tiled
- *     kernel up to TK_TILED_MAX_TOKENS (tk_impl.h), then the GEMM; the
- *     same operations per output again, so the same bits as plain rows.
+ *   - IQ4_NL and MXFP4, with the avx512 table: 1 to 7 tokens the tiled
+ *     kernel's arithmetic on rows gathered from the plain ones, from 8 the
+ *     GEMM; both add whole blocks in order, as above (so not the bits of
+ *     their vec_dot, which keeps the reference engine's lanes).
+ *   - the tiled layouts of Q4_0 / Q8_0 / IQ4_NL / MXFP4 (tq.h,
+ *     tk_runs_tiled): the tiled kernel up to TK_TILED_MAX_TOKENS
+ *     (tk_impl.h), then the GEMM; the same operations per output again,
+ *     so the same bits as plain rows.
  *   - Q4_K, Q5_K, Q6_K: vec_dot below 32 tokens, the GEMM from 32; the
  *     GEMM does the reference's float operations, so it equals vec_dot to
  *     the bit.  The tiled layouts of Q4_K / Q6_K: the tiled kernel up to
  *     63 / 31 tokens, then the GEMM, the same float operations again.  A
  *     set mixing tiled and plain K-quant matrices runs one product per
- *     matrix below 32 tokens.  (Q2_K, Q3_K, IQ4_NL, IQ4_XS have no GEMM: the
- *     case below.)
+ *     matrix below 32 tokens.  (Q2_K, Q3_K, IQ4_XS have no GEMM: the case
+ *     below.)
  *   - anything else, or a table without these kernels: one vec_dot of the
  *     chosen table per output.
  * Either way results do not depend on the thread count.

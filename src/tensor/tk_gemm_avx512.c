@@ -1,6 +1,7 @@
 /*
  * tk_gemm_avx512.c - the GEMM pieces of tk_impl.h for the 32-value formats
- * (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) against Q8_0 activations, AVX-512 VNNI.
+ * (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4) against Q8_0 activations,
+ * AVX-512 VNNI.
  * tk.c calls tk_fill_avx512_gemm only on CPUs with AVX-512 F/BW/VL/DQ + VNNI.
  *
  *   y[r][t] = sum over blocks b of  ws[r][b] * as[t][b] * I[r][t][b]
@@ -31,13 +32,15 @@
  *   w8 [12][32] int8 | corr [12] int32 = -128 * sum(w8) | ws [12] f32 | wm [12] f32
  *
  * w8 is Q8_0 as stored, Q4_0 / Q5_0 codes minus their zero point, Q4_1 /
- * Q5_1 raw codes (the min goes to wm).  A panel is packed once per 12 rows
- * and reused by every token group.
+ * Q5_1 raw codes (the min goes to wm), IQ4_NL / MXFP4 the table's values
+ * (MXFP4's doubled E2M1, with ws = 2^(e - 128) as tq_e8m0_half gives it).
+ * A panel is packed once per 12 rows and reused by every token group.
  *
  * GROUP after a8: as [n_cols / 32][16] f32 | am [n_cols / 32][16] f32.
  */
 #include "tk_impl.h"
 #include "tk_codes_avx512.h"
+#include "tq_impl.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -136,31 +139,75 @@ static void pack_w_q5_1(const void *w, size_t wrow, int n, int64_t n_cols, void 
     zero_rows(panel, n_cols / 32, n);
 }
 
-/* The tiled layouts (tq.h): the same records, rows r0 .. r0 + n - 1 of the
- * matrix at w gathered from their tiles (4 code bytes per 64-byte line). */
+/* The non-linear formats: each level's value from the 16-entry table
+ * (vpshufb works within 128-bit lanes: the table is in both). */
+static inline __m256i table32(const uint8_t *qs, const int8_t *table)
+{
+    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)table)), nibbles32(qs));
+}
+
+/* IQ4_NL (mx false: f16 d, codes at 2) or MXFP4 (E8M0 e, codes at 1). */
 static inline __attribute__((always_inline)) void
-pack_wt(const void *w, int64_t r0, int n, int64_t n_cols, void *panel, const int cb)
+pack_w_table(const void *w, size_t wrow, int n, int64_t n_cols, void *panel, const bool mx)
+{
+    const size_t bs = mx ? sizeof(tq_block_mxfp4) : sizeof(tq_block_iq4_nl);
+    for (int r = 0; r < n; r++) {
+        const char *x = (const char *)w + (size_t)r * wrow;
+        for (int64_t b = 0; b < n_cols / 32; b++) {
+            const char *blk = x + (size_t)b * bs;
+            float ws = mx ? tq_e8m0_half(((const tq_block_mxfp4 *)blk)->e) : _cvtsh_ss(((const tq_block_iq4_nl *)blk)->d);
+            const uint8_t *qs = mx ? ((const tq_block_mxfp4 *)blk)->qs : ((const tq_block_iq4_nl *)blk)->qs;
+            put32(record(panel, b), r, table32(qs, mx ? tq_mxfp4_values : tq_iq4nl_values), ws, 0);
+        }
+    }
+    zero_rows(panel, n_cols / 32, n);
+}
+
+static void pack_w_iq4_nl(const void *w, size_t wrow, int n, int64_t n_cols, void *panel)
+{
+    pack_w_table(w, wrow, n, n_cols, panel, false);
+}
+
+static void pack_w_mxfp4(const void *w, size_t wrow, int n, int64_t n_cols, void *panel)
+{
+    pack_w_table(w, wrow, n, n_cols, panel, true);
+}
+
+/* The tiled layouts (tq.h): the same records, rows r0 .. r0 + n - 1 of the
+ * matrix at w gathered from their tiles (4 code bytes per 64-byte line).
+ * type: the plain format (Q4_0, Q8_0, IQ4_NL, MXFP4). */
+static inline __attribute__((always_inline)) void
+pack_wt(const void *w, int64_t r0, int n, int64_t n_cols, void *panel, const tq_type type)
 {
     const int64_t nb = n_cols / 32;
-    const size_t wrow = (size_t)nb * (cb == 16 ? sizeof(tq_block_q4_0) : sizeof(tq_block_q8_0));
+    const int cb = type == TQ_Q8_0 ? 32 : 16;
+    const bool mx = type == TQ_MXFP4;
+    const size_t wrow = (size_t)nb * tq_get(type)->type_size;
     for (int r = 0; r < n; r++) {
         const int64_t row = r0 + r;
         const char *tile = tq_tile_of(w, row, wrow);
         const int i = (int)(row % TQ_TILE_ROWS);
         for (int64_t b = 0; b < nb; b++) {
-            const char *q = tile + tq_tile_codes(b, cb) + 4 * i;
-            tq_f16 d;
-            memcpy(&d, tile + tq_tile_scales(b, cb) + 2 * i, sizeof d);
+            const char *q = tile + (mx ? tq_tile_codes_mx(b) : tq_tile_codes(b, cb)) + 4 * i;
+            float ws;
+            if (mx) {
+                ws = tq_e8m0_half((uint8_t)tile[tq_tile_scales_mx(b) + i]);
+            } else {
+                tq_f16 d;
+                memcpy(&d, tile + tq_tile_scales(b, cb) + 2 * i, sizeof d);
+                ws = _cvtsh_ss(d);
+            }
             __m256i v;
             if (cb == 16) {   /* the 16 qs bytes, then nibbles as nibbles32 does */
-                __m128i qs = _mm_setr_epi32(load_i32(q), load_i32(q + 64), load_i32(q + 128), load_i32(q + 192));
-                v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), _mm256_set1_epi8(0x0f));
-                v = _mm256_sub_epi8(v, _mm256_set1_epi8(8));
+                uint8_t qs[16];
+                for (int k = 0; k < 4; k++) memcpy(qs + 4 * k, q + 64 * k, 4);
+                v = type == TQ_Q4_0 ? _mm256_sub_epi8(nibbles32(qs), _mm256_set1_epi8(8))
+                                    : table32(qs, mx ? tq_mxfp4_values : tq_iq4nl_values);
             } else {          /* stored + 128 */
                 v = _mm256_i32gather_epi32((const int *)q, _mm256_setr_epi32(0, 64, 128, 192, 256, 320, 384, 448), 1);
                 v = _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80));
             }
-            put32(record(panel, b), r, v, _cvtsh_ss(d), 0);
+            put32(record(panel, b), r, v, ws, 0);
         }
     }
     zero_rows(panel, nb, n);
@@ -168,12 +215,22 @@ pack_wt(const void *w, int64_t r0, int n, int64_t n_cols, void *panel, const int
 
 static void pack_wt_q4_0(const void *w, int64_t r0, int n, int64_t n_cols, void *panel)
 {
-    pack_wt(w, r0, n, n_cols, panel, 16);
+    pack_wt(w, r0, n, n_cols, panel, TQ_Q4_0);
 }
 
 static void pack_wt_q8_0(const void *w, int64_t r0, int n, int64_t n_cols, void *panel)
 {
-    pack_wt(w, r0, n, n_cols, panel, 32);
+    pack_wt(w, r0, n, n_cols, panel, TQ_Q8_0);
+}
+
+static void pack_wt_iq4_nl(const void *w, int64_t r0, int n, int64_t n_cols, void *panel)
+{
+    pack_wt(w, r0, n, n_cols, panel, TQ_IQ4_NL);
+}
+
+static void pack_wt_mxfp4(const void *w, int64_t r0, int n, int64_t n_cols, void *panel)
+{
+    pack_wt(w, r0, n, n_cols, panel, TQ_MXFP4);
 }
 
 /* ---- activation groups ------------------------------------------------------ */
@@ -258,6 +315,7 @@ void tk_fill_avx512_gemm(tk_gemm *g)
     static const struct { int type; tk_pack_w_fn pack; bool min; } t[] = {
         { TQ_Q8_0, pack_w_q8_0, false }, { TQ_Q4_0, pack_w_q4_0, false }, { TQ_Q5_0, pack_w_q5_0, false },
         { TQ_Q4_1, pack_w_q4_1, true },  { TQ_Q5_1, pack_w_q5_1, true },
+        { TQ_IQ4_NL, pack_w_iq4_nl, false }, { TQ_MXFP4, pack_w_mxfp4, false },
     };
     g->pack_a[TQ_Q8_0] = pack_a_q8_0;
     for (size_t i = 0; i < ARRAY_LEN(t); i++) {
@@ -269,4 +327,6 @@ void tk_fill_avx512_gemm(tk_gemm *g)
     }
     g->pack_wt[TQ_Q4_0X16] = pack_wt_q4_0;
     g->pack_wt[TQ_Q8_0X16] = pack_wt_q8_0;
+    g->pack_wt[TQ_IQ4_NLX16] = pack_wt_iq4_nl;
+    g->pack_wt[TQ_MXFP4X16] = pack_wt_mxfp4;
 }

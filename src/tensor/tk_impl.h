@@ -135,11 +135,12 @@ void tk_fill_avx512_small(tk_gemm *g);   /* tk_small_avx512.c: VNNI, 32-value fo
 void tk_fill_avx512_gemv(tk_gemm *g);    /* tk_gemv_avx512.c: VNNI, 32-value formats */
 /* The tiled kernels (tk_tiled_avx512.c, tk_tiledk_avx512.c: gemv_rows of
  * the tiled types) serve up to gemv_max_tokens tokens where their product
- * has no plain matrix (tiled Q4_0 / Q8_0 / Q4_K: TK_TILED_MAX_TOKENS, 4
- * tokens per pass over a tile, at about the GEMM's speed whatever the
- * count; Q6_K, a token per pass: 31, then its GEMM).  Q4_0 / Q8_0 read the same activations as the
- * few-token kernel and need less work area: per token and group, the
- * activations and 4 start values.  The K-quants read per token one
+ * has no plain matrix (tiled Q4_0 / Q8_0 / IQ4_NL / MXFP4 / Q4_K:
+ * TK_TILED_MAX_TOKENS, 4 tokens per pass over a tile, at about the GEMM's
+ * speed whatever the count; Q6_K, a token per pass: 31, then its GEMM).
+ * The 32-value ones read the same activations as the few-token kernel and
+ * need less work area: per token and group, the activations and 4 start
+ * values.  The K-quants read per token one
  * TK_KREC record per super-block:
  *   qs [256] s8 | b4 [4] i32: int16 pairs of 32-value sums (s_2k, s_2k+1)
  *   | b6 [8] i32: int16 pairs of minus the 16-value sums (-s_2m, -s_2m+1)
@@ -154,7 +155,8 @@ static inline size_t tk_tiled_buf_bytes(tq_type vt, int64_t n_cols, int64_t n_to
     if (vt == TQ_Q8_K) return (size_t)(n_cols / TQ_QK_K) * TK_KREC * (size_t)n_tok;
     return (size_t)((n_cols / 32 + 3) / 4) * (TK_GEMV_GRP + 64) * (size_t)n_tok;
 }
-void tk_fill_avx512_tiled(tk_gemm *g);   /* tk_tiled_avx512.c: VNNI, tiled Q4_0 / Q8_0 (gemv_rows) */
+/* tk_tiled_avx512.c: VNNI, tiled Q4_0 / Q8_0 / IQ4_NL / MXFP4 and plain IQ4_NL / MXFP4 (gemv_rows) */
+void tk_fill_avx512_tiled(tk_gemm *g);
 void tk_fill_avx512_tiledk(tk_gemm *g);  /* tk_tiledk_avx512.c: VNNI, tiled Q4_K / Q6_K (gemv_rows) */
 
 #endif

@@ -55,7 +55,9 @@ typedef enum tq_type {
     TQ_Q8_0X16 = 41,
     TQ_Q4_KX16 = 42,
     TQ_Q6_KX16 = 43,
-    TQ_COUNT = 44,   /* table size: every id < TQ_COUNT */
+    TQ_MXFP4X16 = 44,
+    TQ_IQ4_NLX16 = 45,
+    TQ_COUNT = 46,   /* table size: every id < TQ_COUNT */
 } tq_type;
 
 typedef uint16_t tq_f16;   /* IEEE half, bit pattern */
@@ -201,26 +203,31 @@ void tq_quantize_row(tq_type type, const float *x, void *y, int64_t n);
 float tq_vec_dot_ref(tq_type wtype, int64_t n, const void *w, const void *a);
 
 /*
- * TILED LAYOUTS.  TQ_Q4_0X16, TQ_Q8_0X16, TQ_Q4_KX16 and TQ_Q6_KX16 hold a
- * Q4_0 / Q8_0 / Q4_K / Q6_K matrix's blocks, the same bytes, rearranged so
- * that the decode kernels (tk_tiled_avx512.c, tk_tiledk_avx512.c) read
- * each 64-byte line as 4 bytes of 16 rows: one vpdpbusd (or vpmaddubsw)
- * against 4 broadcast activations gives 16 rows' partial sums, with no
- * shuffles, and the sums end up with rows across the lanes where the float
- * work wants them.  A matrix of n_rows (% 16 == 0) rows is n_rows / 16
- * tiles; tile t holds rows [16t, 16t + 16) at t * 16 * tq_row_size bytes
- * (so a row range starting on a tile is at the usual offset).  A tile is a
- * run of units of 1 or 2 blocks (every row's block b, b + 1); in a unit,
- * block by block, 64-byte lines whose line j holds bytes 4j..4j+3 of a
- * block field of each row (row i at + 4i), then one line of the f16 fields
- * (row i's at + 2i, 32 bytes per field and block):
+ * TILED LAYOUTS.  TQ_Q4_0X16, TQ_Q8_0X16, TQ_IQ4_NLX16, TQ_MXFP4X16,
+ * TQ_Q4_KX16 and TQ_Q6_KX16 hold a Q4_0 / Q8_0 / IQ4_NL / MXFP4 / Q4_K /
+ * Q6_K matrix's blocks, the same bytes, rearranged so that the decode
+ * kernels (tk_tiled_avx512.c, tk_tiledk_avx512.c) read each 64-byte line
+ * as 4 bytes of 16 rows: one vpdpbusd (or vpmaddubsw) against 4 broadcast
+ * activations gives 16 rows' partial sums, with no shuffles, and the sums
+ * end up with rows across the lanes where the float work wants them.  A
+ * matrix of n_rows (% 16 == 0) rows is n_rows / 16 tiles; tile t holds
+ * rows [16t, 16t + 16) at t * 16 * tq_row_size bytes (so a row range
+ * starting on a tile is at the usual offset).  A tile is a run of units of
+ * 1 or 2 blocks (every row's block b, b + 1); in a unit, block by block,
+ * 64-byte lines whose line j holds bytes 4j..4j+3 of a block field of each
+ * row (row i at + 4i), then the scale fields: 32 bytes per field and block
+ * (row i's f16 at + 2i), or 16 for MXFP4's one-byte E8M0 (row i's at + i):
  *
- *   Q4_0X16  2 blocks: qs 4 lines each; d, d          (576 bytes)
- *   Q8_0X16  2 blocks: qs + 128 (as unsigned) 8 lines each; d, d (1088)
- *   Q4_KX16  1 block:  scales 3 lines, qs 32; d, dmin (2304)
- *   Q6_KX16  2 blocks: ql 32 lines, qh 16, scales 4; d, d (6720)
+ *   Q4_0X16, IQ4_NLX16  2 blocks: qs 4 lines each; d, d      (576 bytes)
+ *   MXFP4X16            2 blocks: qs 4 lines each; e, e      (544)
+ *   Q8_0X16             2 blocks: qs + 128 (as unsigned) 8 lines each; d, d (1088)
+ *   Q4_KX16             1 block:  scales 3 lines, qs 32; d, dmin (2304)
+ *   Q6_KX16             2 blocks: ql 32 lines, qh 16, scales 4; d, d (6720)
  *
- * Row widths: a multiple of the unit's values (64, 64, 256, 512).
+ * Row widths: a multiple of the unit's values (64, 64, 64, 256, 512).
+ * (MXFP4's units are 544 bytes, so every other one starts half way into a
+ * 64-byte line: its loads straddle two lines, which costs nothing
+ * measurable where the weights come from memory.)
  */
 #define TQ_TILE_ROWS 16
 #define TQ_TILE_LINE 64
@@ -232,22 +239,33 @@ enum {
 
 /* Where things are in the layout above, the one statement of it for the
  * converters and the kernels.  unit: blocks per unit; lines: lines of one
- * block's 4-byte fields (4 / 8 / 35 / 52). */
-static inline size_t tq_tile_unit_bytes(int unit, int lines) { return (size_t)TQ_TILE_LINE * (unit * lines + 1); }
+ * block's 4-byte fields (4 / 8 / 35 / 52); sw: bytes of one row's scale
+ * field (2: f16; 1: MXFP4's E8M0).  Two scale fields per unit in every
+ * layout (one per block, or Q4_K's d and dmin). */
+static inline size_t tq_tile_unit_bytes_sw(int unit, int lines, int sw)
+{
+    return (size_t)TQ_TILE_LINE * unit * lines + (size_t)32 * sw;
+}
+static inline size_t tq_tile_unit_bytes(int unit, int lines) { return tq_tile_unit_bytes_sw(unit, lines, 2); }
 /* Offset in a tile of line j of block b's 4-byte fields (row i at + 4i). */
-static inline size_t tq_tile_line(int64_t b, int unit, int lines, int j)
+static inline size_t tq_tile_line_sw(int64_t b, int unit, int lines, int j, int sw)
 {
-    return (size_t)(b / unit) * tq_tile_unit_bytes(unit, lines) + (size_t)TQ_TILE_LINE * ((b % unit) * lines + j);
+    return (size_t)(b / unit) * tq_tile_unit_bytes_sw(unit, lines, sw) + (size_t)TQ_TILE_LINE * ((b % unit) * lines + j);
 }
-/* Offset in a tile of f16 field f (0, or 1: Q4_K's dmin) of block b (row i at + 2i). */
-static inline size_t tq_tile_half(int64_t b, int unit, int lines, int f)
+static inline size_t tq_tile_line(int64_t b, int unit, int lines, int j) { return tq_tile_line_sw(b, unit, lines, j, 2); }
+/* Offset in a tile of scale field f (0, or 1: Q4_K's dmin) of block b (row i at + sw * i). */
+static inline size_t tq_tile_half_sw(int64_t b, int unit, int lines, int f, int sw)
 {
-    return (size_t)(b / unit) * tq_tile_unit_bytes(unit, lines) + (size_t)TQ_TILE_LINE * unit * lines +
-           (size_t)32 * (f + b % unit);
+    return (size_t)(b / unit) * tq_tile_unit_bytes_sw(unit, lines, sw) + (size_t)TQ_TILE_LINE * unit * lines +
+           (size_t)16 * sw * (f + b % unit);
 }
-/* The 32-value formats' names for these: code_bytes 16 (Q4_0) or 32 (Q8_0). */
+static inline size_t tq_tile_half(int64_t b, int unit, int lines, int f) { return tq_tile_half_sw(b, unit, lines, f, 2); }
+/* The 32-value formats' names for these: code_bytes 16 (Q4_0, IQ4_NL) or
+ * 32 (Q8_0); sw 2, or 1 for MXFP4. */
 static inline size_t tq_tile_codes(int64_t b, int code_bytes) { return tq_tile_line(b, 2, code_bytes / 4, 0); }
 static inline size_t tq_tile_scales(int64_t b, int code_bytes) { return tq_tile_half(b, 2, code_bytes / 4, 0); }
+static inline size_t tq_tile_codes_mx(int64_t b) { return tq_tile_line_sw(b, 2, 4, 0, 1); }
+static inline size_t tq_tile_scales_mx(int64_t b) { return tq_tile_half_sw(b, 2, 4, 0, 1); }
 /* The tile holding row r of a matrix at w whose plain rows are wrow bytes. */
 static inline const char *tq_tile_of(const void *w, int64_t r, size_t wrow)
 {

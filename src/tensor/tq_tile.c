@@ -13,10 +13,10 @@
 
 /* A plain block's fields in a tiled unit: `seg` runs of 4-byte words
  * (bytes [from, from + 4 * words) of the block to lines line..), then
- * up to two f16 fields (at half[f] in the block). */
+ * up to two scale fields of sw bytes (at half[f] in the block). */
 typedef struct {
     tq_type plain, tiled;
-    int unit, lines;            /* tq.h's unit and lines */
+    int unit, lines, sw;        /* tq.h's unit, lines and scale bytes */
     int n_seg;
     struct { int from, words, line; } seg[3];
     int n_half;
@@ -25,11 +25,13 @@ typedef struct {
 } tile_fmt;
 
 static const tile_fmt fmts[] = {
-    { TQ_Q4_0, TQ_Q4_0X16, 2, 4, 1, { { 2, 4, 0 } }, 1, { 0 }, 0 },
-    { TQ_Q8_0, TQ_Q8_0X16, 2, 8, 1, { { 2, 8, 0 } }, 1, { 0 }, 0x80 },
-    { TQ_Q4_K, TQ_Q4_KX16, TQ_Q4_KX16_UNIT, TQ_Q4_KX16_LINES, 2, { { 16, 32, TQ_Q4_KX16_QS }, { 4, 3, 0 } }, 2,
+    { TQ_Q4_0, TQ_Q4_0X16, 2, 4, 2, 1, { { 2, 4, 0 } }, 1, { 0 }, 0 },
+    { TQ_Q8_0, TQ_Q8_0X16, 2, 8, 2, 1, { { 2, 8, 0 } }, 1, { 0 }, 0x80 },
+    { TQ_IQ4_NL, TQ_IQ4_NLX16, 2, 4, 2, 1, { { 2, 4, 0 } }, 1, { 0 }, 0 },
+    { TQ_MXFP4, TQ_MXFP4X16, 2, 4, 1, 1, { { 1, 4, 0 } }, 1, { 0 }, 0 },
+    { TQ_Q4_K, TQ_Q4_KX16, TQ_Q4_KX16_UNIT, TQ_Q4_KX16_LINES, 2, 2, { { 16, 32, TQ_Q4_KX16_QS }, { 4, 3, 0 } }, 2,
       { 0, 2 }, 0 },
-    { TQ_Q6_K, TQ_Q6_KX16, TQ_Q6_KX16_UNIT, TQ_Q6_KX16_LINES, 3,
+    { TQ_Q6_K, TQ_Q6_KX16, TQ_Q6_KX16_UNIT, TQ_Q6_KX16_LINES, 2, 3,
       { { 0, 32, 0 }, { 128, 16, TQ_Q6_KX16_QH }, { 192, 4, TQ_Q6_KX16_SCALES } }, 1, { 208 }, 0 },
 };
 
@@ -54,13 +56,28 @@ bool tq_tileable(tq_type type, int64_t n_rows, int64_t n_cols)
            n_cols % unit_cols == 0;
 }
 
-/* Row i (0..15) of a tile's block b to or from the plain block at blk. */
-static void move_block(const tile_fmt *f, char *tile, int64_t b, int i, char *blk, bool to_tile)
+/* Where block b's fields start in a tile (row 0's bytes). */
+typedef struct {
+    size_t seg[3], half[2];
+} block_at;
+
+static inline __attribute__((always_inline)) block_at locate(const tile_fmt *f, int64_t b)
+{
+    block_at at = { { 0 }, { 0 } };
+    for (int s = 0; s < f->n_seg; s++) at.seg[s] = tq_tile_line_sw(b, f->unit, f->lines, f->seg[s].line, f->sw);
+    for (int h = 0; h < f->n_half; h++) at.half[h] = tq_tile_half_sw(b, f->unit, f->lines, h, f->sw);
+    return at;
+}
+
+/* Row i (0..15) of a tile's block (at: locate's) to or from the plain
+ * block at blk. */
+static inline __attribute__((always_inline)) void
+move_block(const tile_fmt *f, char *tile, const block_at *at, int i, char *blk, bool to_tile)
 {
     for (int s = 0; s < f->n_seg; s++) {
         const uint32_t flip = s == 0 ? f->flip * 0x01010101u : 0;
         for (int w = 0; w < f->seg[s].words; w++) {
-            char *t = tile + tq_tile_line(b, f->unit, f->lines, f->seg[s].line + w) + 4 * i;
+            char *t = tile + at->seg[s] + (size_t)TQ_TILE_LINE * w + 4 * i;
             char *p = blk + f->seg[s].from + 4 * w;
             uint32_t v;
             memcpy(&v, to_tile ? p : t, 4);
@@ -69,24 +86,41 @@ static void move_block(const tile_fmt *f, char *tile, int64_t b, int i, char *bl
         }
     }
     for (int h = 0; h < f->n_half; h++) {
-        char *t = tile + tq_tile_half(b, f->unit, f->lines, h) + 2 * i;
+        char *t = tile + at->half[h] + (size_t)f->sw * i;
         char *p = blk + f->half[h];
-        memcpy(to_tile ? t : p, to_tile ? p : t, 2);
+        memcpy(to_tile ? t : p, to_tile ? p : t, (size_t)f->sw);
     }
 }
 
-/* Rows [r0, r0 + n) between plain rows at `rows` and the tiled matrix w. */
+/* Rows [r0, r0 + n) between plain rows at `rows` and the tiled matrix w,
+ * row by row (the plain side read in order), inlined once per format
+ * (move_rows) so the places and sizes are constants. */
+static inline __attribute__((always_inline)) void
+move_rows_fmt(const tile_fmt *f, char *w, char *rows, int64_t r0, int64_t n, int64_t n_cols, bool to_tile)
+{
+    const tq_traits *tr = tq_get(f->plain);
+    const size_t wrow = tq_row_size(f->plain, n_cols);
+    for (int64_t r = r0; r < r0 + n; r++) {
+        char *tile = (char *)tq_tile_of(w, r, wrow), *row = rows + (size_t)(r - r0) * wrow;
+        for (int64_t b = 0; b < n_cols / tr->blck_size; b++) {
+            const block_at at = locate(f, b);
+            move_block(f, tile, &at, (int)(r % TQ_TILE_ROWS), row + (size_t)b * tr->type_size, to_tile);
+        }
+    }
+}
+
 static void move_rows(tq_type tiled, char *w, char *rows, int64_t r0, int64_t n, int64_t n_cols, bool to_tile)
 {
     const tile_fmt *f = fmt_of(tiled);
     ASSERT(f && f->tiled == tiled);
-    const tq_traits *tr = tq_get(f->plain);
-    size_t wrow = tq_row_size(f->plain, n_cols);
-    for (int64_t r = r0; r < r0 + n; r++) {
-        char *tile = (char *)tq_tile_of(w, r, wrow);
-        char *row = rows + (size_t)(r - r0) * wrow;
-        for (int64_t b = 0; b < n_cols / tr->blck_size; b++)
-            move_block(f, tile, b, (int)(r % TQ_TILE_ROWS), row + (size_t)b * tr->type_size, to_tile);
+    _Static_assert(ARRAY_LEN(fmts) == 6, "one case per format");
+    switch (f - fmts) {
+    case 0: move_rows_fmt(&fmts[0], w, rows, r0, n, n_cols, to_tile); break;
+    case 1: move_rows_fmt(&fmts[1], w, rows, r0, n, n_cols, to_tile); break;
+    case 2: move_rows_fmt(&fmts[2], w, rows, r0, n, n_cols, to_tile); break;
+    case 3: move_rows_fmt(&fmts[3], w, rows, r0, n, n_cols, to_tile); break;
+    case 4: move_rows_fmt(&fmts[4], w, rows, r0, n, n_cols, to_tile); break;
+    default: move_rows_fmt(&fmts[5], w, rows, r0, n, n_cols, to_tile); break;
     }
 }
 
@@ -106,7 +140,8 @@ void tq_tile_block(tq_type tiled, const void *w, int64_t r, int64_t b, int64_t n
     const tile_fmt *f = fmt_of(tiled);
     ASSERT(f && f->tiled == tiled);
     size_t wrow = tq_row_size(f->plain, n_cols);
-    move_block(f, (char *)tq_tile_of(w, r, wrow), b, (int)(r % TQ_TILE_ROWS), blk, false);
+    const block_at at = locate(f, b);
+    move_block(f, (char *)tq_tile_of(w, r, wrow), &at, (int)(r % TQ_TILE_ROWS), blk, false);
 }
 
 void tq_dequantize_row_at(tq_type type, const void *w, int64_t r, int64_t n_cols, float *y)
