@@ -2,12 +2,15 @@
  * engine_greedy.h - four sessions at once through the engine's continuous
  * batch, each one's greedy text checked against the model run directly
  * (prompts of 20 .. 260 tokens: prefill chunks of several sequences, then
- * batched decoding).  Used by test_moe and test_gemma.  Header-only so each
- * test stays one file.
+ * batched decoding), on a file gen-model writes.  Used by test_moe and
+ * test_gemma.  Header-only so each test stays one file.
  */
 #ifndef ENGINE_GREEDY_H
 #define ENGINE_GREEDY_H
 
+#include <unistd.h>
+
+#include "gen.h"
 #include "ref.h"
 #include "../src/engine/eng.h"
 #include "spec_run.h"
@@ -51,6 +54,25 @@ static inline void engine_greedy_check(const char *path)
     CHECK_EQ_INT(same, NS);
     eng_free(e);
     model_free(m);
+}
+
+/* engine_greedy_check on the model `bin gen-model ARGS` writes with
+ * ../shared's Qwen3.5 vocabulary (skipped without it), in a scratch
+ * directory removed afterwards. */
+static inline void engine_greedy_check_gen(const char *bin, const char *args)
+{
+    const char *shared = test_shared_dir();
+    if (!shared) {
+        SKIP_PART("engine: ../shared absent (set POLYKV_SHARED): gen-model needs its Qwen3.5 vocabulary");
+        return;
+    }
+    char dir[] = "/tmp/polykv-test-engine-XXXXXX", path[256];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/m.gguf", dir);
+    CHECK(gen_model(bin, shared, args, path));
+    engine_greedy_check(path);
+    unlink(path);
+    rmdir(dir);
 }
 
 #endif

@@ -49,21 +49,6 @@ static const struct { const char *name, *args; double frac; } gen_models[] = {
 };
 
 static const char *g_bin;
-static char g_vocab[512];
-
-/* Four sessions at once through the engine: each one's greedy text is the
- * model's run directly (chunks of several sequences, each token with its
- * own window on the sliding layers). */
-static void check_engine(const char *args)
-{
-    char dir[] = "/tmp/polykv-test-gemma-XXXXXX", path[256];
-    CHECK(mkdtemp(dir) != NULL);
-    snprintf(path, sizeof path, "%s/m.gguf", dir);
-    CHECK(gen_model_vocab(g_bin, g_vocab, args, path));
-    engine_greedy_check(path);
-    unlink(path);
-    rmdir(dir);
-}
 
 int main(int argc, char **argv)
 {
@@ -71,12 +56,12 @@ int main(int argc, char **argv)
     g_bin = gen_bin(argv[0]);
     if (access(DATA "/commands.txt", R_OK) != 0)
         SKIP(DATA " absent (run from the repository root): llama.cpp's outputs are there");
-    const char *shared = test_shared_dir();
-    if (!shared) SKIP("../shared absent (set POLYKV_SHARED): gen-model needs its Qwen3.5 vocabulary");
-    snprintf(g_vocab, sizeof g_vocab, "%s/models/vocab/ggml-vocab-qwen35.gguf", shared);
+    if (!test_shared_dir()) SKIP("../shared absent (set POLYKV_SHARED): gen-model needs its Qwen3.5 vocabulary");
     for (size_t i = 0; i < ARRAY_LEN(gen_models); i++)
         TEST_RUN(gen_ref_check_gen, g_bin, DATA, DATA "/commands.txt", "scripts/refs/make_gemma_refs.sh",
                  gen_models[i].name, gen_models[i].args, gen_models[i].frac, 0.0);
-    TEST_RUN(check_engine, GEN_GEMMA4 " --type q8_0");
+    /* four sessions at once through the engine: chunks of several
+     * sequences, each token with its own window on the sliding layers */
+    TEST_RUN(engine_greedy_check_gen, g_bin, GEN_GEMMA4 " --type q8_0");
     return test_finish();
 }

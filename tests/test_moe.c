@@ -51,25 +51,6 @@ static const struct { const char *name, *args; double frac, frac_steps; } gen_mo
 
 static const char *g_bin;
 
-/* Four sessions at once through the engine: each one's greedy text is
- * the model's run directly (gpt-oss: chunks of several sequences, each
- * token with its own window). */
-static void check_engine(const char *args)
-{
-    const char *shared = test_shared_dir();
-    if (!shared) {
-        SKIP_PART("engine: ../shared absent (set POLYKV_SHARED): gen-model needs its Qwen3.5 vocabulary");
-        return;
-    }
-    char dir[] = "/tmp/polykv-test-moe-XXXXXX", path[256];
-    CHECK(mkdtemp(dir) != NULL);
-    snprintf(path, sizeof path, "%s/m.gguf", dir);
-    CHECK(gen_model(g_bin, shared, args, path));
-    engine_greedy_check(path);
-    unlink(path);
-    rmdir(dir);
-}
-
 int main(int argc, char **argv)
 {
     test_select(argc, argv);
@@ -79,7 +60,9 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < ARRAY_LEN(gen_models); i++)
         TEST_RUN(gen_ref_check_gen, g_bin, DATA, DATA "/commands.txt", "scripts/refs/make_moe_refs.sh",
                  gen_models[i].name, gen_models[i].args, gen_models[i].frac, gen_models[i].frac_steps);
-    TEST_RUN(check_engine, GEN_QWEN3MOE " --type q8_0");
-    TEST_RUN(check_engine, GEN_GPTOSS " --type q8_0");
+    /* four sessions at once through the engine (gpt-oss: chunks of several
+     * sequences, each token with its own window) */
+    TEST_RUN(engine_greedy_check_gen, g_bin, GEN_QWEN3MOE " --type q8_0");
+    TEST_RUN(engine_greedy_check_gen, g_bin, GEN_GPTOSS " --type q8_0");
     return test_finish();
 }
