@@ -83,6 +83,10 @@ bool cli_bytes(const char *opt, const char *s, uint64_t *out);
 /* A K/V cache type by llama-server's name (f32, f16, bf16, q8_0, q4_0,
  * q4_1, q5_0, q5_1, iq4_nl); false (with a message naming opt) when not. */
 bool cli_kv_type(const char *opt, const char *s, tq_type *out);
+/* Whether model m's cache can hold K type k and V type v; false with the
+ * reason on stderr (model_kv_types_refusal). */
+struct model;
+bool cli_kv_types_ok(const struct model *m, tq_type k, tq_type v);
 /* Default thread count: the CPUs this process may run on. */
 int cli_default_threads(void);
 

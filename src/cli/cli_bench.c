@@ -145,9 +145,7 @@ int cli_bench(int argc, char **argv)
         fprintf(stderr, "polykv: %s: %s\n", path, err);
         return 1;
     }
-    const char *why = model_kv_types_refusal(m, type_k, type_v);
-    if (why) {
-        fprintf(stderr, "polykv: -ctk %s -ctv %s: %s\n", tq_get(type_k)->name, tq_get(type_v)->name, why);
+    if (!cli_kv_types_ok(m, type_k, type_v)) {
         model_free(m);
         return 2;
     }

@@ -117,9 +117,7 @@ int cli_run(int argc, char **argv)
         fprintf(stderr, "polykv: %s: %s\n", o.model, err);
         return 1;
     }
-    const char *why = model_kv_types_refusal(m, o.type_k, o.type_v);
-    if (why) {
-        fprintf(stderr, "polykv: -ctk %s -ctv %s: %s\n", tq_get(o.type_k)->name, tq_get(o.type_v)->name, why);
+    if (!cli_kv_types_ok(m, o.type_k, o.type_v)) {
         model_free(m);
         return 2;
     }

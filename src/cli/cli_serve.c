@@ -606,8 +606,7 @@ int cli_serve(int argc, char **argv)
         fprintf(stderr, "polykv: --spec-type draft-mtp: %s has no MTP block (a Qwen3.5 file with nextn "
                         "tensors has one)\n", o.model);
         st = PK_EINVAL;
-    } else if ((why = model_kv_types_refusal(m, o.ep.type_k, o.ep.type_v))) {
-        fprintf(stderr, "polykv: -ctk %s -ctv %s: %s\n", tq_get(o.ep.type_k)->name, tq_get(o.ep.type_v)->name, why);
+    } else if (!cli_kv_types_ok(m, o.ep.type_k, o.ep.type_v)) {
         st = PK_EINVAL;
     } else if (o.kv_events && (kv_events_topic(&o, m, srv_port(s)), st = kvev_pub_new(&o.kc, &kv, err, sizeof err)) != PK_OK) {
         fprintf(stderr, "polykv: %s\n", err);

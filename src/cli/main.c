@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "../model/model.h"
 #include "../tensor/tk.h"
 
 static void usage(FILE *f)
@@ -79,6 +80,13 @@ bool cli_kv_type(const char *opt, const char *s, tq_type *out)
         }
     fprintf(stderr, "polykv: %s must be one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl\n", opt);
     return false;
+}
+
+bool cli_kv_types_ok(const model *m, tq_type k, tq_type v)
+{
+    const char *why = model_kv_types_refusal(m, k, v);
+    if (why) fprintf(stderr, "polykv: -ctk %s -ctv %s: %s\n", tq_get(k)->name, tq_get(v)->name, why);
+    return !why;
 }
 
 bool cli_float(const char *opt, const char *s, double *out)
