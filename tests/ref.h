@@ -75,8 +75,7 @@ static inline bool ref_first_logits(model_ctx *ctx, const tok_vocab *voc, json_t
     for (int32_t i = 0; same && i < *n; i++) same = ids[i] == json_integer_value(json_array_get(jtok, i));
     CHECK(same);
     if (!same) return false;
-    kv_clear(model_ctx_kv(ctx));
-    if (model_ctx_rs(ctx)) rs_clear(model_ctx_rs(ctx));
+    model_ctx_clear(ctx);
     static ref_batch rb;
     ref_batch_make(&rb, ids, *n, 0, 0, false);
     CHECK(model_decode(ctx, &rb.b, logits) == PK_OK);
@@ -185,7 +184,8 @@ static inline void ref_check_prompt(const char *name, model_ctx *ctx, int32_t V,
  * reference for the engine (n_gen at most 1024 - n; EOG ends it, counted). */
 static inline int ref_greedy(model *m, const int32_t *prompt, int n, int n_gen, int32_t *out)
 {
-    model_ctx_params cp = { .n_ctx = 1024, .n_ubatch = 512, .n_threads = 2, .type_k = TQ_F16, .type_v = TQ_F16 };
+    model_ctx_params cp = { .n_ctx = 1024, .n_ubatch = 512, .n_threads = 2, .type_k = TQ_F16, .type_v = TQ_F16,
+                            .swa_full = true };   /* every cell kept: the plainest pass */
     model_ctx *ctx;
     ASSERT(model_ctx_new(m, &cp, &ctx) == PK_OK);
     const int V = model_get_hparams(m)->n_vocab;

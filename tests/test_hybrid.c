@@ -12,14 +12,7 @@
  *   - accounting: mem_check after every operation, each sequence's bytes
  *     its cells' plus its states', and nothing held after all is dropped;
  *     a random sequence of operations keeps all of it;
- *   - the engine (eng_check after every step, POLYKV_CHECK=1 as tests/run.sh
- *     sets it): greedy completions equal greedy decoding with the model
- *     directly, for a first prompt, its retry (continued from the
- *     checkpoint one token before its end), a next turn that extends the
- *     transcript (from the history's end), a rewritten last message (from
- *     a checkpoint), a history parked by other sessions and one restored
- *     from the RAM tier, a slot saved, erased and restored, and sessions
- *     on a pool; a fork where the pool has no state is refused.
+ *   - the engine's control-plane paths (engine_paths.h).
  * The model: the random-weight qwen35 that `polykv gen-model` writes from
  * a seed (gen.h; test_qwen35 holds it to llama.cpp's outputs), in Q8_0.
  */
@@ -27,6 +20,8 @@
 #include "../src/mem/mem.h"
 #include "../src/engine/eng.h"
 #include "gen.h"
+#include "mem_walk.h"
+#include "engine_paths.h"
 
 #include <time.h>
 
@@ -196,229 +191,17 @@ static void case_batch(void)
     free(both);
 }
 
-/* Random shares, keeps, drops, checkpoints and steps over 6 sequences:
- * the invariants after each, everything free at the end. */
+/* A random walk of operations (mem_walk.h): the invariants after each,
+ * everything free at the end. */
+static pk_status walk_feed(kv_seq seq, int p0, int p1) { return feed(seq, p0, p1, NULL); }
+
 static void case_random(void)
 {
-    mem_clear(g_mem);
-    int32_t len[6] = { 0 };
-    for (int op = 0; op < 300; op++) {
-        kv_seq a = (kv_seq)below(6), b = (kv_seq)below(6);
-        switch (below(6)) {
-        case 0:   /* extend a by a few tokens, maybe with a checkpoint inside */
-            if (len[a] + 8 < 200) {
-                int add = 1 + (int)below(8);
-                if (add > 1 && below(2)) mem_checkpoint_at(g_mem, a, len[a] + add / 2);
-                if (feed(a, len[a], len[a] + add, NULL) == PK_OK) len[a] += add;
-            }
-            break;
-        case 1:
-            if (a != b) {
-                mem_drop(g_mem, b);
-                len[b] = mem_share(g_mem, a, b, 0, (int32_t)below((uint32_t)len[a] + 1));
-            }
-            break;
-        case 2: len[a] = mem_keep(g_mem, a, (int32_t)below((uint32_t)len[a] + 1)); break;
-        case 3: mem_drop(g_mem, a), len[a] = 0; break;
-        default:
-            if (len[a] > 0 && len[a] < 200 && feed(a, len[a], len[a] + 1, NULL) == PK_OK) len[a]++;
-            break;
-        }
-        CHECK(mem_holds(g_mem, a, len[a]) && mem_holds(g_mem, b, len[b]));
-        CHECK(len[a] == 0 || mem_can_resume(g_mem, a, len[a]));
-        check_accounting();
-    }
-    for (kv_seq s = 0; s < 6; s++) mem_drop(g_mem, s);
+    int32_t len[WALK_SEQS];
+    mem_walk(g_mem, &g_rng, walk_feed, 200, 8, check_accounting, len);
+    for (kv_seq s = 0; s < WALK_SEQS; s++) mem_drop(g_mem, s);
     CHECK_EQ_INT(mem_used(g_mem), 0);
     CHECK_EQ_INT(mem_states_used(g_mem), 0);
-}
-
-/* ---- the engine ---- */
-
-/* Greedy tokens straight from the model (a fresh context), the reference. */
-static int greedy_direct(const int32_t *prompt, int n, int n_gen, int32_t *out)
-{
-    model_ctx_params cp = { .n_ctx = 1024, .n_ubatch = 512, .n_threads = 2, .type_k = TQ_F16, .type_v = TQ_F16 };
-    model_ctx *ctx;
-    ASSERT(model_ctx_new(g_m, &cp, &ctx) == PK_OK);
-    float *logits = malloc((size_t)g_V * sizeof *logits);
-    static ref_batch rb;
-    ref_batch_make(&rb, prompt, n, 0, 0, false);
-    ASSERT(model_decode(ctx, &rb.b, logits) == PK_OK);
-    int k = 0;
-    for (; k < n_gen; k++) {
-        out[k] = smp_argmax(logits, g_V);
-        ref_batch_make(&rb, &out[k], 1, n + k, 0, false);
-        ASSERT(model_decode(ctx, &rb.b, logits) == PK_OK);
-    }
-    free(logits);
-    model_ctx_free(ctx);
-    return k;
-}
-
-typedef struct run {
-    int32_t tok[64];
-    int n_tok;
-    int32_t n_cached, slot;
-    eng_ev_kind end;
-} run;
-
-static int32_t g_pool;   /* the pool the completions attach to, 0: none */
-
-/* A greedy completion of n_gen tokens through the engine (slot -1: any). */
-static run complete(eng *e, const int32_t *prompt, int n, int n_gen, int32_t slot)
-{
-    eng_completion c = { .prompt = prompt, .n_prompt = n, .n_predict = n_gen, .cache_prompt = true,
-                         .id_slot = slot, .ignore_eos = true, .report_placed = true, .pool_id = g_pool };
-    c.sp = smp_default_params();
-    c.sp.temp = 0;
-    run r = { .n_cached = -1, .slot = -1 };
-    eng_task *t;
-    CHECK_EQ_INT(eng_submit(e, &c, &t), PK_OK);
-    eng_event ev;
-    while (eng_task_next(t, &ev, 60000) == PK_OK) {
-        eng_ev_kind k = ev.kind;
-        if (k == ENG_EV_PLACED) r.n_cached = ev.n_cached, r.slot = ev.slot;
-        if (k == ENG_EV_TOKEN && r.n_tok < 64) r.tok[r.n_tok++] = ev.token;
-        eng_event_clear(&ev);
-        if (k != ENG_EV_TOKEN && k != ENG_EV_PLACED && k != ENG_EV_PROGRESS) {
-            r.end = k;
-            break;
-        }
-    }
-    eng_task_release(t);
-    return r;
-}
-
-/* The engine's run of prompt equals the model's own greedy run. */
-static run check_run(eng *e, const int32_t *prompt, int n, int32_t slot, const char *what)
-{
-    enum { G = 12 };
-    int32_t want[G];
-    greedy_direct(prompt, n, G, want);
-    run r = complete(e, prompt, n, G, slot);
-    CHECK_EQ_INT(r.n_tok, G);
-    bool eq = r.n_tok == G && !memcmp(r.tok, want, sizeof want);
-    CHECK(eq);
-    printf("%-28s %3d prompt tokens, %3d reused, greedy %s\n", what, n, r.n_cached, eq ? "equal" : "DIFFERS");
-    return r;
-}
-
-/* ram: the RAM tier on (the pushed-out history is spilled there) or off
- * (it is parked in the cache). */
-static void case_engine(bool ram)
-{
-    eng_params ep = eng_default_params();
-    if (!ram) ep.cache_ram_mib = 0, ep.policy.park_min_value = 0;   /* a short history is parked too */
-    ep.n_slots = 2;
-    ep.n_ctx = 1024;
-    ep.n_threads = 2;
-    eng *e;
-    ASSERT(eng_new(g_m, &ep, &e) == PK_OK);
-    static int32_t p[512];
-    int n = 80;
-    memcpy(p, g_tok, (size_t)n * sizeof *p);
-    run r = check_run(e, p, n, -1, "first prompt");
-    CHECK_EQ_INT(r.n_cached, 0);
-    r = check_run(e, p, n, -1, "retry");
-    CHECK_EQ_INT(r.n_cached, n - 1);                 /* the checkpoint before the prompt's end */
-    /* the next turn: the transcript with the reply, then more */
-    memcpy(p + n, r.tok, 12 * sizeof *p);
-    memcpy(p + n + 12, g_tok + 100, 30 * sizeof *p);
-    int n2 = n + 42;
-    r = check_run(e, p, n2, -1, "next turn");
-    CHECK(r.n_cached >= n + 11);                    /* the history's end (the last reply token is not in it) */
-    /* a classifier rewrites the last message: from the checkpoint at the
-     * previous prompt's end */
-    p[n2 - 5] = 7;
-    r = check_run(e, p, n2, -1, "last message rewritten");
-    CHECK(r.n_cached >= n - 1 && r.n_cached < n2 - 5);
-    /* a slot saved, erased, restored into the other slot, continued */
-    char dir[] = "/tmp/polykv-hybrid-XXXXXX";
-    ASSERT(mkdtemp(dir));
-    eng_file_reply fr;
-    CHECK_EQ_INT(eng_slot_save(e, r.slot, dir, "h.bin", &fr), PK_OK);
-    int32_t saved = fr.n_tokens;
-    CHECK_EQ_INT(eng_erase(e, 0, NULL), PK_OK);
-    CHECK_EQ_INT(eng_erase(e, 1, NULL), PK_OK);
-    CHECK_EQ_INT(eng_slot_restore(e, 1 - r.slot, dir, "h.bin", &fr), PK_OK);
-    CHECK_EQ_INT(fr.n_tokens, saved);
-    memcpy(p + n2, r.tok, 12 * sizeof *p);
-    int n3 = n2 + 12;
-    r = check_run(e, p, n3, -1, "after save and restore");
-    CHECK(r.n_cached >= saved - 1);
-    char path[128];
-    snprintf(path, sizeof path, "%s/h.bin", dir);
-    unlink(path);
-    rmdir(dir);
-    /* two other sessions at once take both slots: the history is parked
-     * (or spilled to RAM); its next turn still finds it */
-    static int32_t o[2][200];
-    eng_task *t[2];
-    for (int k = 0; k < 2; k++) {
-        for (int i = 0; i < 120; i++) o[k][i] = g_tok[(i * 7 + k * 13) % 256] + k;
-        eng_completion c = { .prompt = o[k], .n_prompt = 120, .n_predict = 8, .cache_prompt = true,
-                             .id_slot = -1, .ignore_eos = true };
-        c.sp = smp_default_params();
-        CHECK_EQ_INT(eng_submit(e, &c, &t[k]), PK_OK);
-    }
-    for (int k = 0; k < 2; k++) {
-        eng_event ev;
-        while (eng_task_next(t[k], &ev, 60000) == PK_OK) {
-            bool end = ev.kind != ENG_EV_TOKEN && ev.kind != ENG_EV_PLACED && ev.kind != ENG_EV_PROGRESS;
-            eng_event_clear(&ev);
-            if (end) break;
-        }
-        eng_task_release(t[k]);
-    }
-    eng_stats st;
-    CHECK_EQ_INT(eng_get_stats(e, &st), PK_OK);
-    CHECK(ram ? st.n_spilled >= 1 : st.n_parked >= 1);
-    printf("out of its slot: %d parked, %d in RAM\n", st.n_parked, st.n_spilled);
-    for (int i = 0; getenv("SHOW_EVENTS") && i < st.n_events; i++)
-        printf("  event %d slot %d seq %d n %d: %s\n", st.events[i].kind, st.events[i].slot, st.events[i].seq,
-               st.events[i].n_tokens, st.events[i].reason);
-    memcpy(p + n3, r.tok, 12 * sizeof *p);
-    int n4 = n3 + 12;
-    r = check_run(e, p, n4, -1, "parked or in RAM");
-    CHECK(r.n_cached >= n3);
-    eng_free(e);
-}
-
-/* A pool: sessions attach from its end; a fork inside it is refused (409
- * in HTTP) where the pool has no state, and accepted at its end. */
-static void case_pool(void)
-{
-    eng_params ep = eng_default_params();
-    ep.n_slots = 2;
-    ep.n_ctx = 1024;
-    ep.n_threads = 2;
-    eng *e;
-    ASSERT(eng_new(g_m, &ep, &e) == PK_OK);
-    enum { L = 60 };
-    eng_pool_req rq = { .verb = ENG_POOL_CREATE, .tokens = g_tok, .n_tokens = L, .branch_pos = -1 };
-    eng_pool_reply rp;
-    CHECK_EQ_INT(eng_pool_op(e, &rq, &rp), PK_OK);
-    g_pool = rp.pool_id;
-    static int32_t p[256];
-    memcpy(p, g_tok, L * sizeof *p);
-    for (int k = 0; k < 2; k++) {
-        memcpy(p + L, g_tok + 100 + 20 * k, 20 * sizeof *p);
-        run r = check_run(e, p, L + 20, -1, k ? "second sequence on the pool" : "a sequence on the pool");
-        CHECK_EQ_INT(r.n_cached, L);
-    }
-    g_pool = 0;
-    memcpy(p, g_tok, L * sizeof *p);
-    memcpy(p + L, g_tok + 200, 10 * sizeof *p);
-    eng_pool_req fk = { .verb = ENG_POOL_FORK, .pool_id = rp.pool_id, .tokens = p, .n_tokens = L + 10,
-                        .branch_pos = 30 };
-    eng_pool_reply fr;
-    CHECK_EQ_INT(eng_pool_op(e, &fk, &fr), PK_ECONFLICT);
-    printf("fork at 30: %s\n", fr.message);
-    fk.branch_pos = L;
-    CHECK_EQ_INT(eng_pool_op(e, &fk, &fr), PK_OK);
-    CHECK_EQ_INT(fr.n_prefilled, 10);
-    eng_free(e);
 }
 
 int main(int argc, char **argv)
@@ -441,9 +224,7 @@ int main(int argc, char **argv)
     TEST_RUN(case_image);
     TEST_RUN(case_batch);
     TEST_RUN(case_random);
-    TEST_RUN(case_engine, true);
-    TEST_RUN(case_engine, false);
-    TEST_RUN(case_pool);
+    engine_paths_check(g_m, g_tok);
     mem_free(g_mem);
     model_ctx_free(g_ctx);
     model_free(g_m);

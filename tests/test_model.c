@@ -178,7 +178,7 @@ static stats check_model(const char *shared, const ref_model *rm, tq_type kv_typ
     /* The passes above switched to the huge-page copy once it was complete
      * (its memory is checked by check_memory). */
     model_wait_copy(m);
-    kv_clear(model_ctx_kv(ctx));
+    model_ctx_clear(ctx);
     static ref_batch rb1;
     int32_t bos = 1;
     ref_batch_make(&rb1, &bos, 1, 0, 0, false);

@@ -50,6 +50,8 @@ static void usage(void)
         "                          q5_1, iq4_nl (the block formats need head dims of 32s)\n"
         "  -ctv, --cache-type-v T  V cache type, the same choices\n"
         "  --kv-type T             both\n"
+        "  --swa-full              sliding-window layers keep every cell (default: cells behind the\n"
+        "                          window are freed, kept only at turn checkpoints; docs/models.md)\n"
         "  --mmap / --no-mmap      map the model file instead of reading it into huge pages\n"
         "                          (starts without a copy; pages shared with other processes)\n"
         "  -cram, --cache-ram MIB  RAM for histories spilled out of the KV cache (default 8192, 0 = none)\n"
@@ -366,6 +368,7 @@ static bool parse(int argc, char **argv, serve_opts *o)
             continue;
         }
         if (!strcmp(a, "-kvu") || !strcmp(a, "--kv-unified")) { o->ep.kv_unified = true; continue; }
+        if (!strcmp(a, "--swa-full")) { o->ep.swa_full = true; continue; }
         if (!strcmp(a, "-no-kvu") || !strcmp(a, "--no-kv-unified")) { o->ep.kv_unified = false; continue; }
         const char *was = o->hub.repo;
         int hub = cli_hub_flag(argc, argv, &i, &o->hub);
@@ -632,6 +635,9 @@ int cli_serve(int argc, char **argv)
         fprintf(stderr, "polykv: hybrid model: a recurrent state of %.2f MiB per sequence and per checkpoint, "
                 "%d state slots; no context shift: a session stops (truncated) at its context's end\n",
                 model_state_bytes(m) / 1048576.0, eng_n_states(e));
+    if (eng_window(e))
+        fprintf(stderr, "polykv: sliding-window layers: cells more than %d positions behind a session's end are "
+                "freed, kept at its turn checkpoints (--swa-full keeps them all)\n", eng_window(e));
     if (dm)
         fprintf(stderr, "polykv: draft model %s (%s): up to %d guesses a step (draft-simple)\n", o.draft,
                 model_desc(dm), o.ep.spec.n_max);

@@ -36,7 +36,6 @@ void cli_serve_llama_usage(void)
         "  --reasoning-budget N    -1 unlimited (default); 0 no thinking (an opened <think> is closed in\n"
         "                          the prompt, a <think> token banned); N > 0 is not supported\n"
         "  -cb, --cont-batching    accepted: batching is always continuous\n"
-        "  --swa-full              accepted: every cell of a sliding-window layer is kept\n"
         "  --backend-sampling      accepted: polykv samples on the CPU, where its logits are\n"
         "  --no-ui                 no monitor page at / (404)\n"
         "  --no-prefill-assistant  a chat's last assistant message is a finished turn (default: its\n"
@@ -172,9 +171,6 @@ int cli_serve_llama_flag(int argc, char **argv, int *i, srv_params *sp)
      * the flag changes nothing a client can see. */
     if (!strcmp(a, "--backend-sampling") || !strcmp(a, "--backend_sampling") || !strcmp(a, "-bs"))
         return 1;
-    /* a sliding-window layer's cells are all kept (the windows are masks
-     * over the full cache), which is what --swa-full asks for */
-    if (!strcmp(a, "--swa-full")) return 1;
     if (!strcmp(a, "-nocb") || !strcmp(a, "--no-cont-batching"))
         return fail(a, "batching is always continuous in polykv");
     if (!cli_serve_llama_takes_value(a)) return 0;

@@ -38,6 +38,7 @@ eng_params eng_default_params(void)
 const eng_params *eng_get_params(const eng *e) { return &e->p; }
 int32_t eng_n_ctx_slot(const eng *e) { return e->n_ctx_slot; }
 int32_t eng_n_states(const eng *e) { return model_state_bytes(e->m) ? eng_ctx_params(e).n_rs : 0; }
+int32_t eng_window(const eng *e) { return mem_window(e->mem); }
 const model *eng_model(const eng *e) { return e->m; }
 
 /* ---- events ---- */
@@ -734,7 +735,7 @@ void eng_stats_fill(eng *e, eng_stats *o)
         si->pool_id = s->pool_id;
         si->pool_shared = s->pool_shared;
         si->kv_owned = mem_seq_owned(e->mem, s->id);
-        si->state_bytes = (size_t)mem_seq_states(e->mem, s->id) * mem_state_bytes(e->mem);
+        si->state_bytes = mem_seq_state_bytes(e->mem, s->id);
         si->ttft_ms = s->state != ENG_SLOT_PREFILL && s->task_id ? s->t_prompt_ms - s->t_start_ms : 0;
         si->warming = s->state == ENG_SLOT_DECODE && !slot_warm(s);
         o->n_warming += si->warming;

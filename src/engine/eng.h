@@ -81,6 +81,7 @@ typedef struct eng_params {
                                    decode (their next token waits for the step); 0 (default) = n_batch */
     int32_t n_threads;
     tq_type type_k, type_v;     /* the K/V cache's types (model_kv_types_ok), TQ_F16 */
+    bool swa_full;              /* --swa-full: sliding-window layers keep every cell */
     int32_t tps_window_tokens;  /* 128 */
     int32_t tps_window_ms;      /* 2000 */
     pol_params policy;          /* slot placement and retention */
@@ -125,6 +126,9 @@ void eng_free(eng *e);                         /* NULL is a no-op */
 const eng_params *eng_get_params(const eng *e);
 int32_t eng_n_ctx_slot(const eng *e);          /* positions one request may use */
 int32_t eng_n_states(const eng *e);            /* hybrids: recurrent state slots; 0 otherwise */
+/* Sliding windows apart: the positions before a token its window layers
+ * read (their cells behind it are freed); 0: every cell kept. */
+int32_t eng_window(const eng *e);
 const model *eng_model(const eng *e);
 
 /* A bias added to one token's logit before sampling (-INFINITY bans it). */

@@ -379,7 +379,7 @@ model_ctx_params eng_ctx_params(const eng *e)
                                .n_threads = e->p.n_threads, .type_k = e->p.type_k, .type_v = e->p.type_v,
                                .n_rs = e->p.n_rs > 0 ? e->p.n_rs : 3 * e->p.n_slots + 8,
                                .mtp = e->p.spec.kind == SPEC_DRAFT_MTP && model_has_mtp(e->m),
-                               .mtp_seqs = e->p.n_slots };
+                               .mtp_seqs = e->p.n_slots, .swa_full = e->p.swa_full };
 }
 
 /* Frees whatever e holds, from any point of eng_new or after the engine

@@ -68,6 +68,7 @@ static pk_status ctx_new(eng *e)
     cp.n_ubatch = MIN(cp.n_ubatch, CATCHUP);
     cp.n_rs = 0;
     cp.type_k = cp.type_v = TQ_F16;        /* llama-server's draft cache (its -ctkd / -ctvd default) */
+    cp.swa_full = true;                    /* a draft's cells follow its target's by hand (eng_draft.c) */
     cp.tp = model_ctx_tp(e->ctx);          /* never two pools spinning on the same cores */
     pk_status st = model_ctx_new(e->p.draft, &cp, &e->draft.ctx);
     if (st == PK_OK && (st = mem_new(e->draft.ctx, &e->draft.mem)) != PK_OK) {

@@ -205,7 +205,7 @@ int32_t eng_spill(eng *e, kv_seq seq, const int32_t *tokens, int32_t n, int32_t 
 {
     if (n <= 0 || e->hist.n_spill_max <= 0) return -1;
     int32_t m = mem_extent(e->mem, seq, n);       /* a gap ends what can be spilled */
-    if (mem_hybrid(e->mem)) {
+    if (mem_resume_limited(e->mem)) {
         /* and on a hybrid, the last position with a recurrent state */
         kv_pos at[MEM_MAX_RESUME];
         int k = mem_resume_points(e->mem, seq, at) - 1;
@@ -273,7 +273,7 @@ void eng_hist_stats(eng *e, eng_stats *o)
             o->n_parked++;
             o->parked_tokens += r->n_tokens;
             o->parked_owned_cells += mem_seq_owned(e->mem, r->seq);
-            o->parked_state_bytes += (size_t)mem_seq_states(e->mem, r->seq) * mem_state_bytes(e->mem);
+            o->parked_state_bytes += mem_seq_state_bytes(e->mem, r->seq);
         } else if (r->where == HIST_RAM) {
             o->n_spilled++;
             o->spilled_tokens += r->n_tokens;

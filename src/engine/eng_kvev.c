@@ -170,7 +170,7 @@ static int32_t common(const int32_t *a, int32_t na, const int32_t *b, int32_t nb
  * hybrid the last position <= c with a state to continue from. */
 static int32_t reusable(eng *e, const holder *h, int32_t c)
 {
-    if (!mem_hybrid(e->mem) || c == 0) return c;
+    if (!mem_resume_limited(e->mem) || c == 0) return c;
     if (h->seq < 0) return mem_image_resume(e->mem, e->hist.rec[h->ref].image, 0, h->n, c);
     if (mem_can_resume(e->mem, h->seq, c)) return c;
     kv_pos at[MEM_MAX_RESUME];

@@ -435,7 +435,7 @@ static bool prefix_in_flight(const eng *e, const eng_task *t)
  * the first message (another conversation on the same system prompt). */
 static void hybrid_checkpoints(eng *e, const eng_task *t, const slot *s)
 {
-    if (!mem_hybrid(e->mem)) return;
+    if (!mem_resume_limited(e->mem)) return;
     const int32_t n = t->req.n_prompt, *p = t->prompt;
     int32_t at[4] = { n - 1, -1, -1, -1 };
     at[1] = pol_last_marker(p, n, e->hist.marker, e->hist.n_marker);

@@ -332,7 +332,7 @@ void eng_pool_decoded(eng *e, pk_status st)
 static void message_starts(const eng *e, const int32_t *tok, int32_t n, int32_t *out)
 {
     out[0] = out[1] = 0;
-    if (!mem_hybrid(e->mem) || e->hist.n_marker < 1) return;
+    if (!mem_resume_limited(e->mem) || e->hist.n_marker < 1) return;
     for (int32_t i = n - 1, got = 0; i > 0 && got < 2; i--)
         if (tok[i] == e->hist.marker[0]) out[got++] = i;
 }
@@ -387,18 +387,20 @@ static void op_make(eng *e, eng_call *c)
         return;
     }
     const pool_node *par = parent >= 0 ? pool_get(t, parent) : NULL;
-    if (par && mem_hybrid(e->mem) && d < par->prefix_len &&
+    if (par && mem_resume_limited(e->mem) && d < par->prefix_len &&
         !(par->residency == POOL_RESIDENT && mem_can_resume(e->mem, par->seq, d))) {
-        /* a recurrent state cannot be cut back: the fork needs the
-         * parent's state at its branch position */
+        /* a recurrent state cannot be cut back, nor a freed window
+         * brought back: the fork needs the parent's state at its branch
+         * position */
         kv_pos at[MEM_MAX_RESUME];
         int n_at = par->residency == POOL_RESIDENT ? mem_resume_points(e->mem, par->seq, at) : 0;
         char list[96] = "";
         for (int i = 0, len = 0; i < n_at && len < (int)sizeof list - 12; i++)
             if (at[i] != par->prefix_len) len += snprintf(list + len, sizeof list - (size_t)len, ", %d", at[i]);
         answer(e, c, PK_ECONFLICT,
-               "branch_pos %d: pool %d's recurrent state (a hybrid model) can be continued only at position%s "
-               "%d%s", d, parent, n_at > 1 ? "s" : "", par->prefix_len, list);
+               "branch_pos %d: pool %d's %s can be continued only at position%s %d%s", d, parent,
+               mem_hybrid(e->mem) ? "recurrent state (a hybrid model)" : "sliding-window layers (their cells freed)",
+               n_at > 1 ? "s" : "", par->prefix_len, list);
         return;
     }
     kv_seq seq = eng_seq_take(e, ENG_SEQ_POOL);
@@ -728,7 +730,7 @@ void eng_pool_stats(eng *e, eng_stats *o)
                                .kept = pool_kept(p, ns, now, grace_s(e)),
                                .last_access_ms = (int64_t)(p->last_access_s * 1000.0 + wall_off),
                                .own_cells = mem_seq_owned(e->mem, p->seq), .n_sessions = ns,
-                               .own_state_bytes = (size_t)mem_seq_states(e->mem, p->seq) * mem_state_bytes(e->mem),
+                               .own_state_bytes = mem_seq_state_bytes(e->mem, p->seq),
                                .n_children = p->n_children, .n_prefix_hits = pm->hits,
                                .n_queries = pm->queries };
         own[i] = pi->own_cells;

@@ -25,6 +25,13 @@
  *   source's state at the share's end, a keep rewinds to a checkpoint, and
  *   both go only as far as a state exists (they return how far they went).
  *
+ *   With sliding-window layers whose cells are apart (model_ctx_kv_swa),
+ *   those layers' state at P is their cells [P - n_win, P): kept at each
+ *   sequence's end and at its checkpoints (pins), freed elsewhere, shared
+ *   by membership.  A share or a keep goes as far as such a window exists,
+ *   as on a hybrid; the global layers' cells are what the counts below
+ *   count (a sequence's window cells are never more than those).
+ *
  *   An image is a sequence's state for positions [p0, p1) copied out of the
  *   cache: what the RAM tier holds and a file stores.  Its layout:
  *
@@ -33,6 +40,11 @@
  *               the recurrent state at p1
  *               [RS_MAX_CKPT] int32 positions of checkpoints in (p0, p1), -1 unused
  *               [RS_MAX_CKPT] their states (zeros where unused)
+ *             or, with windows apart, the last two windows (state_bytes):
+ *               int32 lo: the rows below hold positions [lo, p1)
+ *               [2 n_win][window layers][ K row | V row ] of positions
+ *               p1 - 2 n_win .. p1 - 1 (zeros before lo)
+ *             (the rows before it are then the global layers')
  *
  *   mem_image_bytes(m, n) is its size; mem_layout() is what a file records
  *   so a reader can refuse an image of another shape.
@@ -130,6 +142,14 @@ void mem_checkpoint_at(mem *m, kv_seq seq, kv_pos pos);
 #define MEM_MAX_RESUME (RS_MAX_CKPT + 1)
 int mem_resume_points(const mem *m, kv_seq seq, kv_pos *out);
 bool mem_hybrid(const mem *m);
+/* A history can be continued only at its resume points (a hybrid, or
+ * sliding windows apart); else at every position it holds. */
+bool mem_resume_limited(const mem *m);
+/* Windows apart: the positions before a token its window layers read (0:
+ * none apart), the window cells in use, one window cell's bytes. */
+int32_t mem_window(const mem *m);
+int32_t mem_window_used(const mem *m);
+size_t mem_window_pos_bytes(const mem *m);
 
 /* ---- speculation ----
  *
@@ -187,6 +207,8 @@ int32_t mem_used(const mem *m);                 /* cells in use */
 int32_t mem_seq_cells(const mem *m, kv_seq seq);   /* cells seq is in */
 int32_t mem_seq_owned(const mem *m, kv_seq seq);   /* cells charged to seq */
 size_t mem_seq_bytes(const mem *m, kv_seq seq);    /* bytes charged to seq: cells and states */
+/* The part of it besides its global cells: recurrent states, window cells. */
+size_t mem_seq_state_bytes(const mem *m, kv_seq seq);
 /* The positions in [p0, p1) that both a and b hold the same state for. */
 int32_t mem_common(const mem *m, kv_seq a, kv_seq b, kv_pos p0, kv_pos p1);
 /* For every sequence id, what dropping it alone would free, in cells:

@@ -203,6 +203,8 @@ typedef struct model_ctx_params {
     bool mtp;                 /* run the MTP block with every pass (model_has_mtp): its K/V are one
                                  more layer of the cache; model_mtp_draft drafts with it */
     int32_t mtp_seqs;         /* ... and sequences [0, mtp_seqs) keep their recent hidden states */
+    bool swa_full;            /* sliding-window layers keep every cell in the one cache (llama.cpp's
+                                 --swa-full); else their cells are apart and freed behind the window */
     tp_pool *tp;              /* a threadpool to run on, borrowed (a draft model's context runs
                                  on its target's, so the two never spin against each other);
                                  NULL: its own of n_threads */
@@ -219,6 +221,9 @@ static inline bool model_kv_types_ok(const model *m, tq_type k, tq_type v) { ret
 pk_status model_ctx_new(const model *m, const model_ctx_params *p, model_ctx **out);
 void model_ctx_free(model_ctx *c);                 /* NULL is a no-op */
 kv_cache *model_ctx_kv(model_ctx *c);
+/* The sliding-window layers' cells when they are apart from kv (a model
+ * with a window and global layers, without swa_full); NULL otherwise. */
+kv_cache *model_ctx_kv_swa(model_ctx *c);
 tp_pool *model_ctx_tp(model_ctx *c);
 /* The recurrent states of a hybrid's sequences (rs.h); NULL otherwise. */
 rs_cache *model_ctx_rs(model_ctx *c);
@@ -274,6 +279,23 @@ pk_status model_mtp_draft(model_ctx *c, const model_batch *b, const float *h_in,
  * at most (another replaces the oldest); pos < 0 cancels them all. */
 #define MODEL_CKPT_PENDING 4
 void model_rs_checkpoint_at(model_ctx *c, kv_seq seq, kv_pos pos);
+
+/*
+ * Sliding windows apart (model_ctx_kv_swa): a token at p reads the window
+ * layers' cells at [p - n_win, p], so a sequence can be continued at P
+ * only while it holds their cells [P - n_win, P): at its end, and at the
+ * pins it keeps (docs/models.md, "Sliding windows").  Each batch first
+ * lets go of the window cells its sequences no longer need: those before
+ * the window of the batch's first position that no pin's window holds.
+ * MODEL_SWA_PINS pins a sequence (another replaces the oldest).
+ */
+#define MODEL_SWA_PINS 4
+int32_t model_swa_window(const model_ctx *c);        /* n_win; 0 without kvw */
+void model_swa_pin(model_ctx *c, kv_seq seq, kv_pos pos);
+void model_swa_unpin(model_ctx *c, kv_seq seq, kv_pos above);   /* pins > above go (-1: all) */
+int model_swa_pins(const model_ctx *c, kv_seq seq, kv_pos *out); /* ascending; the count */
+/* seq, continued at end, lets go of the window cells it no longer needs. */
+void model_swa_trim(model_ctx *c, kv_seq seq, kv_pos end);
 
 /*
  * Context shift: moves seq's cells at positions [p0, p1) by delta, with

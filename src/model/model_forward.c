@@ -54,21 +54,26 @@ void model_ctx_free(model_ctx *c)
     mtp_ctx_free(c);
     rs_free(c->rs);
     kv_free(c->kv);
+    kv_free(c->kvw);
     if (!c->p.tp) tp_free(c->tp);
     void *bufs[] = { c->x, c->xn, c->q, c->k, c->v, c->att, c->gate, c->up, c->tmp, c->rope,
                      c->mm_scratch, c->attn_buf, c->priv, c->cells, c->vis, c->vis_cells, c->tok_order,
-                     c->tok_list, c->tok_nvis, c->tok_vis0, c->tok_pos, c->tok_cell, c->out_rows };
+                     c->tok_list, c->tok_nvis, c->tok_vis0, c->tok_pos, c->tok_cell, c->out_rows,
+                     c->kvl_swa, c->kvl_idx, c->cells_w, c->vis_w, c->vis_cells_w, c->tok_nvis_w, c->tok_cell_w };
     for (size_t i = 0; i < ARRAY_LEN(bufs); i++) free(bufs[i]);
     free(c);
 }
 
 kv_cache *model_ctx_kv(model_ctx *c) { return c->kv; }
+kv_cache *model_ctx_kv_swa(model_ctx *c) { return c->kvw; }
 tp_pool *model_ctx_tp(model_ctx *c) { return c->tp; }
 rs_cache *model_ctx_rs(model_ctx *c) { return c->rs; }
 
 void model_ctx_clear(model_ctx *c)
 {
     kv_clear(c->kv);
+    if (c->kvw) kv_clear(c->kvw);
+    for (kv_seq s = 0; s < KV_MAX_SEQ; s++) model_swa_unpin(c, s, -1);
     if (c->rs) rs_clear(c->rs);
     for (kv_seq s = 0; c->rs && s < KV_MAX_SEQ; s++) model_rs_checkpoint_at(c, s, -1);
 }
@@ -90,6 +95,45 @@ const char *model_kv_types_refusal(const model *m, tq_type k, tq_type v)
     return NULL;
 }
 
+/* The KV caches: one for every attention layer, or, when the sliding-window
+ * layers' cells are freed behind their window, one for the global layers
+ * and one (kvw) for the window layers, each with rows of its layers' width
+ * (Gemma 4's two kinds differ; one cache's rows are the wider of both). */
+static pk_status kv_caches_new(model_ctx *c)
+{
+    const model_hparams *hp = &c->m->hp;
+    const model_ctx_params *p = &c->p;
+    const int n_kvl = hp->n_layer_attn + p->mtp;
+    if (!(c->kvl_swa = calloc((size_t)n_kvl, 1)) || !(c->kvl_idx = calloc((size_t)n_kvl, sizeof(int32_t))))
+        return PK_ENOMEM;
+    for (int il = 0; il < hp->n_layer; il++)
+        if (c->m->layers[il].kv_layer >= 0) c->kvl_swa[c->m->layers[il].kv_layer] |= c->m->layers[il].swa;
+    int n_w = 0;
+    for (int l = 0; l < n_kvl; l++) n_w += c->kvl_swa[l];
+    const bool apart = hp->n_swa > 1 && !p->swa_full && !hp->hybrid && !p->mtp && n_w > 0 && n_w < n_kvl;
+    const int nkv_w = hp->head_dim_swa ? hp->n_head_kv_swa : hp->n_head_kv;
+    const int kw_w = nkv_w * (hp->head_dim_swa ? hp->head_dim_swa : hp->head_dim_k),
+              vw_w = nkv_w * (hp->head_dim_swa ? hp->head_dim_swa : hp->head_dim_v);
+    kv_params kp = { .n_layer = n_kvl, .n_ctx = p->n_ctx, .n_embd_k = hp->n_head_kv * hp->head_dim_k,
+                     .n_embd_v = hp->n_head_kv * hp->head_dim_v, .type_k = p->type_k, .type_v = p->type_v };
+    for (int l = 0, n[2] = { 0, 0 }; l < n_kvl; l++) c->kvl_idx[l] = apart ? n[c->kvl_swa[l]]++ : l;
+    if (!apart) {
+        kp.n_embd_k = MAX(kp.n_embd_k, hp->head_dim_swa ? kw_w : 0);
+        kp.n_embd_v = MAX(kp.n_embd_v, hp->head_dim_swa ? vw_w : 0);
+        return kv_new(&kp, &c->kv);
+    }
+    /* Both caches have n_ctx cells: a sequence's window cells are never more
+     * than its global ones, so kv stays what fills first; the window
+     * cache's pages past the cells in use are never touched (kv.h). */
+    kv_params kw = kp;
+    kp.n_layer = n_kvl - n_w;
+    kw.n_layer = n_w, kw.n_embd_k = kw_w, kw.n_embd_v = vw_w;
+    c->n_win = hp->n_swa - 1;
+    for (kv_seq s = 0; s < KV_MAX_SEQ; s++) model_swa_unpin(c, s, -1);
+    pk_status st = kv_new(&kp, &c->kv);
+    return st ? st : kv_new(&kw, &c->kvw);
+}
+
 pk_status model_ctx_new(const model *m, const model_ctx_params *p, model_ctx **out)
 {
     *out = NULL;
@@ -103,13 +147,7 @@ pk_status model_ctx_new(const model *m, const model_ctx_params *p, model_ctx **o
     c->m = m;
     c->p = *p;
     c->ops = tk_ops_get();
-    /* Gemma 4's two layer types have rows of their own widths: the cache's
-     * rows are the wider, a layer uses their start */
-    const int32_t kw_swa = hp->n_head_kv_swa * hp->head_dim_swa;
-    kv_params kp = { .n_layer = hp->n_layer_attn + p->mtp, .n_ctx = p->n_ctx,
-                     .n_embd_k = MAX(hp->n_head_kv * hp->head_dim_k, kw_swa),
-                     .n_embd_v = MAX(hp->n_head_kv * hp->head_dim_v, kw_swa), .type_k = p->type_k, .type_v = p->type_v };
-    pk_status st = kv_new(&kp, &c->kv);
+    pk_status st = kv_caches_new(c);
     if (st) goto fail;
     if (p->tp) c->tp = p->tp;
     else if ((st = tp_new(p->n_threads, &c->tp))) goto fail;
@@ -147,7 +185,8 @@ pk_status model_ctx_new(const model *m, const model_ctx_params *p, model_ctx **o
     st = PK_ENOMEM;
     if (!(c->x = fwd_alloc(nub * hp->n_embd * fl)) || !(c->xn = fwd_alloc(nub * xnw * fl)) ||
         !(c->q = fwd_alloc(nub * qw * fl)) ||
-        !(c->k = fwd_alloc(nub * kp.n_embd_k * fl)) || !(c->v = fwd_alloc(nub * kp.n_embd_v * fl)) ||
+        !(c->k = fwd_alloc(nub * hdk * MAX(hp->n_head_kv, hp->n_head_kv_swa) * fl)) ||
+        !(c->v = fwd_alloc(nub * hdv * MAX(hp->n_head_kv, hp->n_head_kv_swa) * fl)) ||
         !(c->att = fwd_alloc(nub * aw * fl)) || !(c->gate = fwd_alloc(nub * hp->n_ff * fl)) ||
         !(c->up = fwd_alloc(nub * hp->n_ff * fl)) || !(c->tmp = fwd_alloc(nub * hp->n_embd * fl)) ||
         !(c->rope = fwd_alloc(nub * (hp->n_rot + hp->n_rot_swa) * fl)) || !(c->mm_scratch = fwd_alloc(mm)) ||
@@ -163,6 +202,12 @@ pk_status model_ctx_new(const model *m, const model_ctx_params *p, model_ctx **o
         !(c->tok_pos = fwd_alloc(nub * sizeof(kv_pos))) ||
         !(c->tok_cell = fwd_alloc(nub * sizeof(int32_t))) ||
         !(c->out_rows = fwd_alloc(nub * sizeof(int32_t))))
+        goto fail;
+    if (c->kvw && (!(c->cells_w = fwd_alloc((size_t)p->n_ctx * sizeof(int))) ||
+                   !(c->vis_w = fwd_alloc((size_t)FWD_MAX_LISTS * p->n_ctx * sizeof(uint64_t))) ||
+                   !(c->vis_cells_w = fwd_alloc((size_t)FWD_MAX_LISTS * p->n_ctx * sizeof(int32_t))) ||
+                   !(c->tok_nvis_w = fwd_alloc(nub * sizeof(int32_t))) ||
+                   !(c->tok_cell_w = fwd_alloc(nub * sizeof(int32_t)))))
         goto fail;
     tk_matmul_scratch_init(c->mm_scratch);
     if (hp->hybrid && (st = hy_ctx_new(c))) goto fail;
@@ -282,6 +327,11 @@ void fwd_attention(model_ctx *c, int ith, const model_layer *L, int il, fwd_attn
     const model_hparams *hp = &c->m->hp;
     const int hdk = d.hd_k, hdv = d.hd_v, nh = hp->n_head, nkv = d.n_head_kv;
     const int G = nh / nkv;
+    /* a window layer reads its own cells when they are apart */
+    const bool apart = c->kvw && c->kvl_swa[il];
+    const kv_cache *kv = apart ? c->kvw : c->kv;
+    const int32_t *vis_cells = apart ? c->vis_cells_w : c->vis_cells;
+    const int kl = c->kvl_idx[il];
     const size_t k_head = tq_row_size(c->p.type_k, hdk), v_head = tq_row_size(c->p.type_v, hdv);
     char *buf = c->attn_buf + (size_t)ith * c->attn_bytes;
     float *qrows = (float *)(buf + tk_attn_scratch_size());   /* [TK_ATTN_ROWS][hdk] */
@@ -308,16 +358,16 @@ void fwd_attention(model_ctx *c, int ith, const model_layer *L, int il, fwd_attn
             int t = c->tok_order[c->list_start[l] + (r0 + i) / G], h = kvh * G + (r0 + i) % G;
             th[i][0] = t, th[i][1] = h;
             memcpy(qrows + (size_t)i * hdk, c->q + ((size_t)t * nh + h) * hdk, (size_t)hdk * sizeof(float));
-            nvis[i] = c->tok_nvis[t];
+            nvis[i] = apart ? c->tok_nvis_w[t] : c->tok_nvis[t];
             vis0[i] = L->swa ? c->tok_vis0[t] : 0;
             if (L->sinks.data) sink[i] = ((const float *)L->sinks.data)[h];
         }
         tk_attn a = {
             .n_q = n, .hd_k = hdk, .hd_v = hdv, .q = qrows, .n_kv = nvis,
-            .cells = c->vis_cells + (size_t)l * c->p.n_ctx, .type_k = c->p.type_k, .type_v = c->p.type_v,
-            .k = (const char *)kv_k_base(c->kv, il) + (size_t)kvh * k_head,
-            .v = (const char *)kv_v_base(c->kv, il) + (size_t)kvh * v_head,
-            .k_stride = kv_k_row_bytes(c->kv), .v_stride = kv_v_row_bytes(c->kv),
+            .cells = vis_cells + (size_t)l * c->p.n_ctx, .type_k = c->p.type_k, .type_v = c->p.type_v,
+            .k = (const char *)kv_k_base(kv, kl) + (size_t)kvh * k_head,
+            .v = (const char *)kv_v_base(kv, kl) + (size_t)kvh * v_head,
+            .k_stride = kv_k_row_bytes(kv), .v_stride = kv_v_row_bytes(kv),
             .scale = d.scale, .out = orows,
             .kv0 = L->swa ? vis0 : NULL, .sink = L->sinks.data ? sink : NULL,
         };
@@ -351,7 +401,7 @@ static void qkv_finish(model_ctx *c, int il, int t)
         if (L->k_norm.data) c->ops->rms_norm(k + h * hdk, NULL, L->k_norm.data, k + h * hdk, hdk, hp->rms_eps);
         fwd_rope_head(k + h * hdk, cs, hp->n_rot, hp->rope_type);
     }
-    fwd_kv_store(c, il, c->tok_cell[t], k, v);
+    fwd_kv_store(c, L->kv_layer, t, k, v);
 }
 
 /* A row in the cache's type: the activation quantizers where the kernels
@@ -363,16 +413,19 @@ static void kv_put(const model_ctx *c, tq_type type, const float *x, void *row, 
     else tq_quantize_row(type, x, row, n);
 }
 
-void fwd_kv_store_n(model_ctx *c, int kvl, int cell, const float *k, int nk, const float *v, int nv)
+void fwd_kv_store_n(model_ctx *c, int kvl, int t, const float *k, int nk, const float *v, int nv)
 {
-    kv_put(c, c->p.type_k, k, kv_k_row(c->kv, kvl, cell), nk);
-    kv_put(c, c->p.type_v, v, kv_v_row(c->kv, kvl, cell), nv);
+    const bool apart = c->kvw && c->kvl_swa[kvl];
+    kv_cache *kv = apart ? c->kvw : c->kv;
+    const int cell = apart ? c->tok_cell_w[t] : c->tok_cell[t], kl = c->kvl_idx[kvl];
+    kv_put(c, c->p.type_k, k, kv_k_row(kv, kl, cell), nk);
+    kv_put(c, c->p.type_v, v, kv_v_row(kv, kl, cell), nv);
 }
 
-void fwd_kv_store(model_ctx *c, int kvl, int cell, const float *k, const float *v)
+void fwd_kv_store(model_ctx *c, int kvl, int t, const float *k, const float *v)
 {
     const model_hparams *hp = &c->m->hp;
-    fwd_kv_store_n(c, kvl, cell, k, hp->n_head_kv * hp->head_dim_k, v, hp->n_head_kv * hp->head_dim_v);
+    fwd_kv_store_n(c, kvl, t, k, hp->n_head_kv * hp->head_dim_k, v, hp->n_head_kv * hp->head_dim_v);
 }
 
 /*
@@ -418,7 +471,7 @@ static void layers_job(int ith, int nth, void *arg)
         if (ith == 0) atomic_store_explicit(&c->attn_next, 0, memory_order_relaxed);
         tp_barrier(c->tp);
 
-        fwd_attention(c, ith, L, il, fwd_dims(hp));
+        fwd_attention(c, ith, L, L->kv_layer, fwd_dims(hp));
         tp_barrier(c->tp);
 
         fwd_matmul(ith, nth, c, &L->wo, c->att, T, c->tmp);
@@ -493,8 +546,47 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* The first entry of v[0, n) above key. */
+static int upper(const uint64_t *v, int n, uint64_t key)
+{
+    int lo = 0, hi = n;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (v[mid] <= key) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+}
+
+/* kv's cells of each list's sequence, sorted by position, and each token's
+ * count of visible ones (its prefix of its list). */
+static void fill_lists(model_ctx *c, const kv_cache *kv, uint64_t *vis, int32_t *vis_cells, int32_t *vis_n,
+                       int32_t *tok_nvis, int n)
+{
+    for (int l = 0; l < c->n_lists; l++) vis_n[l] = 0;
+    const int end = kv_cells_end(kv);
+    for (int cell = 0; cell < end; cell++) {
+        kv_pos pos = kv_cell_pos(kv, cell);
+        if (pos < 0) continue;
+        const kv_seqset *set = kv_cell_seqs(kv, cell);
+        for (int l = 0; l < c->n_lists; l++)
+            if (kv_seqset_has(set, c->vis_seq[l]))
+                vis[(size_t)l * c->p.n_ctx + vis_n[l]++] = (uint64_t)pos << 32 | (uint32_t)cell;
+    }
+    for (int l = 0; l < c->n_lists; l++) {
+        uint64_t *v = vis + (size_t)l * c->p.n_ctx;
+        bool sorted = true;
+        for (int j = 1; j < vis_n[l] && sorted; j++) sorted = v[j - 1] <= v[j];
+        if (!sorted) qsort(v, (size_t)vis_n[l], sizeof *v, cmp_u64);
+        int32_t *cells = vis_cells + (size_t)l * c->p.n_ctx;
+        for (int j = 0; j < vis_n[l]; j++) cells[j] = (int32_t)(uint32_t)v[j];
+    }
+    for (int i = 0; i < n; i++)
+        tok_nvis[i] = upper(vis + (size_t)c->tok_list[i] * c->p.n_ctx, vis_n[c->tok_list[i]],
+                            (uint64_t)c->tok_pos[i] << 32 | 0xffffffffu);
+}
+
 /* Builds the sorted visible-cell list of every distinct first sequence id of
- * the chunk, and each token's count of visible cells. */
+ * the chunk (of each cache), and each token's count of visible cells. */
 static void build_visibility(model_ctx *c, const model_batch *b, int i0, int n)
 {
     int n_lists = 0;
@@ -505,53 +597,26 @@ static void build_visibility(model_ctx *c, const model_batch *b, int i0, int n)
         if (l == n_lists) c->vis_seq[n_lists++] = s;
         c->tok_list[i] = l;
     }
-    for (int l = 0; l < n_lists; l++) c->vis_n[l] = 0;
-    const int end = kv_cells_end(c->kv);
-    for (int cell = 0; cell < end; cell++) {
-        kv_pos pos = kv_cell_pos(c->kv, cell);
-        if (pos < 0) continue;
-        const kv_seqset *set = kv_cell_seqs(c->kv, cell);
-        for (int l = 0; l < n_lists; l++)
-            if (kv_seqset_has(set, c->vis_seq[l]))
-                c->vis[(size_t)l * c->p.n_ctx + c->vis_n[l]++] = (uint64_t)pos << 32 | (uint32_t)cell;
-    }
-    for (int l = 0; l < n_lists; l++) {
-        uint64_t *v = c->vis + (size_t)l * c->p.n_ctx;
-        bool sorted = true;
-        for (int j = 1; j < c->vis_n[l] && sorted; j++) sorted = v[j - 1] <= v[j];
-        if (!sorted) qsort(v, (size_t)c->vis_n[l], sizeof *v, cmp_u64);
-        int32_t *cells = c->vis_cells + (size_t)l * c->p.n_ctx;
-        for (int j = 0; j < c->vis_n[l]; j++) cells[j] = (int32_t)(uint32_t)v[j];
-    }
-    /* the chunk's tokens grouped by list (a stable counting sort) */
     c->n_lists = n_lists;
+    fill_lists(c, c->kv, c->vis, c->vis_cells, c->vis_n, c->tok_nvis, n);
+    if (c->kvw) fill_lists(c, c->kvw, c->vis_w, c->vis_cells_w, c->vis_n_w, c->tok_nvis_w, n);
+    /* the chunk's tokens grouped by list (a stable counting sort) */
     for (int l = 0; l <= n_lists; l++) c->list_start[l] = 0;
     for (int i = 0; i < n; i++) c->list_start[c->tok_list[i] + 1]++;
     for (int l = 0; l < n_lists; l++) c->list_start[l + 1] += c->list_start[l];
     int32_t fill[FWD_MAX_LISTS];
     memcpy(fill, c->list_start, sizeof fill);
     for (int i = 0; i < n; i++) c->tok_order[fill[c->tok_list[i]]++] = i;
+    /* a sliding-window layer sees the positions after pos - n_swa: the
+     * first of them in its list */
+    const int32_t n_swa = c->m->hp.n_swa;
+    if (n_swa <= 0) return;
+    const uint64_t *vis = c->kvw ? c->vis_w : c->vis;
     for (int i = 0; i < n; i++) {
-        const uint64_t *v = c->vis + (size_t)c->tok_list[i] * c->p.n_ctx;
-        uint64_t key = (uint64_t)c->tok_pos[i] << 32 | 0xffffffffu;
-        int lo = 0, hi = c->vis_n[c->tok_list[i]];
-        while (lo < hi) {               /* first entry > key */
-            int mid = (lo + hi) / 2;
-            if (v[mid] <= key) lo = mid + 1; else hi = mid;
-        }
-        c->tok_nvis[i] = lo;
-        /* a sliding-window layer sees the positions after pos - n_swa */
-        const int32_t n_swa = c->m->hp.n_swa;
-        if (n_swa > 0) {
-            int64_t p0 = (int64_t)c->tok_pos[i] - n_swa + 1;
-            uint64_t first = p0 > 0 ? (uint64_t)p0 << 32 : 0;
-            int w0 = 0, w1 = lo;
-            while (w0 < w1) {           /* first entry >= first */
-                int mid = (w0 + w1) / 2;
-                if (v[mid] < first) w0 = mid + 1; else w1 = mid;
-            }
-            c->tok_vis0[i] = w0;
-        }
+        int64_t p0 = (int64_t)c->tok_pos[i] - n_swa + 1;
+        c->tok_vis0[i] = p0 > 0 ? upper(vis + (size_t)c->tok_list[i] * c->p.n_ctx,
+                                        c->kvw ? c->tok_nvis_w[i] : c->tok_nvis[i], ((uint64_t)p0 << 32) - 1)
+                                : 0;
     }
 }
 
@@ -588,6 +653,70 @@ static pk_status check_batch(const model_ctx *c, const model_batch *b)
     return PK_OK;
 }
 
+/* ---- sliding windows apart (model.h) ---- */
+
+int32_t model_swa_window(const model_ctx *c) { return c->kvw ? c->n_win : 0; }
+
+void model_swa_pin(model_ctx *c, kv_seq seq, kv_pos pos)
+{
+    ASSERT(seq >= 0 && seq < KV_MAX_SEQ);
+    kv_pos *pin = c->swa_pin[seq];
+    if (!c->kvw || pos <= 0) return;
+    for (int i = 0; i < MODEL_SWA_PINS; i++)
+        if (pin[i] == pos) return;
+    memmove(pin + 1, pin, (MODEL_SWA_PINS - 1) * sizeof *pin);   /* the oldest falls off */
+    pin[0] = pos;
+}
+
+void model_swa_unpin(model_ctx *c, kv_seq seq, kv_pos above)
+{
+    ASSERT(seq >= 0 && seq < KV_MAX_SEQ);
+    for (int i = 0; i < MODEL_SWA_PINS; i++)
+        if (above < 0 || c->swa_pin[seq][i] > above) c->swa_pin[seq][i] = -1;
+}
+
+int model_swa_pins(const model_ctx *c, kv_seq seq, kv_pos *out)
+{
+    ASSERT(seq >= 0 && seq < KV_MAX_SEQ);
+    int n = 0;
+    for (int i = 0; i < MODEL_SWA_PINS; i++) {
+        kv_pos p = c->swa_pin[seq][i];
+        if (p < 0) continue;
+        int j = n++;
+        for (; j > 0 && out[j - 1] > p; j--) out[j] = out[j - 1];
+        out[j] = p;
+    }
+    return n;
+}
+
+void model_swa_trim(model_ctx *c, kv_seq seq, kv_pos end)
+{
+    if (!c->kvw) return;
+    kv_pos pin[MODEL_SWA_PINS];
+    int n = model_swa_pins(c, seq, pin);
+    kv_pos from = 0;   /* [from, the next window's start) goes */
+    for (int i = 0; i <= n; i++) {
+        kv_pos at = i < n ? MIN(pin[i], end) : end, w0 = at - c->n_win;
+        if (w0 > from) kv_seq_rm(c->kvw, seq, from, w0);
+        from = MAX(from, at);
+    }
+}
+
+/* Before a batch: each of its sequences lets go of the window cells before
+ * its first position's window (the tokens after it read none of them). */
+static void trim_windows(model_ctx *c, const model_batch *b)
+{
+    kv_pos first[KV_MAX_SEQ];
+    for (kv_seq s = 0; s < KV_MAX_SEQ; s++) first[s] = -1;
+    for (int i = 0; i < b->n_tokens; i++)
+        for (int k = 0; k < b->n_seq[i]; k++) {
+            kv_seq s = b->seq[i][k];
+            if (first[s] < 0 || b->pos[i] < first[s]) first[s] = b->pos[i];
+        }
+    for (kv_seq s = 0; s < KV_MAX_SEQ; s++)
+        if (first[s] > c->n_win) model_swa_trim(c, s, first[s]);
+}
+
 pk_status model_decode(model_ctx *c, const model_batch *b, float *logits)
 {
     const model *m = c->m;
@@ -598,7 +727,9 @@ pk_status model_decode(model_ctx *c, const model_batch *b, float *logits)
     /* only attention layers take cells: a hybrid's batch still takes one
      * cell a token (every token has a position in every sequence) */
     if (b->n_tokens > c->p.n_ctx) return PK_EFULL;
+    if (c->kvw) trim_windows(c, b);
     if ((st = kv_find_slot(c->kv, b->n_tokens, c->cells))) return st;
+    if (c->kvw && (st = kv_find_slot(c->kvw, b->n_tokens, c->cells_w))) return st;
     if (c->hy) hy_begin_batch(c, b);
 
     model_pass_begin(m);
@@ -615,6 +746,10 @@ pk_status model_decode(model_ctx *c, const model_batch *b, float *logits)
             c->tok_pos[i] = b->pos[bi];
             c->tok_cell[i] = c->cells[bi];
             kv_cell_set(c->kv, c->cells[bi], b->pos[bi], b->seq[bi], b->n_seq[bi]);
+            if (c->kvw) {
+                c->tok_cell_w[i] = c->cells_w[bi];
+                kv_cell_set(c->kvw, c->cells_w[bi], b->pos[bi], b->seq[bi], b->n_seq[bi]);
+            }
             if (b->want_logits[bi]) c->out_rows[n_out++] = i;
         }
         build_visibility(c, b, i0, n);
@@ -664,10 +799,11 @@ pk_status model_mtp_draft(model_ctx *c, const model_batch *b, const float *h_in,
 
 /* ---- context shift ---- */
 
-pk_status model_kv_shift(model_ctx *c, kv_seq seq, kv_pos p0, kv_pos p1, kv_pos delta)
+/* One cache's part of a shift (window: kvw's). */
+static pk_status shift_cache(model_ctx *c, bool window, kv_seq seq, kv_pos p0, kv_pos p1, kv_pos delta)
 {
     const model_hparams *hp = &c->m->hp;
-    kv_cache *kv = c->kv;
+    kv_cache *kv = window ? c->kvw : c->kv;
     /* Validates (shared cells, overflow) and moves the positions, or
      * changes nothing; the rows are rotated after, only when it moved. */
     int end = kv_cells_end(kv);
@@ -696,15 +832,16 @@ pk_status model_kv_shift(model_ctx *c, kv_seq seq, kv_pos p0, kv_pos p1, kv_pos 
         return PK_ENOMEM;
     }
     rope_angles(c->m, delta, cs);
-    for (int i = 0; i < end; i++) {
-        if (!moved[i]) continue;
-        for (int il = 0; il < kv_get_params(kv)->n_layer; il++) {
-            /* Gemma 4's sliding layers: their heads, and the second RoPE row */
-            const bool swa = hp->arch == MODEL_GEMMA4 && c->m->layers[il].swa;
-            const int nk = swa ? hp->n_head_kv_swa : hp->n_head_kv, hdk = swa ? hp->head_dim_swa : hp->head_dim_k;
-            const int n_rot = swa ? hp->n_rot_swa : hp->n_rot;
-            const float *rcs = swa ? cs + hp->n_rot : cs;
-            void *k = kv_k_row(kv, il, i);
+    for (int kvl = 0; kvl < hp->n_layer_attn + c->p.mtp; kvl++) {
+        if (c->kvw && (bool)c->kvl_swa[kvl] != window) continue;
+        /* Gemma 4's sliding layers: their heads, and the second RoPE row */
+        const bool swa = hp->arch == MODEL_GEMMA4 && c->kvl_swa[kvl];
+        const int nk = swa ? hp->n_head_kv_swa : hp->n_head_kv, hdk = swa ? hp->head_dim_swa : hp->head_dim_k;
+        const int n_rot = swa ? hp->n_rot_swa : hp->n_rot;
+        const float *rcs = swa ? cs + hp->n_rot : cs;
+        for (int i = 0; i < end; i++) {
+            if (!moved[i]) continue;
+            void *k = kv_k_row(kv, c->kvl_idx[kvl], i);
             tq_dequantize_row(c->p.type_k, k, row, nk * hdk);
             for (int h = 0; h < nk; h++) fwd_rope_head(row + h * hdk, rcs, n_rot, hp->rope_type);
             kv_put(c, c->p.type_k, row, k, nk * hdk);
@@ -714,4 +851,14 @@ pk_status model_kv_shift(model_ctx *c, kv_seq seq, kv_pos p0, kv_pos p1, kv_pos 
     free(row);
     free(moved);
     return PK_OK;
+}
+
+pk_status model_kv_shift(model_ctx *c, kv_seq seq, kv_pos p0, kv_pos p1, kv_pos delta)
+{
+    pk_status st = shift_cache(c, false, seq, p0, p1, delta);
+    if (st != PK_OK || !c->kvw) return st;
+    model_swa_unpin(c, seq, -1);   /* their positions moved */
+    if ((st = shift_cache(c, true, seq, p0, p1, delta)) != PK_OK)
+        kv_seq_rm(c->kvw, seq, -1, -1);   /* no window lies about its positions */
+    return st;
 }

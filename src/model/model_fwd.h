@@ -14,7 +14,13 @@
 struct model_ctx {
     const model *m;
     model_ctx_params p;
-    kv_cache *kv;
+    kv_cache *kv;        /* every attention layer's cells, or with kvw the global layers' */
+    kv_cache *kvw;       /* the sliding-window layers' cells, freed behind the window (NULL:
+                          * in kv, every cell kept: --swa-full, or no window) */
+    int32_t n_win;       /* kvw: the positions before a token its window layers read (n_swa - 1) */
+    int8_t *kvl_swa;     /* [KV layers] a window layer's (its cells in kvw when there is one) */
+    int32_t *kvl_idx;    /* [KV layers] its layer in its cache */
+    kv_pos swa_pin[KV_MAX_SEQ][MODEL_SWA_PINS];   /* kvw: windows kept besides the end, -1 */
     tp_pool *tp;
     const tk_ops *ops;
 
@@ -48,6 +54,10 @@ struct model_ctx {
     kv_pos *tok_pos;     /* [n_ubatch] */
     int32_t *tok_cell;   /* [n_ubatch] */
     int32_t *out_rows;   /* [n_ubatch] chunk rows that want logits */
+    /* kvw: the same for the window layers' cells (tok_vis0 then indexes these) */
+    int *cells_w;
+    uint64_t *vis_w;
+    int32_t *vis_cells_w, vis_n_w[FWD_MAX_LISTS], *tok_nvis_w, *tok_cell_w;
 
     rs_cache *rs;        /* hybrids: the sequences' recurrent states */
     kv_pos ckpt_at[KV_MAX_SEQ][MODEL_CKPT_PENDING];   /* hybrids: checkpoint each sequence there, -1 */
@@ -71,10 +81,10 @@ fwd_attn_dims fwd_dims(const model_hparams *hp);
  * the cells of KV layer kvl (of layer L: its window and sinks), into c->att
  * ([n_head][d.hd_v] a token); attn_next reset to 0 before the phase. */
 void fwd_attention(model_ctx *c, int ith, const model_layer *L, int kvl, fwd_attn_dims d);
-/* One token's K and V (n_head_kv heads, F32) into its cell of KV layer kvl,
- * in the cache's types; _n: nk and nv values (a row's first). */
-void fwd_kv_store(model_ctx *c, int kvl, int cell, const float *k, const float *v);
-void fwd_kv_store_n(model_ctx *c, int kvl, int cell, const float *k, int nk, const float *v, int nv);
+/* The chunk's token t's K and V (n_head_kv heads, F32) into its cell of KV
+ * layer kvl, in the cache's types; _n: nk and nv values (a row's first). */
+void fwd_kv_store(model_ctx *c, int kvl, int t, const float *k, const float *v);
+void fwd_kv_store_n(model_ctx *c, int kvl, int t, const float *k, int nk, const float *v, int nv);
 void fwd_rope_head(float *x, const float *cs, int n_rot, model_rope type);
 /* cos, sin of each of n_rot / 2 dim pairs at pos (with YaRN where hp has
  * it; ff: frequency divisors or NULL). */

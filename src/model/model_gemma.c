@@ -110,7 +110,7 @@ static void qkv_finish(model_ctx *c, const model_layer *L, int il, fwd_attn_dims
         c->ops->rms_norm(q + h * hd, NULL, L->q_norm.data, q + h * hd, hd, hp->rms_eps);
         fwd_rope_head(q + h * hd, cs, n_rot, hp->rope_type);
     }
-    fwd_kv_store_n(c, il, c->tok_cell[t], k, nk * hd, v, nk * hd);
+    fwd_kv_store_n(c, L->kv_layer, t, k, nk * hd, v, nk * hd);
 }
 
 void gm_layers_job(int ith, int nth, void *arg)
@@ -138,7 +138,7 @@ void gm_layers_job(int ith, int nth, void *arg)
         if (ith == 0) atomic_store_explicit(&c->attn_next, 0, memory_order_relaxed);
         tp_barrier(c->tp);
 
-        fwd_attention(c, ith, L, il, d);
+        fwd_attention(c, ith, L, L->kv_layer, d);
         tp_barrier(c->tp);
 
         fwd_matmul(ith, nth, c, &L->wo, c->att, T, c->tmp);

@@ -299,7 +299,7 @@ static void gated_attention(model_ctx *c, int ith, int nth, const model_layer *L
             c->ops->rms_norm(k + i * hd, NULL, L->k_norm.data, k + i * hd, hd, hp->rms_eps);
             fwd_rope_head(k + i * hd, cs, hp->n_rot, hp->rope_type);
         }
-        fwd_kv_store(c, kvl, c->tok_cell[t], k, v);
+        fwd_kv_store(c, kvl, t, k, v);
     }
     if (ith == 0) atomic_store_explicit(&c->attn_next, 0, memory_order_relaxed);
     tp_barrier(c->tp);

@@ -3,7 +3,9 @@
 // window, through the real server: a retry, a pool attached, a fork inside
 // a pool, histories parked in cells and spilled to the RAM tier, a slot
 // saved and restored, and a pinned pool restored after a restart all give
-// the greedy text of the same prompt computed afresh.
+// the greedy text of the same prompt computed afresh; with the window
+// layers' cells freed behind the window (the default) and all kept
+// (--swa-full).
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -22,8 +24,6 @@ before(() => {
     '--n-embd', '128', '--n-layer', '4', '--n-head', '4', '--n-head-kv', '2', '--head-dim', '32', '--n-ff', '256',
     '--n-expert', '8', '--n-expert-used', '2', '--n-ff-exp', '64', '--swa', '32', '--type', 'q8_0', '--seed', '43']);
   dir = mkdtempSync(path.join(tmpdir(), 'polykv-swa-'));
-  mkdirSync(path.join(dir, 'slots'));
-  mkdirSync(path.join(dir, 'pools'));
 });
 after(() => { if (dir) rmSync(dir, { recursive: true, force: true }); });
 
@@ -35,11 +35,15 @@ const complete = async (url, prompt, extra = {}) => {
 };
 const fresh = (url, prompt) => complete(url, prompt, { cache_prompt: false });
 
-test('swa: retries, pools, forks, parking, the RAM tier and slot saves past the window', { skip }, async () => {
+for (const mode of [[], ['--swa-full']])
+test(`swa${mode.length ? ' ' + mode[0] : ''}: retries, pools, forks, parking, the RAM tier and slot saves past the window`,
+     { skip }, async () => {
   // one slot and a cache of 1,024 cells: three 300-token histories cannot
   // all stay, so they are parked and spilled to RAM between turns
-  const s = await startServer(model, ['-c', '1024', '-np', '1', '-t', '2', '--swa-full', '--cache-ram', '64',
-                                      '--slot-save-path', path.join(dir, 'slots'), '--pool-dir', path.join(dir, 'pools')]);
+  const sub = path.join(dir, mode.length ? 'full' : 'apart');
+  for (const d of ['slots', 'pools']) mkdirSync(path.join(sub, d), { recursive: true });
+  const s = await startServer(model, ['-c', '1024', '-np', '1', '-t', '2', ...mode, '--cache-ram', '64',
+                                      '--slot-save-path', path.join(sub, 'slots'), '--pool-dir', path.join(sub, 'pools')]);
   try {
     const A = 'Agent A log: ' + words(300, 1), B = 'Agent B log: ' + words(300, 2), C = 'Agent C: ' + words(300, 3);
     const want = {};
@@ -84,7 +88,7 @@ test('swa: retries, pools, forks, parking, the RAM tier and slot saves past the 
   }
 
   // a restart: the pinned pool comes back and gives the same text
-  const s2 = await startServer(model, ['-c', '1024', '-np', '1', '-t', '2', '--pool-dir', path.join(dir, 'pools')]);
+  const s2 = await startServer(model, ['-c', '1024', '-np', '1', '-t', '2', ...mode, '--pool-dir', path.join(sub, 'pools')]);
   try {
     const tree = (await get(s2.url + '/polykv/pools')).json.pools;
     assert.equal(tree.length, 1);
