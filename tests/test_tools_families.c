@@ -271,7 +271,7 @@ static void test_qwen_xml_oracle(void)
         const char *text = json_string_value(json_object_get(t, "text"));
         size_t n = json_string_length(json_object_get(t, "text"));
         /* The generation prompt ends inside "<think>\n". */
-        srv_reason_split rs = srv_reason_split_text(SRV_REASON_AUTO, text, n, true, true);
+        srv_reason_split rs = srv_reason_split_text(SRV_REASON_AUTO, SRV_THINK_TAGS, text, n, true, true);
         char want_r[256];
         /* The new line before </think> stays with the thinking. */
         snprintf(want_r, sizeof want_r, "%s\n", json_string_value(json_object_get(t, "reasoning")));

@@ -82,7 +82,7 @@ static json_t *tool_calls_json(const srv_tool_msg *tm, bool with_index)
 bool srv_gen_answer(const srv_gen *g, srv_answer *a)
 {
     const char *text = g->text ? g->text : "";
-    srv_reason_split rs = srv_reason_split_text(g->o.reasoning, text, g->n_text, g->o.think_open, true);
+    srv_reason_split rs = srv_reason_split_text(g->o.reasoning, g->o.think, text, g->n_text, g->o.think_open, true);
     memset(a, 0, sizeof *a);
     if (srv_tools_parse(g->o.tools, g->o.tool_defs, text + rs.content_off, rs.content_len, &a->tm) != PK_OK)
         return false;
@@ -196,7 +196,7 @@ void srv_oai_stream_end(srv_gen *g)
         chat_chunk(g, json_pack("{s:s, s:n}", "role", "assistant", "content"), NULL, NULL);
     }
     const char *text = g->text ? g->text : "";
-    srv_reason_split rs = srv_reason_split_text(g->o.reasoning, text, g->n_text, g->o.think_open, true);
+    srv_reason_split rs = srv_reason_split_text(g->o.reasoning, g->o.think, text, g->n_text, g->o.think_open, true);
     if (rs.reason_len > g->n_sent_reason)
         chat_chunk(g, json_pack("{s:o}", "reasoning_content", srv_json_text(text + rs.reason_off + g->n_sent_reason,
                                                                             rs.reason_len - g->n_sent_reason)),
