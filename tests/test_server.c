@@ -585,14 +585,14 @@ static const char *first_arguments(const json_t *calls)
     return json_string_value(json_object_get(json_object_get(json_array_get(calls, 0), "function"), "arguments"));
 }
 
-static void reasoning_case_typed(bool think_open, srv_tool_fmt tools, json_t *tool_defs, const char *const *pieces,
-                                 size_t n_pieces, const char *want_reason, const char *want_content, int want_calls,
-                                 const char *want_args)
+static void reasoning_case_typed(bool think_open, srv_think_tags think, srv_tool_fmt tools, json_t *tool_defs,
+                                 const char *const *pieces, size_t n_pieces, const char *want_reason,
+                                 const char *want_content, int want_calls, const char *want_args)
 {
     srv s = {0};
     snprintf(s.model_name, sizeof s.model_name, "m");
     srv_gen g = { .s = &s, .o = { .api = SRV_API_OAI_CHAT, .stream = true, .tools = tools, .model = "m",
-                                  .think_open = think_open, .tool_defs = tool_defs } };
+                                  .think = think, .think_open = think_open, .tool_defs = tool_defs } };
     for (size_t i = 0; i < n_pieces; i++) feed(&g, pieces[i]);
     g.done = (eng_event){ .kind = ENG_EV_DONE, .stop = ENG_STOP_EOS };
     srv_oai_stream_end(&g);
@@ -631,7 +631,8 @@ static void reasoning_case_typed(bool think_open, srv_tool_fmt tools, json_t *to
 static void reasoning_case(bool think_open, srv_tool_fmt tools, const char *const *pieces, size_t n_pieces,
                            const char *want_reason, const char *want_content, int want_calls)
 {
-    reasoning_case_typed(think_open, tools, NULL, pieces, n_pieces, want_reason, want_content, want_calls, NULL);
+    reasoning_case_typed(think_open, SRV_THINK_TAGS, tools, NULL, pieces, n_pieces, want_reason, want_content,
+                         want_calls, NULL);
 }
 
 static void test_reasoning_answers(void)
@@ -655,9 +656,21 @@ static void test_reasoning_answers(void)
                                        "call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n",
                                        "<parameter=days>\n3\n</parameter>\n<parameter=zip>\n75001\n</parameter>\n",
                                        "</function>\n</tool_call>" };
-    reasoning_case_typed(true, SRV_TOOL_QWEN_XML, defs, xml, ARRAY_LEN(xml), "Need the weather.\n",
+    reasoning_case_typed(true, SRV_THINK_TAGS, SRV_TOOL_QWEN_XML, defs, xml, ARRAY_LEN(xml), "Need the weather.\n",
                          "Let me check.", 1, "{\"city\":\"Paris\",\"days\":3,\"zip\":\"75001\"}");
     json_decref(defs);
+    /* Gemma 4: its thought channel, content, then a call, the pieces
+     * cutting every marker; no piece of a marker goes out as content. */
+    static const char *const g4[] = { "<|chan", "nel>thought\nThe user", " wants the weather.<chan", "nel|>Let me",
+                                       " check.", "\n<|tool", "_call>call:get_weather{city:<|\"|>Par",
+                                       "is<|\"|>,days:3}<tool_call|>" };
+    reasoning_case_typed(false, SRV_THINK_CHANNEL, SRV_TOOL_GEMMA4, NULL, g4, ARRAY_LEN(g4),
+                         "The user wants the weather.", "Let me check.", 1, "{\"city\":\"Paris\",\"days\":3}");
+    /* Without tools, and the empty thought block Gemma 4 may end with. */
+    static const char *const g4_plain[] = { "<|channel>thought\n", "A greeting.", "<channel|>", "Hello", "!",
+                                            "<|channel>", "thought\n", "<channel|>" };
+    reasoning_case_typed(false, SRV_THINK_CHANNEL, SRV_TOOL_NONE, NULL, g4_plain, ARRAY_LEN(g4_plain), "A greeting.",
+                         "Hello!", 0, NULL);
 }
 
 /* ---- the live server ---- */

@@ -1,7 +1,7 @@
 /*
  * test_tools_families.c - tool calls of the Mistral, DeepSeek, gpt-oss
- * (harmony) and Qwen3.5 (Qwen3-Coder XML) formats parsed out of what those
- * models write, the format picked from a template's markers, and
+ * (harmony), Qwen3.5 (Qwen3-Coder XML) and Gemma 4 formats parsed out of
+ * what those models write, the format picked from a template's markers, and
  * streaming: for every family and every cut point of the text, what
  * srv_tools_content_prefix lets out is a prefix of the final content
  * (never taken back), and the calls come out the same as from the whole
@@ -142,6 +142,109 @@ static void test_harmony_template(void)
     /* A header cut off before its body shows nothing. */
     m = parse(SRV_TOOL_HARMONY, "<|channel|>analysis<|message|>x<|end|><|start|>assistant to=functions.get_wea");
     CHECK_EQ_INT(m.n_calls, 0);
+    CHECK_STR(m.content, "");
+    srv_tool_msg_free(&m);
+}
+
+/* Gemma 4: calls as its template's format_argument prints arguments
+ * (bare keys, strings between <|"|> marks, JSON scalars, arrays, dicts). */
+static void test_gemma4(void)
+{
+    srv_tool_msg m = parse(SRV_TOOL_GEMMA4, "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}<tool_call|>");
+    CHECK_EQ_INT(m.n_calls, 1);
+    check_call(&m, 0, "get_weather", "{\"city\":\"Paris\"}");
+    CHECK_STR(m.content, "");
+    srv_tool_msg_free(&m);
+
+    /* Strings hold anything but the mark, unescaped: commas, braces,
+     * colons, JSON quotes, backslashes, new lines, tabs, UTF-8. */
+    m = parse(SRV_TOOL_GEMMA4, "<|tool_call>call:write_file{content:<|\"|>a, {b}: \"c\" \\n\n\td\u00fc \xe4\xbd\xa0"
+                               "<|\"|>,path:<|\"|>x.txt<|\"|>}<tool_call|>");
+    check_call(&m, 0, "write_file", "{\"content\":\"a, {b}: \\\"c\\\" \\\\n\\n\\td\u00fc \xe4\xbd\xa0\","
+                                    "\"path\":\"x.txt\"}");
+    srv_tool_msg_free(&m);
+
+    /* Nesting, numbers as written, booleans, null, empty containers. */
+    m = parse(SRV_TOOL_GEMMA4, "<|tool_call>call:search{filters:{lang:<|\"|>C<|\"|>,stars:{min:100,max:1.5e3}},"
+                               "limit:-10,exact:false,fuzzy:true,since:null,tags:[<|\"|>a<|\"|>,[1,2.50],{},[]],"
+                               "opts:{}}<tool_call|>");
+    check_call(&m, 0, "search", "{\"filters\":{\"lang\":\"C\",\"stars\":{\"min\":100,\"max\":1.5e3}},"
+                                "\"limit\":-10,\"exact\":false,\"fuzzy\":true,\"since\":null,"
+                                "\"tags\":[\"a\",[1,2.50],{},[]],\"opts\":{}}");
+    srv_tool_msg_free(&m);
+
+    /* White space between the parts; a key quoted as a string. */
+    m = parse(SRV_TOOL_GEMMA4, "<|tool_call>call:f{ a: 1 , <|\"|>b c<|\"|>: [ 2 , 3 ] }<tool_call|>");
+    check_call(&m, 0, "f", "{\"a\":1,\"b c\":[2,3]}");
+    srv_tool_msg_free(&m);
+
+    /* Several calls; content before, between and after them kept. */
+    m = parse(SRV_TOOL_GEMMA4, "Let me check both.\n<|tool_call>call:get_weather{city:<|\"|>Oslo<|\"|>}<tool_call|>"
+                               "<|tool_call>call:now{}<tool_call|>\n<|tool_call>call:get_weather{city:<|\"|>Rome<|\"|>}"
+                               "<tool_call|>\nDone.");
+    CHECK_EQ_INT(m.n_calls, 3);
+    check_call(&m, 0, "get_weather", "{\"city\":\"Oslo\"}");
+    check_call(&m, 1, "now", "{}");
+    check_call(&m, 2, "get_weather", "{\"city\":\"Rome\"}");
+    CHECK_STR(m.content, "Let me check both.\n\n\nDone.");
+    srv_tool_msg_free(&m);
+
+    /* Cut off right after the arguments (the close never came). */
+    m = parse(SRV_TOOL_GEMMA4, "<|tool_call>call:now{}");
+    check_call(&m, 0, "now", "{}");
+    srv_tool_msg_free(&m);
+
+    /* Malformed: kept as the model wrote it, no call. */
+    static const char *const bad[] = {
+        "<|tool_call>call:get_weather{city:<|\"|>Paris}<tool_call|>",      /* string never closed */
+        "<|tool_call>call:get_weather{city:Paris}<tool_call|>",             /* a bare word */
+        "<|tool_call>call:f{a:01}<tool_call|>",                             /* not JSON numbers */
+        "<|tool_call>call:f{a:1.}<tool_call|>",
+        "<|tool_call>call:f{a:+1}<tool_call|>",
+        "<|tool_call>call:f{a:True}<tool_call|>",
+        "<|tool_call>call:f{a:1,}<tool_call|>",                             /* trailing comma */
+        "<|tool_call>call:f{a:[1,2}<tool_call|>",
+        "<|tool_call>call:f{:1}<tool_call|>",                               /* empty key */
+        "<|tool_call>call:f{a:1}junk<tool_call|>",
+        "<|tool_call>call:f{a:1",                                            /* cut off */
+        "<|tool_call>call:f",
+        "<|tool_call>call:{a:1}<tool_call|>",                               /* no name */
+        "<|tool_call>call:my tool{}<tool_call|>",
+        "<|tool_call>get_weather{}<tool_call|>",                            /* no "call:" */
+        "<|tool_call>call:f[1]<tool_call|>",                                /* arguments not a dict */
+        "<|tool_call>call:f{a:<|\"|>\xff<|\"|>}<tool_call|>",                /* not UTF-8 */
+        "Say <|tool_call> to call.",
+    };
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        m = parse(SRV_TOOL_GEMMA4, bad[i]);
+        CHECK_EQ_INT(m.n_calls, 0);
+        CHECK_STR(m.content, bad[i]);
+        srv_tool_msg_free(&m);
+    }
+    /* A bad call stays content; a good one after it still counts. */
+    m = parse(SRV_TOOL_GEMMA4, "<|tool_call>call:f{a:}<tool_call|> <|tool_call>call:g{b:2}<tool_call|>");
+    CHECK_EQ_INT(m.n_calls, 1);
+    check_call(&m, 0, "g", "{\"b\":2}");
+    CHECK_STR(m.content, "<|tool_call>call:f{a:}<tool_call|>");
+    srv_tool_msg_free(&m);
+
+    /* Nesting past the limit is refused, not followed down the stack. */
+    char deep[2200] = "<|tool_call>call:f{a:";
+    size_t k = strlen(deep);
+    for (int i = 0; i < 1000; i++) deep[k++] = '[';
+    for (int i = 0; i < 1000; i++) deep[k++] = ']';
+    strcpy(deep + k, "}<tool_call|>");
+    m = parse(SRV_TOOL_GEMMA4, deep);
+    CHECK_EQ_INT(m.n_calls, 0);
+    srv_tool_msg_free(&m);
+
+    /* Thinking, then a call: srv_reason takes the channel, the rest parses. */
+    const char *text = "<|channel>thought\nThe user wants the weather.<channel|>"
+                       "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}<tool_call|>";
+    srv_reason_split rs = srv_reason_split_text(SRV_REASON_AUTO, SRV_THINK_CHANNEL, text, strlen(text), false, true);
+    CHECK(rs.reason_len == 27 && !strncmp(text + rs.reason_off, "The user wants the weather.", 27));
+    CHECK_EQ_INT(srv_tools_parse(SRV_TOOL_GEMMA4, NULL, text + rs.content_off, rs.content_len, &m), PK_OK);
+    check_call(&m, 0, "get_weather", "{\"city\":\"Paris\"}");
     CHECK_STR(m.content, "");
     srv_tool_msg_free(&m);
 }
@@ -368,6 +471,8 @@ static void test_detect(void)
     CHECK_EQ_INT(srv_tools_detect(NULL, SRV_TOOL_LLAMA3), SRV_TOOL_LLAMA3);
     CHECK_EQ_INT(srv_tools_detect("'<tool_call>\n<function=' + n + '>\n' ... '<parameter=' + k", SRV_TOOL_QWEN),
                  SRV_TOOL_QWEN_XML);
+    CHECK_EQ_INT(srv_tools_detect("{{- '<|tool_call>call:' + function['name'] + '{' -}}", SRV_TOOL_QWEN),
+                 SRV_TOOL_GEMMA4);
     /* Qwen3.5's template carries <tool_call> too: the XML form must win. */
     FILE *f = fopen(QWEN35_DIR "/chat_template.jinja", "rb");
     if (!f) {
@@ -428,6 +533,11 @@ static void test_stream(void)
     check_stream(SRV_TOOL_QWEN_XML, "Checking.\n\n<tool_call>\n<function=f>\n<parameter=a>\nx < y\n</parameter>\n"
                                     "</function>\n</tool_call>", 1);
     check_stream(SRV_TOOL_QWEN_XML, "Plain <b>text</b> with <tool_", 0);
+    check_stream(SRV_TOOL_GEMMA4, "Checking.\n<|tool_call>call:f{a:<|\"|>x<|\"|>}<tool_call|>"
+                                  "<|tool_call>call:g{}<tool_call|>", 2);
+    check_stream(SRV_TOOL_GEMMA4, "Plain <|text|> with <|tool_", 0);
+    CHECK_EQ_INT(srv_tools_content_prefix(SRV_TOOL_GEMMA4, "Hi <|tool_c", 11), 2);
+    CHECK_EQ_INT(srv_tools_content_prefix(SRV_TOOL_GEMMA4, "Hi\n<|tool_call>call:f{", 23), 2);
     CHECK_EQ_INT(srv_tools_content_prefix(SRV_TOOL_QWEN_XML, "Hi <tool_c", 10), 2);
     CHECK_EQ_INT(srv_tools_content_prefix(SRV_TOOL_QWEN_XML, "Hi\n<tool_call>\n<function=f>", 27), 2);
 }
@@ -439,6 +549,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_deepseek);
     TEST_RUN(test_harmony);
     TEST_RUN(test_harmony_template);
+    TEST_RUN(test_gemma4);
     TEST_RUN(test_qwen_xml);
     TEST_RUN(test_qwen_xml_oracle);
     TEST_RUN(test_qwen_xml_forced);

@@ -308,10 +308,13 @@ bool srv_chat_tokens(srv *s, const json_t *body, srv_api api, eng_completion *c,
      * Qwen3.5's XML form where the template uses it, else in the Hermes or
      * Llama 3 JSON form of the rendering, which is parsed as such. */
     const char *src = s->tmpl_src ? s->tmpl_src : tok_chat_template(s->voc);
-    srv_tool_fmt written = ok && o->tools ? srv_tools_detect(src, o->tools) : o->tools;
+    srv_tool_fmt family = ok ? srv_tools_detect(src, SRV_TOOL_NONE) : SRV_TOOL_NONE;
+    srv_tool_fmt written = ok && o->tools && family ? family : o->tools;
     /* gpt-oss answers in harmony messages with or without tools: its
      * channels are parsed into reasoning and content either way. */
-    if (ok && srv_tools_detect(src, SRV_TOOL_NONE) == SRV_TOOL_HARMONY) written = SRV_TOOL_HARMONY;
+    if (family == SRV_TOOL_HARMONY) written = SRV_TOOL_HARMONY;
+    /* Gemma 4 thinks in its thought channel, with or without tools. */
+    o->think = family == SRV_TOOL_GEMMA4 ? SRV_THINK_CHANNEL : SRV_THINK_TAGS;
     if (written == SRV_TOOL_QWEN_XML) o->tools = written;
     ok = ok && srv_tools_grammar(body, o->tools, &tg, e);
     if (ok && tg && c->grammar) {
