@@ -137,6 +137,8 @@ static void test_stream(void)
         "Answer <|channel>thought\nnot empty<channel|> more",
         "Answer <|channel>thought <channel|> then more",
         "<|channel>thought\nunclosed </channel",
+        "<|channel>thought\n\nTwo lines.\n\n<channel|>Hi",
+        "<|channel>thought\nends with a new line\n",
         "<|chan",
         "No thinking, a <channel|> alone.",
     };
@@ -147,14 +149,17 @@ static void test_stream(void)
         }
 }
 
-/* Gemma 4's thought channel: the white space after the channel's name is
- * not thinking; an empty block at the end of an answer is dropped, one
- * anywhere else (or one that holds thinking) is the answer's text. */
+/* Gemma 4's thought channel: the new lines its template frames the
+ * thinking with are not thinking; an empty block at the end of an answer
+ * is dropped, one anywhere else (or one that holds thinking) is the
+ * answer's text. */
 static void test_channel(void)
 {
     const srv_think_tags c = SRV_THINK_CHANNEL;
     check_split_tags(SRV_REASON_AUTO, c, "<|channel>thought\nThe user greets me.\n<channel|>Hello!", false,
-                     (want){ "The user greets me.\n", "Hello!" });
+                     (want){ "The user greets me.", "Hello!" });
+    check_split_tags(SRV_REASON_AUTO, c, "<|channel>thought\n\nTwo lines.\n\n<channel|>Hi", false,
+                     (want){ "\nTwo lines.\n", "Hi" });
     check_split_tags(SRV_REASON_AUTO, c, "<|channel>thought\nShort.<channel|>\n\nHello!", false,
                      (want){ "Short.", "Hello!" });
     check_split_tags(SRV_REASON_AUTO, c, " \n<|channel>thought\n\n<channel|>Plain.", false, (want){ "", "Plain." });
@@ -189,6 +194,11 @@ static void test_channel(void)
     p = srv_reason_split_text(SRV_REASON_AUTO, c, t, strlen(t), false, false);
     CHECK(p.thinking);
     CHECK_EQ_INT(p.reason_len, 0);
+    t = "<|channel>thought\nab\n";          /* the new line may be the close's */
+    p = srv_reason_split_text(SRV_REASON_AUTO, c, t, strlen(t), false, false);
+    CHECK_EQ_INT(p.reason_len, 2);
+    p = srv_reason_split_text(SRV_REASON_AUTO, c, t, strlen(t), false, true);
+    CHECK_EQ_INT(p.reason_len, 3);
 }
 
 int main(int argc, char **argv)

@@ -8,8 +8,8 @@
 typedef struct tag_pair {
     const char *open, *close;
     size_t n_open, n_close;
-    bool channel;               /* Gemma 4's: the white space after open ends the channel's name,
-                                   and an empty block may end an answer */
+    bool channel;               /* Gemma 4's: a new line after open and one before close are the
+                                   template's frame, not thinking; an empty block may end an answer */
 } tag_pair;
 
 #define PAIR(o, c, w) { o, c, sizeof o - 1, sizeof c - 1, w }
@@ -111,18 +111,19 @@ srv_reason_split srv_reason_split_text(srv_reasoning f, srv_think_tags tags, con
         }
         start = i + t->n_open;
     }
-    if (t->channel)
-        while (start < n && is_ws(s[start])) start++;
+    if (t->channel && start < n && s[start] == '\n') start++;
     r.thinking = true;
     size_t end = find_tag(s, start, n, t->close, t->n_close);
     r.reason_off = start;
     if (end == n) {                                      /* still thinking */
         r.reason_len = n - start - (final ? 0 : partial_tag(s, start, n, t->close, t->n_close));
+        if (t->channel && !final && r.reason_len && s[start + r.reason_len - 1] == '\n') r.reason_len--;
         r.content_off = n;
         r.content_len = 0;
     } else {
         r.thinking = false;
         r.reason_len = end - start;
+        if (t->channel && r.reason_len && s[end - 1] == '\n') r.reason_len--;
         size_t c = end + t->n_close;
         while (c < n && is_ws(s[c])) c++;
         r.content_off = c;

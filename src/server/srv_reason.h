@@ -25,12 +25,14 @@
  *   keeps the whole text, tags included, as the answer.
  *
  *   Tags (srv_think_tags, picked from the chat template): <think>...</think>,
- *   or Gemma 4's thought channel "<|channel>thought\n...<channel|>", where
- *   the white space after the channel's name is not thinking.  Gemma 4 may
- *   also end an answer with an empty thought block (llama.cpp drops it
- *   too): a trailing "<|channel>thought<channel|>" with only white space
- *   inside and after it is not part of the answer, and a stream holds back
- *   what could still become one.
+ *   or Gemma 4's thought channel, which its template writes as
+ *   "<|channel>thought\n" + thinking + "\n<channel|>": those two new lines
+ *   are not thinking, so a turn sent back renders as the model wrote it
+ *   (a stream holds back a new line that may be the one before the close).
+ *   Gemma 4 may also end an answer with an empty thought block (llama.cpp
+ *   drops it too): a trailing "<|channel>thought<channel|>" with only white
+ *   space inside and after it is not part of the answer, and a stream holds
+ *   back what could still become one.
  *
  * Threads: any; nothing is shared.
  */
