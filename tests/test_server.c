@@ -6,7 +6,9 @@
  *   - prompts as text, token ids, mixed arrays, one-element lists, and the
  *     ones refused (several prompts, ids outside the vocabulary, empty);
  *   - chat rendering: plain, with tools (Qwen and Llama 3.1 formats chosen),
- *     malformed messages, tools on a template without a tool format;
+ *     malformed messages, tools on a template without a tool format; the
+ *     real Qwen3.5, gpt-oss and Gemma 4 templates against jinja2 (Gemma 4's
+ *     turns parsed and sent back first: the round trip);
  *   - chat answers with tool calls, whole and streamed: content before the
  *     call streamed, the call held back and sent as tool_calls, finish
  *     reason "tool_calls", usage, [DONE];
@@ -463,6 +465,77 @@ static void test_gpt_oss_template(const tok_vocab *v)
     }
     srv_chat_free(&s);
     json_decref(cases);
+}
+
+/* Gemma 4's template round trip (tests/jinja/gemma4/turns.py wrote the
+ * cases with jinja2): each turn the template renders from known calls is
+ * parsed as the server parses an answer (thinking, content, calls), sent
+ * back as an OpenAI client sends it (content null beside calls, arguments
+ * as the JSON strings the parse gave, ids, one tool message per call) and
+ * rendered through the server; the prompt must be jinja2's for the known
+ * calls, byte for byte. */
+static void test_gemma4_template(const tok_vocab *v)
+{
+    json_error_t je;
+    json_t *o = json_load_file("tests/jinja/gemma4/turns.json", 0, &je);
+    if (!o) {
+        SKIP_PART("tests/jinja/gemma4/turns.json: %.100s (run from the repository root)", je.text);
+        return;
+    }
+    srv s = {0};
+    s.p = srv_default_params();
+    s.p.chat_template_file = "tests/jinja/gemma4/chat_template.jinja";
+    char err[256] = "";
+    CHECK_EQ_INT(srv_chat_init(&s, v, &s.tmpl, &s.tmpl_src, err, sizeof err), PK_OK);
+    ASSERT(s.jj.t);
+    CHECK(s.jj.object_arguments);
+    CHECK_EQ_INT(srv_tools_detect(s.tmpl_src, SRV_TOOL_NONE), SRV_TOOL_GEMMA4);
+    /* The template prints bos_token; the recording spells Gemma 4's. */
+    free(s.jj.bos);
+    s.jj.bos = strdup(json_string_value(json_object_get(o, "bos_token")));
+    const json_t *turns = json_object_get(o, "turns");
+    CHECK(json_array_size(turns) >= 8);
+    for (size_t i = 0; i < json_array_size(turns); i++) {
+        int fails = test_n_fail;
+        const json_t *t = json_array_get(turns, i);
+        const char *text = json_string_value(json_object_get(t, "text"));
+        size_t n = json_string_length(json_object_get(t, "text"));
+        srv_reason_split rs = srv_reason_split_text(SRV_REASON_AUTO, SRV_THINK_CHANNEL, text, n, false, true);
+        srv_tool_msg m;
+        CHECK_EQ_INT(srv_tools_parse(SRV_TOOL_GEMMA4, NULL, text + rs.content_off, rs.content_len, &m), PK_OK);
+        json_t *calls = json_array();
+        for (int k = 0; k < m.n_calls; k++) {
+            char id[24];
+            snprintf(id, sizeof id, "call_%d", k);
+            json_array_append_new(calls, json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function",
+                                                   "function", "name", m.calls[k].name, "arguments",
+                                                   m.calls[k].arguments));
+        }
+        json_t *answer = json_pack("{s:s, s:o, s:o}", "role", "assistant", "content",
+                                   m.content_len ? json_stringn(m.content, m.content_len) : json_null(),
+                                   "tool_calls", calls);
+        if (rs.reason_len)
+            json_object_set_new(answer, "reasoning_content", json_stringn(text + rs.reason_off, rs.reason_len));
+        json_t *msgs = json_pack("[O, o]", json_object_get(o, "user"), answer);
+        json_array_extend(msgs, json_object_get(t, "results"));
+        json_t *body = json_pack("{s:o, s:O}", "messages", msgs, "tools", json_object_get(o, "tools"));
+        char *prompt = NULL;
+        size_t np = 0;
+        srv_tool_fmt fmt = SRV_TOOL_NONE;
+        bool think_open = true;
+        srv_err e;
+        memset(&e, 0, sizeof e);
+        CHECK(srv_chat_prompt(&s, body, &prompt, &np, &fmt, &think_open, &e));
+        if (e.status) fprintf(stderr, "srv_chat_prompt: %d %s\n", e.status, e.msg);
+        CHECK_STR(prompt, json_string_value(json_object_get(t, "prompt")));
+        CHECK(!think_open);
+        if (test_n_fail > fails) fprintf(stderr, "in turn %s\n", json_string_value(json_object_get(t, "name")));
+        free(prompt);
+        json_decref(body);
+        srv_tool_msg_free(&m);
+    }
+    srv_chat_free(&s);
+    json_decref(o);
 }
 
 /* ---- tool calls in chat answers ---- */
@@ -1112,6 +1185,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_prompts, model_vocab(m));
     TEST_RUN(test_qwen35_template, model_vocab(m));
     TEST_RUN(test_gpt_oss_template, model_vocab(m));
+    TEST_RUN(test_gemma4_template, model_vocab(m));
     model_free(m);
     TEST_RUN(test_live, path);
     return test_finish();

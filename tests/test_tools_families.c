@@ -5,8 +5,9 @@
  * streaming: for every family and every cut point of the text, what
  * srv_tools_content_prefix lets out is a prefix of the final content
  * (never taken back), and the calls come out the same as from the whole
- * text.  The XML format is also checked against its template: the turns
- * jinja2 renders from known calls (tests/jinja/qwen35/tool_turns.json)
+ * text.  The XML and Gemma 4 formats are also checked against their
+ * templates: the turns jinja2 renders from known calls
+ * (tests/jinja/qwen35/tool_turns.json, tests/jinja/gemma4/turns.json)
  * parse back to those calls.
  */
 #include "../src/grammar/gram.h"
@@ -17,6 +18,7 @@
 #include "tool_check.h"
 
 #define QWEN35_DIR "tests/jinja/qwen35"
+#define GEMMA4_DIR "tests/jinja/gemma4"
 
 static void test_mistral(void)
 {
@@ -164,12 +166,13 @@ static void test_gemma4(void)
                                     "\"path\":\"x.txt\"}");
     srv_tool_msg_free(&m);
 
-    /* Nesting, numbers as written, booleans, null, empty containers. */
+    /* Nesting, numbers as written, booleans, null (also as the template
+     * prints one, None), empty containers. */
     m = parse(SRV_TOOL_GEMMA4, "<|tool_call>call:search{filters:{lang:<|\"|>C<|\"|>,stars:{min:100,max:1.5e3}},"
-                               "limit:-10,exact:false,fuzzy:true,since:null,tags:[<|\"|>a<|\"|>,[1,2.50],{},[]],"
-                               "opts:{}}<tool_call|>");
+                               "limit:-10,exact:false,fuzzy:true,since:null,until:None,"
+                               "tags:[<|\"|>a<|\"|>,[1,2.50],{},[]],opts:{}}<tool_call|>");
     check_call(&m, 0, "search", "{\"filters\":{\"lang\":\"C\",\"stars\":{\"min\":100,\"max\":1.5e3}},"
-                                "\"limit\":-10,\"exact\":false,\"fuzzy\":true,\"since\":null,"
+                                "\"limit\":-10,\"exact\":false,\"fuzzy\":true,\"since\":null,\"until\":null,"
                                 "\"tags\":[\"a\",[1,2.50],{},[]],\"opts\":{}}");
     srv_tool_msg_free(&m);
 
@@ -247,6 +250,42 @@ static void test_gemma4(void)
     check_call(&m, 0, "get_weather", "{\"city\":\"Paris\"}");
     CHECK_STR(m.content, "");
     srv_tool_msg_free(&m);
+}
+
+/* Gemma 4's template rendering known turns (jinja2, tests/jinja/gemma4/
+ * turns.py), cut where the model's text starts: the thinking, the content
+ * (which the template writes after the calls) and the calls must come back
+ * as they went in. */
+static void test_gemma4_oracle(void)
+{
+    json_error_t err;
+    json_t *o = json_load_file(GEMMA4_DIR "/turns.json", 0, &err);
+    if (!o) {
+        SKIP_PART(GEMMA4_DIR "/turns.json: %.100s (run from the repository root)", err.text);
+        return;
+    }
+    const json_t *turns = json_object_get(o, "turns");
+    CHECK(json_array_size(turns) >= 8);
+    for (size_t i = 0; i < json_array_size(turns); i++) {
+        int fails = test_n_fail;
+        const json_t *t = json_array_get(turns, i), *calls = json_object_get(t, "calls");
+        const char *text = json_string_value(json_object_get(t, "text"));
+        size_t n = json_string_length(json_object_get(t, "text"));
+        srv_reason_split rs = srv_reason_split_text(SRV_REASON_AUTO, SRV_THINK_CHANNEL, text, n, false, true);
+        const char *want_r = json_string_value(json_object_get(t, "reasoning"));
+        CHECK_EQ_INT(rs.reason_len, strlen(want_r));
+        CHECK(!strncmp(text + rs.reason_off, want_r, rs.reason_len));
+        srv_tool_msg m;
+        CHECK_EQ_INT(srv_tools_parse(SRV_TOOL_GEMMA4, NULL, text + rs.content_off, rs.content_len, &m), PK_OK);
+        CHECK_STR(m.content, json_string_value(json_object_get(t, "content")));
+        CHECK_EQ_INT(m.n_calls, (int)json_array_size(calls));
+        for (size_t k = 0; k < json_array_size(calls); k++)
+            check_call(&m, (int)k, json_string_value(json_object_get(json_array_get(calls, k), "name")),
+                       json_string_value(json_object_get(json_array_get(calls, k), "want")));
+        if (test_n_fail > fails) fprintf(stderr, "in turn %s\n", json_string_value(json_object_get(t, "name")));
+        srv_tool_msg_free(&m);
+    }
+    json_decref(o);
 }
 
 static srv_tool_msg parse_typed(const json_t *tools, const char *text)
@@ -550,6 +589,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_harmony);
     TEST_RUN(test_harmony_template);
     TEST_RUN(test_gemma4);
+    TEST_RUN(test_gemma4_oracle);
     TEST_RUN(test_qwen_xml);
     TEST_RUN(test_qwen_xml_oracle);
     TEST_RUN(test_qwen_xml_forced);

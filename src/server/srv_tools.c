@@ -680,18 +680,20 @@ static size_t g4_array(const char *s, size_t i, size_t n, pk_buf *b, int depth)
     }
 }
 
-/* Any value at s[i], as the template's format_argument prints one. */
+/* Any value at s[i], as the template's format_argument prints one: a
+ * null it prints with Jinja's own str(), None, which reads back as null. */
 static size_t g4_value(const char *s, size_t i, size_t n, pk_buf *b, int depth)
 {
-    static const char *const words[] = { "true", "false", "null" };
+    static const char *const words[][2] = { { "true", "true" }, { "false", "false" }, { "null", "null" },
+                                            { "None", "null" } };
     if (i >= n) return 0;
     if (s[i] == '{') return g4_dict(s, i, n, b, depth);
     if (s[i] == '[') return g4_array(s, i, n, b, depth);
     if (s[i] == '<') return g4_string(s, i, n, b);
     for (size_t k = 0; k < ARRAY_LEN(words); k++)
-        if (starts(s, i, n, words[k])) {
-            pk_buf_puts(b, words[k]);
-            return i + strlen(words[k]);
+        if (starts(s, i, n, words[k][0])) {
+            pk_buf_puts(b, words[k][1]);
+            return i + strlen(words[k][0]);
         }
     return g4_number(s, i, n, b);
 }

@@ -50,7 +50,8 @@
  *             arguments are written as the template's format_argument
  *             prints them: keys bare (or quoted), strings between <|"|>
  *             marks (any text but the mark, unescaped), numbers, true,
- *             false and null as in JSON, [arrays] and {dicts} of those.
+ *             false and null as in JSON (null also as None, which is how
+ *             the template prints one), [arrays] and {dicts} of those.
  *             They come back as JSON, numbers as written.  (The thinking,
  *             <|channel>thought...<channel|>, is srv_reason.h's.)
  *
