@@ -8,7 +8,8 @@
  * text.  The XML and Gemma 4 formats are also checked against their
  * templates: the turns jinja2 renders from known calls
  * (tests/jinja/qwen35/tool_turns.json, tests/jinja/gemma4/turns.json)
- * parse back to those calls.
+ * parse back to those calls; and Gemma 4's against llama.cpp's parser on
+ * the same replies (tests/data/gemma4_tools).
  */
 #include "../src/grammar/gram.h"
 #include "../src/server/srv_parse.h"
@@ -19,6 +20,7 @@
 
 #define QWEN35_DIR "tests/jinja/qwen35"
 #define GEMMA4_DIR "tests/jinja/gemma4"
+#define GEMMA4_REFS "tests/data/gemma4_tools/replies.json"
 
 static void test_mistral(void)
 {
@@ -286,6 +288,76 @@ static void test_gemma4_oracle(void)
         srv_tool_msg_free(&m);
     }
     json_decref(o);
+}
+
+/* s[0..n) less the white space at both ends equals want's. */
+static bool same_trimmed(const char *s, size_t n, const char *want)
+{
+    size_t wn = strlen(want);
+    while (n && strchr(" \t\r\n", s[0])) s++, n--;
+    while (n && strchr(" \t\r\n", s[n - 1])) n--;
+    while (wn && strchr(" \t\r\n", want[0])) want++, wn--;
+    while (wn && strchr(" \t\r\n", want[wn - 1])) wn--;
+    return n == wn && !memcmp(s, want, n);
+}
+
+/* Whether a parse (content, reasoning, calls) is the answer w: content and
+ * reasoning compared without the white space at their ends (polykv trims
+ * content around calls and takes only the template's new lines off the
+ * thinking; llama.cpp trims neither the same way), calls exactly. */
+static bool same_answer(const srv_tool_msg *m, const char *reason, size_t n_reason, const json_t *w)
+{
+    const json_t *calls = json_object_get(w, "tool_calls");
+    bool ok = same_trimmed(m->content, m->content_len, json_string_value(json_object_get(w, "content"))) &&
+              same_trimmed(reason, n_reason, json_string_value(json_object_get(w, "reasoning_content"))) &&
+              m->n_calls == (int)json_array_size(calls);
+    for (int k = 0; ok && k < m->n_calls; k++) {
+        const json_t *c = json_array_get(calls, (size_t)k);
+        ok = !strcmp(m->calls[k].name, json_string_value(json_object_get(c, "name"))) &&
+             !strcmp(m->calls[k].arguments, json_string_value(json_object_get(c, "arguments")));
+    }
+    return ok;
+}
+
+/* llama.cpp's Gemma 4 parser on hand-written replies (tests/data/
+ * gemma4_tools, scripts/refs/make_gemma4_tool_refs.sh): polykv's thinking
+ * split and call parse give its answer, except where a case records
+ * polykv's own answer and why; there llama.cpp's must indeed differ. */
+static void test_gemma4_llama(void)
+{
+    json_error_t err;
+    json_t *cases = json_load_file(GEMMA4_REFS, 0, &err);
+    if (!cases) {
+        SKIP_PART(GEMMA4_REFS ": %.100s (run from the repository root)", err.text);
+        return;
+    }
+    CHECK(json_array_size(cases) >= 30);
+    for (size_t i = 0; i < json_array_size(cases); i++) {
+        const json_t *c = json_array_get(cases, i);
+        const char *name = json_string_value(json_object_get(c, "name"));
+        const char *text = json_string_value(json_object_get(c, "text"));
+        size_t n = json_string_length(json_object_get(c, "text"));
+        srv_reasoning f = SRV_REASON_AUTO;
+        CHECK(srv_reasoning_parse(json_string_value(json_object_get(c, "reasoning_format")), &f));
+        srv_tool_fmt fmt = json_is_true(json_object_get(c, "tools")) ? SRV_TOOL_GEMMA4 : SRV_TOOL_NONE;
+        srv_reason_split rs = srv_reason_split_text(f, SRV_THINK_CHANNEL, text, n, false, true);
+        srv_tool_msg m;
+        CHECK_EQ_INT(srv_tools_parse(fmt, NULL, text + rs.content_off, rs.content_len, &m), PK_OK);
+        const json_t *ours = json_object_get(c, "polykv"), *llama = json_object_get(c, "want");
+        CHECK_STR(json_string_value(json_object_get(c, "format")), "peg-gemma4");
+        if (!same_answer(&m, text + rs.reason_off, rs.reason_len, ours ? ours : llama)) {
+            fprintf(stderr, "case %s: polykv's parse is not %s's answer\n", name, ours ? "its recorded" : "llama.cpp");
+            CHECK(false);
+        }
+        if (ours && llama && same_answer(&m, text + rs.reason_off, rs.reason_len, llama)) {
+            fprintf(stderr, "case %s: llama.cpp now agrees; its polykv answer is not needed\n", name);
+            CHECK(false);
+        }
+        CHECK(ours || llama);
+        CHECK(!ours || json_string_length(json_object_get(c, "why")));
+        srv_tool_msg_free(&m);
+    }
+    json_decref(cases);
 }
 
 static srv_tool_msg parse_typed(const json_t *tools, const char *text)
@@ -590,6 +662,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_harmony_template);
     TEST_RUN(test_gemma4);
     TEST_RUN(test_gemma4_oracle);
+    TEST_RUN(test_gemma4_llama);
     TEST_RUN(test_qwen_xml);
     TEST_RUN(test_qwen_xml_oracle);
     TEST_RUN(test_qwen_xml_forced);
