@@ -378,6 +378,17 @@ static void test_chat(void)
     }
 }
 
+/* s rendering with the template file (paths from the repository root). */
+static void template_srv(srv *s, const tok_vocab *v, const char *file)
+{
+    memset(s, 0, sizeof *s);
+    s->p = srv_default_params();
+    s->p.chat_template_file = file;
+    char err[256] = "";
+    CHECK_EQ_INT(srv_chat_init(s, v, &s->tmpl, &s->tmpl_src, err, sizeof err), PK_OK);
+    if (err[0]) fprintf(stderr, "srv_chat_init: %s\n", err);
+}
+
 /* Qwen3.5's own template through the server's Jinja path: a conversation
  * whose assistant turn carries XML tool calls, its arguments JSON strings
  * as OpenAI clients send them, renders as jinja2 renders it with the
@@ -391,12 +402,8 @@ static void test_qwen35_template(const tok_vocab *v)
         SKIP_PART("tests/jinja/qwen35/tool_turns.json: %.100s (run from the repository root)", je.text);
         return;
     }
-    srv s = {0};
-    s.p = srv_default_params();
-    s.p.chat_template_file = "tests/jinja/qwen35/chat_template.jinja";
-    char err[256] = "";
-    CHECK_EQ_INT(srv_chat_init(&s, v, &s.tmpl, &s.tmpl_src, err, sizeof err), PK_OK);
-    if (err[0]) fprintf(stderr, "srv_chat_init: %s\n", err);
+    srv s;
+    template_srv(&s, v, "tests/jinja/qwen35/chat_template.jinja");
     ASSERT(s.jj.t);
     const json_t *h = json_object_get(o, "history");
     json_t *body = json_pack("{s:O, s:O}", "messages", json_object_get(h, "messages"), "tools",
@@ -440,11 +447,8 @@ static void test_gpt_oss_template(const tok_vocab *v)
         SKIP_PART("tests/jinja/gpt-oss/turns.json: %.100s (run from the repository root)", je.text);
         return;
     }
-    srv s = {0};
-    s.p = srv_default_params();
-    s.p.chat_template_file = "tests/jinja/gpt-oss/chat_template.jinja";
-    char err[256] = "";
-    CHECK_EQ_INT(srv_chat_init(&s, v, &s.tmpl, &s.tmpl_src, err, sizeof err), PK_OK);
+    srv s;
+    template_srv(&s, v, "tests/jinja/gpt-oss/chat_template.jinja");
     ASSERT(s.jj.t && s.jj.harmony);
     for (size_t i = 0; i < json_array_size(cases); i++) {
         const json_t *c = json_array_get(cases, i);
@@ -482,11 +486,8 @@ static void test_gemma4_template(const tok_vocab *v)
         SKIP_PART("tests/jinja/gemma4/turns.json: %.100s (run from the repository root)", je.text);
         return;
     }
-    srv s = {0};
-    s.p = srv_default_params();
-    s.p.chat_template_file = "tests/jinja/gemma4/chat_template.jinja";
-    char err[256] = "";
-    CHECK_EQ_INT(srv_chat_init(&s, v, &s.tmpl, &s.tmpl_src, err, sizeof err), PK_OK);
+    srv s;
+    template_srv(&s, v, "tests/jinja/gemma4/chat_template.jinja");
     ASSERT(s.jj.t);
     CHECK(s.jj.object_arguments);
     CHECK_EQ_INT(srv_tools_detect(s.tmpl_src, SRV_TOOL_NONE), SRV_TOOL_GEMMA4);

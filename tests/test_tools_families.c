@@ -254,6 +254,31 @@ static void test_gemma4(void)
     srv_tool_msg_free(&m);
 }
 
+/* A turn a template rendered from known calls ("text", "content", "calls"
+ * with their "want" arguments), its thinking split with tags (the prompt
+ * opened it: inside) and the rest parsed with f (typed by tools): the
+ * thinking must be want_r, the content and calls the turn's. */
+static void check_turn(const json_t *t, srv_tool_fmt f, const json_t *tools, srv_think_tags tags, bool inside,
+                       const char *want_r)
+{
+    int fails = test_n_fail;
+    const json_t *calls = json_object_get(t, "calls");
+    const char *text = json_string_value(json_object_get(t, "text"));
+    size_t n = json_string_length(json_object_get(t, "text"));
+    srv_reason_split rs = srv_reason_split_text(SRV_REASON_AUTO, tags, text, n, inside, true);
+    CHECK_EQ_INT(rs.reason_len, strlen(want_r));
+    CHECK(!strncmp(text + rs.reason_off, want_r, rs.reason_len));
+    srv_tool_msg m;
+    CHECK_EQ_INT(srv_tools_parse(f, tools, text + rs.content_off, rs.content_len, &m), PK_OK);
+    CHECK_STR(m.content, json_string_value(json_object_get(t, "content")));
+    CHECK_EQ_INT(m.n_calls, (int)json_array_size(calls));
+    for (size_t k = 0; k < json_array_size(calls); k++)
+        check_call(&m, (int)k, json_string_value(json_object_get(json_array_get(calls, k), "name")),
+                   json_string_value(json_object_get(json_array_get(calls, k), "want")));
+    if (test_n_fail > fails) fprintf(stderr, "in turn %s\n", json_string_value(json_object_get(t, "name")));
+    srv_tool_msg_free(&m);
+}
+
 /* Gemma 4's template rendering known turns (jinja2, tests/jinja/gemma4/
  * turns.py), cut where the model's text starts: the thinking, the content
  * (which the template writes after the calls) and the calls must come back
@@ -269,23 +294,9 @@ static void test_gemma4_oracle(void)
     const json_t *turns = json_object_get(o, "turns");
     CHECK(json_array_size(turns) >= 8);
     for (size_t i = 0; i < json_array_size(turns); i++) {
-        int fails = test_n_fail;
-        const json_t *t = json_array_get(turns, i), *calls = json_object_get(t, "calls");
-        const char *text = json_string_value(json_object_get(t, "text"));
-        size_t n = json_string_length(json_object_get(t, "text"));
-        srv_reason_split rs = srv_reason_split_text(SRV_REASON_AUTO, SRV_THINK_CHANNEL, text, n, false, true);
+        const json_t *t = json_array_get(turns, i);
         const char *want_r = json_string_value(json_object_get(t, "reasoning"));
-        CHECK_EQ_INT(rs.reason_len, strlen(want_r));
-        CHECK(!strncmp(text + rs.reason_off, want_r, rs.reason_len));
-        srv_tool_msg m;
-        CHECK_EQ_INT(srv_tools_parse(SRV_TOOL_GEMMA4, NULL, text + rs.content_off, rs.content_len, &m), PK_OK);
-        CHECK_STR(m.content, json_string_value(json_object_get(t, "content")));
-        CHECK_EQ_INT(m.n_calls, (int)json_array_size(calls));
-        for (size_t k = 0; k < json_array_size(calls); k++)
-            check_call(&m, (int)k, json_string_value(json_object_get(json_array_get(calls, k), "name")),
-                       json_string_value(json_object_get(json_array_get(calls, k), "want")));
-        if (test_n_fail > fails) fprintf(stderr, "in turn %s\n", json_string_value(json_object_get(t, "name")));
-        srv_tool_msg_free(&m);
+        check_turn(t, SRV_TOOL_GEMMA4, NULL, SRV_THINK_CHANNEL, false, want_r);
     }
     json_decref(o);
 }
@@ -480,26 +491,12 @@ static void test_qwen_xml_oracle(void)
     const json_t *tools = json_object_get(o, "tools"), *turns = json_object_get(o, "turns");
     CHECK(json_array_size(turns) >= 7);
     for (size_t i = 0; i < json_array_size(turns); i++) {
-        int fails = test_n_fail;
-        const json_t *t = json_array_get(turns, i), *calls = json_object_get(t, "calls");
-        const char *text = json_string_value(json_object_get(t, "text"));
-        size_t n = json_string_length(json_object_get(t, "text"));
-        /* The generation prompt ends inside "<think>\n". */
-        srv_reason_split rs = srv_reason_split_text(SRV_REASON_AUTO, SRV_THINK_TAGS, text, n, true, true);
+        const json_t *t = json_array_get(turns, i);
         char want_r[256];
         /* The new line before </think> stays with the thinking. */
         snprintf(want_r, sizeof want_r, "%s\n", json_string_value(json_object_get(t, "reasoning")));
-        CHECK_EQ_INT(rs.reason_len, strlen(want_r));
-        CHECK(!strncmp(text + rs.reason_off, want_r, rs.reason_len));
-        srv_tool_msg m;
-        CHECK_EQ_INT(srv_tools_parse(SRV_TOOL_QWEN_XML, tools, text + rs.content_off, rs.content_len, &m), PK_OK);
-        CHECK_STR(m.content, json_string_value(json_object_get(t, "content")));
-        CHECK_EQ_INT(m.n_calls, (int)json_array_size(calls));
-        for (size_t k = 0; k < json_array_size(calls); k++)
-            check_call(&m, (int)k, json_string_value(json_object_get(json_array_get(calls, k), "name")),
-                       json_string_value(json_object_get(json_array_get(calls, k), "want")));
-        if (test_n_fail > fails) fprintf(stderr, "in turn %s\n", json_string_value(json_object_get(t, "name")));
-        srv_tool_msg_free(&m);
+        /* The generation prompt ends inside "<think>\n". */
+        check_turn(t, SRV_TOOL_QWEN_XML, tools, SRV_THINK_TAGS, true, want_r);
     }
     json_decref(o);
 }

@@ -68,7 +68,8 @@ int main(int argc, char **argv)
             common_chat_msg m = common_chat_parse(c.at("text").get<std::string>(), false, pp);
             json calls = json::array();
             for (const auto &tc : m.tool_calls) calls.push_back({ { "name", tc.name }, { "arguments", tc.arguments } });
-            r["want"] = { { "content", m.content }, { "reasoning_content", m.reasoning_content }, { "tool_calls", calls } };
+            r["want"] = { { "content", m.content }, { "reasoning_content", m.reasoning_content },
+                          { "tool_calls", calls } };
         } catch (const std::exception &e) {
             r["error"] = e.what();
         }

@@ -630,48 +630,31 @@ static size_t g4_key(const char *s, size_t i, size_t n, pk_buf *b)
     return k;
 }
 
-/* A dict "{key:value,...}" at s[i] as a JSON object: its end, or 0. */
-static size_t g4_dict(const char *s, size_t i, size_t n, pk_buf *b, int depth)
+/* A dict "{key:value,...}" or an array "[value,...]" at s[i] as a JSON
+ * object or array: its end, or 0. */
+static size_t g4_items(const char *s, size_t i, size_t n, pk_buf *b, int depth)
 {
-    if (i >= n || s[i] != '{' || depth > G4_MAX_DEPTH) return 0;
-    pk_buf_put(b, "{", 1);
+    if (i >= n || (s[i] != '{' && s[i] != '[') || depth > G4_MAX_DEPTH) return 0;
+    bool dict = s[i] == '{';
+    const char close = dict ? '}' : ']';
+    pk_buf_put(b, s + i, 1);
     size_t q = skip_ws(s, i + 1, n);
-    if (q < n && s[q] == '}') {
-        pk_buf_put(b, "}", 1);
+    if (q < n && s[q] == close) {
+        pk_buf_put(b, &close, 1);
         return q + 1;
     }
     for (;;) {
-        size_t k = g4_key(s, q, n, b);
-        if (!k || k >= n || s[k] != ':') return 0;
-        pk_buf_put(b, ":", 1);
-        size_t e = g4_value(s, skip_ws(s, k + 1, n), n, b, depth + 1);
-        if (!e) return 0;
-        q = skip_ws(s, e, n);
-        if (q < n && s[q] == '}') {
-            pk_buf_put(b, "}", 1);
-            return q + 1;
+        if (dict) {
+            size_t k = g4_key(s, q, n, b);
+            if (!k || k >= n || s[k] != ':') return 0;
+            pk_buf_put(b, ":", 1);
+            q = skip_ws(s, k + 1, n);
         }
-        if (q >= n || s[q] != ',') return 0;
-        pk_buf_put(b, ",", 1);
-        q = skip_ws(s, q + 1, n);
-    }
-}
-
-static size_t g4_array(const char *s, size_t i, size_t n, pk_buf *b, int depth)
-{
-    if (i >= n || s[i] != '[' || depth > G4_MAX_DEPTH) return 0;
-    pk_buf_put(b, "[", 1);
-    size_t q = skip_ws(s, i + 1, n);
-    if (q < n && s[q] == ']') {
-        pk_buf_put(b, "]", 1);
-        return q + 1;
-    }
-    for (;;) {
         size_t e = g4_value(s, q, n, b, depth + 1);
         if (!e) return 0;
         q = skip_ws(s, e, n);
-        if (q < n && s[q] == ']') {
-            pk_buf_put(b, "]", 1);
+        if (q < n && s[q] == close) {
+            pk_buf_put(b, &close, 1);
             return q + 1;
         }
         if (q >= n || s[q] != ',') return 0;
@@ -687,8 +670,7 @@ static size_t g4_value(const char *s, size_t i, size_t n, pk_buf *b, int depth)
     static const char *const words[][2] = { { "true", "true" }, { "false", "false" }, { "null", "null" },
                                             { "None", "null" } };
     if (i >= n) return 0;
-    if (s[i] == '{') return g4_dict(s, i, n, b, depth);
-    if (s[i] == '[') return g4_array(s, i, n, b, depth);
+    if (s[i] == '{' || s[i] == '[') return g4_items(s, i, n, b, depth);
     if (s[i] == '<') return g4_string(s, i, n, b);
     for (size_t k = 0; k < ARRAY_LEN(words); k++)
         if (starts(s, i, n, words[k][0])) {
@@ -719,7 +701,7 @@ static size_t g4_call(const char *s, size_t i, size_t n, srv_tool_call *call, pk
     size_t ne = g4_name_end(s, q, n);
     if (!ne) return 0;
     pk_buf args = {0};
-    size_t e = g4_dict(s, ne, n, &args, 0);
+    size_t e = g4_items(s, ne, n, &args, 0);     /* a dict: the name ends at its '{' */
     size_t r = e ? skip_ws(s, e, n) : 0;
     size_t end = !e ? 0 : starts(s, r, n, G4_CALL_END) ? r + LIT(G4_CALL_END) : r == n ? n : 0;
     pk_buf_put(&args, "", 0);
