@@ -179,6 +179,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     tools(SRV_TOOL_QWEN, s, size);
     tools(SRV_TOOL_LLAMA3, s, size);
     tools(SRV_TOOL_QWEN_XML, s, size);
+    tools(SRV_TOOL_GEMMA4, s, size);
     if (port && size > 0) request(data[0] % ARRAY_LEN(routes), s + 1, size - 1);
 
     json_t *body = json_loadb(s, size, 0, NULL);

@@ -41,7 +41,7 @@ if want fuzz_gguf; then
 fi
 
 # The server: its own files with the sanitizers, the rest of the library
-# from a plain build.  Seeds: a chat with tools, a tool call, and one body
+# from a plain build.  Seeds: a chat with tools, tool calls, and one body
 # per route (the first byte picks the route: fuzz_server.c's table).
 if want fuzz_server; then
     make -s all
@@ -49,6 +49,7 @@ if want fuzz_server; then
     printf '{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f","parameters":{}}}]}' \
         > "$out/corpus_server/chat.json"
     printf '<tool_call>\n{"name": "f", "arguments": {"x": 1}}\n</tool_call>' > "$out/corpus_server/call.txt"
+    printf '<|tool_call>call:f{a:<|"|>x, y<|"|>,b:[1,-2.5e3,{c:null}],d:true}<tool_call|>' > "$out/corpus_server/g4call.txt"
     printf '\002{"prompt":"Once upon","max_tokens":4}' > "$out/corpus_server/r02"
     printf '\003{"messages":[{"role":"user","content":"hi"}],"max_tokens":3}' > "$out/corpus_server/r03"
     printf '\004{"prompt":"Once","n_predict":3,"stream":true,"n_probs":2}' > "$out/corpus_server/r04"

@@ -6,7 +6,9 @@
  *   - prompts as text, token ids, mixed arrays, one-element lists, and the
  *     ones refused (several prompts, ids outside the vocabulary, empty);
  *   - chat rendering: plain, with tools (Qwen and Llama 3.1 formats chosen),
- *     malformed messages, tools on a template without a tool format;
+ *     malformed messages, tools on a template without a tool format; the
+ *     real Qwen3.5, gpt-oss and Gemma 4 templates against jinja2 (Gemma 4's
+ *     turns parsed and sent back first: the round trip);
  *   - chat answers with tool calls, whole and streamed: content before the
  *     call streamed, the call held back and sent as tool_calls, finish
  *     reason "tool_calls", usage, [DONE];
@@ -376,6 +378,17 @@ static void test_chat(void)
     }
 }
 
+/* s rendering with the template file (paths from the repository root). */
+static void template_srv(srv *s, const tok_vocab *v, const char *file)
+{
+    memset(s, 0, sizeof *s);
+    s->p = srv_default_params();
+    s->p.chat_template_file = file;
+    char err[256] = "";
+    CHECK_EQ_INT(srv_chat_init(s, v, &s->tmpl, &s->tmpl_src, err, sizeof err), PK_OK);
+    if (err[0]) fprintf(stderr, "srv_chat_init: %s\n", err);
+}
+
 /* Qwen3.5's own template through the server's Jinja path: a conversation
  * whose assistant turn carries XML tool calls, its arguments JSON strings
  * as OpenAI clients send them, renders as jinja2 renders it with the
@@ -389,12 +402,8 @@ static void test_qwen35_template(const tok_vocab *v)
         SKIP_PART("tests/jinja/qwen35/tool_turns.json: %.100s (run from the repository root)", je.text);
         return;
     }
-    srv s = {0};
-    s.p = srv_default_params();
-    s.p.chat_template_file = "tests/jinja/qwen35/chat_template.jinja";
-    char err[256] = "";
-    CHECK_EQ_INT(srv_chat_init(&s, v, &s.tmpl, &s.tmpl_src, err, sizeof err), PK_OK);
-    if (err[0]) fprintf(stderr, "srv_chat_init: %s\n", err);
+    srv s;
+    template_srv(&s, v, "tests/jinja/qwen35/chat_template.jinja");
     ASSERT(s.jj.t);
     const json_t *h = json_object_get(o, "history");
     json_t *body = json_pack("{s:O, s:O}", "messages", json_object_get(h, "messages"), "tools",
@@ -438,11 +447,8 @@ static void test_gpt_oss_template(const tok_vocab *v)
         SKIP_PART("tests/jinja/gpt-oss/turns.json: %.100s (run from the repository root)", je.text);
         return;
     }
-    srv s = {0};
-    s.p = srv_default_params();
-    s.p.chat_template_file = "tests/jinja/gpt-oss/chat_template.jinja";
-    char err[256] = "";
-    CHECK_EQ_INT(srv_chat_init(&s, v, &s.tmpl, &s.tmpl_src, err, sizeof err), PK_OK);
+    srv s;
+    template_srv(&s, v, "tests/jinja/gpt-oss/chat_template.jinja");
     ASSERT(s.jj.t && s.jj.harmony);
     for (size_t i = 0; i < json_array_size(cases); i++) {
         const json_t *c = json_array_get(cases, i);
@@ -463,6 +469,74 @@ static void test_gpt_oss_template(const tok_vocab *v)
     }
     srv_chat_free(&s);
     json_decref(cases);
+}
+
+/* Gemma 4's template round trip (tests/jinja/gemma4/turns.py wrote the
+ * cases with jinja2): each turn the template renders from known calls is
+ * parsed as the server parses an answer (thinking, content, calls), sent
+ * back as an OpenAI client sends it (content null beside calls, arguments
+ * as the JSON strings the parse gave, ids, one tool message per call) and
+ * rendered through the server; the prompt must be jinja2's for the known
+ * calls, byte for byte. */
+static void test_gemma4_template(const tok_vocab *v)
+{
+    json_error_t je;
+    json_t *o = json_load_file("tests/jinja/gemma4/turns.json", 0, &je);
+    if (!o) {
+        SKIP_PART("tests/jinja/gemma4/turns.json: %.100s (run from the repository root)", je.text);
+        return;
+    }
+    srv s;
+    template_srv(&s, v, "tests/jinja/gemma4/chat_template.jinja");
+    ASSERT(s.jj.t);
+    CHECK(s.jj.object_arguments);
+    CHECK_EQ_INT(srv_tools_detect(s.tmpl_src, SRV_TOOL_NONE), SRV_TOOL_GEMMA4);
+    /* The template prints bos_token; the recording spells Gemma 4's. */
+    free(s.jj.bos);
+    s.jj.bos = strdup(json_string_value(json_object_get(o, "bos_token")));
+    const json_t *turns = json_object_get(o, "turns");
+    CHECK(json_array_size(turns) >= 8);
+    for (size_t i = 0; i < json_array_size(turns); i++) {
+        int fails = test_n_fail;
+        const json_t *t = json_array_get(turns, i);
+        const char *text = json_string_value(json_object_get(t, "text"));
+        size_t n = json_string_length(json_object_get(t, "text"));
+        srv_reason_split rs = srv_reason_split_text(SRV_REASON_AUTO, SRV_THINK_CHANNEL, text, n, false, true);
+        srv_tool_msg m;
+        CHECK_EQ_INT(srv_tools_parse(SRV_TOOL_GEMMA4, NULL, text + rs.content_off, rs.content_len, &m), PK_OK);
+        json_t *calls = json_array();
+        for (int k = 0; k < m.n_calls; k++) {
+            char id[24];
+            snprintf(id, sizeof id, "call_%d", k);
+            json_array_append_new(calls, json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function",
+                                                   "function", "name", m.calls[k].name, "arguments",
+                                                   m.calls[k].arguments));
+        }
+        json_t *answer = json_pack("{s:s, s:o, s:o}", "role", "assistant", "content",
+                                   m.content_len ? json_stringn(m.content, m.content_len) : json_null(),
+                                   "tool_calls", calls);
+        if (rs.reason_len)
+            json_object_set_new(answer, "reasoning_content", json_stringn(text + rs.reason_off, rs.reason_len));
+        json_t *msgs = json_pack("[O, o]", json_object_get(o, "user"), answer);
+        json_array_extend(msgs, json_object_get(t, "results"));
+        json_t *body = json_pack("{s:o, s:O}", "messages", msgs, "tools", json_object_get(o, "tools"));
+        char *prompt = NULL;
+        size_t np = 0;
+        srv_tool_fmt fmt = SRV_TOOL_NONE;
+        bool think_open = true;
+        srv_err e;
+        memset(&e, 0, sizeof e);
+        CHECK(srv_chat_prompt(&s, body, &prompt, &np, &fmt, &think_open, &e));
+        if (e.status) fprintf(stderr, "srv_chat_prompt: %d %s\n", e.status, e.msg);
+        CHECK_STR(prompt, json_string_value(json_object_get(t, "prompt")));
+        CHECK(!think_open);
+        if (test_n_fail > fails) fprintf(stderr, "in turn %s\n", json_string_value(json_object_get(t, "name")));
+        free(prompt);
+        json_decref(body);
+        srv_tool_msg_free(&m);
+    }
+    srv_chat_free(&s);
+    json_decref(o);
 }
 
 /* ---- tool calls in chat answers ---- */
@@ -585,14 +659,14 @@ static const char *first_arguments(const json_t *calls)
     return json_string_value(json_object_get(json_object_get(json_array_get(calls, 0), "function"), "arguments"));
 }
 
-static void reasoning_case_typed(bool think_open, srv_tool_fmt tools, json_t *tool_defs, const char *const *pieces,
-                                 size_t n_pieces, const char *want_reason, const char *want_content, int want_calls,
-                                 const char *want_args)
+static void reasoning_case_typed(bool think_open, srv_think_tags think, srv_tool_fmt tools, json_t *tool_defs,
+                                 const char *const *pieces, size_t n_pieces, const char *want_reason,
+                                 const char *want_content, int want_calls, const char *want_args)
 {
     srv s = {0};
     snprintf(s.model_name, sizeof s.model_name, "m");
     srv_gen g = { .s = &s, .o = { .api = SRV_API_OAI_CHAT, .stream = true, .tools = tools, .model = "m",
-                                  .think_open = think_open, .tool_defs = tool_defs } };
+                                  .think = think, .think_open = think_open, .tool_defs = tool_defs } };
     for (size_t i = 0; i < n_pieces; i++) feed(&g, pieces[i]);
     g.done = (eng_event){ .kind = ENG_EV_DONE, .stop = ENG_STOP_EOS };
     srv_oai_stream_end(&g);
@@ -631,7 +705,8 @@ static void reasoning_case_typed(bool think_open, srv_tool_fmt tools, json_t *to
 static void reasoning_case(bool think_open, srv_tool_fmt tools, const char *const *pieces, size_t n_pieces,
                            const char *want_reason, const char *want_content, int want_calls)
 {
-    reasoning_case_typed(think_open, tools, NULL, pieces, n_pieces, want_reason, want_content, want_calls, NULL);
+    reasoning_case_typed(think_open, SRV_THINK_TAGS, tools, NULL, pieces, n_pieces, want_reason, want_content,
+                         want_calls, NULL);
 }
 
 static void test_reasoning_answers(void)
@@ -655,9 +730,21 @@ static void test_reasoning_answers(void)
                                        "call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n",
                                        "<parameter=days>\n3\n</parameter>\n<parameter=zip>\n75001\n</parameter>\n",
                                        "</function>\n</tool_call>" };
-    reasoning_case_typed(true, SRV_TOOL_QWEN_XML, defs, xml, ARRAY_LEN(xml), "Need the weather.\n",
+    reasoning_case_typed(true, SRV_THINK_TAGS, SRV_TOOL_QWEN_XML, defs, xml, ARRAY_LEN(xml), "Need the weather.\n",
                          "Let me check.", 1, "{\"city\":\"Paris\",\"days\":3,\"zip\":\"75001\"}");
     json_decref(defs);
+    /* Gemma 4: its thought channel, content, then a call, the pieces
+     * cutting every marker; no piece of a marker goes out as content. */
+    static const char *const g4[] = { "<|chan", "nel>thought\nThe user", " wants the weather.<chan", "nel|>Let me",
+                                       " check.", "\n<|tool", "_call>call:get_weather{city:<|\"|>Par",
+                                       "is<|\"|>,days:3}<tool_call|>" };
+    reasoning_case_typed(false, SRV_THINK_CHANNEL, SRV_TOOL_GEMMA4, NULL, g4, ARRAY_LEN(g4),
+                         "The user wants the weather.", "Let me check.", 1, "{\"city\":\"Paris\",\"days\":3}");
+    /* Without tools, and the empty thought block Gemma 4 may end with. */
+    static const char *const g4_plain[] = { "<|channel>thought\n", "A greeting.", "<channel|>", "Hello", "!",
+                                            "<|channel>", "thought\n", "<channel|>" };
+    reasoning_case_typed(false, SRV_THINK_CHANNEL, SRV_TOOL_NONE, NULL, g4_plain, ARRAY_LEN(g4_plain), "A greeting.",
+                         "Hello!", 0, NULL);
 }
 
 /* ---- the live server ---- */
@@ -1099,6 +1186,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_prompts, model_vocab(m));
     TEST_RUN(test_qwen35_template, model_vocab(m));
     TEST_RUN(test_gpt_oss_template, model_vocab(m));
+    TEST_RUN(test_gemma4_template, model_vocab(m));
     model_free(m);
     TEST_RUN(test_live, path);
     return test_finish();

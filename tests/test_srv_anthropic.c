@@ -3,9 +3,10 @@
  * request's conversion into the OpenAI chat request (every block kind, the
  * order of tool results, tools, tool_choice, stop_sequences, thinking, and
  * each refusal with its status and field), errors in Anthropic's shape, and
- * the answer: whole, and streamed with the text cut at every byte, where
- * the blocks must come numbered 0, 1, 2 in order, each closed before the
- * next starts, and add up to the whole answer.
+ * the answer (Qwen's and Gemma 4's layouts): whole, and streamed with the
+ * text cut at every byte, where the blocks must come numbered 0, 1, 2 in
+ * order, each closed before the next starts, and add up to the whole
+ * answer.
  */
 #include <jansson.h>
 #include <stdlib.h>
@@ -313,23 +314,26 @@ static void drop_ids(json_t *blocks)
 static const char THINK_TEXT_CALL[] = "<think>\nCheck the weather.\n</think>\n\nLet me check.\n<tool_call>\n"
                                       "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
 
-static void test_answers(void)
+/* Gemma 4's layout of the same answer: its thought channel, its call. */
+static const char G4_THINK_TEXT_CALL[] = "<|channel>thought\nCheck the weather.\n<channel|>Let me check.\n"
+                                         "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}<tool_call|>";
+
+/* An answer in a family's format streamed in Messages events, cut in two
+ * at every byte, and answered whole: the content blocks want. */
+static void check_answer(const char *text, srv_tool_fmt tools, srv_think_tags think, const char *want)
 {
     srv s = {0};
-    size_t n = strlen(THINK_TEXT_CALL);
-    const char *want = "[{\"type\": \"thinking\", \"thinking\": \"\\nCheck the weather.\\n\", \"signature\": \"\"},"
-                       " {\"type\": \"text\", \"text\": \"Let me check.\"},"
-                       " {\"type\": \"tool_use\", \"id\": \"id\", \"name\": \"get_weather\", \"input\": {\"city\": \"Paris\"}}]";
+    size_t n = strlen(text);
     /* The text cut in two at every byte (0: one byte at a time). */
     for (size_t cut = 0; cut < n; cut++) {
-        srv_gen g = { .s = &s, .o = { .api = SRV_API_ANTHROPIC, .stream = true, .tools = SRV_TOOL_QWEN,
+        srv_gen g = { .s = &s, .o = { .api = SRV_API_ANTHROPIC, .stream = true, .tools = tools, .think = think,
                                       .model = "claude" }, .n_prompt = 30, .n_cached = 4 };
         snprintf(g.id, sizeof g.id, "msg_x");
         if (cut == 0)
-            for (size_t i = 0; i < n; i++) feed(&g, THINK_TEXT_CALL + i, 1);
+            for (size_t i = 0; i < n; i++) feed(&g, text + i, 1);
         else {
-            feed(&g, THINK_TEXT_CALL, cut);
-            feed(&g, THINK_TEXT_CALL + cut, n - cut);
+            feed(&g, text, cut);
+            feed(&g, text + cut, n - cut);
         }
         g.done = (eng_event){ .kind = ENG_EV_DONE, .stop = ENG_STOP_EOS, .n_prompt = 30, .n_gen = 20, .n_cached = 4 };
         g.have_done = true;
@@ -362,6 +366,18 @@ static void test_answers(void)
         free(g.text);
         free(g.out);
     }
+}
+
+static void test_answers(void)
+{
+    check_answer(THINK_TEXT_CALL, SRV_TOOL_QWEN, SRV_THINK_TAGS,
+                 "[{\"type\": \"thinking\", \"thinking\": \"\\nCheck the weather.\\n\", \"signature\": \"\"},"
+                 " {\"type\": \"text\", \"text\": \"Let me check.\"},"
+                 " {\"type\": \"tool_use\", \"id\": \"id\", \"name\": \"get_weather\", \"input\": {\"city\": \"Paris\"}}]");
+    check_answer(G4_THINK_TEXT_CALL, SRV_TOOL_GEMMA4, SRV_THINK_CHANNEL,
+                 "[{\"type\": \"thinking\", \"thinking\": \"Check the weather.\", \"signature\": \"\"},"
+                 " {\"type\": \"text\", \"text\": \"Let me check.\"},"
+                 " {\"type\": \"tool_use\", \"id\": \"id\", \"name\": \"get_weather\", \"input\": {\"city\": \"Paris\"}}]");
 }
 
 static void test_stops(void)

@@ -1,7 +1,8 @@
 /*
  * test_srv_reason.c - splitting <think>...</think> from the answer
  * (srv_reason): what DeepSeek-R1 and Qwen3 write, with the prompt opening
- * <think> or not, unclosed thinking, the four formats; and streaming: the
+ * <think> or not, unclosed thinking, the four formats; Gemma 4's thought
+ * channel, its empty closing block included; and streaming: the
  * text cut into two pieces at every byte (so every tag is cut everywhere),
  * the parts sent as they become safe, must add up to the whole-text split,
  * and what was sent is never taken back.
@@ -11,15 +12,20 @@
 
 typedef struct want { const char *reason, *content; } want;
 
-static void check_split(srv_reasoning f, const char *text, bool inside, want w)
+static void check_split_tags(srv_reasoning f, srv_think_tags t, const char *text, bool inside, want w)
 {
     size_t n = strlen(text);
-    srv_reason_split r = srv_reason_split_text(f, text, n, inside, true);
+    srv_reason_split r = srv_reason_split_text(f, t, text, n, inside, true);
     char got_r[512], got_c[512];
     snprintf(got_r, sizeof got_r, "%.*s", (int)r.reason_len, text + r.reason_off);
     snprintf(got_c, sizeof got_c, "%.*s", (int)r.content_len, text + r.content_off);
     CHECK_STR(got_r, w.reason);
     CHECK_STR(got_c, w.content);
+}
+
+static void check_split(srv_reasoning f, const char *text, bool inside, want w)
+{
+    check_split_tags(f, SRV_THINK_TAGS, text, inside, w);
 }
 
 /* Sends the new bytes of each part of split p of text, as srv_openai does. */
@@ -38,22 +44,22 @@ static void send_parts(const char *text, srv_reason_split p, char *r, size_t *n_
 /* Streams text cut in two at every byte (cut 0: one byte at a time),
  * sending each part's new bytes at every step and the rest at the end:
  * what the client pieces together is the whole-text split. */
-static void check_stream(srv_reasoning f, const char *text, bool inside)
+static void check_stream(srv_reasoning f, srv_think_tags t, const char *text, bool inside)
 {
     size_t n = strlen(text);
-    srv_reason_split whole = srv_reason_split_text(f, text, n, inside, true);
+    srv_reason_split whole = srv_reason_split_text(f, t, text, n, inside, true);
     for (size_t cut = 0; cut <= n; cut++) {
         char r[256], c[256];
         size_t n_r = 0, n_c = 0;
         for (size_t len = 1; len <= n; len++) {
             if (cut && len != cut && len != n) continue;
-            send_parts(text, srv_reason_split_text(f, text, len, inside, false), r, &n_r, c, &n_c);
+            send_parts(text, srv_reason_split_text(f, t, text, len, inside, false), r, &n_r, c, &n_c);
         }
         send_parts(text, whole, r, &n_r, c, &n_c);
         bool ok = n_r == whole.reason_len && !memcmp(r, text + whole.reason_off, n_r) &&
                   n_c == whole.content_len && !memcmp(c, text + whole.content_off, n_c);
-        if (!ok) fprintf(stderr, "stream of \"%s\" cut at %zu (format %d, inside %d) diverged\n", text, cut, (int)f,
-                         inside);
+        if (!ok) fprintf(stderr, "stream of \"%s\" cut at %zu (format %d, tags %d, inside %d) diverged\n", text, cut,
+                         (int)f, (int)t, inside);
         CHECK(ok);
     }
 }
@@ -92,18 +98,18 @@ static void test_partial(void)
 {
     /* Mid-stream the parts hold back what could still change. */
     const char *t = "<think>ab</th";
-    srv_reason_split p = srv_reason_split_text(SRV_REASON_AUTO, t, strlen(t), false, false);
+    srv_reason_split p = srv_reason_split_text(SRV_REASON_AUTO, SRV_THINK_TAGS, t, strlen(t), false, false);
     CHECK_EQ_INT(p.reason_len, 2);
     CHECK_EQ_INT(p.content_len, 0);
     CHECK(p.thinking);
-    p = srv_reason_split_text(SRV_REASON_AUTO, "<th", 3, false, false);
+    p = srv_reason_split_text(SRV_REASON_AUTO, SRV_THINK_TAGS, "<th", 3, false, false);
     CHECK_EQ_INT(p.content_len, 0);
     t = "<think>a</think>\n\n";
-    p = srv_reason_split_text(SRV_REASON_AUTO, t, strlen(t), false, false);
+    p = srv_reason_split_text(SRV_REASON_AUTO, SRV_THINK_TAGS, t, strlen(t), false, false);
     CHECK_EQ_INT(p.reason_len, 1);
     CHECK_EQ_INT(p.content_len, 0);        /* white space after the tag waits */
     CHECK(!p.thinking);
-    p = srv_reason_split_text(SRV_REASON_AUTO, "Hi", 2, false, false);
+    p = srv_reason_split_text(SRV_REASON_AUTO, SRV_THINK_TAGS, "Hi", 2, false, false);
     CHECK_EQ_INT(p.content_len, 2);
 }
 
@@ -120,9 +126,79 @@ static void test_stream(void)
     };
     for (size_t i = 0; i < ARRAY_LEN(texts); i++)
         for (int f = SRV_REASON_AUTO; f <= SRV_REASON_DEEPSEEK_LEGACY; f++) {
-            check_stream((srv_reasoning)f, texts[i], false);
-            check_stream((srv_reasoning)f, texts[i], true);
+            check_stream((srv_reasoning)f, SRV_THINK_TAGS, texts[i], false);
+            check_stream((srv_reasoning)f, SRV_THINK_TAGS, texts[i], true);
         }
+    static const char *const channel[] = {
+        "<|channel>thought\nLet me think.\n<channel|>Hello!",
+        "\n<|channel>thought\n\n<channel|>\n\nHi.",
+        "<|channel>thought\nPlan.<channel|>Answer.<|channel>thought\n<channel|>",
+        "Answer.\n<|channel>thought\n<channel|>\n",
+        "Answer <|channel>thought\nnot empty<channel|> more",
+        "Answer <|channel>thought <channel|> then more",
+        "<|channel>thought\nunclosed </channel",
+        "<|channel>thought\n\nTwo lines.\n\n<channel|>Hi",
+        "<|channel>thought\nends with a new line\n",
+        "<|chan",
+        "No thinking, a <channel|> alone.",
+    };
+    for (size_t i = 0; i < ARRAY_LEN(channel); i++)
+        for (int f = SRV_REASON_AUTO; f <= SRV_REASON_DEEPSEEK_LEGACY; f++) {
+            check_stream((srv_reasoning)f, SRV_THINK_CHANNEL, channel[i], false);
+            check_stream((srv_reasoning)f, SRV_THINK_CHANNEL, channel[i], true);
+        }
+}
+
+/* Gemma 4's thought channel: the new lines its template frames the
+ * thinking with are not thinking; an empty block at the end of an answer
+ * is dropped, one anywhere else (or one that holds thinking) is the
+ * answer's text. */
+static void test_channel(void)
+{
+    const srv_think_tags c = SRV_THINK_CHANNEL;
+    check_split_tags(SRV_REASON_AUTO, c, "<|channel>thought\nThe user greets me.\n<channel|>Hello!", false,
+                     (want){ "The user greets me.", "Hello!" });
+    check_split_tags(SRV_REASON_AUTO, c, "<|channel>thought\n\nTwo lines.\n\n<channel|>Hi", false,
+                     (want){ "\nTwo lines.\n", "Hi" });
+    check_split_tags(SRV_REASON_AUTO, c, "<|channel>thought\nShort.<channel|>\n\nHello!", false,
+                     (want){ "Short.", "Hello!" });
+    check_split_tags(SRV_REASON_AUTO, c, " \n<|channel>thought\n\n<channel|>Plain.", false, (want){ "", "Plain." });
+    check_split_tags(SRV_REASON_AUTO, c, "Hello.", false, (want){ "", "Hello." });
+    check_split_tags(SRV_REASON_AUTO, c, "Hello.<|channel>thought\n<channel|>", false, (want){ "", "Hello." });
+    check_split_tags(SRV_REASON_AUTO, c, "Hello.\n<|channel>thought <channel|>\n", false, (want){ "", "Hello.\n" });
+    check_split_tags(SRV_REASON_AUTO, c, "<|channel>thought\nx<channel|>Hi.<|channel>thought\n<channel|>", false,
+                     (want){ "x", "Hi." });
+    check_split_tags(SRV_REASON_AUTO, c, "A<|channel>thought\nB<channel|>C", false,
+                     (want){ "", "A<|channel>thought\nB<channel|>C" });
+    check_split_tags(SRV_REASON_AUTO, c, "A<|channel>thought\n<channel|>C", false,
+                     (want){ "", "A<|channel>thought\n<channel|>C" });
+    check_split_tags(SRV_REASON_AUTO, c, "<|channel>thought\nstill going", false, (want){ "still going", "" });
+    check_split_tags(SRV_REASON_AUTO, c, "Hi<channel|>there", false, (want){ "", "Hi<channel|>there" });
+    check_split_tags(SRV_REASON_AUTO, c, "<think>x</think>y", false, (want){ "", "<think>x</think>y" });
+    check_split_tags(SRV_REASON_NONE, c, "<|channel>thought\nX<channel|>Y<|channel>thought\n<channel|>", false,
+                     (want){ "", "<|channel>thought\nX<channel|>Y<|channel>thought\n<channel|>" });
+    check_split_tags(SRV_REASON_DEEPSEEK_LEGACY, c, "<|channel>thought\nX<channel|>Y", false,
+                     (want){ "X", "<|channel>thought\nX<channel|>Y" });
+    check_split_tags(SRV_REASON_DEEPSEEK, c, "\nstill<channel|>done", true, (want){ "still", "done" });
+    /* Mid-stream: the start of a possible closing block waits. */
+    const char *t = "Hello.<|channel>thou";
+    srv_reason_split p = srv_reason_split_text(SRV_REASON_AUTO, c, t, strlen(t), false, false);
+    CHECK_EQ_INT(p.content_len, 6);
+    t = "Hello.<|channel>thought\n<channel|>";
+    p = srv_reason_split_text(SRV_REASON_AUTO, c, t, strlen(t), false, false);
+    CHECK_EQ_INT(p.content_len, 6);
+    t = "Hello.<|channel>thought\nno";
+    p = srv_reason_split_text(SRV_REASON_AUTO, c, t, strlen(t), false, false);
+    CHECK_EQ_INT(p.content_len, strlen(t));
+    t = "<|channel>thought\n\n";
+    p = srv_reason_split_text(SRV_REASON_AUTO, c, t, strlen(t), false, false);
+    CHECK(p.thinking);
+    CHECK_EQ_INT(p.reason_len, 0);
+    t = "<|channel>thought\nab\n";          /* the new line may be the close's */
+    p = srv_reason_split_text(SRV_REASON_AUTO, c, t, strlen(t), false, false);
+    CHECK_EQ_INT(p.reason_len, 2);
+    p = srv_reason_split_text(SRV_REASON_AUTO, c, t, strlen(t), false, true);
+    CHECK_EQ_INT(p.reason_len, 3);
 }
 
 int main(int argc, char **argv)
@@ -131,5 +207,6 @@ int main(int argc, char **argv)
     TEST_RUN(test_whole);
     TEST_RUN(test_partial);
     TEST_RUN(test_stream);
+    TEST_RUN(test_channel);
     return test_finish();
 }

@@ -1,13 +1,15 @@
 /*
  * test_tools_families.c - tool calls of the Mistral, DeepSeek, gpt-oss
- * (harmony) and Qwen3.5 (Qwen3-Coder XML) formats parsed out of what those
- * models write, the format picked from a template's markers, and
+ * (harmony), Qwen3.5 (Qwen3-Coder XML) and Gemma 4 formats parsed out of
+ * what those models write, the format picked from a template's markers, and
  * streaming: for every family and every cut point of the text, what
  * srv_tools_content_prefix lets out is a prefix of the final content
  * (never taken back), and the calls come out the same as from the whole
- * text.  The XML format is also checked against its template: the turns
- * jinja2 renders from known calls (tests/jinja/qwen35/tool_turns.json)
- * parse back to those calls.
+ * text.  The XML and Gemma 4 formats are also checked against their
+ * templates: the turns jinja2 renders from known calls
+ * (tests/jinja/qwen35/tool_turns.json, tests/jinja/gemma4/turns.json)
+ * parse back to those calls; and Gemma 4's against llama.cpp's parser on
+ * the same replies (tests/data/gemma4_tools).
  */
 #include "../src/grammar/gram.h"
 #include "../src/server/srv_parse.h"
@@ -17,6 +19,8 @@
 #include "tool_check.h"
 
 #define QWEN35_DIR "tests/jinja/qwen35"
+#define GEMMA4_DIR "tests/jinja/gemma4"
+#define GEMMA4_REFS "tests/data/gemma4_tools/replies.json"
 
 static void test_mistral(void)
 {
@@ -146,6 +150,227 @@ static void test_harmony_template(void)
     srv_tool_msg_free(&m);
 }
 
+/* Gemma 4: calls as its template's format_argument prints arguments
+ * (bare keys, strings between <|"|> marks, JSON scalars, arrays, dicts). */
+static void test_gemma4(void)
+{
+    srv_tool_msg m = parse(SRV_TOOL_GEMMA4, "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}<tool_call|>");
+    CHECK_EQ_INT(m.n_calls, 1);
+    check_call(&m, 0, "get_weather", "{\"city\":\"Paris\"}");
+    CHECK_STR(m.content, "");
+    srv_tool_msg_free(&m);
+
+    /* Strings hold anything but the mark, unescaped: commas, braces,
+     * colons, JSON quotes, backslashes, new lines, tabs, UTF-8. */
+    m = parse(SRV_TOOL_GEMMA4, "<|tool_call>call:write_file{content:<|\"|>a, {b}: \"c\" \\n\n\td\u00fc \xe4\xbd\xa0"
+                               "<|\"|>,path:<|\"|>x.txt<|\"|>}<tool_call|>");
+    check_call(&m, 0, "write_file", "{\"content\":\"a, {b}: \\\"c\\\" \\\\n\\n\\td\u00fc \xe4\xbd\xa0\","
+                                    "\"path\":\"x.txt\"}");
+    srv_tool_msg_free(&m);
+
+    /* Nesting, numbers as written, booleans, null (also as the template
+     * prints one, None), empty containers. */
+    m = parse(SRV_TOOL_GEMMA4, "<|tool_call>call:search{filters:{lang:<|\"|>C<|\"|>,stars:{min:100,max:1.5e3}},"
+                               "limit:-10,exact:false,fuzzy:true,since:null,until:None,"
+                               "tags:[<|\"|>a<|\"|>,[1,2.50],{},[]],opts:{}}<tool_call|>");
+    check_call(&m, 0, "search", "{\"filters\":{\"lang\":\"C\",\"stars\":{\"min\":100,\"max\":1.5e3}},"
+                                "\"limit\":-10,\"exact\":false,\"fuzzy\":true,\"since\":null,\"until\":null,"
+                                "\"tags\":[\"a\",[1,2.50],{},[]],\"opts\":{}}");
+    srv_tool_msg_free(&m);
+
+    /* White space between the parts; a key quoted as a string. */
+    m = parse(SRV_TOOL_GEMMA4, "<|tool_call>call:f{ a: 1 , <|\"|>b c<|\"|>: [ 2 , 3 ] }<tool_call|>");
+    check_call(&m, 0, "f", "{\"a\":1,\"b c\":[2,3]}");
+    srv_tool_msg_free(&m);
+
+    /* Several calls; content before, between and after them kept. */
+    m = parse(SRV_TOOL_GEMMA4, "Let me check both.\n<|tool_call>call:get_weather{city:<|\"|>Oslo<|\"|>}<tool_call|>"
+                               "<|tool_call>call:now{}<tool_call|>\n<|tool_call>call:get_weather{city:<|\"|>Rome<|\"|>}"
+                               "<tool_call|>\nDone.");
+    CHECK_EQ_INT(m.n_calls, 3);
+    check_call(&m, 0, "get_weather", "{\"city\":\"Oslo\"}");
+    check_call(&m, 1, "now", "{}");
+    check_call(&m, 2, "get_weather", "{\"city\":\"Rome\"}");
+    CHECK_STR(m.content, "Let me check both.\n\n\nDone.");
+    srv_tool_msg_free(&m);
+
+    /* Cut off right after the arguments (the close never came). */
+    m = parse(SRV_TOOL_GEMMA4, "<|tool_call>call:now{}");
+    check_call(&m, 0, "now", "{}");
+    srv_tool_msg_free(&m);
+
+    /* Malformed: kept as the model wrote it, no call. */
+    static const char *const bad[] = {
+        "<|tool_call>call:get_weather{city:<|\"|>Paris}<tool_call|>",      /* string never closed */
+        "<|tool_call>call:get_weather{city:Paris}<tool_call|>",             /* a bare word */
+        "<|tool_call>call:f{a:01}<tool_call|>",                             /* not JSON numbers */
+        "<|tool_call>call:f{a:1.}<tool_call|>",
+        "<|tool_call>call:f{a:+1}<tool_call|>",
+        "<|tool_call>call:f{a:True}<tool_call|>",
+        "<|tool_call>call:f{a:1,}<tool_call|>",                             /* trailing comma */
+        "<|tool_call>call:f{a:[1,2}<tool_call|>",
+        "<|tool_call>call:f{:1}<tool_call|>",                               /* empty key */
+        "<|tool_call>call:f{a:1}junk<tool_call|>",
+        "<|tool_call>call:f{a:1",                                            /* cut off */
+        "<|tool_call>call:f",
+        "<|tool_call>call:{a:1}<tool_call|>",                               /* no name */
+        "<|tool_call>call:my tool{}<tool_call|>",
+        "<|tool_call>get_weather{}<tool_call|>",                            /* no "call:" */
+        "<|tool_call>call:f[1]<tool_call|>",                                /* arguments not a dict */
+        "<|tool_call>call:f{a:<|\"|>\xff<|\"|>}<tool_call|>",                /* not UTF-8 */
+        "Say <|tool_call> to call.",
+    };
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        m = parse(SRV_TOOL_GEMMA4, bad[i]);
+        CHECK_EQ_INT(m.n_calls, 0);
+        CHECK_STR(m.content, bad[i]);
+        srv_tool_msg_free(&m);
+    }
+    /* A bad call stays content; a good one after it still counts. */
+    m = parse(SRV_TOOL_GEMMA4, "<|tool_call>call:f{a:}<tool_call|> <|tool_call>call:g{b:2}<tool_call|>");
+    CHECK_EQ_INT(m.n_calls, 1);
+    check_call(&m, 0, "g", "{\"b\":2}");
+    CHECK_STR(m.content, "<|tool_call>call:f{a:}<tool_call|>");
+    srv_tool_msg_free(&m);
+
+    /* Nesting past the limit is refused, not followed down the stack. */
+    char deep[2200] = "<|tool_call>call:f{a:";
+    size_t k = strlen(deep);
+    for (int i = 0; i < 1000; i++) deep[k++] = '[';
+    for (int i = 0; i < 1000; i++) deep[k++] = ']';
+    strcpy(deep + k, "}<tool_call|>");
+    m = parse(SRV_TOOL_GEMMA4, deep);
+    CHECK_EQ_INT(m.n_calls, 0);
+    srv_tool_msg_free(&m);
+
+    /* Thinking, then a call: srv_reason takes the channel, the rest parses. */
+    const char *text = "<|channel>thought\nThe user wants the weather.<channel|>"
+                       "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}<tool_call|>";
+    srv_reason_split rs = srv_reason_split_text(SRV_REASON_AUTO, SRV_THINK_CHANNEL, text, strlen(text), false, true);
+    CHECK(rs.reason_len == 27 && !strncmp(text + rs.reason_off, "The user wants the weather.", 27));
+    CHECK_EQ_INT(srv_tools_parse(SRV_TOOL_GEMMA4, NULL, text + rs.content_off, rs.content_len, &m), PK_OK);
+    check_call(&m, 0, "get_weather", "{\"city\":\"Paris\"}");
+    CHECK_STR(m.content, "");
+    srv_tool_msg_free(&m);
+}
+
+/* A turn a template rendered from known calls ("text", "content", "calls"
+ * with their "want" arguments), its thinking split with tags (the prompt
+ * opened it: inside) and the rest parsed with f (typed by tools): the
+ * thinking must be want_r, the content and calls the turn's. */
+static void check_turn(const json_t *t, srv_tool_fmt f, const json_t *tools, srv_think_tags tags, bool inside,
+                       const char *want_r)
+{
+    int fails = test_n_fail;
+    const json_t *calls = json_object_get(t, "calls");
+    const char *text = json_string_value(json_object_get(t, "text"));
+    size_t n = json_string_length(json_object_get(t, "text"));
+    srv_reason_split rs = srv_reason_split_text(SRV_REASON_AUTO, tags, text, n, inside, true);
+    CHECK_EQ_INT(rs.reason_len, strlen(want_r));
+    CHECK(!strncmp(text + rs.reason_off, want_r, rs.reason_len));
+    srv_tool_msg m;
+    CHECK_EQ_INT(srv_tools_parse(f, tools, text + rs.content_off, rs.content_len, &m), PK_OK);
+    CHECK_STR(m.content, json_string_value(json_object_get(t, "content")));
+    CHECK_EQ_INT(m.n_calls, (int)json_array_size(calls));
+    for (size_t k = 0; k < json_array_size(calls); k++)
+        check_call(&m, (int)k, json_string_value(json_object_get(json_array_get(calls, k), "name")),
+                   json_string_value(json_object_get(json_array_get(calls, k), "want")));
+    if (test_n_fail > fails) fprintf(stderr, "in turn %s\n", json_string_value(json_object_get(t, "name")));
+    srv_tool_msg_free(&m);
+}
+
+/* Gemma 4's template rendering known turns (jinja2, tests/jinja/gemma4/
+ * turns.py), cut where the model's text starts: the thinking, the content
+ * (which the template writes after the calls) and the calls must come back
+ * as they went in. */
+static void test_gemma4_oracle(void)
+{
+    json_error_t err;
+    json_t *o = json_load_file(GEMMA4_DIR "/turns.json", 0, &err);
+    if (!o) {
+        SKIP_PART(GEMMA4_DIR "/turns.json: %.100s (run from the repository root)", err.text);
+        return;
+    }
+    const json_t *turns = json_object_get(o, "turns");
+    CHECK(json_array_size(turns) >= 8);
+    for (size_t i = 0; i < json_array_size(turns); i++) {
+        const json_t *t = json_array_get(turns, i);
+        const char *want_r = json_string_value(json_object_get(t, "reasoning"));
+        check_turn(t, SRV_TOOL_GEMMA4, NULL, SRV_THINK_CHANNEL, false, want_r);
+    }
+    json_decref(o);
+}
+
+/* s[0..n) less the white space at both ends equals want's. */
+static bool same_trimmed(const char *s, size_t n, const char *want)
+{
+    size_t wn = strlen(want);
+    while (n && strchr(" \t\r\n", s[0])) s++, n--;
+    while (n && strchr(" \t\r\n", s[n - 1])) n--;
+    while (wn && strchr(" \t\r\n", want[0])) want++, wn--;
+    while (wn && strchr(" \t\r\n", want[wn - 1])) wn--;
+    return n == wn && !memcmp(s, want, n);
+}
+
+/* Whether a parse (content, reasoning, calls) is the answer w: content and
+ * reasoning compared without the white space at their ends (polykv trims
+ * content around calls and takes only the template's new lines off the
+ * thinking; llama.cpp trims neither the same way), calls exactly. */
+static bool same_answer(const srv_tool_msg *m, const char *reason, size_t n_reason, const json_t *w)
+{
+    const json_t *calls = json_object_get(w, "tool_calls");
+    bool ok = same_trimmed(m->content, m->content_len, json_string_value(json_object_get(w, "content"))) &&
+              same_trimmed(reason, n_reason, json_string_value(json_object_get(w, "reasoning_content"))) &&
+              m->n_calls == (int)json_array_size(calls);
+    for (int k = 0; ok && k < m->n_calls; k++) {
+        const json_t *c = json_array_get(calls, (size_t)k);
+        ok = !strcmp(m->calls[k].name, json_string_value(json_object_get(c, "name"))) &&
+             !strcmp(m->calls[k].arguments, json_string_value(json_object_get(c, "arguments")));
+    }
+    return ok;
+}
+
+/* llama.cpp's Gemma 4 parser on hand-written replies (tests/data/
+ * gemma4_tools, scripts/refs/make_gemma4_tool_refs.sh): polykv's thinking
+ * split and call parse give its answer, except where a case records
+ * polykv's own answer and why; there llama.cpp's must indeed differ. */
+static void test_gemma4_llama(void)
+{
+    json_error_t err;
+    json_t *cases = json_load_file(GEMMA4_REFS, 0, &err);
+    if (!cases) {
+        SKIP_PART(GEMMA4_REFS ": %.100s (run from the repository root)", err.text);
+        return;
+    }
+    CHECK(json_array_size(cases) >= 30);
+    for (size_t i = 0; i < json_array_size(cases); i++) {
+        const json_t *c = json_array_get(cases, i);
+        const char *name = json_string_value(json_object_get(c, "name"));
+        const char *text = json_string_value(json_object_get(c, "text"));
+        size_t n = json_string_length(json_object_get(c, "text"));
+        srv_reasoning f = SRV_REASON_AUTO;
+        CHECK(srv_reasoning_parse(json_string_value(json_object_get(c, "reasoning_format")), &f));
+        srv_tool_fmt fmt = json_is_true(json_object_get(c, "tools")) ? SRV_TOOL_GEMMA4 : SRV_TOOL_NONE;
+        srv_reason_split rs = srv_reason_split_text(f, SRV_THINK_CHANNEL, text, n, false, true);
+        srv_tool_msg m;
+        CHECK_EQ_INT(srv_tools_parse(fmt, NULL, text + rs.content_off, rs.content_len, &m), PK_OK);
+        const json_t *ours = json_object_get(c, "polykv"), *llama = json_object_get(c, "want");
+        CHECK_STR(json_string_value(json_object_get(c, "format")), "peg-gemma4");
+        if (!same_answer(&m, text + rs.reason_off, rs.reason_len, ours ? ours : llama)) {
+            fprintf(stderr, "case %s: polykv's parse is not %s's answer\n", name, ours ? "its recorded" : "llama.cpp");
+            CHECK(false);
+        }
+        if (ours && llama && same_answer(&m, text + rs.reason_off, rs.reason_len, llama)) {
+            fprintf(stderr, "case %s: llama.cpp now agrees; its polykv answer is not needed\n", name);
+            CHECK(false);
+        }
+        CHECK(ours || llama);
+        CHECK(!ours || json_string_length(json_object_get(c, "why")));
+        srv_tool_msg_free(&m);
+    }
+    json_decref(cases);
+}
+
 static srv_tool_msg parse_typed(const json_t *tools, const char *text)
 {
     srv_tool_msg m;
@@ -266,26 +491,12 @@ static void test_qwen_xml_oracle(void)
     const json_t *tools = json_object_get(o, "tools"), *turns = json_object_get(o, "turns");
     CHECK(json_array_size(turns) >= 7);
     for (size_t i = 0; i < json_array_size(turns); i++) {
-        int fails = test_n_fail;
-        const json_t *t = json_array_get(turns, i), *calls = json_object_get(t, "calls");
-        const char *text = json_string_value(json_object_get(t, "text"));
-        size_t n = json_string_length(json_object_get(t, "text"));
-        /* The generation prompt ends inside "<think>\n". */
-        srv_reason_split rs = srv_reason_split_text(SRV_REASON_AUTO, text, n, true, true);
+        const json_t *t = json_array_get(turns, i);
         char want_r[256];
         /* The new line before </think> stays with the thinking. */
         snprintf(want_r, sizeof want_r, "%s\n", json_string_value(json_object_get(t, "reasoning")));
-        CHECK_EQ_INT(rs.reason_len, strlen(want_r));
-        CHECK(!strncmp(text + rs.reason_off, want_r, rs.reason_len));
-        srv_tool_msg m;
-        CHECK_EQ_INT(srv_tools_parse(SRV_TOOL_QWEN_XML, tools, text + rs.content_off, rs.content_len, &m), PK_OK);
-        CHECK_STR(m.content, json_string_value(json_object_get(t, "content")));
-        CHECK_EQ_INT(m.n_calls, (int)json_array_size(calls));
-        for (size_t k = 0; k < json_array_size(calls); k++)
-            check_call(&m, (int)k, json_string_value(json_object_get(json_array_get(calls, k), "name")),
-                       json_string_value(json_object_get(json_array_get(calls, k), "want")));
-        if (test_n_fail > fails) fprintf(stderr, "in turn %s\n", json_string_value(json_object_get(t, "name")));
-        srv_tool_msg_free(&m);
+        /* The generation prompt ends inside "<think>\n". */
+        check_turn(t, SRV_TOOL_QWEN_XML, tools, SRV_THINK_TAGS, true, want_r);
     }
     json_decref(o);
 }
@@ -368,6 +579,8 @@ static void test_detect(void)
     CHECK_EQ_INT(srv_tools_detect(NULL, SRV_TOOL_LLAMA3), SRV_TOOL_LLAMA3);
     CHECK_EQ_INT(srv_tools_detect("'<tool_call>\n<function=' + n + '>\n' ... '<parameter=' + k", SRV_TOOL_QWEN),
                  SRV_TOOL_QWEN_XML);
+    CHECK_EQ_INT(srv_tools_detect("{{- '<|tool_call>call:' + function['name'] + '{' -}}", SRV_TOOL_QWEN),
+                 SRV_TOOL_GEMMA4);
     /* Qwen3.5's template carries <tool_call> too: the XML form must win. */
     FILE *f = fopen(QWEN35_DIR "/chat_template.jinja", "rb");
     if (!f) {
@@ -428,6 +641,11 @@ static void test_stream(void)
     check_stream(SRV_TOOL_QWEN_XML, "Checking.\n\n<tool_call>\n<function=f>\n<parameter=a>\nx < y\n</parameter>\n"
                                     "</function>\n</tool_call>", 1);
     check_stream(SRV_TOOL_QWEN_XML, "Plain <b>text</b> with <tool_", 0);
+    check_stream(SRV_TOOL_GEMMA4, "Checking.\n<|tool_call>call:f{a:<|\"|>x<|\"|>}<tool_call|>"
+                                  "<|tool_call>call:g{}<tool_call|>", 2);
+    check_stream(SRV_TOOL_GEMMA4, "Plain <|text|> with <|tool_", 0);
+    CHECK_EQ_INT(srv_tools_content_prefix(SRV_TOOL_GEMMA4, "Hi <|tool_c", 11), 2);
+    CHECK_EQ_INT(srv_tools_content_prefix(SRV_TOOL_GEMMA4, "Hi\n<|tool_call>call:f{", 23), 2);
     CHECK_EQ_INT(srv_tools_content_prefix(SRV_TOOL_QWEN_XML, "Hi <tool_c", 10), 2);
     CHECK_EQ_INT(srv_tools_content_prefix(SRV_TOOL_QWEN_XML, "Hi\n<tool_call>\n<function=f>", 27), 2);
 }
@@ -439,6 +657,9 @@ int main(int argc, char **argv)
     TEST_RUN(test_deepseek);
     TEST_RUN(test_harmony);
     TEST_RUN(test_harmony_template);
+    TEST_RUN(test_gemma4);
+    TEST_RUN(test_gemma4_oracle);
+    TEST_RUN(test_gemma4_llama);
     TEST_RUN(test_qwen_xml);
     TEST_RUN(test_qwen_xml_oracle);
     TEST_RUN(test_qwen_xml_forced);

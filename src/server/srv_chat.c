@@ -21,9 +21,10 @@
  * enable_thinking is true unless chat_template_kwargs says otherwise (a
  * DeepSeek-R1 template closes its <think> block when it is not).  And a
  * template that prints tool-call arguments only right when they are JSON
- * objects (`arguments | tojson`: Llama 3.1, DeepSeek, gpt-oss) gets the
- * arguments OpenAI clients send as strings parsed into objects; a probe at
- * start finds out which templates those are, as llama.cpp's does.
+ * objects (`arguments | tojson`: Llama 3.1, DeepSeek, gpt-oss), or lays
+ * an object's members out in a layout of its own (Qwen3.5, Gemma 4), gets
+ * the arguments OpenAI clients send as strings parsed into objects; a
+ * probe at start finds out which templates those are, as llama.cpp's does.
  *
  * gpt-oss's harmony template (its source holds "<|channel|>") reads a turn's
  * analysis from `thinking`: an assistant turn's string reasoning_content is
@@ -89,7 +90,12 @@ static bool wants_object_arguments(const jj_tmpl *t)
      * `arguments|items`) fail on a string and print the member in their
      * own layout (<parameter=probe_arg>\nv1). */
     bool walked = as_obj && !as_str && strstr(as_obj, "probe_arg") && strstr(as_obj, "v1");
-    bool r = printed || walked;
+    /* Templates that lay an object's values out their own way and print a
+     * string as it is (Gemma 4's `probe_arg:<|"|>v1<|"|>`, beside the
+     * string's JSON verbatim): the object's layout is what the model
+     * writes and was taught, as llama.cpp finds from the members used. */
+    bool laid_out = as_obj && strstr(as_obj, "v1") && !strstr(as_obj, "\"v1\"") && !strstr(as_obj, "'v1'");
+    bool r = printed || walked || laid_out;
     free(as_str);
     free(as_obj);
     return r;

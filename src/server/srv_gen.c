@@ -731,7 +731,8 @@ enum MHD_Result srv_gen_prompt(srv_req *r, json_t *body, srv_api api)
 srv_new_text srv_gen_take_new(srv_gen *g)
 {
     srv_new_text t = { 0 };
-    srv_reason_split rs = srv_reason_split_text(g->o.reasoning, g->text, g->n_text, g->o.think_open, false);
+    srv_reason_split rs =
+        srv_reason_split_text(g->o.reasoning, g->o.think, g->text, g->n_text, g->o.think_open, false);
     if (rs.reason_len > g->n_sent_reason) {
         t.reason = g->text + rs.reason_off + g->n_sent_reason;
         t.n_reason = rs.reason_len - g->n_sent_reason;

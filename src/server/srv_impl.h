@@ -49,7 +49,7 @@ typedef struct srv_jinja {
     char *file_src;                /* --chat-template-file's text, or NULL */
     char *bos, *eos;               /* the vocabulary's bos / eos text, "" when none */
     bool knows_tools;              /* the template reads `tools` (else tmpl_tools.c lays them out) */
-    bool object_arguments;         /* it prints tool-call arguments only when they are objects */
+    bool object_arguments;         /* it shows tool-call arguments right only when they are objects */
     bool harmony;                  /* gpt-oss's: messages in channels, the analysis read from `thinking` */
 } srv_jinja;
 

@@ -82,7 +82,7 @@ static json_t *tool_calls_json(const srv_tool_msg *tm, bool with_index)
 bool srv_gen_answer(const srv_gen *g, srv_answer *a)
 {
     const char *text = g->text ? g->text : "";
-    srv_reason_split rs = srv_reason_split_text(g->o.reasoning, text, g->n_text, g->o.think_open, true);
+    srv_reason_split rs = srv_reason_split_text(g->o.reasoning, g->o.think, text, g->n_text, g->o.think_open, true);
     memset(a, 0, sizeof *a);
     if (srv_tools_parse(g->o.tools, g->o.tool_defs, text + rs.content_off, rs.content_len, &a->tm) != PK_OK)
         return false;
@@ -196,7 +196,7 @@ void srv_oai_stream_end(srv_gen *g)
         chat_chunk(g, json_pack("{s:s, s:n}", "role", "assistant", "content"), NULL, NULL);
     }
     const char *text = g->text ? g->text : "";
-    srv_reason_split rs = srv_reason_split_text(g->o.reasoning, text, g->n_text, g->o.think_open, true);
+    srv_reason_split rs = srv_reason_split_text(g->o.reasoning, g->o.think, text, g->n_text, g->o.think_open, true);
     if (rs.reason_len > g->n_sent_reason)
         chat_chunk(g, json_pack("{s:o}", "reasoning_content", srv_json_text(text + rs.reason_off + g->n_sent_reason,
                                                                             rs.reason_len - g->n_sent_reason)),
@@ -308,10 +308,13 @@ bool srv_chat_tokens(srv *s, const json_t *body, srv_api api, eng_completion *c,
      * Qwen3.5's XML form where the template uses it, else in the Hermes or
      * Llama 3 JSON form of the rendering, which is parsed as such. */
     const char *src = s->tmpl_src ? s->tmpl_src : tok_chat_template(s->voc);
-    srv_tool_fmt written = ok && o->tools ? srv_tools_detect(src, o->tools) : o->tools;
+    srv_tool_fmt family = ok ? srv_tools_detect(src, SRV_TOOL_NONE) : SRV_TOOL_NONE;
+    srv_tool_fmt written = ok && o->tools && family ? family : o->tools;
     /* gpt-oss answers in harmony messages with or without tools: its
      * channels are parsed into reasoning and content either way. */
-    if (ok && srv_tools_detect(src, SRV_TOOL_NONE) == SRV_TOOL_HARMONY) written = SRV_TOOL_HARMONY;
+    if (family == SRV_TOOL_HARMONY) written = SRV_TOOL_HARMONY;
+    /* Gemma 4 thinks in its thought channel, with or without tools. */
+    o->think = family == SRV_TOOL_GEMMA4 ? SRV_THINK_CHANNEL : SRV_THINK_TAGS;
     if (written == SRV_TOOL_QWEN_XML) o->tools = written;
     ok = ok && srv_tools_grammar(body, o->tools, &tg, e);
     if (ok && tg && c->grammar) {

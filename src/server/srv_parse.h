@@ -23,6 +23,7 @@ typedef struct srv_gen_opts {
     json_t *tool_defs;             /* chat: the request's "tools", which type QWEN_XML arguments
                                       (borrowed from the body; each srv_gen holds its own reference) */
     srv_reasoning reasoning;       /* chat: where <think>...</think> goes */
+    srv_think_tags think;          /* chat: how the template's model marks its thinking */
     bool think_open;               /* chat: the prompt opened <think> (set by the chat handler) */
     bool verbose;                  /* "__verbose" in responses (--verbose) */
     bool post_sampling_probs;      /* probabilities after the samplers, as "prob" (native) */

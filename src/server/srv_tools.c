@@ -5,7 +5,8 @@
  * one JSON object there with jansson (which reports how many bytes it
  * used), check that it names a function, and keep everything else as
  * content.  QWEN_XML has no JSON around its values: each one is typed by
- * the tool's schema and the arguments object is written here.
+ * the tool's schema and the arguments object is written here.  Nor has
+ * GEMMA4: its values are read in its own syntax and written out as JSON.
  */
 #include <ctype.h>
 #include <stdlib.h>
@@ -35,6 +36,10 @@ static const char X_PARAM_END[] = "</parameter>";
 static const char H_CHANNEL[] = "<|channel|>";
 static const char H_MESSAGE[] = "<|message|>";
 static const char H_START[] = "<|start|>";
+static const char G4_CALL[] = "<|tool_call>";
+static const char G4_FN[] = "call:";
+static const char G4_CALL_END[] = "<tool_call|>";
+static const char G4_QUOTE[] = "<|\"|>";
 #define LIT(s) (sizeof s - 1)
 
 static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
@@ -565,6 +570,179 @@ static void parse_qwen_xml(const char *s, size_t n, const json_t *tools, srv_too
     }
 }
 
+/* ---- GEMMA4 ---- */
+
+/* Nesting deeper than this is refused: the value reader recurses. */
+#define G4_MAX_DEPTH 128
+
+static size_t g4_value(const char *s, size_t i, size_t n, pk_buf *b, int depth);
+
+/* A string "<|"|>TEXT<|"|>" at s[i] (TEXT any UTF-8 but the quote) as a
+ * JSON string: its end, or 0. */
+static size_t g4_string(const char *s, size_t i, size_t n, pk_buf *b)
+{
+    if (!starts(s, i, n, G4_QUOTE)) return 0;
+    size_t a = i + LIT(G4_QUOTE), z = find(s, a, n, G4_QUOTE);
+    if (z == n || !pk_utf8_valid(s + a, z - a)) return 0;
+    put_json_string(b, s + a, z - a);
+    return z + LIT(G4_QUOTE);
+}
+
+/* A JSON number at s[i], written as it is (its digits kept): its end, or 0. */
+static size_t g4_number(const char *s, size_t i, size_t n, pk_buf *b)
+{
+    size_t j = i;
+    if (j < n && s[j] == '-') j++;
+    if (j < n && s[j] == '0') j++;
+    else if (j < n && s[j] >= '1' && s[j] <= '9')
+        while (j < n && isdigit((unsigned char)s[j])) j++;
+    else return 0;
+    if (j < n && s[j] == '.') {
+        size_t d = ++j;
+        while (j < n && isdigit((unsigned char)s[j])) j++;
+        if (j == d) return 0;
+    }
+    if (j < n && (s[j] == 'e' || s[j] == 'E')) {
+        j++;
+        if (j < n && (s[j] == '+' || s[j] == '-')) j++;
+        size_t d = j;
+        while (j < n && isdigit((unsigned char)s[j])) j++;
+        if (j == d) return 0;
+    }
+    pk_buf_put(b, s + i, j - i);
+    return j;
+}
+
+/* A key at s[i]: bare, running to the ':' (the template prints keys so;
+ * llama.cpp reads [^:}]+) but for control bytes, or quoted as strings are
+ * (no NUL: JSON readers refuse one in a key).  Its end, or 0. */
+static size_t g4_key(const char *s, size_t i, size_t n, pk_buf *b)
+{
+    size_t k = i;
+    if (starts(s, i, n, G4_QUOTE)) {
+        size_t a = i + LIT(G4_QUOTE);
+        k = g4_string(s, i, n, b);
+        return k && !memchr(s + a, 0, k - LIT(G4_QUOTE) - a) ? k : 0;
+    }
+    while (k < n && s[k] != ':' && s[k] != '}' && (unsigned char)s[k] >= 0x20) k++;
+    if (k == i || k == n || s[k] != ':' || !pk_utf8_valid(s + i, k - i)) return 0;
+    put_json_string(b, s + i, k - i);
+    return k;
+}
+
+/* A dict "{key:value,...}" or an array "[value,...]" at s[i] as a JSON
+ * object or array: its end, or 0. */
+static size_t g4_items(const char *s, size_t i, size_t n, pk_buf *b, int depth)
+{
+    if (i >= n || (s[i] != '{' && s[i] != '[') || depth > G4_MAX_DEPTH) return 0;
+    bool dict = s[i] == '{';
+    const char close = dict ? '}' : ']';
+    pk_buf_put(b, s + i, 1);
+    size_t q = skip_ws(s, i + 1, n);
+    if (q < n && s[q] == close) {
+        pk_buf_put(b, &close, 1);
+        return q + 1;
+    }
+    for (;;) {
+        if (dict) {
+            size_t k = g4_key(s, q, n, b);
+            if (!k || k >= n || s[k] != ':') return 0;
+            pk_buf_put(b, ":", 1);
+            q = skip_ws(s, k + 1, n);
+        }
+        size_t e = g4_value(s, q, n, b, depth + 1);
+        if (!e) return 0;
+        q = skip_ws(s, e, n);
+        if (q < n && s[q] == close) {
+            pk_buf_put(b, &close, 1);
+            return q + 1;
+        }
+        if (q >= n || s[q] != ',') return 0;
+        pk_buf_put(b, ",", 1);
+        q = skip_ws(s, q + 1, n);
+    }
+}
+
+/* Any value at s[i], as the template's format_argument prints one: a
+ * null it prints with Jinja's own str(), None, which reads back as null. */
+static size_t g4_value(const char *s, size_t i, size_t n, pk_buf *b, int depth)
+{
+    static const char *const words[][2] = { { "true", "true" }, { "false", "false" }, { "null", "null" },
+                                            { "None", "null" } };
+    if (i >= n) return 0;
+    if (s[i] == '{' || s[i] == '[') return g4_items(s, i, n, b, depth);
+    if (s[i] == '<') return g4_string(s, i, n, b);
+    for (size_t k = 0; k < ARRAY_LEN(words); k++)
+        if (starts(s, i, n, words[k][0])) {
+            pk_buf_puts(b, words[k][1]);
+            return i + strlen(words[k][0]);
+        }
+    return g4_number(s, i, n, b);
+}
+
+/* The end of a function's name starting at s[i]: the '{' of its
+ * arguments, or 0 when there is none right after a name. */
+static size_t g4_name_end(const char *s, size_t i, size_t n)
+{
+    size_t e = i;
+    while (e < n && s[e] && s[e] != '{' && !is_ws(s[e]) && !strchr("<>}[]:,\"'", s[e])) e++;
+    return e < n && s[e] == '{' && e > i && pk_utf8_valid(s + i, e - i) ? e : 0;
+}
+
+/* One call after "<|tool_call>" at s[i]: "call:NAME{...}<tool_call|>" (the
+ * close may be missing at the end of a text cut off right after the
+ * arguments).  Fills *call (owned strings) and returns its end; 0 when it
+ * does not parse or out of memory (content->oom set). */
+static size_t g4_call(const char *s, size_t i, size_t n, srv_tool_call *call, pk_buf *content)
+{
+    size_t q = skip_ws(s, i, n);
+    if (!starts(s, q, n, G4_FN)) return 0;
+    q += LIT(G4_FN);
+    size_t ne = g4_name_end(s, q, n);
+    if (!ne) return 0;
+    pk_buf args = {0};
+    size_t e = g4_items(s, ne, n, &args, 0);     /* a dict: the name ends at its '{' */
+    size_t r = e ? skip_ws(s, e, n) : 0;
+    size_t end = !e ? 0 : starts(s, r, n, G4_CALL_END) ? r + LIT(G4_CALL_END) : r == n ? n : 0;
+    pk_buf_put(&args, "", 0);
+    char *name = end && !args.oom ? strndup(s + q, ne - q) : NULL;
+    if (!name) {
+        if (args.oom || end) content->oom = true;
+        pk_buf_free(&args);
+        return 0;
+    }
+    call->name = name;
+    call->arguments = args.p;
+    return end;
+}
+
+/* Gemma 4: "<|tool_call>call:NAME{...}<tool_call|>" anywhere, any number;
+ * a marker whose call does not parse stays content. */
+static void parse_gemma4(const char *s, size_t n, srv_tool_msg *m, pk_buf *content)
+{
+    size_t pos = 0;
+    while (pos < n) {
+        size_t t = find(s, pos, n, G4_CALL);
+        pk_buf_put(content, s + pos, t - pos);
+        if (t == n) break;
+        srv_tool_call c = {0};
+        size_t e = g4_call(s, t + LIT(G4_CALL), n, &c, content);
+        if (content->oom) return;
+        if (e) {
+            if (!add_call(m, c)) {
+                free(c.name);
+                free(c.arguments);
+                content->oom = true;
+                return;
+            }
+            pos = e;
+            continue;
+        }
+        pk_buf_put(content, s + t, LIT(G4_CALL));
+        pos = t + LIT(G4_CALL);
+    }
+}
+
 /* The end of a harmony message body starting at i. */
 static size_t harmony_body_end(const char *s, size_t i, size_t n)
 {
@@ -623,6 +801,7 @@ static void parse_harmony(const char *s, size_t n, srv_tool_msg *m, pk_buf *cont
 srv_tool_fmt srv_tools_detect(const char *src, srv_tool_fmt fallback)
 {
     if (!src) return fallback;
+    if (strstr(src, "<|tool_call>call:")) return SRV_TOOL_GEMMA4;
     /* As llama.cpp decides: gpt-oss's template writes "to=" and "functions."
      * apart, so the channel marker alone says harmony. */
     if (strstr(src, H_CHANNEL)) return SRV_TOOL_HARMONY;
@@ -646,6 +825,7 @@ pk_status srv_tools_parse(srv_tool_fmt f, const json_t *tools, const char *text,
     else if (f == SRV_TOOL_DEEPSEEK) parse_deepseek(text, len, out, &content);
     else if (f == SRV_TOOL_HARMONY) parse_harmony(text, len, out, &content, &reasoning);
     else if (f == SRV_TOOL_QWEN_XML) parse_qwen_xml(text, len, tools, out, &content);
+    else if (f == SRV_TOOL_GEMMA4) parse_gemma4(text, len, out, &content);
     else pk_buf_put(&content, text, len);
     if (content.oom || reasoning.oom) {
         free(content.p);
@@ -694,9 +874,10 @@ void srv_tool_msg_free(srv_tool_msg *m)
 size_t srv_tools_content_prefix(srv_tool_fmt f, const char *text, size_t len)
 {
     size_t k = len;
-    if (f == SRV_TOOL_QWEN || f == SRV_TOOL_QWEN_XML) {
-        k = find(text, 0, len, QWEN_OPEN);
-        if (k == len) k = len - partial_suffix(text, len, QWEN_OPEN);
+    if (f == SRV_TOOL_QWEN || f == SRV_TOOL_QWEN_XML || f == SRV_TOOL_GEMMA4) {
+        const char *tag = f == SRV_TOOL_GEMMA4 ? G4_CALL : QWEN_OPEN;
+        k = find(text, 0, len, tag);
+        if (k == len) k = len - partial_suffix(text, len, tag);
     } else if (f == SRV_TOOL_LLAMA3) {
         size_t b = 0;
         while (b < len && text[b] != '{') b++;

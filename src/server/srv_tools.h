@@ -44,6 +44,16 @@
  *             channel analysis is reasoning, final and plain commentary are
  *             content.  Its content is not a prefix of the text, so a stream
  *             sends it at the end.
+ *     GEMMA4  (Gemma 4)
+ *               [content]<|tool_call>call:N{KEY:VALUE,...}<tool_call|>...
+ *             any number of calls; text outside them is content.  The
+ *             arguments are written as the template's format_argument
+ *             prints them: keys bare (or quoted), strings between <|"|>
+ *             marks (any text but the mark, unescaped), numbers, true,
+ *             false and null as in JSON (null also as None, which is how
+ *             the template prints one), [arrays] and {dicts} of those.
+ *             They come back as JSON, numbers as written.  (The thinking,
+ *             <|channel>thought...<channel|>, is srv_reason.h's.)
  *
  *   srv_tools_detect picks the format from markers in a template's source.
  *
@@ -73,6 +83,7 @@ typedef enum srv_tool_fmt {
     SRV_TOOL_DEEPSEEK,
     SRV_TOOL_HARMONY,
     SRV_TOOL_QWEN_XML,
+    SRV_TOOL_GEMMA4,
 } srv_tool_fmt;
 
 typedef struct srv_tool_call {
@@ -99,8 +110,8 @@ pk_status srv_tools_parse(srv_tool_fmt f, const json_t *tools, const char *text,
 void srv_tool_msg_free(srv_tool_msg *m);                /* fields reset; NULL is a no-op */
 
 /* The format a chat template asks tool calls in, from its markers
- * ("<function=" with "<parameter=", "<tool_call>", "[TOOL_CALLS]", "<｜tool▁calls▁begin｜>", "<|channel|>",
- * "<|python_tag|>" / Llama 3's headers); fallback when
+ * ("<|tool_call>call:", "<function=" with "<parameter=", "<tool_call>", "[TOOL_CALLS]",
+ * "<｜tool▁calls▁begin｜>", "<|channel|>", "<|python_tag|>" / Llama 3's headers); fallback when
  * src is NULL or has none of them. */
 srv_tool_fmt srv_tools_detect(const char *src, srv_tool_fmt fallback);
 
