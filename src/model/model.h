@@ -105,6 +105,10 @@ typedef struct model_hparams {
      * with rope_freqs.  0 elsewhere. */
     int32_t head_dim_swa, n_head_kv_swa, n_rot_swa;
     float rope_freq_base_swa;
+    /* Gemma 4 E2B / E4B: each layer's input of this width from the token
+     * and the embedding (model_gemma.c); 0: none.  n_ff is the widest
+     * layer's when layers differ (E2B's double-wide KV-sharing layers). */
+    int32_t n_embd_per_layer;
     float embd_scale;         /* token embeddings times this (Gemma 4: sqrt(n_embd)); 0: none */
     float logit_softcap;      /* logits = c tanh(logits / c); 0: none */
 } model_hparams;
@@ -135,12 +139,16 @@ typedef struct model_layer {
     /* Gemma 4: norms of the attention's and the FFN's outputs before the
      * residual adds, and a scalar the layer's output is multiplied by */
     model_w attn_post_norm, ffn_post_norm, out_scale;
+    /* Gemma 4 E2B / E4B: the per-layer input's gate (n_embd -> width),
+     * projection back and its norm */
+    model_w pl_gate, pl_proj, pl_post_norm;
     /* MTP (nextn) block: loaded and checked, run by speculation */
     model_w nextn_eh_proj, nextn_enorm, nextn_hnorm, nextn_head_norm, nextn_embd, nextn_head;
     /* the layer's index among the layers with KV cells (-1: recurrent) and
      * among the recurrent ones (-1: attention) */
     int32_t kv_layer, rs_layer;
     bool swa;                 /* a sliding-window layer (hp.n_swa) */
+    bool kv_reuse;            /* stores no K/V: attends over kv_layer, an earlier layer's cells */
 } model_layer;
 
 typedef struct model model;

@@ -156,7 +156,7 @@ pk_status model_ctx_new(const model *m, const model_ctx_params *p, model_ctx **o
     const size_t hdk = (size_t)MAX(hp->head_dim_k, hp->head_dim_swa), hdv = (size_t)MAX(hp->head_dim_v, hp->head_dim_swa);
     size_t qw = (size_t)hp->n_head * hdk, aw = (size_t)hp->n_head * hdv;
     size_t xnw = MAX(MAX((size_t)hp->n_embd, aw), (size_t)hp->n_ff);
-    size_t mm = scratch_for(&m->output, p->n_ubatch);
+    size_t mm = MAX(scratch_for(&m->output, p->n_ubatch), scratch_for(&m->pl_model_proj, p->n_ubatch));
     if (p->mtp)   /* the MTP block's projection (2 n_embd wide) and its own head */
         mm = MAX(mm, MAX(scratch_for(&m->mtp.nextn_eh_proj, p->n_ubatch), scratch_for(&m->mtp.nextn_head, p->n_ubatch)));
     for (int il = 0; il < hp->n_layer + p->mtp; il++) {
@@ -742,6 +742,7 @@ pk_status model_decode(model_ctx *c, const model_batch *b, float *logits)
             float *xi = c->x + (size_t)i * hp->n_embd;
             tq_dequantize_row_at(m->tok_embd.type, m->tok_embd.data, b->token[bi], hp->n_embd, xi);
             for (int e = 0; hp->embd_scale > 0 && e < hp->n_embd; e++) xi[e] *= hp->embd_scale;
+            if (c->gm) gm_token(c, i, b->token[bi]);
             rope_angles(m, b->pos[bi], c->rope + (size_t)i * (hp->n_rot + hp->n_rot_swa));
             c->tok_pos[i] = b->pos[bi];
             c->tok_cell[i] = c->cells[bi];

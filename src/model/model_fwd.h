@@ -108,6 +108,8 @@ void gm_ctx_free(model_ctx *c);
 void gm_layers_job(int ith, int nth, void *arg);
 /* The RoPE rows of one token at pos (global then sliding). */
 void gm_rope_angles(const model *m, kv_pos pos, float *cs);
+/* Chunk row i holds token (E2B / E4B's per-layer inputs read its row). */
+void gm_token(model_ctx *c, int i, int32_t token);
 
 pk_status hy_ctx_new(model_ctx *c);
 void hy_ctx_free(model_ctx *c);

@@ -14,6 +14,10 @@ struct model {
     tok_vocab *vocab;
     model_hparams hp;
     model_w tok_embd, out_norm, output, rope_freqs;
+    /* Gemma 4 E2B / E4B: every layer's token input in one row a token
+     * ([n_layer][n_embd_per_layer]), the embedding's projection to the
+     * same and its norm */
+    model_w pl_tok_embd, pl_model_proj, pl_proj_norm;
     model_layer *layers;      /* [n_layer] */
     model_layer mtp;          /* hybrids: the MTP (nextn) block, when the file has one */
     size_t weight_bytes;

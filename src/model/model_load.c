@@ -121,7 +121,10 @@ static pk_status read_hparams(const gguf_ctx *g, model_hparams *hp, char *err, s
     if ((st = model_arch_int(g, arch, "context_length", false, 1, 1 << 30, &hp->n_ctx_train, err, err_len)) ||
         (st = model_arch_int(g, arch, "embedding_length", true, 1, big, &hp->n_embd, err, err_len)) ||
         (st = model_arch_int(g, arch, "block_count", true, 1, 4096, &hp->n_layer, err, err_len)) ||
-        (st = model_arch_int(g, arch, "feed_forward_length", !moe, 1, big, &hp->n_ff, err, err_len)) ||
+        /* Gemma 4's may be a count per layer (model_gemma_hparams) */
+        (st = hp->arch == MODEL_GEMMA4 ? PK_OK
+                                       : model_arch_int(g, arch, "feed_forward_length", !moe, 1, big, &hp->n_ff,
+                                                        err, err_len)) ||
         (st = model_arch_int(g, arch, "attention.head_count", true, 1, 4096, &hp->n_head, err, err_len)))
         return st;
     hp->n_head_kv = hp->n_head;
@@ -328,6 +331,9 @@ void model_each_weight(model *m, void (*fn)(model_w *w, void *arg), void *arg)
     fn(&m->out_norm, arg);
     fn(&m->output, arg);
     fn(&m->rope_freqs, arg);
+    fn(&m->pl_tok_embd, arg);
+    fn(&m->pl_model_proj, arg);
+    fn(&m->pl_proj_norm, arg);
     /* a layer's weights up to the MTP block's (loaded, not run by a pass) */
     const size_t n_w = offsetof(model_layer, nextn_eh_proj) / sizeof(model_w);
     for (int il = 0; il < m->hp.n_layer; il++) {
@@ -365,15 +371,17 @@ pk_status model_load(const char *path, model_hold hold, model **out, char *err, 
     m->hp.n_vocab = tok_n_vocab(m->vocab);
     if ((st = load_weights(m, err, err_len))) goto fail;
 
-    /* every weight but the embeddings (one row read per token) and the
-     * RoPE factors (read per position, not streamed); the layers'
-     * multiply-adds leave the logits' product out too (a prompt runs it
-     * once) */
+    /* every weight but the embeddings (Gemma 4's per-layer one too: one
+     * row read per token) and the RoPE factors (read per position, not
+     * streamed); the layers' multiply-adds leave the logits' product out
+     * too (a prompt runs it once) */
     per_token pt = { m, 0, 0 };
     model_each_weight(m, add_bytes, &pt);
-    m->weight_bytes = (size_t)pt.bytes - model_w_bytes(&m->tok_embd) - model_w_bytes(&m->rope_freqs);
+    m->weight_bytes = (size_t)pt.bytes - model_w_bytes(&m->tok_embd) - model_w_bytes(&m->rope_freqs) -
+                      model_w_bytes(&m->pl_tok_embd);
     m->layer_macs = pt.macs - (double)m->output.n_rows * m->output.n_cols -
-                    (double)m->tok_embd.n_rows * m->tok_embd.n_cols;   /* each visited once, tied or not */
+                    (double)m->tok_embd.n_rows * m->tok_embd.n_cols -   /* each visited once, tied or not */
+                    (double)m->pl_tok_embd.n_rows * m->pl_tok_embd.n_cols;
     const model_layer *L0 = &m->layers[0];
     snprintf(m->desc, sizeof m->desc, "%s %dL %dd %s", model_arch_name(m->hp.arch), m->hp.n_layer, m->hp.n_embd,
              tq_get(L0->wq.data ? L0->wq.type : L0->ssm_qkv.type)->name);

@@ -1,7 +1,7 @@
 /*
- * model_load_gemma.c - Gemma 4's dense models (the 31B's layout) from a
- * GGUF: the keys and tensors llama.cpp's converter writes, checked so the
- * forward pass (model_gemma.c) can trust them.
+ * model_load_gemma.c - Gemma 4's dense models (the 31B's layout, and E2B /
+ * E4B's) from a GGUF: the keys and tensors llama.cpp's converter writes,
+ * checked so the forward pass (model_gemma.c) can trust them.
  *
  * Two layer types, named per layer by attention.sliding_window_pattern:
  * sliding-window layers (key_length_swa heads, rope.dimension_count_swa
@@ -11,8 +11,19 @@
  * a count per layer; each type must have one count.  A layer without
  * attn_v uses its K projection as V (the 31B's global layers).
  *
- * Not here yet, refused with their name: E2B / E4B's per-layer embeddings
- * and shared KV layers, the 26B-A4B's experts, YaRN.
+ * E2B / E4B add two things.  Per-layer embeddings
+ * (embedding_length_per_layer_input wide): per_layer_token_embd,
+ * per_layer_model_proj and per_layer_proj_norm make each token's input to
+ * every layer, and each layer mixes its own in through inp_gate, proj and
+ * post_norm.  Shared KV layers (attention.shared_kv_layers): the last ones
+ * compute no K/V and attend over the cells of an earlier layer of their
+ * type; the reference engine takes the last layer with K/V for the global
+ * ones and the one before it for the sliding ones, so those two must be
+ * global and sliding.  Their attn_k / attn_v / attn_k_norm, which some
+ * files carry and some omit, are not read.  feed_forward_length may be a
+ * count per layer (E2B's shared layers are twice as wide).
+ *
+ * Not here yet, refused with their name: the 26B-A4B's experts, YaRN.
  */
 #include "model_impl.h"
 
@@ -38,15 +49,16 @@ static pk_status read_pattern(const gguf_ctx *g, const char *arch, int n_layer, 
     return PK_OK;
 }
 
-/* head_count_kv: one count, or one per layer (u32 or i32) into kv[n_layer]. */
-static pk_status read_kv_heads(const gguf_ctx *g, const char *arch, int n_layer, int32_t *kv, char *err,
-                               size_t err_len)
+/* A key holding one count for every layer or one per layer (u32 or i32),
+ * each in [1, hi], into out[n_layer]. */
+static pk_status read_layer_counts(const gguf_ctx *g, const char *arch, const char *suffix, int n_layer, int32_t hi,
+                                   int32_t *out, char *err, size_t err_len)
 {
     char key[128];
-    snprintf(key, sizeof key, "%s.attention.head_count_kv", arch);
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
     int64_t one;
     if (gguf_get_int(g, key, &one) == PK_OK) {
-        for (int i = 0; i < n_layer; i++) kv[i] = one < 1 || one > 4096 ? 0 : (int32_t)one;
+        for (int i = 0; i < n_layer; i++) out[i] = one < 1 || one > hi ? 0 : (int32_t)one;
     } else {
         gguf_type et;
         uint64_t n;
@@ -57,32 +69,92 @@ static pk_status read_kv_heads(const gguf_ctx *g, const char *arch, int n_layer,
         for (int i = 0; i < n_layer; i++) {
             int32_t x;
             memcpy(&x, d + 4 * (size_t)i, 4);   /* the array may be misaligned in the file */
-            kv[i] = x < 1 || x > 4096 ? 0 : x;
+            out[i] = x < 1 || x > hi ? 0 : x;
         }
     }
     for (int i = 0; i < n_layer; i++)
-        if (!kv[i]) return pk_errf(err, err_len, PK_EFORMAT, "metadata %s: layer %d's count out of range", key, i);
+        if (!out[i]) return pk_errf(err, err_len, PK_EFORMAT, "metadata %s: layer %d's count out of range", key, i);
     return PK_OK;
+}
+
+/* The layer whose cells shared layer il (>= n_kv, the layers with K/V)
+ * attends over: the reference engine's rule. */
+static int kv_source(int n_kv, bool swa) { return n_kv - (swa ? 2 : 1); }
+
+/* Every shared layer's source is a layer of its own type. */
+static pk_status check_sharing(const bool *swa, int n_layer, int n_kv, char *err, size_t err_len)
+{
+    for (int il = n_kv; il < n_layer; il++) {
+        const int src = kv_source(n_kv, swa[il]);
+        if (swa[src] != swa[il])
+            return pk_errf(err, err_len, PK_EUNSUPPORTED,
+                           "gemma4: shared KV layer %d (%s) would attend over layer %d (%s): the last two layers "
+                           "with K/V must be a sliding and a global one",
+                           il, swa[il] ? "sliding" : "global", src, swa[src] ? "sliding" : "global");
+    }
+    return PK_OK;
+}
+
+/* One KV head count per layer type into hp; n_ff the widest layer's. */
+static pk_status check_layers(const bool *swa, const int32_t *kv, const int32_t *ff, model_hparams *hp, char *err,
+                              size_t err_len)
+{
+    int32_t kv_type[2] = { 0, 0 };   /* global, sliding */
+    hp->n_ff = 0;
+    for (int i = 0; i < hp->n_layer; i++) {
+        int32_t *want = &kv_type[swa[i]];
+        if (*want && *want != kv[i])
+            return pk_errf(err, err_len, PK_EUNSUPPORTED, "gemma4: layers of one type with %d and %d KV heads",
+                           *want, kv[i]);
+        if (hp->n_head % kv[i])
+            return pk_errf(err, err_len, PK_EFORMAT, "head_count %d not a multiple of layer %d's %d KV heads",
+                           hp->n_head, i, kv[i]);
+        *want = kv[i];
+        hp->n_ff = MAX(hp->n_ff, ff[i]);
+    }
+    hp->n_head_kv = kv_type[0] ? kv_type[0] : kv_type[1];
+    hp->n_head_kv_swa = kv_type[1] ? kv_type[1] : kv_type[0];
+    return check_sharing(swa, hp->n_layer, hp->n_layer_attn, err, err_len);
+}
+
+/* The per-layer keys: layer types, KV heads, FFN widths, KV sharing. */
+static pk_status read_layers(const gguf_ctx *g, const char *arch, model_hparams *hp, char *err, size_t err_len)
+{
+    const size_t n = (size_t)hp->n_layer;
+    bool *swa = malloc(n * sizeof *swa);
+    int32_t *kv = malloc(n * sizeof *kv), *ff = malloc(n * sizeof *ff);
+    pk_status st = !swa || !kv || !ff ? pk_errf(err, err_len, PK_ENOMEM, "out of memory") : PK_OK;
+    if (!st) st = read_pattern(g, arch, hp->n_layer, swa, err, err_len);
+    if (!st) st = read_layer_counts(g, arch, "attention.head_count_kv", hp->n_layer, 4096, kv, err, err_len);
+    if (!st) st = read_layer_counts(g, arch, "feed_forward_length", hp->n_layer, 1 << 24, ff, err, err_len);
+    if (!st) st = check_layers(swa, kv, ff, hp, err, err_len);
+    free(swa);
+    free(kv);
+    free(ff);
+    return st;
 }
 
 pk_status model_gemma_hparams(const gguf_ctx *g, const char *arch, model_hparams *hp, char *err, size_t err_len)
 {
     pk_status st;
-    int32_t shared = 0, per_layer = 0, n_expert = 0;
+    int32_t shared = 0, n_expert = 0;
+    hp->n_embd_per_layer = 0;
     if ((st = model_arch_int(g, arch, "attention.shared_kv_layers", false, 0, 4096, &shared, err, err_len)) ||
-        (st = model_arch_int(g, arch, "embedding_length_per_layer_input", false, 0, 1 << 24, &per_layer, err,
-                             err_len)) ||
+        (st = model_arch_int(g, arch, "embedding_length_per_layer_input", false, 0, 1 << 16, &hp->n_embd_per_layer,
+                             err, err_len)) ||
         (st = model_arch_int(g, arch, "expert_count", false, 0, 4096, &n_expert, err, err_len)))
         return st;
-    if (shared || per_layer)
-        return pk_errf(err, err_len, PK_EUNSUPPORTED,
-                       "gemma4 with per-layer embeddings or shared KV layers (E2B, E4B) is not supported yet");
     if (n_expert)
         return pk_errf(err, err_len, PK_EUNSUPPORTED, "gemma4's mixture of experts (26B-A4B) is not supported yet");
     if (hp->rope_yarn)
         return pk_errf(err, err_len, PK_EUNSUPPORTED, "gemma4 with YaRN is not supported");
     if (hp->head_dim_k != hp->head_dim_v)
         return pk_errf(err, err_len, PK_EFORMAT, "gemma4 needs key_length == value_length");
+    /* the reference engine's sharing reads the last two layers with K/V */
+    if (shared && shared > hp->n_layer - 2)
+        return pk_errf(err, err_len, PK_EFORMAT, "gemma4: %d shared KV layers of %d leave fewer than 2 with K/V",
+                       shared, hp->n_layer);
+    hp->n_layer_attn = hp->n_layer - shared;
 
     hp->head_dim_swa = hp->head_dim_k;
     int32_t hd_v_swa = hp->head_dim_k;
@@ -101,49 +173,38 @@ pk_status model_gemma_hparams(const gguf_ctx *g, const char *arch, model_hparams
     if (hp->n_rot_swa > hp->head_dim_swa || hp->n_rot_swa % 2)
         return pk_errf(err, err_len, PK_EFORMAT, "rope.dimension_count_swa %d invalid for head dim %d",
                        hp->n_rot_swa, hp->head_dim_swa);
-
-    bool *swa = malloc((size_t)hp->n_layer * sizeof *swa);
-    int32_t *kv = malloc((size_t)hp->n_layer * sizeof *kv);
-    if (!swa || !kv) st = pk_errf(err, err_len, PK_ENOMEM, "out of memory");
-    if (!st) st = read_pattern(g, arch, hp->n_layer, swa, err, err_len);
-    if (!st) st = read_kv_heads(g, arch, hp->n_layer, kv, err, err_len);
-    int32_t kv_type[2] = { 0, 0 };   /* global, sliding */
-    for (int i = 0; !st && i < hp->n_layer; i++) {
-        int32_t *want = &kv_type[swa[i]];
-        if (*want && *want != kv[i])
-            st = pk_errf(err, err_len, PK_EUNSUPPORTED, "gemma4: layers of one type with %d and %d KV heads",
-                         *want, kv[i]);
-        else if (hp->n_head % kv[i])
-            st = pk_errf(err, err_len, PK_EFORMAT, "head_count %d not a multiple of layer %d's %d KV heads",
-                         hp->n_head, i, kv[i]);
-        *want = kv[i];
-    }
-    free(swa);
-    free(kv);
-    if (st) return st;
-    hp->n_head_kv = kv_type[0] ? kv_type[0] : kv_type[1];
-    hp->n_head_kv_swa = kv_type[1] ? kv_type[1] : kv_type[0];
+    if ((st = read_layers(g, arch, hp, err, err_len))) return st;
     hp->embd_scale = sqrtf((float)hp->n_embd);
     return PK_OK;
 }
 
-pk_status model_gemma_weights(model *m, char *err, size_t err_len)
+/* The layers' types and cells: a shared layer's are its source's. */
+static pk_status layer_kinds(model *m, char *err, size_t err_len)
 {
-    const gguf_ctx *g = m->gguf;
     const model_hparams *hp = &m->hp;
-    const int64_t e = hp->n_embd, F = hp->n_ff;
-    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     bool *swa = malloc((size_t)hp->n_layer * sizeof *swa);
-    pk_status st = !m->layers || !swa ? pk_errf(err, err_len, PK_ENOMEM, "out of memory")
-                                      : read_pattern(g, "gemma4", hp->n_layer, swa, err, err_len);
-    bool any_global = false;
+    pk_status st = !swa ? pk_errf(err, err_len, PK_ENOMEM, "out of memory")
+                        : read_pattern(m->gguf, "gemma4", hp->n_layer, swa, err, err_len);
     for (int il = 0; !st && il < hp->n_layer; il++) {
-        m->layers[il] = (model_layer){ .kv_layer = il, .rs_layer = -1, .swa = swa[il] };
-        any_global = any_global || !swa[il];
+        const bool reuse = il >= hp->n_layer_attn;
+        m->layers[il] = (model_layer){ .kv_layer = il, .rs_layer = -1, .swa = swa[il], .kv_reuse = reuse };
+        if (reuse) m->layers[il].kv_layer = m->layers[kv_source(hp->n_layer_attn, swa[il])].kv_layer;
     }
     free(swa);
-    if (st) return st;
+    return st;
+}
 
+/* The tensors outside the layers: embeddings (tied when there is no
+ * output.weight), the final norm, RoPE factors where a layer is global,
+ * and E2B / E4B's per-layer embeddings. */
+static pk_status model_tensors(model *m, char *err, size_t err_len)
+{
+    const gguf_ctx *g = m->gguf;
+    model_hparams *hp = &m->hp;
+    const int64_t e = hp->n_embd, w = hp->n_embd_per_layer, all = w * hp->n_layer;
+    bool any_global = false;
+    for (int il = 0; il < hp->n_layer; il++) any_global = any_global || !m->layers[il].swa;
+    pk_status st;
     if ((st = model_get_w(g, "token_embd.weight", e, hp->n_vocab, 1, true, &m->tok_embd, err, err_len)) ||
         (st = model_get_w(g, "output_norm.weight", e, 0, 1, true, &m->out_norm, err, err_len)) ||
         (st = model_get_w(g, "output.weight", e, hp->n_vocab, 1, false, &m->output, err, err_len)) ||
@@ -152,35 +213,66 @@ pk_status model_gemma_weights(model *m, char *err, size_t err_len)
         return st;
     if (!m->output.data) {
         m->output = m->tok_embd;
-        m->hp.tied_output = true;
+        hp->tied_output = true;
     }
-    for (int il = 0; il < hp->n_layer; il++) {
-        model_layer *L = &m->layers[il];
-        const int64_t hd = L->swa ? hp->head_dim_swa : hp->head_dim_k;
-        const int64_t qd = hp->n_head * hd, kd = (L->swa ? hp->n_head_kv_swa : hp->n_head_kv) * hd;
-        const struct { model_w *w; const char *name; int64_t cols, rows; bool required; } spec[] = {
-            { &L->attn_norm, "attn_norm.weight", e, 0, true },
-            { &L->wq, "attn_q.weight", e, qd, true },
-            { &L->wk, "attn_k.weight", e, kd, true },
-            { &L->wv, "attn_v.weight", e, kd, false },   /* absent: V is K's projection */
-            { &L->wo, "attn_output.weight", qd, e, true },
-            { &L->q_norm, "attn_q_norm.weight", hd, 0, true },
-            { &L->k_norm, "attn_k_norm.weight", hd, 0, true },
-            { &L->attn_post_norm, "post_attention_norm.weight", e, 0, true },
-            { &L->ffn_norm, "ffn_norm.weight", e, 0, true },
-            { &L->w_gate, "ffn_gate.weight", e, F, true },
-            { &L->w_up, "ffn_up.weight", e, F, true },
-            { &L->w_down, "ffn_down.weight", F, e, true },
-            { &L->ffn_post_norm, "post_ffw_norm.weight", e, 0, true },
-            { &L->out_scale, "layer_output_scale.weight", 1, 0, false },
-        };
-        for (size_t k = 0; k < ARRAY_LEN(spec); k++) {
-            char name[96];
-            snprintf(name, sizeof name, "blk.%d.%s", il, spec[k].name);
-            if ((st = model_get_w(g, name, spec[k].cols, spec[k].rows, 1, spec[k].required, spec[k].w, err,
-                                  err_len)))
-                return st;
-        }
+    if (w &&
+        ((st = model_get_w(g, "per_layer_token_embd.weight", all, hp->n_vocab, 1, true, &m->pl_tok_embd, err,
+                           err_len)) ||
+         (st = model_get_w(g, "per_layer_model_proj.weight", e, all, 1, true, &m->pl_model_proj, err, err_len)) ||
+         (st = model_get_w(g, "per_layer_proj_norm.weight", w, 0, 1, true, &m->pl_proj_norm, err, err_len))))
+        return st;
+    return PK_OK;
+}
+
+/* Layer il's tensors, F its FFN's width.  A shared layer's K/V tensors are
+ * left unread (and may be absent). */
+static pk_status layer_weights(const gguf_ctx *g, const model_hparams *hp, model_layer *L, int il, int64_t F,
+                               char *err, size_t err_len)
+{
+    const int64_t e = hp->n_embd, npl = hp->n_embd_per_layer;
+    const int64_t hd = L->swa ? hp->head_dim_swa : hp->head_dim_k;
+    const int64_t qd = hp->n_head * hd, kd = (L->swa ? hp->n_head_kv_swa : hp->n_head_kv) * hd;
+    const bool kv = !L->kv_reuse, pl = npl > 0;
+    const struct { model_w *w; const char *name; int64_t cols, rows; bool read, required; } spec[] = {
+        { &L->attn_norm, "attn_norm.weight", e, 0, true, true },
+        { &L->wq, "attn_q.weight", e, qd, true, true },
+        { &L->wk, "attn_k.weight", e, kd, kv, true },
+        { &L->wv, "attn_v.weight", e, kd, kv, false },   /* absent: V is K's projection */
+        { &L->wo, "attn_output.weight", qd, e, true, true },
+        { &L->q_norm, "attn_q_norm.weight", hd, 0, true, true },
+        { &L->k_norm, "attn_k_norm.weight", hd, 0, kv, true },
+        { &L->attn_post_norm, "post_attention_norm.weight", e, 0, true, true },
+        { &L->ffn_norm, "ffn_norm.weight", e, 0, true, true },
+        { &L->w_gate, "ffn_gate.weight", e, F, true, true },
+        { &L->w_up, "ffn_up.weight", e, F, true, true },
+        { &L->w_down, "ffn_down.weight", F, e, true, true },
+        { &L->ffn_post_norm, "post_ffw_norm.weight", e, 0, true, true },
+        { &L->pl_gate, "inp_gate.weight", e, npl, pl, true },
+        { &L->pl_proj, "proj.weight", npl, e, pl, true },
+        { &L->pl_post_norm, "post_norm.weight", e, 0, pl, true },
+        { &L->out_scale, "layer_output_scale.weight", 1, 0, true, false },
+    };
+    for (size_t k = 0; k < ARRAY_LEN(spec); k++) {
+        char name[96];
+        snprintf(name, sizeof name, "blk.%d.%s", il, spec[k].name);
+        pk_status st;
+        if (spec[k].read &&
+            (st = model_get_w(g, name, spec[k].cols, spec[k].rows, 1, spec[k].required, spec[k].w, err, err_len)))
+            return st;
     }
     return PK_OK;
+}
+
+pk_status model_gemma_weights(model *m, char *err, size_t err_len)
+{
+    const model_hparams *hp = &m->hp;
+    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+    int32_t *ff = malloc((size_t)hp->n_layer * sizeof *ff);
+    pk_status st = !m->layers || !ff ? pk_errf(err, err_len, PK_ENOMEM, "out of memory") : layer_kinds(m, err, err_len);
+    if (!st) st = read_layer_counts(m->gguf, "gemma4", "feed_forward_length", hp->n_layer, 1 << 24, ff, err, err_len);
+    if (!st) st = model_tensors(m, err, err_len);
+    for (int il = 0; !st && il < hp->n_layer; il++)
+        st = layer_weights(m->gguf, hp, &m->layers[il], il, ff[il], err, err_len);
+    free(ff);
+    return st;
 }
