@@ -171,6 +171,8 @@ static void usage(void)
         "         (YaRN's factor over --ctx; 0: none); untied, biases, sinks\n"
         "  gemma4: [--swa 128] [--swa-every 6] (every 6th layer global) [--head-dim-global 2xD]\n"
         "         [--n-head-kv-global N] [--softcap 30]; the 31B's layout: tied, no attn_v on global layers\n"
+        "         E2B / E4B's: [--per-layer W] (per-layer embeddings W wide, attn_v on every layer)\n"
+        "         [--shared-kv N] (the last N layers reuse K/V) [--double-wide] (their FFN 2 x --n-ff)\n"
         "  types: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k (= q4_k_m mix) q4_k_s q5_k q6_k\n"
         "         q2_k q3_k (= q3_k_s) iq4_nl iq4_xs mxfp4 (every matrix) mxfp4_moe (experts mxfp4, the\n"
         "         rest q8_0)\n");
@@ -281,6 +283,7 @@ int cli_gen_model(int argc, char **argv)
         const char *a = argv[i], *v;
         if (!strcmp(a, "--untied")) { sh.tied = false; continue; }
         if (!strcmp(a, "--mtp-agree")) { sh.mtp_agree = true; continue; }
+        if (!strcmp(a, "--double-wide")) { sh.double_wide = true; continue; }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
         if (!(v = cli_arg(argc, argv, &i))) return 2;
         static const struct { const char *opt; size_t off; } longs[] = {
@@ -298,6 +301,7 @@ int cli_gen_model(int argc, char **argv)
             { "--swa-every", offsetof(gen_shape, swa_every) },
             { "--head-dim-global", offsetof(gen_shape, head_dim_global) },
             { "--n-head-kv-global", offsetof(gen_shape, n_head_kv_global) },
+            { "--per-layer", offsetof(gen_shape, per_layer) },  { "--shared-kv", offsetof(gen_shape, shared_kv) },
         };
         long *lp = !strcmp(a, "--seed") ? &seed : NULL;
         for (size_t k = 0; k < ARRAY_LEN(longs) && !lp; k++)

@@ -32,6 +32,11 @@ typedef struct gen_shape {
      * KV heads (0: 2 x head_dim, n_head_kv); the logits' soft cap */
     long swa_every, head_dim_global, n_head_kv_global;
     double softcap;
+    /* gemma4 E2B / E4B: per-layer embeddings this wide (0: none, the 31B's
+     * layout), the last shared_kv layers without K/V of their own, and
+     * those layers' FFN twice n_ff (E2B's double-wide MLP) */
+    long per_layer, shared_kv;
+    bool double_wide;
 } gen_shape;
 
 /* A --type: the matrices' type (k_mix: llama-quantize's Q4_K_M mix of
