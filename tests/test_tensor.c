@@ -337,7 +337,7 @@ static const tq_type kv_pairs[][2] = {
 /*
  * Attention against the scalar table's for every cache type pair of
  * kv_pairs, GQA-like row counts (1, 7, 8, 9, 16) with causal prefixes, head
- * dims 8..128 (8, 24 and 40 padded to 16 lanes, F16 / F32 / BF16 only: the
+ * dims 8..512 (8, 24 and 40 padded to 16 lanes, F16 / F32 / BF16 only: the
  * block formats take multiples of 32; rows packed at their own width),
  * cells in scattered order.  Both kernels read the same stored rows, so the
  * budget does not depend on the type: outputs are convex combinations of
@@ -348,7 +348,8 @@ static void test_simd_attend(const tk_ops *ops)
 {
     const tk_ops *ref = tk_ops_named("scalar");
     static const int rows[] = { 1, 7, 8, 9, 16 };
-    static const int dims[][2] = { { 64, 64 }, { 32, 32 }, { 128, 128 }, { 64, 32 }, { 8, 8 }, { 24, 40 } };
+    static const int dims[][2] = { { 64, 64 }, { 32, 32 }, { 128, 128 }, { 64, 32 }, { 8, 8 }, { 24, 40 },
+                                   { 256, 256 }, { 512, 512 } };
     enum { N_CELLS = 300 };
     void *scratch = malloc(tk_attn_scratch_size());
     int bad = 0;
@@ -361,7 +362,7 @@ static void test_simd_attend(const tk_ops *ops)
             char *k = malloc(ks * N_CELLS), *v = malloc(vs * N_CELLS);
             float vmax = 0;
             for (int c = 0; c < N_CELLS; c++) {
-                float kr[128], vr[128];
+                float kr[512], vr[512];
                 fill_random(kr, hk);
                 fill_random(vr, hv);
                 tq_quantize_row(tk_, kr, k + c * ks, hk);
@@ -373,7 +374,7 @@ static void test_simd_attend(const tk_ops *ops)
             for (int j = 0; j < N_CELLS; j++) cells[j] = (j * 7919) % N_CELLS;   /* a permutation */
             for (size_t ri = 0; ri < ARRAY_LEN(rows); ri++) {
                 int n = rows[ri];
-                float q[16 * 128], o1[16 * 128], o2[16 * 128];
+                static float q[16 * 512], o1[16 * 512], o2[16 * 512];
                 int32_t nkv[16], kv0[16];
                 float sink[16];
                 fill_random(q, (int64_t)n * hk);

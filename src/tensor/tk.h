@@ -46,7 +46,7 @@ typedef void (*tk_quantize_fn)(const float *x, void *y, int64_t n);
  * TK_ATTN_MAX_DIM, multiples of the types' block sizes.  kv0[i] < n_kv[i].
  */
 #define TK_ATTN_ROWS 16
-#define TK_ATTN_MAX_DIM 256
+#define TK_ATTN_MAX_DIM 512   /* Gemma 4's global layers */
 typedef struct tk_attn {
     int n_q, hd_k, hd_v;
     const float *q;          /* [n_q][hd_k] */
