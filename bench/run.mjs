@@ -5,8 +5,10 @@
 // per-layer shapes, 8 layers of them; TYPES entries qwen35-9b:q4_k_m and
 // qwen35moe-35b-a3b:q4_k_m), on Qwen3 30B-A3B's MoE layer (8 of its
 // 48; qwen3moe-30b-a3b:q4_k_m) and on gpt-oss-20b's (8 of its 24, experts in
-// MXFP4 and the rest Q8_0 as its downloads come; gptoss-20b:mxfp4_moe), one
-// table at the end.
+// MXFP4 and the rest Q8_0 as its downloads come; gptoss-20b:mxfp4_moe), and
+// when asked for (not in the default TYPES) on Gemma 4 E4B's layer (30 of
+// its 42, per-layer embeddings and the last 12 sharing K/V;
+// gemma4-e4b:q4_k_m), one table at the end.
 //
 // Every test runs ROUNDS times, polykv and the reference engine back to back
 // in each round (the machine is shared: interleaving spreads other load over
@@ -33,7 +35,7 @@
 // Usage: sh bench/run.sh BUILD_DIR
 // env: THREADS=2 ROUNDS=3 MODELS_DIR=models/bench
 //      TYPES=q8_0,q4_0,q4_k_m,qwen35-9b:q4_k_m,qwen35moe-35b-a3b:q4_k_m,qwen3moe-30b-a3b:q4_k_m,
-//            gptoss-20b:mxfp4_moe
+//            gptoss-20b:mxfp4_moe (and gemma4-e4b:q4_k_m on request)
 //      TESTS=pp,tg,depth,depthq8,batch,startup LLAMA_CPP_BIN=... JSON=out.json
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
@@ -71,6 +73,17 @@ const shapes = {
                   args: ['--arch', 'gpt-oss', '--n-embd', '2880', '--n-layer', '8', '--n-head', '64',
                          '--n-head-kv', '8', '--head-dim', '64', '--n-ff', '2880', '--n-expert', '32',
                          '--n-expert-used', '4', '--n-ff-exp', '2880', '--swa', '128', '--rope-base', '150000'] },
+  /* Gemma 4 E4B's layer (2,560 wide, 8 heads of 256 on the sliding layers
+   * and of 512 on every 6th, the global one, 2 KV heads, a window of 512,
+   * per-layer embeddings 256 wide), 30 of its 42 layers with the last 12
+   * sharing K/V (E4B: 18 of 42): 3.0 GB at q4_k_m, 1 GB of it the
+   * per-layer embeddings of the Qwen3.5 vocabulary (E4B's has 262,144
+   * tokens) */
+  'gemma4-e4b': { file: 'shape-l30', vocab: '../shared/models/vocab/ggml-vocab-qwen35.gguf',
+                  args: ['--arch', 'gemma4', '--n-embd', '2560', '--n-layer', '30', '--n-head', '8',
+                         '--n-head-kv', '2', '--head-dim', '256', '--head-dim-global', '512', '--n-ff', '10240',
+                         '--swa', '512', '--swa-every', '6', '--softcap', '30', '--per-layer', '256',
+                         '--shared-kv', '12', '--rope-base', '1000000'] },
   'qwen35moe-35b-a3b': { file: 'shape-l8', vocab: '../shared/models/vocab/ggml-vocab-qwen35.gguf',
                          args: ['--arch', 'qwen35moe', '--n-embd', '2048', '--n-head-kv', '2', '--n-expert', '256',
                                 '--n-expert-used', '8', '--n-ff-exp', '512', '--n-ff-shexp', '512', ...hybrid] },
