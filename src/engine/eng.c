@@ -774,6 +774,9 @@ void eng_stats_fill(eng *e, eng_stats *o)
     o->prompt_ms_total = e->stat.prompt_ms_total;
     o->predicted_ms_total = e->stat.predicted_ms_total;
     o->kv_cell_bytes = mem_pos_bytes(e->mem);
+    o->window = mem_window(e->mem);
+    o->window_cells_used = mem_window_used(e->mem);
+    o->window_cell_bytes = mem_window_pos_bytes(e->mem);
     o->state_bytes = mem_state_bytes(e->mem);
     o->states_used = mem_states_used(e->mem);
     o->states_total = mem_states_used(e->mem) + mem_states_free(e->mem);

@@ -266,7 +266,7 @@ typedef struct eng_slot_info {
     char session_id[ENG_SESSION_CAP]; /* of the history / current task */
     int32_t pool_id, pool_shared;     /* attached pool (0 none), tokens shared */
     int32_t kv_owned;                 /* cells charged to the slot (its own suffix) */
-    size_t state_bytes;               /* hybrids: its recurrent state and checkpoints */
+    size_t state_bytes;               /* its recurrent state and checkpoints, window cells */
     double ttft_ms;                   /* of the current/last task, 0 unknown */
     bool warming;                     /* decoding, fewer than ADM_WARM_TOKENS tokens yet */
     int32_t n_remain;                 /* tokens the running task may still generate, -1: no
@@ -326,7 +326,7 @@ typedef struct eng_pool_info {
     bool pinned, auto_pinned, orphaned_pin, kept;   /* kept: safe from cache pressure now */
     int64_t last_access_ms;           /* wall clock */
     int32_t own_cells;                /* cells charged to the pool */
-    size_t own_state_bytes;           /* hybrids: its recurrent states */
+    size_t own_state_bytes;           /* its recurrent states, window cells */
     int32_t subtree_cells;            /* own + descendants' + attached sessions' own */
     int32_t n_sessions;               /* slots attached now */
     int32_t n_children;
@@ -372,8 +372,11 @@ typedef struct eng_stats {
     int32_t pool_tree_depth;
     int32_t seq_ids_used, seq_ids_max;
     int32_t parked_owned_cells;       /* cells charged to parked histories */
-    size_t parked_state_bytes;        /* hybrids: their recurrent states */
-    size_t kv_cell_bytes;             /* K + V of one cell, every layer */
+    size_t parked_state_bytes;        /* their recurrent states, window cells */
+    size_t kv_cell_bytes;             /* K + V of one cell, every layer (the global ones with windows apart) */
+    int32_t window;                   /* windows apart: n_swa - 1, 0 otherwise */
+    int32_t window_cells_used;        /* ... the window layers' cells in use */
+    size_t window_cell_bytes;         /* ... K + V of one, every window layer */
     size_t state_bytes;               /* hybrids: one recurrent state, 0 otherwise */
     int32_t states_used, states_total;   /* hybrids: state slots (live and checkpoints) */
     int32_t n_warming;

@@ -149,6 +149,13 @@ char *srv_metrics_text(const eng_stats *st, const srv_scrape *since, const char 
         metric(&b, "polykv:recurrent_state_bytes", "gauge", "Bytes of one recurrent state (hybrid models).", "",
                (double)st->state_bytes);
     }
+    if (st->window) {
+        metric(&b, "polykv:kv_window_cells_used", "gauge",
+               "Sliding-window layers' cells in use (their cells apart, freed behind the window).", "",
+               st->window_cells_used);
+        metric(&b, "polykv:kv_window_cell_bytes", "gauge", "Bytes of one sliding-window cell, every window layer.",
+               "", (double)st->window_cell_bytes);
+    }
     metric(&b, "polykv:kv_cells_total", "gauge", "KV cache cells in all.", "", st->kv_total);
     metric(&b, "polykv:requests_done_total", "counter", "Completion tasks finished.", "",
            (double)st->n_requests_done);

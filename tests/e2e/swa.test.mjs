@@ -42,7 +42,7 @@ test(`swa${mode.length ? ' ' + mode[0] : ''}: retries, pools, forks, parking, th
   // all stay, so they are parked and spilled to RAM between turns
   const sub = path.join(dir, mode.length ? 'full' : 'apart');
   for (const d of ['slots', 'pools']) mkdirSync(path.join(sub, d), { recursive: true });
-  const s = await startServer(model, ['-c', '1024', '-np', '1', '-t', '2', ...mode, '--cache-ram', '64',
+  const s = await startServer(model, ['-c', '1024', '-np', '1', '-t', '2', ...mode, '--metrics', '--cache-ram', '64',
                                       '--slot-save-path', path.join(sub, 'slots'), '--pool-dir', path.join(sub, 'pools')]);
   try {
     const A = 'Agent A log: ' + words(300, 1), B = 'Agent B log: ' + words(300, 2), C = 'Agent C: ' + words(300, 3);
@@ -56,6 +56,12 @@ test(`swa${mode.length ? ' ' + mode[0] : ''}: retries, pools, forks, parking, th
       }
     const cache = (await get(s.url + '/polykv/cache')).json;
     assert.ok(cache.spilled > 0 && cache.tokens_restored > 0, JSON.stringify(cache).slice(0, 300));
+    // apart, the window layers hold a window a history, not every position
+    const metric = (text, name) => { const m = text.match(new RegExp(`^${name} (\\S+)$`, 'm')); return m ? +m[1] : null; };
+    const mt = (await get(s.url + '/metrics')).text;
+    const used = metric(mt, 'polykv:kv_cells_used'), win = metric(mt, 'polykv:kv_window_cells_used');
+    if (mode.length) assert.equal(win, null);
+    else assert.ok(win > 0 && win < used / 2, `window cells ${win} of ${used} cells`);
 
     const sys = 'System: ' + words(200, 4);
     const pool = (await post(s.url + '/polykv/pools', { prompt: sys })).json;
