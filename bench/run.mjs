@@ -5,10 +5,9 @@
 // per-layer shapes, 8 layers of them; TYPES entries qwen35-9b:q4_k_m and
 // qwen35moe-35b-a3b:q4_k_m), on Qwen3 30B-A3B's MoE layer (8 of its
 // 48; qwen3moe-30b-a3b:q4_k_m) and on gpt-oss-20b's (8 of its 24, experts in
-// MXFP4 and the rest Q8_0 as its downloads come; gptoss-20b:mxfp4_moe), and
-// when asked for (not in the default TYPES) on Gemma 4 E4B's layer (30 of
-// its 42, per-layer embeddings and the last 12 sharing K/V;
-// gemma4-e4b:q4_k_m), one table at the end.
+// MXFP4 and the rest Q8_0 as its downloads come; gptoss-20b:mxfp4_moe) and
+// on Gemma 4 E4B's layer (30 of its 42, per-layer embeddings and the last
+// 12 sharing K/V; gemma4-e4b:q4_k_m), one table at the end.
 //
 // Every test runs ROUNDS times, polykv and the reference engine back to back
 // in each round (the machine is shared: interleaving spreads other load over
@@ -35,7 +34,7 @@
 // Usage: sh bench/run.sh BUILD_DIR
 // env: THREADS=2 ROUNDS=3 MODELS_DIR=models/bench
 //      TYPES=q8_0,q4_0,q4_k_m,qwen35-9b:q4_k_m,qwen35moe-35b-a3b:q4_k_m,qwen3moe-30b-a3b:q4_k_m,
-//            gptoss-20b:mxfp4_moe (and gemma4-e4b:q4_k_m on request)
+//            gptoss-20b:mxfp4_moe,gemma4-e4b:q4_k_m
 //      TESTS=pp,tg,depth,depthq8,batch,startup LLAMA_CPP_BIN=... JSON=out.json
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
@@ -48,7 +47,7 @@ const dir = process.env.MODELS_DIR || 'models/bench';
 const peer = process.env.LLAMA_CPP_BIN || '';
 const types = (process.env.TYPES ||
                'q8_0,q4_0,q4_k_m,qwen35-9b:q4_k_m,qwen35moe-35b-a3b:q4_k_m,qwen3moe-30b-a3b:q4_k_m,' +
-               'gptoss-20b:mxfp4_moe').split(',');
+               'gptoss-20b:mxfp4_moe,gemma4-e4b:q4_k_m').split(',');
 const tests = new Set((process.env.TESTS || 'pp,tg,depth,depthq8,batch,startup').split(','));
 /* The model shapes: a TYPES entry is a weight type (the qwen2 shape) or
  * shape:type.  The hybrids take the Qwen3.5 vocabulary of ../shared
