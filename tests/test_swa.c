@@ -10,6 +10,7 @@
  *   - shares and keeps go only as far as a whole window exists, and say so;
  *   - the window cells stay bounded: a 600-token sequence fed in steps of
  *     16 holds at most its window, a step and its pins' windows;
+ *   - a context shift moves and re-rotates the window cells as the rest;
  *   - accounting: mem_check after every operation (window cells counted,
  *     each held by sequences that hold the position), bytes are the global
  *     cells' plus the window cells'; a random sequence of operations keeps
@@ -217,6 +218,36 @@ static void case_bound(void)
     check_accounting();
 }
 
+/* A context shift moves both arrays (and re-rotates their K rows): the
+ * next token equals a context that keeps every cell, shifted the same. */
+static void case_shift(void)
+{
+    enum { LEN = 200, KEEP = 10, DROP = 50 };
+    float *want = malloc(sizeof(float) * (size_t)g_V), *got = malloc(sizeof(float) * (size_t)g_V);
+    mem_clear(g_mem);
+    mem_clear(g_fmem);
+    mem_checkpoint_at(g_mem, 0, 120);
+    CHECK_EQ_INT(feed(0, 0, LEN, NULL), PK_OK);
+    CHECK_EQ_INT(feed_ctx(g_full, 0, 0, LEN, NULL), PK_OK);
+    CHECK_EQ_INT(mem_shift(g_mem, 0, KEEP, DROP), PK_OK);
+    CHECK_EQ_INT(mem_shift(g_fmem, 0, KEEP, DROP), PK_OK);
+    CHECK(mem_holds(g_mem, 0, LEN - DROP));
+    kv_pos at[MEM_MAX_RESUME];
+    CHECK_EQ_INT(mem_resume_points(g_mem, 0, at), 1);   /* the pin's positions moved: it went */
+    check_accounting();
+    static ref_batch rb;
+    ref_batch_make(&rb, g_tok + LEN, 1, LEN - DROP, 0, false);
+    CHECK_EQ_INT(model_decode(g_ctx, &rb.b, got), PK_OK);
+    CHECK_EQ_INT(model_decode(g_full, &rb.b, want), PK_OK);
+    CHECK(same(got, want));
+    /* shared window cells are immutable: a shift is refused */
+    CHECK_EQ_INT(mem_share(g_mem, 0, 1, 0, -1), LEN - DROP + 1);
+    CHECK_EQ_INT(mem_shift(g_mem, 0, KEEP, DROP), PK_ECONFLICT);
+    check_accounting();
+    free(want);
+    free(got);
+}
+
 /* A random walk of operations (mem_walk.h): the invariants after each,
  * then each sequence continued as the reference; everything free at the
  * end. */
@@ -263,6 +294,7 @@ int main(int argc, char **argv)
     TEST_RUN(case_share);
     TEST_RUN(case_image);
     TEST_RUN(case_bound);
+    TEST_RUN(case_shift);
     TEST_RUN(case_random);
     engine_paths_check(g_m, g_tok);
     mem_free(g_mem);
