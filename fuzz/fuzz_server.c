@@ -173,10 +173,29 @@ static void tools(srv_tool_fmt f, const char *s, size_t n)
     srv_tool_msg_free(&m);
 }
 
+/* Harmony's stream: what goes out early, at any cut, is a prefix of the
+ * whole text's content and reasoning. */
+static void harmony(const char *s, size_t n)
+{
+    srv_tool_msg m;
+    if (srv_tools_parse(SRV_TOOL_HARMONY, NULL, s, n, &m) != PK_OK) return;
+    pk_buf c = {0}, r = {0};
+    const size_t cuts[] = { n / 2, n };
+    for (size_t i = 0; i < ARRAY_LEN(cuts); i++) {
+        if (srv_tools_harmony_prefix(s, cuts[i], &c, &r) != PK_OK) break;
+        if (c.n > m.content_len || memcmp(c.p, m.content, c.n)) abort();
+        if (r.n > m.reasoning_len || (r.n && memcmp(r.p, m.reasoning, r.n))) abort();
+    }
+    pk_buf_free(&c);
+    pk_buf_free(&r);
+    srv_tool_msg_free(&m);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const char *s = (const char *)data;
     tools(SRV_TOOL_QWEN, s, size);
+    harmony(s, size);
     tools(SRV_TOOL_LLAMA3, s, size);
     tools(SRV_TOOL_QWEN_XML, s, size);
     tools(SRV_TOOL_GEMMA4, s, size);

@@ -50,6 +50,8 @@ if want fuzz_server; then
         > "$out/corpus_server/chat.json"
     printf '<tool_call>\n{"name": "f", "arguments": {"x": 1}}\n</tool_call>' > "$out/corpus_server/call.txt"
     printf '<|tool_call>call:f{a:<|"|>x, y<|"|>,b:[1,-2.5e3,{c:null}],d:true}<tool_call|>' > "$out/corpus_server/g4call.txt"
+    printf '<|channel|>analysis<|message|>a<|end|><|start|>assistant to=functions.f<|channel|>commentary json<|message|>{"x": 1}<|call|>' \
+        > "$out/corpus_server/harmony.txt"
     printf '\002{"prompt":"Once upon","max_tokens":4}' > "$out/corpus_server/r02"
     printf '\003{"messages":[{"role":"user","content":"hi"}],"max_tokens":3}' > "$out/corpus_server/r03"
     printf '\004{"prompt":"Once","n_predict":3,"stream":true,"n_probs":2}' > "$out/corpus_server/r04"
@@ -67,7 +69,7 @@ if want fuzz_server; then
         > "$out/corpus_server/r35"
     printf '\044{"messages":[{"role":"user","content":"hi"}],"thinking":{"type":"disabled"}}' > "$out/corpus_server/r36"
     $cc $flags $san fuzz/fuzz_server.c src/server/*.c src/tokenizer/tmpl_tools.c src/tokenizer/tmpl.c \
-        src/common/utf8.c build/libpolykv.a -ljansson -lmicrohttpd -lxxhash -lcurl -lm -pthread -o "$out/fuzz_server"
+        src/common/utf8.c build/libpolykv.a -ljansson -lmicrohttpd -lxxhash -lcurl -lzmq -lmsgpackc -lm -pthread -o "$out/fuzz_server"
     fuzz fuzz_server corpus_server 4096
 fi
 

@@ -659,14 +659,15 @@ static const char *first_arguments(const json_t *calls)
     return json_string_value(json_object_get(json_object_get(json_array_get(calls, 0), "function"), "arguments"));
 }
 
-static void reasoning_case_typed(bool think_open, srv_think_tags think, srv_tool_fmt tools, json_t *tool_defs,
-                                 const char *const *pieces, size_t n_pieces, const char *want_reason,
-                                 const char *want_content, int want_calls, const char *want_args)
+static void reasoning_case_fmt(srv_reasoning fmt, bool think_open, srv_think_tags think, srv_tool_fmt tools,
+                               json_t *tool_defs, const char *const *pieces, size_t n_pieces, const char *want_reason,
+                               const char *want_content, int want_calls, const char *want_args)
 {
     srv s = {0};
     snprintf(s.model_name, sizeof s.model_name, "m");
     srv_gen g = { .s = &s, .o = { .api = SRV_API_OAI_CHAT, .stream = true, .tools = tools, .model = "m",
-                                  .think = think, .think_open = think_open, .tool_defs = tool_defs } };
+                                  .think = think, .think_open = think_open, .tool_defs = tool_defs,
+                                  .reasoning = fmt } };
     for (size_t i = 0; i < n_pieces; i++) feed(&g, pieces[i]);
     g.done = (eng_event){ .kind = ENG_EV_DONE, .stop = ENG_STOP_EOS };
     srv_oai_stream_end(&g);
@@ -700,6 +701,16 @@ static void reasoning_case_typed(bool think_open, srv_think_tags think, srv_tool
     json_decref(r);
     free(g.text);
     free(g.out);
+    pk_buf_free(&g.h_content);
+    pk_buf_free(&g.h_reason);
+}
+
+static void reasoning_case_typed(bool think_open, srv_think_tags think, srv_tool_fmt tools, json_t *tool_defs,
+                                 const char *const *pieces, size_t n_pieces, const char *want_reason,
+                                 const char *want_content, int want_calls, const char *want_args)
+{
+    reasoning_case_fmt(SRV_REASON_AUTO, think_open, think, tools, tool_defs, pieces, n_pieces, want_reason,
+                       want_content, want_calls, want_args);
 }
 
 static void reasoning_case(bool think_open, srv_tool_fmt tools, const char *const *pieces, size_t n_pieces,
@@ -745,6 +756,72 @@ static void test_reasoning_answers(void)
                                             "<|channel>", "thought\n", "<channel|>" };
     reasoning_case_typed(false, SRV_THINK_CHANNEL, SRV_TOOL_NONE, NULL, g4_plain, ARRAY_LEN(g4_plain), "A greeting.",
                          "Hello!", 0, NULL);
+}
+
+/* gpt-oss's harmony reply streamed in two pieces cut at every character
+ * (and one character at a time): the deltas pieced together are the whole answer's
+ * reasoning_content and content under reasoning format fmt. */
+static void harmony_case(srv_reasoning fmt, const char *text, const char *want_reason, const char *want_content,
+                         int want_calls, const char *want_args)
+{
+    /* Pieces end on whole characters, as the engine's token events do. */
+    size_t n = strlen(text), n_one = 0;
+    char chars[512][5];
+    const char *one[512] = { 0 };
+    ASSERT(n < 512);
+    for (size_t i = 0; i < n; n_one++) {
+        size_t k = 1;
+        while (i + k < n && ((unsigned char)text[i + k] & 0xc0) == 0x80) k++;
+        memcpy(chars[n_one], text + i, k);
+        chars[n_one][k] = 0;
+        one[n_one] = chars[n_one];
+        i += k;
+    }
+    int fails = test_n_fail;
+    reasoning_case_fmt(fmt, false, SRV_THINK_TAGS, SRV_TOOL_HARMONY, NULL, one, n_one, want_reason, want_content,
+                       want_calls, want_args);
+    for (size_t cut = 1; cut < n && test_n_fail == fails; cut++) {
+        if (((unsigned char)text[cut] & 0xc0) == 0x80) continue;
+        char *head = strndup(text, cut);
+        const char *two[] = { head, text + cut };
+        reasoning_case_fmt(fmt, false, SRV_THINK_TAGS, SRV_TOOL_HARMONY, NULL, two, 2, want_reason, want_content,
+                           want_calls, want_args);
+        if (test_n_fail > fails) fprintf(stderr, "  harmony cut at %zu of \"%s\"\n", cut, text);
+        free(head);
+    }
+}
+
+/* What gpt-oss writes after "<|start|>assistant" (the layouts of
+ * tests/jinja/gpt-oss/turns.json and of the template's own rendering). */
+static void test_harmony_answers(void)
+{
+    static const char answer[] = "<|channel|>analysis<|message|>The user asks about \"tomorrow\" in Lima.<|end|>"
+                                 "<|start|>assistant<|channel|>final<|message|>20 \u00b0C, cloudy.";
+    harmony_case(SRV_REASON_AUTO, answer, "The user asks about \"tomorrow\" in Lima.", "20 \u00b0C, cloudy.", 0, NULL);
+    /* Both went out before the end. */
+    srv s = {0};
+    srv_gen g = { .s = &s, .o = { .api = SRV_API_OAI_CHAT, .stream = true, .tools = SRV_TOOL_HARMONY, .model = "m" } };
+    feed(&g, answer);
+    CHECK(g.out && strstr(g.out, "\"reasoning_content\":\"The user asks") && strstr(g.out, "cloudy.\"}"));
+    CHECK(!strstr(g.out, "<|"));
+    free(g.text);
+    free(g.out);
+    pk_buf_free(&g.h_content);
+    pk_buf_free(&g.h_reason);
+    /* none: the analysis is left out, not put in the content. */
+    harmony_case(SRV_REASON_NONE, answer, "", "20 \u00b0C, cloudy.", 0, NULL);
+    harmony_case(SRV_REASON_DEEPSEEK_LEGACY, answer, "The user asks about \"tomorrow\" in Lima.",
+                 "20 \u00b0C, cloudy.", 0, NULL);
+    static const char call[] = "<|channel|>analysis<|message|>I should call get_weather.<|end|><|start|>assistant"
+                               "<|channel|>commentary<|message|>Checking Lima. <|end|><|start|>assistant to=functions."
+                               "get_weather<|channel|>commentary json<|message|>{\"city\": \"Lima\", \"days\": 1}";
+    harmony_case(SRV_REASON_AUTO, call, "I should call get_weather.", "Checking Lima.", 1, "{\"city\":\"Lima\",\"days\":1}");
+    harmony_case(SRV_REASON_AUTO, " to=functions.get_weather<|channel|>commentary json<|message|>{\"city\": \"Paris\"}", "",
+                 "", 1, "{\"city\":\"Paris\"}");
+    /* Cut off while thinking; and text that is no harmony at all. */
+    harmony_case(SRV_REASON_AUTO, "<|channel|>analysis<|message|>Let me think about <|", "Let me think about <|", "", 0,
+                 NULL);
+    harmony_case(SRV_REASON_AUTO, "plain <|words|>", "", "plain <|words|>", 0, NULL);
 }
 
 /* ---- the live server ---- */
@@ -1169,6 +1246,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_chat);
     TEST_RUN(test_tool_answers);
     TEST_RUN(test_reasoning_answers);
+    TEST_RUN(test_harmony_answers);
     const char *shared = test_shared_dir();
     if (!shared) {
         SKIP_PART("../shared absent: prompt tests (they need a vocabulary) not run");

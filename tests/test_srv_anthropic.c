@@ -318,6 +318,12 @@ static const char THINK_TEXT_CALL[] = "<think>\nCheck the weather.\n</think>\n\n
 static const char G4_THINK_TEXT_CALL[] = "<|channel>thought\nCheck the weather.\n<channel|>Let me check.\n"
                                          "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}<tool_call|>";
 
+/* gpt-oss's: the analysis channel, a commentary preamble, its call. */
+static const char HARMONY_THINK_TEXT_CALL[] = "<|channel|>analysis<|message|>Check the weather.<|end|><|start|>assistant"
+                                              "<|channel|>commentary<|message|>Let me check.<|end|><|start|>assistant "
+                                              "to=functions.get_weather<|channel|>commentary json<|message|>"
+                                              "{\"city\": \"Paris\"}";
+
 /* An answer in a family's format streamed in Messages events, cut in two
  * at every byte, and answered whole: the content blocks want. */
 static void check_answer(const char *text, srv_tool_fmt tools, srv_think_tags think, const char *want)
@@ -365,6 +371,8 @@ static void check_answer(const char *text, srv_tool_fmt tools, srv_think_tags th
         json_decref(ev);
         free(g.text);
         free(g.out);
+        pk_buf_free(&g.h_content);
+        pk_buf_free(&g.h_reason);
     }
 }
 
@@ -375,6 +383,10 @@ static void test_answers(void)
                  " {\"type\": \"text\", \"text\": \"Let me check.\"},"
                  " {\"type\": \"tool_use\", \"id\": \"id\", \"name\": \"get_weather\", \"input\": {\"city\": \"Paris\"}}]");
     check_answer(G4_THINK_TEXT_CALL, SRV_TOOL_GEMMA4, SRV_THINK_CHANNEL,
+                 "[{\"type\": \"thinking\", \"thinking\": \"Check the weather.\", \"signature\": \"\"},"
+                 " {\"type\": \"text\", \"text\": \"Let me check.\"},"
+                 " {\"type\": \"tool_use\", \"id\": \"id\", \"name\": \"get_weather\", \"input\": {\"city\": \"Paris\"}}]");
+    check_answer(HARMONY_THINK_TEXT_CALL, SRV_TOOL_HARMONY, SRV_THINK_TAGS,
                  "[{\"type\": \"thinking\", \"thinking\": \"Check the weather.\", \"signature\": \"\"},"
                  " {\"type\": \"text\", \"text\": \"Let me check.\"},"
                  " {\"type\": \"tool_use\", \"id\": \"id\", \"name\": \"get_weather\", \"input\": {\"city\": \"Paris\"}}]");

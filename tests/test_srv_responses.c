@@ -223,6 +223,51 @@ static void test_answers(void)
     free(g.out);
 }
 
+/* gpt-oss's harmony reply, its markers cut by the pieces: the reasoning
+ * and the text stream as they come, and add up to the items' texts. */
+static void test_harmony(void)
+{
+    static const char *pieces[] = { "<|chan", "nel|>analysis<|message|>Paris", " is<|e", "nd|><|start|>assistant",
+                                    "<|channel|>final<|message|>Let", " me", " check.<", "|end|>" };
+    srv s = { 0 };
+    srv_gen g = new_gen(&s);
+    g.o.tools = SRV_TOOL_HARMONY;
+    char reason[64] = "", text[64] = "";
+    for (size_t i = 0; i < ARRAY_LEN(pieces); i++) {
+        feed(&g, pieces[i]);
+        if (i == 5) {                                /* before the end: both under way */
+            json_t *ev = events(&g);
+            for (size_t k = 0; k < json_array_size(ev); k++) {
+                const json_t *d = json_array_get(ev, k);
+                if (!strcmp(S(d, "type"), "response.reasoning_text.delta")) strcat(reason, S(d, "delta"));
+                if (!strcmp(S(d, "type"), "response.output_text.delta")) strcat(text, S(d, "delta"));
+            }
+            CHECK_STR(reason, "Paris is");
+            CHECK_STR(text, "Let me");
+            json_decref(ev);
+        }
+    }
+    g.done = (eng_event){ .kind = ENG_EV_DONE, .stop = ENG_STOP_EOS };
+    srv_resp_stream_end(&g);
+    json_t *ev = events(&g);
+    reason[0] = text[0] = 0;
+    for (size_t k = 0; k < json_array_size(ev); k++) {
+        const json_t *d = json_array_get(ev, k);
+        const char *t = S(d, "type");
+        if (!strcmp(t, "response.reasoning_text.delta")) strncat(reason, S(d, "delta"), sizeof reason - strlen(reason) - 1);
+        if (!strcmp(t, "response.output_text.delta")) strncat(text, S(d, "delta"), sizeof text - strlen(text) - 1);
+        if (!strcmp(t, "response.output_text.done")) CHECK_STR(S(d, "text"), "Let me check.");
+        if (!strcmp(t, "response.reasoning_text.done")) CHECK_STR(S(d, "text"), "Paris is");
+    }
+    CHECK_STR(reason, "Paris is");
+    CHECK_STR(text, "Let me check.");
+    json_decref(ev);
+    free(g.text);
+    free(g.out);
+    pk_buf_free(&g.h_content);
+    pk_buf_free(&g.h_reason);
+}
+
 static void test_formats(void)
 {
     static const char *const cases[][2] = {
@@ -248,6 +293,7 @@ int main(int argc, char **argv)
     test_select(argc, argv);
     TEST_RUN(test_request);
     TEST_RUN(test_answers);
+    TEST_RUN(test_harmony);
     TEST_RUN(test_formats);
     return test_finish();
 }

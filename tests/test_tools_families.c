@@ -5,7 +5,7 @@
  * streaming: for every family and every cut point of the text, what
  * srv_tools_content_prefix lets out is a prefix of the final content
  * (never taken back), and the calls come out the same as from the whole
- * text.  The XML and Gemma 4 formats are also checked against their
+ * text; for harmony, the content and reasoning it streams likewise.  The XML and Gemma 4 formats are also checked against their
  * templates: the turns jinja2 renders from known calls
  * (tests/jinja/qwen35/tool_turns.json, tests/jinja/gemma4/turns.json)
  * parse back to those calls; and Gemma 4's against llama.cpp's parser on
@@ -650,6 +650,73 @@ static void test_stream(void)
     CHECK_EQ_INT(srv_tools_content_prefix(SRV_TOOL_QWEN_XML, "Hi\n<tool_call>\n<function=f>", 27), 2);
 }
 
+/* Harmony streamed: at every length of the text so far, what
+ * srv_tools_harmony_prefix lets out (content and reasoning) only grows and
+ * is a prefix of the whole text's parse; with `early`, the text just before
+ * its end already lets out all of it but what the end changes (the last
+ * byte and a final partial marker), so it does stream. */
+static void check_harmony_stream(const char *text, bool early)
+{
+    size_t n = strlen(text);
+    srv_tool_msg whole = parse(SRV_TOOL_HARMONY, text);
+    const char *want_r = whole.reasoning ? whole.reasoning : "";
+    size_t n_r = whole.reasoning_len;
+    pk_buf c = {0}, r = {0};
+    size_t sent_c = 0, sent_r = 0;
+    bool ok = true;
+    for (size_t len = 0; len <= n && ok; len++) {
+        CHECK_EQ_INT(srv_tools_harmony_prefix(text, len, &c, &r), PK_OK);
+        ok = c.n >= sent_c && c.n <= whole.content_len && !memcmp(c.p, whole.content, c.n) && r.n >= sent_r &&
+             r.n <= n_r && !memcmp(r.p, want_r, r.n);
+        if (!ok)
+            fprintf(stderr, "harmony at %zu bytes: content \"%s\" reasoning \"%s\" against \"%s\" / \"%s\"\n", len,
+                    c.p, r.p, whole.content, want_r);
+        sent_c = c.n;
+        sent_r = r.n;
+    }
+    CHECK(ok);
+    if (early) CHECK(sent_c + sent_r + 1 >= whole.content_len + n_r);
+    pk_buf_free(&c);
+    pk_buf_free(&r);
+    srv_tool_msg_free(&whole);
+}
+
+static void test_harmony_stream(void)
+{
+    /* The layouts of test_harmony_template, and a preamble before a call. */
+    check_harmony_stream("<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<|channel|>final"
+                         "<|message|>Hello there!", true);
+    check_harmony_stream("<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant to=functions."
+                         "get_weather<|channel|>commentary json<|message|>{\"city\": \"Lima\"}", false);
+    check_harmony_stream("<|channel|>analysis<|message|>Plan.<|end|><|start|>assistant<|channel|>commentary"
+                         "<|message|>Let me check. <|end|><|start|>assistant<|channel|>commentary to=functions.now "
+                         "<|constrain|>json<|message|>{}", false);
+    check_harmony_stream("<|channel|>analysis<|message|>JSON wanted.<|end|><|start|>assistant<|channel|>final "
+                         "<|constrain|>json<|message|>{\"ok\": true}", true);
+    check_harmony_stream("<|channel|>analysis<|message|>Let me think about <|tags|> and <|", false);
+    check_harmony_stream(" to=functions.get_weather<|channel|>commentary json<|message|>{\"city\": \"Paris\"}", true);
+    /* Two analysis messages and text between messages that is no body. */
+    check_harmony_stream("<|channel|>analysis<|message|>A<|end|>stray<|start|>assistant<|channel|>analysis"
+                         "<|message|>B <|end|><|start|>assistant<|channel|>final<|message|>C\n", true);
+    /* Malformed: plain text, a header never closed, markers in odd places. */
+    check_harmony_stream("plain words, no messages", false);
+    check_harmony_stream("Hi <|start|>assistant<|channel|>final<|message|>x<|call|>tail", true);
+    check_harmony_stream("<|channel|>final<|channel|>analysis<|message|><|message|>y<|end|><|end|>", true);
+    check_harmony_stream("<|channel|>final to=<|message|>z<|return|>", true);
+    check_harmony_stream("<|channel|>final<|message|>body then a cut header <|start|>assistant<|chan", true);
+    pk_buf c = {0}, r = {0};
+    /* A partial marker waits; once it turns out not to be one it goes. */
+    CHECK_EQ_INT(srv_tools_harmony_prefix("<|channel|>final<|message|>a<|en", 32, &c, &r), PK_OK);
+    CHECK_STR(c.p, "a");
+    CHECK_EQ_INT(srv_tools_harmony_prefix("<|channel|>final<|message|>a<|en>", 33, &c, &r), PK_OK);
+    CHECK_STR(c.p, "a<|en>");
+    /* The recipient before the first channel: nothing shown of it. */
+    CHECK_EQ_INT(srv_tools_harmony_prefix(" to=functions.f<|chan", 21, &c, &r), PK_OK);
+    CHECK_EQ_INT(c.n + r.n, 0);
+    pk_buf_free(&c);
+    pk_buf_free(&r);
+}
+
 int main(int argc, char **argv)
 {
     test_select(argc, argv);
@@ -657,6 +724,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_deepseek);
     TEST_RUN(test_harmony);
     TEST_RUN(test_harmony_template);
+    TEST_RUN(test_harmony_stream);
     TEST_RUN(test_gemma4);
     TEST_RUN(test_gemma4_oracle);
     TEST_RUN(test_gemma4_llama);

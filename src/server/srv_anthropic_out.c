@@ -181,12 +181,9 @@ void srv_anth_stream_end(srv_gen *g)
         return;
     }
     srv_tool_msg tm = a.tm;
-    if (a.reason_len > g->n_sent_reason)
-        put_delta(g, BLK_THINKING, a.reason + g->n_sent_reason, a.reason_len - g->n_sent_reason);
-    /* What was held back: the content not sent yet (the sent part is a
-     * prefix of the final content, see srv_tools_content_prefix). */
-    if (tm.content_len > g->n_sent && !memcmp(tm.content, (g->text ? g->text : "") + a.content_off, g->n_sent))
-        put_delta(g, BLK_TEXT, tm.content + g->n_sent, tm.content_len - g->n_sent);
+    srv_new_text rest = srv_gen_take_rest(g, &a);
+    put_delta(g, BLK_THINKING, rest.reason, rest.n_reason);
+    put_delta(g, BLK_TEXT, rest.content, rest.n_content);
     for (int i = 0; i < tm.n_calls; i++) {
         json_t *input = call_input(&tm.calls[i]);
         char *args = input ? json_dumps(input, JSON_COMPACT) : NULL;

@@ -35,6 +35,8 @@ static void gen_free(void *cls)
     free(g->prompt);
     free(g->tokens);
     free(g->out);
+    pk_buf_free(&g->h_content);
+    pk_buf_free(&g->h_reason);
     json_decref(g->probs);
     free(g);
 }
@@ -733,17 +735,45 @@ srv_new_text srv_gen_take_new(srv_gen *g)
     srv_new_text t = { 0 };
     srv_reason_split rs =
         srv_reason_split_text(g->o.reasoning, g->o.think, g->text, g->n_text, g->o.think_open, false);
-    if (rs.reason_len > g->n_sent_reason) {
-        t.reason = g->text + rs.reason_off + g->n_sent_reason;
-        t.n_reason = rs.reason_len - g->n_sent_reason;
-        g->n_sent_reason = rs.reason_len;
+    const char *reason = g->text + rs.reason_off, *content = g->text + rs.content_off;
+    size_t n_reason = rs.reason_len, safe;
+    if (g->o.tools == SRV_TOOL_HARMONY) {
+        /* Out of memory, nothing goes now: the end's parse fails too and says so. */
+        if (srv_tools_harmony_prefix(content, rs.content_len, &g->h_content, &g->h_reason) != PK_OK) return t;
+        content = g->h_content.p;
+        safe = g->h_content.n;
+        /* As srv_gen_answer chooses: the analysis channel unless the text thought in tags. */
+        if (!n_reason && g->o.reasoning != SRV_REASON_NONE) {
+            reason = g->h_reason.p;
+            n_reason = g->h_reason.n;
+        }
+    } else {
+        safe = srv_tools_content_prefix(g->o.tools, content, rs.content_len);
     }
-    const char *content = g->text + rs.content_off;
-    size_t safe = srv_tools_content_prefix(g->o.tools, content, rs.content_len);
+    if (n_reason > g->n_sent_reason) {
+        t.reason = reason + g->n_sent_reason;
+        t.n_reason = n_reason - g->n_sent_reason;
+        g->n_sent_reason = n_reason;
+    }
     if (safe > g->n_sent) {
         t.content = content + g->n_sent;
         t.n_content = safe - g->n_sent;
         g->n_sent = safe;
+    }
+    return t;
+}
+
+srv_new_text srv_gen_take_rest(const srv_gen *g, const srv_answer *a)
+{
+    srv_new_text t = { 0 };
+    if (a->reason_len > g->n_sent_reason) {
+        t.reason = a->reason + g->n_sent_reason;
+        t.n_reason = a->reason_len - g->n_sent_reason;
+    }
+    const char *sent = g->o.tools == SRV_TOOL_HARMONY ? g->h_content.p : (g->text ? g->text : "") + a->content_off;
+    if (a->tm.content_len > g->n_sent && (!g->n_sent || !memcmp(a->tm.content, sent, g->n_sent))) {
+        t.content = a->tm.content + g->n_sent;
+        t.n_content = a->tm.content_len - g->n_sent;
     }
     return t;
 }

@@ -43,6 +43,8 @@ typedef struct srv_gen {
     size_t n_out, cap_out, out_pos;
     size_t n_sent;                 /* chat: content bytes already sent (from the content's start) */
     size_t n_sent_reason;          /* chat: reasoning bytes already sent */
+    pk_buf h_content, h_reason;    /* harmony: what of the content and reasoning a stream may send,
+                                      from the text so far (srv_tools_harmony_prefix), owned */
     bool sent_role, finished;      /* sent_role: Anthropic's message_start too */
     bool out_oom, oom_sent;        /* the output could not grow: a static error event ends it */
     double t_last_check;           /* last client liveness check (ms) */
@@ -131,10 +133,15 @@ typedef struct srv_answer {
 bool srv_gen_answer(const srv_gen *g, srv_answer *a);
 
 /* What a stream has not sent yet of g's text: the new reasoning, and the
- * new content short of what a tool call may still claim.  Marks both sent;
- * the pointers are into g->text. */
+ * new content short of what a tool call (or with harmony, a header or a
+ * partial marker) may still claim.  Marks both sent; the pointers are into
+ * g->text, or g's harmony buffers, valid until the next call. */
 typedef struct srv_new_text { const char *reason, *content; size_t n_reason, n_content; } srv_new_text;
 srv_new_text srv_gen_take_new(srv_gen *g);
+/* At a stream's end: what the finished answer a holds beyond what
+ * srv_gen_take_new sent (the pointers into a).  No content when what was
+ * sent is not a prefix of a's content. */
+srv_new_text srv_gen_take_rest(const srv_gen *g, const srv_answer *a);
 
 /* A chat request answered in api's shape (OAI_CHAT or OAI_RESP): the
  * messages rendered (srv_chat_prompt), tools detected, the task run.

@@ -5,9 +5,9 @@
  * text_completion chunks, ending with `data: [DONE]`).
  *
  * Chat with tools: the answer is parsed for tool calls (srv_tools.h) in the
- * model's format.  Streamed, content goes out as it comes except what might
- * still turn into a call, which waits for the end; calls are sent whole in
- * one delta (clients accumulate deltas, so this is valid), then the
+ * model's format.  Streamed, content and reasoning go out as they come
+ * except what might still turn into a call or a marker, which waits; calls
+ * are sent whole in one delta (clients accumulate deltas, so this is valid), then the
  * finish_reason "tool_calls".
  */
 #include <math.h>
@@ -195,26 +195,18 @@ void srv_oai_stream_end(srv_gen *g)
         g->sent_role = true;
         chat_chunk(g, json_pack("{s:s, s:n}", "role", "assistant", "content"), NULL, NULL);
     }
-    const char *text = g->text ? g->text : "";
-    srv_reason_split rs = srv_reason_split_text(g->o.reasoning, g->o.think, text, g->n_text, g->o.think_open, true);
-    if (rs.reason_len > g->n_sent_reason)
-        chat_chunk(g, json_pack("{s:o}", "reasoning_content", srv_json_text(text + rs.reason_off + g->n_sent_reason,
-                                                                            rs.reason_len - g->n_sent_reason)),
-                   NULL, NULL);
-    srv_tool_msg tm = {0};
-    if (srv_tools_parse(g->o.tools, g->o.tool_defs, text + rs.content_off, rs.content_len, &tm) != PK_OK) {
+    srv_answer a;
+    if (!srv_gen_answer(g, &a)) {
         g->out_oom = true;           /* its only failure: gen_read sends the error event */
         g->finished = true;
         return;
     }
-    if (tm.reasoning_len && g->o.reasoning != SRV_REASON_NONE)       /* harmony's analysis channel */
-        chat_chunk(g, json_pack("{s:o}", "reasoning_content", srv_json_text(tm.reasoning, tm.reasoning_len)),
-                   NULL, NULL);
-    /* What was held back: the content not sent yet (the sent part is a
-     * prefix of the final content, see srv_tools_content_prefix). */
-    if (tm.content_len > g->n_sent && !memcmp(tm.content, text + rs.content_off, g->n_sent))
-        chat_chunk(g, json_pack("{s:o}", "content", srv_json_text(tm.content + g->n_sent, tm.content_len - g->n_sent)),
-                   NULL, NULL);
+    srv_tool_msg tm = a.tm;
+    srv_new_text rest = srv_gen_take_rest(g, &a);
+    if (rest.n_reason)
+        chat_chunk(g, json_pack("{s:o}", "reasoning_content", srv_json_text(rest.reason, rest.n_reason)), NULL, NULL);
+    if (rest.n_content)
+        chat_chunk(g, json_pack("{s:o}", "content", srv_json_text(rest.content, rest.n_content)), NULL, NULL);
     if (tm.n_calls) chat_chunk(g, json_pack("{s:o}", "tool_calls", tool_calls_json(&tm, true)), NULL, NULL);
     json_t *choice = json_pack("{s:i, s:{}, s:n, s:s}", "index", 0, "delta", "logprobs", "finish_reason",
                                finish_reason(g, tm.n_calls > 0));

@@ -528,11 +528,9 @@ void srv_resp_stream_end(srv_gen *g)
         g->finished = true;
         return;
     }
-    if (a.reason_len > g->n_sent_reason)
-        send_delta(g, true, a.reason + g->n_sent_reason, a.reason_len - g->n_sent_reason);
-    const char *sent = (g->text ? g->text : "") + a.content_off;
-    if (a.tm.content_len > g->n_sent && !memcmp(a.tm.content, sent, g->n_sent))
-        send_delta(g, false, a.tm.content + g->n_sent, a.tm.content_len - g->n_sent);
+    srv_new_text rest = srv_gen_take_rest(g, &a);
+    if (rest.n_reason) send_delta(g, true, rest.reason, rest.n_reason);
+    if (rest.n_content) send_delta(g, false, rest.content, rest.n_content);
     if (!a.tm.n_calls) open_message(g);          /* an empty answer is still a message */
     json_t *items[2] = { NULL, NULL };           /* reasoning and message, by output_index */
     if (g->resp.rs_index >= 0) {

@@ -743,36 +743,50 @@ static void parse_gemma4(const char *s, size_t n, srv_tool_msg *m, pk_buf *conte
     }
 }
 
-/* The end of a harmony message body starting at i. */
-static size_t harmony_body_end(const char *s, size_t i, size_t n)
+/* What ends a harmony body: the first H_N_CLOSE end its message, the rest
+ * begin another (a model may leave out the end). */
+static const char *const H_ENDS[] = { "<|end|>", "<|call|>", "<|return|>", "<|start|>", "<|channel|>" };
+#define H_N_CLOSE 3
+
+/* The end of a harmony message body starting at i.  With final false, a
+ * body not ended yet stops short of a partial marker at the end of the
+ * text, which the next bytes may complete. */
+static size_t harmony_body_end(const char *s, size_t i, size_t n, bool final)
 {
-    static const char *const ends[] = { "<|end|>", "<|call|>", "<|return|>", "<|start|>", "<|channel|>" };
     size_t e = n;
-    for (size_t k = 0; k < ARRAY_LEN(ends); k++) e = MIN(e, find(s, i, n, ends[k]));
+    for (size_t k = 0; k < ARRAY_LEN(H_ENDS); k++) e = MIN(e, find(s, i, n, H_ENDS[k]));
+    if (e == n && !final) {
+        size_t held = 0;
+        for (size_t k = 0; k < ARRAY_LEN(H_ENDS); k++) held = MAX(held, partial_suffix(s + i, n - i, H_ENDS[k]));
+        e -= held;
+    }
     return e;
 }
 
-/* gpt-oss harmony messages: calls, reasoning (analysis), content. */
-static void parse_harmony(const char *s, size_t n, srv_tool_msg *m, pk_buf *content, pk_buf *reasoning)
+/* gpt-oss harmony messages: calls, reasoning (analysis), content.  With
+ * final false (a stream's text so far), only what the next bytes cannot
+ * change: no calls, and bodies short of what may still be a marker. */
+static void parse_harmony(const char *s, size_t n, srv_tool_msg *m, pk_buf *content, pk_buf *reasoning, bool final)
 {
     size_t pos = 0, c = find(s, 0, n, H_CHANNEL);
     size_t st = find(s, 0, n, H_START);
     /* Plain text before any message is content, except the rest of a header:
      * after the prompt's "<|start|>assistant" a model may name the
-     * recipient first (" to=functions.f<|channel|>commentary json<|message|>"). */
-    if (!(c < st && find(s, 0, c, "to=") < c)) pk_buf_put(content, s, MIN(c, st));
+     * recipient first (" to=functions.f<|channel|>commentary json<|message|>").
+     * Which it is waits for the first marker. */
+    if (!(c < st && find(s, 0, c, "to=") < c) && (final || MIN(c, st) < n)) pk_buf_put(content, s, MIN(c, st));
     while ((c = find(s, pos, n, H_CHANNEL)) < n) {
         /* The header: from the message's <|start|> (if any) to <|message|>. */
         size_t h0 = pos, msg = find(s, c, n, H_MESSAGE);
         size_t sp = find(s, pos, c, H_START);
         if (sp < c) h0 = sp;
         if (msg == n) break;                          /* a header cut off: nothing to show */
-        size_t b = msg + LIT(H_MESSAGE), e = harmony_body_end(s, b, n);
+        size_t b = msg + LIT(H_MESSAGE), e = harmony_body_end(s, b, n, final);
         const char *fn = NULL;
         for (size_t i = h0; i + 13 <= msg; i++)
             if (!memcmp(s + i, "to=functions.", 13)) fn = s + i + 13;
         size_t ch = c + LIT(H_CHANNEL);
-        if (fn) {
+        if (fn && final) {
             size_t k = 0;
             while (fn + k < s + msg && !is_ws(fn[k]) && fn[k] != '<') k++;
             size_t used = 0, a = skip_ws(s, b, e);
@@ -786,15 +800,16 @@ static void parse_harmony(const char *s, size_t n, srv_tool_msg *m, pk_buf *cont
                     return;
                 }
             }
+        } else if (fn) {
+            /* A call goes out whole at the end. */
         } else if (starts(s, ch, n, "analysis")) {
             pk_buf_put(reasoning, s + b, e - b);
         } else {
             pk_buf_put(content, s + b, e - b);
         }
         pos = e;
-        static const char *const ends[] = { "<|end|>", "<|call|>", "<|return|>" };
-        for (size_t k = 0; k < ARRAY_LEN(ends); k++)
-            if (starts(s, pos, n, ends[k])) pos += strlen(ends[k]);
+        for (size_t k = 0; k < H_N_CLOSE; k++)
+            if (starts(s, pos, n, H_ENDS[k])) pos += strlen(H_ENDS[k]);
     }
 }
 
@@ -823,7 +838,7 @@ pk_status srv_tools_parse(srv_tool_fmt f, const json_t *tools, const char *text,
     else if (f == SRV_TOOL_LLAMA3) parse_llama3(text, len, out, &content);
     else if (f == SRV_TOOL_MISTRAL) parse_mistral(text, len, out, &content);
     else if (f == SRV_TOOL_DEEPSEEK) parse_deepseek(text, len, out, &content);
-    else if (f == SRV_TOOL_HARMONY) parse_harmony(text, len, out, &content, &reasoning);
+    else if (f == SRV_TOOL_HARMONY) parse_harmony(text, len, out, &content, &reasoning, true);
     else if (f == SRV_TOOL_QWEN_XML) parse_qwen_xml(text, len, tools, out, &content);
     else if (f == SRV_TOOL_GEMMA4) parse_gemma4(text, len, out, &content);
     else pk_buf_put(&content, text, len);
@@ -888,11 +903,23 @@ size_t srv_tools_content_prefix(srv_tool_fmt f, const char *text, size_t len)
         k = find(text, 0, len, tag);
         if (k == len) k = len - partial_suffix(text, len, tag);
     } else if (f == SRV_TOOL_HARMONY) {
-        return 0;
+        return 0;                   /* srv_tools_harmony_prefix: its content is not a prefix of the text */
     } else {
         return len;
     }
     /* White space before a call is dropped from the content, so it waits. */
     while (k > 0 && is_ws(text[k - 1])) k--;
     return k;
+}
+
+pk_status srv_tools_harmony_prefix(const char *text, size_t len, pk_buf *content, pk_buf *reasoning)
+{
+    srv_tool_msg none = {0};
+    content->n = reasoning->n = 0;
+    pk_buf_put(content, "", 0);
+    pk_buf_put(reasoning, "", 0);
+    parse_harmony(text, len, &none, content, reasoning, false);
+    /* White space before a call is dropped from the content, so it waits. */
+    while (content->n > 0 && is_ws(content->p[content->n - 1])) content->p[--content->n] = 0;
+    return content->oom || reasoning->oom ? PK_ENOMEM : PK_OK;
 }

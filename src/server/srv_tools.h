@@ -42,8 +42,8 @@
  *             ended by <|end|>, <|call|>, <|return|> or the next <|start|>:
  *             a header naming functions.N is a call with BODY its arguments,
  *             channel analysis is reasoning, final and plain commentary are
- *             content.  Its content is not a prefix of the text, so a stream
- *             sends it at the end.
+ *             content.  Its content is not a prefix of the text: a stream
+ *             takes it from srv_tools_harmony_prefix.
  *     GEMMA4  (Gemma 4)
  *               [content]<|tool_call>call:N{KEY:VALUE,...}<tool_call|>...
  *             any number of calls; text outside them is content.  The
@@ -73,6 +73,7 @@
 
 #include <jansson.h>
 
+#include "../common/buf.h"
 #include "../common/pk.h"
 
 typedef enum srv_tool_fmt {
@@ -118,5 +119,14 @@ srv_tool_fmt srv_tools_detect(const char *src, srv_tool_fmt fallback);
 /* Bytes at the start of text[0..len) that cannot become part of a call
  * whatever comes next (streamable as content now). */
 size_t srv_tools_content_prefix(srv_tool_fmt f, const char *text, size_t len);
+
+/* HARMONY's counterpart, its content being the messages' bodies: the
+ * content and reasoning of text[0..len) that no later bytes can change
+ * (each a prefix of what srv_tools_parse gives for any text that begins
+ * with this one), put in content and reasoning (emptied first; kept as
+ * scratch between calls).  Headers, ends of messages, calls, a partial
+ * marker and white space that may precede a call are held back.  PK_OK,
+ * or PK_ENOMEM. */
+pk_status srv_tools_harmony_prefix(const char *text, size_t len, pk_buf *content, pk_buf *reasoning);
 
 #endif

@@ -11,21 +11,14 @@
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import path from 'node:path';
-import { SHARED, genModel, skipReason, startServer, post, readSSE } from './lib.mjs';
+import { TINY_VOCAB, templateServer, skipReason, post, readSSE } from './lib.mjs';
 
-const VOCAB = 'vocab/ggml-vocab-qwen35.gguf';
 const TEMPLATE = 'tests/jinja/gemma4/chat_template.jinja';
-const skip = skipReason(VOCAB);
+const skip = skipReason(TINY_VOCAB);
 let srv;
 
 before(async () => {
-  if (skip) return;
-  const model = genModel('gemma4-e128-l3-w32-q8_0.gguf', ['--arch', 'gemma4', '--vocab', path.join(SHARED, 'models', VOCAB),
-    '--n-embd', '128', '--n-layer', '3', '--n-head', '4', '--n-head-kv', '2', '--n-head-kv-global', '1',
-    '--head-dim', '32', '--head-dim-global', '64', '--n-ff', '256', '--swa', '32', '--swa-every', '3',
-    '--type', 'q8_0', '--seed', '7']);
-  srv = await startServer(model, ['-c', '4096', '-np', '1', '-t', '2', '--chat-template-file', TEMPLATE]);
+  if (!skip) srv = await templateServer(TEMPLATE);
 });
 after(async () => {
   if (srv) assert.equal(await srv.stop(), 0);

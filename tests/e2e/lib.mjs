@@ -38,6 +38,19 @@ export function genModel(name, args) {
   return out;
 }
 
+// A random-weight Gemma 4 (sliding windows, two head sizes) with
+// Qwen3.5's vocabulary from ../shared (TINY_VOCAB), served with the chat
+// template file tmpl: for tests that make it write a template's reply
+// format with a grammar.
+export const TINY_VOCAB = 'vocab/ggml-vocab-qwen35.gguf';
+export function templateServer(tmpl) {
+  const model = genModel('gemma4-e128-l3-w32-q8_0.gguf', ['--arch', 'gemma4', '--vocab',
+    path.join(SHARED, 'models', TINY_VOCAB), '--n-embd', '128', '--n-layer', '3', '--n-head', '4', '--n-head-kv', '2',
+    '--n-head-kv-global', '1', '--head-dim', '32', '--head-dim-global', '64', '--n-ff', '256', '--swa', '32',
+    '--swa-every', '3', '--type', 'q8_0', '--seed', '7']);
+  return startServer(model, ['-c', '4096', '-np', '1', '-t', '2', '--chat-template-file', tmpl]);
+}
+
 // Starts `polykv serve -m model --port 0 ...args` and waits for /health
 // (with the --api-key of args, when given); model null starts a router
 // (no -m).  opts.env: extra environment.
