@@ -173,6 +173,8 @@ static void usage(void)
         "         [--n-head-kv-global N] [--softcap 30]; the 31B's layout: tied, no attn_v on global layers\n"
         "         E2B / E4B's: [--per-layer W] (per-layer embeddings W wide, attn_v on every layer)\n"
         "         [--shared-kv N] (the last N layers reuse K/V) [--double-wide] (their FFN 2 x --n-ff)\n"
+        "         the 26B-A4B's: --n-expert N [--n-expert-used 2] [--n-ff-exp N_FF/4] (experts on every\n"
+        "         layer beside the dense FFN)\n"
         "  types: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k (= q4_k_m mix) q4_k_s q5_k q6_k\n"
         "         q2_k q3_k (= q3_k_s) iq4_nl iq4_xs mxfp4 (every matrix) mxfp4_moe (experts mxfp4, the\n"
         "         rest q8_0)\n");
@@ -306,6 +308,7 @@ int cli_gen_model(int argc, char **argv)
         long *lp = !strcmp(a, "--seed") ? &seed : NULL;
         for (size_t k = 0; k < ARRAY_LEN(longs) && !lp; k++)
             if (!strcmp(a, longs[k].opt)) lp = (long *)((char *)&sh + longs[k].off);
+        if (!strcmp(a, "--n-expert")) sh.experts = true;
         if (lp) { if (!cli_int(a, v, 0, 1L << 30, lp)) return 2; }
         else if (!strcmp(a, "--arch")) sh.arch = v;
         else if (!strcmp(a, "--vocab")) vocab = v;
@@ -338,7 +341,7 @@ int cli_gen_model(int argc, char **argv)
     }
     if (hybrid && !gen_hybrid_check(&sh)) return 2;
     if (gemma && !gen_gemma_check(&sh)) return 2;
-    if ((!strcmp(sh.arch, "qwen3moe") || oss) &&
+    if ((!strcmp(sh.arch, "qwen3moe") || oss || (gemma && sh.experts)) &&
         (sh.n_expert < 2 || sh.n_expert_used < 1 || sh.n_expert_used > sh.n_expert)) {
         fprintf(stderr, "polykv gen-model: %s needs --n-expert >= 2 and 1 <= --n-expert-used <= --n-expert\n",
                 sh.arch);

@@ -37,6 +37,8 @@ typedef struct gen_shape {
      * those layers' FFN twice n_ff (E2B's double-wide MLP) */
     long per_layer, shared_kv;
     bool double_wide;
+    /* gemma4: --n-expert given, the 26B-A4B's experts on every layer */
+    bool experts;
 } gen_shape;
 
 /* A --type: the matrices' type (k_mix: llama-quantize's Q4_K_M mix of

@@ -23,6 +23,13 @@
  * those layers' FFN (E2B), writing feed_forward_length per layer.  The
  * types follow llama-quantize on a BF16 conversion: per_layer_token_embd
  * as the (tied) embeddings, per_layer_model_proj left in BF16.
+ *
+ * --n-expert N writes the 26B-A4B's layers: beside the dense FFN (its
+ * shared expert), N experts of --n-ff-exp with --n-expert-used chosen per
+ * token: the router (F32, as llama-quantize leaves it) and its input
+ * scale, the gate and up of every expert in one ffn_gate_up_exps, their
+ * ffn_down_exps and each expert's output scale, and the three extra
+ * norms.
  */
 #include <math.h>
 #include <stdio.h>
@@ -56,6 +63,8 @@ static bool sharing_ok(const gen_shape *sh)
     return true;
 }
 
+static long exp_ff(const gen_shape *sh) { return sh->n_ff_exp ? sh->n_ff_exp : sh->n_ff / 4; }
+
 bool gen_gemma_check(gen_shape *sh)
 {
     if (!sh->head_dim) sh->head_dim = sh->n_embd / sh->n_head;
@@ -87,6 +96,11 @@ void gen_gemma_keys(gguf_writer *w, const gen_shape *sh)
         gguf_add_arr(w, gen_akey(key, a, "feed_forward_length"), GGUF_TYPE_INT32, counts, (uint64_t)sh->n_layer);
     } else {
         gguf_add_u32(w, gen_akey(key, a, "feed_forward_length"), (uint32_t)sh->n_ff);
+    }
+    if (sh->experts) {
+        gguf_add_u32(w, gen_akey(key, a, "expert_count"), (uint32_t)sh->n_expert);
+        gguf_add_u32(w, gen_akey(key, a, "expert_used_count"), (uint32_t)sh->n_expert_used);
+        gguf_add_u32(w, gen_akey(key, a, "expert_feed_forward_length"), (uint32_t)exp_ff(sh));
     }
     for (long il = 0; il < sh->n_layer; il++) counts[il] = (int32_t)(swa[il] ? sh->n_head_kv : sh->n_head_kv_global);
     gguf_add_u32(w, gen_akey(key, a, "attention.head_count"), (uint32_t)sh->n_head);
@@ -144,6 +158,37 @@ static int per_layer_tensors(gguf_writer *w, const gen_shape *sh, tq_type t, lon
     ne[0] = e;
     snprintf(name, sizeof name, "blk.%ld.post_norm.weight", il);
     rc |= gen_add_normal(w, name, TQ_F32, 1, ne, (*ts)++, 1.0f, 0.1f);
+    return rc;
+}
+
+/* Layer il's experts (the 26B-A4B), tv the type of its down products. */
+static int expert_tensors(gguf_writer *w, const gen_shape *sh, const gen_type *gt, tq_type tv, long il,
+                          uint64_t *ts)
+{
+    const long e = sh->n_embd, nx = sh->n_expert, ffx = exp_ff(sh);
+    const tq_type te = gt->exp_type ? gt->exp_type : gt->type;
+    const float s_e = 1.5f / sqrtf((float)e), s_x = 1.5f / sqrtf((float)ffx);
+    /* the router reads a unit-RMS row divided by sqrt(n_embd): weights of
+     * std 1.5 spread its logits as qwen3moe's are (std ~1.5); at s_e they
+     * would be near equal, and the rounding of the quantized types would
+     * keep switching which experts a token takes */
+    const struct { const char *n; tq_type t; int n_dims; long cols, rows, mats; float mean, std; } L[] = {
+        { "ffn_gate_inp.weight", TQ_F32, 2, e, nx, 1, 0, 1.5f },
+        { "ffn_gate_inp.scale", TQ_F32, 1, e, 1, 1, 1.0f, 0.1f },
+        { "pre_ffw_norm_2.weight", TQ_F32, 1, e, 1, 1, 1.0f, 0.1f },
+        { "post_ffw_norm_1.weight", TQ_F32, 1, e, 1, 1, 1.0f, 0.1f },
+        { "post_ffw_norm_2.weight", TQ_F32, 1, e, 1, 1, 1.0f, 0.1f },
+        { "ffn_gate_up_exps.weight", te, 3, e, 2 * ffx, nx, 0, s_e },
+        { "ffn_down_exps.weight", gt->exp_type ? te : tv, 3, ffx, e, nx, 0, s_x },
+        { "ffn_down_exps.scale", TQ_F32, 1, nx, 1, 1, 1.0f, 0.2f },
+    };
+    int rc = 0;
+    for (size_t k = 0; k < sizeof L / sizeof L[0]; k++) {
+        char name[128];
+        snprintf(name, sizeof name, "blk.%ld.%s", il, L[k].n);
+        int64_t dims[3] = { L[k].cols, L[k].rows, L[k].mats };
+        rc |= gen_add_normal(w, name, L[k].t, L[k].n_dims, dims, (*ts)++, L[k].mean, L[k].std);
+    }
     return rc;
 }
 
@@ -208,6 +253,7 @@ int gen_gemma_tensors(gguf_writer *w, const gen_shape *sh, const gen_type *gt, l
             rc |= gen_add_normal(w, name, L[k].t, L[k].rows > 1 ? 2 : 1, dims, s, L[k].mean, L[k].std);
         }
         if (sh->per_layer) rc |= per_layer_tensors(w, sh, t, il, &ts);
+        if (sh->experts) rc |= expert_tensors(w, sh, gt, tv, il, &ts);
     }
     return rc;
 }

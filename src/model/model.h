@@ -53,9 +53,10 @@ typedef enum model_arch {
  * over all, the k best renormalized (qwen3moe, qwen35moe); or the k best
  * logits, softmax over those k (gpt-oss). */
 typedef enum model_gate { MODEL_GATE_SOFTMAX = 0, MODEL_GATE_TOPK_SOFTMAX } model_gate;
-/* An expert's activation: silu(g) * u, or gpt-oss's clamped variant
- * min(g, 7) * sigmoid(1.702 min(g, 7)) * (clamp(u, -7, 7) + 1). */
-typedef enum model_act { MODEL_ACT_SWIGLU = 0, MODEL_ACT_SWIGLU_OAI } model_act;
+/* An expert's activation: silu(g) * u, gpt-oss's clamped variant
+ * min(g, 7) * sigmoid(1.702 min(g, 7)) * (clamp(u, -7, 7) + 1), or
+ * Gemma 4's gelu_tanh(g) * u. */
+typedef enum model_act { MODEL_ACT_SWIGLU = 0, MODEL_ACT_SWIGLU_OAI, MODEL_ACT_GEGLU } model_act;
 typedef enum model_rope { MODEL_ROPE_NORM = 0, MODEL_ROPE_NEOX = 2 } model_rope;
 
 typedef struct model_hparams {
@@ -90,7 +91,8 @@ typedef struct model_hparams {
     int32_t ssm_d_state;      /* DeltaNet key and value head size */
     int32_t ssm_n_k_heads;    /* key (and query) heads */
     int32_t ssm_n_v_heads;    /* value heads, a multiple of ssm_n_k_heads */
-    /* MoE (qwen3moe, qwen35moe): experts, chosen per token, and their FFN sizes */
+    /* MoE (qwen3moe, qwen35moe, gpt-oss, gemma4's 26B-A4B): experts, chosen
+     * per token, and their FFN sizes */
     int32_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
     model_gate moe_gate;
     model_act moe_act;
@@ -139,6 +141,11 @@ typedef struct model_layer {
     /* Gemma 4: norms of the attention's and the FFN's outputs before the
      * residual adds, and a scalar the layer's output is multiplied by */
     model_w attn_post_norm, ffn_post_norm, out_scale;
+    /* Gemma 4 26B-A4B: each expert's gate and up as one matrix (gate
+     * rows first), the router input's scale, each expert's output scale,
+     * the experts' pre-norm and the post-norms of the dense MLP (kept as
+     * a shared expert) and of the experts' sum */
+    model_w exp_gate_up, moe_router_s, exp_down_s, ffn_pre_norm_2, ffn_post_norm_1, ffn_post_norm_2;
     /* Gemma 4 E2B / E4B: the per-layer input's gate (n_embd -> width),
      * projection back and its norm */
     model_w pl_gate, pl_proj, pl_post_norm;

@@ -488,7 +488,7 @@ static void layers_job(int ith, int nth, void *arg)
         if (!priv) tp_barrier(c->tp);
 
         if (L->moe_router.data) {
-            fwd_moe(c, ith, nth, L, T, xn);
+            fwd_moe(c, ith, nth, L, T, xn, xn);
             tp_barrier(c->tp);              /* every token's rows of c->tmp */
         } else {
             const model_w *gu_w[2] = { &L->w_gate, &L->w_up };

@@ -93,13 +93,14 @@ void fwd_rope_angles(const model_hparams *hp, int n_rot, float base, float scale
 void *fwd_alloc(size_t n);   /* zeroed, 64-byte aligned */
 
 /* model_hybrid.c */
-/* model_moe.c: the MoE FFN of the chunk's normed inputs xn into c->tmp
+/* model_moe.c: the MoE FFN of the chunk's normed inputs xn into c->tmp,
+ * routed by the router's product of xr (xn itself but for Gemma 4)
  * (a phase of a job; rows of c->tmp are written by the thread that owns
  * the token, tp_split's share, so a reader of other rows waits at a
  * barrier). */
 pk_status moe_ctx_new(model_ctx *c);
 void moe_ctx_free(model_ctx *c);
-void fwd_moe(model_ctx *c, int ith, int nth, const model_layer *L, int T, const float *xn);
+void fwd_moe(model_ctx *c, int ith, int nth, const model_layer *L, int T, const float *xn, const float *xr);
 
 /* model_gemma.c: Gemma 4's layers over a chunk (the job tp_run runs);
  * each token's RoPE rows in c->rope are [n_rot global | n_rot_swa]. */
@@ -110,6 +111,8 @@ void gm_layers_job(int ith, int nth, void *arg);
 void gm_rope_angles(const model *m, kv_pos pos, float *cs);
 /* Chunk row i holds token (E2B / E4B's per-layer inputs read its row). */
 void gm_token(model_ctx *c, int i, int32_t token);
+/* h = gelu(g) * u, the reference engine's GEGLU (once gm_ctx_new ran). */
+void gm_geglu(const float *g, const float *u, float *h, int n);
 
 pk_status hy_ctx_new(model_ctx *c);
 void hy_ctx_free(model_ctx *c);

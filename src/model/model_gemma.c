@@ -1,6 +1,6 @@
 /*
- * model_gemma.c - Gemma 4's dense layers (the 31B's layout, and E2B /
- * E4B's) over a chunk.
+ * model_gemma.c - Gemma 4's layers (the 31B's layout, E2B / E4B's and the
+ * 26B-A4B's experts) over a chunk.
  *
  * DESIGN
  *   Per layer, with n() an RMSNorm times the named weight (Gemma 4 stores
@@ -10,6 +10,9 @@
  *     v = n1(Wv n_attn(x))   (n1: no weight; without Wv, V is K's projection)
  *     x += n_post_attn(Wo attn(q, k, v))      (K.Q scaled by 1, not 1/sqrt(d))
  *     x += n_post_ffw(Wd (gelu_tanh(Wg n_ffn(x)) * Wu n_ffn(x)))
+ *          (26B-A4B's MoE layers: x += n_post_ffw(n_post_1(that FFN) +
+ *           n_post_2(experts(n_pre_2(x)))), the experts routed by
+ *           Wr (n1(x) / sqrt(n_embd) * router_scale): model_moe.c)
  *     x += n_post(Wproj (gelu(Wgate x) * p_l))  (E2B / E4B: p_l below)
  *     x *= layer_output_scale                  (when the file has it)
  *
@@ -50,6 +53,8 @@ struct gm_ctx {
      * token row of per_layer_token_embd [n_threads][n_layer * w] */
     int32_t *tok;
     float *pl_in, *pl_gate, *pl_row;
+    /* 26B-A4B: the dense MLP's output and the router's input [n_ubatch][n_embd] */
+    float *mlp, *xr;
 };
 
 static uint16_t gelu_tab[1 << 16];   /* F16 x -> F16 gelu(x); written once, then read-only */
@@ -64,8 +69,7 @@ static void gelu_init(void)
     }
 }
 
-/* h = gelu(g) * u, the reference engine's GEGLU. */
-static void geglu(const float *g, const float *u, float *h, int n)
+void gm_geglu(const float *g, const float *u, float *h, int n)
 {
     for (int i = 0; i < n; i++) {
         if (g[i] <= -10.0f) h[i] = 0.0f;
@@ -82,6 +86,8 @@ void gm_ctx_free(model_ctx *c)
     free(c->gm->pl_in);
     free(c->gm->pl_gate);
     free(c->gm->pl_row);
+    free(c->gm->mlp);
+    free(c->gm->xr);
     free(c->gm);
     c->gm = NULL;
 }
@@ -91,10 +97,15 @@ pk_status gm_ctx_new(model_ctx *c)
     const model_hparams *hp = &c->m->hp;
     pthread_once(&gelu_once, gelu_init);
     if (!(c->gm = calloc(1, sizeof *c->gm))) return PK_ENOMEM;
-    const int hd = MAX(hp->head_dim_k, hp->head_dim_swa);
-    if (!(c->gm->ones = fwd_alloc((size_t)hd * sizeof(float)))) return PK_ENOMEM;
-    for (int i = 0; i < hd; i++) c->gm->ones[i] = 1.0f;
+    /* V's norm and the router input's (n_embd wide) have no weight */
+    const int n1 = MAX(MAX(hp->head_dim_k, hp->head_dim_swa), hp->n_embd);
+    if (!(c->gm->ones = fwd_alloc((size_t)n1 * sizeof(float)))) return PK_ENOMEM;
+    for (int i = 0; i < n1; i++) c->gm->ones[i] = 1.0f;
     const size_t w = (size_t)hp->n_embd_per_layer, nub = (size_t)c->p.n_ubatch, fl = sizeof(float);
+    const size_t E = (size_t)hp->n_embd;
+    if (hp->n_expert &&
+        (!(c->gm->mlp = fwd_alloc(nub * E * fl)) || !(c->gm->xr = fwd_alloc(nub * E * fl))))
+        return PK_ENOMEM;
     if (w && (!(c->gm->tok = fwd_alloc(nub * sizeof(int32_t))) ||
               !(c->gm->pl_in = fwd_alloc(nub * hp->n_layer * w * fl)) ||
               !(c->gm->pl_gate = fwd_alloc(nub * w * fl)) ||
@@ -193,7 +204,7 @@ static void per_layer_mix(model_ctx *c, int ith, int nth, const model_layer *L, 
     tp_barrier(c->tp);
     fwd_matmul(ith, nth, c, &L->pl_gate, c->x, T, g);
     for (int64_t t = t0; t < t1; t++)
-        geglu(g + t * w, c->gm->pl_in + ((size_t)t * hp->n_layer + il) * w, g + t * w, w);
+        gm_geglu(g + t * w, c->gm->pl_in + ((size_t)t * hp->n_layer + il) * w, g + t * w, w);
     tp_barrier(c->tp);
     fwd_matmul(ith, nth, c, &L->pl_proj, g, T, c->tmp);
     for (int64_t t = t0; t < t1; t++) {
@@ -246,12 +257,48 @@ static void ffn_block(model_ctx *c, int ith, int nth, const model_layer *L, int 
     const model_w *gu_w[2] = { &L->w_gate, &L->w_up };
     float *gu_y[2] = { c->gate, c->up };
     fwd_matmul_set(ith, nth, c, gu_w, gu_y, 2, c->xn, T);
-    for (int64_t t = t0; t < t1; t++) geglu(c->gate + t * F, c->up + t * F, c->gate + t * F, F);
+    for (int64_t t = t0; t < t1; t++) gm_geglu(c->gate + t * F, c->up + t * F, c->gate + t * F, F);
     tp_barrier(c->tp);
     fwd_matmul(ith, nth, c, &L->w_down, c->gate, T, c->tmp);
     for (int64_t t = t0; t < t1; t++) {
         float *o = c->tmp + t * E, *xt = c->x + t * E;
         c->ops->rms_norm(o, NULL, L->ffn_post_norm.data, o, E, hp->rms_eps);
+        for (int i = 0; i < E; i++) xt[i] += o[i];
+    }
+}
+
+/* The 26B-A4B's FFN over the chunk: the dense MLP of xn (kept as a
+ * shared expert) beside the experts of x's second pre-norm, routed from
+ * x's plain norm scaled; x += n_post_ffw(their post-normed sum).  The
+ * router's input is rounded after each step, as the reference's norm,
+ * scale and product are. */
+static void moe_block(model_ctx *c, int ith, int nth, const model_layer *L, int T, int64_t t0, int64_t t1)
+{
+    const model_hparams *hp = &c->m->hp;
+    const int E = hp->n_embd, F = (int)L->w_gate.n_rows;
+    float *mlp = c->gm->mlp, *xr = c->gm->xr;
+    const float *rs = L->moe_router_s.data, s_embd = 1.0f / sqrtf((float)E);
+    const model_w *gu_w[2] = { &L->w_gate, &L->w_up };
+    float *gu_y[2] = { c->gate, c->up };
+    fwd_matmul_set(ith, nth, c, gu_w, gu_y, 2, c->xn, T);
+    for (int64_t t = t0; t < t1; t++) gm_geglu(c->gate + t * F, c->up + t * F, c->gate + t * F, F);
+    tp_barrier(c->tp);   /* every thread is past its products of xn too */
+    fwd_matmul(ith, nth, c, &L->w_down, c->gate, T, mlp);
+    for (int64_t t = t0; t < t1; t++) {
+        const float *xt = c->x + t * E;
+        float *r = xr + t * E;
+        c->ops->rms_norm(mlp + t * E, NULL, L->ffn_post_norm_1.data, mlp + t * E, E, hp->rms_eps);
+        c->ops->rms_norm((float *)xt, NULL, L->ffn_pre_norm_2.data, c->xn + t * E, E, hp->rms_eps);
+        c->ops->rms_norm((float *)xt, NULL, c->gm->ones, r, E, hp->rms_eps);
+        for (int i = 0; i < E; i++) r[i] *= s_embd;
+        for (int i = 0; i < E; i++) r[i] *= rs[i];
+    }
+    tp_barrier(c->tp);
+    fwd_moe(c, ith, nth, L, T, c->xn, xr);
+    for (int64_t t = t0; t < t1; t++) {
+        float *o = c->tmp + t * E, *m = mlp + t * E, *xt = c->x + t * E;
+        c->ops->rms_norm(o, NULL, L->ffn_post_norm_2.data, o, E, hp->rms_eps);
+        c->ops->rms_norm(m, o, L->ffn_post_norm.data, o, E, hp->rms_eps);
         for (int i = 0; i < E; i++) xt[i] += o[i];
     }
 }
@@ -270,7 +317,8 @@ void gm_layers_job(int ith, int nth, void *arg)
     for (int il = 0; il < hp->n_layer; il++) {
         const model_layer *L = &m->layers[il];
         attention_block(c, ith, nth, L, T, t0, t1);
-        ffn_block(c, ith, nth, L, T, t0, t1);
+        if (L->moe_router.data) moe_block(c, ith, nth, L, T, t0, t1);
+        else ffn_block(c, ith, nth, L, T, t0, t1);
         if (hp->n_embd_per_layer) per_layer_mix(c, ith, nth, L, il, T, t0, t1);
         if (L->out_scale.data) {   /* the next norm reads only this thread's tokens */
             const float s = *(const float *)L->out_scale.data;

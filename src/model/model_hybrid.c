@@ -329,7 +329,7 @@ void hy_layer(model_ctx *c, int ith, int nth, const model_layer *L, int T)
         c->ops->rms_norm(x + t * E, c->tmp + t * E, L->ffn_norm.data, xn + t * E, E, hp->rms_eps);
     tp_barrier(c->tp);
     if (L->moe_router.data) {
-        fwd_moe(c, ith, nth, L, T, xn);
+        fwd_moe(c, ith, nth, L, T, xn, xn);
     } else {
         const model_w *gu[2] = { &L->w_gate, &L->w_up };
         float *gy[2] = { c->gate, c->up };

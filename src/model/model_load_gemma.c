@@ -1,6 +1,6 @@
 /*
- * model_load_gemma.c - Gemma 4's dense models (the 31B's layout, and E2B /
- * E4B's) from a GGUF: the keys and tensors llama.cpp's converter writes,
+ * model_load_gemma.c - Gemma 4's models (the 31B's layout, E2B / E4B's and
+ * the 26B-A4B's) from a GGUF: the keys and tensors llama.cpp's converter writes,
  * checked so the forward pass (model_gemma.c) can trust them.
  *
  * Two layer types, named per layer by attention.sliding_window_pattern:
@@ -23,7 +23,14 @@
  * files carry and some omit, are not read.  feed_forward_length may be a
  * count per layer (E2B's shared layers are twice as wide).
  *
- * Not here yet, refused with their name: the 26B-A4B's experts, YaRN.
+ * The 26B-A4B (expert_count) adds experts to a layer that has
+ * ffn_gate_inp: its dense MLP stays as a shared expert, beside
+ * pre_ffw_norm_2, post_ffw_norm_1 and post_ffw_norm_2, the router's input
+ * scale ffn_gate_inp.scale, the experts' gate and up (one
+ * ffn_gate_up_exps, as the converter writes it, or the two), their down
+ * and each expert's output scale ffn_down_exps.scale.
+ *
+ * Not here, refused with its name: YaRN.
  */
 #include "model_impl.h"
 
@@ -144,8 +151,13 @@ pk_status model_gemma_hparams(const gguf_ctx *g, const char *arch, model_hparams
                              err, err_len)) ||
         (st = model_arch_int(g, arch, "expert_count", false, 0, 4096, &n_expert, err, err_len)))
         return st;
-    if (n_expert)
-        return pk_errf(err, err_len, PK_EUNSUPPORTED, "gemma4's mixture of experts (26B-A4B) is not supported yet");
+    if (n_expert) {
+        if ((st = model_moe_hparams(g, arch, hp, err, err_len))) return st;
+        /* the reference's gemma4 graph: softmax over all, the k best
+         * renormalized, GEGLU experts */
+        hp->moe_gate = MODEL_GATE_SOFTMAX;
+        hp->moe_act = MODEL_ACT_GEGLU;
+    }
     if (hp->rope_yarn)
         return pk_errf(err, err_len, PK_EUNSUPPORTED, "gemma4 with YaRN is not supported");
     if (hp->head_dim_k != hp->head_dim_v)
@@ -263,6 +275,40 @@ static pk_status layer_weights(const gguf_ctx *g, const model_hparams *hp, model
     return PK_OK;
 }
 
+/* The 26B-A4B's experts of layer il, where it has a router (the
+ * reference's test for a MoE layer). */
+static pk_status layer_experts(const gguf_ctx *g, const model_hparams *hp, model_layer *L, int il, char *err,
+                               size_t err_len)
+{
+    const int64_t e = hp->n_embd, F = hp->n_ff_exp;
+    const int32_t nx = hp->n_expert;
+    char name[96];
+    pk_status st;
+    snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", il);
+    if (!nx || (st = model_get_w(g, name, e, nx, 1, false, &L->moe_router, err, err_len))) return nx ? st : PK_OK;
+    if (!L->moe_router.data) return PK_OK;
+    snprintf(name, sizeof name, "blk.%d.ffn_gate_up_exps.weight", il);
+    if ((st = model_get_w(g, name, e, 2 * F, nx, false, &L->exp_gate_up, err, err_len))) return st;
+    const bool sep = !L->exp_gate_up.data;
+    const struct { model_w *w; const char *name; int64_t cols, rows; int32_t n_mat; bool read, required; } spec[] = {
+        { &L->moe_router_s, "ffn_gate_inp.scale", e, 0, 1, true, true },
+        { &L->ffn_pre_norm_2, "pre_ffw_norm_2.weight", e, 0, 1, true, true },
+        { &L->ffn_post_norm_1, "post_ffw_norm_1.weight", e, 0, 1, true, true },
+        { &L->ffn_post_norm_2, "post_ffw_norm_2.weight", e, 0, 1, true, true },
+        { &L->exp_gate, "ffn_gate_exps.weight", e, F, nx, sep, true },
+        { &L->exp_up, "ffn_up_exps.weight", e, F, nx, sep, true },
+        { &L->exp_down, "ffn_down_exps.weight", F, e, nx, true, true },
+        { &L->exp_down_s, "ffn_down_exps.scale", nx, 0, 1, true, false },
+    };
+    for (size_t k = 0; k < ARRAY_LEN(spec); k++) {
+        snprintf(name, sizeof name, "blk.%d.%s", il, spec[k].name);
+        if (spec[k].read && (st = model_get_w(g, name, spec[k].cols, spec[k].rows, spec[k].n_mat,
+                                              spec[k].required, spec[k].w, err, err_len)))
+            return st;
+    }
+    return PK_OK;
+}
+
 pk_status model_gemma_weights(model *m, char *err, size_t err_len)
 {
     const model_hparams *hp = &m->hp;
@@ -272,7 +318,8 @@ pk_status model_gemma_weights(model *m, char *err, size_t err_len)
     if (!st) st = read_layer_counts(m->gguf, "gemma4", "feed_forward_length", hp->n_layer, 1 << 24, ff, err, err_len);
     if (!st) st = model_tensors(m, err, err_len);
     for (int il = 0; !st && il < hp->n_layer; il++)
-        st = layer_weights(m->gguf, hp, &m->layers[il], il, ff[il], err, err_len);
+        if (!(st = layer_weights(m->gguf, hp, &m->layers[il], il, ff[il], err, err_len)))
+            st = layer_experts(m->gguf, hp, &m->layers[il], il, err, err_len);
     free(ff);
     return st;
 }

@@ -1,6 +1,7 @@
 /*
  * model_moe.c - the mixture-of-experts FFN, shared by every MoE
- * architecture (qwen3moe in the llama family's pass, qwen35moe in the
+ * architecture (qwen3moe and gpt-oss in the llama family's pass, the
+ * 26B-A4B in Gemma 4's, qwen35moe in the
  * hybrids').
  *
  * DESIGN
@@ -16,6 +17,11 @@
  *   the tokens routed to it.  The outputs are weighted and added in the
  *   order the experts were chosen, then the shared expert's output times
  *   the sigmoid of its gate is added.
+ *
+ *   Gemma 4 (26B-A4B) routes from an input of its own (xr), stores each
+ *   expert's gate and up as one matrix of 2 x n_ff_exp rows (gate first),
+ *   uses GEGLU, and scales each expert's output by a factor of its own
+ *   before the weighting, as the reference's down_exps_s does.
  *
  *   Numerics follow llama.cpp's build_moe_ffn: softmax summed in double,
  *   ties to the lower id, the weights' sum clamped at 2^-14 before the
@@ -35,7 +41,7 @@ struct moe_ctx {
     int32_t *ecount;    /* [n_expert] */
     int32_t *etok;      /* [n_expert][nub]     token * k + slot routed to each expert */
     float *xg;          /* [nub][n_embd]       one expert's inputs, gathered */
-    float *eg, *eu, *eh;   /* [nub][n_ff_exp] */
+    float *eg, *eu, *eh;   /* [nub][n_ff_exp]; eg [nub][2 n_ff_exp]: a fused gate_up's rows */
     float *ey;          /* [nub][n_embd] */
     float *eout;        /* [nub][k][n_embd]    each slot's expert output */
 };
@@ -62,7 +68,7 @@ pk_status moe_ctx_new(model_ctx *c)
     if (!(h->rlog = fwd_alloc(nub * nx * fl)) || !(h->shg = fwd_alloc(nub * fl)) ||
         !(h->sel = fwd_alloc(nub * k * sizeof(int32_t))) || !(h->selw = fwd_alloc(nub * k * fl)) ||
         !(h->ecount = fwd_alloc(nx * sizeof(int32_t))) || !(h->etok = fwd_alloc(nx * nub * sizeof(int32_t))) ||
-        !(h->xg = fwd_alloc(nub * E * fl)) || !(h->eg = fwd_alloc(nub * ffe * fl)) ||
+        !(h->xg = fwd_alloc(nub * E * fl)) || !(h->eg = fwd_alloc(2 * nub * ffe * fl)) ||
         !(h->eu = fwd_alloc(nub * ffe * fl)) || !(h->eh = fwd_alloc(nub * ffe * fl)) ||
         !(h->ey = fwd_alloc(nub * E * fl)) || !(h->eout = fwd_alloc(nub * k * E * fl)))
         return PK_ENOMEM;
@@ -156,21 +162,41 @@ static void expert_act(model_ctx *c, const model_layer *L, int e, float *g, floa
     add_row(&L->exp_gate_b, e, g, F);
     add_row(&L->exp_up_b, e, u, F);
     if (c->m->hp.moe_act == MODEL_ACT_SWIGLU_OAI) swiglu_oai(g, u, out, F);
+    else if (c->m->hp.moe_act == MODEL_ACT_GEGLU) gm_geglu(g, u, out, F);
     else c->ops->swiglu(g, u, out, F);
 }
 
-void fwd_moe(model_ctx *c, int ith, int nth, const model_layer *L, int T, const float *xn)
+/* An expert's output row y[n]: its scale (the reference multiplies the
+ * product by it before adding the bias), then its bias. */
+static void expert_out(const model_layer *L, int e, float *y, int n)
+{
+    if (L->exp_down_s.data) {
+        const float s = ((const float *)L->exp_down_s.data)[e];
+        for (int i = 0; i < n; i++) y[i] *= s;
+    }
+    add_row(&L->exp_down_b, e, y, n);
+}
+
+void fwd_moe(model_ctx *c, int ith, int nth, const model_layer *L, int T, const float *xn, const float *xr)
 {
     const model_hparams *hp = &c->m->hp;
     struct moe_ctx *h = c->moe;
     const int E = hp->n_embd, K = hp->n_expert_used, F = hp->n_ff_exp, nub = c->p.n_ubatch;
-    const bool shared = L->sh_gate.data != NULL;
+    const bool shared = L->sh_gate.data != NULL, fused = L->exp_gate_up.data != NULL;
+    /* where a row's gate and up products lie in eg / eu */
+    const int gs = fused ? 2 * F : F;
+    float *const eu = fused ? h->eg + F : h->eu;
     int64_t t0, t1;
     tp_split(T, ith, nth, &t0, &t1);
 
     const model_w *rw[2] = { &L->moe_router, &L->sh_router };
     float *ry[2] = { h->rlog, h->shg };
-    fwd_matmul_set(ith, nth, c, rw, ry, shared ? 2 : 1, xn, T);
+    if (xr == xn || !shared) {
+        fwd_matmul_set(ith, nth, c, rw, ry, shared ? 2 : 1, xr, T);
+    } else {
+        fwd_matmul(ith, nth, c, rw[0], xr, T, ry[0]);
+        fwd_matmul(ith, nth, c, rw[1], xn, T, ry[1]);
+    }
     for (int64_t t = t0; t < t1; t++) route(hp, L, h->rlog + t * hp->n_expert, h->sel + t * K, h->selw + t * K);
     tp_barrier(c->tp);
     if (ith == 0 && T > 1) {
@@ -192,23 +218,27 @@ void fwd_moe(model_ctx *c, int ith, int nth, const model_layer *L, int T, const 
             model_w g[4], u[4];
             const model_w *ws[8];
             float *ys[8];
+            int n = 0;
             for (int i = 0; i < ns; i++) {
-                g[i] = slice(&L->exp_gate, h->sel[s0 + i]), u[i] = slice(&L->exp_up, h->sel[s0 + i]);
-                ws[2 * i] = &g[i], ws[2 * i + 1] = &u[i];
-                ys[2 * i] = h->eg + (size_t)(s0 + i) * F, ys[2 * i + 1] = h->eu + (size_t)(s0 + i) * F;
+                const int e = h->sel[s0 + i];
+                g[i] = slice(fused ? &L->exp_gate_up : &L->exp_gate, e);
+                ws[n] = &g[i], ys[n++] = h->eg + (size_t)(s0 + i) * gs;
+                if (fused) continue;
+                u[i] = slice(&L->exp_up, e);
+                ws[n] = &u[i], ys[n++] = eu + (size_t)(s0 + i) * gs;
             }
-            fwd_matmul_set(ith, nth, c, ws, ys, 2 * ns, xn, 1);
+            fwd_matmul_set(ith, nth, c, ws, ys, n, xn, 1);
         }
         for (int i = ith; i < K; i += nth)
-            expert_act(c, L, h->sel[i], h->eg + (size_t)i * F, h->eu + (size_t)i * F, h->eh + (size_t)i * F, F);
+            expert_act(c, L, h->sel[i], h->eg + (size_t)i * gs, eu + (size_t)i * gs, h->eh + (size_t)i * F, F);
         tp_barrier(c->tp);
         for (int i = 0; i < K; i++) {
             model_w d = slice(&L->exp_down, h->sel[i]);
             fwd_matmul(ith, nth, c, &d, h->eh + (size_t)i * F, 1, h->eout + (size_t)i * E);
         }
-        if (L->exp_down_b.data) {
+        if (L->exp_down_b.data || L->exp_down_s.data) {
             tp_barrier(c->tp);
-            for (int i = ith; i < K; i += nth) add_row(&L->exp_down_b, h->sel[i], h->eout + (size_t)i * E, E);
+            for (int i = ith; i < K; i += nth) expert_out(L, h->sel[i], h->eout + (size_t)i * E, E);
         }
     }
     /* each chosen expert once over the tokens routed to it */
@@ -221,16 +251,22 @@ void fwd_moe(model_ctx *c, int ith, int nth, const model_layer *L, int T, const 
         for (int64_t r = r0; r < r1; r++)
             memcpy(h->xg + r * E, xn + (size_t)(rows[r] / K) * E, (size_t)E * sizeof(float));
         tp_barrier(c->tp);
-        model_w g = slice(&L->exp_gate, e), u = slice(&L->exp_up, e), d = slice(&L->exp_down, e);
-        const model_w *gu[2] = { &g, &u };
-        float *gy[2] = { h->eg, h->eu };
-        fwd_matmul_set(ith, nth, c, gu, gy, 2, h->xg, n);
-        for (int64_t r = r0; r < r1; r++) expert_act(c, L, e, h->eg + r * F, h->eu + r * F, h->eh + r * F, F);
+        model_w d = slice(&L->exp_down, e);
+        if (fused) {
+            model_w gu = slice(&L->exp_gate_up, e);
+            fwd_matmul(ith, nth, c, &gu, h->xg, n, h->eg);
+        } else {
+            model_w g = slice(&L->exp_gate, e), u = slice(&L->exp_up, e);
+            const model_w *gu[2] = { &g, &u };
+            float *gy[2] = { h->eg, h->eu };
+            fwd_matmul_set(ith, nth, c, gu, gy, 2, h->xg, n);
+        }
+        for (int64_t r = r0; r < r1; r++) expert_act(c, L, e, h->eg + r * gs, eu + r * gs, h->eh + r * F, F);
         tp_barrier(c->tp);
         fwd_matmul(ith, nth, c, &d, h->eh, n, h->ey);
         for (int64_t r = r0; r < r1; r++) {
             memcpy(h->eout + (size_t)rows[r] * E, h->ey + r * E, (size_t)E * sizeof(float));
-            add_row(&L->exp_down_b, e, h->eout + (size_t)rows[r] * E, E);
+            expert_out(L, e, h->eout + (size_t)rows[r] * E, E);
         }
     }
     if (shared) {
