@@ -101,6 +101,8 @@ const median = (v) => {
 /* ---- machine limits: the best of a probe before and one after the runs
  * (other load on the machine only ever lowers them) ---- */
 const probeOnce = () => JSON.parse(run(join(build, 'bench/probe'), ['-t', threads, '--json']));
+/* the read bandwidth of this minute, beside each decode measurement */
+const readNow = () => JSON.parse(run(join(build, 'bench/probe'), ['-t', threads, '--read', '--json'])).read_gb_s;
 const best = (a, b) => Object.fromEntries(Object.keys(a).map((k) => [k, Math.max(a[k], b[k])]));
 let probe = probeOnce();
 let cpu = '';
@@ -156,7 +158,7 @@ for (const t of types) {
     run(polykv, ['gen-model', ...sh.args, '--vocab', sh.vocab, '--ctx', '32768', '--type',
                  wtype, '--seed', '1', '-o', model]);
   }
-  const r = { pp: [[], []], tg: [[], []], depth: [[], []], depthq8: [[], []], batch: [[], []], startup: [[], []] };
+  const r = { read: [[], []], pp: [[], []], tg: [[], []], depth: [[], []], depthq8: [[], []], batch: [[], []], startup: [[], []] };
   let info;
   if (tests.has('startup')) {   /* page cache warm for both */
     await startOurs(model);
@@ -170,10 +172,14 @@ for (const t of types) {
       if (has('llama-bench')) r.pp[1].push(llamaBench(model, ['-p', '512', '-n', '0']));
     }
     if (tests.has('tg')) {
+      r.read[0].push(readNow());
       const o = ours(model, ['-p', '0', '-n', '128']);
       info = info || o;
       r.tg[0].push(o.tg_tps);
-      if (has('llama-bench')) r.tg[1].push(llamaBench(model, ['-p', '0', '-n', '128']));
+      if (has('llama-bench')) {
+        r.read[1].push(readNow());
+        r.tg[1].push(llamaBench(model, ['-p', '0', '-n', '128']));
+      }
     }
     if (tests.has('depth')) {
       r.depth[0].push(ours(model, ['-p', '0', '-n', '128', '-d', '4096']).tg_tps);
@@ -194,6 +200,10 @@ for (const t of types) {
     }
   }
   const med = Object.fromEntries(Object.entries(r).map(([key, v]) => [key, [median(v[0]), median(v[1])]]));
+  /* each engine's decode as a fraction of the read bandwidth measured just
+   * before it, median over the rounds */
+  const frac = (i) => median(r.tg[i].map((tps, k) => info && r.read[i][k] ? tps * info.weight_bytes / 1e9 / r.read[i][k] : undefined));
+  med.tgRead = [frac(0), frac(1)];
   rows.push({ type: t, info, med, raw: r });
 }
 
@@ -233,6 +243,18 @@ for (const row of rows) {
       limit = `${f(gbs, 1)} GB/s weights = ${f(100 * gbs / probe.copy_gb_s, 0)}% of copy, ${f(100 * gbs / probe.read_gb_s, 0)}% of read`;
     }
     console.log(`| ${row.type} | ${name} | ${f(a)} | ${f(b)} | ${a && b ? f(a / b, 2) : '-'} | ${goal} | ${limit} |`);
+  }
+}
+/* decode reads every weight (a MoE: the chosen experts') once a token, so
+ * neither engine can go past the read bandwidth: 1 / llama.cpp's fraction
+ * is the most any engine could lead it by in that minute */
+if (tests.has('tg')) {
+  console.log('\ndecode against the read bandwidth measured just before each run (bench/probe --read), medians:\n');
+  console.log('| model | read GB/s | polykv | llama.cpp | ceiling = 1 / llama.cpp |');
+  console.log('|---|---|---|---|---|');
+  for (const row of rows) {
+    const [a, b] = row.med.tgRead, pct = (x) => (x === undefined ? '-' : `${f(100 * x, 0)}%`);
+    console.log(`| ${row.type} | ${f(row.med.read[0])} | ${pct(a)} | ${pct(b)} | ${b ? f(1 / b, 2) : '-'} |`);
   }
 }
 if (process.env.JSON) writeFileSync(process.env.JSON, JSON.stringify({ probe, cpu, threads, rounds, rows }, null, 1));
