@@ -37,9 +37,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-/* Software prefetch into L2, as in tk_tiled_avx512.c.  In decode (9B
- * shape, 2 threads) none cost 10-20%; 2 to 64 KiB ahead and hints T0 to
- * NTA all measured alike within the machine's noise. */
+/* Software prefetch of every line 8 KiB ahead (prefetch_lines). */
 #define PF_AHEAD 8192
 #define ROWS TQ_TILE_ROWS
 #define LINE TQ_TILE_LINE
@@ -80,9 +78,19 @@ static inline __m512i per_dword(uint32_t p)
     return _mm512_broadcast_i32x4(_mm_setr_epi32((int)q[0], (int)q[1], (int)q[2], (int)q[3]));
 }
 
+/*
+ * An asm statement, not _mm_prefetch: GCC 12 at -O2 deleted the whole
+ * 36-iteration loop of builtin prefetches from the Q4_K kernel (objdump
+ * showed none in rows_q4_Kx16), and with each line left to the hardware
+ * prefetcher behind a block's ~300 instructions it read 20 GB/s a thread
+ * from memory, against 38 for a plain read.  Every line 8 KiB ahead into
+ * L1 brought it to 35-36 (bench_kernels 0.3 gemv, 1 thread, interleaved);
+ * 16 KiB ahead read slower, and so did a line in two in a copy of the
+ * loop.
+ */
 static inline void prefetch_lines(const char *p, int n)
 {
-    for (int k = 0; k < n; k++) _mm_prefetch(p + PF_AHEAD + LINE * k, _MM_HINT_T1);
+    for (int k = 0; k < n; k++) __asm__ volatile("prefetcht0 %0" : : "m"(p[PF_AHEAD + LINE * k]));
 }
 
 /* One token's Q8_K row into its TK_KREC records. */
