@@ -754,7 +754,7 @@ static pk_status put_xml_call_rule(pk_buf *b, int i, const char *name, const jso
         } else {
             char pfx[32], *text = json_dumps(sch, JSON_COMPACT | JSON_ENCODE_ANY);
             snprintf(pfx, sizeof pfx, "t%d-v%d-", i, k);
-            st = text ? gram_schema_rules(text, strlen(text), pfx, &value_rules, ge) : PK_ENOMEM;
+            st = text ? gram_schema_rules(text, strlen(text), pfx, GRAM_SYNTAX_JSON, &value_rules, ge) : PK_ENOMEM;
             free(text);
             if (st) break;
             pk_buf_printf(&rules, "%sroot", pfx);
@@ -828,7 +828,7 @@ bool srv_tools_grammar(const json_t *body, srv_tool_fmt f, struct gram_grammar *
             json_decref(any);
             char pfx[24];
             snprintf(pfx, sizeof pfx, "t%zu-", i);
-            st = text ? gram_schema_rules(text, strlen(text), pfx, &r, &ge) : PK_ENOMEM;
+            st = text ? gram_schema_rules(text, strlen(text), pfx, GRAM_SYNTAX_JSON, &r, &ge) : PK_ENOMEM;
             free(text);
             if (!st) {
                 put_call_rule(&rules, f, (int)i, name);
@@ -849,7 +849,7 @@ bool srv_tools_grammar(const json_t *body, srv_tool_fmt f, struct gram_grammar *
     if (ok) {
         pk_buf_puts(&b, "\n");
         pk_buf_put(&b, rules.p ? rules.p : "", rules.n);
-        pk_buf_puts(&b, gram_json_rules());
+        pk_buf_puts(&b, gram_syntax_rules(GRAM_SYNTAX_JSON));
         if (f == SRV_TOOL_QWEN_XML) pk_buf_puts(&b, XML_TEXT_RULE);
         ok = b.oom || rules.oom ? srv_fail(e, 500, NULL, "out of memory")
                                 : srv_compile_gbnf(b.p, b.n, "tools", out, e);
