@@ -112,8 +112,9 @@ pk_status gram_schema_to_gbnf(const char *schema, size_t len, char **out, gram_e
  * leading blank or mark), in the order of jinja2's dictsort (ASCII case
  * folded, ties in the schema's order: the order the template prints);
  * true, false and None; numbers as Python prints them: integers, and
- * floats as repr() writes them within 15 significant digits (no trailing
- * zeros, exponents only outside [1e-4, 1e16), "1e-05"), so what is
+ * floats as repr() writes them (no trailing zeros, exponents only outside
+ * [1e-4, 1e16), "1e-05") with at most 7 digits before the point and 8
+ * significant ones after it (15 digits read back as written), so what is
  * written is what the template would print for the value read back.  The
  * keys of an object without properties come in the model's order (a
  * grammar cannot sort free keys). */
