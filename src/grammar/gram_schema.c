@@ -539,7 +539,8 @@ static void put_pattern(conv *c, const char *p, size_t n)
                     else { fail(c, PK_EUNSUPPORTED, "unsupported pattern escape '\\%c' in a class", e); return; }
                 } else if (p[k] == '"' && syn->gemma4) {
                     pk_buf_puts(b, "\\\"");
-                } else if (p[k] == '"' || p[k] == '\\' || (unsigned char)p[k] < 0x20 || (p[k] == '<' && syn->gemma4)) {
+                } else if (p[k] == '"' || p[k] == '\\' || (unsigned char)p[k] < 0x20 ||
+                           (p[k] == '<' && syn->gemma4)) {
                     /* not producible unescaped in JSON, nor safely in Gemma 4: left out (a subset) */
                 } else if (p[k] == '[') {
                     pk_buf_puts(b, "\\[");
@@ -639,7 +640,8 @@ static void gen_string(conv *c, const json_t *s)
     if (lo > 10000 || hi > 10000) { fail(c, PK_EUNSUPPORTED, "string lengths over 10000"); return; }
     const syntax *syn = c->syn;
     if (hi < 0) pk_buf_printf(&c->out, "%s %s{%lld,} %s", syn->quote, syn->chr, (long long)lo, syn->quote);
-    else pk_buf_printf(&c->out, "%s %s{%lld,%lld} %s", syn->quote, syn->chr, (long long)lo, (long long)hi, syn->quote);
+    else pk_buf_printf(&c->out, "%s %s{%lld,%lld} %s", syn->quote, syn->chr, (long long)lo, (long long)hi,
+                       syn->quote);
 }
 
 /* ---- objects and arrays ---- */
@@ -798,7 +800,8 @@ static void gen_array(conv *c, json_t *s, int32_t self)
         }
         size_t np = json_array_size(prefix);
         pk_buf_printf(&c->out, "\"[\"%s", w);
-        for (size_t i = 0; i < np; i++) pk_buf_printf(&c->out, "%s%s s%d-p%zu%s", i ? " \",\"" : "", i ? w : "", self, i, w);
+        for (size_t i = 0; i < np; i++)
+            pk_buf_printf(&c->out, "%s%s s%d-p%zu%s", i ? " \",\"" : "", i ? w : "", self, i, w);
         pk_buf_puts(&c->out, " \"]\"\n");
         for (size_t i = 0; i < np && !c->st; i++) {
             char idx[24];
@@ -1067,6 +1070,7 @@ pk_status gram_schema_rules(const char *schema, size_t len, const char *prefix, 
         }
         return PK_EFORMAT;
     }
+    /* An unknown syntax writes JSON rather than read past the table. */
     conv c = { .root = root, .err = err, .syn = &SYNTAXES[syn == GRAM_SYNTAX_GEMMA4 ? syn : GRAM_SYNTAX_JSON] };
     int32_t r = gen(&c, root);
     pk_buf b = {0};
