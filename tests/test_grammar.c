@@ -2,7 +2,8 @@
  * parse errors with positions, partial UTF-8, token masks against a brute
  * force over a small vocabulary, a property test against an independent
  * backtracking matcher on random grammars, JSON Schema conversion checked
- * by hand-written instances, and mask speed on a 150k-token vocabulary. */
+ * by hand-written instances (in JSON and in Gemma 4's value syntax), and
+ * mask speed on a 150k-token vocabulary. */
 #include "../src/grammar/gram.h"
 #include "../src/gguf/gguf.h"
 #include "../src/tokenizer/tok.h"
@@ -635,6 +636,119 @@ static void test_schema(void)
     gram_free(g);
 }
 
+/* ---- JSON Schema in Gemma 4's value syntax ---- */
+
+static gram_grammar *schema_g4(const char *s)
+{
+    char *rules = NULL;
+    gram_error e;
+    if (gram_schema_rules(s, strlen(s), "", GRAM_SYNTAX_GEMMA4, &rules, &e)) {
+        fprintf(stderr, "schema %s: %s\n", s, e.msg);
+        return NULL;
+    }
+    char *gbnf = malloc(strlen(rules) + strlen(gram_syntax_rules(GRAM_SYNTAX_GEMMA4)) + 1);
+    gram_grammar *g = NULL;
+    if (gbnf) {
+        strcpy(gbnf, rules);
+        strcat(gbnf, gram_syntax_rules(GRAM_SYNTAX_GEMMA4));
+        if (gram_parse(gbnf, strlen(gbnf), NULL, &g, &e)) fprintf(stderr, "gbnf of %s:\n%s\n%d:%d %s\n", s, gbnf, e.line,
+                                                                  e.col, e.msg);
+    }
+    free(gbnf);
+    free(rules);
+    return g;
+}
+
+static void check_schema_g4(const char *s, const char *const *yes, const char *const *no)
+{
+    gram_grammar *g = schema_g4(s);
+    CHECK(g != NULL);
+    for (int i = 0; g && yes[i]; i++) {
+        bool ok = gram_accepts(g, yes[i], strlen(yes[i]));
+        if (!ok) fprintf(stderr, "  Gemma 4 schema %s should accept %s\n", s, yes[i]);
+        CHECK(ok);
+    }
+    for (int i = 0; g && no[i]; i++) {
+        bool ok = gram_accepts(g, no[i], strlen(no[i]));
+        if (ok) fprintf(stderr, "  Gemma 4 schema %s should reject %s\n", s, no[i]);
+        CHECK(!ok);
+    }
+    gram_free(g);
+}
+
+static void check_schema_g4_refused(const char *s, const char *needle)
+{
+    char *rules = NULL;
+    gram_error e;
+    CHECK_EQ_INT(gram_schema_rules(s, strlen(s), "", GRAM_SYNTAX_GEMMA4, &rules, &e), PK_EUNSUPPORTED);
+    CHECK(rules == NULL);
+    if (!strstr(e.msg, needle)) fprintf(stderr, "  message \"%s\" lacks \"%s\"\n", e.msg, needle);
+    CHECK(strstr(e.msg, needle) != NULL);
+}
+
+#define Q "<|\"|>"
+
+/* Values as Gemma 4's template prints them (its format_argument, with
+ * Python's str of numbers and None): strings between marks, raw, holding
+ * anything but the mark; keys bare unless the call's reader could not take
+ * them so, in dictsort's order; no blanks; integers and floats only in the
+ * spelling Python gives them. */
+static void test_schema_gemma4(void)
+{
+    check_schema_g4("{\"type\":\"string\"}",
+                    SET(Q Q, Q "a<b <| <|\" <|\"| \"q\" \\n\n\t}" Q, Q "\xc3\xbc\xe4\xbd\xa0" Q, Q "<" Q, Q "<|\"|" Q),
+                    SET("\"a\"", Q "a" Q "b" Q, Q "a", "<|\"|" "a" Q, Q "a" Q " "));
+    check_schema_g4("{\"type\":\"integer\"}", SET("0", "-12", "1234567890123456"), SET("-0", "01", "1.0", Q "1" Q, " 1"));
+    check_schema_g4("{\"type\":\"number\"}",
+                    SET("3", "-3", "0.25", "0.0", "-0.0", "1e-05", "1.5e+20", "12345.5", "0.0001", "1e+16",
+                        "1.25e-100", "1234567.12345678"),
+                    SET("1.50", "1e5", "1E+20", "0.00001", "1e-5", "1e+15", ".5", "1.", "1.0e+20", "-0", "+1"));
+    check_schema_g4("{\"type\":\"number\",\"minimum\":2.5}", SET("3", "3.75", "10.5", "1234567.5"),
+                    SET("2", "2.5", "3.750", "-3", "1.9"));
+    check_schema_g4("{\"type\":\"number\",\"minimum\":-1}", SET("-1", "0", "0.5", "0.0001", "7.25"), SET("-0.5", "0.00001"));
+    check_schema_g4("{\"type\":\"integer\",\"minimum\":-20,\"maximum\":99}", SET("-20", "0", "99"), SET("-0", "100", "-21"));
+    check_schema_g4("{\"type\":\"boolean\"}", SET("true", "false"), SET("True", Q "true" Q));
+    check_schema_g4("{\"type\":[\"string\",\"null\"]}", SET("None", Q "x" Q), SET("null", "none"));
+    check_schema_g4("{\"enum\":[\"a\",1,2.5,null,true,0.1,[1,\"b\"],{\"y\":1,\"X\":2}]}",
+                    SET(Q "a" Q, "1", "2.5", "None", "true", "0.1", "[1," Q "b" Q "]", "{X:2,y:1}"),
+                    SET("\"a\"", "null", "0.10000000000000001", "2.50", "[1,\"b\"]", "{y:1,X:2}"));
+    check_schema_g4("{\"const\":{\"b\":[1,\"x\"],\"A\":null}}", SET("{A:None,b:[1," Q "x" Q "]}"),
+                    SET("{b:[1," Q "x" Q "],A:None}", "{\"A\":null,\"b\":[1,\"x\"]}"));
+    /* keys: dictsort's order (case folded); a leading blank or a ':' quoted, as the reader needs */
+    check_schema_g4("{\"type\":\"object\",\"properties\":{\"b\":{\"type\":\"integer\"},\"A\":{\"type\":\"integer\"},"
+                    "\"a c\":{\"type\":\"string\"},\"x:y\":{\"type\":\"integer\"},\" lead\":{\"type\":\"integer\"}},"
+                    "\"required\":[\"b\"]}",
+                    SET("{b:1}", "{A:2,b:1}", "{" Q " lead" Q ":0,A:2,a c:" Q "s" Q ",b:1," Q "x:y" Q ":3}"),
+                    SET("{b:1,A:2}", "{ b:1}", "{\"b\":1}", "{b: 1}", "{b:1,x:y:3}", "{A:2}", "{}", "{b:1,}"));
+    check_schema_g4("{\"type\":\"object\",\"properties\":{\"when\":{\"type\":\"object\",\"properties\":{"
+                    "\"hour\":{\"type\":\"integer\"},\"date\":{\"type\":\"string\",\"format\":\"date\"}},"
+                    "\"required\":[\"date\"]}},\"required\":[\"when\"]}",
+                    SET("{when:{date:" Q "2024-02-28" Q "}}", "{when:{date:" Q "2024-02-28" Q ",hour:3}}"),
+                    SET("{when:{hour:3,date:" Q "2024-02-28" Q "}}", "{when:{date:" Q "2024-02-30" Q "}}",
+                        "{when:{date:\"2024-02-28\"}}"));
+    check_schema_g4("{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"minItems\":1,\"maxItems\":2}",
+                    SET("[1]", "[1,-2]"), SET("[]", "[1, 2]", "[1,2,3]", "[ 1]"));
+    check_schema_g4("{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"},{\"type\":\"string\"}]}",
+                    SET("[1," Q "a" Q "]"), SET("[1, " Q "a" Q "]", "[1]"));
+    check_schema_g4("{\"type\":\"object\"}",
+                    SET("{}", "{a:1,b:[None,true," Q "x" Q "],c:{d:1.5},A b:-2,\xc3\xa9:0}"),
+                    SET("{a:null}", "{" Q "q" Q ":1}", "{:1}", "{ a:1}", "{a:1,}", "{a : 1}"));
+    check_schema_g4("{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\"}}", SET("{q:1,R:2}", "{}"),
+                    SET("{q:" Q "1" Q "}"));
+    check_schema_g4("{}", SET("None", "[{a:" Q "b" Q "}]", "-1.5e-07"), SET("null", "[1, 2]"));
+    check_schema_g4("{\"type\":\"string\",\"maxLength\":3}", SET(Q Q, Q "ab\"" Q, Q "\xc3\xa9\xc3\xa9\xc3\xa9" Q),
+                    SET(Q "a<b" Q, Q "abcd" Q));
+    check_schema_g4("{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}-\\\\d+\\\"\\\\\\\\x$\"}", SET(Q "AB-12\"\\x" Q),
+                    SET(Q "AB-12\\\"\\\\x" Q, Q "AB-12" Q));
+    check_schema_g4("{\"type\":\"string\",\"pattern\":\"^[^a]. \\\\S$\"}", SET(Q "bc x" Q, Q "\"| >" Q),
+                    SET(Q "<c x" Q, Q "b< x" Q, Q "bc <" Q, Q "ac x" Q));
+    check_schema_g4_refused("{\"type\":\"string\",\"pattern\":\"^a<b$\"}", "'<' in a pattern");
+    check_schema_g4_refused("{\"enum\":[\"x<|\\\"|>y\"]}", "mark");
+    check_schema_g4_refused("{\"const\":{\"<|\\\"|>\":1}}", "mark");
+}
+
+#undef Q
+
 /* ---- speed: masks on a 150k-token byte vocabulary ---- */
 
 static void test_speed(void)
@@ -802,6 +916,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_masks);
     TEST_RUN(test_property);
     TEST_RUN(test_schema);
+    TEST_RUN(test_schema_gemma4);
     TEST_RUN(test_speed);
     TEST_RUN(test_real_vocab);
     return test_finish();

@@ -9,18 +9,38 @@
  * templates: the turns jinja2 renders from known calls
  * (tests/jinja/qwen35/tool_turns.json, tests/jinja/gemma4/turns.json)
  * parse back to those calls; and Gemma 4's against llama.cpp's parser on
- * the same replies (tests/data/gemma4_tools).
+ * the same replies (tests/data/gemma4_tools).  The forced-call grammars of
+ * both take what their templates write (tests/jinja/gemma4/forced.json
+ * for Gemma 4's), and Gemma 4's, walked at random, writes only calls whose
+ * arguments are valid under their schema and that the template renders
+ * back as written.
  */
+#include <ctype.h>
+
 #include "../src/grammar/gram.h"
+#include "../src/jinja/jj.h"
 #include "../src/server/srv_parse.h"
 #include "../src/server/srv_reason.h"
 #include "../src/server/srv_tools.h"
+#include "schema_check.h"
 #include "test.h"
 #include "tool_check.h"
 
 #define QWEN35_DIR "tests/jinja/qwen35"
 #define GEMMA4_DIR "tests/jinja/gemma4"
 #define GEMMA4_REFS "tests/data/gemma4_tools/replies.json"
+#define TEST_RNG_SEED 0x2545f4914f6cdd1dull
+#include "test_rng.h"
+
+/* The oracle data at path, or NULL with the part skipped (the tests run
+ * from the repository root). */
+static json_t *load_oracle(const char *path)
+{
+    json_error_t err;
+    json_t *o = json_load_file(path, 0, &err);
+    if (!o) SKIP_PART("%s: %.100s (run from the repository root)", path, err.text);
+    return o;
+}
 
 static void test_mistral(void)
 {
@@ -285,12 +305,8 @@ static void check_turn(const json_t *t, srv_tool_fmt f, const json_t *tools, srv
  * as they went in. */
 static void test_gemma4_oracle(void)
 {
-    json_error_t err;
-    json_t *o = json_load_file(GEMMA4_DIR "/turns.json", 0, &err);
-    if (!o) {
-        SKIP_PART(GEMMA4_DIR "/turns.json: %.100s (run from the repository root)", err.text);
-        return;
-    }
+    json_t *o = load_oracle(GEMMA4_DIR "/turns.json");
+    if (!o) return;
     const json_t *turns = json_object_get(o, "turns");
     CHECK(json_array_size(turns) >= 8);
     for (size_t i = 0; i < json_array_size(turns); i++) {
@@ -336,12 +352,8 @@ static bool same_answer(const srv_tool_msg *m, const char *reason, size_t n_reas
  * polykv's own answer and why; there llama.cpp's must indeed differ. */
 static void test_gemma4_llama(void)
 {
-    json_error_t err;
-    json_t *cases = json_load_file(GEMMA4_REFS, 0, &err);
-    if (!cases) {
-        SKIP_PART(GEMMA4_REFS ": %.100s (run from the repository root)", err.text);
-        return;
-    }
+    json_t *cases = load_oracle(GEMMA4_REFS);
+    if (!cases) return;
     CHECK(json_array_size(cases) >= 30);
     for (size_t i = 0; i < json_array_size(cases); i++) {
         const json_t *c = json_array_get(cases, i);
@@ -482,12 +494,8 @@ static void test_qwen_xml(void)
  * must come back as they went in. */
 static void test_qwen_xml_oracle(void)
 {
-    json_error_t err;
-    json_t *o = json_load_file(QWEN35_DIR "/tool_turns.json", 0, &err);
-    if (!o) {
-        SKIP_PART(QWEN35_DIR "/tool_turns.json: %.100s (run from the repository root)", err.text);
-        return;
-    }
+    json_t *o = load_oracle(QWEN35_DIR "/tool_turns.json");
+    if (!o) return;
     const json_t *tools = json_object_get(o, "tools"), *turns = json_object_get(o, "turns");
     CHECK(json_array_size(turns) >= 7);
     for (size_t i = 0; i < json_array_size(turns); i++) {
@@ -566,6 +574,324 @@ static void test_qwen_xml_forced(void)
     CHECK(g && gram_accepts(g, yes[2], strlen(yes[2])) && !gram_accepts(g, yes[0], strlen(yes[0])));
     gram_free(g);
     json_decref(body);
+}
+
+/* ---- Gemma 4's forced calls ---- */
+
+static const char G4_OPEN[] = "<|tool_call>", G4_CLOSE[] = "<tool_call|>";
+
+/* The forced-call grammar of tools in Gemma 4's syntax, with tool_choice
+ * "required" or the function named only (NULL). */
+static gram_grammar *g4_forced_grammar(const json_t *tools, const char *only)
+{
+    json_t *body = json_pack("{s:O}", "tools", tools);
+    if (only) json_object_set_new(body, "tool_choice", json_pack("{s:s, s:{s:s}}", "type", "function", "function",
+                                                                 "name", only));
+    else json_object_set_new(body, "tool_choice", json_string("required"));
+    gram_grammar *g = NULL;
+    srv_err e = {0};
+    bool ok = srv_tools_grammar(body, SRV_TOOL_GEMMA4, &g, &e);
+    if (!ok) fprintf(stderr, "forced Gemma 4 grammar: %d %s\n", e.status, e.msg);
+    CHECK(ok && g);
+    json_decref(body);
+    return g;
+}
+
+/* The index of function name among tools, or -1. */
+static int g4_tool(const json_t *tools, const char *name)
+{
+    size_t i;
+    const json_t *t;
+    json_array_foreach(tools, i, t)
+        if (!strcmp(json_string_value(json_object_get(json_object_get(t, "function"), "name")), name)) return (int)i;
+    return -1;
+}
+
+/* The parameters schema of function name among tools, or NULL. */
+static const json_t *g4_params(const json_t *tools, const char *name)
+{
+    int k = g4_tool(tools, name);
+    return k < 0 ? NULL : json_object_get(json_object_get(json_array_get(tools, (size_t)k), "function"), "parameters");
+}
+
+/* tool_choice forcing a call with Gemma 4's template: what the template
+ * prints for known calls (jinja2, tests/jinja/gemma4/forced.py: strings
+ * with quotes, '<', new lines and non-ASCII text, integers in a range,
+ * Python's floats, booleans, None, enums, nested objects and arrays of
+ * them, a free-form object, no arguments) is a sentence of the grammar and
+ * parses back to the call's arguments, valid under its schema; what the
+ * template would never print (the Hermes JSON form, JSON's quotes, null
+ * and spaces, keys out of dictsort's order, a required key missing, a
+ * value of the wrong type or out of range, numbers Python prints otherwise,
+ * a string holding the mark, text around the call) is refused. */
+static void test_gemma4_forced(void)
+{
+    json_t *o = load_oracle(GEMMA4_DIR "/forced.json");
+    if (!o) return;
+    const json_t *tools = json_object_get(o, "tools"), *calls = json_object_get(o, "calls");
+    CHECK(json_array_size(calls) >= 8);
+    gram_grammar *g = g4_forced_grammar(tools, NULL);
+    size_t i;
+    const json_t *c;
+    json_array_foreach(calls, i, c) {
+        const char *text = json_string_value(json_object_get(c, "text"));
+        const char *name = json_string_value(json_object_get(c, "name"));
+        bool ok = g && gram_accepts(g, text, strlen(text));
+        if (!ok) fprintf(stderr, "forced Gemma 4 grammar refused the template's %s\n", text);
+        CHECK(ok);
+        srv_tool_msg m = parse(SRV_TOOL_GEMMA4, text);
+        CHECK_EQ_INT(m.n_calls, 1);
+        CHECK_STR(m.content, "");
+        check_call(&m, 0, name, json_string_value(json_object_get(c, "want")));
+        json_t *args = m.n_calls ? json_loads(m.calls[0].arguments, 0, NULL) : NULL;
+        CHECK(args && schema_valid(g4_params(tools, name), args));
+        json_decref(args);
+        srv_tool_msg_free(&m);
+    }
+    static const char *const no[] = {
+        "<tool_call>\n{\"name\": \"set_level\", \"arguments\": {\"level\": 4, \"mode\": \"fast\"}}\n</tool_call>",
+        "<|tool_call>call:set_level{\"level\":4,\"mode\":\"fast\"}<tool_call|>",
+        "<|tool_call>call:set_level{level:4, mode:<|\"|>fast<|\"|>}<tool_call|>",
+        "<|tool_call>call:set_level{mode:<|\"|>fast<|\"|>,level:4}<tool_call|>",
+        "<|tool_call>call:set_level{level:4}<tool_call|>",
+        "<|tool_call>call:set_level{level:101,mode:<|\"|>fast<|\"|>}<tool_call|>",
+        "<|tool_call>call:set_level{level:4,mode:<|\"|>slow<|\"|>}<tool_call|>",
+        "<|tool_call>call:set_level{level:4,mode:<|\"|>fast<|\"|>,note:<|\"|>thirteen long<|\"|>}<tool_call|>",
+        "<|tool_call>call:set_level{level:<|\"|>4<|\"|>,mode:<|\"|>fast<|\"|>}<tool_call|>",
+        "<|tool_call>call:book{ratio:null,Title:<|\"|>t<|\"|>,when:{date:<|\"|>2024-01-01<|\"|>}}<tool_call|>",
+        "<|tool_call>call:book{title:<|\"|>t<|\"|>,when:{date:<|\"|>2024-01-01<|\"|>}}<tool_call|>",
+        "<|tool_call>call:book{price:1.50,Title:<|\"|>t<|\"|>,when:{date:<|\"|>2024-01-01<|\"|>}}<tool_call|>",
+        "<|tool_call>call:book{price:1e5,Title:<|\"|>t<|\"|>,when:{date:<|\"|>2024-01-01<|\"|>}}<tool_call|>",
+        "<|tool_call>call:book{price:0.00001,Title:<|\"|>t<|\"|>,when:{date:<|\"|>2024-01-01<|\"|>}}<tool_call|>",
+        "<|tool_call>call:book{price:-0,Title:<|\"|>t<|\"|>,when:{date:<|\"|>2024-01-01<|\"|>}}<tool_call|>",
+        "<|tool_call>call:book{price:01,Title:<|\"|>t<|\"|>,when:{date:<|\"|>2024-01-01<|\"|>}}<tool_call|>",
+        "<|tool_call>call:book{Title:<|\"|>t<|\"|>,vip:True,when:{date:<|\"|>2024-01-01<|\"|>}}<tool_call|>",
+        "<|tool_call>call:book{Title:<|\"|>t<|\"|>,when:{date:<|\"|>2024-02-30<|\"|>}}<tool_call|>",
+        "<|tool_call>call:book{Title:<|\"|>t<|\"|>,when:{hour:3,date:<|\"|>2024-01-01<|\"|>}}<tool_call|>",
+        "<|tool_call>call:book{Title:<|\"|>t<|\"|>,when:{date:<|\"|>2024-01-01<|\"|>,hour:24}}<tool_call|>",
+        "<|tool_call>call:book{guests:[{name:<|\"|>a<|\"|>},{name:<|\"|>b<|\"|>},{name:<|\"|>c<|\"|>},"
+        "{name:<|\"|>d<|\"|>}],Title:<|\"|>t<|\"|>,when:{date:<|\"|>2024-01-01<|\"|>}}<tool_call|>",
+        "<|tool_call>call:book{guests:[{age:3}],Title:<|\"|>t<|\"|>,when:{date:<|\"|>2024-01-01<|\"|>}}<tool_call|>",
+        "<|tool_call>call:book{tags:[<|\"|>b<|\"|>],Title:<|\"|>t<|\"|>,"
+        "when:{date:<|\"|>2024-01-01<|\"|>}}<tool_call|>",
+        "<|tool_call>call:book{level:3,Title:<|\"|>t<|\"|>,when:{date:<|\"|>2024-01-01<|\"|>}}<tool_call|>",
+        "<|tool_call>call:log{message:<|\"|>a<|\"|>b<|\"|>}<tool_call|>",
+        "<|tool_call>call:log{message:\"a\"}<tool_call|>",
+        "<|tool_call>call:now{}<tool_call|>\n",
+        "Sure.<|tool_call>call:now{}<tool_call|>",
+        "<|tool_call>call:now{}",
+        "<|tool_call>call:later{}<tool_call|>",
+    };
+    for (i = 0; g && i < ARRAY_LEN(no); i++) {
+        bool ok = gram_accepts(g, no[i], strlen(no[i]));
+        if (ok) fprintf(stderr, "forced Gemma 4 grammar took: %s\n", no[i]);
+        CHECK(!ok);
+    }
+    gram_free(g);
+    /* a named function: only that one */
+    g = g4_forced_grammar(tools, "now");
+    const char *now = "<|tool_call>call:now{}<tool_call|>";
+    const char *lvl = json_string_value(json_object_get(json_array_get(calls, 0), "text"));
+    CHECK(g && gram_accepts(g, now, strlen(now)) && !gram_accepts(g, lvl, strlen(lvl)));
+    gram_free(g);
+    /* a name its call syntax cannot hold, a string enum holding the mark: refused, naming the tool */
+    json_t *body = json_loads("{\"tool_choice\": \"required\", \"tools\": [{\"type\": \"function\", \"function\": "
+                              "{\"name\": \"a b\"}}]}", 0, NULL);
+    srv_err e = {0};
+    CHECK(!srv_tools_grammar(body, SRV_TOOL_GEMMA4, &g, &e) && e.status == 400 && strstr(e.msg, "a b"));
+    json_decref(body);
+    body = json_loads("{\"tool_choice\": \"required\", \"tools\": [{\"type\": \"function\", \"function\": "
+                      "{\"name\": \"f\", \"parameters\": {\"properties\": {\"q\": {\"enum\": [\"<|\\\"|>\"]}}}}}]}",
+                      0, NULL);
+    CHECK(body && !srv_tools_grammar(body, SRV_TOOL_GEMMA4, &g, &e) && e.status == 400 && strstr(e.msg, "mark"));
+    json_decref(body);
+    json_decref(o);
+}
+
+static uint32_t g4_rnd(uint32_t n) { return next_u32() % n; }
+
+/* Bytes a walk prefers, and how much: structure often, '<' often enough
+ * that strings end (and sometimes hold a '<'), a few letters, digits and
+ * the lead bytes of 2- and 3-byte characters.  One step in four, and where
+ * none of them is allowed (a literal's next byte, a character's
+ * continuation), any allowed byte. */
+static int g4_weight(int byte)
+{
+    if (byte && strchr(":,}]", byte)) return 6;
+    if (byte == '<') return 5;
+    if (byte == '.' || byte == '-') return 3;
+    if (byte == 0xC3 || byte == 0xE4 || (byte < 0x80 && isalnum(byte))) return 1;
+    if (byte && strchr("{[_ +\"|>\n\t\\'", byte)) return 1;
+    return 0;
+}
+
+/* One random sentence of g (a byte-per-token vocabulary v: token b is the
+ * byte b, token 256 the end) into out, or false when it ran past cap.
+ * Once a '<' is written, the rest of Gemma 4's string mark is taken 7
+ * times in 8 where allowed, so strings end without walks of thousands. */
+static bool g4_walk(gram_grammar *g, gram_vocab *v, char *out, size_t cap, size_t *n_out)
+{
+    static const char mark[] = "<|\"|>";
+    gram_matcher *m = NULL;
+    CHECK_EQ_INT(gram_matcher_new(g, v, &m), PK_OK);
+    size_t n = 0;
+    bool ended = false;
+    while (m && n + 1 < cap && !ended) {
+        const uint64_t *mask = gram_matcher_mask(m);
+        CHECK(mask != NULL);
+        if (!mask) break;
+        int allowed[256], na = 0, w_sum = 0, next = -1;
+        for (int b = 1; b < 256; b++)
+            if (mask[b / 64] >> (b % 64) & 1) { allowed[na++] = b; w_sum += g4_weight(b); }
+        bool can_end = mask[256 / 64] >> (256 % 64) & 1;
+        if (can_end && (!na || g4_rnd(4) == 0)) { ended = true; break; }
+        CHECK(na > 0);
+        if (!na) break;
+        for (size_t p = 1; p < sizeof mark - 1 && next < 0; p++)
+            if (n >= p && !memcmp(out + n - p, mark, p) && mask[mark[p] / 64] >> (mark[p] % 64) & 1 && g4_rnd(8))
+                next = mark[p];
+        if (next < 0 && w_sum && g4_rnd(4)) {
+            int r = (int)g4_rnd((uint32_t)w_sum);
+            for (int k = 0; k < na && next < 0; k++)
+                if ((r -= g4_weight(allowed[k])) < 0) next = allowed[k];
+        }
+        if (next < 0) next = allowed[g4_rnd((uint32_t)na)];
+        CHECK_EQ_INT(gram_matcher_accept(m, next), PK_OK);
+        out[n++] = (char)next;
+        ended = gram_matcher_done(m);
+    }
+    ended = ended && gram_matcher_can_end(m);
+    gram_matcher_free(m);
+    *n_out = n;
+    out[n] = 0;
+    return ended;
+}
+
+/* Whether a schema holds an object without properties, whose keys the
+ * model writes in its own order (the template would sort them). */
+static bool g4_has_free_object(const json_t *s)
+{
+    if (!json_is_object(s)) return false;
+    const json_t *t = json_object_get(s, "type");
+    if (json_is_string(t) && !strcmp(json_string_value(t), "object") &&
+        !json_object_size(json_object_get(s, "properties")))
+        return true;
+    const char *k;
+    json_t *x;
+    json_object_foreach((json_t *)s, k, x) {
+        if (g4_has_free_object(x)) return true;
+        size_t i;
+        json_t *y;
+        if (json_is_array(x)) json_array_foreach(x, i, y) if (g4_has_free_object(y)) return true;
+    }
+    return false;
+}
+
+/* The call the template prints for an assistant turn calling name with
+ * args (polykv's Jinja, which renders this template as jinja2 does), into
+ * out (malloc'd), or NULL. */
+static char *g4_render_call(const jj_tmpl *t, const json_t *tools, const char *name, const json_t *args)
+{
+    json_t *ctx = json_pack("{s:[{s:s, s:s}, {s:s, s:s, s:[{s:s, s:s, s:{s:s, s:O}}]}], s:O, s:b, s:s, s:s, s:b}",
+                            "messages", "role", "user", "content", "Please help.", "role", "assistant", "content", "",
+                            "tool_calls", "id", "call_0", "type", "function", "function", "name", name, "arguments",
+                            args, "tools", tools, "add_generation_prompt", 0, "bos_token", "<bos>", "eos_token",
+                            "<eos>", "enable_thinking", 1);
+    char *text = NULL, *call = NULL, msg[200];
+    size_t n;
+    CHECK_EQ_INT(jj_render(t, ctx, NULL, &text, &n, msg, sizeof msg), PK_OK);
+    const char *a = text ? strstr(text, G4_OPEN) : NULL, *z = a ? strstr(a, G4_CLOSE) : NULL;
+    if (z) call = strndup(a, (size_t)(z - a) + strlen(G4_CLOSE));
+    free(text);
+    json_decref(ctx);
+    return call;
+}
+
+/* The forced-call grammar of forced.json's tools walked at random: every
+ * sentence parses back into one call of a tool, its arguments valid under
+ * the tool's schema, and is what the template prints for those arguments
+ * (byte for byte; for a free-form object, whose keys the template sorts,
+ * the same arguments again). */
+static void test_gemma4_forced_walk(void)
+{
+    json_t *o = load_oracle(GEMMA4_DIR "/forced.json");
+    char *src = NULL;
+    FILE *f = fopen(GEMMA4_DIR "/chat_template.jinja", "rb");
+    size_t n_src = 0;
+    if (f && !fseek(f, 0, SEEK_END) && (n_src = (size_t)ftell(f)) && !fseek(f, 0, SEEK_SET) &&
+        (src = malloc(n_src)) && fread(src, 1, n_src, f) != n_src) n_src = 0;
+    if (f) fclose(f);
+    if (!o || !n_src) {
+        if (o) SKIP_PART(GEMMA4_DIR "/chat_template.jinja absent (run from the repository root)");
+        json_decref(o);
+        free(src);
+        return;
+    }
+    char msg[200];
+    jj_tmpl *t = NULL;
+    CHECK_EQ_INT(jj_compile(src, n_src, &t, msg, sizeof msg), PK_OK);
+    free(src);
+    /* A vocabulary of bytes: token b (1..255) is the byte b, token 0 has
+     * none (never allowed), token 256 ends the generation. */
+    static char bytes[255];
+    int64_t off[258] = {0};
+    bool eog[257] = { [256] = true };
+    for (int b = 1; b < 256; b++) { bytes[b - 1] = (char)b; off[b] = b - 1; }
+    off[256] = off[257] = 255;
+    gram_vocab *v = NULL;
+    CHECK_EQ_INT(gram_vocab_new(257, bytes, off, eog, &v), PK_OK);
+    const json_t *tools = json_object_get(o, "tools");
+    /* "required" first, then each function named, so each is walked often */
+    size_t n_tools = json_array_size(tools);
+    gram_grammar *g = NULL;
+    int n_done = 0, n_exact = 0, n_runs = 0, per_tool[8] = {0};
+    static char text[8192];
+    for (int run = 0; run < 100 * (int)(n_tools + 1) && v && t; run++) {
+        if (run % 100 == 0) {
+            gram_free(g);
+            const json_t *fn = run ? json_object_get(json_array_get(tools, (size_t)run / 100 - 1), "function") : NULL;
+            g = g4_forced_grammar(tools, fn ? json_string_value(json_object_get(fn, "name")) : NULL);
+        }
+        if (!g) break;
+        n_runs++;
+        size_t n;
+        if (!g4_walk(g, v, text, sizeof text, &n)) continue;
+        n_done++;
+        int fails = test_n_fail;
+        srv_tool_msg m;
+        CHECK_EQ_INT(srv_tools_parse(SRV_TOOL_GEMMA4, tools, text, n, &m), PK_OK);
+        CHECK_EQ_INT(m.n_calls, 1);
+        CHECK_STR(m.content, "");
+        const json_t *params = m.n_calls == 1 ? g4_params(tools, m.calls[0].name) : NULL;
+        json_t *args = m.n_calls == 1 ? json_loads(m.calls[0].arguments, 0, NULL) : NULL;
+        CHECK(params && args && schema_valid(params, args));
+        int k = params ? g4_tool(tools, m.calls[0].name) : -1;
+        if (k >= 0 && k < (int)ARRAY_LEN(per_tool)) per_tool[k]++;
+        char *back = params && args ? g4_render_call(t, tools, m.calls[0].name, args) : NULL;
+        CHECK(back != NULL);
+        if (back && !g4_has_free_object(params)) {
+            CHECK_STR(back, text);
+            n_exact++;
+        } else if (back) {
+            srv_tool_msg m2 = parse(SRV_TOOL_GEMMA4, back);
+            json_t *args2 = m2.n_calls == 1 ? json_loads(m2.calls[0].arguments, 0, NULL) : NULL;
+            CHECK(args2 && json_equal(args, args2));
+            json_decref(args2);
+            srv_tool_msg_free(&m2);
+        }
+        if (test_n_fail > fails || getenv("G4_WALK_SHOW")) fprintf(stderr, "  walk %d wrote: %s\n", run, text);
+        free(back);
+        json_decref(args);
+        srv_tool_msg_free(&m);
+    }
+    printf("forced Gemma 4 walks: %d of %d complete, %d rendered back byte for byte; per tool %d %d %d %d\n", n_done,
+           n_runs, n_exact, per_tool[0], per_tool[1], per_tool[2], per_tool[3]);
+    CHECK(n_runs == 500 && n_done >= 450);
+    for (int k = 0; k < 4; k++) CHECK(per_tool[k] >= 100);
+    gram_free(g);
+    gram_vocab_free(v);
+    jj_free(t);
+    json_decref(o);
 }
 
 static void test_detect(void)
@@ -731,6 +1057,8 @@ int main(int argc, char **argv)
     TEST_RUN(test_qwen_xml);
     TEST_RUN(test_qwen_xml_oracle);
     TEST_RUN(test_qwen_xml_forced);
+    TEST_RUN(test_gemma4_forced);
+    TEST_RUN(test_gemma4_forced_walk);
     TEST_RUN(test_detect);
     TEST_RUN(test_stream);
     return test_finish();

@@ -22,6 +22,13 @@ typedef struct pk_buf {
 void pk_buf_put(pk_buf *b, const void *s, size_t n);
 void pk_buf_puts(pk_buf *b, const char *s);
 void pk_buf_printf(pk_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* f as Python's repr() writes a float: the shortest digits that read back
+ * the same, fixed notation for decimal exponents in [-4, 16) with at least
+ * one digit after the point ("3.0"), else d[.ddd]e+XX with two exponent
+ * digits or more ("1e-05"); nan, inf, -inf.  What chat templates print
+ * (jinja2's str of a float), and what a grammar writing such a value must
+ * produce. */
+void pk_buf_put_float_repr(pk_buf *b, double f);
 /* Frees the text and zeroes b (oom too). */
 void pk_buf_free(pk_buf *b);
 

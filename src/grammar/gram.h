@@ -9,6 +9,8 @@
  * DESIGN
  *   text --gram_parse--> gram_grammar (immutable, shared by reference)
  *   JSON Schema --gram_schema_to_gbnf--> GBNF text --gram_parse--> ...
+ *   JSON Schema --gram_schema_rules--> rules in JSON or Gemma 4's syntax,
+ *                                      embedded in a larger grammar
  *
  *   A grammar is compiled to flat code: each rule is a list of alternatives,
  *   each alternative a run of items (a character class or a rule reference)
@@ -101,13 +103,37 @@ int32_t gram_n_rules(const gram_grammar *g);
  * PK_ENOMEM. */
 pk_status gram_schema_to_gbnf(const char *schema, size_t len, char **out, gram_error *err);
 
+/* The syntax a schema's values are written in.  JSON is JSON with blanks
+ * as above.  GEMMA4 is what Gemma 4's chat template prints for a call's
+ * arguments (its format_argument): no blanks; strings between <|"|> marks,
+ * unescaped (any text but the mark; with minLength / maxLength, a pattern
+ * or a format, no '<' at all); keys bare, or between the marks when the
+ * call's reader could not read them bare (a ':', '}' or control byte, a
+ * leading blank or mark), in the order of jinja2's dictsort (ASCII case
+ * folded, ties in the schema's order: the order the template prints);
+ * true, false and None; numbers as Python prints them: integers, and
+ * floats as repr() writes them (no trailing zeros, exponents only outside
+ * [1e-4, 1e16), "1e-05") with at most 7 digits before the point and 8
+ * significant ones after it (15 digits read back as written), so what is
+ * written is what the template would print for the value read back.  The
+ * keys of an object without properties come in the model's order (a
+ * grammar cannot sort free keys). */
+typedef enum gram_syntax {
+    GRAM_SYNTAX_JSON = 0,
+    GRAM_SYNTAX_GEMMA4,
+} gram_syntax;
+
 /* The same schema as rules to embed in a larger grammar: "<prefix>root"
- * and rules named <prefix>sN..., without the shared JSON rules (ws, value,
- * string, number, integer, ..., f-date, ...) that they use: append
- * gram_json_rules() once.  prefix: letters, digits, '-' (may be "").
- * Errors as gram_schema_to_gbnf. */
-pk_status gram_schema_rules(const char *schema, size_t len, const char *prefix, char **out, gram_error *err);
-const char *gram_json_rules(void);               /* static text */
+ * and rules named <prefix>sN..., values written in syntax syn, without
+ * the shared rules of that syntax (JSON's ws, value, string, number,
+ * integer, ..., GEMMA4's g4-..., both's f-date, ...) that they use: append
+ * gram_syntax_rules(syn) once (one syntax per grammar: both have the f-
+ * rules).  prefix: letters, digits, '-' (may be "").  Errors as
+ * gram_schema_to_gbnf, and PK_EUNSUPPORTED for what syn cannot write (a
+ * GEMMA4 string holding its mark, a '<' in a GEMMA4 pattern). */
+pk_status gram_schema_rules(const char *schema, size_t len, const char *prefix, gram_syntax syn, char **out,
+                            gram_error *err);
+const char *gram_syntax_rules(gram_syntax syn);  /* static text */
 
 /* Appends s[0..n) to b as a GBNF string literal (quotes and backslashes
  * escaped, control bytes as \xHH, UTF-8 as it is). */

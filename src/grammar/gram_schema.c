@@ -13,7 +13,13 @@
  * properties use two chains: A_i (nothing written yet) and B_i (something
  * written, so the next one needs a comma), so any subset of the optional
  * ones may appear, each once.
+ *
+ * The same walk writes Gemma 4's value syntax (gram.h, GRAM_SYNTAX_GEMMA4):
+ * a `syntax` names the shared rules each node refers to and what goes
+ * between tokens, and the few places that spell a value (keys, literals,
+ * patterns, a number's fraction) ask it which one they write.
  */
+#include <ctype.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
@@ -27,6 +33,7 @@
 #define MAX_REFS 256
 #define MAX_DEPTH 64
 #define INT_CAP 999999999999999LL    /* 15 digits: what "no bound" becomes */
+#define G4_FLOAT_INT_MAX 9999999LL   /* g4-float's integer part: 7 digits */
 
 #define JSON_RULES \
     "ws ::= [ \\t\\n]{0,20}\n" \
@@ -51,6 +58,61 @@
     "f-date-time ::= f-date \"T\" f-time\n" \
     "f-uuid ::= [0-9a-f]{8} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{12}\n"
 
+/* Gemma 4's values.  A string runs to the first <|"|> mark: g4-s0..s4 are
+ * the states of that search (how much of the mark was just seen), the last
+ * ">" closing the string, so the text holds no mark; NUL is left out (a
+ * key's reader refuses one).  A key the template prints bare is read up to
+ * ':' or '}' and past leading blanks.  Numbers are Python's repr within 15
+ * significant digits, where the digits written are the digits it prints:
+ * an integer part of up to 7 digits and a fraction of up to 8 without
+ * trailing zeros, 0.0001 and up in fixed notation, the exponents outside
+ * that range with two digits at least. */
+#define GEMMA4_RULES \
+    "g4-value ::= g4-object | g4-array | g4-string | g4-number | g4-boolean | g4-null\n" \
+    "g4-object ::= \"{\" ( g4-key \":\" g4-value ( \",\" g4-key \":\" g4-value )* )? \"}\"\n" \
+    "g4-array ::= \"[\" ( g4-value ( \",\" g4-value )* )? \"]\"\n" \
+    "g4-key ::= [^ \\t\\n\\r:}<\\x00-\\x1F] [^:}\\x00-\\x1F]*\n" \
+    "g4-string ::= \"<|\\\"|>\" g4-s0\n" \
+    "g4-s0 ::= [^<\\x00] g4-s0 | \"<\" g4-s1\n" \
+    "g4-s1 ::= [^<|\\x00] g4-s0 | \"<\" g4-s1 | \"|\" g4-s2\n" \
+    "g4-s2 ::= [^<\\\"\\x00] g4-s0 | \"<\" g4-s1 | \"\\\"\" g4-s3\n" \
+    "g4-s3 ::= [^<|\\x00] g4-s0 | \"<\" g4-s1 | \"|\" g4-s4\n" \
+    "g4-s4 ::= [^<>\\x00] g4-s0 | \"<\" g4-s1 | \">\"\n" \
+    "g4-char ::= [^<\\x00]\n" \
+    "g4-integer ::= \"0\" | \"-\"? [1-9] [0-9]{0,15}\n" \
+    "g4-number ::= g4-integer | \"-\"? g4-float\n" \
+    "g4-float ::= [1-9] [0-9]{0,6} \".\" g4-frac | \"0.\" g4-frac0" \
+    " | [1-9] ( \".\" [0-9]{0,6} [1-9] )? \"e\" g4-exp\n" \
+    "g4-frac ::= \"0\" | [0-9]{0,7} [1-9]\n" \
+    "g4-frac0 ::= \"0\" | \"0\"{0,3} [1-9] ( [0-9]{0,6} [1-9] )?\n" \
+    "g4-exp ::= \"-\" ( \"0\" [5-9] | [1-9] [0-9] | [12] [0-9] [0-9] )" \
+    " | \"+\" ( \"1\" [6-9] | [2-9] [0-9] | [12] [0-9] [0-9] )\n" \
+    "g4-boolean ::= \"true\" | \"false\"\n" \
+    "g4-null ::= \"None\"\n"
+
+/* Gemma 4's string mark, which no string it writes may hold. */
+static const char G4_QUOTE[] = "<|\"|>";
+
+/* A JSON string character in a pattern: what `.` and classes may produce. */
+#define STR_SAFE "\\x00-\\x1F\"\\\\"
+
+/* What a schema's values are written with, per gram_syntax. */
+typedef struct syntax {
+    const char *ws;            /* between two tokens: " ws" (JSON's blanks) or "" */
+    const char *value, *object, *string, *integer, *number, *boolean, *null;
+    const char *key, *chr;     /* an object's free key; one character of a length-bounded string */
+    const char *quote;         /* a string's delimiter as a GBNF literal */
+    const char *no_char;       /* class ranges a pattern's `.` and [^...] leave out */
+    bool gemma4;               /* keys bare and sorted, literals and fractions as Python prints them */
+} syntax;
+
+static const syntax SYNTAXES[] = {
+    [GRAM_SYNTAX_JSON] = { " ws", "value", "object", "string", "integer", "number", "boolean", "null", "string",
+                           "char", "\"\\\"\"", STR_SAFE, false },
+    [GRAM_SYNTAX_GEMMA4] = { "", "g4-value", "g4-object", "g4-string", "g4-integer", "g4-number", "g4-boolean",
+                             "g4-null", "g4-key", "g4-char", "\"<|\\\"|>\"", "\\x00<", true },
+};
+
 static const char JSON_OBJECT_GBNF[] = "root ::= object\n" JSON_RULES;
 
 const char *gram_json_object_gbnf(void) { return JSON_OBJECT_GBNF; }
@@ -66,6 +128,7 @@ typedef struct conv {
     pk_status st;
     char path[256];
     int depth;
+    const syntax *syn;
 } conv;
 
 static int32_t fail(conv *c, pk_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -97,14 +160,125 @@ void gram_put_literal(pk_buf *b, const char *s, size_t n)
     pk_buf_puts(b, "\"");
 }
 
-/* A JSON value's compact text as a literal. */
-static bool put_json_lit(conv *c, const json_t *v)
+/* ---- Gemma 4's spelling of values ---- */
+
+/* Whether Gemma 4's call reader takes key k bare, as the template prints
+ * every key: it reads a bare key up to ':' or '}' (a control byte ends it
+ * too), after skipping blanks, and one that opens with the mark as quoted. */
+static bool g4_bare_key(const char *k)
 {
-    char *t = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-    if (!t) { fail(c, PK_ENOMEM, "out of memory"); return false; }
-    gram_put_literal(&c->out, t, strlen(t));
-    free(t);
+    if (!k[0] || strchr(" \t\n\r", k[0]) || !strncmp(k, G4_QUOTE, sizeof G4_QUOTE - 1)) return false;
+    for (const char *p = k; *p; p++)
+        if (*p == ':' || *p == '}' || (unsigned char)*p < 0x20) return false;
     return true;
+}
+
+/* s[0..n) between the marks; false when it holds one, which would end it. */
+static bool g4_put_string(pk_buf *t, const char *s, size_t n)
+{
+    if (memmem(s, n, G4_QUOTE, sizeof G4_QUOTE - 1)) return false;
+    pk_buf_puts(t, G4_QUOTE);
+    pk_buf_put(t, s, n);
+    pk_buf_puts(t, G4_QUOTE);
+    return true;
+}
+
+/* A key bare where the reader takes it so, else quoted (the template
+ * would print it bare and lose it). */
+static bool g4_put_key(pk_buf *t, const char *k)
+{
+    if (!g4_bare_key(k)) return g4_put_string(t, k, strlen(k));
+    pk_buf_puts(t, k);
+    return true;
+}
+
+/* jinja2's dictsort: keys compared with ASCII letters folded (polykv's
+ * Jinja folds the same), ties kept in their order. */
+static int fold_cmp(const char *a, const char *b)
+{
+    for (;; a++, b++) {
+        int x = tolower((unsigned char)*a), y = tolower((unsigned char)*b);
+        if (x != y || !x) return x - y;
+    }
+}
+
+/* Sorts name[0..n) as dictsort does (insertion: stable), carrying sch and
+ * must (either may be NULL) along. */
+static void dictsort(const char **name, json_t **sch, bool *must, size_t n)
+{
+    for (size_t i = 1; i < n; i++)
+        for (size_t j = i; j > 0 && fold_cmp(name[j - 1], name[j]) > 0; j--) {
+            const char *tn = name[j]; name[j] = name[j - 1]; name[j - 1] = tn;
+            if (sch) { json_t *ts = sch[j]; sch[j] = sch[j - 1]; sch[j - 1] = ts; }
+            if (must) { bool tm = must[j]; must[j] = must[j - 1]; must[j - 1] = tm; }
+        }
+}
+
+/* v as the template's format_argument prints it: false for a string (or
+ * key) holding the mark; out of memory as t->oom. */
+static bool g4_put_value(pk_buf *t, const json_t *v)
+{
+    size_t i, n;
+    const json_t *x;
+    const char *k;
+    bool ok = true;
+    switch (json_typeof(v)) {
+    case JSON_STRING: return g4_put_string(t, json_string_value(v), json_string_length(v));
+    case JSON_INTEGER: pk_buf_printf(t, "%" JSON_INTEGER_FORMAT, json_integer_value(v)); return true;
+    case JSON_REAL: pk_buf_put_float_repr(t, json_real_value(v)); return true;
+    case JSON_TRUE: pk_buf_puts(t, "true"); return true;
+    case JSON_FALSE: pk_buf_puts(t, "false"); return true;
+    case JSON_NULL: pk_buf_puts(t, "None"); return true;
+    case JSON_ARRAY:
+        pk_buf_puts(t, "[");
+        json_array_foreach(v, i, x) {
+            if (i) pk_buf_puts(t, ",");
+            ok = ok && g4_put_value(t, x);
+        }
+        pk_buf_puts(t, "]");
+        return ok;
+    case JSON_OBJECT: {
+        n = json_object_size(v);
+        const char **keys = malloc((n + 1) * sizeof *keys);
+        if (!keys) { t->oom = true; return true; }
+        i = 0;
+        json_object_foreach((json_t *)v, k, x) keys[i++] = k;
+        dictsort(keys, NULL, NULL, n);
+        pk_buf_puts(t, "{");
+        for (i = 0; i < n && ok; i++) {
+            if (i) pk_buf_puts(t, ",");
+            ok = g4_put_key(t, keys[i]);
+            pk_buf_puts(t, ":");
+            ok = ok && g4_put_value(t, json_object_get(v, keys[i]));
+        }
+        pk_buf_puts(t, "}");
+        free(keys);
+        return ok;
+    }
+    }
+    return false;
+}
+
+/* A value's text in the conversion's syntax as one literal: JSON's compact
+ * form, or Gemma 4's as its template prints the value. */
+static bool put_value_lit(conv *c, const json_t *v)
+{
+    pk_buf t = {0};
+    bool ok = true;
+    if (c->syn->gemma4) {
+        ok = g4_put_value(&t, v);
+    } else {
+        char *j = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+        if (j) pk_buf_puts(&t, j);
+        else t.oom = true;
+        free(j);
+    }
+    bool oom = t.oom;
+    if (!ok) fail(c, PK_EUNSUPPORTED, "a string or key holding Gemma 4's string mark <|\"|>");
+    else if (oom) fail(c, PK_ENOMEM, "out of memory");
+    else gram_put_literal(&c->out, t.p, t.n);
+    pk_buf_free(&t);
+    return ok && !oom;
 }
 
 static int32_t gen(conv *c, const json_t *s);
@@ -215,7 +389,7 @@ static void gen_integer(conv *c, const json_t *s)
     if (get_num(s, "exclusiveMinimum", &v)) { lo = MAX(lo, floor(v) + 1); bounded = true; }
     if (get_num(s, "maximum", &v)) { hi = MIN(hi, floor(v)); bounded = true; }
     if (get_num(s, "exclusiveMaximum", &v)) { hi = MIN(hi, ceil(v) - 1); bounded = true; }
-    if (!bounded) { pk_buf_puts(&c->out, "integer"); return; }
+    if (!bounded) { pk_buf_puts(&c->out, c->syn->integer); return; }
     if (lo > hi || lo < -(double)INT_CAP || hi > (double)INT_CAP) {
         fail(c, PK_EUNSUPPORTED, "integer bounds that are empty or beyond 15 digits");
         return;
@@ -244,7 +418,7 @@ static void gen_number(conv *c, const json_t *s)
     }
     bool excl = false;
     if (!get_num(s, "minimum", &v) && !(excl = get_num(s, "exclusiveMinimum", &v))) {
-        pk_buf_puts(&c->out, "number");
+        pk_buf_puts(&c->out, c->syn->number);
         return;
     }
     /* An integer part above the bound, any fraction: always >= (or >) v. */
@@ -253,7 +427,19 @@ static void gen_number(conv *c, const json_t *s)
     /* Below zero we generate only the non-negative part: a valid subset. */
     pk_buf_puts(&c->out, "( ");
     put_nat_range(&c->out, MAX(a, 0), INT_CAP);
-    pk_buf_puts(&c->out, " ) ( \".\" [0-9]{1,16} )?");
+    if (!c->syn->gemma4) {
+        pk_buf_puts(&c->out, " ) ( \".\" [0-9]{1,16} )?");
+    } else {
+        /* Floats in g4-float's bounds, where the digits written are the
+         * ones Python prints back. */
+        pk_buf_puts(&c->out, " )");
+        if (MAX(a, 1) <= G4_FLOAT_INT_MAX) {
+            pk_buf_puts(&c->out, " | ( ");
+            put_nat_range(&c->out, MAX(a, 1), G4_FLOAT_INT_MAX);
+            pk_buf_puts(&c->out, " ) \".\" g4-frac");
+        }
+        if (a <= 0) pk_buf_puts(&c->out, " | \"0.\" g4-frac0");
+    }
     if (!excl && v == floor(v)) {                  /* the bound itself */
         pk_buf_printf(&c->out, " | \"%lld\"", (long long)v);
     }
@@ -261,16 +447,17 @@ static void gen_number(conv *c, const json_t *s)
 
 /* ---- strings ---- */
 
-/* A JSON string character in a pattern: what `.` and classes may produce. */
-#define STR_SAFE "\\x00-\\x1F\"\\\\"
-
+/* A string matching pattern p[0..n), between the syntax's delimiters.  JSON
+ * escapes '"' and '\\' and cannot hold control bytes raw; Gemma 4's
+ * strings hold both raw but no '<', which could begin the closing mark. */
 static void put_pattern(conv *c, const char *p, size_t n)
 {
     pk_buf *b = &c->out;
+    const syntax *syn = c->syn;
     size_t i = 0, end = n;
     if (i < end && p[i] == '^') i++;
     if (end > i && p[end - 1] == '$' && (end < 2 || p[end - 2] != '\\')) end--;
-    pk_buf_puts(b, "\"\\\"\" ( ");
+    pk_buf_printf(b, "%s ( ", syn->quote);
     int open = 0;
     bool atom = false;          /* something a quantifier may repeat was just written */
     while (i < end && !c->st) {
@@ -328,13 +515,13 @@ static void put_pattern(conv *c, const char *p, size_t n)
             if (i < end && (p[i] == '?' || p[i] == '+')) i++;
             atom = false;
         } else if (ch == '.') {
-            pk_buf_puts(b, "[^" STR_SAFE "\\n] ");
+            pk_buf_printf(b, "[^%s\\n] ", syn->no_char);
             i++;
         } else if (ch == '[') {
             size_t k = i + 1;
             bool neg = k < end && p[k] == '^';
             if (neg) k++;
-            pk_buf_puts(b, neg ? "[^" STR_SAFE : "[");
+            pk_buf_printf(b, "[%s%s", neg ? "^" : "", neg ? syn->no_char : "");
             size_t start = k;
             for (; k < end && (p[k] != ']' || k == start); k++) {
                 if (p[k] == '\\' && k + 1 < end) {
@@ -342,14 +529,19 @@ static void put_pattern(conv *c, const char *p, size_t n)
                     if (e == 'd') pk_buf_puts(b, "0-9");
                     else if (e == 'w') pk_buf_puts(b, "a-zA-Z0-9_");
                     else if (e == 's') pk_buf_puts(b, " ");
-                    else if (e == '"' || e == '\\' || e == ']' || e == '[' || e == '-' || e == '^')
-                        pk_buf_printf(b, "%s", e == '"' || e == '\\' ? "" : (e == ']' ? "\\]" : e == '[' ? "\\[" : e == '-' ? "\\-" : "\\^"));
+                    else if (e == '"' || e == '\\')
+                        pk_buf_puts(b, !syn->gemma4 ? "" : e == '"' ? "\\\"" : "\\\\");   /* JSON: left out */
+                    else if (e == ']' || e == '[' || e == '-' || e == '^')
+                        pk_buf_puts(b, e == ']' ? "\\]" : e == '[' ? "\\[" : e == '-' ? "\\-" : "\\^");
                     else if (e == '.' || e == '/' || e == '(' || e == ')' || e == '+' || e == '*' || e == '?' ||
                              e == '{' || e == '}' || e == '|' || e == '$')
                         pk_buf_put(b, &e, 1);
                     else { fail(c, PK_EUNSUPPORTED, "unsupported pattern escape '\\%c' in a class", e); return; }
-                } else if (p[k] == '"' || p[k] == '\\' || (unsigned char)p[k] < 0x20) {
-                    /* not producible unescaped in JSON: left out (a subset) */
+                } else if (p[k] == '"' && syn->gemma4) {
+                    pk_buf_puts(b, "\\\"");
+                } else if (p[k] == '"' || p[k] == '\\' || (unsigned char)p[k] < 0x20 ||
+                           (p[k] == '<' && syn->gemma4)) {
+                    /* not producible unescaped in JSON, nor safely in Gemma 4: left out (a subset) */
                 } else if (p[k] == '[') {
                     pk_buf_puts(b, "\\[");
                 } else {
@@ -366,11 +558,11 @@ static void put_pattern(conv *c, const char *p, size_t n)
             if (e == 'd') pk_buf_puts(b, "[0-9] ");
             else if (e == 'w') pk_buf_puts(b, "[a-zA-Z0-9_] ");
             else if (e == 's') pk_buf_puts(b, "\" \" ");
-            else if (e == 'D') pk_buf_puts(b, "[^" STR_SAFE "0-9] ");
-            else if (e == 'W') pk_buf_puts(b, "[^" STR_SAFE "a-zA-Z0-9_] ");
-            else if (e == 'S') pk_buf_puts(b, "[^" STR_SAFE " \\t\\n\\r] ");
+            else if (e == 'D') pk_buf_printf(b, "[^%s0-9] ", syn->no_char);
+            else if (e == 'W') pk_buf_printf(b, "[^%sa-zA-Z0-9_] ", syn->no_char);
+            else if (e == 'S') pk_buf_printf(b, "[^%s \\t\\n\\r] ", syn->no_char);
             else if (strchr(".^$|()[]{}*+?/-\\\"", e)) {
-                if (e == '"' || e == '\\') pk_buf_printf(b, "\"\\\\\\%c\" ", e);   /* escaped in JSON */
+                if ((e == '"' || e == '\\') && !syn->gemma4) pk_buf_printf(b, "\"\\\\\\%c\" ", e);   /* escaped in JSON */
                 else { char lit[2] = { e, 0 }; gram_put_literal(b, lit, 1); pk_buf_puts(b, " "); }
             } else { fail(c, PK_EUNSUPPORTED, "unsupported pattern escape '\\%c'", e); return; }
         } else if (ch == '^' || ch == '$') {
@@ -379,14 +571,17 @@ static void put_pattern(conv *c, const char *p, size_t n)
         } else {
             size_t k = i + 1;           /* one UTF-8 character */
             while (k < end && ((unsigned char)p[k] & 0xC0) == 0x80) k++;
-            if (ch == '"') pk_buf_puts(b, "\"\\\\\\\"\" ");
-            else if ((unsigned char)ch < 0x20) { fail(c, PK_EUNSUPPORTED, "control character in pattern"); return; }
+            if (ch == '"' && !syn->gemma4) pk_buf_puts(b, "\"\\\\\\\"\" ");
+            else if (ch == '<' && syn->gemma4) {
+                fail(c, PK_EUNSUPPORTED, "'<' in a pattern (it may begin Gemma 4's string mark)");
+                return;
+            } else if ((unsigned char)ch < 0x20) { fail(c, PK_EUNSUPPORTED, "control character in pattern"); return; }
             else { gram_put_literal(b, p + i, k - i); pk_buf_puts(b, " "); }
             i = k;
         }
     }
     if (open) { fail(c, PK_EFORMAT, "unbalanced '(' in pattern"); return; }
-    pk_buf_puts(b, ") \"\\\"\"");
+    pk_buf_printf(b, ") %s", syn->quote);
 }
 
 /* Compiles a pattern's rule text g[n] alone, so that a pattern the
@@ -425,7 +620,7 @@ static void gen_string(conv *c, const json_t *s)
             fail(c, PK_EUNSUPPORTED, "unsupported format '%s' (date, time, date-time, uuid)", f);
             return;
         }
-        pk_buf_printf(&c->out, "\"\\\"\" f-%s \"\\\"\"", f);
+        pk_buf_printf(&c->out, "%s f-%s %s", c->syn->quote, f, c->syn->quote);
         return;
     }
     if (pat) {
@@ -436,15 +631,17 @@ static void gen_string(conv *c, const json_t *s)
         if (!c->st) check_pattern(c, p, c->out.p + from, c->out.n - from);
         return;
     }
-    if (!mn && !mx) { pk_buf_puts(&c->out, "string"); return; }
+    if (!mn && !mx) { pk_buf_puts(&c->out, c->syn->string); return; }
     json_int_t lo = mn ? json_integer_value(mn) : 0, hi = mx ? json_integer_value(mx) : -1;
     if ((mn && (!json_is_integer(mn) || lo < 0)) || (mx && (!json_is_integer(mx) || hi < lo))) {
         fail(c, PK_EFORMAT, "minLength/maxLength must be integers with 0 <= minLength <= maxLength");
         return;
     }
     if (lo > 10000 || hi > 10000) { fail(c, PK_EUNSUPPORTED, "string lengths over 10000"); return; }
-    if (hi < 0) pk_buf_printf(&c->out, "\"\\\"\" char{%lld,} \"\\\"\"", (long long)lo);
-    else pk_buf_printf(&c->out, "\"\\\"\" char{%lld,%lld} \"\\\"\"", (long long)lo, (long long)hi);
+    const syntax *syn = c->syn;
+    if (hi < 0) pk_buf_printf(&c->out, "%s %s{%lld,} %s", syn->quote, syn->chr, (long long)lo, syn->quote);
+    else pk_buf_printf(&c->out, "%s %s{%lld,%lld} %s", syn->quote, syn->chr, (long long)lo, (long long)hi,
+                       syn->quote);
 }
 
 /* ---- objects and arrays ---- */
@@ -463,8 +660,34 @@ static void path_push(conv *c, size_t *mark, const char *a, const char *b)
     snprintf(c->path + *mark, sizeof c->path - *mark, "/%s%s%s", a, b ? "/" : "", b ? b : "");
 }
 
+/* Property k's key as a literal, then its ':' and value: rule sR, or any
+ * value when r < 0. */
+static void put_kv(conv *c, const char *k, int32_t r)
+{
+    const syntax *syn = c->syn;
+    pk_buf t = {0};
+    bool ok = true;
+    if (syn->gemma4) {
+        ok = g4_put_key(&t, k);
+    } else {
+        json_t *js = json_string(k);
+        char *q = js ? json_dumps(js, JSON_ENCODE_ANY) : NULL;   /* the key, JSON-escaped */
+        json_decref(js);
+        if (q) pk_buf_puts(&t, q);
+        else t.oom = true;
+        free(q);
+    }
+    if (!ok) fail(c, PK_EUNSUPPORTED, "a key holding Gemma 4's string mark <|\"|>");
+    else if (t.oom) fail(c, PK_ENOMEM, "out of memory");
+    else gram_put_literal(&c->out, t.p, t.n);
+    pk_buf_free(&t);
+    if (r >= 0) pk_buf_printf(&c->out, "%s \":\"%s s%d%s\n", syn->ws, syn->ws, r, syn->ws);
+    else pk_buf_printf(&c->out, "%s \":\"%s %s%s\n", syn->ws, syn->ws, syn->value, syn->ws);
+}
+
 static void gen_object(conv *c, json_t *s, int32_t self)
 {
+    const syntax *syn = c->syn;
     json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required");
     json_t *addl = json_object_get(s, "additionalProperties");
     if ((props && !json_is_object(props)) || (req && !json_is_array(req))) {
@@ -495,25 +718,29 @@ static void gen_object(conv *c, json_t *s, int32_t self)
         if (!dup) { name[k] = json_string_value(v); sch[k] = NULL; must[k] = true; k++; }
     }
     n = k;
+    /* The template prints a dict's keys sorted. */
+    if (syn->gemma4) dictsort(name, sch, must, n);
     if (n == 0) {                                  /* a map: keys free, values by additionalProperties */
-        if (addl && json_is_false(addl)) { pk_buf_puts(&c->out, "\"{\" ws \"}\"\n"); goto out; }
+        if (addl && json_is_false(addl)) { pk_buf_printf(&c->out, "\"{\"%s \"}\"\n", syn->ws); goto out; }
         int32_t vr = -1;
         if (addl && json_is_object(addl)) {
-            pk_buf_puts(&c->out, "\"{\" ws ( string ws \":\" ws ");
+            const char *w = syn->ws, *fk = syn->key;
+            pk_buf_printf(&c->out, "\"{\"%s ( %s%s \":\"%s ", w, fk, w, w);
             size_t mark = 0;
             path_push(c, &mark, "additionalProperties", NULL);
             /* the value rule is emitted after this line */
-            pk_buf_printf(&c->out, "s%d-v ws ( \",\" ws string ws \":\" ws s%d-v ws )* )? \"}\"\n", self, self);
+            pk_buf_printf(&c->out, "s%d-v%s ( \",\"%s %s%s \":\"%s s%d-v%s )* )? \"}\"\n", self, w, w, fk, w, w,
+                          self, w);
             vr = gen(c, addl);
             if (vr >= 0) pk_buf_printf(&c->out, "s%d-v ::= s%d\n", self, vr);
             c->path[mark] = 0;
         } else {
-            pk_buf_puts(&c->out, "object\n");
+            pk_buf_printf(&c->out, "%s\n", syn->object);
         }
         goto out;
     }
     /* Value rules first (each one its own line), then the chains. */
-    pk_buf_printf(&c->out, "\"{\" ws s%d-a0 \"}\"\n", self);
+    pk_buf_printf(&c->out, "\"{\"%s s%d-a0 \"}\"\n", syn->ws, self);
     for (k = 0; k < n && !c->st; k++) {
         size_t mark = 0;
         path_push(c, &mark, "properties", name[k]);
@@ -522,26 +749,16 @@ static void gen_object(conv *c, json_t *s, int32_t self)
     }
     for (k = 0; k < n && !c->st; k++) {
         pk_buf_printf(&c->out, "s%d-kv%zu ::= ", self, k);
-        gram_put_literal(&c->out, "\"", 1);
-        pk_buf_puts(&c->out, " ");
-        json_t *js = json_string(name[k]);
-        char *q = js ? json_dumps(js, JSON_ENCODE_ANY) : NULL;   /* the key, JSON-escaped */
-        json_decref(js);
-        if (!q) { fail(c, PK_ENOMEM, "out of memory"); goto out; }
-        gram_put_literal(&c->out, q + 1, strlen(q) - 2);
-        free(q);
-        pk_buf_puts(&c->out, " ");
-        gram_put_literal(&c->out, "\"", 1);
-        if (rule[k] >= 0) pk_buf_printf(&c->out, " ws \":\" ws s%d ws\n", rule[k]);
-        else pk_buf_puts(&c->out, " ws \":\" ws value ws\n");
+        put_kv(c, name[k], rule[k]);
         if (must[k]) {
             pk_buf_printf(&c->out, "s%d-a%zu ::= s%d-kv%zu s%d-b%zu\n", self, k, self, k, self, k + 1);
-            pk_buf_printf(&c->out, "s%d-b%zu ::= \",\" ws s%d-kv%zu s%d-b%zu\n", self, k, self, k, self, k + 1);
+            pk_buf_printf(&c->out, "s%d-b%zu ::= \",\"%s s%d-kv%zu s%d-b%zu\n", self, k, syn->ws, self, k, self,
+                          k + 1);
         } else {
             pk_buf_printf(&c->out, "s%d-a%zu ::= s%d-kv%zu s%d-b%zu | s%d-a%zu\n", self, k, self, k, self, k + 1,
                           self, k + 1);
-            pk_buf_printf(&c->out, "s%d-b%zu ::= \",\" ws s%d-kv%zu s%d-b%zu | s%d-b%zu\n", self, k, self, k, self,
-                          k + 1, self, k + 1);
+            pk_buf_printf(&c->out, "s%d-b%zu ::= \",\"%s s%d-kv%zu s%d-b%zu | s%d-b%zu\n", self, k, syn->ws, self, k,
+                          self, k + 1, self, k + 1);
         }
     }
     pk_buf_printf(&c->out, "s%d-a%zu ::= \"\"\ns%d-b%zu ::= \"\"\n", self, n, self, n);
@@ -554,6 +771,7 @@ out:
 
 static void gen_array(conv *c, json_t *s, int32_t self)
 {
+    const char *w = c->syn->ws;
     json_t *items = json_object_get(s, "items"), *prefix = json_object_get(s, "prefixItems");
     json_t *jmin = json_object_get(s, "minItems"), *jmax = json_object_get(s, "maxItems");
     json_int_t mn = jmin ? json_integer_value(jmin) : 0, mx = jmax ? json_integer_value(jmax) : -1;
@@ -581,8 +799,9 @@ static void gen_array(conv *c, json_t *s, int32_t self)
             return;
         }
         size_t np = json_array_size(prefix);
-        pk_buf_printf(&c->out, "\"[\" ws");
-        for (size_t i = 0; i < np; i++) pk_buf_printf(&c->out, "%s s%d-p%zu ws", i ? " \",\" ws" : "", self, i);
+        pk_buf_printf(&c->out, "\"[\"%s", w);
+        for (size_t i = 0; i < np; i++)
+            pk_buf_printf(&c->out, "%s%s s%d-p%zu%s", i ? " \",\"" : "", i ? w : "", self, i, w);
         pk_buf_puts(&c->out, " \"]\"\n");
         for (size_t i = 0; i < np && !c->st; i++) {
             char idx[24];
@@ -595,15 +814,15 @@ static void gen_array(conv *c, json_t *s, int32_t self)
         }
         return;
     }
-    if (mx == 0 || (items && json_is_false(items))) { pk_buf_puts(&c->out, "\"[\" ws \"]\"\n"); return; }
-    const char *it = "value";
+    if (mx == 0 || (items && json_is_false(items))) { pk_buf_printf(&c->out, "\"[\"%s \"]\"\n", w); return; }
+    const char *it = c->syn->value;
     char itn[32];
     if (items && json_is_object(items)) {
         snprintf(itn, sizeof itn, "s%d-i", self);
         it = itn;
     }
-    if (mn == 0) pk_buf_printf(&c->out, "\"[\" ws ( %s ws ( \",\" ws %s ws )", it, it);
-    else pk_buf_printf(&c->out, "\"[\" ws %s ws ( \",\" ws %s ws )", it, it);
+    if (mn == 0) pk_buf_printf(&c->out, "\"[\"%s ( %s%s ( \",\"%s %s%s )", w, it, w, w, it, w);
+    else pk_buf_printf(&c->out, "\"[\"%s %s%s ( \",\"%s %s%s )", w, it, w, w, it, w);
     json_int_t lo = mn > 0 ? mn - 1 : 0;
     if (mx < 0) pk_buf_printf(&c->out, "{%lld,}", (long long)lo);
     else pk_buf_printf(&c->out, "{%lld,%lld}", (long long)lo, (long long)mx - 1);
@@ -648,8 +867,8 @@ static void gen_type(conv *c, json_t *s, const char *t, int32_t self)
     if (!strcmp(t, "string")) gen_string(c, s);
     else if (!strcmp(t, "integer")) gen_integer(c, s);
     else if (!strcmp(t, "number")) gen_number(c, s);
-    else if (!strcmp(t, "boolean")) pk_buf_puts(&c->out, "boolean");
-    else if (!strcmp(t, "null")) pk_buf_puts(&c->out, "null");
+    else if (!strcmp(t, "boolean")) pk_buf_puts(&c->out, c->syn->boolean);
+    else if (!strcmp(t, "null")) pk_buf_puts(&c->out, c->syn->null);
     else if (!strcmp(t, "object") || !strcmp(t, "array")) {
         /* Its own rule so multi-line output stays one alternative. */
         int32_t r = c->n_rules++;
@@ -706,7 +925,7 @@ static int32_t gen(conv *c, const json_t *cs)
     if (c->st) return -1;
     if (++c->depth > MAX_DEPTH) return fail(c, PK_EUNSUPPORTED, "schema nested deeper than %d", MAX_DEPTH);
     int32_t self = -1;
-    if (json_is_true(s)) { self = begin(c); pk_buf_puts(&c->out, "value\n"); goto out; }
+    if (json_is_true(s)) { self = begin(c); pk_buf_printf(&c->out, "%s\n", c->syn->value); goto out; }
     if (json_is_false(s)) { fail(c, PK_EUNSUPPORTED, "unsupported schema 'false' (nothing is valid)"); goto out; }
     if (!json_is_object(s)) { fail(c, PK_EFORMAT, "a schema must be an object or a boolean"); goto out; }
     const char *key;
@@ -729,7 +948,7 @@ static int32_t gen(conv *c, const json_t *cs)
     }
     if ((v = json_object_get(s, "const"))) {
         self = begin(c);
-        if (put_json_lit(c, v)) pk_buf_puts(&c->out, "\n");
+        if (put_value_lit(c, v)) pk_buf_puts(&c->out, "\n");
         goto out;
     }
     if ((v = json_object_get(s, "enum"))) {
@@ -739,7 +958,7 @@ static int32_t gen(conv *c, const json_t *cs)
         json_t *e;
         json_array_foreach(v, i, e) {
             if (i) pk_buf_puts(&c->out, " | ");
-            if (!put_json_lit(c, e)) goto out;
+            if (!put_value_lit(c, e)) goto out;
         }
         pk_buf_puts(&c->out, "\n");
         goto out;
@@ -776,7 +995,7 @@ static int32_t gen(conv *c, const json_t *cs)
                         json_object_get(s, "pattern") || json_object_get(s, "format") ? "string" : NULL;
         self = begin(c);
         if (t) gen_type(c, s, t, self);
-        else pk_buf_puts(&c->out, "value\n");
+        else pk_buf_printf(&c->out, "%s\n", c->syn->value);
         goto out;
     }
     if (json_is_string(type)) {
@@ -830,9 +1049,13 @@ static void put_prefixed(pk_buf *b, const char *t, size_t n, const char *pfx)
     }
 }
 
-const char *gram_json_rules(void) { return JSON_RULES FORMAT_RULES; }
+const char *gram_syntax_rules(gram_syntax syn)
+{
+    return syn == GRAM_SYNTAX_GEMMA4 ? GEMMA4_RULES FORMAT_RULES : JSON_RULES FORMAT_RULES;
+}
 
-pk_status gram_schema_rules(const char *schema, size_t len, const char *prefix, char **out, gram_error *err)
+pk_status gram_schema_rules(const char *schema, size_t len, const char *prefix, gram_syntax syn, char **out,
+                            gram_error *err)
 {
     *out = NULL;
     if (err) { memset(err, 0, sizeof *err); err->pos = -1; }
@@ -847,7 +1070,8 @@ pk_status gram_schema_rules(const char *schema, size_t len, const char *prefix, 
         }
         return PK_EFORMAT;
     }
-    conv c = { .root = root, .err = err };
+    /* An unknown syntax writes JSON rather than read past the table. */
+    conv c = { .root = root, .err = err, .syn = &SYNTAXES[syn == GRAM_SYNTAX_GEMMA4 ? syn : GRAM_SYNTAX_JSON] };
     int32_t r = gen(&c, root);
     pk_buf b = {0};
     if (!c.st) {
@@ -869,11 +1093,11 @@ pk_status gram_schema_rules(const char *schema, size_t len, const char *prefix, 
 pk_status gram_schema_to_gbnf(const char *schema, size_t len, char **out, gram_error *err)
 {
     char *rules;
-    pk_status st = gram_schema_rules(schema, len, "", &rules, err);
+    pk_status st = gram_schema_rules(schema, len, "", GRAM_SYNTAX_JSON, &rules, err);
     if (st) { *out = NULL; return st; }
     pk_buf b = {0};
     pk_buf_puts(&b, rules);
-    pk_buf_puts(&b, gram_json_rules());
+    pk_buf_puts(&b, gram_syntax_rules(GRAM_SYNTAX_JSON));
     free(rules);
     if (b.oom) { pk_buf_free(&b); *out = NULL; return PK_ENOMEM; }
     *out = b.p;

@@ -233,42 +233,13 @@ const char *jv_type_name(jv v)
 
 /* ---- printing --------------------------------------------------------- */
 
-/* Python's float repr: the shortest digits that read back the same, fixed
- * notation for exponents in [-4, 16), else d.ddde+XX. */
+/* Python's float repr (pk_buf_put_float_repr); JSON spells the values
+ * without digits as json.dumps does. */
 static void write_float(pk_buf *b, double f, bool json)
 {
-    if (isnan(f)) { pk_buf_puts(b, json ? "NaN" : "nan"); return; }
-    if (isinf(f)) { pk_buf_puts(b, f < 0 ? (json ? "-Infinity" : "-inf") : (json ? "Infinity" : "inf")); return; }
-    char e[40];
-    int prec = 1;
-    for (; prec <= 17; prec++) {
-        snprintf(e, sizeof e, "%.*e", prec - 1, f);
-        if (strtod(e, NULL) == f) break;
-    }
-    char *ep = strchr(e, 'e');
-    int exp10 = atoi(ep + 1);
-    char digits[24];
-    int nd = 0;
-    for (const char *p = e; p < ep; p++)
-        if (*p >= '0' && *p <= '9') digits[nd++] = *p;
-    while (nd > 1 && digits[nd - 1] == '0') nd--;
-    if (f < 0 || (f == 0 && signbit(f))) pk_buf_put(b, "-", 1);
-    if (exp10 >= -4 && exp10 < 16) {
-        if (exp10 < 0) {
-            pk_buf_puts(b, "0.");
-            for (int i = 0; i < -exp10 - 1; i++) pk_buf_put(b, "0", 1);
-            pk_buf_put(b, digits, (size_t)nd);
-        } else {
-            for (int i = 0; i <= exp10; i++) pk_buf_put(b, i < nd ? &digits[i] : "0", 1);
-            pk_buf_put(b, ".", 1);
-            if (nd > exp10 + 1) pk_buf_put(b, digits + exp10 + 1, (size_t)(nd - exp10 - 1));
-            else pk_buf_put(b, "0", 1);
-        }
-    } else {
-        pk_buf_put(b, digits, 1);
-        if (nd > 1) { pk_buf_put(b, ".", 1); pk_buf_put(b, digits + 1, (size_t)(nd - 1)); }
-        pk_buf_printf(b, "e%c%02d", exp10 < 0 ? '-' : '+', abs(exp10));
-    }
+    if (json && isnan(f)) pk_buf_puts(b, "NaN");
+    else if (json && isinf(f)) pk_buf_puts(b, f < 0 ? "-Infinity" : "Infinity");
+    else pk_buf_put_float_repr(b, f);
 }
 
 static void write_str_repr(pk_buf *b, const jstr *s)

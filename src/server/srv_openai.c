@@ -297,8 +297,9 @@ bool srv_chat_tokens(srv *s, const json_t *body, srv_api api, eng_completion *c,
     bool ok = srv_chat_prompt(s, body, &prompt, &n_prompt, &o->tools, &o->think_open, e);
     /* The template's own markers say how its model writes calls (the
      * rendering's family is the fallback).  A forced call is written in
-     * Qwen3.5's XML form where the template uses it, else in the Hermes or
-     * Llama 3 JSON form of the rendering, which is parsed as such. */
+     * Qwen3.5's XML form or Gemma 4's syntax where the template uses one,
+     * else in the Hermes or Llama 3 JSON form of the rendering, which is
+     * parsed as such. */
     const char *src = s->tmpl_src ? s->tmpl_src : tok_chat_template(s->voc);
     srv_tool_fmt family = ok ? srv_tools_detect(src, SRV_TOOL_NONE) : SRV_TOOL_NONE;
     srv_tool_fmt written = ok && o->tools && family ? family : o->tools;
@@ -307,7 +308,7 @@ bool srv_chat_tokens(srv *s, const json_t *body, srv_api api, eng_completion *c,
     if (family == SRV_TOOL_HARMONY) written = SRV_TOOL_HARMONY;
     /* Gemma 4 thinks in its thought channel, with or without tools. */
     o->think = family == SRV_TOOL_GEMMA4 ? SRV_THINK_CHANNEL : SRV_THINK_TAGS;
-    if (written == SRV_TOOL_QWEN_XML) o->tools = written;
+    if (written == SRV_TOOL_QWEN_XML || written == SRV_TOOL_GEMMA4) o->tools = written;
     ok = ok && srv_tools_grammar(body, o->tools, &tg, e);
     if (ok && tg && c->grammar) {
         gram_free(tg);

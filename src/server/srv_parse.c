@@ -754,7 +754,7 @@ static pk_status put_xml_call_rule(pk_buf *b, int i, const char *name, const jso
         } else {
             char pfx[32], *text = json_dumps(sch, JSON_COMPACT | JSON_ENCODE_ANY);
             snprintf(pfx, sizeof pfx, "t%d-v%d-", i, k);
-            st = text ? gram_schema_rules(text, strlen(text), pfx, &value_rules, ge) : PK_ENOMEM;
+            st = text ? gram_schema_rules(text, strlen(text), pfx, GRAM_SYNTAX_JSON, &value_rules, ge) : PK_ENOMEM;
             free(text);
             if (st) break;
             pk_buf_printf(&rules, "%sroot", pfx);
@@ -774,10 +774,17 @@ static pk_status put_xml_call_rule(pk_buf *b, int i, const char *name, const jso
 /* The text the model must write for a call of `name` in format f:
  *   QWEN    <tool_call>\n{"name": "N", "arguments": ARGS}\n</tool_call>
  *   LLAMA3  {"name": "N", "parameters": ARGS}
- * where ARGS follows the tool's parameters schema (rules t<i>-...);
- * QWEN_XML: put_xml_call_rule. */
+ *   GEMMA4  <|tool_call>call:N{ARGS}<tool_call|>
+ * where ARGS follows the tool's parameters schema (rules t<i>-..., in
+ * Gemma 4's own value syntax for GEMMA4); QWEN_XML: put_xml_call_rule. */
 static void put_call_rule(pk_buf *b, srv_tool_fmt f, int i, const char *name)
 {
+    if (f == SRV_TOOL_GEMMA4) {
+        pk_buf_printf(b, "call%d ::= \"<|tool_call>call:\" ", i);
+        put_lit(b, name);
+        pk_buf_printf(b, " t%d-root \"<tool_call|>\"\n", i);
+        return;
+    }
     json_t *js = json_string(name);
     char *q = js ? json_dumps(js, JSON_ENCODE_ANY) : NULL;   /* "N" with JSON escapes */
     json_decref(js);
@@ -810,6 +817,9 @@ bool srv_tools_grammar(const json_t *body, srv_tool_fmt f, struct gram_grammar *
     pk_buf b = {0}, rules = {0};
     int n = 0;
     bool ok = true;
+    /* Gemma 4's arguments in its template's own syntax; the other JSON
+     * forms and the XML form's non-text values in JSON. */
+    gram_syntax syn = f == SRV_TOOL_GEMMA4 ? GRAM_SYNTAX_GEMMA4 : GRAM_SYNTAX_JSON;
     pk_buf_puts(&b, "root ::= ");
     for (size_t i = 0; i < json_array_size(tools) && ok; i++) {
         const json_t *fn = json_object_get(json_array_get(tools, i), "function");
@@ -818,6 +828,10 @@ bool srv_tools_grammar(const json_t *body, srv_tool_fmt f, struct gram_grammar *
         const json_t *params = json_object_get(fn, "parameters");
         gram_error ge;
         pk_status st;
+        if (f == SRV_TOOL_GEMMA4 && !srv_tools_gemma4_name_ok(name)) {
+            ok = srv_fail(e, 400, "tools", "tools[%zu] (%s): Gemma 4's call syntax cannot hold this name", i, name);
+            break;
+        }
         if (f == SRV_TOOL_QWEN_XML) {
             st = put_xml_call_rule(&rules, (int)i, name, params, &ge);
         } else {
@@ -828,7 +842,7 @@ bool srv_tools_grammar(const json_t *body, srv_tool_fmt f, struct gram_grammar *
             json_decref(any);
             char pfx[24];
             snprintf(pfx, sizeof pfx, "t%zu-", i);
-            st = text ? gram_schema_rules(text, strlen(text), pfx, &r, &ge) : PK_ENOMEM;
+            st = text ? gram_schema_rules(text, strlen(text), pfx, syn, &r, &ge) : PK_ENOMEM;
             free(text);
             if (!st) {
                 put_call_rule(&rules, f, (int)i, name);
@@ -849,7 +863,7 @@ bool srv_tools_grammar(const json_t *body, srv_tool_fmt f, struct gram_grammar *
     if (ok) {
         pk_buf_puts(&b, "\n");
         pk_buf_put(&b, rules.p ? rules.p : "", rules.n);
-        pk_buf_puts(&b, gram_json_rules());
+        pk_buf_puts(&b, gram_syntax_rules(syn));
         if (f == SRV_TOOL_QWEN_XML) pk_buf_puts(&b, XML_TEXT_RULE);
         ok = b.oom || rules.oom ? srv_fail(e, 500, NULL, "out of memory")
                                 : srv_compile_gbnf(b.p, b.n, "tools", out, e);

@@ -85,9 +85,11 @@ bool srv_compile_schema(const json_t *schema, const char *param, struct gram_gra
 
 /* tool_choice "required" or {"type": "function", "function": {"name"}}
  * on a chat with tools: *out constrains the answer to one call in format f
- * whose arguments follow that tool's parameters schema (NULL, true, when
- * tool_choice does not force a call).  400 naming the field for an unknown
- * function or a schema we cannot constrain. */
+ * (QWEN_XML and GEMMA4 in their templates' own syntax, any other in QWEN's
+ * or LLAMA3's JSON) whose arguments follow that tool's parameters schema
+ * (NULL, true, when tool_choice does not force a call).  400 naming the
+ * field for an unknown function, a schema we cannot constrain, or a name
+ * GEMMA4's call syntax cannot hold. */
 bool srv_tools_grammar(const json_t *body, srv_tool_fmt f, struct gram_grammar **out, srv_err *e);
 
 /* The id at the start of s, a URL's path segment: plain decimal digits, no

@@ -680,13 +680,26 @@ static size_t g4_value(const char *s, size_t i, size_t n, pk_buf *b, int depth)
     return g4_number(s, i, n, b);
 }
 
+/* Where a function's name starting at s[i] ends: at the first byte that
+ * cannot be part of one. */
+static size_t g4_name_stop(const char *s, size_t i, size_t n)
+{
+    while (i < n && s[i] && s[i] != '{' && !is_ws(s[i]) && !strchr("<>}[]:,\"'", s[i])) i++;
+    return i;
+}
+
 /* The end of a function's name starting at s[i]: the '{' of its
  * arguments, or 0 when there is none right after a name. */
 static size_t g4_name_end(const char *s, size_t i, size_t n)
 {
-    size_t e = i;
-    while (e < n && s[e] && s[e] != '{' && !is_ws(s[e]) && !strchr("<>}[]:,\"'", s[e])) e++;
+    size_t e = g4_name_stop(s, i, n);
     return e < n && s[e] == '{' && e > i && pk_utf8_valid(s + i, e - i) ? e : 0;
+}
+
+bool srv_tools_gemma4_name_ok(const char *name)
+{
+    size_t n = strlen(name);
+    return n && g4_name_stop(name, 0, n) == n && pk_utf8_valid(name, n);
 }
 
 /* One call after "<|tool_call>" at s[i]: "call:NAME{...}<tool_call|>" (the

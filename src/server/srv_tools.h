@@ -116,6 +116,10 @@ void srv_tool_msg_free(srv_tool_msg *m);                /* fields reset; NULL is
  * src is NULL or has none of them. */
 srv_tool_fmt srv_tools_detect(const char *src, srv_tool_fmt fallback);
 
+/* Whether GEMMA4 reads name (NUL-terminated) back as a call's name: a
+ * forced call can only be written for such a name. */
+bool srv_tools_gemma4_name_ok(const char *name);
+
 /* Bytes at the start of text[0..len) that cannot become part of a call
  * whatever comes next (streamable as content now). */
 size_t srv_tools_content_prefix(srv_tool_fmt f, const char *text, size_t len);

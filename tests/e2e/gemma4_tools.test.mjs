@@ -7,10 +7,15 @@
 // reasoning streamed as it comes, no marker's text sent as content, the
 // calls in the last delta); the answer sent back with the tools' results
 // renders the model's own text again; reasoning_format none, thinking off
-// and a request without tools leave the markers alone.
+// and a request without tools leave the markers alone.  A forced call
+// (tool_choice required or named, whole and streamed) is written in Gemma
+// 4's own syntax and comes back as a call whose arguments validate under
+// its schema (ajv), through Anthropic's and the Responses API too.
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import Ajv from 'ajv';
+import addFormats from 'ajv-formats';
 import { TINY_VOCAB, templateServer, skipReason, post, readSSE } from './lib.mjs';
 
 const TEMPLATE = 'tests/jinja/gemma4/chat_template.jinja';
@@ -138,4 +143,96 @@ test('gemma 4: reasoning_format none, thinking off and no tools leave the marker
   assert.equal(r.json.choices[0].finish_reason, 'stop');
   assert.equal(r.json.choices[0].message.content, CALLS);
   assert.equal(r.json.choices[0].message.tool_calls, undefined);
+});
+
+// Tools for forced calls whose every string, array and number is bounded,
+// so a random-weight model always finishes its call within max_tokens.
+const forcedTools = [
+  { type: 'function', function: { name: 'set_level', parameters: { type: 'object', properties: {
+    level: { type: 'integer', minimum: 0, maximum: 100 }, mode: { type: 'string', enum: ['fast', 'safe'] },
+    note: { type: 'string', maxLength: 8 } }, required: ['level', 'mode'] } } },
+  { type: 'function', function: { name: 'book', parameters: { type: 'object', properties: {
+    Title: { type: 'string', maxLength: 10 },
+    when: { type: 'object', properties: { date: { type: 'string', format: 'date' },
+                                          hour: { type: 'integer', minimum: 0, maximum: 23 } }, required: ['date'] },
+    guests: { type: 'array', maxItems: 2, items: { type: 'object', properties: {
+      name: { type: 'string', maxLength: 6 }, age: { type: 'integer', minimum: 0, maximum: 120 } }, required: ['name'] } },
+    price: { type: 'number' }, vip: { type: 'boolean' }, ratio: { type: ['number', 'null'] } },
+    required: ['Title', 'when'] } } },
+];
+const ajv = new Ajv({ strict: false, allErrors: true });
+addFormats(ajv);
+const schemaOf = (name) => forcedTools.find((t) => t.function.name === name)?.function.parameters;
+
+function checkForced(name, args, only) {
+  const schema = schemaOf(name);
+  assert.ok(schema, `a call of ${name}`);
+  if (only) assert.equal(name, only);
+  assert.ok(ajv.validate(schema, args), `${name} ${JSON.stringify(args)}: ${ajv.errorsText()}`);
+}
+
+const choices = [['required', null], [{ type: 'function', function: { name: 'book' } }, 'book'],
+                 [{ type: 'function', function: { name: 'set_level' } }, 'set_level']];
+
+test('gemma 4: a forced call is written in Gemma 4\'s syntax and validates, whole and streamed', { skip }, async () => {
+  for (const [choice, only] of choices) {
+    for (const seed of [1, 2, 3]) {
+      const req = { messages: user, tools: forcedTools, tool_choice: choice, max_tokens: 400, temperature: 1, seed,
+                    logprobs: true };
+      const r = await post(srv.url + '/v1/chat/completions', req);
+      assert.equal(r.status, 200, r.text);
+      const ch = r.json.choices[0];
+      assert.equal(ch.finish_reason, 'tool_calls', JSON.stringify(ch));
+      assert.equal(ch.message.content, null);
+      assert.equal(ch.message.tool_calls.length, 1);
+      const fn = ch.message.tool_calls[0].function;
+      const args = JSON.parse(fn.arguments);
+      checkForced(fn.name, args, only);
+      // What the model wrote, token by token: the template's own call syntax.
+      const raw = ch.logprobs.content.map((t) => t.token).join('');
+      assert.ok(raw.startsWith(`<|tool_call>call:${fn.name}{`) && raw.endsWith('}<tool_call|>'), raw);
+
+      // Streamed: the same call, in the last delta, with no content before it.
+      const res = await fetch(srv.url + '/v1/chat/completions', { method: 'POST',
+        headers: { 'content-type': 'application/json' }, body: JSON.stringify({ ...req, stream: true }) });
+      assert.equal(res.status, 200);
+      let calls = null, content = '', finish = null;
+      await readSSE(res, (data) => {
+        if (data === '[DONE]') return;
+        const c = JSON.parse(data).choices[0];
+        if (!c) return;
+        if (c.delta.content) content += c.delta.content;
+        if (c.delta.tool_calls) calls = c.delta.tool_calls;
+        if (c.finish_reason) finish = c.finish_reason;
+      });
+      assert.equal(content, '');
+      assert.equal(finish, 'tool_calls');
+      assert.equal(calls.length, 1);
+      assert.equal(calls[0].function.name, fn.name);
+      assert.deepEqual(JSON.parse(calls[0].function.arguments), args);
+    }
+  }
+});
+
+test('gemma 4: forced calls through Anthropic\'s Messages and the Responses API come back valid', { skip }, async () => {
+  const anthropicTools = forcedTools.map((t) => ({ name: t.function.name, input_schema: t.function.parameters }));
+  for (const [tc, only] of [[{ type: 'any' }, null], [{ type: 'tool', name: 'set_level' }, 'set_level']]) {
+    const a = await post(srv.url + '/v1/messages', { max_tokens: 400, tools: anthropicTools, tool_choice: tc,
+                                                     messages: user });
+    assert.equal(a.status, 200, a.text);
+    assert.equal(a.json.stop_reason, 'tool_use');
+    const use = a.json.content.find((b) => b.type === 'tool_use');
+    assert.ok(use, JSON.stringify(a.json.content));
+    checkForced(use.name, use.input, only);
+  }
+  const responsesTools = forcedTools.map((t) => ({ type: 'function', name: t.function.name,
+                                                   parameters: t.function.parameters }));
+  for (const [tc, only] of [['required', null], [{ type: 'function', name: 'book' }, 'book']]) {
+    const r = await post(srv.url + '/v1/responses', { input: user[0].content, tools: responsesTools, tool_choice: tc,
+                                                      max_output_tokens: 400 });
+    assert.equal(r.status, 200, r.text);
+    const call = r.json.output.find((o) => o.type === 'function_call');
+    assert.ok(call, JSON.stringify(r.json.output));
+    checkForced(call.name, JSON.parse(call.arguments), only);
+  }
 });
