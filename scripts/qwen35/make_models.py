@@ -168,7 +168,13 @@ def make(name, moe, out, tokdir, prompts):
     print(f"make_models: {d}: {len(sd)} tensors ({len(mtp)} mtp.*), layer_types {cfg.layer_types}",
           file=sys.stderr)
 
-    # The tokenizer as the converter loads it, and transformers' own logits.
+    hf_logits(model, d, prompts, os.path.join(out, name + ".hf_logits.json"), "hf-" + name)
+
+
+def hf_logits(model, d, prompts, path, label):
+    """The tokenizer of directory d as the converter loads it, and
+    transformers' own top 10 at the first generated position of each prompt,
+    to path."""
     from transformers import AutoTokenizer
     tok = AutoTokenizer.from_pretrained(d)
     res = []
@@ -180,8 +186,8 @@ def make(name, moe, out, tokdir, prompts):
             res.append({"prompt_index": p, "n_prompt_tokens": len(ids), "prompt_tokens": ids,
                         "first_position_top10": [{"id": int(i), "logit": float(v)}
                                                  for v, i in zip(top.values, top.indices)]})
-    with open(os.path.join(out, name + ".hf_logits.json"), "w") as f:
-        json.dump({"model": "hf-" + name, "dtype": "float32", "results": res}, f, indent=1)
+    with open(path, "w") as f:
+        json.dump({"model": label, "dtype": "float32", "results": res}, f, indent=1)
 
 
 def main():

