@@ -4,8 +4,8 @@
  * logits, 32 greedy steps), and gen-model's own files checked that way with
  * no model kept anywhere: the test writes the file again, checks its
  * sha256 against the one the reference script recorded, and checks it.
- * Used by test_qwen35 and test_moe.  Header-only so each test stays one
- * file.
+ * Used by test_qwen35, test_moe, test_gemma and test_conv.  Header-only so
+ * each test stays one file.
  */
 #ifndef GEN_REF_H
 #define GEN_REF_H
@@ -53,6 +53,29 @@ static inline void gen_ref_check_file(const char *name, const char *path, const 
     json_decref(j);
     model_ctx_free(ctx);
     model_free(m);
+}
+
+/* A model a reference script (script) wrote outside the repository, read
+ * from the directory the environment variable env names, against
+ * llama.cpp's run of it (data/<name>.json) as gen_ref_check_file checks
+ * it, four prompts; skipped, with the reason, where env is unset or the
+ * file is not there. */
+static inline void gen_ref_check_env(const char *env, const char *script, const char *data, const char *name,
+                                     double frac, double frac_steps)
+{
+    const char *dir = getenv(env);
+    char path[768], jpath[512];
+    if (!dir || !*dir) {
+        SKIP_PART("%s: set %s to the directory %s wrote", name, env, script);
+        return;
+    }
+    snprintf(path, sizeof path, "%s/%s.gguf", dir, name);
+    if (access(path, R_OK) != 0) {
+        SKIP_PART("%s: not in %s: run %s", name, env, script);
+        return;
+    }
+    snprintf(jpath, sizeof jpath, "%s/%s.json", data, name);
+    gen_ref_check_file(name, path, jpath, 4, NULL, frac, frac_steps);
 }
 
 /* The sha256 the commands file records for $OUT/<name>.gguf in hex[65]. */

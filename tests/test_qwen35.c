@@ -73,19 +73,6 @@ static const struct { const char *name, *args; double frac; } gen_models[] = {
 
 static const char *g_bin;
 
-static void check_model(const char *name, double frac, double frac_steps)
-{
-    const char *dir = getenv("POLYKV_QWEN35_DIR");
-    char path[512], jpath[256];
-    if (!dir || !*dir) {
-        printf("%s: skipped: set POLYKV_QWEN35_DIR to the directory scripts/qwen35/make_refs.sh wrote\n", name);
-        return;
-    }
-    snprintf(path, sizeof path, "%s/%s.gguf", dir, name);
-    snprintf(jpath, sizeof jpath, DATA "/%s.json", name);
-    gen_ref_check_file(name, path, jpath, 4, NULL, frac, frac_steps);
-}
-
 static char *slurp(const char *path, size_t *n)
 {
     FILE *f = fopen(path, "rb");
@@ -161,7 +148,8 @@ int main(int argc, char **argv)
         SKIP(DATA " absent (run from the repository root): llama.cpp's outputs are there");
     TEST_RUN(check_vocab);
     for (size_t i = 0; i < ARRAY_LEN(models); i++)
-        TEST_RUN(check_model, models[i].name, models[i].frac, models[i].frac_steps);
+        TEST_RUN(gen_ref_check_env, "POLYKV_QWEN35_DIR", "scripts/qwen35/make_refs.sh", DATA, models[i].name,
+                 models[i].frac, models[i].frac_steps);
     for (size_t i = 0; i < ARRAY_LEN(gen_models); i++)
         TEST_RUN(gen_ref_check_gen, g_bin, DATA, DATA "/commands-gen.txt", "scripts/qwen35/make_gen_refs.sh",
                  gen_models[i].name, gen_models[i].args, gen_models[i].frac, 0.0);
