@@ -21,9 +21,11 @@
  * of prefill and batched decode) in GOP/s.
  *
  * A third mode ("ratios") times the vec_dot of the 256-value and non-linear
- * formats interleaved, so their ratios to Q4_K hold on a busy machine.
+ * formats interleaved, so their ratios to Q4_K hold on a busy machine; a
+ * fourth ("lattice") the lattice formats' on the avx2 and avx512 tables,
+ * interleaved the same way.  Both take 20x the seconds given in all.
  *
- * Usage: bench_kernels [seconds per measurement, default 0.25] [gemm|gemv|ratios|all]
+ * Usage: bench_kernels [seconds per measurement, default 0.25] [gemm|gemv|ratios|lattice|all]
  */
 #include "../src/common/huge.h"
 #include "../src/tensor/tk.h"
@@ -185,6 +187,79 @@ static int cmp_double(const void *pa, const void *pb)
 
 /* ---- interleaved ratios ---------------------------------------------------------- */
 
+/* Rows of a lattice format (no quantizer): random bytes with a sane f16
+ * scale in every block (IQ1_M: in the top nibbles of its 4 scale words, or
+ * random bits may make it a NaN). */
+static void lattice_rows(tq_type wt, char *rows, size_t bytes)
+{
+    const tq_traits *tr = tq_get(wt);
+    for (size_t b = 0; b < bytes; b++) rows[b] = (char)(rnd() * 127);
+    tq_f16 h = tq_f32_to_f16(1.0f / 64);
+    for (size_t b = 0; b < bytes; b += tr->type_size) {
+        if (wt != TQ_IQ1_M) {
+            memcpy(rows + b, &h, sizeof h);
+            continue;
+        }
+        uint8_t *sc = (uint8_t *)((tq_block_iq1_m *)(rows + b))->scales;
+        for (int k = 0; k < 4; k++) sc[2 * k + 1] = (uint8_t)((sc[2 * k + 1] & 0x0f) | ((h >> (4 * k)) & 0xf) << 4);
+    }
+}
+
+/* An N_ROWS x N_COLS matrix of type wt (quantized from random floats, or
+ * lattice_rows) and the activation row x converted for it by `ops`. */
+static int make_matrix(tq_type wt, const tk_ops *ops, const float *x, char **w, void **a)
+{
+    size_t wrow = tq_row_size(wt, N_COLS);
+    float *wf = malloc((size_t)N_COLS * sizeof *wf);
+    *w = malloc(wrow * N_ROWS);
+    *a = malloc(N_COLS * sizeof(float));
+    if (!wf || !*w || !*a) return 1;
+    if (tq_has_quantizer(wt)) {
+        for (int r = 0; r < N_ROWS; r++) {
+            for (int i = 0; i < N_COLS; i++) wf[i] = rnd();
+            tq_quantize_row(wt, wf, *w + r * wrow, N_COLS);
+        }
+    } else {
+        lattice_rows(wt, *w, wrow * N_ROWS);
+    }
+    ops->quantize[tq_get(wt)->vec_dot_type](x, *a, N_COLS);
+    free(wf);
+    return 0;
+}
+
+/* Whether `ops`' vec_dot of wt equals the scalar reference's bit for bit
+ * on every 97th row (tk_kquant_*.c and tk_iquant_*.c keep its order). */
+static bool same_as_reference(const tk_ops *ops, tq_type wt, const char *w, const void *a)
+{
+    const tk_ops *ref = tk_ops_named("scalar");
+    size_t wrow = tq_row_size(wt, N_COLS);
+    for (int r = 0; r < N_ROWS; r += 97) {
+        float want = ref->vec_dot[wt](N_COLS, w + r * wrow, a), got = ops->vec_dot[wt](N_COLS, w + r * wrow, a);
+        if (memcmp(&want, &got, sizeof got) != 0) {
+            fprintf(stderr, "bench_kernels: %s %s row %d: %.9g vs reference %.9g\n", ops->isa, tq_get(wt)->name, r,
+                    got, want);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* GB/s of weights of `dot` over the whole matrix, passes repeated for at
+ * least secs CPU seconds of this thread (cpu_s). */
+static double time_dot(tk_vec_dot_fn dot, tq_type wt, const char *w, const void *a, double secs)
+{
+    static volatile float sink;
+    size_t wrow = tq_row_size(wt, N_COLS);
+    int64_t passes = 0;
+    double t0 = cpu_s(), el;
+    do {
+        for (int r = 0; r < N_ROWS; r++) sink += dot(N_COLS, w + r * wrow, a);
+        passes++;
+        el = cpu_s() - t0;
+    } while (el < secs);
+    return (double)wrow * N_ROWS * (double)passes / el / 1e9;
+}
+
 /*
  * The 256-value and non-linear formats' vec_dot (the table tk_ops_get
  * chose) on one N_ROWS x N_COLS matrix each, 1 thread, in CPU seconds of
@@ -192,54 +267,24 @@ static int cmp_double(const void *pa, const void *pb)
  * secs / ROUNDS, so load from other processes falls on all of them alike.
  * Prints each type's median GB/s of weights and the median over rounds of
  * its ratio to Q4_K in the same round.  Validated first against the scalar
- * reference, bit for bit (tk_kquant_*.c and tk_iquant_*.c keep its order).
+ * reference, bit for bit.
  */
 static int bench_ratios(double secs)
 {
     enum { ROUNDS = 15 };
     static const int types[] = { TQ_Q4_K, TQ_Q2_K, TQ_Q3_K, TQ_Q5_K, TQ_Q6_K, TQ_IQ4_NL, TQ_IQ4_XS };
     enum { NT = sizeof types / sizeof types[0] };
-    const tk_ops *ops = tk_ops_get(), *ref = tk_ops_named("scalar");
+    const tk_ops *ops = tk_ops_get();
     char *w[NT];
     void *a[NT];
-    float *wf = malloc((size_t)N_COLS * sizeof *wf), *x = malloc((size_t)N_COLS * sizeof *x);
+    float *x = malloc((size_t)N_COLS * sizeof *x);
     static double gbs[NT][ROUNDS], ratio[NT][ROUNDS];
-    if (!wf || !x) return 1;
+    if (!x) return 1;
     for (int i = 0; i < N_COLS; i++) x[i] = rnd();
-    for (int t = 0; t < NT; t++) {
-        const tq_traits *tr = tq_get(types[t]);
-        size_t wrow = tq_row_size(types[t], N_COLS);
-        w[t] = malloc(wrow * N_ROWS);
-        a[t] = malloc(N_COLS * sizeof(float));
-        if (!w[t] || !a[t]) return 1;
-        for (int r = 0; r < N_ROWS; r++) {
-            for (int i = 0; i < N_COLS; i++) wf[i] = rnd();
-            tq_quantize_row(types[t], wf, w[t] + r * wrow, N_COLS);
-        }
-        ops->quantize[tr->vec_dot_type](x, a[t], N_COLS);
-        for (int r = 0; r < N_ROWS; r += 97) {
-            float want = ref->vec_dot[types[t]](N_COLS, w[t] + r * wrow, a[t]);
-            float got = ops->vec_dot[types[t]](N_COLS, w[t] + r * wrow, a[t]);
-            if (memcmp(&want, &got, sizeof got) != 0) {
-                fprintf(stderr, "bench_kernels: %s %s row %d: %.9g vs reference %.9g\n", ops->isa, tr->name, r,
-                        got, want);
-                return 1;
-            }
-        }
-    }
-    volatile float sink = 0;
+    for (int t = 0; t < NT; t++)
+        if (make_matrix(types[t], ops, x, &w[t], &a[t]) || !same_as_reference(ops, types[t], w[t], a[t])) return 1;
     for (int k = 0; k < ROUNDS; k++) {
-        for (int t = 0; t < NT; t++) {
-            size_t wrow = tq_row_size(types[t], N_COLS);
-            int64_t passes = 0;
-            double t0 = cpu_s(), el;
-            do {
-                for (int r = 0; r < N_ROWS; r++) sink += ops->vec_dot[types[t]](N_COLS, w[t] + r * wrow, a[t]);
-                passes++;
-                el = cpu_s() - t0;
-            } while (el < secs / ROUNDS);
-            gbs[t][k] = (double)wrow * N_ROWS * (double)passes / el / 1e9;
-        }
+        for (int t = 0; t < NT; t++) gbs[t][k] = time_dot(ops->vec_dot[types[t]], types[t], w[t], a[t], secs / ROUNDS);
         for (int t = 0; t < NT; t++) ratio[t][k] = gbs[t][k] / gbs[0][k];
     }
     printf("\nvec_dot (%s table), %d x %d matrix in cache, 1 thread, %d interleaved rounds: median GB/s of "
@@ -251,7 +296,59 @@ static int bench_ratios(double secs)
         free(w[t]);
         free(a[t]);
     }
-    free(wf);
+    free(x);
+    return 0;
+}
+
+/*
+ * The lattice formats' vec_dot on the avx2 and the avx512 table, timed as
+ * bench_ratios times (1 thread, CPU seconds, matrix in cache), interleaved
+ * by round and by table: each round times every type on both.  Prints per
+ * type the median GB/s of weights of each table and the median over rounds
+ * of avx512 / avx2.  Validated first: both tables equal the scalar
+ * reference bit for bit.  Where the avx512 table holds avx2's kernel
+ * (tk_iquant_avx512.c says which) the ratio is 1 within noise.
+ */
+static int bench_lattice(double secs)
+{
+    enum { ROUNDS = 9 };
+    static const int types[] = { TQ_IQ2_XXS, TQ_IQ2_XS, TQ_IQ2_S, TQ_IQ3_XXS, TQ_IQ3_S, TQ_IQ1_S, TQ_IQ1_M };
+    enum { NT = sizeof types / sizeof types[0] };
+    const tk_ops *ops[2] = { tk_ops_named("avx2"), tk_ops_named("avx512") };
+    if (!ops[0] || !ops[1]) {
+        fprintf(stderr, "bench_kernels: lattice needs the avx2 and avx512 tables; this CPU lacks one\n");
+        return 1;
+    }
+    char *w[NT];
+    void *a[NT];
+    float *x = malloc((size_t)N_COLS * sizeof *x);
+    static double gbs[NT][2][ROUNDS], ratio[NT][ROUNDS];
+    if (!x) return 1;
+    for (int i = 0; i < N_COLS; i++) x[i] = rnd();
+    for (int t = 0; t < NT; t++)
+        if (make_matrix(types[t], ops[0], x, &w[t], &a[t]) || !same_as_reference(ops[0], types[t], w[t], a[t]) ||
+            !same_as_reference(ops[1], types[t], w[t], a[t]))
+            return 1;
+    for (int k = 0; k < ROUNDS; k++) {
+        for (int t = 0; t < NT; t++) {
+            for (int i = 0; i < 2; i++) {
+                int o = (i + k) % 2;   /* alternate which table goes first */
+                gbs[t][o][k] = time_dot(ops[o]->vec_dot[types[t]], types[t], w[t], a[t], secs / ROUNDS / NT / 2);
+            }
+            ratio[t][k] = gbs[t][1][k] / gbs[t][0][k];
+        }
+    }
+    printf("\nlattice vec_dot, %d x %d matrix in cache, 1 thread, %d interleaved rounds: median GB/s of weights\n",
+           N_ROWS, N_COLS, ROUNDS);
+    printf("%-8s %8s %8s %8s\n", "type", "avx2", "avx512", "ratio");
+    for (int t = 0; t < NT; t++) {
+        for (int o = 0; o < 2; o++) qsort(gbs[t][o], ROUNDS, sizeof(double), cmp_double);
+        qsort(ratio[t], ROUNDS, sizeof(double), cmp_double);
+        printf("%-8s %8.2f %8.2f %7.2fx\n", tq_get(types[t])->name, gbs[t][0][ROUNDS / 2], gbs[t][1][ROUNDS / 2],
+               ratio[t][ROUNDS / 2]);
+        free(w[t]);
+        free(a[t]);
+    }
     free(x);
     return 0;
 }
@@ -266,8 +363,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_kernels: cannot start threads\n");
         return 1;
     }
-    if (strcmp(what, "ratios") == 0) {
-        int rc = bench_ratios(20 * secs);
+    if (strcmp(what, "ratios") == 0 || strcmp(what, "lattice") == 0) {
+        int rc = what[0] == 'r' ? bench_ratios(20 * secs) : bench_lattice(20 * secs);
         tp_free(pools[0]);
         tp_free(pools[1]);
         return rc;
@@ -306,18 +403,7 @@ int main(int argc, char **argv)
         if (tq_has_quantizer(plain)) {
             for (int r = 0; r < N_ROWS; r++) tq_quantize_row(plain, wf + (size_t)r * N_COLS, rows + r * wrow, N_COLS);
         } else {
-            /* the lattice formats (no quantizer): random bytes, a sane f16 scale up front (IQ1_M: in
-             * the top nibbles of its 4 scale words, or random bits may make it a NaN) */
-            for (size_t b = 0; b < mat; b++) rows[b] = (char)(wf[b % ((size_t)N_ROWS * N_COLS)] * 97);
-            tq_f16 h = tq_f32_to_f16(1.0f / 64);
-            for (size_t b = 0; b < mat; b += tr->type_size) {
-                if (wt != TQ_IQ1_M) {
-                    memcpy(rows + b, &h, sizeof h);
-                    continue;
-                }
-                uint8_t *sc = (uint8_t *)((tq_block_iq1_m *)(rows + b))->scales;
-                for (int k = 0; k < 4; k++) sc[2 * k + 1] = (uint8_t)((sc[2 * k + 1] & 0x0f) | ((h >> (4 * k)) & 0xf) << 4);
-            }
+            lattice_rows(plain, rows, mat);
         }
         if (tr->tile_rows)
             tq_tile(wt, rows, N_ROWS, N_COLS, ring);

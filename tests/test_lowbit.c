@@ -14,7 +14,9 @@
  *     computed from the magnitudes summed (dot_in_budget);
  *   - every SIMD table's dot equal to the scalar one bit for bit (the
  *     kernels keep the reference's integer lanes and float order), and
- *     within the budget on its own;
+ *     within the budget on its own; for the lattice formats also on
+ *     blocks of one repeated byte (all-max codes, sign patterns) against
+ *     activations at +-127, over rows of several super-blocks;
  *   - tk_matmul at 1, 3, 9 and 40 tokens equal to one scalar dot per
  *     output, or for IQ4_NL and MXFP4 on the avx512 table (their kernels
  *     round once per block, as Q4_0's) within the dot's budget, equal for
@@ -412,6 +414,83 @@ static void test_dots_simd(const tk_ops *ref, const tk_ops *simd)
     }
 }
 
+/* Activations for test_lattice_edges' pattern `act`: +1 everywhere, -1,
+ * signs alternating by value, by group of 8 (Q8_K makes them -127 and
+ * +127), or gaussian with a few large values. */
+static void edge_activations(int act, float *x, int n)
+{
+    for (int i = 0; i < n; i++) {
+        switch (act) {
+        case 0: x[i] = 1; break;
+        case 1: x[i] = -1; break;
+        case 2: x[i] = i % 2 ? -1.0f : 1.0f; break;
+        case 3: x[i] = i / 8 % 2 ? -1.0f : 1.0f; break;
+        default: x[i] = gaussish() * (next_u32() % 50 == 0 ? 30.0f : 1.0f); break;
+        }
+    }
+}
+
+/*
+ * The lattice formats' dot of a SIMD table on blocks that random bytes
+ * rarely make, bit for bit against the scalar one: every byte of a block
+ * the same -- 0xff (the largest grid indices, scale codes and 7-bit sign
+ * codes: all 8 signs negative; IQ1: shift -1/8), 0x00, and sign patterns
+ * 0x55, 0xaa, 0x0f, 0xf0, 0x80, 0x7f (alternate and half-set sign bits,
+ * codes of odd and even parity) -- with random blocks among them, a
+ * pattern per super-block along rows of 17, against activations at +-127
+ * (the extremes of vpmaddubsw's int16 pairs) and random ones, over the
+ * first 1, 3 and all 17 super-blocks.  Rows are allocated to their size,
+ * so a sanitized build sees a read past the last block.  The avx512 table
+ * must hold kernels of its own for them (tk_iquant_avx512.c), not avx2's.
+ */
+static void test_lattice_edges(const tk_ops *ref, const tk_ops *simd)
+{
+    static const uint8_t fills[] = { 0xff, 0x00, 0x55, 0xaa, 0x0f, 0xf0, 0x80, 0x7f };
+    static const tq_type lattice[] = { TQ_IQ2_XXS, TQ_IQ2_XS, TQ_IQ2_S, TQ_IQ3_XXS, TQ_IQ3_S, TQ_IQ1_S, TQ_IQ1_M };
+    enum { NB = 17, N = NB * 256, N_FILL = sizeof fills, N_PATTERN = N_FILL + 2 };
+    static const int sizes[] = { 256, 3 * 256, N };
+    static float x[N];
+    const tk_ops *avx2 = tk_ops_named("avx2");
+    uint8_t *qa = malloc(tq_row_size(TQ_Q8_K, N));
+    for (size_t t = 0; qa && t < ARRAY_LEN(lattice); t++) {
+        tq_type wt = lattice[t];
+        size_t bs = tq_get(wt)->type_size;
+        uint8_t *qw = malloc(tq_row_size(wt, N));
+        CHECK(qw != NULL);
+        if (!qw) break;
+        int n_bad = 0, n_cases = 0;
+        for (int shift = 0; shift < N_PATTERN; shift += 3) {   /* which super-block gets which pattern */
+            for (int k = 0; k < NB; k++) {
+                int f = (k + shift) % N_PATTERN;
+                uint8_t *blk = qw + k * bs;
+                if (f >= N_FILL) {
+                    random_scaled_block(wt, blk, 0.01f);
+                    continue;
+                }
+                memset(blk, fills[f], bs);
+                set_block_scale(wt, blk, (k % 3 + 1) / 32.0f);
+            }
+            for (int act = 0; act < 5; act++) {
+                edge_activations(act, x, N);
+                quantize_act(wt, x, qa, N);
+                for (size_t s = 0; s < ARRAY_LEN(sizes); s++) {
+                    float r = ref->vec_dot[wt](sizes[s], qw, qa), v = simd->vec_dot[wt](sizes[s], qw, qa);
+                    if (memcmp(&r, &v, sizeof r) != 0 && n_bad++ < 3)
+                        fprintf(stderr, "%s %s n=%d patterns from %d, activations %d: %.9g vs scalar %.9g\n",
+                                simd->isa, tq_get(wt)->name, sizes[s], shift, act, v, r);
+                    n_cases++;
+                }
+            }
+        }
+        free(qw);
+        CHECK_EQ_INT(n_bad, 0);
+        CHECK(n_cases > 0);
+        if (strcmp(simd->isa, "avx512") == 0) CHECK(avx2 && simd->vec_dot[wt] != avx2->vec_dot[wt]);
+    }
+    CHECK(qa != NULL);
+    free(qa);
+}
+
 /* ---- the threaded product ------------------------------------------------- */
 
 /* Whether tk_matmul runs wt through the 32-value kernels of the avx512
@@ -533,6 +612,7 @@ int main(int argc, char **argv)
             continue;
         }
         TEST_RUN(test_dots_simd, ref, simd);
+        TEST_RUN(test_lattice_edges, ref, simd);
     }
     if (ref) {
         test_matmul();

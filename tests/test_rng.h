@@ -40,21 +40,26 @@ static inline float gaussish(void)  /* Irwin-Hall(4), unit variance */
     return (uniform() + uniform() + uniform() + uniform() - 2.0f) * 1.7320508f;
 }
 
+/* Sets the f16 scale of a block of `type` to d: IQ1_M keeps it in the top
+ * nibbles of its 4 scale words, the other formats at the start. */
+static inline void set_block_scale(tq_type type, void *blk, float d)
+{
+    tq_f16 h = tq_f32_to_f16(d);
+    if (type != TQ_IQ1_M) {
+        memcpy(blk, &h, sizeof h);
+        return;
+    }
+    uint8_t *sc = (uint8_t *)blk + offsetof(tq_block_iq1_m, scales);
+    for (int k = 0; k < 4; k++) sc[2 * k + 1] = (uint8_t)((sc[2 * k + 1] & 0x0f) | ((h >> (4 * k)) & 15) << 4);
+}
+
 /* A block of `type` of random bytes (any bit pattern is a valid block of
- * the formats without a quantizer, tq.h) with its f16 scale set to d:
- * IQ1_M keeps it in the top nibbles of its 4 scale words, the rest at the
- * start. */
+ * the formats without a quantizer, tq.h) with its f16 scale set to d. */
 static inline void random_scaled_block(tq_type type, void *blk, float d)
 {
     uint8_t *p = blk;
     for (size_t i = 0; i < tq_get(type)->type_size; i++) p[i] = (uint8_t)next_u32();
-    tq_f16 h = tq_f32_to_f16(d);
-    if (type != TQ_IQ1_M) {
-        memcpy(p, &h, sizeof h);
-        return;
-    }
-    uint8_t *sc = p + offsetof(tq_block_iq1_m, scales);
-    for (int k = 0; k < 4; k++) sc[2 * k + 1] = (uint8_t)((sc[2 * k + 1] & 0x0f) | ((h >> (4 * k)) & 15) << 4);
+    set_block_scale(type, blk, d);
 }
 
 #endif

@@ -120,6 +120,7 @@ static void build_tables(void)
         tables[ISA_AVX512].isa = isa_names[ISA_AVX512];
         tk_fill_avx512_legacy(&tables[ISA_AVX512]);
         tk_fill_avx512_kquant(&tables[ISA_AVX512]);
+        tk_fill_avx512_iquant(&tables[ISA_AVX512]);
         tk_fill_avx512_attn(&tables[ISA_AVX512]);
         tk_fill_avx512_elem(&tables[ISA_AVX512]);
         tk_fill_avx512_gemm(&gemms[ISA_AVX512]);

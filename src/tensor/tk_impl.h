@@ -18,7 +18,8 @@ void tk_fill_avx2_legacy(tk_ops *o);     /* F32/F16/BF16, 32-value formats, Q8_0
 void tk_fill_avx512_legacy(tk_ops *o);
 void tk_fill_avx2_kquant(tk_ops *o);     /* Q2_K..Q6_K dots, Q8_K quantizer */
 void tk_fill_avx512_kquant(tk_ops *o);
-void tk_fill_avx2_iquant(tk_ops *o);     /* IQ4_NL, IQ4_XS dots (tk_iquant_avx2.c; the avx512 table uses them) */
+void tk_fill_avx2_iquant(tk_ops *o);     /* IQ4_NL, IQ4_XS, MXFP4 and lattice dots (tk_iquant_avx2.c) */
+void tk_fill_avx512_iquant(tk_ops *o);   /* the lattice formats' dots (tk_iquant_avx512.c) */
 void tk_fill_avx512_attn(tk_ops *o);     /* attend (tk_attn_avx512.c) */
 void tk_fill_avx512_elem(tk_ops *o);     /* rms_norm, swiglu (tk_elem_avx512.c) */
 void tk_attend_ref(const tk_attn *a, void *scratch);   /* tk_scalar.c */

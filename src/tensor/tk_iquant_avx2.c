@@ -14,12 +14,13 @@
  * (tq_iquant.c), followed by its float steps in its order, so the results
  * equal tq_dot_iq4_* bit for bit.
  *
- * The avx512 table uses these too, as vec_dot (its matrix products of
- * IQ4_NL and MXFP4 go through tk_tiled_avx512.c and the GEMM instead,
- * which add whole blocks in order): versions with two groups per 512-bit
- * register (vpabsb and a masked negate in place of vpsignb) ran at 0.98x
- * (IQ4_NL) and 0.33x (IQ4_XS) of these on a Zen 4 (2-core EPYC VM),
- * 1 thread, interleaved medians.
+ * The avx512 table uses the 4-bit ones too, as vec_dot (the lattice
+ * formats below have their own there, tk_iquant_avx512.c; its matrix
+ * products of IQ4_NL and MXFP4 go through tk_tiled_avx512.c and the
+ * GEMM instead, which add whole blocks in order): versions with two
+ * groups per 512-bit register (vpabsb and a masked negate in place of
+ * vpsignb) ran at 0.98x (IQ4_NL) and 0.33x (IQ4_XS) of these on a Zen 4
+ * (2-core EPYC VM), 1 thread, interleaved medians.
  */
 #include "tk_impl.h"
 #include "tq_impl.h"
