@@ -328,6 +328,62 @@ static void test_simd_dots(const tk_ops *ops)
     free(a);
 }
 
+/*
+ * Every dot_rows kernel of the table gives each output the bits its
+ * vec_dot gives (so a token's outputs do not depend on its batch): row
+ * counts around the 16-row tile, 1 to 5 tokens, row lengths with and
+ * without a 64-value tail, rows and tokens at strides longer than a row.
+ */
+static void test_simd_dot_rows(const tk_ops *ops)
+{
+    static const int64_t sizes[] = { 8, 16, 64, 100, 172, 256, 288 };
+    static const int rows[] = { 1, 5, 16, 17, 40 };
+    int checked = 0;
+    for (int wt = 0; wt < TQ_COUNT; wt++) {
+        if (!ops->dot_rows[wt]) continue;
+        tq_type vt = tq_get((tq_type)wt)->vec_dot_type;
+        for (size_t s = 0; s < ARRAY_LEN(sizes); s++) {
+            int64_t n = sizes[s];
+            if (n % tq_get((tq_type)wt)->blck_size) continue;
+            size_t wrow = tq_row_size((tq_type)wt, n) + 64, arow = tq_row_size(vt, n) + 32;
+            uint8_t *w = calloc(40, wrow), *a = calloc(5, arow);
+            float *x = malloc((size_t)n * sizeof *x), *y = malloc(5 * 48 * sizeof *y);
+            for (int r = 0; r < 40; r++) {
+                fill_random(x, n);
+                tq_quantize_row((tq_type)wt, x, w + (size_t)r * wrow, n);
+            }
+            for (int t = 0; t < 5; t++) {
+                fill_random(x, n);
+                ops->quantize[vt] ? ops->quantize[vt](x, a + (size_t)t * arow, n)
+                                  : tq_quantize_row(vt, x, a + (size_t)t * arow, n);
+            }
+            for (size_t k = 0; k < ARRAY_LEN(rows); k++)
+                for (int nt = 1; nt <= 5; nt++) {
+                    for (int i = 0; i < 5 * 48; i++) y[i] = -1.0f;
+                    ops->dot_rows[wt](n, w, wrow, rows[k], a, arow, nt, y, 48);
+                    int bad = 0;
+                    for (int t = 0; t < 5; t++)
+                        for (int r = 0; r < 48; r++) {
+                            float want = t < nt && r < rows[k]
+                                             ? ops->vec_dot[wt](n, w + (size_t)r * wrow, a + (size_t)t * arow)
+                                             : -1.0f;
+                            if (memcmp(&want, &y[t * 48 + r], sizeof want) != 0 && bad++ < 3)
+                                fprintf(stderr, "%s dot_rows %s n=%lld rows %d tokens %d: [%d][%d] %.9g, vec_dot %.9g\n",
+                                        ops->isa, tq_get((tq_type)wt)->name, (long long)n, rows[k], nt, t, r,
+                                        y[t * 48 + r], want);
+                        }
+                    CHECK_EQ_INT(bad, 0);
+                    checked++;
+                }
+            free(w);
+            free(a);
+            free(x);
+            free(y);
+        }
+    }
+    if (!checked) SKIP_PART("%s: no dot_rows kernels", ops->isa);
+}
+
 /* The K/V cache types attention is tested on, as (K, V) pairs. */
 static const tq_type kv_pairs[][2] = {
     { TQ_F16, TQ_F16 }, { TQ_F32, TQ_F32 }, { TQ_BF16, TQ_BF16 }, { TQ_Q8_0, TQ_Q8_0 }, { TQ_Q4_0, TQ_Q4_0 },
@@ -1151,6 +1207,7 @@ int main(int argc, char **argv)
             continue;
         }
         TEST_RUN(test_simd_dots, o);
+        TEST_RUN(test_simd_dot_rows, o);
         TEST_RUN(test_simd_quantizers, o);
         TEST_RUN(test_simd_attend, o);
         TEST_RUN(test_simd_elementwise, o);

@@ -319,6 +319,11 @@ static void rows_vec_dot(const tk_ops *ops, const tk_mat *m, int64_t n_cols, con
 {
     tk_vec_dot_fn dot = ops->vec_dot[m->type];
     size_t wrow = tq_row_size(m->type, n_cols);
+    if (ops->dot_rows[m->type]) {
+        ops->dot_rows[m->type](n_cols, (const char *)m->w + (size_t)r0 * wrow, wrow, (int)(r1 - r0), act, arow,
+                               (int)n_tok, m->y + r0, m->n_rows);
+        return;
+    }
     for (int64_t a = r0; a < r1; a += TK_TILE_ROWS) {
         int64_t b = MIN(r1, a + TK_TILE_ROWS);
         for (int64_t t = 0; t < n_tok; t++) {

@@ -24,6 +24,10 @@
 /* Dot of a weight row w (n values of the weight type) with activations a
  * (n values of its vec_dot_type). */
 typedef float (*tk_vec_dot_fn)(int64_t n, const void *w, const void *a);
+/* vec_dot of n_rows weight rows (stride wrow) by n_tok activation rows
+ * (stride arow): y[t * y_stride + r], each the bits vec_dot gives. */
+typedef void (*tk_dot_rows_fn)(int64_t n, const void *w, size_t wrow, int n_rows, const void *a, size_t arow,
+                               int n_tok, float *y, int64_t y_stride);
 /* n floats -> n values of an activation type (F16, BF16, Q8_0, Q8_K). */
 typedef void (*tk_quantize_fn)(const float *x, void *y, int64_t n);
 
@@ -76,6 +80,7 @@ void tk_attn_round_query(tq_type type_k, float *q, int n);
 typedef struct tk_ops {
     const char *isa;                        /* "scalar", "avx2", "avx512" */
     tk_vec_dot_fn  vec_dot[TQ_COUNT];       /* indexed by weight type */
+    tk_dot_rows_fn dot_rows[TQ_COUNT];      /* optional: many vec_dots at once */
     tk_quantize_fn quantize[TQ_COUNT];      /* indexed by activation type */
     /*
      * Scalar: each row on its own, softmax in two passes (max, then exp

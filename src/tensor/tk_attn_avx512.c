@@ -155,8 +155,126 @@ static void values_all(float *o, const float *vb, const float *p, int hv, int nb
     }
 }
 
+/* Row `cell` of an F32 / F16 / BF16 cache with 8 values per head, as 8 floats. */
+static inline __m256 load_row8(const void *base, size_t stride, int cell, tq_type type)
+{
+    const char *row = (const char *)base + (size_t)cell * stride;
+    if (type == TQ_F32) return _mm256_loadu_ps((const float *)row);
+    if (type == TQ_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)row));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)row)), 16));
+}
+
+/*
+ * Head dims of 8 (stories260K), where the 16-lane kernel would run half
+ * its lanes on padding: two cells per register instead.  A block's K and V
+ * rows sit 8 floats apart, register m = [cell 2m | cell 2m + 1]; a row's
+ * scores are 8 products with [q | q] and one tree of 8 registers into 16
+ * scores (22 operations where the padded kernel takes 61), and its output
+ * is kept as [even cells' sum | odd cells' sum], 8 multiply-adds a block,
+ * folded once at the end.  The softmax is the wide kernel's.
+ */
+static void attend8(const tk_attn *a, void *scratch)
+{
+    const int n = a->n_q;
+    float *base = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    float *q2 = base;                     /* [n][16] the (rounded) query, twice */
+    float *o2 = q2 + TK_ATTN_ROWS * 16;   /* [n][16] outputs, unnormalized, in halves */
+    float *kb = o2 + TK_ATTN_ROWS * 16;   /* [BLK][8] */
+    float *vb = kb + BLK * 8;             /* [BLK][8] */
+    float m[TK_ATTN_ROWS];
+    double l[TK_ATTN_ROWS];
+    int max_kv = 0, min_kv0 = INT32_MAX;
+    for (int r = 0; r < n; r++) {
+        float qr[8];
+        memcpy(qr, a->q + (size_t)r * 8, sizeof qr);
+        if (a->type_k == TQ_F16) _mm256_storeu_ps(qr, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(qr), 0)));
+        else if (a->type_k != TQ_F32) tk_attn_round_query(a->type_k, qr, 8);
+        __m256 qv = _mm256_loadu_ps(qr);
+        _mm512_store_ps(q2 + 16 * r, _mm512_insertf32x8(_mm512_castps256_ps512(qv), qv, 1));
+        _mm512_store_ps(o2 + 16 * r, _mm512_setzero_ps());
+        m[r] = -FLT_MAX;
+        l[r] = 0;
+        max_kv = MAX(max_kv, a->n_kv[r]);
+        min_kv0 = MIN(min_kv0, a->kv0 ? a->kv0[r] : 0);
+    }
+    /* lane i of a block's scores comes out of the tree at lane 4 (i % 4) + i / 4 */
+    const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+    const __m512i pair = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+
+    for (int j0 = min_kv0 / BLK * BLK; j0 < max_kv; j0 += BLK) {
+        int nb = MIN(BLK, max_kv - j0);
+        for (int c = 0; c < nb; c++) {
+            _mm256_store_ps(kb + 8 * c, load_row8(a->k, a->k_stride, a->cells[j0 + c], a->type_k));
+            _mm256_store_ps(vb + 8 * c, load_row8(a->v, a->v_stride, a->cells[j0 + c], a->type_v));
+        }
+        for (int c = nb; c < BLK; c++) {   /* masked below; zeros keep stale scratch from making NaNs */
+            _mm256_store_ps(kb + 8 * c, _mm256_setzero_ps());
+            _mm256_store_ps(vb + 8 * c, _mm256_setzero_ps());
+        }
+        for (int r = 0; r < n; r++) {
+            const int kv0 = a->kv0 ? a->kv0[r] : 0;
+            if (a->n_kv[r] <= j0 || kv0 >= j0 + BLK) continue;   /* nothing in this block for this row */
+            __m512 qv = _mm512_load_ps(q2 + 16 * r), z[8], t[4];
+            #pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) z[i] = _mm512_mul_ps(_mm512_load_ps(kb + 16 * i), qv);
+            #pragma GCC unroll 4
+            for (int i = 0; i < 4; i++)   /* 128-bit lane k: cell 4i + k's 4 partial sums */
+                t[i] = _mm512_add_ps(_mm512_shuffle_f32x4(z[2 * i], z[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                     _mm512_shuffle_f32x4(z[2 * i], z[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+            __m512 u0 = _mm512_add_ps(_mm512_unpacklo_ps(t[0], t[1]), _mm512_unpackhi_ps(t[0], t[1]));
+            __m512 u1 = _mm512_add_ps(_mm512_unpacklo_ps(t[2], t[3]), _mm512_unpackhi_ps(t[2], t[3]));
+            __m512d d0 = _mm512_castps_pd(u0), d1 = _mm512_castps_pd(u1);
+            __m512 sc = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(d0, d1)),
+                                      _mm512_castpd_ps(_mm512_unpackhi_pd(d0, d1)));
+            sc = _mm512_mul_ps(_mm512_permutexvar_ps(order, sc), _mm512_set1_ps(a->scale));
+            __m512i j = _mm512_add_epi32(_mm512_set1_epi32(j0), _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0));
+            __mmask16 vis = _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(a->n_kv[r]), j) &
+                            _mm512_cmpge_epi32_mask(j, _mm512_set1_epi32(kv0));
+            __m512 s = _mm512_mask_blend_ps(vis, _mm512_set1_ps(-INFINITY), sc);
+
+            float bmax = _mm512_reduce_max_ps(s), m_new = bmax > m[r] ? bmax : m[r];
+            __m512 acc = _mm512_load_ps(o2 + 16 * r);
+            if (m_new > m[r]) {
+                float corr = _mm512_cvtss_f32(tk_exp16(_mm512_set1_ps(m[r] - m_new)));
+                l[r] *= corr;
+                acc = _mm512_mul_ps(acc, _mm512_set1_ps(corr));
+                m[r] = m_new;
+            }
+            __m512 e = tk_exp16(_mm512_sub_ps(s, _mm512_set1_ps(m_new)));
+            l[r] += _mm512_reduce_add_ps(e);
+            #pragma GCC unroll 8
+            for (int i = 0; i < 8; i++)   /* [p(2i) x 8 | p(2i + 1) x 8] times [V(2i) | V(2i + 1)] */
+                acc = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_add_epi32(pair, _mm512_set1_epi32(2 * i)), e),
+                                      _mm512_load_ps(vb + 16 * i), acc);
+            _mm512_store_ps(o2 + 16 * r, acc);
+        }
+    }
+
+    for (int r = 0; r < n; r++) {
+        __m512 acc = _mm512_load_ps(o2 + 16 * r);
+        if (a->sink) {   /* one more term of the sum, with no value */
+            float s = a->sink[r];
+            if (s > m[r]) {
+                float corr = expf(m[r] - s);
+                l[r] = l[r] * corr + 1.0;
+                acc = _mm512_mul_ps(acc, _mm512_set1_ps(corr));
+            } else {
+                l[r] += expf(s - m[r]);
+            }
+        }
+        __m256 o = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
+        _mm256_storeu_ps(a->out + (size_t)r * 8, _mm256_mul_ps(o, _mm256_set1_ps((float)(1.0 / l[r]))));
+    }
+}
+
 static void attend(const tk_attn *a, void *scratch)
 {
+    if (a->hd_k == 8 && a->hd_v == 8 && a->n_q <= TK_ATTN_ROWS &&
+        (a->type_k == TQ_F32 || a->type_k == TQ_F16 || a->type_k == TQ_BF16) &&
+        (a->type_v == TQ_F32 || a->type_v == TQ_F16 || a->type_v == TQ_BF16)) {
+        attend8(a, scratch);
+        return;
+    }
     const int hk0 = a->hd_k, hv0 = a->hd_v, n = a->n_q;
     if (n > TK_ATTN_ROWS || hk0 > TK_ATTN_MAX_DIM || hv0 > TK_ATTN_MAX_DIM || hk0 % 8 || hv0 % 8) {
         tk_attend_rows(a, scratch);

@@ -71,9 +71,10 @@ static inline __m256i dot_s8s8(__m256i w, __m256i a)
 
 /* ---- float types ---------------------------------------------------------- */
 
-static float dot_f32(int64_t n, const void *w, const void *a)
+/* The 8 lanes dot_f32 reduces (four accumulators over 32-float steps,
+ * then 8-float steps into the first); *i where the scalar tail starts. */
+static inline __m256 dot_f32_lanes(int64_t n, const float *x, const float *y, int64_t *i_tail)
 {
-    const float *x = w, *y = a;
     __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
@@ -84,9 +85,62 @@ static float dot_f32(int64_t n, const void *w, const void *a)
     }
     for (; i + 8 <= n; i += 8)
         s0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), s0);
-    float sum = hsum8(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    *i_tail = i;
+    return _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3));
+}
+
+static inline float dot_f32_tail(float sum, int64_t i, int64_t n, const float *x, const float *y)
+{
     for (; i < n; i++) sum += x[i] * y[i];
     return sum;
+}
+
+static float dot_f32(int64_t n, const void *w, const void *a)
+{
+    int64_t i;
+    __m256 v = dot_f32_lanes(n, w, a, &i);
+    return dot_f32_tail(hsum8(v), i, n, w, a);
+}
+
+/* Lane i = hsum8(v[i]) to the bit (128-bit halves, lanes j and j + 2, then
+ * 0 and 1): 7 adds and 15 shuffles for 8 sums. */
+static inline __m256 reduce8(const __m256 v[8])
+{
+    __m256 t[4];
+    #pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)   /* [v2i's 4 | v2i+1's 4] */
+        t[i] = _mm256_add_ps(_mm256_permute2f128_ps(v[2 * i], v[2 * i + 1], 0x20),
+                             _mm256_permute2f128_ps(v[2 * i], v[2 * i + 1], 0x31));
+    __m256 u0 = _mm256_add_ps(_mm256_shuffle_ps(t[0], t[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                              _mm256_shuffle_ps(t[0], t[1], _MM_SHUFFLE(3, 2, 3, 2)));
+    __m256 u1 = _mm256_add_ps(_mm256_shuffle_ps(t[2], t[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                              _mm256_shuffle_ps(t[2], t[3], _MM_SHUFFLE(3, 2, 3, 2)));
+    /* lanes [v0, v2, v4, v6 | v1, v3, v5, v7] */
+    __m256 r = _mm256_add_ps(_mm256_shuffle_ps(u0, u1, _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm256_shuffle_ps(u0, u1, _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* dot_f32 of n_rows rows by n_tok tokens, 8 rows at a time per token so
+ * the reductions go 8 at once. */
+static void dot_rows_f32(int64_t n, const void *w, size_t wrow, int n_rows, const void *a, size_t arow, int n_tok,
+                         float *y, int64_t y_stride)
+{
+    for (int r0 = 0; r0 < n_rows; r0 += 8) {
+        int nr = n_rows - r0 < 8 ? n_rows - r0 : 8;
+        const char *wt = (const char *)w + (size_t)r0 * wrow;
+        for (int t = 0; t < n_tok; t++) {
+            const float *x = (const float *)((const char *)a + (size_t)t * arow);
+            __m256 v[8];
+            int64_t i = n;
+            for (int r = 0; r < 8; r++)
+                v[r] = r < nr ? dot_f32_lanes(n, (const float *)(wt + (size_t)r * wrow), x, &i) : _mm256_setzero_ps();
+            float out[8];
+            _mm256_storeu_ps(out, reduce8(v));
+            for (int r = 0; r < nr; r++)
+                y[t * y_stride + r0 + r] = dot_f32_tail(out[r], i, n, (const float *)(wt + (size_t)r * wrow), x);
+        }
+    }
 }
 
 static inline __m256 load_f16x8(const tq_f16 *p)
@@ -330,6 +384,7 @@ static void quant_bf16(const float *x, void *out, int64_t n)
 void tk_fill_avx2_legacy(tk_ops *o)
 {
     o->vec_dot[TQ_F32]  = dot_f32;
+    o->dot_rows[TQ_F32] = dot_rows_f32;
     o->vec_dot[TQ_F16]  = dot_f16;
     o->vec_dot[TQ_BF16] = dot_bf16;
     o->vec_dot[TQ_Q8_0] = dot_q8_0;

@@ -68,9 +68,10 @@ static inline __m512i nibbles64(const uint8_t *qs0, const uint8_t *qs1)
 
 /* ---- float types ---------------------------------------------------------- */
 
-static float dot_f32(int64_t n, const void *w, const void *a)
+/* The 16 lanes dot_f32 reduces: four accumulators over 64-float steps,
+ * then the masked tail into the first. */
+static inline __m512 dot_f32_lanes(int64_t n, const float *x, const float *y)
 {
-    const float *x = w, *y = a;
     __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
     int64_t i = 0;
     for (; i + 64 <= n; i += 64) {
@@ -83,7 +84,101 @@ static float dot_f32(int64_t n, const void *w, const void *a)
         __mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
         s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i), s0);
     }
-    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+    return _mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3));
+}
+
+static float dot_f32(int64_t n, const void *w, const void *a)
+{
+    return _mm512_reduce_add_ps(dot_f32_lanes(n, w, a));
+}
+
+/*
+ * Lane i = the sum of v[i]'s lanes, added in the order of GCC's
+ * _mm512_reduce_add_ps (256-bit halves, 128-bit halves, lanes i and i + 2,
+ * then i and i + 1), so each equals dot_f32's to the bit; 15 adds and 31
+ * shuffles for 16 sums where one at a time takes 64 operations.
+ */
+static inline __m512 reduce16(const __m512 v[16])
+{
+    __m512 t[8], u[4], w[2];
+    #pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {   /* 256-bit halves: [v2i's 8 | v2i+1's 8] */
+        __m512d a = _mm512_castps_pd(v[2 * i]), b = _mm512_castps_pd(v[2 * i + 1]);
+        t[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_shuffle_f64x2(a, b, _MM_SHUFFLE(3, 2, 3, 2))),
+                             _mm512_castpd_ps(_mm512_shuffle_f64x2(a, b, _MM_SHUFFLE(1, 0, 1, 0))));
+    }
+    #pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)     /* 128-bit halves: 128-bit lane k holds v4i+k's 4 */
+        u[i] = _mm512_add_ps(_mm512_shuffle_f32x4(t[2 * i], t[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)),
+                             _mm512_shuffle_f32x4(t[2 * i], t[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)));
+    #pragma GCC unroll 2
+    for (int i = 0; i < 2; i++)     /* lanes j and j + 2: per 128-bit lane k, v8i+k's 2 then v8i+4+k's 2 */
+        w[i] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_ps(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    /* lanes 0 and 1: lane 4k + j holds v4j+k */
+    __m512 r = _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_permutexvar_ps(_mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0), r);
+}
+
+/* dot_f32_lanes of one row against two tokens, the row read once. */
+static inline void dot_f32_lanes2(int64_t n, const float *x, const float *y0, const float *y1, __m512 *l0, __m512 *l1)
+{
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m512 w0 = _mm512_loadu_ps(x + i), w1 = _mm512_loadu_ps(x + i + 16);
+        __m512 w2 = _mm512_loadu_ps(x + i + 32), w3 = _mm512_loadu_ps(x + i + 48);
+        a0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(y0 + i), a0);
+        a1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(y0 + i + 16), a1);
+        a2 = _mm512_fmadd_ps(w2, _mm512_loadu_ps(y0 + i + 32), a2);
+        a3 = _mm512_fmadd_ps(w3, _mm512_loadu_ps(y0 + i + 48), a3);
+        b0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(y1 + i), b0);
+        b1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(y1 + i + 16), b1);
+        b2 = _mm512_fmadd_ps(w2, _mm512_loadu_ps(y1 + i + 32), b2);
+        b3 = _mm512_fmadd_ps(w3, _mm512_loadu_ps(y1 + i + 48), b3);
+    }
+    for (; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
+        __m512 w = _mm512_maskz_loadu_ps(m, x + i);
+        a0 = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(m, y0 + i), a0);
+        b0 = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(m, y1 + i), b0);
+    }
+    *l0 = _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3));
+    *l1 = _mm512_add_ps(_mm512_add_ps(b0, b1), _mm512_add_ps(b2, b3));
+}
+
+/* dot_f32 of n_rows rows by n_tok tokens: 16 rows by two tokens at a time,
+ * each row read once for both and the reductions 16 at once; the rows of
+ * a tile stay in L1 across the tokens. */
+static inline __attribute__((always_inline)) void
+rows_f32(int64_t n, const void *w, size_t wrow, int n_rows, const void *a, size_t arow, int n_tok, float *y,
+         int64_t y_stride)
+{
+    for (int r0 = 0; r0 < n_rows; r0 += 16) {
+        int nr = n_rows - r0 < 16 ? n_rows - r0 : 16;
+        __mmask16 keep = (__mmask16)((1u << nr) - 1);
+        const char *wt = (const char *)w + (size_t)r0 * wrow;
+        int t = 0;
+        for (; t + 2 <= n_tok; t += 2) {
+            const float *x0 = (const float *)((const char *)a + (size_t)t * arow);
+            const float *x1 = (const float *)((const char *)x0 + arow);
+            __m512 v0[16], v1[16];
+            for (int r = 0; r < 16; r++) {
+                if (r < nr) dot_f32_lanes2(n, (const float *)(wt + (size_t)r * wrow), x0, x1, &v0[r], &v1[r]);
+                else v0[r] = v1[r] = _mm512_setzero_ps();
+            }
+            _mm512_mask_storeu_ps(y + t * y_stride + r0, keep, reduce16(v0));
+            _mm512_mask_storeu_ps(y + (t + 1) * y_stride + r0, keep, reduce16(v1));
+        }
+        if (t < n_tok) {
+            const float *x = (const float *)((const char *)a + (size_t)t * arow);
+            __m512 v[16];
+            for (int r = 0; r < 16; r++)
+                v[r] = r < nr ? dot_f32_lanes(n, (const float *)(wt + (size_t)r * wrow), x) : _mm512_setzero_ps();
+            _mm512_mask_storeu_ps(y + t * y_stride + r0, keep, reduce16(v));
+        }
+    }
 }
 
 static inline __m512bh load_bf16x32(__mmask32 m, const tq_bf16 *p)
@@ -334,9 +429,19 @@ static void quant_bf16(const float *x, void *out, int64_t n)
     }
 }
 
+/* rows_f32, with the loops unrolled for the most common row length of
+ * small models (64: stories260K's width). */
+static void dot_rows_f32(int64_t n, const void *w, size_t wrow, int n_rows, const void *a, size_t arow, int n_tok,
+                         float *y, int64_t y_stride)
+{
+    if (n == 64) rows_f32(64, w, wrow, n_rows, a, arow, n_tok, y, y_stride);
+    else rows_f32(n, w, wrow, n_rows, a, arow, n_tok, y, y_stride);
+}
+
 void tk_fill_avx512_legacy(tk_ops *o)
 {
     o->vec_dot[TQ_F32]  = dot_f32;
+    o->dot_rows[TQ_F32] = dot_rows_f32;
     o->vec_dot[TQ_BF16] = dot_bf16;
     o->vec_dot[TQ_Q8_0] = dot_q8_0;
     o->vec_dot[TQ_Q4_0] = dot_q4_0;
