@@ -138,6 +138,8 @@ const tk_ops *tk_ops_named(const char *isa);
  *     set mixing tiled and plain K-quant matrices runs one product per
  *     matrix below 32 tokens.  (Q2_K, Q3_K, IQ4_XS have no GEMM: the case
  *     below.)
+ *   - F32 with the avx2 / avx512 tables: dot_rows, 8 / 16 rows at a time
+ *     with the reductions done together, the bits of vec_dot.
  *   - anything else, or a table without these kernels: one vec_dot of the
  *     chosen table per output.
  * Either way results do not depend on the thread count.
