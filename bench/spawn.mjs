@@ -16,10 +16,16 @@
 //              after it below, each by half the step; --knee-from K takes
 //              the steepest step from K agents on (the first step is
 //              often the steepest: a floor between one agent and two
-//              makes every gate run the agents one at a time).
+//              makes every gate run the agents one at a time), and
+//              --floor-at F puts the floor F of the step above the lower
+//              count instead of half (a gate keeps a margin of the
+//              mean's spread under its projection, so with the floor
+//              half a step under K agents' mean and a spread wider than
+//              that, it holds K - 1).
 //   recheck:   after the strategies, the two counts the floor sits
 //              between are read again: "floor stable" unless either moved
-//              by more than half the step (then the run is to discard)
+//              by more than its distance from the floor (then the run is
+//              to discard)
 //   naive:     a spawn every --every-s seconds up to --agents
 //   advisory:  the same, but each spawn waits until GET /capacity says
 //              can_admit (polling every 250 ms; "measurement settling" waits)
@@ -47,6 +53,7 @@ const { values: a } = parseArgs({ options: {
   'pause-ms': { type: 'string', default: '1500' },
   'knee-max': { type: 'string', default: '6' },
   'knee-from': { type: 'string', default: '1' },
+  'floor-at': { type: 'string', default: '0.5' },
   seed: { type: 'string' },
   trace: { type: 'string' },
   strategies: { type: 'string', default: 'naive,advisory,enforced' },
@@ -246,12 +253,13 @@ if (root.status !== 201) throw new Error(root.text);
 const pool = root.json.pool_id;
 const curve = a.floor ? [] : await knee(pool, Number(a['knee-max']));
 let floor = Number(a.floor), best = 0;
-if (!a.floor) {   /* the knee: halfway down the step where one more session costs the most */
+if (!a.floor) {   /* the knee: --floor-at of the way up the step where one more session costs the most */
   const from = Math.min(Math.max(1, Number(a['knee-from'])), curve.length - 1);
   best = from;
   for (let i = from; i < curve.length; i++)
     if (curve[i - 1].mean_tps - curve[i].mean_tps > curve[best - 1].mean_tps - curve[best].mean_tps) best = i;
-  floor = Math.round((curve[best - 1].mean_tps + curve[best].mean_tps) * 5) / 10;
+  const at = Math.min(Math.max(Number(a['floor-at']), 0.05), 0.95);
+  floor = Math.round((curve[best].mean_tps + at * (curve[best - 1].mean_tps - curve[best].mean_tps)) * 10) / 10;
 }
 const rows = [];
 for (const name of a.strategies.split(',')) {
@@ -270,9 +278,10 @@ let recheck = null;
 if (best > 0) {
   await req('POST', `/polykv/pools/${pool}/admission`, { target_tps_per_session: 0, mode: 'advisory' });
   const again = await knee(pool, curve[best].n, curve[best - 1].n, 'recheck');
-  const half = (curve[best - 1].mean_tps - curve[best].mean_tps) / 2;
+  /* each count may move as far as it stood from the floor, either way */
+  const room = [curve[best - 1].mean_tps - floor, floor - curve[best].mean_tps];
   const moved = again.map((c, i) => c.mean_tps - curve[best - 1 + i].mean_tps);
-  recheck = { curve: again, half_step: half, moved, stable: moved.every((m) => Math.abs(m) <= half) };
+  recheck = { curve: again, room, moved, stable: moved.every((m, i) => Math.abs(m) <= room[i]) };
 }
 if (a.trace) (await import('node:fs')).writeFileSync(a.trace, JSON.stringify({ seed: SEED, curve, floor, recheck, traces }));
 if (a.json) console.log(JSON.stringify({ seed: SEED, curve, floor, recheck, rows }));
@@ -280,7 +289,7 @@ else {
   console.log(`seed ${SEED}; knee: ` + (curve.length ? '' : 'not measured') + curve.map((c) => `${c.n}: ${c.mean_tps.toFixed(1)}`).join(', ') + ` tok/s; floor ${floor}`);
   if (recheck)
     console.log(`knee after: ` + recheck.curve.map((c, i) => `${c.n}: ${c.mean_tps.toFixed(1)} (${recheck.moved[i] >= 0 ? '+' : ''}${recheck.moved[i].toFixed(1)})`).join(', ') +
-                ` tok/s; half step ${recheck.half_step.toFixed(1)}: ` + (recheck.stable ? 'floor stable' : 'FLOOR MOVED: the machine changed speed during the run'));
+                ` tok/s; room ${recheck.room.map((r) => r.toFixed(1)).join(' / ')}: ` + (recheck.stable ? 'floor stable' : 'FLOOR MOVED: the machine changed speed during the run'));
   const pct = (x) => x == null ? '-' : (100 * x).toFixed(1) + '%';
   for (const r of rows)
     console.log(`${r.name.padEnd(9)} wall ${r.wall_s.toFixed(1)} s, tokens ${r.tokens}, finished ${r.finished}/${N}, ` +
