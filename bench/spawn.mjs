@@ -2,7 +2,8 @@
 // server (docs/admission.md): how three spawners keep agents above a speed
 // floor on one pool.
 //
-//   node bench/spawn.mjs --url http://127.0.0.1:8080 [--floor F | --knee-from K] [--agents 8] [--every-s 3]
+//   node bench/spawn.mjs --url http://127.0.0.1:8080 [--floor F | --knee-from K [--floor-at F]] [--margin-scale X]
+//                        [--agents 8] [--every-s 3]
 //                        [--seed S] [--strategies naive,advisory,enforced] [--json] [--trace FILE]
 //   (--floor skips the knee; FILE gets every sample and admit, as JSON,
 //   and for enforced what /capacity said at each sample: the gate's inputs
@@ -21,7 +22,9 @@
 //              count instead of half (a gate keeps a margin of the
 //              mean's spread under its projection, so with the floor
 //              half a step under K agents' mean and a spread wider than
-//              that, it holds K - 1).
+//              that, it holds K - 1; --margin-scale X sets the
+//              policy's floor_margin_scale, the part of that margin it
+//              keeps).
 //   recheck:   after the strategies, the two counts the floor sits
 //              between are read again: "floor stable" unless either moved
 //              by more than its distance from the floor (then the run is
@@ -54,6 +57,7 @@ const { values: a } = parseArgs({ options: {
   'knee-max': { type: 'string', default: '6' },
   'knee-from': { type: 'string', default: '1' },
   'floor-at': { type: 'string', default: '0.5' },
+  'margin-scale': { type: 'string', default: '1' },
   seed: { type: 'string' },
   trace: { type: 'string' },
   strategies: { type: 'string', default: 'naive,advisory,enforced' },
@@ -264,7 +268,8 @@ if (!a.floor) {   /* the knee: --floor-at of the way up the step where one more 
 const rows = [];
 for (const name of a.strategies.split(',')) {
   const policy = name === 'enforced' ? { mode: 'enforced', on_saturation: 'queue', queue_max_ms: 600000 } : { mode: 'advisory' };
-  await req('POST', `/polykv/pools/${pool}/admission`, { target_tps_per_session: floor, ...policy });
+  await req('POST', `/polykv/pools/${pool}/admission`, { target_tps_per_session: floor,
+                                                          floor_margin_scale: Number(a['margin-scale']), ...policy });
   rows.push(await strategy(name, pool, floor));
 }
 /* The two counts the floor sits between, read again after the

@@ -403,6 +403,13 @@ static void test_margin(void)
     CHECK_STR(decide(&w).reason, "projected mean tps below floor");
     w.p.target_tps = a.projected - 1.5 * a.floor_margin_tps;
     CHECK_STR(decide(&w).reason, "ok");
+    /* the policy's scale: half the margin admits inside the default one */
+    w.p.target_tps = a.projected - 0.75 * a.floor_margin_tps;
+    CHECK_STR(decide(&w).reason, "projected mean tps below floor");
+    w.p.margin_scale = 0.5;
+    CHECK_NEAR(decide(&w).floor_margin_tps, 0.5 * a.floor_margin_tps, 1e-9);
+    CHECK_STR(decide(&w).reason, "ok");
+    w.p.margin_scale = 1;
     if (getenv("POLYKV_ADM_VERBOSE"))
         printf("margin: long-run mean %.1f +- %.1f, projected %.2f, margin %.2f\n", m, sd, a.projected,
                a.floor_margin_tps);
@@ -640,6 +647,10 @@ static void test_knee(void)
     CHECK_NEAR(a.knee_low_sd, 4, 0.2);
     CHECK_NEAR(a.floor_margin_tps, ADM_KNEE_Z * a.knee_low_sd, 1e-12);
     CHECK_STR(a.reason, "projected mean tps below floor");
+    w.p.margin_scale = 0;                                    /* no margin: 32 clears 30 */
+    CHECK_NEAR(decide(&w).floor_margin_tps, 0, 1e-12);
+    CHECK_STR(decide(&w).reason, "ok");
+    w.p.margin_scale = 1;
     adm_answer spread = a;
     w.p.target_tps = 27;
     CHECK_STR(decide(&w).reason, "ok");
@@ -1122,6 +1133,14 @@ static void test_policy(void)
     p = adm_policy_default();
     p.settle_max_ms = -5;
     CHECK_EQ_INT(adm_policy_check(&p), PK_EINVAL);
+    p = adm_policy_default();
+    CHECK_NEAR(p.margin_scale, 1, 0);
+    p.margin_scale = 4.5;
+    CHECK_EQ_INT(adm_policy_check(&p), PK_EINVAL);
+    p.margin_scale = NAN;
+    CHECK_EQ_INT(adm_policy_check(&p), PK_EINVAL);
+    p.margin_scale = 0;
+    CHECK_EQ_INT(adm_policy_check(&p), PK_OK);
     adm_mode m;
     adm_sat s;
     CHECK(adm_mode_parse("enforced", &m) == PK_OK && m == ADM_ENFORCED);

@@ -12,13 +12,14 @@ adm_policy adm_policy_default(void)
 {
     return (adm_policy){ .set = false, .target_tps = 0, .mode = ADM_ADVISORY, .on_saturation = ADM_REJECT,
                          .guarantee_min_sessions = 1, .settle_tokens = 48, .settle_max_ms = 5000,
-                         .queue_max_ms = 30000 };
+                         .queue_max_ms = 30000, .margin_scale = 1.0 };
 }
 
 pk_status adm_policy_check(const adm_policy *p)
 {
     const int32_t big = 10000000;
     if (!isfinite(p->target_tps) || p->target_tps < 0 || p->target_tps > 1e6) return PK_EINVAL;
+    if (!(p->margin_scale >= 0 && p->margin_scale <= 4)) return PK_EINVAL;
     if ((unsigned)p->mode > ADM_ENFORCED || (unsigned)p->on_saturation > ADM_QUEUE) return PK_EINVAL;
     if (p->guarantee_min_sessions < 0 || p->guarantee_min_sessions > big || p->settle_tokens < 0 ||
         p->settle_tokens > big || p->settle_max_ms < 0 || p->settle_max_ms > big || p->queue_max_ms < 0 ||
@@ -469,12 +470,14 @@ pk_status adm_decide(const adm_snapshot *s, adm_answer *out)
      * projects (the time a load spends under a floor is what the floor
      * arm answers for: about a sixth of it, for a normal spread); else
      * ADM_MARGIN_Z of the mean's long-run spread, relative, at the
-     * projection. */
+     * projection.  The policy scales it: an operator who would rather
+     * run more agents than keep the mean above the floor five sixths of
+     * the time takes less. */
     if (isfinite(a.knee_low_sd)) {
-        a.floor_margin_tps = ADM_KNEE_Z * a.knee_low_sd;
+        a.floor_margin_tps = p->margin_scale * ADM_KNEE_Z * a.knee_low_sd;
     } else if (st->long_ms >= ADM_LONG_MIN_MS && st->long_sum > 0 && isfinite(a.projected)) {
         double m = st->long_sum / st->long_ms, var = st->long_sq / st->long_ms - m * m;
-        a.floor_margin_tps = ADM_MARGIN_Z * sqrt(fmax(var, 0)) / m * a.projected;
+        a.floor_margin_tps = p->margin_scale * ADM_MARGIN_Z * sqrt(fmax(var, 0)) / m * a.projected;
     }
     bool floor_fails = p->target_tps > 0 && isfinite(a.projected) && a.projected - a.floor_margin_tps < p->target_tps;
     if (s->expected_tokens > a.ctx_headroom_tokens) {

@@ -217,12 +217,13 @@ typedef struct adm_policy {
     int32_t settle_tokens;          /* 48 */
     int32_t settle_max_ms;          /* 5000 */
     int32_t queue_max_ms;           /* 30000 */
+    double margin_scale;            /* 1: the floor arm's margin, times this (0..4) */
 } adm_policy;
 
 /* The defaults above (set = false). */
 adm_policy adm_policy_default(void);
 /* PK_OK, or PK_EINVAL naming nothing: a target that is negative or not
- * finite, a count or time out of [0, 10^7]. */
+ * finite, a count or time out of [0, 10^7], a margin scale out of [0, 4]. */
 pk_status adm_policy_check(const adm_policy *p);
 const char *adm_mode_name(adm_mode m);          /* "advisory", "enforced" */
 const char *adm_sat_name(adm_sat s);            /* "reject", "warn", "queue" */

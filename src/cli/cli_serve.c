@@ -98,6 +98,7 @@ static void usage(void)
         "  --admission-on-saturation S   reject | warn | queue (default reject)\n"
         "  --admission-settle-tokens N, --admission-settle-max-ms MS, --admission-queue-max-ms MS,\n"
         "  --admission-guarantee N  the policy's other fields (48, 5000, 30000, 1)\n"
+        "  --admission-margin-scale X   the floor arm's margin, times X (0..4, default 1)\n"
         "  --kv-events-endpoint E  publish KV events (docs/kv-events.md) on ZMQ endpoint E, bound when\n"
         "                          it has '*' (tcp://*:5557), else connected\n"
         "  --kv-events-replay-endpoint E   answer replay requests there (ROUTER)\n"
@@ -195,9 +196,9 @@ static bool admission_flag(adm_policy *p, const char *name, const char *v)
     char flag[64];
     snprintf(flag, sizeof flag, "--admission-%s", name);
     p->set = true;
-    if (!strcmp(name, "tps")) {
+    if (!strcmp(name, "tps") || !strcmp(name, "margin-scale")) {
         char *end;
-        p->target_tps = strtod(v, &end);
+        *(!strcmp(name, "tps") ? &p->target_tps : &p->margin_scale) = strtod(v, &end);
         if (end == v || *end || adm_policy_check(p) != PK_OK) {
             fprintf(stderr, "polykv serve: %s: bad value '%s'\n", flag, v);
             return false;

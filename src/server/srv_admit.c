@@ -19,10 +19,11 @@
 
 json_t *srv_policy_json(const adm_policy *p)
 {
-    return json_pack("{s:b, s:f, s:s, s:s, s:i, s:i, s:i, s:i}", "set", p->set, "target_tps_per_session",
+    return json_pack("{s:b, s:f, s:s, s:s, s:i, s:i, s:i, s:i, s:f}", "set", p->set, "target_tps_per_session",
                      p->target_tps, "mode", adm_mode_name(p->mode), "on_saturation", adm_sat_name(p->on_saturation),
                      "guarantee_min_sessions", p->guarantee_min_sessions, "settle_tokens", p->settle_tokens,
-                     "settle_max_ms", p->settle_max_ms, "queue_max_ms", p->queue_max_ms);
+                     "settle_max_ms", p->settle_max_ms, "queue_max_ms", p->queue_max_ms, "floor_margin_scale",
+                     p->margin_scale);
 }
 
 static json_t *num_or_null(double x) { return isfinite(x) ? json_real(x) : json_null(); }
@@ -90,7 +91,7 @@ static bool get_count(const json_t *b, const char *k, int32_t *out, srv_err *e)
 bool srv_parse_policy(const json_t *b, adm_policy *p, srv_err *e)
 {
     static const char *known[] = { "target_tps_per_session", "mode", "on_saturation", "guarantee_min_sessions",
-                                   "settle_tokens", "settle_max_ms", "queue_max_ms" };
+                                   "settle_tokens", "settle_max_ms", "queue_max_ms", "floor_margin_scale" };
     const char *key;
     json_t *v;
     json_object_foreach((json_t *)b, key, v) {
@@ -98,7 +99,9 @@ bool srv_parse_policy(const json_t *b, adm_policy *p, srv_err *e)
         for (size_t i = 0; i < ARRAY_LEN(known); i++) ok |= !strcmp(key, known[i]);
         if (!ok) return srv_fail(e, 400, key, "unknown admission field '%s'", key);
     }
-    if (!get_num(b, "target_tps_per_session", 0, 1e6, &p->target_tps, e)) return false;
+    if (!get_num(b, "target_tps_per_session", 0, 1e6, &p->target_tps, e) ||
+        !get_num(b, "floor_margin_scale", 0, 4, &p->margin_scale, e))
+        return false;
     const json_t *m = json_object_get(b, "mode"), *s = json_object_get(b, "on_saturation");
     if (m && (!json_is_string(m) || adm_mode_parse(json_string_value(m), &p->mode) != PK_OK))
         return srv_fail(e, 400, "mode", "'mode' must be \"advisory\" or \"enforced\"");

@@ -78,6 +78,10 @@ test('admission: routes, capacity, reject / continuation / overcommit / warn / q
   assert.equal(r.status, 400);
   r = await post(srv.url + '/polykv/admission', { mode: 'strict' });
   assert.equal(r.status, 400);
+  r = await post(srv.url + '/polykv/admission', { floor_margin_scale: 5 });
+  assert.equal(r.status, 400);
+  assert.match(r.json.error.message, /floor_margin_scale/);
+  assert.equal((await get(srv.url + '/polykv/admission')).json.floor_margin_scale, 1);
   assert.equal((await get(srv.url + '/polykv/pools/777/capacity')).status, 404);
   const props = await get(srv.url + '/props');
   assert.equal(props.json.polykv.admission.mode, 'advisory');

@@ -199,12 +199,13 @@ class PolyKVClient:
 
     def set_admission(self, pool_id: int | None = None, *, target_tps_per_session=None, mode=None,
                       on_saturation=None, guarantee_min_sessions=None, settle_tokens=None,
-                      settle_max_ms=None, queue_max_ms=None) -> dict[str, Any]:
+                      settle_max_ms=None, queue_max_ms=None, floor_margin_scale=None) -> dict[str, Any]:
         """Sets the named fields over the policy in force; returns the policy."""
         return self._send(_Routes.admission(pool_id, _policy(dict(
             target_tps_per_session=target_tps_per_session, mode=mode, on_saturation=on_saturation,
             guarantee_min_sessions=guarantee_min_sessions, settle_tokens=settle_tokens,
-            settle_max_ms=settle_max_ms, queue_max_ms=queue_max_ms))))
+            settle_max_ms=settle_max_ms, queue_max_ms=queue_max_ms,
+            floor_margin_scale=floor_margin_scale))))
 
     def capacity(self, pool_id: int | None = None, *, expected_tokens: int | None = None,
                  session_id: str | None = None) -> dict[str, Any]:
@@ -334,11 +335,12 @@ class AsyncPolyKVClient:
 
     async def set_admission(self, pool_id: int | None = None, *, target_tps_per_session=None, mode=None,
                             on_saturation=None, guarantee_min_sessions=None, settle_tokens=None,
-                            settle_max_ms=None, queue_max_ms=None) -> dict[str, Any]:
+                            settle_max_ms=None, queue_max_ms=None, floor_margin_scale=None) -> dict[str, Any]:
         return await self._send(_Routes.admission(pool_id, _policy(dict(
             target_tps_per_session=target_tps_per_session, mode=mode, on_saturation=on_saturation,
             guarantee_min_sessions=guarantee_min_sessions, settle_tokens=settle_tokens,
-            settle_max_ms=settle_max_ms, queue_max_ms=queue_max_ms))))
+            settle_max_ms=settle_max_ms, queue_max_ms=queue_max_ms,
+            floor_margin_scale=floor_margin_scale))))
 
     async def capacity(self, pool_id: int | None = None, *, expected_tokens: int | None = None,
                        session_id: str | None = None) -> dict[str, Any]:
