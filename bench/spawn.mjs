@@ -119,6 +119,7 @@ function sampler(pool, t0wall, admitsOf) {
        * 0 (a lone agent's every turn start was counted as deep time). */
       const sample = { t: performance.now(), mean: t.mean_active_tps,
                        n: t.sessions.filter((s) => s.state === 'decode' && !s.warming).length,
+                       w: t.sessions.filter((s) => s.state === 'decode' && s.warming).length,
                        pre: t.sessions.filter((s) => s.state === 'prefill').length };
       if (a.trace && admitsOf) {   /* what a reader is told at each sample: the gate's inputs, for the trace */
         const c = (await req('GET', `/polykv/pools/${pool}/capacity`)).json;
@@ -143,19 +144,23 @@ function sampler(pool, t0wall, admitsOf) {
 }
 
 /* Time-weighted over the samples where someone decodes: busy time, the
- * mean speed over it, and the time under a floor and under half of it. */
+ * mean speed over it, the time under a floor and under half of it, and
+ * the mean count of sessions decoding (warm) and of those running at all
+ * (decoding, warming up or reading a turn's prompt). */
 function summarize(samples, floor) {
-  let under = 0, deep = 0, busy = 0, area = 0, agents = 0;
+  let under = 0, deep = 0, busy = 0, area = 0, agents = 0, running = 0;
   for (let i = 1; i < samples.length; i++) {
     const dt = samples[i].t - samples[i - 1].t, s = samples[i - 1];
     if (s.n === 0) continue;
     busy += dt;
     area += s.mean * dt;
     agents += s.n * dt;
+    running += (s.n + (s.w || 0) + (s.pre || 0)) * dt;
     if (s.mean < floor) under += dt;
     if (s.mean < floor / 2) deep += dt;
   }
-  return { busy, under, deep, mean: busy ? area / busy : 0, agents: busy ? agents / busy : 0 };
+  return { busy, under, deep, mean: busy ? area / busy : 0, agents: busy ? agents / busy : 0,
+           running: busy ? running / busy : 0 };
 }
 
 /* One agent: TURNS turns of REPLY tokens, a PAUSE (a tool call) between
@@ -224,7 +229,7 @@ async function strategy(name, pool, floor) {
   await Promise.all(agents);
   await sm.stop();
   const samples = sm.samples, wall = performance.now() - t0;
-  const { under, deep, busy, agents: mean_agents } = summarize(samples, floor);
+  const { under, deep, busy, agents: mean_agents, running: mean_running } = summarize(samples, floor);
   /* The realized mean after an admit: over 3-4 s after it (once the
    * admit is absorbed), and over 3-8 s: an agent's turn cycle here is
    * 5-6 s (96 tokens, a 1.5 s pause, its next prompt), and one second of
@@ -247,7 +252,7 @@ async function strategy(name, pool, floor) {
   const e4 = median(4000), e8 = median(8000);
   if (a.trace) traces.push({ name, t0, samples, admits });
   return { name, wall_s: wall / 1000, tokens, finished, under_floor_s: under / 1000, deep_s: deep / 1000,
-           busy_s: busy / 1000, mean_decoding_agents: mean_agents, median_projection_error: e4.err, n_projection_samples: e4.n,
+           busy_s: busy / 1000, mean_decoding_agents: mean_agents, mean_running_agents: mean_running, median_projection_error: e4.err, n_projection_samples: e4.n,
            median_projection_error_3_8s: e8.err, n_projection_samples_3_8s: e8.n };
 }
 
@@ -299,6 +304,7 @@ else {
   for (const r of rows)
     console.log(`${r.name.padEnd(9)} wall ${r.wall_s.toFixed(1)} s, tokens ${r.tokens}, finished ${r.finished}/${N}, ` +
                 `under floor ${r.under_floor_s.toFixed(1)} s, deep ${r.deep_s.toFixed(1)} s of ${r.busy_s.toFixed(1)} s busy ` +
-                `(${r.mean_decoding_agents.toFixed(2)} agents decoding on average), ` +
+                `(agents on average: ${r.mean_decoding_agents.toFixed(2)} decoding, ` +
+                `${r.mean_running_agents.toFixed(2)} decoding or reading a prompt), ` +
                 `median |projected - realized| ${pct(r.median_projection_error)} (3-4 s), ${pct(r.median_projection_error_3_8s)} (3-8 s)`);
 }
