@@ -59,22 +59,29 @@ static inline void prefetch_block(const tk_attn *a, int j, int nb, size_t kbytes
 /* Rows ahead of the block being read that prefetch_block asks for. */
 #define PF_BLOCKS 2
 
+/* 8 values of an F32 / F16 / BF16 row at p as floats.  F16 in 256-bit
+ * conversions: 512-bit vcvtph2ps is slower per value on Zen 4. */
+static inline __m256 floats8(const char *p, tq_type type)
+{
+    if (type == TQ_F32) return _mm256_loadu_ps((const float *)p);
+    if (type == TQ_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+
 /* Row `cell` of K or V as n floats into dst (64-byte aligned), zeros up to
  * the next multiple of 16.  The block formats' n is a multiple of 32. */
 static inline void load_row(float *dst, const void *base, size_t stride, int cell, int n, tq_type type)
 {
     const char *row = (const char *)base + (size_t)cell * stride;
     switch (type) {
-    case TQ_F16:   /* 256-bit conversions: 512-bit vcvtph2ps is slower per value on Zen 4 */
-        for (int d = 0; d < n; d += 8)
-            _mm256_store_ps(dst + d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + 2 * d))));
+    case TQ_F16:
+        for (int d = 0; d < n; d += 8) _mm256_store_ps(dst + d, floats8(row + 2 * d, TQ_F16));
         if (n % 16) _mm256_store_ps(dst + n, _mm256_setzero_ps());
         break;
     case TQ_F32: case TQ_BF16:
         for (int d = 0; d < n; d += 16) {
             __mmask16 k = lanes(n, d);
             __m512 v = type == TQ_F32 ? _mm512_maskz_loadu_ps(k, (const float *)row + d)
-                     : type == TQ_F16 ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, row + 2 * d))
                      : _mm512_castsi512_ps(_mm512_slli_epi32(
                            _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, row + 2 * d)), 16));
             _mm512_store_ps(dst + d, v);
@@ -124,6 +131,43 @@ static inline __m512 sum16x16(__m512 v[16])
                          _mm512_shuffle_f32x4(w[0], w[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
+/* A block's scores s of cells [j0, j0 + 16) with -inf for the cells a row
+ * does not see (outside [kv0, n_kv)). */
+static inline __m512 mask_unseen(__m512 s, int j0, int kv0, int n_kv)
+{
+    __m512i j = _mm512_add_epi32(_mm512_set1_epi32(j0), _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0));
+    __mmask16 vis = _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(n_kv), j) &
+                    _mm512_cmpge_epi32_mask(j, _mm512_set1_epi32(kv0));
+    return _mm512_mask_blend_ps(vis, _mm512_set1_ps(-INFINITY), s);
+}
+
+/* Row r's running max after a block's scores s: the factor its sum (done
+ * here) and its output so far are to be scaled by, 1 when the max held. */
+static inline float raise_max(__m512 s, float *m, double *l)
+{
+    float bmax = _mm512_reduce_max_ps(s);
+    if (!(bmax > *m)) return 1.0f;
+    float corr = _mm512_cvtss_f32(tk_exp16(_mm512_set1_ps(*m - bmax)));
+    *l *= corr;
+    *m = bmax;
+    return corr;
+}
+
+/* A sink's term (one more in the sum, with no value) folded into row r's
+ * sum l at max m: the factor its output is to be scaled by. */
+static inline float fold_sink(const tk_attn *a, int r, float m, double *l)
+{
+    if (!a->sink) return 1.0f;
+    float s = a->sink[r];
+    if (!(s > m)) {
+        *l += expf(s - m);
+        return 1.0f;
+    }
+    float corr = expf(m - s);
+    *l = *l * corr + 1.0;
+    return corr;
+}
+
 /* Scores of row r (q, the cells it sees: [kv0, n_kv)) against the block's
  * cells [j0, j0 + 16). */
 static inline __m512 scores16(const float *kb, int hk, const float *q, int j0, int kv0, int n_kv, float scale)
@@ -136,11 +180,7 @@ static inline __m512 scores16(const float *kb, int hk, const float *q, int j0, i
         #pragma GCC unroll 16
         for (int c = 0; c < 16; c++) acc[c] = _mm512_fmadd_ps(_mm512_load_ps(kb + (size_t)c * hk + k), qv, acc[c]);
     }
-    __m512 s = _mm512_mul_ps(sum16x16(acc), _mm512_set1_ps(scale));
-    __m512i j = _mm512_add_epi32(_mm512_set1_epi32(j0), _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0));
-    __mmask16 vis = _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(n_kv), j) &
-                    _mm512_cmpge_epi32_mask(j, _mm512_set1_epi32(kv0));
-    return _mm512_mask_blend_ps(vis, _mm512_set1_ps(-INFINITY), s);
+    return mask_unseen(_mm512_mul_ps(sum16x16(acc), _mm512_set1_ps(scale)), j0, kv0, n_kv);
 }
 
 /* o[r] += sum over cells c < nb of p[r][c] * V[c] for rows [r0, r0 + G). */
@@ -180,15 +220,6 @@ static void values_all(float *o, const float *vb, const float *p, int hv, int nb
     }
 }
 
-/* Row `cell` of an F32 / F16 / BF16 cache with 8 values per head, as 8 floats. */
-static inline __m256 load_row8(const void *base, size_t stride, int cell, tq_type type)
-{
-    const char *row = (const char *)base + (size_t)cell * stride;
-    if (type == TQ_F32) return _mm256_loadu_ps((const float *)row);
-    if (type == TQ_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)row));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)row)), 16));
-}
-
 /*
  * Head dims of 8 (stories260K), where the 16-lane kernel would run half
  * its lanes on padding: two cells per register instead.  A block's K and V
@@ -212,8 +243,7 @@ static void attend8(const tk_attn *a, void *scratch)
     for (int r = 0; r < n; r++) {
         float qr[8];
         memcpy(qr, a->q + (size_t)r * 8, sizeof qr);
-        if (a->type_k == TQ_F16) _mm256_storeu_ps(qr, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(qr), 0)));
-        else if (a->type_k != TQ_F32) tk_attn_round_query(a->type_k, qr, 8);
+        tk_attn_round_query(a->type_k, qr, 8);
         __m256 qv = _mm256_loadu_ps(qr);
         _mm512_store_ps(q2 + 16 * r, _mm512_insertf32x8(_mm512_castps256_ps512(qv), qv, 1));
         _mm512_store_ps(o2 + 16 * r, _mm512_setzero_ps());
@@ -231,8 +261,9 @@ static void attend8(const tk_attn *a, void *scratch)
         int nb = MIN(BLK, max_kv - j0), jp = j0 + PF_BLOCKS * BLK;
         if (jp < max_kv) prefetch_block(a, jp, MIN(BLK, max_kv - jp), kbytes, vbytes);
         for (int c = 0; c < nb; c++) {
-            _mm256_store_ps(kb + 8 * c, load_row8(a->k, a->k_stride, a->cells[j0 + c], a->type_k));
-            _mm256_store_ps(vb + 8 * c, load_row8(a->v, a->v_stride, a->cells[j0 + c], a->type_v));
+            const size_t cell = (size_t)a->cells[j0 + c];
+            _mm256_store_ps(kb + 8 * c, floats8((const char *)a->k + cell * a->k_stride, a->type_k));
+            _mm256_store_ps(vb + 8 * c, floats8((const char *)a->v + cell * a->v_stride, a->type_v));
         }
         for (int c = nb; c < BLK; c++) {   /* masked below; zeros keep stale scratch from making NaNs */
             _mm256_store_ps(kb + 8 * c, _mm256_setzero_ps());
@@ -253,21 +284,12 @@ static void attend8(const tk_attn *a, void *scratch)
             __m512d d0 = _mm512_castps_pd(u0), d1 = _mm512_castps_pd(u1);
             __m512 sc = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(d0, d1)),
                                       _mm512_castpd_ps(_mm512_unpackhi_pd(d0, d1)));
-            sc = _mm512_mul_ps(_mm512_permutexvar_ps(order, sc), _mm512_set1_ps(a->scale));
-            __m512i j = _mm512_add_epi32(_mm512_set1_epi32(j0), _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0));
-            __mmask16 vis = _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(a->n_kv[r]), j) &
-                            _mm512_cmpge_epi32_mask(j, _mm512_set1_epi32(kv0));
-            __m512 s = _mm512_mask_blend_ps(vis, _mm512_set1_ps(-INFINITY), sc);
-
-            float bmax = _mm512_reduce_max_ps(s), m_new = bmax > m[r] ? bmax : m[r];
+            __m512 s = mask_unseen(_mm512_mul_ps(_mm512_permutexvar_ps(order, sc), _mm512_set1_ps(a->scale)), j0,
+                                   kv0, a->n_kv[r]);
             __m512 acc = _mm512_load_ps(o2 + 16 * r);
-            if (m_new > m[r]) {
-                float corr = _mm512_cvtss_f32(tk_exp16(_mm512_set1_ps(m[r] - m_new)));
-                l[r] *= corr;
-                acc = _mm512_mul_ps(acc, _mm512_set1_ps(corr));
-                m[r] = m_new;
-            }
-            __m512 e = tk_exp16(_mm512_sub_ps(s, _mm512_set1_ps(m_new)));
+            float corr = raise_max(s, &m[r], &l[r]);
+            if (corr != 1.0f) acc = _mm512_mul_ps(acc, _mm512_set1_ps(corr));
+            __m512 e = tk_exp16(_mm512_sub_ps(s, _mm512_set1_ps(m[r])));
             l[r] += _mm512_reduce_add_ps(e);
             #pragma GCC unroll 8
             for (int i = 0; i < 8; i++)   /* [p(2i) x 8 | p(2i + 1) x 8] times [V(2i) | V(2i + 1)] */
@@ -278,17 +300,7 @@ static void attend8(const tk_attn *a, void *scratch)
     }
 
     for (int r = 0; r < n; r++) {
-        __m512 acc = _mm512_load_ps(o2 + 16 * r);
-        if (a->sink) {   /* one more term of the sum, with no value */
-            float s = a->sink[r];
-            if (s > m[r]) {
-                float corr = expf(m[r] - s);
-                l[r] = l[r] * corr + 1.0;
-                acc = _mm512_mul_ps(acc, _mm512_set1_ps(corr));
-            } else {
-                l[r] += expf(s - m[r]);
-            }
-        }
+        __m512 acc = _mm512_mul_ps(_mm512_load_ps(o2 + 16 * r), _mm512_set1_ps(fold_sink(a, r, m[r], &l[r])));
         __m256 o = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
         _mm256_storeu_ps(a->out + (size_t)r * 8, _mm256_mul_ps(o, _mm256_set1_ps((float)(1.0 / l[r]))));
     }
@@ -354,16 +366,13 @@ static void attend(const tk_attn *a, void *scratch)
                 continue;
             }
             __m512 s = scores16(kb, hk, q + (size_t)r * hk, j0, kv0, a->n_kv[r], a->scale);
-            float bmax = _mm512_reduce_max_ps(s), m_new = bmax > m[r] ? bmax : m[r];
-            if (m_new > m[r]) {
-                float corr = _mm512_cvtss_f32(tk_exp16(_mm512_set1_ps(m[r] - m_new)));
-                l[r] *= corr;
+            float corr = raise_max(s, &m[r], &l[r]);
+            if (corr != 1.0f) {
                 float *orow = o + (size_t)r * hv;
                 for (int d = 0; d < hv; d += 16)
                     _mm512_store_ps(orow + d, _mm512_mul_ps(_mm512_load_ps(orow + d), _mm512_set1_ps(corr)));
-                m[r] = m_new;
             }
-            __m512 e = tk_exp16(_mm512_sub_ps(s, _mm512_set1_ps(m_new)));
+            __m512 e = tk_exp16(_mm512_sub_ps(s, _mm512_set1_ps(m[r])));
             l[r] += _mm512_reduce_add_ps(e);
             _mm512_store_ps(pr, e);
         }
@@ -371,22 +380,11 @@ static void attend(const tk_attn *a, void *scratch)
     }
 
     for (int r = 0; r < n; r++) {
-        if (a->sink) {   /* one more term of the sum, with no value */
-            float s = a->sink[r];
-            if (s > m[r]) {
-                float corr = expf(m[r] - s);
-                l[r] = l[r] * corr + 1.0;
-                for (int d = 0; d < hv; d += 16)
-                    _mm512_store_ps(o + (size_t)r * hv + d, _mm512_mul_ps(_mm512_load_ps(o + (size_t)r * hv + d),
-                                                                          _mm512_set1_ps(corr)));
-            } else {
-                l[r] += expf(s - m[r]);
-            }
-        }
+        __m512 corr = _mm512_set1_ps(fold_sink(a, r, m[r], &l[r]));
         __m512 inv = _mm512_set1_ps((float)(1.0 / l[r]));
         for (int d = 0; d < hv; d += 16)
             _mm512_mask_storeu_ps(a->out + (size_t)r * hv0 + d, lanes(hv0, d),
-                                  _mm512_mul_ps(_mm512_load_ps(o + (size_t)r * hv + d), inv));
+                                  _mm512_mul_ps(_mm512_mul_ps(_mm512_load_ps(o + (size_t)r * hv + d), corr), inv));
     }
 }
 
