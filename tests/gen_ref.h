@@ -55,6 +55,13 @@ static inline void gen_ref_check_file(const char *name, const char *path, const 
     model_free(m);
 }
 
+/* A file a reference script wrote outside the repository, and its
+ * budgets (gen_ref_check_file's frac and frac_steps). */
+typedef struct gen_ref_file {
+    const char *name;
+    double frac, frac_steps;
+} gen_ref_file;
+
 /* A model a reference script (script) wrote outside the repository, read
  * from the directory the environment variable env names, against
  * llama.cpp's run of it (data/<name>.json) as gen_ref_check_file checks
@@ -76,6 +83,14 @@ static inline void gen_ref_check_env(const char *env, const char *script, const 
     }
     snprintf(jpath, sizeof jpath, "%s/%s.json", data, name);
     gen_ref_check_file(name, path, jpath, 4, NULL, frac, frac_steps);
+}
+
+/* gen_ref_check_env for each of n files, each a test case. */
+static inline void gen_ref_check_env_all(const char *env, const char *script, const char *data,
+                                         const gen_ref_file *files, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        TEST_RUN(gen_ref_check_env, env, script, data, files[i].name, files[i].frac, files[i].frac_steps);
 }
 
 /* The sha256 the commands file records for $OUT/<name>.gguf in hex[65]. */

@@ -55,7 +55,7 @@
 
 #define DATA "tests/data/conv"
 
-static const struct { const char *name; double frac, frac_steps; } models[] = {
+static const gen_ref_file models[] = {
     { "rand-qwen3moe-e256-l4-x8a2-F32", 3e-6, 3e-6 },
     { "rand-qwen3moe-e256-l4-x8a2-BF16", 4e-3, 1.2e-1 },
     { "rand-qwen3moe-e256-l4-x8a2-Q8_0", 1e-2, 1.2e-1 },
@@ -76,8 +76,6 @@ int main(int argc, char **argv)
     if (!dir || !*dir)
         SKIP("set POLYKV_CONV_DIR to the directory scripts/convrefs/make_refs.sh wrote: the converter's models "
              "(90 to 440 MB each) are not in the repository");
-    for (size_t i = 0; i < ARRAY_LEN(models); i++)
-        TEST_RUN(gen_ref_check_env, "POLYKV_CONV_DIR", "scripts/convrefs/make_refs.sh", DATA, models[i].name,
-                 models[i].frac, models[i].frac_steps);
+    gen_ref_check_env_all("POLYKV_CONV_DIR", "scripts/convrefs/make_refs.sh", DATA, models, ARRAY_LEN(models));
     return test_finish();
 }

@@ -49,7 +49,7 @@
 
 #define DATA "tests/data/qwen35"
 
-static const struct { const char *name; double frac, frac_steps; } models[] = {
+static const gen_ref_file models[] = {
     { "rand-qwen35-e256-l8-F32", 1e-4, 1e-4 },
     { "rand-qwen35-e256-l8-BF16", 1e-2, 1e-2 },
     { "rand-qwen35-e256-l8-Q8_0", 1e-2, 2e-2 },
@@ -147,9 +147,7 @@ int main(int argc, char **argv)
     if (access(DATA "/commands.txt", R_OK) != 0)
         SKIP(DATA " absent (run from the repository root): llama.cpp's outputs are there");
     TEST_RUN(check_vocab);
-    for (size_t i = 0; i < ARRAY_LEN(models); i++)
-        TEST_RUN(gen_ref_check_env, "POLYKV_QWEN35_DIR", "scripts/qwen35/make_refs.sh", DATA, models[i].name,
-                 models[i].frac, models[i].frac_steps);
+    gen_ref_check_env_all("POLYKV_QWEN35_DIR", "scripts/qwen35/make_refs.sh", DATA, models, ARRAY_LEN(models));
     for (size_t i = 0; i < ARRAY_LEN(gen_models); i++)
         TEST_RUN(gen_ref_check_gen, g_bin, DATA, DATA "/commands-gen.txt", "scripts/qwen35/make_gen_refs.sh",
                  gen_models[i].name, gen_models[i].args, gen_models[i].frac, 0.0);
