@@ -196,9 +196,10 @@ static bool admission_flag(adm_policy *p, const char *name, const char *v)
     char flag[64];
     snprintf(flag, sizeof flag, "--admission-%s", name);
     p->set = true;
-    if (!strcmp(name, "tps") || !strcmp(name, "margin-scale")) {
+    double *num = !strcmp(name, "tps") ? &p->target_tps : !strcmp(name, "margin-scale") ? &p->margin_scale : NULL;
+    if (num) {
         char *end;
-        *(!strcmp(name, "tps") ? &p->target_tps : &p->margin_scale) = strtod(v, &end);
+        *num = strtod(v, &end);
         if (end == v || *end || adm_policy_check(p) != PK_OK) {
             fprintf(stderr, "polykv serve: %s: bad value '%s'\n", flag, v);
             return false;
