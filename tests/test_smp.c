@@ -177,6 +177,28 @@ static void test_argmax(void)
     float c[] = { -INFINITY, -INFINITY, 2 };
     CHECK_EQ_INT(smp_argmax(c, 3), 2);
     CHECK_EQ_INT(smp_argmax(c, 1), 0);
+    float z[] = { -0.0f, 0.0f, -1 };             /* equal zeros: the first */
+    CHECK_EQ_INT(smp_argmax(z, 3), 0);
+    float nan0[] = { NAN, 5, 7 };                /* a scan never beats a NaN it starts on */
+    CHECK_EQ_INT(smp_argmax(nan0, 3), 0);
+
+    /* against the scan that keeps the first strict improvement, over
+     * lengths around the vector width, ties, NaNs and infinities */
+    static float r[100];
+    uint32_t x = 7;
+    for (int trial = 0; trial < 3000; trial++) {
+        int n = 1 + trial % 100;
+        for (int i = 0; i < n; i++) {
+            x = x * 1664525u + 1013904223u;
+            r[i] = (float)(x >> 28);                           /* 16 values: many ties */
+            if ((x & 0xff) == 1) r[i] = NAN;
+            if ((x & 0xff) == 2) r[i] = trial % 2 ? INFINITY : -INFINITY;
+        }
+        int32_t want = 0;
+        for (int32_t i = 1; i < n; i++)
+            if (r[i] > r[want]) want = i;
+        CHECK_EQ_INT(smp_argmax(r, n), want);
+    }
 
     smp_params p = plain(0);
     smp_ctx *s = make(&p, 5, 0);

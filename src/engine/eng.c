@@ -541,7 +541,7 @@ static int32_t sample_row(eng *e, slot *s, int32_t row_i)
             e->batch.bias_logits[s->task->req.bias[k].token] += s->task->req.bias[k].bias;
         row = e->batch.bias_logits;
     }
-    int32_t id = smp_sample(s->smp, row, nt > 0 ? top : NULL, nt, &lp);
+    int32_t id = smp_sample(s->smp, row, nt > 0 ? top : NULL, nt, nt > 0 ? &lp : NULL);
     on_token(e, s, id, lp, top, nt);
     return id;
 }

@@ -204,8 +204,14 @@ static int32_t pick(eng *e, slot *s, int32_t r)
     if (s->gm && !mask) return -1;
     int32_t best = -1;
     float mx = -INFINITY;
-    for (int32_t v = 0; v < d->n_cand; v++)
-        if (row[v] > mx && (!mask || (mask[v >> 6] >> (v & 63) & 1))) mx = row[v], best = v;
+    if (mask) {
+        for (int32_t v = 0; v < d->n_cand; v++)
+            if (row[v] > mx && (mask[v >> 6] >> (v & 63) & 1)) mx = row[v], best = v;
+    } else if (d->n_cand > 0 && row[best = smp_argmax(row, d->n_cand)] > -INFINITY) {
+        mx = row[best];
+    } else {
+        best = -1;
+    }
     if (best < 0 || e->p.spec.p_min <= 0) return best;
     double sum = 0;
     for (int32_t v = 0; v < d->n_cand; v++)

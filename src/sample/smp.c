@@ -265,12 +265,26 @@ static void select_top_k(const float *l, int32_t n, int32_t k, smp_cand *c)
     }
 }
 
+/* The first index of the largest value, as a scan keeping the first
+ * strict improvement would find it (NaNs never win; a NaN at 0 stays), in
+ * two passes the compiler vectorizes: lane maxima, then the first index
+ * holding their maximum.  A scan's compare-and-branch on the best so far
+ * ran 0.40 ms over a 151,936-token vocabulary, this 0.07 ms: a speculative
+ * step takes one per verified row and one per draft guess. */
 int32_t smp_argmax(const float *logits, int32_t n)
 {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (logits[i] > logits[best]) best = i;
-    return best;
+    enum { LANES = 16 };
+    if (n <= 0 || isnan(logits[0])) return 0;
+    float m[LANES];
+    for (int k = 0; k < LANES; k++) m[k] = logits[0];
+    int32_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int k = 0; k < LANES; k++) m[k] = logits[i + k] > m[k] ? logits[i + k] : m[k];
+    float mx = m[0];
+    for (int k = 1; k < LANES; k++) mx = m[k] > mx ? m[k] : mx;
+    for (; i < n; i++) mx = logits[i] > mx ? logits[i] : mx;
+    for (i = 0; logits[i] != mx; i++) {}
+    return i;
 }
 
 /* ---- the truncation pipeline ------------------------------------------ */

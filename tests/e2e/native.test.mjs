@@ -265,11 +265,11 @@ async function newest(url) {
 // raced: the client leaves once the server reports the task decoding (8
 // tokens, so its tps_ewma has a few gaps), and the slot may then decode at
 // most what 0.5 s at that measured rate allows, 5x the poll interval (the
-// rate only falls as the context grows).  Its slot holds 65536 cells, so a
+// rate only falls as the context grows).  Its slot holds 262144 cells, so a
 // task that went on unnoticed would run far past that bound (or past the
 // 3 s allIdle waits).
 test('a client that disconnects frees its slot', { skip }, async () => {
-  const big = await startServer(sharedModel(STORIES), ['-c', '65536', '-np', '1', '-t', '1']);
+  const big = await startServer(sharedModel(STORIES), ['-c', '262144', '-np', '1', '-t', '1']);
   try {
     for (const stream of [true, false]) {
       const ac = new AbortController();
@@ -290,9 +290,9 @@ test('a client that disconnects frees its slot', { skip }, async () => {
       // The server checks its client every 100 ms (SRV_POLL_MS); 2 s of
       // decoding is the budget for that and for a loaded machine's
       // scheduling (a run beside a sanitizer suite took 1.2 s).  Not
-      // noticing would run to the 65536-cell context, minutes away.
+      // noticing would run to the 262144-cell context, minutes away.
       const bound = at.n_decoded + Math.ceil(Math.max(at.tps_ewma, 1) * 2);
-      assert.ok(bound < 65536 / 2, `decoding too fast for this check: ${at.tps_ewma} tok/s`);
+      assert.ok(bound < 262144 / 2, `decoding too fast for this check: ${at.tps_ewma} tok/s`);
       assert.ok(end.n_decoded <= bound,
         `stream ${stream}: ${end.n_decoded} tokens decoded, ${at.n_decoded} when the client left at ` +
         `${at.tps_ewma.toFixed(0)} tok/s (allowed ${bound})`);
