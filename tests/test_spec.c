@@ -119,6 +119,50 @@ static void test_store(void)
     spec_store_free(st);
 }
 
+/* spec_gain against its doc's rule, worked by hand: steps on the line
+ * t = 10 + 5 rows (a = 10, b = 5) make a row cost 5 / (10 + 5) of one
+ * session's token and 4 x 5 / (10 + 4 x 5) with four sessions decoding;
+ * a guess keeps the depths whose tallied chance reaches that. */
+static void test_gain(void)
+{
+    static spec_gain g;
+    memset(&g, 0, sizeof g);
+    for (int i = 0; i < 40; i++) spec_gain_step(&g, 1, 15);
+    CHECK(spec_gain_threshold(&g, 1) == 0);        /* rows never varied: no cost known */
+    CHECK_EQ_INT(spec_gain_cut(&g, 3, 5, spec_gain_threshold(&g, 1)), 5);
+    for (int i = 0; i < 200; i++) {
+        int rows = 1 + i % 4;
+        spec_gain_step(&g, rows, 10 + 5.0 * rows);
+    }
+    CHECK_NEAR(spec_gain_threshold(&g, 1), 5.0 / 15, 1e-9);
+    CHECK_NEAR(spec_gain_threshold(&g, 4), 20.0 / 30, 1e-9);
+
+    /* key 3: depth 1 kept 80 of 105, depth 2 45, depth 3 20, depth 4 tried 5 times only */
+    for (int i = 0; i < 100; i++) spec_gain_judged(&g, 3, 3, i < 20 ? 3 : i < 45 ? 2 : i < 80 ? 1 : 0);
+    for (int i = 0; i < 5; i++) spec_gain_judged(&g, 3, 4, 0);
+    CHECK_NEAR(g.kept[3][0] / g.tried[3][0], 80.0 / 105, 1e-6);
+    CHECK_NEAR(g.kept[3][1] / g.tried[3][1], 45.0 / 105, 1e-6);
+    const double th1 = spec_gain_threshold(&g, 1), th4 = spec_gain_threshold(&g, 4);
+    CHECK_EQ_INT(spec_gain_cut(&g, 3, 6, th1), 2);  /* 0.76 and 0.43 reach 1/3; 0.19 does not */
+    CHECK_EQ_INT(spec_gain_cut(&g, 3, 6, th4), 1);  /* with four sessions only 0.76 reaches 2/3 */
+    CHECK_EQ_INT(spec_gain_cut(&g, 3, 1, th1), 1);
+    CHECK_EQ_INT(spec_gain_cut(&g, 8, 6, th1), 6);  /* a key never tallied: tried whole */
+    CHECK_EQ_INT(spec_gain_cut(&g, 3, 6, 0), 6);    /* --spec-ngram-p-min 0: nothing cut */
+    CHECK_EQ_INT(spec_gain_cut(&g, 3, 6, 0.9), 0);
+    /* every SPEC_GAIN_EXPLORE-th cut guess goes whole, the tallies of its cut depths stay current */
+    int whole = 0;
+    for (int i = 0; i < 4 * SPEC_GAIN_EXPLORE; i++) whole += spec_gain_cut(&g, 3, 6, th1) == 6;
+    CHECK_EQ_INT(whole, 4);
+    /* tallies forget: past the window both halve, the ratio stays */
+    for (int i = 0; i < 1000; i++) spec_gain_judged(&g, 5, 1, i % 2);
+    CHECK(g.tried[5][0] <= 257 && g.tried[5][0] >= 128);
+    CHECK_NEAR(g.kept[5][0] / g.tried[5][0], 0.5, 0.01);
+    /* a flat line (decoding bound by memory): no row costs anything, nothing is cut */
+    memset(&g, 0, sizeof g);
+    for (int i = 0; i < 200; i++) spec_gain_step(&g, 1 + i % 4, 20);
+    CHECK(spec_gain_threshold(&g, 1) == 0);
+}
+
 /* ---- the engine ---- */
 
 static model *g_m;
@@ -417,6 +461,7 @@ int main(int argc, char **argv)
     test_select(argc, argv);
     TEST_RUN(test_lookup);
     TEST_RUN(test_store);
+    TEST_RUN(test_gain);
     const char *shared = test_shared_dir();
     if (!shared) SKIP("../shared/models not found (set POLYKV_SHARED): the engine checks need stories260K");
     char path[512], err[512] = "";
@@ -433,6 +478,7 @@ int main(int argc, char **argv)
     ep.n_ctx = 8 * 512;
     ep.n_threads = 2;
     ep.spec.size_n = 3;                      /* ngram-simple's key: stories repeat short phrases */
+    ep.spec.ngram_p_min = 0;                 /* every guess verified: the checks below need guesses */
     ASSERT(eng_new(g_m, &ep, &g_e) == PK_OK);
     TEST_RUN(test_greedy);
     TEST_RUN(test_seeded);

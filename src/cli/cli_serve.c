@@ -114,6 +114,9 @@ static void usage(void)
         "                          file's own MTP block); default none\n"
         "  -md, --spec-draft-model FILE   a draft model: a smaller dense model, the same vocabulary\n"
         "  --spec-draft-p-min P    the draft stops where its token's probability is below P (0)\n"
+        "  --spec-ngram-p-min P|auto   an n-gram guess stops at the depth whose chance of being kept\n"
+        "                          (tallied per key length) is below P; auto (default): what a row\n"
+        "                          costs over what a token is worth, as the steps measure it\n"
         "  --spec-draft-n-max N    guesses a session verifies per step, at most (default 16, 3 with\n"
         "                          a draft model; <= 64)\n"
         "  --spec-draft-n-min N    a shorter guess is not verified (default 0)\n"
@@ -252,6 +255,16 @@ static bool spec_flag(spec_params *p, const char *a, const char *v)
         }
         return true;
     }
+    if (!strcmp(a, "--spec-ngram-p-min")) {
+        double pm = -1;
+        if (strcmp(v, "auto") && !cli_float(a, v, &pm)) return false;
+        if (strcmp(v, "auto") && !(pm >= 0 && pm <= 1)) {
+            fprintf(stderr, "polykv serve: --spec-ngram-p-min must be in 0..1 or auto\n");
+            return false;
+        }
+        p->ngram_p_min = (float)pm;
+        return true;
+    }
     if (!strcmp(a, "--spec-draft-p-min")) {
         double pm;
         if (!cli_float(a, v, &pm)) return false;
@@ -282,7 +295,7 @@ static bool takes_value(const char *a)
         "--max-connections", "--kv-type", "-ctk", "--cache-type-k", "-ctv", "--cache-type-v", "--pool-dir", "--models-dir", "--models-max", "--models-preset",
         "--sleep-idle-seconds", "--spec-type", "--spec-draft-n-max", "--spec-draft-n-min",
         "--spec-ngram-simple-size-n", "--spec-ngram-simple-size-m", "-md", "--spec-draft-model", "--model-draft",
-        "--spec-draft-p-min", "--draft-p-min", "--kv-events-config", "--kv-events-endpoint",
+        "--spec-draft-p-min", "--draft-p-min", "--spec-ngram-p-min", "--kv-events-config", "--kv-events-endpoint",
         "--kv-events-replay-endpoint", "--kv-events-topic", "--kv-events-encoding", "--kv-block-size",
     };
     if (!strncmp(a, "--slot-", 7) || !strncmp(a, "--admission-", 12)) return true;

@@ -643,6 +643,10 @@ static void sample_and_emit(eng *e, int32_t n, int32_t n_dec_batch)
         if (n_warm > 0) adm_knee_add(&e->adm.curve, agents, mean, now - e->adm.t_step_ms, now);
     }
     e->stat.n_busy_slots_sum += (uint64_t)busy;
+    /* What a row costs, for the n-gram guesses (a draft model's passes
+     * are in the step's time too: its guesses are not cut) */
+    if (n == n_dec_batch && !e->draft.ctx && !e->draft.mtp)
+        spec_gain_step(&e->spec_gain, n, pk_time_ms() - e->adm.t_step_ms);
 }
 
 static void publish(eng *e)

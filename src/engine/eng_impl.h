@@ -191,6 +191,7 @@ typedef struct slot {
     int32_t spec_k;             /* guesses the next step may verify (grows on success) */
     int32_t spec_misses;        /* verifications in a row that kept nothing */
     int32_t spec_skip;          /* tokens to decode before guessing again */
+    int32_t spec_key;           /* the key length this step's n-gram guess matched */
     /* A draft model's side (eng_draft.c): what its sequence for this slot
      * holds, and this step's proposal. */
     int32_t *d_hist;            /* [n_ctx_slot] tokens of the draft's cells, NULL without -md */
@@ -404,6 +405,7 @@ struct eng {
     eng_sleeper sleep;
     eng_debug dbg;
     struct spec_store *spec_store;  /* ngram-cache's recent generations (eng_spec.c) */
+    spec_gain spec_gain;            /* what n-gram guesses' rows are worth (eng_spec.c) */
     eng_draft draft;            /* -md (eng_draft.c) */
     struct eng_kvev *kvev;      /* KV events' tracker (eng_kvev.c), NULL when off */
 };

@@ -123,6 +123,14 @@ int32_t eng_spec_propose(eng *e, slot *s, int32_t budget)
             keep_longer(s, alt, got2, key2, &got, &key);
         }
     }
+    /* Only the guesses worth their rows (spec.h, spec_gain). */
+    if (kind == SPEC_NGRAM_SIMPLE || kind == SPEC_NGRAM_CACHE) {
+        int32_t n_dec = 0;
+        for (int32_t i = 0; i < e->p.n_slots; i++) n_dec += e->slots[i].state == ENG_SLOT_DECODE;
+        float pm = sp->ngram_p_min;
+        got = spec_gain_cut(&e->spec_gain, key, got, pm >= 0 ? pm : spec_gain_threshold(&e->spec_gain, n_dec));
+    }
+    s->spec_key = key;
     /* A constrained session guesses only what its grammar allows: the
      * guesses are run through its matcher, which is then set back. */
     if (s->gm && got > 0) {
@@ -154,13 +162,16 @@ spec_kind eng_spec_kind(const eng *e, const slot *s)
 void eng_spec_judged(eng *e, slot *s, int32_t n_kept)
 {
     if (s->n_draft == 0) return;
+    spec_kind kind = eng_spec_kind(e, s);
+    if (kind == SPEC_NGRAM_SIMPLE || kind == SPEC_NGRAM_CACHE)
+        spec_gain_judged(&e->spec_gain, s->spec_key, s->n_draft, n_kept);
     if (n_kept == s->n_draft) {
         s->spec_k = MIN(ENG_SPEC_MAX, s->spec_k * 2);
         s->spec_misses = 0;
     } else {
         s->spec_k = n_kept + 1;
         if (n_kept > 0) s->spec_misses = 0;
-        else if (eng_spec_kind(e, s) == SPEC_DRAFT_SIMPLE || eng_spec_kind(e, s) == SPEC_DRAFT_MTP) {
+        else if (kind == SPEC_DRAFT_SIMPLE || kind == SPEC_DRAFT_MTP) {
             if (++s->spec_misses >= DRAFT_MISSES_BEFORE_SKIP)
                 s->spec_skip = 16 << MIN(s->spec_misses - DRAFT_MISSES_BEFORE_SKIP, 5);
         } else if (++s->spec_misses >= MISSES_BEFORE_SKIP) {  /* nothing pays here: back off, longer each time */

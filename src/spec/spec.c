@@ -4,6 +4,7 @@
  */
 #include "spec.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,7 +38,7 @@ const char *spec_kind_name(spec_kind k)
 spec_params spec_params_default(void)
 {
     return (spec_params){ .kind = SPEC_NONE, .n_max = 16, .n_min = 0, .size_n = 12, .size_m = 48,
-                          .key_min = 3, .key_max = 8, .store_tokens = 1 << 20 };
+                          .key_min = 3, .key_max = 8, .store_tokens = 1 << 20, .ngram_p_min = -1 };
 }
 
 const char *spec_params_check(const spec_params *p)
@@ -49,6 +50,7 @@ const char *spec_params_check(const spec_params *p)
     if (p->key_min < 1 || p->key_max < p->key_min || p->key_max > 64)
         return "the n-gram key lengths must satisfy 1 <= min <= max <= 64";
     if (!(p->p_min >= 0 && p->p_min <= 1)) return "--spec-draft-p-min must be in 0..1";
+    if (!(p->ngram_p_min <= 1)) return "--spec-ngram-p-min must be in 0..1 or auto";
     if (p->store_tokens < 1024 || p->store_tokens > (1 << 26)) return "the n-gram store must hold 1Ki..64Mi tokens";
     return NULL;
 }
@@ -170,4 +172,60 @@ int32_t spec_store_lookup(const spec_store *s, const int32_t *ctx, int32_t n, in
     for (uint64_t q = p + 1; q < s->head && c < max_out && s->ring[q & s->mask] != SEP; q++) out[c++] = s->ring[q & s->mask];
     if (key && c > 0) *key = l;
     return c;
+}
+
+/* ---- what a guess is worth ---- */
+
+#define GAIN_DECAY 0.98             /* per decode step: the line follows the last ~50 */
+#define GAIN_WINDOW 256.0f          /* tallies halve past this many guesses at a key and depth */
+#define GAIN_MIN_TRIED 8.0f         /* fewer: the depth is tried */
+
+void spec_gain_step(spec_gain *g, int32_t rows, double ms)
+{
+    if (rows < 1 || !(ms >= 0)) return;
+    g->w = g->w * GAIN_DECAY + 1;
+    g->n = g->n * GAIN_DECAY + rows;
+    g->nn = g->nn * GAIN_DECAY + (double)rows * rows;
+    g->t = g->t * GAIN_DECAY + ms;
+    g->nt = g->nt * GAIN_DECAY + rows * ms;
+}
+
+void spec_gain_judged(spec_gain *g, int32_t key, int32_t n_guess, int32_t n_kept)
+{
+    key = MIN(MAX(key, 0), SPEC_GAIN_KEYS - 1);
+    for (int32_t j = 0; j < MIN(n_guess, SPEC_GAIN_DEPTH); j++) {
+        float *tr = &g->tried[key][j], *kp = &g->kept[key][j];
+        *tr += 1;
+        *kp += n_kept > j;
+        if (*tr > GAIN_WINDOW) {
+            *tr *= 0.5f;
+            *kp *= 0.5f;
+        }
+    }
+}
+
+double spec_gain_threshold(const spec_gain *g, int32_t n_sessions)
+{
+    /* slope b (ms a row) and intercept a of the least-squares line; rows
+     * that never varied say nothing about b */
+    double var = g->w * g->nn - g->n * g->n;
+    if (g->w < 4 || var < 0.25 * g->w * g->w) return 0;
+    double b = (g->w * g->nt - g->n * g->t) / var, a = (g->t - b * g->n) / g->w;
+    if (!(b > 0)) return 0;
+    int32_t s = MAX(n_sessions, 1);
+    double step = fmax(a, 0) + b * s;   /* a step of each session's one token */
+    return fmin(b * s / step, 1.0);
+}
+
+int32_t spec_gain_cut(spec_gain *g, int32_t key, int32_t n_guess, double th)
+{
+    if (th <= 0 || n_guess <= 0) return n_guess;
+    key = MIN(MAX(key, 0), SPEC_GAIN_KEYS - 1);
+    int32_t j = 0;
+    for (; j < MIN(n_guess, SPEC_GAIN_DEPTH); j++) {
+        float tr = g->tried[key][j];
+        if (tr >= GAIN_MIN_TRIED && g->kept[key][j] < th * tr) break;
+    }
+    if (j < n_guess && ++g->n_cut % SPEC_GAIN_EXPLORE == 0) return n_guess;
+    return j;
 }

@@ -53,6 +53,9 @@ typedef struct spec_params {
     int32_t store_tokens;       /* ngram-cache's store, 1 << 20 tokens */
     float p_min;                /* --spec-draft-p-min: a draft model stops guessing where its
                                    token's probability is below this, 0 */
+    float ngram_p_min;          /* --spec-ngram-p-min: an n-gram guess stops at the depth whose
+                                   tallied chance of being kept is below this; < 0 (default):
+                                   a row's measured cost over a token's worth (spec_gain) */
 } spec_params;
 
 spec_params spec_params_default(void);
@@ -87,5 +90,44 @@ void spec_store_add(spec_store *s, const int32_t *toks, int32_t n);
 int32_t spec_store_lookup(const spec_store *s, const int32_t *ctx, int32_t n, int32_t key_max, int32_t *out,
                           int32_t max_out, int32_t *key);
 int64_t spec_store_tokens(const spec_store *s);     /* tokens held now */
+
+/*
+ * spec_gain: how much of an n-gram guess is worth its rows.  A verified
+ * row costs what the step's products and attention spend on it: next to
+ * nothing where decoding streams the weights from memory (the 0.5B shape:
+ * a 4-row step 1.16x a 1-row one), about half a token's step where they
+ * sit in cache (stories260K: 47 us for one row, 22 us more a row).  The
+ * j-th guessed token is worth its row when the chance that it and every
+ * guess before it are kept, times what a token is worth to its session
+ * (the step's time shared by the sessions in it), exceeds the row's cost.
+ * The chance is tallied per key length and depth over the server's
+ * verifications (a match on a longer key is right more often: on stories
+ * the first guess after a 3-token key is kept 0.67 of the time, after an
+ * 8-token key 0.88); the costs come from a least-squares line through
+ * decode steps' times against their rows.  Both forget slowly.  Depths
+ * with too few tallies are tried, and one guess in SPEC_GAIN_EXPLORE goes
+ * uncut so that the tallies of cut depths stay current.
+ */
+#define SPEC_GAIN_KEYS 65           /* key lengths 0..64 */
+#define SPEC_GAIN_DEPTH 64          /* guesses 1..64 */
+#define SPEC_GAIN_EXPLORE 16
+
+typedef struct spec_gain {
+    double w, n, nn, t, nt;         /* decode steps, decayed: count, rows, rows^2, ms, rows * ms */
+    float tried[SPEC_GAIN_KEYS][SPEC_GAIN_DEPTH];   /* guesses verified at this key and depth */
+    float kept[SPEC_GAIN_KEYS][SPEC_GAIN_DEPTH];    /* ... kept with every guess before them */
+    uint32_t n_cut;                 /* guesses cut: counts to the next uncut one */
+} spec_gain;
+
+/* A decode step (no prompt rows) of `rows` rows took ms. */
+void spec_gain_step(spec_gain *g, int32_t rows, double ms);
+/* A guess of n_guess tokens on a key of `key` tokens kept n_kept. */
+void spec_gain_judged(spec_gain *g, int32_t key, int32_t n_guess, int32_t n_kept);
+/* The row's cost over a token's worth with n_sessions decoding (0 until
+ * the steps have varied in rows: then no guess is cut). */
+double spec_gain_threshold(const spec_gain *g, int32_t n_sessions);
+/* How many of an n_guess-token guess on a key of `key` tokens to verify:
+ * the depths whose tallied chance reaches th (0: all). */
+int32_t spec_gain_cut(spec_gain *g, int32_t key, int32_t n_guess, double th);
 
 #endif
