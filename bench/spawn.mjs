@@ -3,14 +3,17 @@
 // floor on one pool.
 //
 //   node bench/spawn.mjs --url http://127.0.0.1:8080 [--floor F | --knee-from K [--floor-at F]] [--margin-scale X]
+//                        [--knee-min 1] [--knee-max 6] [--knee-stagger [--knee-window-s 20]]
 //                        [--agents 8] [--every-s 3]
 //                        [--seed S] [--strategies naive,advisory,enforced] [--json] [--trace FILE]
 //   (--floor skips the knee; FILE gets every sample and admit, as JSON,
 //   and for enforced what /capacity said at each sample: the gate's inputs
 //   as a reader sees them; --verbose logs every turn to stderr)
 //
-//   knee:      mean session tok/s with 1..N agents at work together (the
-//              agents below, turn prompts and pauses included): the curve
+//   knee:      mean session tok/s with --knee-min..--knee-max agents at
+//              work together (the agents below, turn prompts and pauses
+//              included; --knee-stagger: in flight, staggered, knee() says
+//              how): the curve
 //              the floor is read from.  --floor defaults to the knee,
 //              halfway down the step where one more agent costs most, so
 //              the count before the step is above the floor and the one
@@ -56,6 +59,9 @@ const { values: a } = parseArgs({ options: {
   'pause-ms': { type: 'string', default: '1500' },
   'knee-max': { type: 'string', default: '6' },
   'knee-from': { type: 'string', default: '1' },
+  'knee-min': { type: 'string', default: '1' },
+  'knee-window-s': { type: 'string', default: '20' },
+  'knee-stagger': { type: 'boolean', default: false },
   'floor-at': { type: 'string', default: '0.5' },
   'margin-scale': { type: 'string', default: '1' },
   seed: { type: 'string' },
@@ -66,6 +72,7 @@ const { values: a } = parseArgs({ options: {
 } });
 const url = a.url, N = Number(a.agents), TURNS = Number(a.turns), REPLY = Number(a.reply);
 const PAUSE = Number(a['pause-ms']), EVERY = Number(a['every-s']) * 1000;
+const KNEE_WINDOW = Number(a['knee-window-s']) * 1000;
 /* Every run's agents are new to the server: their session ids and prompts
  * carry the run's seed.  With the same ones, a second run against the same
  * server finds every turn cached from the first (1 prompt token a turn
@@ -104,6 +111,13 @@ async function complete(prompt, pool, session, n) {
   }
 }
 
+/* Agents in flight: placed by the server (their session seen running)
+ * and not finished, pausing between turns included.  The knee's n-agent
+ * points are n agents in flight with their turns and pauses, and a gate
+ * admits agents, not turns: this is the count a gate holds.  An agent
+ * placed and finished between two samples is not counted. */
+const live = new Set(), finishedIds = new Set();
+
 /* /polykv/tps every 100 ms until stop(): the mean session speed over
  * time.  For enforced, the server's admits (its admission events carry the
  * time and the projection the gate compared; the ring is short, so it is
@@ -121,6 +135,9 @@ function sampler(pool, t0wall, admitsOf) {
                        n: t.sessions.filter((s) => s.state === 'decode' && !s.warming).length,
                        w: t.sessions.filter((s) => s.state === 'decode' && s.warming).length,
                        pre: t.sessions.filter((s) => s.state === 'prefill').length };
+      for (const s of t.sessions)
+        if (s.session_id && !finishedIds.has(s.session_id)) live.add(s.session_id);
+      sample.live = live.size;
       if (a.trace && admitsOf) {   /* what a reader is told at each sample: the gate's inputs, for the trace */
         const c = (await req('GET', `/polykv/pools/${pool}/capacity`)).json;
         sample.cap = { proj: c.projected_mean_tps_if_admitted, basis: c.projection_basis, M: c.mean_active_tps,
@@ -145,10 +162,11 @@ function sampler(pool, t0wall, admitsOf) {
 
 /* Time-weighted over the samples where someone decodes: busy time, the
  * mean speed over it, the time under a floor and under half of it, and
- * the mean count of sessions decoding (warm) and of those running at all
- * (decoding, warming up or reading a turn's prompt). */
+ * the mean count of sessions decoding (warm), of those running at all
+ * (decoding, warming up or reading a turn's prompt) and of agents in
+ * flight (above). */
 function summarize(samples, floor) {
-  let under = 0, deep = 0, busy = 0, area = 0, agents = 0, running = 0;
+  let under = 0, deep = 0, busy = 0, area = 0, agents = 0, running = 0, inflight = 0;
   for (let i = 1; i < samples.length; i++) {
     const dt = samples[i].t - samples[i - 1].t, s = samples[i - 1];
     if (s.n === 0) continue;
@@ -156,11 +174,12 @@ function summarize(samples, floor) {
     area += s.mean * dt;
     agents += s.n * dt;
     running += (s.n + (s.w || 0) + (s.pre || 0)) * dt;
+    inflight += (s.live || 0) * dt;
     if (s.mean < floor) under += dt;
     if (s.mean < floor / 2) deep += dt;
   }
   return { busy, under, deep, mean: busy ? area / busy : 0, agents: busy ? agents / busy : 0,
-           running: busy ? running / busy : 0 };
+           running: busy ? running / busy : 0, inflight: busy ? inflight / busy : 0 };
 }
 
 /* One agent: TURNS turns of REPLY tokens, a PAUSE (a tool call) between
@@ -178,6 +197,8 @@ async function agent(pool, id, k) {
     ctx += j.content + '\nTool result: ' + words(20, SEED + 1000 * k + turn);
     if (turn + 1 < TURNS) await sleep(PAUSE);
   }
+  finishedIds.add(id);
+  live.delete(id);
   return tokens;
 }
 
@@ -189,14 +210,41 @@ async function agent(pool, id, k) {
  * sessions decoding at once, the count the controller charges.  (Spread
  * over a turn's cycle, as once tried, two agents rarely decoded at once
  * and read 35.7 tok/s beside one's 36.1: the floor landed on a lone
- * agent's speed.) */
-async function knee(pool, maxN, minN = 1, tag = 'knee') {
+ * agent's speed.)
+ *
+ * --knee-stagger measures the regime a gate runs instead: n agents in
+ * flight with their turns staggered as a ramp leaves them.  n loops run
+ * agents back to back, loop i starting i/n of an agent's life after the
+ * first (the life is measured once, one agent alone); the mean is taken
+ * over --knee-window-s seconds from half a life after the last loop
+ * started, then the loops finish the agents they run.  In step, n
+ * agents read their prompts in one batch and pause together: three read
+ * 40.7 tok/s where a gate holding three staggered ones measured 38.1 (a
+ * Xeon run, 200-token turns), and each agent's prompt slows the others. */
+let LIFE = 0;
+async function knee(pool, maxN, minN, tag) {
   const curve = [];
+  if (a['knee-stagger'] && !LIFE) {
+    const t = performance.now();
+    await agent(pool, `${tag}-${SEED}-life`, 0);
+    LIFE = performance.now() - t;
+  }
   for (let n = minN; n <= maxN; n++) {
     const sm = sampler(pool, 0, null);
-    await Promise.all([...Array(n).keys()].map((k) => agent(pool, `${tag}-${SEED}-${n}-${k}`, k)));
+    let from = 0, to = Infinity;
+    if (a['knee-stagger']) {
+      from = performance.now() + LIFE * ((n - 1) / n + 0.5);
+      to = from + KNEE_WINDOW;
+      await Promise.all([...Array(n).keys()].map(async (k) => {
+        await sleep(LIFE * k / n);
+        for (let it = 0; performance.now() < to; it++) await agent(pool, `${tag}-${SEED}-${n}-${k}-${it}`, k + 10 * it);
+      }));
+    } else {
+      await Promise.all([...Array(n).keys()].map((k) => agent(pool, `${tag}-${SEED}-${n}-${k}`, k)));
+    }
     await sm.stop();
-    curve.push({ n, mean_tps: summarize(sm.samples, 0).mean });
+    const sum = summarize(sm.samples.filter((x) => x.t >= from && x.t <= to), 0);
+    curve.push({ n, mean_tps: sum.mean, decoding: sum.agents, inflight: sum.inflight });
   }
   return curve;
 }
@@ -229,7 +277,7 @@ async function strategy(name, pool, floor) {
   await Promise.all(agents);
   await sm.stop();
   const samples = sm.samples, wall = performance.now() - t0;
-  const { under, deep, busy, agents: mean_agents, running: mean_running } = summarize(samples, floor);
+  const { under, deep, busy, agents: mean_agents, running: mean_running, inflight } = summarize(samples, floor);
   /* The realized mean after an admit: over 3-4 s after it (once the
    * admit is absorbed), and over 3-8 s: an agent's turn cycle here is
    * 5-6 s (96 tokens, a 1.5 s pause, its next prompt), and one second of
@@ -252,7 +300,8 @@ async function strategy(name, pool, floor) {
   const e4 = median(4000), e8 = median(8000);
   if (a.trace) traces.push({ name, t0, samples, admits });
   return { name, wall_s: wall / 1000, tokens, finished, under_floor_s: under / 1000, deep_s: deep / 1000,
-           busy_s: busy / 1000, mean_decoding_agents: mean_agents, mean_running_agents: mean_running, median_projection_error: e4.err, n_projection_samples: e4.n,
+           busy_s: busy / 1000, mean_decoding_agents: mean_agents, mean_running_agents: mean_running,
+           mean_agents_in_flight: inflight, median_projection_error: e4.err, n_projection_samples: e4.n,
            median_projection_error_3_8s: e8.err, n_projection_samples_3_8s: e8.n };
 }
 
@@ -260,10 +309,11 @@ const traces = [];
 const root = await req('POST', '/polykv/pools', { prompt: system });
 if (root.status !== 201) throw new Error(root.text);
 const pool = root.json.pool_id;
-const curve = a.floor ? [] : await knee(pool, Number(a['knee-max']));
+const curve = a.floor ? [] : await knee(pool, Number(a['knee-max']), Number(a['knee-min']), 'knee');
 let floor = Number(a.floor), best = 0;
 if (!a.floor) {   /* the knee: --floor-at of the way up the step where one more session costs the most */
-  const from = Math.min(Math.max(1, Number(a['knee-from'])), curve.length - 1);
+  /* step i is from curve[i - 1] to curve[i] */
+  const from = Math.min(Math.max(1, curve.findIndex((c) => c.n >= Number(a['knee-from'])) + 1), curve.length - 1);
   best = from;
   for (let i = from; i < curve.length; i++)
     if (curve[i - 1].mean_tps - curve[i].mean_tps > curve[best - 1].mean_tps - curve[best].mean_tps) best = i;
@@ -297,6 +347,8 @@ if (a.trace) (await import('node:fs')).writeFileSync(a.trace, JSON.stringify({ s
 if (a.json) console.log(JSON.stringify({ seed: SEED, curve, floor, recheck, rows }));
 else {
   console.log(`seed ${SEED}; knee: ` + (curve.length ? '' : 'not measured') + curve.map((c) => `${c.n}: ${c.mean_tps.toFixed(1)}`).join(', ') + ` tok/s; floor ${floor}`);
+  if (curve.length)
+    console.log(`knee agents in flight / decoding: ` + curve.map((c) => `${c.n}: ${c.inflight.toFixed(2)} / ${c.decoding.toFixed(2)}`).join(', '));
   if (recheck)
     console.log(`knee after: ` + recheck.curve.map((c, i) => `${c.n}: ${c.mean_tps.toFixed(1)} (${recheck.moved[i] >= 0 ? '+' : ''}${recheck.moved[i].toFixed(1)})`).join(', ') +
                 ` tok/s; room ${recheck.room.map((r) => r.toFixed(1)).join(' / ')}: ` + (recheck.stable ? 'floor stable' : 'FLOOR MOVED: the machine changed speed during the run'));
@@ -304,7 +356,7 @@ else {
   for (const r of rows)
     console.log(`${r.name.padEnd(9)} wall ${r.wall_s.toFixed(1)} s, tokens ${r.tokens}, finished ${r.finished}/${N}, ` +
                 `under floor ${r.under_floor_s.toFixed(1)} s, deep ${r.deep_s.toFixed(1)} s of ${r.busy_s.toFixed(1)} s busy ` +
-                `(agents on average: ${r.mean_decoding_agents.toFixed(2)} decoding, ` +
+                `(agents on average: ${r.mean_agents_in_flight.toFixed(2)} in flight, ${r.mean_decoding_agents.toFixed(2)} decoding, ` +
                 `${r.mean_running_agents.toFixed(2)} decoding or reading a prompt), ` +
                 `median |projected - realized| ${pct(r.median_projection_error)} (3-4 s), ${pct(r.median_projection_error_3_8s)} (3-8 s)`);
 }
