@@ -2,9 +2,12 @@
 // without a JSON Schema constraint against a running server (polykv or
 // llama-server: both take /completion with json_schema and report
 // timings).  SESSIONS requests at a time, 3 rounds each way, alternating
-// constrained and unconstrained rounds so drift hits both.  Prints one JSON
-// line: per-request decode tok/s medians and aggregate tok/s (tokens /
-// wall time of a round, median over rounds).
+// constrained and unconstrained rounds so drift hits both.  Like work: a
+// constrained request ends where its grammar completes, so each
+// unconstrained request asks for exactly the tokens its constrained twin
+// (the same prompt) wrote, EOS ignored.  Prints one JSON line:
+// per-request decode tok/s medians and aggregate tok/s (tokens / wall time
+// of a round, median over rounds).
 const [url, name, sessionsArg, nArg] = process.argv.slice(2);
 const sessions = Number(sessionsArg || 1), nPredict = Number(nArg || 64);
 export const SCHEMA = {
@@ -20,18 +23,19 @@ export const SCHEMA = {
 
 const median = (a) => { const s = [...a].sort((x, y) => x - y); return s.length ? s[(s.length - 1) >> 1] : 0; };
 
-async function one(i, constrained) {
-  const body = { prompt: `Person ${i}:`, n_predict: nPredict, temperature: 0.8, seed: 1000 + i, cache_prompt: false };
+async function one(i, constrained, n = nPredict) {
+  const body = { prompt: `Person ${i}:`, n_predict: n, temperature: 0.8, seed: 1000 + i, cache_prompt: false };
   if (constrained) body.json_schema = SCHEMA;
+  else body.ignore_eos = true;
   const r = await fetch(url + '/completion', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
   const j = await r.json();
   if (r.status !== 200) throw new Error(JSON.stringify(j));
   return { tps: j.timings.predicted_per_second, n: j.timings.predicted_n, content: j.content };
 }
 
-async function round(constrained, k) {
+async function round(constrained, k, ns) {
   const t0 = performance.now();
-  const res = await Promise.all(Array.from({ length: sessions }, (_, i) => one(k * 100 + i, constrained)));
+  const res = await Promise.all(Array.from({ length: sessions }, (_, i) => one(k * 100 + i, constrained, ns ? ns[i] : nPredict)));
   const wall = (performance.now() - t0) / 1000;
   return { per: res.map((x) => x.tps), agg: res.reduce((s, x) => s + x.n, 0) / wall, n: res.map((x) => x.n) };
 }
@@ -40,8 +44,10 @@ await one(0, true);     // warm: mmap, vocabulary tables, caches
 await one(0, false);
 const out = { free: [], json: [] };
 for (let k = 0; k < 3; k++) {
-  out.json.push(await round(true, k));
-  out.free.push(await round(false, k));
+  const c = await round(true, k);
+  out.json.push(c);
+  out.free.push(await round(false, k, c.n));
+  if (out.free.at(-1).n.some((n, i) => n !== c.n[i])) throw new Error(`unequal work: ${out.free.at(-1).n} vs ${c.n}`);
 }
 const sum = (rs) => ({
   per_request_tps_median: +median(rs.flatMap((r) => r.per)).toFixed(2),
