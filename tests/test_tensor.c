@@ -463,6 +463,92 @@ static void test_simd_attend(const tk_ops *ops)
     free(scratch);
 }
 
+/*
+ * Head dim 8 (stories260K's; the AVX-512 table's own kernel) against the
+ * scalar table's, within test_simd_attend's budget: F32 / F16 / BF16
+ * caches, mixed K and V types, 5 to 700 cells (a part of one block to
+ * three chunks of 256), rows seeing different spans (windows starting and
+ * ending anywhere, down to one cell), sinks below and above every score,
+ * and queries large enough that scores spread over hundreds (a row's
+ * maximum rising late, most weights underflowing).  Each row's output
+ * must also have the same bits when it is attended alone: the engine
+ * relies on a token's result not depending on its batch.
+ */
+static void test_simd_attend8(const tk_ops *ops)
+{
+    const tk_ops *ref = tk_ops_named("scalar");
+    static const tq_type pairs[][2] = { { TQ_F16, TQ_F16 }, { TQ_F32, TQ_F32 }, { TQ_BF16, TQ_BF16 },
+                                        { TQ_F16, TQ_F32 }, { TQ_BF16, TQ_F16 }, { TQ_F32, TQ_BF16 } };
+    static const int lens[] = { 5, 16, 40, 300, 700 };
+    static const int rows[] = { 1, 2, 5, 8, 16 };
+    void *scratch = malloc(tk_attn_scratch_size());
+    int bad = 0, differ = 0;
+    for (size_t pi = 0; pi < ARRAY_LEN(pairs); pi++)
+    for (size_t li = 0; li < ARRAY_LEN(lens); li++) {
+        const tq_type tk_ = pairs[pi][0], tv = pairs[pi][1];
+        const int nc = lens[li];
+        const size_t ks = tq_row_size(tk_, 8) * 3, vs = tq_row_size(tv, 8) * 2;   /* a head's slice of wider rows */
+        char *k = malloc(ks * nc), *v = malloc(vs * nc);
+        int32_t *cells = malloc(nc * sizeof *cells);
+        float vmax = 0;
+        memset(k, 0xff, ks * nc);   /* NaNs in the other heads' slices */
+        memset(v, 0xff, vs * nc);
+        for (int c = 0; c < nc; c++) {
+            float kr[8], vr[8];
+            char *kc = k + c * ks + tq_row_size(tk_, 8), *vc = v + c * vs + tq_row_size(tv, 8);
+            fill_random(kr, 8);
+            fill_random(vr, 8);
+            tq_quantize_row(tk_, kr, kc, 8);
+            tq_quantize_row(tv, vr, vc, 8);
+            tq_dequantize_row(tv, vc, vr, 8);
+            for (int d = 0; d < 8; d++) vmax = fmaxf(vmax, fabsf(vr[d]));
+            cells[c] = (int32_t)(((int64_t)c * 7919) % nc);
+        }
+        for (size_t ri = 0; ri < ARRAY_LEN(rows); ri++)
+        for (int var = 0; var < 4; var++) {   /* bit 0: windows and sinks; bit 1: large queries */
+            const int n = rows[ri];
+            float q[16 * 8], o1[16 * 8], o2[16 * 8], o3[8], sink[16];
+            int32_t nkv[16], kv0[16];
+            fill_random(q, n * 8);
+            if (var & 2)
+                for (int i = 0; i < n * 8; i++) q[i] *= 12.0f;
+            for (int i = 0; i < n; i++) {
+                nkv[i] = i == 0 ? nc : 1 + (int)(rnd_u32() % nc);
+                int back = 1 + (int)(rnd_u32() % 40);
+                kv0[i] = rnd_u32() % 2 ? (int)(rnd_u32() % nkv[i]) : MAX(0, nkv[i] - back);
+                sink[i] = rnd_u32() % 3 ? rnd_unit() * 3 : 40.0f;   /* sometimes above every score */
+            }
+            tk_attn a = { .n_q = n, .hd_k = 8, .hd_v = 8, .q = q, .n_kv = nkv, .cells = cells, .type_k = tk_,
+                          .type_v = tv, .k = k + tq_row_size(tk_, 8), .v = v + tq_row_size(tv, 8),
+                          .k_stride = ks, .v_stride = vs, .scale = 1.0f / sqrtf(8.0f), .out = o1,
+                          .kv0 = var & 1 ? kv0 : NULL, .sink = var & 1 ? sink : NULL };
+            ops->attend(&a, scratch);
+            a.out = o2;
+            ref->attend(&a, scratch);
+            for (int i = 0; i < n * 8; i++)
+                if (!(fabsf(o1[i] - o2[i]) <= 2e-5f * vmax)) {
+                    if (bad++ < 3)
+                        fprintf(stderr, "%s attend8 %s/%s cells %d rows %d var %d row %d: %.7g vs %.7g\n", ops->isa,
+                                tq_get(tk_)->name, tq_get(tv)->name, nc, n, var, i / 8, o1[i], o2[i]);
+                }
+            for (int i = 0; i < n; i++) {   /* row i alone */
+                tk_attn one = a;
+                one.n_q = 1, one.q = q + 8 * i, one.n_kv = nkv + i, one.out = o3;
+                one.kv0 = a.kv0 ? kv0 + i : NULL, one.sink = a.sink ? sink + i : NULL;
+                ops->attend(&one, scratch);
+                differ += memcmp(o3, o1 + 8 * i, sizeof o3) != 0;
+            }
+        }
+        free(k);
+        free(v);
+        free(cells);
+    }
+    if (bad) fprintf(stderr, "%s attend8: %d outputs off the reference\n", ops->isa, bad);
+    CHECK_EQ_INT(bad, 0);
+    CHECK_EQ_INT(differ, 0);
+    free(scratch);
+}
+
 /* A sink is one more term of the softmax's sum with no value: the output
  * with sink s is the output without it times sum / (sum + e^s), the sum
  * computed here in double from the scores; and a window [kv0, n) is the
@@ -1210,6 +1296,7 @@ int main(int argc, char **argv)
         TEST_RUN(test_simd_dot_rows, o);
         TEST_RUN(test_simd_quantizers, o);
         TEST_RUN(test_simd_attend, o);
+        TEST_RUN(test_simd_attend8, o);
         TEST_RUN(test_simd_elementwise, o);
     }
     TEST_RUN(test_matmul);

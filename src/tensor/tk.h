@@ -86,7 +86,9 @@ typedef struct tk_ops {
      * Scalar: each row on its own, softmax in two passes (max, then exp
      * with the sum in double).  SIMD: rows across vector lanes, one pass
      * over the cells in blocks with a running max (each block's sum in
-     * float, the total in double), within tk.h's budget of the scalar one.
+     * float, the total in double; AVX-512 at head dim 8: cells across the
+     * lanes, a running max and sum per lane, the lanes' sums in float and
+     * their total in double), within tk.h's budget of the scalar one.
      */
     tk_attend_fn attend;
     /* Element-wise steps of a layer, one token row each:

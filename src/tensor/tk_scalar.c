@@ -66,7 +66,8 @@ void tk_fill_scalar(tk_ops *o)
 
 /* Every implementation's scratch fits this: the SIMD kernels keep the
  * transposed queries, a block of converted K and V rows, the block's scores
- * and the output accumulators; the reference one row's scores. */
+ * and the output accumulators (head dim 8: a chunk of K and V laid out by
+ * dimension and each row's softmax state); the reference one row's scores. */
 size_t tk_attn_scratch_size(void)
 {
     return 64 + sizeof(float) * (size_t)(2 * TK_ATTN_MAX_DIM * TK_ATTN_ROWS + 2 * 64 * TK_ATTN_MAX_DIM
