@@ -125,10 +125,13 @@ int32_t eng_spec_propose(eng *e, slot *s, int32_t budget)
     }
     /* Only the guesses worth their rows (spec.h, spec_gain). */
     if (kind == SPEC_NGRAM_SIMPLE || kind == SPEC_NGRAM_CACHE) {
-        int32_t n_dec = 0;
-        for (int32_t i = 0; i < e->p.n_slots; i++) n_dec += e->slots[i].state == ENG_SLOT_DECODE;
-        float pm = sp->ngram_p_min;
-        got = spec_gain_cut(&e->spec_gain, key, got, pm >= 0 ? pm : spec_gain_threshold(&e->spec_gain, n_dec));
+        double th = sp->ngram_p_min;
+        if (th < 0) {                          /* auto: the row's cost with the sessions decoding now */
+            int32_t n_dec = 0;
+            for (int32_t i = 0; i < e->p.n_slots; i++) n_dec += e->slots[i].state == ENG_SLOT_DECODE;
+            th = spec_gain_threshold(&e->spec_gain, n_dec);
+        }
+        got = spec_gain_cut(&e->spec_gain, key, got, th);
     }
     s->spec_key = key;
     /* A constrained session guesses only what its grammar allows: the

@@ -274,28 +274,6 @@ static void values_all(float *o, const float *vb, const float *p, int hv, int nb
 /* Zeros for the rows past a block's last cell: masked, but V must be finite. */
 static const char zero_row[32] __attribute__((aligned(32)));
 
-/* exp(x) for x <= 88 (here at most RESCALE), 0 below -88 as tk_exp16:
- * the range reduction in one step, n rounded by the 1.5 * 2^23 trick (two
- * multiply-adds where vrndscaleps is two cycles) and the polynomial in
- * Estrin's order.  A row's blocks are each one chain of dependent
- * operations, and the chains' latency is what limits a row: this one's
- * is ~28 cycles to tk_exp16's ~52, relative error below 3e-7 (6e-7 under
- * x = -20, for weights that add nothing). */
-static inline __m512 exp_le(__m512 x)
-{
-    const __m512 magic = _mm512_set1_ps(12582912.0f);
-    __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-88.0f), _CMP_GE_OQ);
-    x = _mm512_max_ps(x, _mm512_set1_ps(-88.0f));
-    __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), magic), magic);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693147180559945f), x);
-    __m512 r2 = _mm512_mul_ps(r, r), r4 = _mm512_mul_ps(r2, r2);
-    __m512 p01 = _mm512_add_ps(r, _mm512_set1_ps(1.0f));
-    __m512 p23 = _mm512_fmadd_ps(r, _mm512_set1_ps(1.0f / 6), _mm512_set1_ps(0.5f));
-    __m512 p45 = _mm512_fmadd_ps(r, _mm512_set1_ps(1.0f / 120), _mm512_set1_ps(1.0f / 24));
-    __m512 p = _mm512_fmadd_ps(r4, _mm512_fmadd_ps(r2, _mm512_set1_ps(1.0f / 720), p45), _mm512_fmadd_ps(r2, p23, p01));
-    return _mm512_maskz_scalef_ps(live, p, n);
-}
-
 /* 16 bytes at p into the 128-bit lanes set in k (a load, and a blend
  * where k is not all lanes: no shuffle). */
 static inline __m512i lane_rows(__m512i z, __mmask16 k, const char *p)
@@ -411,14 +389,14 @@ row_block(__m512 *M, __m512 *MT, __m512 *L, __m512 A[8], const __m512 qd[8], con
         *MT = _mm512_add_ps(*M, _mm512_set1_ps(RESCALE));
     } else if (_mm512_cmp_ps_mask(s, *MT, _CMP_GT_OQ)) {
         __m512 Mn = _mm512_max_ps(*M, s);
-        __m512 c = exp_le(_mm512_sub_ps(*M, Mn));   /* 1 where M held, 0 from -FLT_MAX */
+        __m512 c = tk_exp16_short(_mm512_sub_ps(*M, Mn));   /* 1 where M held, 0 from -FLT_MAX */
         *L = _mm512_mul_ps(*L, c);
         #pragma GCC unroll 8
         for (int d = 0; d < 8; d++) A[d] = _mm512_mul_ps(A[d], c);
         *M = Mn;
         *MT = _mm512_add_ps(*M, _mm512_set1_ps(RESCALE));
     }
-    __m512 e = exp_le(_mm512_sub_ps(s, *M));
+    __m512 e = tk_exp16_short(_mm512_sub_ps(s, *M));
     *L = _mm512_add_ps(*L, e);
     #pragma GCC unroll 8
     for (int d = 0; d < 8; d++) A[d] = _mm512_fmadd_ps(e, _mm512_load_ps(vb + 16 * d), A[d]);
@@ -459,7 +437,7 @@ static inline void row_out(const tk_attn *a, int r, const float *st)
 {
     __m512 M = _mm512_load_ps(st + ST_M);
     float m = _mm512_reduce_max_ps(M);   /* > -FLT_MAX unless the row has no cells */
-    __m512 f = exp_le(_mm512_sub_ps(M, _mm512_set1_ps(m)));   /* 0 for lanes that saw nothing */
+    __m512 f = tk_exp16_short(_mm512_sub_ps(M, _mm512_set1_ps(m)));   /* 0 for lanes that saw nothing */
     __m512 Lf = _mm512_mul_ps(_mm512_load_ps(st + ST_L), f);
     double l = _mm512_reduce_add_pd(_mm512_add_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(Lf)),
                                                   _mm512_cvtps_pd(_mm512_extractf32x8_ps(Lf, 1))));
