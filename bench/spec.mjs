@@ -8,8 +8,12 @@
 // interleaved per prompt on one polykv server (speculative.type per
 // request); llama-server, when LLAMA_SERVER names its binary, runs the same
 // prompts once per --spec-type in its own process, interleaved by round.
-// Medians over --rounds rounds; the text of every run is checked equal to
-// the run without speculation.
+// Medians over --rounds rounds, and the paired median: of each request's
+// speed over the speed of the same prompt without speculation, run next to
+// it (what the machine's drift between requests leaves alone).  A round
+// r prompt's store holds the rounds before it: stories the model wrote
+// for the same openings.  The text of every run is checked equal to the
+// run without speculation.
 //
 // Then the 8 prompts at once (-np 8): the sum of their tokens over the
 // wall time of the 8, in the three modes.  Then on each --repeat-model
@@ -63,6 +67,7 @@ const median = (xs) => { const s = [...xs].sort((x, y) => x - y); return s.lengt
 
 const rounds = Number(a.rounds);
 const res = { off: [], fresh: [], repeat: [] };
+const paired = { fresh: [], repeat: [] };   // each request's speed over the same prompt's without, run beside it
 const acc = { fresh: [0, 0], repeat: [0, 0] };
 let mismatches = 0;
 const pk = await start(a.bin, ['serve', '-m', a.model, '--port', '18191', '-np', '1', '-c', '2048', '-t', '1',
@@ -73,6 +78,8 @@ for (let r = 0; r < rounds; r++) {
     const fresh = await complete(18191, p, {});
     const off = await complete(18191, p, { 'speculative.type': 'none' });
     const repeat = await complete(18191, p, {});
+    paired.fresh.push(fresh.timings.predicted_per_second / off.timings.predicted_per_second);
+    paired.repeat.push(repeat.timings.predicted_per_second / off.timings.predicted_per_second);
     for (const [k, x] of [['off', off], ['fresh', fresh], ['repeat', repeat]]) {
       res[k].push(x.timings.predicted_per_second);
       if (k !== 'off') { acc[k][0] += x.timings.draft_n_accepted || 0; acc[k][1] += x.timings.draft_n || 0; }
@@ -98,8 +105,8 @@ const m = { off: median(res.off), fresh: median(res.fresh), repeat: median(res.r
 console.log(`polykv, 1 session, ${PROMPTS.length} prompts x ${rounds} rounds, ${N} tokens (medians of per-request tok/s):`);
 console.log(`  no speculation   ${m.off.toFixed(0)} tok/s`);
 for (const k of ['fresh', 'repeat'])
-  console.log(`  ngram-cache ${k.padEnd(6)} ${m[k].toFixed(0)} tok/s  ${(m[k] / m.off).toFixed(2)}x  acceptance ` +
-              `${(acc[k][0] / Math.max(acc[k][1], 1)).toFixed(2)}`);
+  console.log(`  ngram-cache ${k.padEnd(6)} ${m[k].toFixed(0)} tok/s  ${(m[k] / m.off).toFixed(2)}x  ` +
+              `(paired median ${median(paired[k]).toFixed(2)}x)  acceptance ${(acc[k][0] / Math.max(acc[k][1], 1)).toFixed(2)}`);
 console.log(`  texts differing from the run without speculation: ${mismatches}`);
 const m8 = { off: median(agg.off), fresh: median(agg.fresh), repeat: median(agg.repeat) };
 console.log(`polykv, the 8 prompts at once (-np 8), tokens of all 8 over their wall time: no speculation ` +

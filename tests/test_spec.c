@@ -75,16 +75,18 @@ static void test_lookup(void)
     CHECK(hits > 1000);
 }
 
-/* The store against a plain list of its generations: the latest stored
- * place of the context's last key_min tokens inside one generation, its
- * key extended back to key_max, its continuation to the generation's end. */
+/* The store against a plain list of its generations: of the latest
+ * SPEC_STORE_PROBES stored places of the context's last key_min tokens,
+ * the one whose key extends furthest back (to key_max; the latest of
+ * equals) with a token after it in its generation, and its continuation
+ * to the generation's end. */
 static void test_store(void)
 {
     enum { CAP = 4096, KMIN = 3, KMAX = 6 };
     spec_store *st;
     CHECK_EQ_INT(spec_store_new(CAP, KMIN, &st), PK_OK);
     static int32_t all[1 << 16];        /* every stored token, -1 between generations */
-    int32_t n_all = 0, bad = 0, hits = 0, ctx[40], out[16], want[16];
+    int32_t n_all = 0, bad = 0, hits = 0, older = 0, ctx[40], out[16], want[16];
     for (int g = 0; g < 600; g++) {
         int32_t len = 1 + (int32_t)(rnd_u32() % 40);
         int32_t gen[40];
@@ -96,25 +98,27 @@ static void test_store(void)
         int32_t nc = KMIN + (int32_t)(rnd_u32() % 8);
         for (int32_t i = 0; i < nc; i++) ctx[i] = (int32_t)(rnd_u32() % 4);
         int32_t key, got = spec_store_lookup(st, ctx, nc, KMAX, out, 16, &key);
-        /* The naive answer: the latest p (in the ring's reach) whose KMIN
-         * tokens end the context; hash collisions may hide it (the index
-         * keeps one place per bucket), so a miss is allowed, a wrong hit not. */
-        int32_t lo = MAX(0, n_all - (CAP - 1)), wn = 0, wk = 0;
-        for (int32_t p = n_all - 1; p >= lo + KMIN - 1; p--) {
-            bool eq = true;
-            for (int32_t d = 0; d < KMIN && eq; d++) eq = all[p - d] == ctx[nc - 1 - d];
-            if (!eq) continue;
-            while (wk < KMAX && wk < nc && p - wk >= lo && all[p - wk] == ctx[nc - 1 - wk]) wk++;
-            for (int32_t q = p + 1; q < n_all && all[q] >= 0 && wn < 16; q++) want[wn++] = all[q];
-            break;
+        int32_t lo = MAX(0, n_all - (CAP - 1)), wn = 0, wk = 0, wp = -1, latest = -1, seen = 0;
+        for (int32_t p = n_all - 1; p >= lo + KMIN - 1 && seen < SPEC_STORE_PROBES; p--) {
+            int32_t l = 0;
+            while (l < KMAX && l < nc && p - l >= lo && all[p - l] == ctx[nc - 1 - l]) l++;
+            if (l < KMIN) continue;
+            seen++;
+            if (p + 1 >= n_all || all[p + 1] < 0) continue;
+            if (latest < 0) latest = p;
+            if (l > wk) {
+                wk = l;
+                wp = p;
+            }
         }
-        if (got > 0) {
-            hits++;
-            bad += got != wn || key != wk || memcmp(out, want, (size_t)got * sizeof *out) != 0;
-        }
+        for (int32_t q = wp + 1; wp >= 0 && q < n_all && all[q] >= 0 && wn < 16; q++) want[wn++] = all[q];
+        older += wp != latest;   /* a longer key further back than the latest place */
+        hits += got > 0;
+        bad += got != wn || (got > 0 && (key != wk || memcmp(out, want, (size_t)got * sizeof *out) != 0));
     }
     CHECK_EQ_INT(bad, 0);
     CHECK(hits > 100);
+    CHECK(older > 50);
     CHECK_EQ_INT(spec_store_tokens(st), CAP);
     spec_store_free(st);
 }

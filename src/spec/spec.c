@@ -92,6 +92,8 @@ struct spec_store {
     uint64_t mask;
     uint64_t head;              /* tokens ever written: the next one's position */
     uint64_t *index;            /* [mask + 1] position + 1 of a key_min-gram's last token, by its hash */
+    uint64_t *prev;             /* [mask + 1] by position & mask: index's value before that position
+                                   took it (the bucket's next older entry), a chain per bucket */
     int32_t key_min;
 };
 
@@ -116,7 +118,8 @@ pk_status spec_store_new(int32_t cap, int32_t key_min, spec_store **out)
     if (!s) return PK_ENOMEM;
     s->ring = malloc(size * sizeof *s->ring);
     s->index = calloc(size, sizeof *s->index);
-    if (!s->ring || !s->index) {
+    s->prev = calloc(size, sizeof *s->prev);
+    if (!s->ring || !s->index || !s->prev) {
         spec_store_free(s);
         return PK_ENOMEM;
     }
@@ -131,6 +134,7 @@ void spec_store_free(spec_store *s)
     if (!s) return;
     free(s->ring);
     free(s->index);
+    free(s->prev);
     free(s);
 }
 
@@ -149,8 +153,11 @@ void spec_store_add(spec_store *s, const int32_t *toks, int32_t n)
     for (int32_t i = 0; i < n; i++) {
         uint64_t p = s->head++;
         s->ring[p & s->mask] = toks[i];
-        if (i + 1 >= s->key_min)
-            s->index[key_hash(toks + i + 1 - s->key_min, s->key_min) & s->mask] = p + 1;
+        if (i + 1 >= s->key_min) {
+            uint64_t *b = &s->index[key_hash(toks + i + 1 - s->key_min, s->key_min) & s->mask];
+            s->prev[p & s->mask] = *b;
+            *b = p + 1;
+        }
     }
 }
 
@@ -159,18 +166,33 @@ int32_t spec_store_lookup(const spec_store *s, const int32_t *ctx, int32_t n, in
 {
     if (key) *key = 0;
     if (n < s->key_min || max_out < 1) return 0;
+    /* The bucket's chain runs from the newest entry back; an entry older
+     * than the ring's oldest token was overwritten, and so is all after it. */
+    uint64_t lo = oldest(s), best_p = 0;
+    int32_t best_l = 0;
     uint64_t v = s->index[key_hash(ctx + n - s->key_min, s->key_min) & s->mask];
-    if (!v) return 0;
-    uint64_t p = v - 1, lo = oldest(s);
-    if (p >= s->head || p < lo + (uint64_t)(s->key_min - 1)) return 0;   /* overwritten since */
-    int32_t l = 0;
-    while (l < key_max && l < n && p - (uint64_t)l >= lo && p >= (uint64_t)l &&
-           s->ring[(p - (uint64_t)l) & s->mask] == ctx[n - 1 - l])
-        l++;
-    if (l < s->key_min) return 0;                /* another key in the same bucket */
+    for (int seen = 0, steps = 0; v && seen < SPEC_STORE_PROBES && steps < 8 * SPEC_STORE_PROBES;
+         steps++, v = s->prev[(v - 1) & s->mask]) {
+        uint64_t p = v - 1;
+        if (p >= s->head || p < lo + (uint64_t)(s->key_min - 1)) break;
+        int32_t l = 0;
+        while (l < key_max && l < n && p >= (uint64_t)l && p - (uint64_t)l >= lo &&
+               s->ring[(p - (uint64_t)l) & s->mask] == ctx[n - 1 - l])
+            l++;
+        if (l < s->key_min) continue;           /* another key in the same bucket */
+        seen++;
+        if (p + 1 >= s->head || s->ring[(p + 1) & s->mask] == SEP) continue;   /* nothing follows it */
+        if (l > best_l) {
+            best_l = l;
+            best_p = p;
+            if (l == key_max) break;
+        }
+    }
+    if (!best_l) return 0;
     int32_t c = 0;
-    for (uint64_t q = p + 1; q < s->head && c < max_out && s->ring[q & s->mask] != SEP; q++) out[c++] = s->ring[q & s->mask];
-    if (key && c > 0) *key = l;
+    for (uint64_t q = best_p + 1; q < s->head && c < max_out && s->ring[q & s->mask] != SEP; q++)
+        out[c++] = s->ring[q & s->mask];
+    if (key) *key = best_l;
     return c;
 }
 

@@ -84,9 +84,15 @@ void spec_store_free(spec_store *s);            /* NULL is a no-op */
 /* Appends one generation with the context it continued (toks[0..n)),
  * after a separator that no lookup crosses; the oldest tokens go. */
 void spec_store_add(spec_store *s, const int32_t *toks, int32_t n);
-/* As spec_ngram_lookup over the store: the latest stored occurrence of
- * ctx's last key_min tokens, extended back up to key_max; its
- * continuation (up to the generation's end) goes to out. */
+/* As spec_ngram_lookup over the store: of the SPEC_STORE_PROBES latest
+ * stored occurrences of ctx's last key_min tokens, the one whose match
+ * extends furthest back (up to key_max; the latest of equals) and that
+ * something follows; its continuation (up to the generation's end) goes
+ * to out.  The latest
+ * occurrence alone is often a short match where an older one continues
+ * a longer one: stories260K's fresh prompts kept 0.59 of their guesses
+ * with it. */
+#define SPEC_STORE_PROBES 32
 int32_t spec_store_lookup(const spec_store *s, const int32_t *ctx, int32_t n, int32_t key_max, int32_t *out,
                           int32_t max_out, int32_t *key);
 int64_t spec_store_tokens(const spec_store *s);     /* tokens held now */
