@@ -340,7 +340,7 @@ static void test_simd_dot_rows(const tk_ops *ops)
     static const int rows[] = { 1, 5, 16, 17, 40 };
     int checked = 0;
     for (int wt = 0; wt < TQ_COUNT; wt++) {
-        if (!ops->dot_rows[wt]) continue;
+        if (!ops->dot_rows[wt] || tq_get(wt)->tile_rows) continue;   /* tiled: check_tiled_f32 */
         tq_type vt = tq_get((tq_type)wt)->vec_dot_type;
         for (size_t s = 0; s < ARRAY_LEN(sizes); s++) {
             int64_t n = sizes[s];
@@ -1101,15 +1101,15 @@ static void check_tiled(tp_pool *tp, tq_type plain, int64_t n_rows, int64_t n_co
     for (int64_t r = 0; r < n_rows; r++) tq_quantize_row(plain, wf + r * n_cols, w + r * wrow, n_cols);
     tq_tile(tiled, w, n_rows, n_cols, wt);
     CHECK(memcmp(w, wt, bytes) != 0);   /* the layout did change */
-    tq_untile(tiled, wt, 0, n_rows, n_cols, back);
+    tq_untile(tiled, wt, 0, n_rows, n_rows, n_cols, back);
     CHECK(memcmp(w, back, bytes) == 0);
-    tq_untile(tiled, wt, 5, 13, n_cols, back);   /* rows off the tile grid */
+    tq_untile(tiled, wt, 5, 13, n_rows, n_cols, back);   /* rows off the tile grid */
     CHECK(memcmp(w + 5 * wrow, back, 13 * wrow) == 0);
     float *d1 = malloc((size_t)n_cols * sizeof *d1), *d2 = malloc((size_t)n_cols * sizeof *d2);
     bool rows_same = true;
     for (int64_t r = 0; r < n_rows; r += 7) {
         tq_dequantize_row(plain, w + r * wrow, d1, n_cols);
-        tq_dequantize_row_at(tiled, wt, r, n_cols, d2);
+        tq_dequantize_row_at(tiled, wt, r, n_rows, n_cols, d2);
         rows_same = rows_same && memcmp(d1, d2, (size_t)n_cols * sizeof *d1) == 0;
     }
     CHECK(rows_same);
@@ -1169,6 +1169,78 @@ static void check_tiled(tp_pool *tp, tq_type plain, int64_t n_rows, int64_t n_co
     free(back);
 }
 
+/*
+ * F32X16 (tq.h): tile / untile give back the plain floats (rows past the
+ * last whole tile included), every row reads back as it was, and
+ * tk_matmul of the tiled matrix equals that of the plain one to the bit at
+ * every token count, alone and in a set with a plain F32 matrix: the
+ * tiled kernel adds each output's products in dot_f32's order.  Widths
+ * with and without a 16-value tail, heights with and without plain rows
+ * after the tiles; values with both signs and zeros, so -0 sums occur.
+ */
+static void check_tiled_f32(tp_pool *tp, int64_t n_rows, int64_t n_cols)
+{
+    size_t bytes = (size_t)(n_rows * n_cols) * sizeof(float);
+    float *w = malloc(bytes), *wt = malloc(bytes), *back = malloc(bytes), *d = malloc((size_t)n_cols * sizeof *d);
+    fill_random(w, n_rows * n_cols);
+    for (int64_t i = 0; i < n_rows * n_cols; i += 7) w[i] = i % 2 ? 0.0f : -0.0f;
+    tq_tile(TQ_F32X16, w, n_rows, n_cols, wt);
+    CHECK(memcmp(w, wt, bytes) != 0);
+    tq_untile(TQ_F32X16, wt, 0, n_rows, n_rows, n_cols, back);
+    CHECK(memcmp(w, back, bytes) == 0);
+    tq_untile(TQ_F32X16, wt, 5, n_rows - 5, n_rows, n_cols, back);
+    CHECK(memcmp(w + 5 * n_cols, back, bytes - (size_t)(5 * n_cols) * sizeof(float)) == 0);
+    bool rows_same = true;
+    for (int64_t r = 0; r < n_rows; r++) {
+        tq_dequantize_row_at(TQ_F32X16, wt, r, n_rows, n_cols, d);
+        rows_same = rows_same && memcmp(w + r * n_cols, d, (size_t)n_cols * sizeof *d) == 0;
+    }
+    CHECK(rows_same);
+    if (!tk_runs_tiled(TQ_F32, n_rows, n_cols)) {
+        SKIP_PART("no F32X16 kernel on this CPU (%s): tiled f32 %lldx%lld not multiplied", tk_ops_get()->isa,
+                  (long long)n_rows, (long long)n_cols);
+    } else {
+        static const int64_t toks[] = { 1, 2, 3, 4, 5, 8, 9, 17, 33, 70 };
+        for (size_t k = 0; k < ARRAY_LEN(toks); k++) {
+            int64_t T = toks[k];
+            float *x = malloc((size_t)(T * n_cols) * sizeof *x);
+            float *y1 = malloc((size_t)(T * n_rows) * sizeof *y1), *y2 = malloc((size_t)(T * n_rows) * sizeof *y2);
+            void *scratch = malloc(tk_matmul_scratch_size(TQ_F32, n_cols, T));
+            fill_random(x, T * n_cols);
+            for (int64_t i = 3; i < T * n_cols; i += 11) x[i] = 0.0f;
+            tk_matmul(tp, TQ_F32, w, n_rows, n_cols, x, T, y1, scratch);
+            tk_matmul(tp, TQ_F32X16, wt, n_rows, n_cols, x, T, y2, scratch);
+            bool same = memcmp(y1, y2, (size_t)(T * n_rows) * sizeof *y1) == 0;
+            if (!same) fprintf(stderr, "f32x16 %lldx%lld n_tok=%lld differs\n", (long long)n_rows, (long long)n_cols,
+                               (long long)T);
+            CHECK(same);
+            multi_args m = { .tp = tp, .n_cols = n_cols, .n_tok = T, .x = x };
+            m.mats[0] = (tk_mat){ TQ_F32X16, wt, n_rows, malloc((size_t)(T * n_rows) * sizeof(float)) };
+            m.mats[1] = (tk_mat){ TQ_F32, w, 9, malloc((size_t)(T * 9) * sizeof(float)) };
+            m.mats[2] = (tk_mat){ TQ_F32, w, n_rows, malloc((size_t)(T * n_rows) * sizeof(float)) };
+            m.scratch = malloc(tk_matmul_multi_scratch_size(m.mats, 3, n_cols, T));
+            tk_matmul_scratch_init(m.scratch);
+            tp_run(tp, multi_job, &m);
+            CHECK(memcmp(m.mats[0].y, y1, (size_t)(T * n_rows) * sizeof *y1) == 0);
+            CHECK(memcmp(m.mats[2].y, y1, (size_t)(T * n_rows) * sizeof *y1) == 0);
+            bool head = true;
+            for (int64_t t = 0; t < T; t++)
+                head = head && memcmp(m.mats[1].y + t * 9, y1 + t * n_rows, 9 * sizeof *y1) == 0;
+            CHECK(head);
+            for (int i = 0; i < 3; i++) free(m.mats[i].y);
+            free(m.scratch);
+            free(x);
+            free(y1);
+            free(y2);
+            free(scratch);
+        }
+    }
+    free(w);
+    free(wt);
+    free(back);
+    free(d);
+}
+
 static void test_tiled(void)
 {
     CHECK(tq_tiled(TQ_Q4_0) == TQ_Q4_0X16 && tq_tiled(TQ_Q8_0) == TQ_Q8_0X16 && tq_tiled(TQ_Q4_1) < 0);
@@ -1194,6 +1266,14 @@ static void test_tiled(void)
     check_tiled(tp, TQ_MXFP4, 48, 256);
     check_tiled(tp, TQ_MXFP4, 64, 2880);   /* gpt-oss's experts: 45 units, half of them off the line grid */
     check_tiled(tp, TQ_IQ4_NL, 32, 2880);
+    CHECK(tq_tiled(TQ_F32) == TQ_F32X16 && tq_tiled(TQ_F32X16) < 0 && tq_get(TQ_F32X16)->untiled == TQ_F32);
+    CHECK(tq_tileable(TQ_F32, 16, 1) && tq_tileable(TQ_F32, 172, 64) && !tq_tileable(TQ_F32, 15, 64));
+    check_tiled_f32(tp, 64, 64);      /* stories260K's attention */
+    check_tiled_f32(tp, 172, 64);     /* its FFN: 10 tiles and 12 plain rows */
+    check_tiled_f32(tp, 64, 172);     /* a 12-value tail */
+    check_tiled_f32(tp, 48, 100);
+    check_tiled_f32(tp, 17, 8);
+    check_tiled_f32(tp, 512, 64);     /* several units per thread */
     tp_free(tp);
 }
 

@@ -15,15 +15,16 @@
  * switching) from start to end, and the switch happens only at count 0.
  *
  * TILING: matrices of a type with a tiled layout (tq.h: Q4_0, Q8_0,
- * IQ4_NL, MXFP4, Q4_K, Q6_K) that the CPU's kernels can run tiled
- * (tk_runs_tiled) are written into the copy in that layout instead: the
- * same bytes at the same offsets, rearranged for the decode kernels
- * (tk_tiled_avx512.c, tk_tiledk_avx512.c), which need less than half the
- * vector operations of the row-major ones.  Stacked experts are tiled
- * matrix by matrix where each is whole tiles, so an expert's rows stay
- * where slice() in model_moe.c looks for them.  The switch then changes their type
- * along with the pointer; every path gives the same results on either
- * layout.  So the tiling costs neither memory nor start-up time, only the
+ * IQ4_NL, MXFP4, Q4_K, Q6_K; F32 where the passes only multiply it) that
+ * the CPU's kernels can run tiled (tk_runs_tiled) are written into the
+ * copy in that layout instead: the same bytes at the same offsets,
+ * rearranged for the decode kernels (tk_tiled_avx512.c,
+ * tk_tiledk_avx512.c; F32's in tk_legacy_avx512.c), which need less than
+ * half the vector operations of the row-major ones.  Stacked experts are
+ * tiled matrix by matrix where each is whole tiles, so an expert's rows
+ * stay where slice() in model_moe.c looks for them.  The switch then
+ * changes their type along with the pointer; every path gives the same
+ * results on either layout.  So the tiling costs neither memory nor start-up time, only the
  * copier's time (the copy completed 143-254 ms after load instead of
  * 70-120 ms warm, 3 runs each).
  */
@@ -50,16 +51,41 @@ static void widen(model_w *w, void *arg)
     if (!s->hi || b > s->hi) s->hi = b;
 }
 
-typedef struct { const char *from; char *to; } rebase;
+typedef struct { const char *from; char *to; const model *m; } rebase;
+
+/* Whether w is a matrix the passes only multiply (tk_matmul) or read a
+ * row of (tq_dequantize_row_at): F32 also holds biases, convolutions and
+ * scales read as plain floats, which must stay plain. */
+static bool only_multiplied(const model *m, const model_w *w)
+{
+    if (w == &m->tok_embd || w == &m->output || w == &m->pl_tok_embd || w == &m->pl_model_proj) return true;
+    const char *l0 = (const char *)m->layers, *p = (const char *)w;
+    if (p < l0 || p >= l0 + (size_t)m->hp.n_layer * sizeof(model_layer)) return false;
+    static const size_t products[] = {
+        offsetof(model_layer, wq), offsetof(model_layer, wk), offsetof(model_layer, wv), offsetof(model_layer, wo),
+        offsetof(model_layer, w_gate), offsetof(model_layer, w_up), offsetof(model_layer, w_down),
+        offsetof(model_layer, ssm_qkv), offsetof(model_layer, ssm_z), offsetof(model_layer, ssm_beta),
+        offsetof(model_layer, ssm_alpha), offsetof(model_layer, ssm_out), offsetof(model_layer, moe_router),
+        offsetof(model_layer, exp_gate), offsetof(model_layer, exp_up), offsetof(model_layer, exp_down),
+        offsetof(model_layer, exp_gate_up), offsetof(model_layer, sh_gate), offsetof(model_layer, sh_up),
+        offsetof(model_layer, sh_down), offsetof(model_layer, sh_router), offsetof(model_layer, pl_gate),
+        offsetof(model_layer, pl_proj),
+    };
+    size_t at = (size_t)(p - l0) % sizeof(model_layer);
+    for (size_t i = 0; i < ARRAY_LEN(products); i++)
+        if (at == products[i]) return true;
+    return false;
+}
 
 /* The type a weight has in the copy: its tiled layout where the kernels
  * run one for its shape. */
-static int copy_type(const model_w *w)
+static int copy_type(const model *m, const model_w *w)
 {
     /* stacked matrices (experts) are multiplied one at a time: each must
      * be whole tiles */
     int64_t rows = w->n_mat > 1 ? w->n_rows / w->n_mat : w->n_rows;
     bool whole = w->n_mat <= 1 || rows % TQ_TILE_ROWS == 0;
+    if (w->type == TQ_F32 && !only_multiplied(m, w)) return w->type;
     return rows > 1 && whole && tk_runs_tiled(w->type, rows, w->n_cols) ? tq_tiled(w->type) : w->type;
 }
 
@@ -68,7 +94,7 @@ static void move(model_w *w, void *arg)
     const rebase *r = arg;
     if (!w->data) return;
     w->data = r->to + ((const char *)w->data - r->from);
-    w->type = copy_type(w);
+    w->type = copy_type(r->m, w);
 }
 
 /* Drops this process's hold on the mapped pages inside [p, p + n): they
@@ -104,7 +130,7 @@ static void copy_weight(model_w *w, void *arg)
     const char *src = w->data;
     char *dst = m->copy_buf + (src - ((const char *)gguf_file_data(m->gguf) + m->copy_off));
     size_t bytes = model_w_bytes(w), done = 0;
-    int type = copy_type(w);
+    int type = copy_type(m, w);
     size_t step = COPY_CHUNK;
     if (type != w->type) {
         size_t tile = TQ_TILE_ROWS * tq_row_size(w->type, w->n_cols);
@@ -161,7 +187,7 @@ void model_copy_start(model *m)
 static void switch_to_copy(model *m)
 {
     const char *map_lo = (const char *)gguf_file_data(m->gguf) + m->copy_off;
-    model_each_weight(m, move, &(rebase){ map_lo, m->copy_buf });
+    model_each_weight(m, move, &(rebase){ map_lo, m->copy_buf, m });
     release(map_lo, m->copy_len);   /* pages passes faulted in during the copy */
 }
 
@@ -211,7 +237,10 @@ typedef struct {
 static void add_tiled(model_w *w, void *arg)
 {
     tiled_count *c = arg;
-    if (w->data && tq_get(w->type)->tile_rows && !tied_again(c->m, w)) c->n += model_w_bytes(w);
+    /* as model_weight_bytes: the embeddings (a row read per token) are not counted */
+    if (w->data && tq_get(w->type)->tile_rows && !tied_again(c->m, w) && w != &c->m->tok_embd &&
+        w != &c->m->pl_tok_embd)
+        c->n += model_w_bytes(w);
 }
 
 size_t model_tiled_bytes(const model *m)
@@ -248,7 +277,7 @@ void model_weights_release(const model *cm)
     atomic_store(&m->copy_stop, false);
     const char *map_lo = (const char *)gguf_file_data(m->gguf) + m->copy_off;
     if (atomic_load(&m->copy_state) == COPY_ADOPTED)
-        model_each_weight(m, move_back, &(rebase){ m->copy_buf, (char *)map_lo });
+        model_each_weight(m, move_back, &(rebase){ m->copy_buf, (char *)map_lo, m });
     pk_huge_free(m->copy_buf, m->copy_len);
     m->copy_buf = NULL;
     atomic_store(&m->copy_state, COPY_NONE);

@@ -740,7 +740,7 @@ pk_status model_decode(model_ctx *c, const model_batch *b, float *logits)
         for (int i = 0; i < n; i++) {
             int bi = i0 + i;
             float *xi = c->x + (size_t)i * hp->n_embd;
-            tq_dequantize_row_at(m->tok_embd.type, m->tok_embd.data, b->token[bi], hp->n_embd, xi);
+            tq_dequantize_row_at(m->tok_embd.type, m->tok_embd.data, b->token[bi], m->tok_embd.n_rows, hp->n_embd, xi);
             for (int e = 0; hp->embd_scale > 0 && e < hp->n_embd; e++) xi[e] *= hp->embd_scale;
             if (c->gm) gm_token(c, i, b->token[bi]);
             rope_angles(m, b->pos[bi], c->rope + (size_t)i * (hp->n_rot + hp->n_rot_swa));

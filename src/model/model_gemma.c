@@ -184,7 +184,7 @@ static void per_layer_inputs(model_ctx *c, int ith, int nth, int T, int64_t t0, 
     fwd_matmul(ith, nth, c, &m->pl_model_proj, c->x, T, c->gm->pl_in);
     for (int64_t t = t0; t < t1; t++) {
         float *p = c->gm->pl_in + t * n;
-        tq_dequantize_row_at(m->pl_tok_embd.type, m->pl_tok_embd.data, c->gm->tok[t], n, row);
+        tq_dequantize_row_at(m->pl_tok_embd.type, m->pl_tok_embd.data, c->gm->tok[t], m->pl_tok_embd.n_rows, n, row);
         for (int i = 0; i < n; i++) p[i] *= s_proj;
         for (int il = 0; il < hp->n_layer; il++)
             c->ops->rms_norm(p + il * w, NULL, m->pl_proj_norm.data, p + il * w, w, hp->rms_eps);

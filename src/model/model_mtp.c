@@ -122,7 +122,7 @@ void mtp_job(int ith, int nth, void *arg)
     }
     for (int64_t i = t0; i < t1; i++) {
         float *e = t->cat + i * 2 * E, *h = e + E;
-        tq_dequantize_row_at(embd->type, embd->data, b->token[j->i0 + i], E, e);
+        tq_dequantize_row_at(embd->type, embd->data, b->token[j->i0 + i], embd->n_rows, E, e);
         c->ops->rms_norm(e, NULL, L->nextn_enorm.data, e, E, eps);
         if (t->prev[i]) c->ops->rms_norm((float *)t->prev[i], NULL, L->nextn_hnorm.data, h, E, eps);   /* not written: no add */
         else memset(h, 0, (size_t)E * sizeof *h);

@@ -189,8 +189,9 @@ static paths paths_fit(const tk_gemm *g, const tk_mat *mats, int n_mat, int64_t 
     bool mixed = false;
     paths ok = { true, true, n_tok >= 2 && n_tok < TK_SMALL_LANES, false };
     for (int i = 0; i < n_mat; i++) {
-        ok.tiled = ok.tiled || tq_get(mats[i].type)->tile_rows;
-        mixed = mixed || !tq_get(mats[i].type)->tile_rows;
+        bool tiled = tq_get(mats[i].type)->tile_rows && !tk_ops_get()->dot_rows[mats[i].type];
+        ok.tiled = ok.tiled || tiled;
+        mixed = mixed || !tiled;
     }
     mixed = mixed && ok.tiled;
     ok.small = ok.small && !ok.tiled;
@@ -243,13 +244,14 @@ static enum path choose_path(const tk_gemm *g, const tk_mat *mats, int n_mat, in
 bool tk_runs_tiled(tq_type type, int64_t n_rows, int64_t n_cols)
 {
     if (!tq_tileable(type, n_rows, n_cols)) return false;
+    int tt = tq_tiled(type);
+    if (tk_ops_get()->dot_rows[tt]) return true;   /* F32X16: its dot_rows serves every count */
     /* every count takes the tiled kernel or the GEMM: the kernel's buffer
      * fits up to where the GEMM starts, and the GEMM's panel fits there;
      * beside a plain matrix with a few-token kernel, the kernels fit at
      * their last count */
     const tk_gemm *g = gemm_get();
-    tq_type tt = (tq_type)tq_tiled(type);
-    tk_mat m[2] = { { tt, NULL, n_rows, NULL }, { type, NULL, n_rows, NULL } };
+    tk_mat m[2] = { { (tq_type)tt, NULL, n_rows, NULL }, { type, NULL, n_rows, NULL } };
     int64_t gemm_from = MAX(TK_GEMM_MIN_TOKENS, g->min_tokens[type]);
     if (g->gemv_max_tokens[tt] < gemm_from - 1) return false;
     if (!paths_fit(g, m, 1, n_cols, gemm_from - 1).gemv || !paths_fit(g, m, 1, n_cols, gemm_from).gemm)
@@ -310,7 +312,9 @@ static int64_t unit_rows(const tk_mat *m, int64_t n_cols, int nth, enum path pat
     size_t wrow = tq_row_size(m->type, n_cols);
     int64_t chunk = (int64_t)((TK_CHUNK_BYTES + wrow - 1) / wrow);
     int64_t fair = (m->n_rows + (int64_t)nth * TK_CHUNKS_PER_THREAD - 1) / ((int64_t)nth * TK_CHUNKS_PER_THREAD);
-    return MAX(1, MIN(chunk, fair));
+    int64_t per = MAX(1, MIN(chunk, fair));
+    /* a tiled matrix on its dot_rows (F32X16): whole tiles to a unit */
+    return tq_get(m->type)->tile_rows ? (per + TK_TILE_ROWS - 1) / TK_TILE_ROWS * TK_TILE_ROWS : per;
 }
 
 /* Rows [r0, r1) of m against every token, one vec_dot per output. */

@@ -438,8 +438,72 @@ static void dot_rows_f32(int64_t n, const void *w, size_t wrow, int n_rows, cons
     else rows_f32(n, w, wrow, n_rows, a, arow, n_tok, y, y_stride);
 }
 
+/*
+ * An F32X16 matrix (tq.h), in dot_f32's order with rows across the lanes.
+ * dot_f32 gives lane l of its 16 four partial sums s0..s3 (columns
+ * 64i + 16g + l into s_g), then the 16-column steps past the last 64 into
+ * s0 (masked: a missing column adds +0), then (s0 + s1) + (s2 + s3), and
+ * adds its lanes in _mm512_reduce_add_ps's tree (l with l + 8, + 4, + 2,
+ * + 1).  Here lane r of L[l] is row r's lane l, one FMA of a tile's line
+ * (column k of its 16 rows) by a broadcast activation per column, and the
+ * L[l] are added in that tree: every output has dot_f32's bits, with no
+ * lane folding per output.  Rows past the last whole tile are plain rows.
+ */
+static inline __attribute__((always_inline)) __m512 f32x16_lane(const float *wt, const float *x, int64_t n, int l)
+{
+    __m512 s[4] = { _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps() };
+    const int64_t n64 = n / 64 * 64;
+    for (int64_t i = 0; i < n64; i += 64) {
+        #pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            const int64_t k = i + 16 * g + l;
+            s[g] = _mm512_fmadd_ps(_mm512_loadu_ps(wt + k * 16), _mm512_set1_ps(x[k]), s[g]);
+        }
+    }
+    for (int64_t i = n64; i < n; i += 16) {
+        const int64_t k = i + l;
+        s[0] = k < n ? _mm512_fmadd_ps(_mm512_loadu_ps(wt + k * 16), _mm512_set1_ps(x[k]), s[0])
+                     : _mm512_add_ps(s[0], _mm512_setzero_ps());
+    }
+    return _mm512_add_ps(_mm512_add_ps(s[0], s[1]), _mm512_add_ps(s[2], s[3]));
+}
+
+static inline __attribute__((always_inline)) void
+rows_f32x16(int64_t n, const void *w, size_t wrow, int n_rows, const void *a, size_t arow, int n_tok, float *y,
+            int64_t y_stride)
+{
+    const int whole = n_rows / 16 * 16;
+    for (int r0 = 0; r0 < whole; r0 += 16) {
+        const float *wt = (const float *)((const char *)w + (size_t)r0 * wrow);   /* [n][16] */
+        for (int t = 0; t < n_tok; t++) {
+            const float *x = (const float *)((const char *)a + (size_t)t * arow);
+            __m512 L[16];
+            #pragma GCC unroll 16
+            for (int l = 0; l < 16; l++) L[l] = f32x16_lane(wt, x, n, l);
+            #pragma GCC unroll 8
+            for (int l = 0; l < 8; l++) L[l] = _mm512_add_ps(L[l + 8], L[l]);
+            #pragma GCC unroll 4
+            for (int l = 0; l < 4; l++) L[l] = _mm512_add_ps(L[l + 4], L[l]);
+            L[0] = _mm512_add_ps(L[0], L[2]);
+            L[1] = _mm512_add_ps(L[1], L[3]);
+            _mm512_storeu_ps(y + t * y_stride + r0, _mm512_add_ps(L[0], L[1]));
+        }
+    }
+    if (whole < n_rows)
+        rows_f32(n, (const char *)w + (size_t)whole * wrow, wrow, n_rows - whole, a, arow, n_tok, y + whole, y_stride);
+}
+
+/* rows_f32x16, unrolled for small models' most common width as dot_rows_f32 is. */
+static void dot_rows_f32x16(int64_t n, const void *w, size_t wrow, int n_rows, const void *a, size_t arow,
+                            int n_tok, float *y, int64_t y_stride)
+{
+    if (n == 64) rows_f32x16(64, w, wrow, n_rows, a, arow, n_tok, y, y_stride);
+    else rows_f32x16(n, w, wrow, n_rows, a, arow, n_tok, y, y_stride);
+}
+
 void tk_fill_avx512_legacy(tk_ops *o)
 {
+    o->dot_rows[TQ_F32X16] = dot_rows_f32x16;
     o->vec_dot[TQ_F32]  = dot_f32;
     o->dot_rows[TQ_F32] = dot_rows_f32;
     o->vec_dot[TQ_BF16] = dot_bf16;

@@ -49,6 +49,7 @@ static const tq_traits traits[TQ_COUNT] = {
     [TQ_Q6_KX16] = { "q6_Kx16", TQ_QK_K, sizeof(tq_block_q6_K), TQ_Q8_K, true, TQ_TILE_ROWS, TQ_Q6_K },
     [TQ_MXFP4X16] = { "mxfp4x16", TQ_QK_MXFP4, sizeof(tq_block_mxfp4), TQ_Q8_0, true, TQ_TILE_ROWS, TQ_MXFP4 },
     [TQ_IQ4_NLX16] = { "iq4_nlx16", TQ_QK4_NL, sizeof(tq_block_iq4_nl), TQ_Q8_0, true, TQ_TILE_ROWS, TQ_IQ4_NL },
+    [TQ_F32X16] = { "f32x16", 1, sizeof(float), TQ_F32, true, TQ_TILE_ROWS, TQ_F32 },
 };
 
 /* The block structs must have exactly GGUF's byte sizes (no padding). */

@@ -57,7 +57,8 @@ typedef enum tq_type {
     TQ_Q6_KX16 = 43,
     TQ_MXFP4X16 = 44,
     TQ_IQ4_NLX16 = 45,
-    TQ_COUNT = 46,   /* table size: every id < TQ_COUNT */
+    TQ_F32X16 = 46,
+    TQ_COUNT = 47,   /* table size: every id < TQ_COUNT */
 } tq_type;
 
 typedef uint16_t tq_f16;   /* IEEE half, bit pattern */
@@ -228,6 +229,14 @@ float tq_vec_dot_ref(tq_type wtype, int64_t n, const void *w, const void *a);
  * (MXFP4's units are 544 bytes, so every other one starts half way into a
  * 64-byte line: its loads straddle two lines, which costs nothing
  * measurable where the weights come from memory.)
+ *
+ * TQ_F32X16 holds an F32 matrix of any width and at least 16 rows: each
+ * whole tile is its rows' value k, 16 floats (one per row, a 64-byte
+ * line), for k = 0 .. n_cols - 1, so the kernel (tk_legacy_avx512.c)
+ * multiplies a line by one broadcast activation for 16 rows' products and
+ * never folds lanes; the rows past the last whole tile stay plain rows.
+ * Where a row lies thus depends on the matrix's row count, which
+ * tq_untile and tq_dequantize_row_at take for it.
  */
 #define TQ_TILE_ROWS 16
 #define TQ_TILE_LINE 64
@@ -279,11 +288,11 @@ bool tq_tileable(tq_type type, int64_t n_rows, int64_t n_cols);
 int tq_tiled(tq_type type);
 /* src (n_rows plain rows of `tq_get(tiled)->untiled`) -> dst, tiled. */
 void tq_tile(tq_type tiled, const void *src, int64_t n_rows, int64_t n_cols, void *dst);
-/* Rows [r0, r0 + n) of the tiled matrix w back as plain rows into dst. */
-void tq_untile(tq_type tiled, const void *w, int64_t r0, int64_t n, int64_t n_cols, void *dst);
-/* Block b of row r of the tiled matrix w, as a plain block into blk. */
+/* Rows [r0, r0 + n) of the tiled matrix w (n_rows rows) back as plain rows into dst. */
+void tq_untile(tq_type tiled, const void *w, int64_t r0, int64_t n, int64_t n_rows, int64_t n_cols, void *dst);
+/* Block b of row r of the tiled matrix w (a block format: not F32X16), as a plain block into blk. */
 void tq_tile_block(tq_type tiled, const void *w, int64_t r, int64_t b, int64_t n_cols, void *blk);
-/* Row r of a matrix of any supported type (plain rows, or tiled) as floats. */
-void tq_dequantize_row_at(tq_type type, const void *w, int64_t r, int64_t n_cols, float *y);
+/* Row r of a matrix (n_rows rows) of any supported type (plain rows, or tiled) as floats. */
+void tq_dequantize_row_at(tq_type type, const void *w, int64_t r, int64_t n_rows, int64_t n_cols, float *y);
 
 #endif

@@ -44,12 +44,14 @@ static const tile_fmt *fmt_of(int type)
 
 int tq_tiled(tq_type type)
 {
+    if (type == TQ_F32) return TQ_F32X16;
     const tile_fmt *f = fmt_of(type);
     return f && f->plain == type ? (int)f->tiled : -1;
 }
 
 bool tq_tileable(tq_type type, int64_t n_rows, int64_t n_cols)
 {
+    if (type == TQ_F32) return n_rows >= TQ_TILE_ROWS && n_cols > 0;
     const tile_fmt *f = fmt_of(type);
     int64_t unit_cols = f ? f->unit * tq_get(f->plain)->blck_size : 0;
     return f && f->plain == type && n_rows > 0 && n_rows % TQ_TILE_ROWS == 0 && n_cols > 0 &&
@@ -124,29 +126,57 @@ static void move_rows(tq_type tiled, char *w, char *rows, int64_t r0, int64_t n,
     }
 }
 
+/* ---- F32X16: value k of 16 rows per 64-byte line, the rest plain ---- */
+
+/* Where value k of row r lies in an F32X16 matrix of n_rows rows. */
+static inline size_t f32x16_at(int64_t r, int64_t k, int64_t n_rows, int64_t n_cols)
+{
+    int64_t whole = n_rows / TQ_TILE_ROWS * TQ_TILE_ROWS;
+    if (r >= whole) return (size_t)(r * n_cols + k);
+    return (size_t)((r / TQ_TILE_ROWS * n_cols + k) * TQ_TILE_ROWS + r % TQ_TILE_ROWS);
+}
+
+static void f32x16_move(float *w, float *rows, int64_t r0, int64_t n, int64_t n_rows, int64_t n_cols, bool to_tile)
+{
+    for (int64_t r = r0; r < r0 + n; r++)
+        for (int64_t k = 0; k < n_cols; k++) {
+            float *t = w + f32x16_at(r, k, n_rows, n_cols), *p = rows + (r - r0) * n_cols + k;
+            if (to_tile) *t = *p;
+            else *p = *t;
+        }
+}
+
 void tq_tile(tq_type tiled, const void *src, int64_t n_rows, int64_t n_cols, void *dst)
 {
     ASSERT(tq_tileable(tq_get(tiled)->untiled, n_rows, n_cols));
-    move_rows(tiled, dst, (char *)src, 0, n_rows, n_cols, true);
+    if (tiled == TQ_F32X16) f32x16_move(dst, (float *)src, 0, n_rows, n_rows, n_cols, true);
+    else move_rows(tiled, dst, (char *)src, 0, n_rows, n_cols, true);
 }
 
-void tq_untile(tq_type tiled, const void *w, int64_t r0, int64_t n, int64_t n_cols, void *dst)
+void tq_untile(tq_type tiled, const void *w, int64_t r0, int64_t n, int64_t n_rows, int64_t n_cols, void *dst)
 {
-    move_rows(tiled, (char *)w, dst, r0, n, n_cols, false);
+    ASSERT(r0 >= 0 && r0 + n <= n_rows);
+    if (tiled == TQ_F32X16) f32x16_move((float *)w, dst, r0, n, n_rows, n_cols, false);
+    else move_rows(tiled, (char *)w, dst, r0, n, n_cols, false);
 }
 
 void tq_tile_block(tq_type tiled, const void *w, int64_t r, int64_t b, int64_t n_cols, void *blk)
 {
-    const tile_fmt *f = fmt_of(tiled);
+    const tile_fmt *f = fmt_of(tiled);   /* the block formats: F32X16 rows are read whole */
     ASSERT(f && f->tiled == tiled);
     size_t wrow = tq_row_size(f->plain, n_cols);
     const block_at at = locate(f, b);
     move_block(f, (char *)tq_tile_of(w, r, wrow), &at, (int)(r % TQ_TILE_ROWS), blk, false);
 }
 
-void tq_dequantize_row_at(tq_type type, const void *w, int64_t r, int64_t n_cols, float *y)
+void tq_dequantize_row_at(tq_type type, const void *w, int64_t r, int64_t n_rows, int64_t n_cols, float *y)
 {
     const tq_traits *tr = tq_get(type);
+    ASSERT(r >= 0 && r < n_rows);
+    if (type == TQ_F32X16) {
+        f32x16_move((float *)w, y, r, 1, n_rows, n_cols, false);
+        return;
+    }
     if (!tr->tile_rows) {
         tq_dequantize_row(type, (const char *)w + (size_t)r * tq_row_size(type, n_cols), y, n_cols);
         return;
