@@ -7,7 +7,8 @@
 // repeat of a prompt ("repeat": a retried request).  The three modes are
 // interleaved per prompt on one polykv server (speculative.type per
 // request); llama-server, when LLAMA_SERVER names its binary, runs the same
-// prompts once per --spec-type in its own process, interleaved by round.
+// prompts twice each (fresh, then a repeat) per --spec-type in its own
+// process, interleaved by round.
 // Medians over --rounds rounds, and the paired median: of each request's
 // speed over the speed of the same prompt without speculation, run next to
 // it (what the machine's drift between requests leaves alone).  A round
@@ -115,7 +116,7 @@ console.log(`polykv, the 8 prompts at once (-np 8), tokens of all 8 over their w
 
 if (process.env.LLAMA_SERVER) {
   const types = ['none', 'ngram-simple', 'ngram-map-k', 'ngram-mod'];
-  const ll = Object.fromEntries(types.map((t) => [t, []]));
+  const ll = Object.fromEntries(types.map((t) => [t, []])), llf = Object.fromEntries(types.map((t) => [t, []]));
   for (let r = 0; r < rounds; r++) {
     for (const t of types) {
       const args = ['-m', a.model, '--port', '18192', '-np', '1', '-c', '2048', '-t', '1', '--no-warmup'];
@@ -123,14 +124,14 @@ if (process.env.LLAMA_SERVER) {
       const ls = await start(process.env.LLAMA_SERVER, args, 18192);
       for (const p0 of PROMPTS) {
         const p = `${p0} (${r})`;
-        await complete(18192, p, {});                       // what it wrote, for a repeat
-        ll[t].push((await complete(18192, p, {})).timings.predicted_per_second);
+        llf[t].push((await complete(18192, p, {})).timings.predicted_per_second);   // fresh; then what it wrote
+        ll[t].push((await complete(18192, p, {})).timings.predicted_per_second);    // for a repeat
       }
       await stop(ls);
     }
   }
-  console.log('llama-server, the same prompts, each run after a first run of the prompt (a repeat):');
-  for (const t of types) console.log(`  ${t.padEnd(13)} ${median(ll[t]).toFixed(0)} tok/s`);
+  console.log('llama-server, the same prompts: the first run of each (fresh), then the prompt again (a repeat):');
+  for (const t of types) console.log(`  ${t.padEnd(13)} fresh ${median(llf[t]).toFixed(0)} tok/s, repeat ${median(ll[t]).toFixed(0)} tok/s`);
 }
 
 const RN = Number(a['repeat-n']);
