@@ -33,7 +33,7 @@ struct kvev_pub {
     kept *ring;                 /* [buffer_steps] (thread) */
     int32_t ring_head, ring_n;
     uint64_t next_seq;          /* sender only */
-    _Atomic uint64_t n_batches, n_dropped, n_events, n_replays;
+    _Atomic uint64_t n_batches, n_dropped, n_events, n_replays, n_forwarded;
 };
 
 kvev_pub_config kvev_pub_default(void)
@@ -220,6 +220,7 @@ static bool forward(kvev_pub *p)
         keep(p, from_be64(b), copy, n - 8);
     }
     zmq_msg_close(&m);
+    atomic_fetch_add(&p->n_forwarded, 1);
     return true;
 }
 
@@ -345,7 +346,8 @@ void kvev_pub_stats_get(const kvev_pub *p, kvev_pub_stats *out)
 {
     kvev_pub *w = (kvev_pub *)p;
     *out = (kvev_pub_stats){ .batches = atomic_load(&w->n_batches), .dropped = atomic_load(&w->n_dropped),
-                             .events = atomic_load(&w->n_events), .replays = atomic_load(&w->n_replays) };
+                             .events = atomic_load(&w->n_events), .replays = atomic_load(&w->n_replays),
+                             .forwarded = atomic_load(&w->n_forwarded) };
 }
 
 const kvev_pub_config *kvev_pub_get_config(const kvev_pub *p)

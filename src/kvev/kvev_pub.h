@@ -73,6 +73,7 @@ typedef struct kvev_pub_stats {
     uint64_t dropped;           /* never sent: queue full or no memory */
     uint64_t events;            /* events in the batches queued */
     uint64_t replays;           /* replay requests answered */
+    uint64_t forwarded;         /* put on the PUB socket and into the replay buffer */
 } kvev_pub_stats;
 void kvev_pub_stats_get(const kvev_pub *p, kvev_pub_stats *out);
 const kvev_pub_config *kvev_pub_get_config(const kvev_pub *p);
