@@ -86,7 +86,11 @@ static void test_restore_keeps_history(model *m)
     ep.n_threads = 1;
     ep.cache_ram_mib = 0;                       /* a dropped history is gone, not spilled */
     eng *e;
+    /* Steps of 5 ms: the long task below must still be running when the
+     * restore is asked, however late this thread gets the CPU. */
+    setenv("POLYKV_TEST_STEP_DELAY_MS", "5", 1);
     ASSERT(eng_new(m, &ep, &e) == PK_OK);
+    unsetenv("POLYKV_TEST_STEP_DELAY_MS");
     char dir[] = "/tmp/polykv-restore-XXXXXX";
     ASSERT(mkdtemp(dir));
     eng_task *t;
@@ -113,8 +117,11 @@ static void test_restore_keeps_history(model *m)
     int32_t kept = s.slots[1].hist_tokens;
     CHECK(kept > 0);
 
-    /* Slot 0 busy with a long prompt: free + slot 1's history < the file. */
-    c = greedy_req(lng, n_lng, -1);
+    /* Slot 0 busy with a long prompt: free + slot 1's history < the file.
+     * Its answer stops where its cells and slot 1's history still fit
+     * (150 + 90 + 8 <= 256), so it never makes room by dropping that
+     * history, and at 5 ms a step it runs for about half a second. */
+    c = greedy_req(lng, n_lng, 90);
     c.id_slot = 0;
     c.ignore_eos = true;
     eng_task *busy;
