@@ -629,6 +629,26 @@ static void test_knee(void)
     CHECK(a.knee_tps[2] == 0);
     CHECK_STR(a.reason, "projected mean tps below floor");
     adm_answer first = a;
+    /* The same 40 at three read as 36 and 44 by turns: a low side of 4,
+     * and a long-run 36 is within it, so the level stays 1 and four
+     * projects 32 (the cap at 1 would let the noise alone scale it down);
+     * a long-run 34 is 2 past it: (34 + 4) / 40. */
+    memset(&c, 0, sizeof c);
+    for (int i = 0; i < 250; i++) adm_knee_add(&c, 3, i % 2 ? 44 : 36, 20, 99000 + i * 1e-3);
+    knee_fill(&c, 99000, 4, 32, 5000);
+    a = decide(&w);
+    CHECK_NEAR(adm_knee_low_sd(&c, 3), 4, 0.2);
+    CHECK_NEAR(a.knee_level, 1, 1e-9);
+    CHECK_NEAR(a.projected, 32, 1e-6);
+    CHECK_STR(a.reason, "ok");
+    w.st.long_sum = 10000 * 34.0;
+    a = decide(&w);
+    CHECK_NEAR(a.knee_level, (34 + adm_knee_low_sd(&c, 3)) / 40, 1e-3);
+    CHECK_NEAR(a.knee_level, 0.95, 0.01);
+    adm_answer noisy = a;
+    memset(&c, 0, sizeof c);
+    knee_fill(&c, 99000, 3, 40, 5000);
+    knee_fill(&c, 99000, 4, 32, 5000);
     /* A long-run mean over the knee's (a run's tail: agents finishing, no
      * more prompts) does not scale it up. */
     w.st.long_sum = 10000 * 44.0;
@@ -692,6 +712,12 @@ static void test_knee(void)
     CHECK_NEAR(a.knee_level, 0.75, 1e-3);
     CHECK_NEAR(a.projected, 0.75 * 32, 0.05);
     adm_answer drift = a;
+    /* Three's 30 read as 27 and 33 by turns: a slowdown of 10 of which 3
+     * is noise, drift (30 + 3) / 40. */
+    for (int i = 0; i < 10000; i++) adm_knee_add(&c, 3, i % 2 ? 33 : 27, 20, 99000 + i * 1e-3);
+    CHECK_NEAR(adm_knee_low_sd(&c, 3), 3, 0.2);
+    CHECK_NEAR(adm_knee_drift(&c, 4, 3), (30 + adm_knee_low_sd(&c, 3)) / 40, 1e-3);
+    CHECK_NEAR(decide(&w).knee_level, adm_knee_drift(&c, 4, 3), 1e-9);
     /* Three faster now than when four was measured says nothing. */
     knee_fill(&c, 99000, 3, 50, 200000);
     CHECK_NEAR(adm_knee_drift(&c, 4, 3), 1, 0);
@@ -714,6 +740,9 @@ static void test_knee(void)
         printf("knee: 40 at three agents, 32 at four; long-run 36 at three: level %.2f, projected %.2f, drop %.2f; "
                "32 read as 28 and 36 by turns: low side %.2f, margin %.2f\n", first.knee_level, first.projected,
                first.drop_per_admit_ewma, spread.knee_low_sd, spread.floor_margin_tps);
+    if (getenv("POLYKV_ADM_VERBOSE"))
+        printf("knee noise: 40 at three read as 36 and 44; long-run 34 at three: level %.3f, projected %.2f\n",
+               noisy.knee_level, noisy.projected);
 }
 
 /* ---- the property test ---------------------------------------------------- */
@@ -747,10 +776,31 @@ static bool oracle_curve(const adm_curve *c, double x, double *t)
  * mean now over a's mean when it was fed, at most 1. */
 static bool oracle_known(const adm_curve *c, int k) { return k >= 1 && k <= ADM_CURVE_K && c->kn_ms[k] >= 2000 && c->kn_sum[k] > 0; }
 
+/* σ at a count: its low-side spread once under its mean for 0.5 s, else 0. */
+static double oracle_sd(const adm_curve *c, int k)
+{
+    return oracle_known(c, k) && c->kn_lo_ms[k] >= 500 ? sqrt(c->kn_lo[k] / c->kn_lo_ms[k]) : 0;
+}
+
 static double oracle_drift(const adm_curve *c, int k, int a)
 {
     if (k == a || !oracle_known(c, k) || !oracle_known(c, a) || c->kn_ref[k][a] <= 0) return 1;
-    return fmin(1, c->kn_sum[a] / c->kn_ms[a] / c->kn_ref[k][a]);
+    return fmin(1, (c->kn_sum[a] / c->kn_ms[a] + oracle_sd(c, a)) / c->kn_ref[k][a]);
+}
+
+/* σ(x): read like K, a count's own at a count, the line between two. */
+static double oracle_sd_at(const adm_curve *c, double x)
+{
+    int lo = 0, hi = 0;
+    for (int k = 1; k <= ADM_CURVE_K; k++) {
+        bool known = oracle_known(c, k);
+        if (known && k <= x) lo = k;
+        if (known && k > x && k < ADM_CURVE_K && !hi) hi = k;
+    }
+    if (!lo) return 0;
+    if (lo == x) return oracle_sd(c, lo);
+    if (!hi) return 0;
+    return oracle_sd(c, lo) + (oracle_sd(c, hi) - oracle_sd(c, lo)) * (x - lo) / (hi - lo);
 }
 
 static bool oracle_knee(const adm_curve *c, double x, int a, double *v)
@@ -838,7 +888,7 @@ static const char *oracle(const adm_snapshot *s, bool *can)
         int kbk = 0;
         if (st->long_ms >= 2000 && st->long_sum > 0 && st->long_active > 0 &&
             oracle_knee(s->curve, st->long_active / st->long_ms, 0, &kl))
-            lv = fmin(1, st->long_sum / st->long_ms / kl);
+            lv = fmin(1, (st->long_sum / st->long_ms + oracle_sd_at(s->curve, st->long_active / st->long_ms)) / kl);
         for (int k = A + 1 < ADM_CURVE_K ? A + 1 : ADM_CURVE_K; k >= 1 && !kb; k--)
             if (oracle_known(s->curve, k)) kb = s->curve->kn_sum[k] / s->curve->kn_ms[k], kbk = k;
         if (oracle_knee(s->curve, A + 1, 0, &k1) && oracle_knee(s->curve, A + 1, A, &kd)) {

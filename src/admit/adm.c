@@ -233,29 +233,50 @@ double adm_knee_low_sd(const adm_curve *c, int32_t a)
     return c && knee_known(c, a) && c->kn_lo_ms[a] >= ADM_KNEE_LOW_MIN_MS ? sqrt(c->kn_lo[a] / c->kn_lo_ms[a]) : NAN;
 }
 
+/* A count's low-side spread, 0 where it has none yet. */
+static double knee_sd(const adm_curve *c, int32_t a)
+{
+    double sd = adm_knee_low_sd(c, a);
+    return isfinite(sd) ? sd : 0;
+}
+
 double adm_knee_drift(const adm_curve *c, int32_t j, int32_t a)
 {
     if (!c || j == a || !knee_known(c, j) || !knee_known(c, a) || !(c->kn_ref[j][a] > 0)) return 1;
-    return fmin(1, knee_mean(c, a) / c->kn_ref[j][a]);
+    return fmin(1, (knee_mean(c, a) + knee_sd(c, a)) / c->kn_ref[j][a]);
+}
+
+/* The measured counts x is read between: lo at most x, hi the next above
+ * it (0 where x is lo); false where the knee says nothing at x. */
+static bool knee_line(const adm_curve *c, double x, int32_t *lo, int32_t *hi)
+{
+    double t;
+    *hi = 0;
+    if ((*lo = adm_knee_below(c, x, &t)) == 0) return false;
+    if (*lo == x) return true;
+    for (int32_t k = *lo + 1; k < ADM_CURVE_K && !*hi; k++)   /* the last holds the counts above it */
+        if (knee_known(c, k)) *hi = k;
+    return *hi && *hi >= x;
 }
 
 /* adm_knee_at, each count's mean scaled by its drift as count a reads it
  * (a 0: none). */
 static bool knee_read(const adm_curve *c, double x, int32_t a, double *tps)
 {
-    double lo_t, hi_t = 0;
-    int32_t lo = adm_knee_below(c, x, &lo_t), hi = 0;
-    if (lo == 0) return false;
-    if (a > 0) lo_t *= adm_knee_drift(c, lo, a);
-    if (lo == x) {
-        *tps = lo_t;
-        return true;
-    }
-    for (int32_t k = lo + 1; k < ADM_CURVE_K && !hi; k++)   /* the last holds the counts above it */
-        if (knee_known(c, k)) hi = k, hi_t = knee_mean(c, k) * (a > 0 ? adm_knee_drift(c, k, a) : 1);
-    if (!hi || hi < x) return false;
-    *tps = lo_t + (hi_t - lo_t) * (x - lo) / (hi - lo);
+    int32_t lo, hi;
+    if (!knee_line(c, x, &lo, &hi)) return false;
+    double lo_t = knee_mean(c, lo) * (a > 0 ? adm_knee_drift(c, lo, a) : 1);
+    *tps = hi ? lo_t + (knee_mean(c, hi) * (a > 0 ? adm_knee_drift(c, hi, a) : 1) - lo_t) * (x - lo) / (hi - lo)
+              : lo_t;
     return true;
+}
+
+/* The low-side spread read like the knee, 0 where it says nothing. */
+static double knee_sd_at(const adm_curve *c, double x)
+{
+    int32_t lo, hi;
+    if (!knee_line(c, x, &lo, &hi)) return 0;
+    return hi ? knee_sd(c, lo) + (knee_sd(c, hi) - knee_sd(c, lo)) * (x - lo) / (hi - lo) : knee_sd(c, lo);
 }
 
 bool adm_knee_at(const adm_curve *c, double x, double *tps) { return knee_read(c, x, 0, tps); }
@@ -327,7 +348,12 @@ static bool curve_projection(const adm_snapshot *s, adm_answer *a)
  * lower.  Down only: the machine is slower now than when the knee was
  * measured, or the load heavier in prompts; never up, for the tail of a
  * run (agents finishing, no more turn prompts) reads fast and is no sign
- * of room, and a faster count now is the same signal.
+ * of room, and a faster count now is the same signal.  Each counts a
+ * slowdown only past the noise of what it reads, the knee's low-side
+ * spread there: the cap at 1 keeps every reading above the mean out, so
+ * without it the noise alone scales down (a gated ramp read levels of
+ * 0.89-0.95 on a steady machine, and held two agents where the floor
+ * left room for three).
  * Where A + 1 was not measured, a measured count below it still caps the
  * other projections: one more agent never speeds the others up. */
 static void knee_projection(const adm_snapshot *s, adm_answer *a, double M)
@@ -338,7 +364,7 @@ static void knee_projection(const adm_snapshot *s, adm_answer *a, double M)
     int32_t A = active(s), j;
     if (st->long_ms >= ADM_LONG_MIN_MS && st->long_sum > 0 && st->long_active > 0 &&
         adm_knee_at(c, st->long_active / st->long_ms, &kl))
-        level = fmin(1, st->long_sum / st->long_ms / kl);
+        level = fmin(1, (st->long_sum / st->long_ms + knee_sd_at(c, st->long_active / st->long_ms)) / kl);
     if (adm_knee_at(c, A + 1, &k1) && knee_read(c, A + 1, A, &kd)) {
         level = a->knee_level = fmin(level, kd / k1);
         a->projected_measured = level * k1;

@@ -186,9 +186,10 @@ int32_t adm_knee_below(const adm_curve *c, double x, double *tps);
  * is not measured or was under its mean for less than ADM_KNEE_LOW_MIN_MS. */
 double adm_knee_low_sd(const adm_curve *c, int32_t a);
 /* The drift since count j was measured, as the count a agents active now
- * reads it: a's mean now over a's mean when j was last fed, at most 1 (a
- * faster count a says nothing: see knee_projection).  1 when j is a, when
- * either is not measured, or a was not measured when j was fed. */
+ * reads it: a's mean now, plus its low-side spread (a slowdown counts past
+ * its noise), over a's mean when j was last fed, at most 1 (a faster count
+ * a says nothing: see knee_projection).  1 when j is a, when either is not
+ * measured, or a was not measured when j was fed. */
 double adm_knee_drift(const adm_curve *c, int32_t j, int32_t a);
 
 /* How long a history idle between turns is counted as an agent on a tool
@@ -343,8 +344,9 @@ typedef struct adm_answer {
     double knee_tps[ADM_CURVE_K + 1];    /* [a]: the knee's mean at a agents active, 0 where
                                             too little was measured */
     double knee_level;              /* what the knee's projection (or cap) is scaled by: the
-                                       long-run mean over the knee's at its load and the drift
-                                       (adm_knee_drift), the lower, at most 1; NAN unused */
+                                       long-run mean (plus the knee's low-side spread) over the
+                                       knee's at its load and the drift (adm_knee_drift), the
+                                       lower, at most 1; NAN unused */
     double knee_low_sd;             /* the knee's low-side spread at A + 1 agents, x the level
                                        (NAN unknown): the floor arm's margin is ADM_KNEE_Z of it */
     double prompt_share;            /* of the steps' time, reading prompts (NAN unknown) */
