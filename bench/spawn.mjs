@@ -122,8 +122,8 @@ const live = new Set(), finishedIds = new Set();
  * time.  For enforced, the server's admits (its admission events carry the
  * time and the projection the gate compared; the ring is short, so it is
  * read as it goes). */
-function sampler(pool, t0wall, admitsOf) {
-  const samples = [], seen = new Set();
+function sampler(pool, t0wall, admitsOf, prefix) {
+  const samples = [], seen = new Set(), placed = new Set();
   let stop = false;
   const done = (async () => {
     while (!stop) {
@@ -135,9 +135,12 @@ function sampler(pool, t0wall, admitsOf) {
                        n: t.sessions.filter((s) => s.state === 'decode' && !s.warming).length,
                        w: t.sessions.filter((s) => s.state === 'decode' && s.warming).length,
                        pre: t.sessions.filter((s) => s.state === 'prefill').length };
-      for (const s of t.sessions)
+      for (const s of t.sessions) {
         if (s.session_id && !finishedIds.has(s.session_id)) live.add(s.session_id);
+        if (prefix && s.session_id?.startsWith(prefix)) placed.add(s.session_id);
+      }
       sample.live = live.size;
+      sample.placed = placed.size;
       if (a.trace && admitsOf) {   /* what a reader is told at each sample: the gate's inputs, for the trace */
         const c = (await req('GET', `/polykv/pools/${pool}/capacity`)).json;
         sample.cap = { proj: c.projected_mean_tps_if_admitted, basis: c.projection_basis, M: c.mean_active_tps,
@@ -254,7 +257,7 @@ async function strategy(name, pool, floor) {
   const admits = [];
   let tokens = 0, finished = 0;
   const t0 = performance.now();
-  const sm = sampler(pool, performance.timeOrigin + t0, name === 'enforced' ? admits : null);
+  const sm = sampler(pool, performance.timeOrigin + t0, name === 'enforced' ? admits : null, `${name}-${SEED}-`);
   const agents = [];
   for (let k = 0; k < N; k++) {
     if (name === 'advisory') {
@@ -278,6 +281,11 @@ async function strategy(name, pool, floor) {
   await sm.stop();
   const samples = sm.samples, wall = performance.now() - t0;
   const { under, deep, busy, agents: mean_agents, running: mean_running, inflight } = summarize(samples, floor);
+  /* While agents wait: up to the sample where the last agent was placed.
+   * After it the run drains (fewer agents left than a gate would hold),
+   * which says nothing about the gate. */
+  const tAll = samples.find((s) => s.placed >= N)?.t ?? Infinity;
+  const waiting = summarize(samples.filter((s) => s.t <= tAll), floor);
   /* The realized mean after an admit: over 3-4 s after it (once the
    * admit is absorbed), and over 3-8 s: an agent's turn cycle here is
    * 5-6 s (96 tokens, a 1.5 s pause, its next prompt), and one second of
@@ -301,7 +309,9 @@ async function strategy(name, pool, floor) {
   if (a.trace) traces.push({ name, t0, samples, admits });
   return { name, wall_s: wall / 1000, tokens, finished, under_floor_s: under / 1000, deep_s: deep / 1000,
            busy_s: busy / 1000, mean_decoding_agents: mean_agents, mean_running_agents: mean_running,
-           mean_agents_in_flight: inflight, median_projection_error: e4.err, n_projection_samples: e4.n,
+           mean_agents_in_flight: inflight, waiting_s: waiting.busy / 1000,
+           mean_agents_in_flight_waiting: waiting.inflight, mean_running_agents_waiting: waiting.running,
+           median_projection_error: e4.err, n_projection_samples: e4.n,
            median_projection_error_3_8s: e8.err, n_projection_samples_3_8s: e8.n };
 }
 
@@ -357,6 +367,8 @@ else {
     console.log(`${r.name.padEnd(9)} wall ${r.wall_s.toFixed(1)} s, tokens ${r.tokens}, finished ${r.finished}/${N}, ` +
                 `under floor ${r.under_floor_s.toFixed(1)} s, deep ${r.deep_s.toFixed(1)} s of ${r.busy_s.toFixed(1)} s busy ` +
                 `(agents on average: ${r.mean_agents_in_flight.toFixed(2)} in flight, ${r.mean_decoding_agents.toFixed(2)} decoding, ` +
-                `${r.mean_running_agents.toFixed(2)} decoding or reading a prompt), ` +
+                `${r.mean_running_agents.toFixed(2)} decoding or reading a prompt; while agents wait, the first ` +
+                `${r.waiting_s.toFixed(1)} s: ${r.mean_agents_in_flight_waiting.toFixed(2)} in flight, ` +
+                `${r.mean_running_agents_waiting.toFixed(2)} running), ` +
                 `median |projected - realized| ${pct(r.median_projection_error)} (3-4 s), ${pct(r.median_projection_error_3_8s)} (3-8 s)`);
 }
