@@ -11,7 +11,7 @@ model=${MODELS_DIR:-models/bench}/qwen2-0.5b-shape-q8_0.gguf
 if [ -f "$model" ]; then
     # the workload and floor of docs/benchmarks.md, "Admission: the spawn ramp"
     POLYKV_BIN="${1:-build}/polykv" sh "$(dirname "$0")/spawn.sh" "$model" 1 --knee-stagger --knee-min 2 \
-        --knee-max 4 --knee-from 3 --knee-window-s 16 --floor-at 0.4 --margin-scale 0.25 --agents 9 --turns 3 \
+        --knee-max 4 --knee-from 3 --knee-window-s 24 --floor-at 0.25 --margin-scale 0.25 --agents 9 --turns 3 \
         --reply 200 --pause-ms 500 --every-s 2 || exit 1
 else
     echo "skip the spawn ramp: $model not made (bench/run.mjs needs ../shared/models for it)"
