@@ -207,10 +207,9 @@ const warm = Math.max(10000, duration / 4);
 if (memcheck && duration < warm + 10000)
   fail(`--duration ${duration / 1000} s is too short for the memory check (or --no-memcheck)`);
 const samples = [];
-const heap = async () => {
-  const m = await fetch(url + '/metrics').then((r) => r.text()).catch(() => '');
-  return Number(m.match(/^polykv:heap_bytes_in_use (\S+)$/m)?.[1] ?? NaN) / 1024;
-};
+const gaugeIn = (text, name) => Number(text.match(new RegExp(`^${name} (\\S+)$`, 'm'))?.[1] ?? NaN);
+const heap = async () =>
+  gaugeIn(await fetch(url + '/metrics').then((r) => r.text()).catch(() => ''), 'polykv:heap_bytes_in_use') / 1024;
 const sampler = setInterval(async () => {
   const t = Date.now() - t0, k = rss(), n = anon(), h = await heap();
   if (k > 0) samples.push([t, k, n, h]);
@@ -258,7 +257,7 @@ const left = await json('/polykv/pools');
 for (const p of left.j?.pools ?? []) await json(`/polykv/pools/${p.pool_id}?recursive=true`, undefined, 'DELETE');
 for (let i = 0; i < nSlots; i++) await json(`/slots/${i}?action=erase`, {});
 const metrics = (await fetch(url + '/metrics').then((r) => r.text())) || '';
-const gauge = (name) => Number(metrics.match(new RegExp(`^${name} (\\S+)$`, 'm'))?.[1] ?? NaN);
+const gauge = (name) => gaugeIn(metrics, name);
 const pools = (await json('/polykv/pools')).j;
 const end = { kv_cells_used: gauge('polykv:kv_cells_used'), parked_histories: gauge('polykv:parked_histories'),
   seq_ids_used: gauge('polykv:seq_ids_used'), pools_left: pools?.pools?.length,
@@ -274,9 +273,6 @@ if (end.requests_processing !== 0 || end.requests_deferred !== 0) fail('requests
 
 const sWarm = samples.filter(([t]) => t >= warm && t < warm + 5000);
 const sEnd = samples.filter(([t]) => t >= Math.max(tEnd - 5000, warm + 5000));
-const inWarm = sWarm.map(([, k]) => k), inEnd = sEnd.map(([, k]) => k);
-const rssWarm = median(inWarm), rssEnd = median(inEnd);
-const drift = rssWarm ? (rssEnd - rssWarm) / rssWarm : 0;
 const tMid = (warm + tEnd) / 2;
 const sMid = samples.filter(([t]) => t >= tMid - 2500 && t < tMid + 2500);
 /* warm -> middle -> end medians of sample column i, and the growth over
@@ -285,7 +281,8 @@ const course = (i) => {
   const w = median(sWarm.map((x) => x[i])), m = median(sMid.map((x) => x[i])), e = median(sEnd.map((x) => x[i]));
   return { w, m, e, growth: w ? (e - w) / w : 0, late: w ? (e - m) / w : 0 };
 };
-const anonC = course(2), heapC = course(3);
+const rssC = course(1), anonC = course(2), heapC = course(3);
+const rssWarm = rssC.w, rssEnd = rssC.e, drift = rssC.growth;
 const hasHeap = samples.length > 0 && samples.every((x) => Number.isFinite(x[3]));
 const tol = Number(a['mem-tolerance']);
 const held = (c, t, what) => {
@@ -293,7 +290,7 @@ const held = (c, t, what) => {
     fail(`${what} grew ${(100 * c.growth).toFixed(1)}% after warm-up (${c.w.toFixed(0)} -> ${c.e.toFixed(0)} KiB), ` +
          `${(100 * c.late).toFixed(1)}% of it in the second half (${c.m.toFixed(0)} -> ${c.e.toFixed(0)} KiB)`);
 };
-if (memcheck && (inWarm.length < 6 || inEnd.length < 6 || sMid.length < 6)) fail('too few memory samples for the check');
+if (memcheck && (sWarm.length < 6 || sEnd.length < 6 || sMid.length < 6)) fail('too few memory samples for the check');
 if (memcheck && hasHeap) held(heapC, tol, 'the heap in use');
 if (memcheck) held(anonC, hasHeap ? 3 * tol : tol, 'anonymous resident memory');
 const n5xx = Object.entries(byStatus).filter(([s]) => Number(s) >= 500).reduce((n, [, v]) => n + v, 0);

@@ -788,15 +788,23 @@ static double oracle_drift(const adm_curve *c, int k, int a)
     return fmin(1, (c->kn_sum[a] / c->kn_ms[a] + oracle_sd(c, a)) / c->kn_ref[k][a]);
 }
 
+/* The measured counts x lies between: lo the highest at most x, hi the
+ * lowest above it short of the last (0 none). */
+static void oracle_line(const adm_curve *c, double x, int *lo, int *hi)
+{
+    *lo = *hi = 0;
+    for (int k = 1; k <= ADM_CURVE_K; k++) {
+        bool known = oracle_known(c, k);
+        if (known && k <= x) *lo = k;
+        if (known && k > x && k < ADM_CURVE_K && !*hi) *hi = k;
+    }
+}
+
 /* σ(x): read like K, a count's own at a count, the line between two. */
 static double oracle_sd_at(const adm_curve *c, double x)
 {
-    int lo = 0, hi = 0;
-    for (int k = 1; k <= ADM_CURVE_K; k++) {
-        bool known = oracle_known(c, k);
-        if (known && k <= x) lo = k;
-        if (known && k > x && k < ADM_CURVE_K && !hi) hi = k;
-    }
+    int lo, hi;
+    oracle_line(c, x, &lo, &hi);
     if (!lo) return 0;
     if (lo == x) return oracle_sd(c, lo);
     if (!hi) return 0;
@@ -805,12 +813,8 @@ static double oracle_sd_at(const adm_curve *c, double x)
 
 static bool oracle_knee(const adm_curve *c, double x, int a, double *v)
 {
-    int lo = 0, hi = 0;
-    for (int k = 1; k <= ADM_CURVE_K; k++) {
-        bool known = oracle_known(c, k);
-        if (known && k <= x) lo = k;
-        if (known && k > x && k < ADM_CURVE_K && !hi) hi = k;
-    }
+    int lo, hi;
+    oracle_line(c, x, &lo, &hi);
     if (!lo) return false;
     double vl = c->kn_sum[lo] / c->kn_ms[lo] * (a ? oracle_drift(c, lo, a) : 1);
     if (lo == x) return *v = vl, true;

@@ -259,15 +259,20 @@ static bool knee_line(const adm_curve *c, double x, int32_t *lo, int32_t *hi)
     return *hi && *hi >= x;
 }
 
+/* v_lo at lo, or on the line to v_hi at hi (hi 0: lo alone). */
+static double line_at(int32_t lo, double v_lo, int32_t hi, double v_hi, double x)
+{
+    return hi ? v_lo + (v_hi - v_lo) * (x - lo) / (hi - lo) : v_lo;
+}
+
 /* adm_knee_at, each count's mean scaled by its drift as count a reads it
  * (a 0: none). */
 static bool knee_read(const adm_curve *c, double x, int32_t a, double *tps)
 {
     int32_t lo, hi;
     if (!knee_line(c, x, &lo, &hi)) return false;
-    double lo_t = knee_mean(c, lo) * (a > 0 ? adm_knee_drift(c, lo, a) : 1);
-    *tps = hi ? lo_t + (knee_mean(c, hi) * (a > 0 ? adm_knee_drift(c, hi, a) : 1) - lo_t) * (x - lo) / (hi - lo)
-              : lo_t;
+    *tps = line_at(lo, knee_mean(c, lo) * (a > 0 ? adm_knee_drift(c, lo, a) : 1),
+                   hi, hi ? knee_mean(c, hi) * (a > 0 ? adm_knee_drift(c, hi, a) : 1) : 0, x);
     return true;
 }
 
@@ -275,8 +280,7 @@ static bool knee_read(const adm_curve *c, double x, int32_t a, double *tps)
 static double knee_sd_at(const adm_curve *c, double x)
 {
     int32_t lo, hi;
-    if (!knee_line(c, x, &lo, &hi)) return 0;
-    return hi ? knee_sd(c, lo) + (knee_sd(c, hi) - knee_sd(c, lo)) * (x - lo) / (hi - lo) : knee_sd(c, lo);
+    return knee_line(c, x, &lo, &hi) ? line_at(lo, knee_sd(c, lo), hi, hi ? knee_sd(c, hi) : 0, x) : 0;
 }
 
 bool adm_knee_at(const adm_curve *c, double x, double *tps) { return knee_read(c, x, 0, tps); }
@@ -362,9 +366,9 @@ static void knee_projection(const adm_snapshot *s, adm_answer *a, double M)
     const adm_curve *c = s->curve;
     double level = 1, kl, k0, k1, kd;
     int32_t A = active(s), j;
-    if (st->long_ms >= ADM_LONG_MIN_MS && st->long_sum > 0 && st->long_active > 0 &&
-        adm_knee_at(c, st->long_active / st->long_ms, &kl))
-        level = fmin(1, (st->long_sum / st->long_ms + knee_sd_at(c, st->long_active / st->long_ms)) / kl);
+    double xl = st->long_ms > 0 ? st->long_active / st->long_ms : 0;   /* the long-run load */
+    if (st->long_ms >= ADM_LONG_MIN_MS && st->long_sum > 0 && st->long_active > 0 && adm_knee_at(c, xl, &kl))
+        level = fmin(1, (st->long_sum / st->long_ms + knee_sd_at(c, xl)) / kl);
     if (adm_knee_at(c, A + 1, &k1) && knee_read(c, A + 1, A, &kd)) {
         level = a->knee_level = fmin(level, kd / k1);
         a->projected_measured = level * k1;
