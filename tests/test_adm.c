@@ -79,11 +79,29 @@ static void test_arms(void)
     CHECK_NEAR(a.projected, 1000 / (3000.0 / 92 + 80), 1e-9);
     CHECK_NEAR(a.step_cost_ms, 40, 0);
     CHECK_NEAR(a.drop_per_admit_ewma, 1000 / (3000.0 / 92 + 40) - 1000 / (3000.0 / 92 + 80), 1e-9);
-    w.st = (adm_settle){ .active = true, .t_admit_ms = w.snap.now_ms - 1000 };
+    /* Settling: the window closes when the admitted session (the warming
+     * one, 30 tok/s, 2 tokens) has decoded 48, or at the 5 s cap. */
+    w.st = (adm_settle){ .active = true, .t_admit_ms = w.snap.now_ms - 1000, .task_id = 103 };
     a = decide(&w);
     CHECK_STR(a.reason, "measurement settling");
+    CHECK_NEAR(a.settle_remaining_ms, 46 * 1000 / 30.0, 1e-9);
+    CHECK_NEAR(a.retry_after_s, 2, 0);
+    w.s[3].tps_ewma = 5;                           /* slower than the cap: 9.2 s */
+    a = decide(&w);
     CHECK_NEAR(a.settle_remaining_ms, 4000, 1e-9);
     CHECK_NEAR(a.retry_after_s, 4, 0);
+    w.s[3].tps_ewma = 30;
+    w.s[3].decoding = false;                       /* still reading its prompt: 48 at the warm mean */
+    w.s[3].n_decoded = 0;
+    a = decide(&w);
+    CHECK_NEAR(a.settle_remaining_ms, 48 * 1000 / (92.0 / 3), 1e-9);
+    w.s[3].decoding = true;
+    w.s[3].n_decoded = 2;
+    w.st.task_id = 7;                              /* gone: the window closes at this step's end */
+    a = decide(&w);
+    CHECK_STR(a.reason, "measurement settling");
+    CHECK_NEAR(a.settle_remaining_ms, 1000 / (92.0 / 3), 1e-9);
+    CHECK_NEAR(a.retry_after_s, 1, 0);
     w.st = (adm_settle){0};
     /* Sent and not placed yet (a long step delays the placement): a NEW
      * session of the scope is an admit in flight, the rest load. */
@@ -96,7 +114,7 @@ static void test_arms(void)
     a = decide(&w);
     CHECK_STR(a.reason, "measurement settling");
     CHECK(a.settling && a.n_pending_new == 1);
-    CHECK_NEAR(a.settle_remaining_ms, w.p.settle_max_ms, 0);
+    CHECK_NEAR(a.settle_remaining_ms, 48 * 1000 / (92.0 / 3), 1e-9);   /* its 48 tokens at the warm mean */
     CHECK(adm_gate(&w.p, &a, false, false, 0) != ADM_REFUSE);
     w.snap.n_pending_new = 3;                      /* more than were sent */
     CHECK_EQ_INT(adm_decide(&w.snap, &a), PK_EINVAL);
@@ -1240,8 +1258,11 @@ static void test_worked_example(void)
     w.st = keep;
     w.st.active = true;
     w.st.t_admit_ms = w.snap.now_ms - 1200;
+    w.st.task_id = w.s[3].task_id;                 /* the warming one was the admit: 46 tokens at 35 */
     adm_answer c = decide(&w);
     CHECK_STR(c.reason, "measurement settling");
+    CHECK_NEAR(c.settle_remaining_ms, 46 * 1000 / 35.0, 1e-9);   /* 1314, under the 3800 left to the cap */
+    CHECK_NEAR(c.retry_after_s, 2, 0);
     w.st = keep;
     w.s[4].live = true;                            /* the fifth is between turns: it comes back */
     adm_answer d = decide(&w);

@@ -433,6 +433,26 @@ static void projections(const adm_snapshot *s, adm_answer *a)
     a->projected = isfinite(a->projected_measured) ? a->projected_measured : a->projected_model;
 }
 
+/* The admitted session of an open settle window, NULL when it is gone
+ * (the window then closes at the end of this step). */
+static const adm_session *admitted(const adm_snapshot *s)
+{
+    for (int32_t i = 0; i < s->n_sessions; i++)
+        if (s->sessions[i].task_id == s->settle->task_id) return &s->sessions[i];   /* prefilling still counts */
+    return NULL;
+}
+
+/* When a settle window is expected to close: the settle_tokens its
+ * session has not decoded yet (done of them are), at tps, and at least
+ * one token's time, since a window closes at the end of a step.  A
+ * spawner that waited out the settle_max_ms cap spawned 2-3 s after a
+ * window that had closed, and held fewer agents than the gate would.
+ * Infinite when nothing measures a speed: the cap answers. */
+static double settle_estimate_ms(const adm_policy *p, int32_t done, double tps)
+{
+    return tps > 0 ? 1000.0 * MAX(p->settle_tokens - done, 1) / tps : INFINITY;
+}
+
 static double retry_after(const adm_snapshot *s, const adm_answer *a)
 {
     if (a->settling) return fmin(60, fmax(1, ceil(a->settle_remaining_ms / 1000.0)));
@@ -482,7 +502,13 @@ pk_status adm_decide(const adm_snapshot *s, adm_answer *out)
     if (st->active) {
         double left = p->settle_max_ms - (s->now_ms - st->t_admit_ms);
         a.settling = left > 0;
-        a.settle_remaining_ms = fmax(left, 0);
+        /* Its own speed once it decodes, else the warm mean: while it
+         * reads its prompt the estimate leaves the prompt out, and a
+         * caller that asks again is told the rest. */
+        const adm_session *x = admitted(s);
+        double tps = x && x->decoding && x->tps_ewma > 0 ? x->tps_ewma : a.mean_active_tps;
+        double est = settle_estimate_ms(p, x ? x->n_decoded : p->settle_tokens, tps);
+        a.settle_remaining_ms = fmax(fmin(left, est), 0);
     }
     /* A NEW session sent and not placed yet is an admit whose window has
      * not opened: a spawner that asks right after its spawn, while a long
@@ -490,7 +516,8 @@ pk_status adm_decide(const adm_snapshot *s, adm_answer *out)
     a.n_pending_new = s->n_pending_new;
     if (s->n_pending_new > 0 && p->settle_max_ms > 0) {
         a.settling = true;
-        a.settle_remaining_ms = p->settle_max_ms;
+        double est = fmin(p->settle_max_ms, settle_estimate_ms(p, 0, a.mean_active_tps));
+        a.settle_remaining_ms = fmax(a.settle_remaining_ms, est);
     }
 
     /* The floor is a floor, not a target: a projection right at it puts
@@ -627,9 +654,7 @@ void adm_settle_step(adm_settle *st, const adm_snapshot *s)
         }
         return;
     }
-    const adm_session *x = NULL;
-    for (int32_t i = 0; i < s->n_sessions && !x; i++)
-        if (s->sessions[i].task_id == st->task_id) x = &s->sessions[i];   /* prefilling still counts */
+    const adm_session *x = admitted(s);
     bool due = !x || x->n_decoded >= s->policy->settle_tokens || s->now_ms - st->t_admit_ms >= s->policy->settle_max_ms;
     if (!due) return;
     st->active = false;
