@@ -26,6 +26,7 @@
  * interleaved the same way.  Both take 20x the seconds given in all.
  *
  * Usage: bench_kernels [seconds per measurement, default 0.25] [gemm|gemv|ratios|lattice|all]
+ *                      [types: "q4_Kx16,q8_0x16", the bandwidth table's rows to time; all]
  */
 #include "../src/common/huge.h"
 #include "../src/tensor/tk.h"
@@ -353,11 +354,22 @@ static int bench_lattice(double secs)
     return 0;
 }
 
+/* Whether name is one of the comma-separated names in list. */
+static bool listed(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = list; *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] == ',')) {
+        if (strncmp(p, name, n) == 0 && (p[n] == ',' || p[n] == 0)) return true;
+    }
+    return false;
+}
+
 int main(int argc, char **argv)
 {
     double secs = argc > 1 ? atof(argv[1]) : 0.25;
     if (!(secs > 0)) secs = 0.25;
     const char *what = argc > 2 ? argv[2] : "all";
+    const char *only = argc > 3 ? argv[3] : NULL;
     tp_pool *pools[2];
     if (tp_new(1, &pools[0]) != PK_OK || tp_new(2, &pools[1]) != PK_OK) {
         fprintf(stderr, "bench_kernels: cannot start threads\n");
@@ -394,6 +406,7 @@ int main(int argc, char **argv)
         /* a tiled layout (tq.h): only through tk_matmul, where this CPU runs it */
         tq_type plain = tr->tile_rows ? tr->untiled : (tq_type)wt;
         if (tr->tile_rows && !tk_runs_tiled(plain, N_ROWS, N_COLS)) continue;
+        if (only && !listed(only, tr->name)) continue;
         size_t wrow = tq_row_size(wt, N_COLS), mat = wrow * N_ROWS;
         size_t n_copies = (RING_BYTES + mat - 1) / mat;
         /* in 2 MiB pages, as the model's weights are (model_copy.c) */
