@@ -358,10 +358,12 @@ static int bench_lattice(double secs)
 static bool listed(const char *list, const char *name)
 {
     size_t n = strlen(name);
-    for (const char *p = list; *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] == ',')) {
-        if (strncmp(p, name, n) == 0 && (p[n] == ',' || p[n] == 0)) return true;
+    for (const char *p = list;; p++) {
+        size_t k = strcspn(p, ",");
+        if (k == n && strncmp(p, name, n) == 0) return true;
+        p += k;
+        if (!*p) return false;
     }
-    return false;
 }
 
 int main(int argc, char **argv)

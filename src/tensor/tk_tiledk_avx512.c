@@ -37,7 +37,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-/* Software prefetch of every line 8 KiB ahead (prefetch_lines). */
+/* Software prefetch distance (prefetch_lines). */
 #define PF_AHEAD 8192
 #define ROWS TQ_TILE_ROWS
 #define LINE TQ_TILE_LINE
@@ -80,6 +80,8 @@ static inline __m512i per_dword(uint32_t p)
 }
 
 /*
+ * Lines [from, to) of p, 8 KiB ahead, into L1 or (l2) L2.
+ *
  * An asm statement, not _mm_prefetch: GCC 12 at -O2 deleted the whole
  * 36-iteration loop of builtin prefetches from the Q4_K kernel (objdump
  * showed none in rows_q4_Kx16), and with each line left to the hardware
@@ -87,23 +89,19 @@ static inline __m512i per_dword(uint32_t p)
  * from memory, against 38 for a plain read.  Every line 8 KiB ahead into
  * L1 brought it to 35-36 (bench_kernels 0.3 gemv, 1 thread, interleaved);
  * 16 KiB ahead read slower, and so did a line in two in a copy of the
- * loop.
- */
-static inline void prefetch_lines(const char *p, int n)
-{
-    for (int k = 0; k < n; k++) __asm__ volatile("prefetcht0 %0" : : "m"(p[PF_AHEAD + LINE * k]));
-}
-
-/* Lines [from, to) 8 KiB ahead into L2, for Q4_K: its 36 lines asked for
- * a quarter at a time (at the block's start, then before each of its
- * first three runs), not all at its start,
- * read 14.3-14.4 GB/s a thread from memory against 12.6-12.8 (29.5-29.9
+ * loop.  Q4_K's 36 lines asked for into L2 a quarter at a time (at the
+ * block's start, then before each of its first three runs) read 14.3-14.4
+ * GB/s a thread where all into L1 at the start read 12.6-12.8 (29.5-29.9
  * against 24.8-26.2 on two threads; bench_kernels 0.3 gemv
- * q4_Kx16,q8_0x16, two interleaved passes; spread into L1, or all at the
- * start into L2, read no faster). */
-static inline void prefetch_l2(const char *p, int from, int to)
+ * q4_Kx16,q8_0x16, two interleaved passes on a slower host; spread into
+ * L1, or all at the start into L2, read no faster).
+ */
+static inline void prefetch_lines(const char *p, int from, int to, const bool l2)
 {
-    for (int k = from; k < to; k++) __asm__ volatile("prefetcht1 %0" : : "m"(p[PF_AHEAD + LINE * k]));
+    for (int k = from; k < to; k++) {
+        if (l2) __asm__ volatile("prefetcht1 %0" : : "m"(p[PF_AHEAD + LINE * k]));
+        else __asm__ volatile("prefetcht0 %0" : : "m"(p[PF_AHEAD + LINE * k]));
+    }
 }
 
 /* One token's Q8_K row into its TK_KREC records. */
@@ -146,7 +144,7 @@ tile_q4_K(const char *tile, int64_t nb, const char *act, size_t act_tok, float *
     _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) acc[t] = acc_min[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const char *blk = tile + tq_tile_line(b, Q4_UNIT, Q4_LINES, 0);
-        prefetch_l2(blk, 0, Q4_PF);
+        prefetch_lines(blk, 0, Q4_PF, true);
         /* the 12 packed bytes of 16 rows: 8 scales (sc03, sc47) and 8 mins
          * (mn03, mn47) per row, 4 to a lane (layout in tq_kquant.c) */
         const __m512i w0 = line_at(blk), w1 = line_at(blk + LINE), w2 = line_at(blk + LINE * 2);
@@ -160,7 +158,7 @@ tile_q4_K(const char *tile, int64_t nb, const char *act, size_t act_tok, float *
         _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) {   /* 64 values: runs 2c and 2c + 1 */
             __m512i sa[NT], sb[NT];
             _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) sa[t] = sb[t] = _mm512_setzero_si512();
-            if (c < 3) prefetch_l2(blk, (c + 1) * Q4_PF, (c + 2) * Q4_PF);
+            if (c < 3) prefetch_lines(blk, (c + 1) * Q4_PF, (c + 2) * Q4_PF, true);
             _Pragma("GCC unroll 8") for (int l = 0; l < 8; l++) {
                 const __m512i v = line_at(blk + LINE * (Q4_QS + 8 * c + l));
                 const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
@@ -242,7 +240,7 @@ static void tile_q6_K(const char *tile, int64_t nb, const char *rec, float *y)
     _Pragma("GCC unroll 8") for (int m = 0; m < 8; m++) acc[m] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++, rec += TK_KREC) {
         const char *blk = tile + tq_tile_line(b, Q6_UNIT, Q6_LINES, 0);
-        prefetch_lines(blk, Q6_LINES + (int)(b % 2));
+        prefetch_lines(blk, 0, Q6_LINES + (int)(b % 2), false);
         const char *sl = blk + LINE * Q6_SCALES;
         const __m512i s[4] = { line_at(sl), line_at(sl + LINE), line_at(sl + LINE * 2), line_at(sl + LINE * 3) };
         /* lane m starts at -32 (sc_2m s_2m + sc_2m+1 s_2m+1): groups 2m, 2m+1
