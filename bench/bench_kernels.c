@@ -2,8 +2,8 @@
  * bench_kernels.c - weight bandwidth of the matrix-vector kernels.
  *
  * For every supported weight type and every kernel table this CPU has, one
- * 896 x 4864 matrix (n_rows x n_cols: a small model's FFN down projection,
- * bigger than L2) is multiplied by one activation row, on 1 and 2 threads,
+ * 896 x 5120 matrix (n_rows x n_cols, bigger than L2; an even count of
+ * 256-value blocks a row, so Q6_K's two-block tiles run) is multiplied by one activation row, on 1 and 2 threads,
  * and the weight bytes per second are printed:
  *
  *   cache  the same matrix again and again (it may sit in L3)
@@ -23,7 +23,8 @@
  * A third mode ("ratios") times the vec_dot of the 256-value and non-linear
  * formats interleaved, so their ratios to Q4_K hold on a busy machine; a
  * fourth ("lattice") the lattice formats' on the avx2 and avx512 tables,
- * interleaved the same way.  Both take 20x the seconds given in all.
+ * interleaved the same way, on an 896 x 4864 matrix.  Both take 20x the
+ * seconds given in all.
  *
  * Usage: bench_kernels [seconds per measurement, default 0.25] [gemm|gemv|ratios|lattice|all]
  *                      [types: "q4_Kx16,q8_0x16", the bandwidth table's rows to time; all]
@@ -37,7 +38,9 @@
 #include <string.h>
 #include <time.h>
 
-enum { N_ROWS = 896, N_COLS = 4864 };
+/* N_COLS: the ratios' and lattice's matrix, a 0.5B model's FFN down
+ * projection; B_COLS: the bandwidth table's */
+enum { N_ROWS = 896, N_COLS = 4864, B_COLS = 5120 };
 #define RING_BYTES ((size_t)256 << 20)
 
 static const char *const isas[] = { "scalar", "avx2", "avx512" };
@@ -66,7 +69,7 @@ static void dot_rows(int ith, int nth, void *p)
     job *j = p;
     int64_t lo, hi;
     tp_split(N_ROWS, ith, nth, &lo, &hi);
-    for (int64_t r = lo; r < hi; r++) j->y[r] = j->dot(N_COLS, j->w + (size_t)r * j->wrow, j->a);
+    for (int64_t r = lo; r < hi; r++) j->y[r] = j->dot(B_COLS, j->w + (size_t)r * j->wrow, j->a);
 }
 
 /* Runs one pass per copy in the ring until `secs` have passed; GB/s of weights. */
@@ -78,7 +81,7 @@ static double time_passes(tp_pool *tp, job *j, const char *ring, size_t n_copies
     do {
         for (size_t c = 0; c < n_copies; c++, passes++) {
             if (use_matmul) {
-                tk_matmul(tp, wt, ring + c * mat, N_ROWS, N_COLS, x, 1, j->y, scratch);
+                tk_matmul(tp, wt, ring + c * mat, N_ROWS, B_COLS, x, 1, j->y, scratch);
             } else {
                 j->w = ring + c * mat;
                 tp_run(tp, dot_rows, j);
@@ -390,38 +393,38 @@ int main(int argc, char **argv)
         return 0;
     }
     printf("vec_dot weight bandwidth, %d x %d matrix, GB/s (cache = one matrix, dram = %zu MiB ring)\n",
-           N_ROWS, N_COLS, RING_BYTES >> 20);
+           N_ROWS, B_COLS, RING_BYTES >> 20);
     printf("kernels chosen: %s\n", tk_ops_get()->isa);
     printf("%-6s %-8s %10s | %9s %9s | %9s %9s\n", "type", "kernels", "MiB", "1t cache", "1t dram",
            "2t cache", "2t dram");
 
-    float *wf = malloc((size_t)N_ROWS * N_COLS * sizeof *wf);
-    float *x = malloc(N_COLS * sizeof *x), *y = malloc(N_ROWS * sizeof *y);
-    void *a = malloc(N_COLS * sizeof(float));
+    float *wf = malloc((size_t)N_ROWS * B_COLS * sizeof *wf);
+    float *x = malloc(B_COLS * sizeof *x), *y = malloc(N_ROWS * sizeof *y);
+    void *a = malloc(B_COLS * sizeof(float));
     if (!wf || !x || !y || !a) return 1;
-    for (size_t i = 0; i < (size_t)N_ROWS * N_COLS; i++) wf[i] = rnd();
-    for (int i = 0; i < N_COLS; i++) x[i] = rnd();
+    for (size_t i = 0; i < (size_t)N_ROWS * B_COLS; i++) wf[i] = rnd();
+    for (int i = 0; i < B_COLS; i++) x[i] = rnd();
 
     for (int wt = 0; wt < TQ_COUNT; wt++) {
         const tq_traits *tr = tq_get(wt);
         if (!tr || !tr->supported || wt == TQ_Q8_K) continue;
         /* a tiled layout (tq.h): only through tk_matmul, where this CPU runs it */
         tq_type plain = tr->tile_rows ? tr->untiled : (tq_type)wt;
-        if (tr->tile_rows && !tk_runs_tiled(plain, N_ROWS, N_COLS)) continue;
+        if (tr->tile_rows && !tk_runs_tiled(plain, N_ROWS, B_COLS)) continue;
         if (only && !listed(only, tr->name)) continue;
-        size_t wrow = tq_row_size(wt, N_COLS), mat = wrow * N_ROWS;
+        size_t wrow = tq_row_size(wt, B_COLS), mat = wrow * N_ROWS;
         size_t n_copies = (RING_BYTES + mat - 1) / mat;
         /* in 2 MiB pages, as the model's weights are (model_copy.c) */
         char *ring = pk_huge_alloc(mat * n_copies), *rows = malloc(mat);
-        void *scratch = malloc(tk_matmul_scratch_size(wt, N_COLS, 1));
+        void *scratch = malloc(tk_matmul_scratch_size(wt, B_COLS, 1));
         if (!ring || !rows || !scratch) return 1;
         if (tq_has_quantizer(plain)) {
-            for (int r = 0; r < N_ROWS; r++) tq_quantize_row(plain, wf + (size_t)r * N_COLS, rows + r * wrow, N_COLS);
+            for (int r = 0; r < N_ROWS; r++) tq_quantize_row(plain, wf + (size_t)r * B_COLS, rows + r * wrow, B_COLS);
         } else {
             lattice_rows(plain, rows, mat);
         }
         if (tr->tile_rows)
-            tq_tile(wt, rows, N_ROWS, N_COLS, ring);
+            tq_tile(wt, rows, N_ROWS, B_COLS, ring);
         else
             memcpy(ring, rows, mat);
         for (size_t c = 1; c < n_copies; c++) memcpy(ring + c * mat, ring, mat);
@@ -431,13 +434,13 @@ int main(int argc, char **argv)
             const tk_ops *ops = use_matmul ? tk_ops_get() : tk_ops_named(isas[k]);
             if (!ops) continue;
             job j = { NULL, ops->vec_dot[wt], ring, wrow, a, y };
-            ops->quantize[tr->vec_dot_type](x, a, N_COLS);
-            if (use_matmul) tk_matmul(pools[1], wt, ring, N_ROWS, N_COLS, x, 1, y, scratch);
+            ops->quantize[tr->vec_dot_type](x, a, B_COLS);
+            if (use_matmul) tk_matmul(pools[1], wt, ring, N_ROWS, B_COLS, x, 1, y, scratch);
 
             /* Validate: this table (or tk_matmul) against the scalar reference. */
             for (int r = 0; r < N_ROWS; r += 97) {
-                float ref = tq_vec_dot_ref(plain, N_COLS, rows + r * wrow, a);
-                float got = use_matmul ? y[r] : j.dot(N_COLS, ring + r * wrow, a);
+                float ref = tq_vec_dot_ref(plain, B_COLS, rows + r * wrow, a);
+                float got = use_matmul ? y[r] : j.dot(B_COLS, ring + r * wrow, a);
                 if (!(fabsf(got - ref) <= 1e-4f * fabsf(ref) + 1e-3f)) {
                     fprintf(stderr, "bench_kernels: %s %s row %d: %g vs reference %g\n", ops->isa,
                             tr->name, r, got, ref);

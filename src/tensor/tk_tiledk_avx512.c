@@ -46,6 +46,7 @@ enum {   /* tq.h's layouts */
     Q4_UNIT = TQ_Q4_KX16_UNIT, Q4_LINES = TQ_Q4_KX16_LINES, Q4_QS = TQ_Q4_KX16_QS,
     Q4_PF = (TQ_Q4_KX16_LINES + 1) / 4,   /* a block's lines and its scales' line, a quarter of them */
     Q6_UNIT = TQ_Q6_KX16_UNIT, Q6_LINES = TQ_Q6_KX16_LINES, Q6_QH = TQ_Q6_KX16_QH, Q6_SCALES = TQ_Q6_KX16_SCALES,
+    Q6_PF = (TQ_Q6_KX16_LINES + 1 + 3) / 4,   /* a block's lines and its unit's d line, a quarter of them */
 };
 
 static inline int32_t pair16(int lo, int hi)
@@ -80,7 +81,7 @@ static inline __m512i per_dword(uint32_t p)
 }
 
 /*
- * Lines [from, to) of p, 8 KiB ahead, into L1 or (l2) L2.
+ * Lines [from, to) of p, 8 KiB ahead, into L2.
  *
  * An asm statement, not _mm_prefetch: GCC 12 at -O2 deleted the whole
  * 36-iteration loop of builtin prefetches from the Q4_K kernel (objdump
@@ -89,19 +90,18 @@ static inline __m512i per_dword(uint32_t p)
  * from memory, against 38 for a plain read.  Every line 8 KiB ahead into
  * L1 brought it to 35-36 (bench_kernels 0.3 gemv, 1 thread, interleaved);
  * 16 KiB ahead read slower, and so did a line in two in a copy of the
- * loop.  Q4_K's 36 lines asked for into L2 a quarter at a time (at the
- * block's start, then before each of its first three runs) read 14.3-14.4
- * GB/s a thread where all into L1 at the start read 12.6-12.8 (29.5-29.9
- * against 24.8-26.2 on two threads; bench_kernels 0.3 gemv
- * q4_Kx16,q8_0x16, two interleaved passes on a slower host; spread into
- * L1, or all at the start into L2, read no faster).
+ * loop.  A block's lines asked for into L2 a quarter at a time (at the
+ * block's start, then before each of its next three quarters) read faster
+ * from memory than all into L1 at the start, on a slower host
+ * (bench_kernels 0.3 gemv q6_Kx16,q4_Kx16,q8_0x16, two interleaved passes,
+ * GB/s, 1 thread / 2 threads): Q4_K 14.3-14.4 / 29.5-29.9 against
+ * 12.6-12.8 / 24.8-26.2; Q6_K 13.1-13.4 / 25.6-27.4 against 11.4-11.8 /
+ * 22.3-23.4 (spread into L1, or all at the start into L2, no faster;
+ * eighths no faster than quarters).
  */
-static inline void prefetch_lines(const char *p, int from, int to, const bool l2)
+static inline void prefetch_lines(const char *p, int from, int to)
 {
-    for (int k = from; k < to; k++) {
-        if (l2) __asm__ volatile("prefetcht1 %0" : : "m"(p[PF_AHEAD + LINE * k]));
-        else __asm__ volatile("prefetcht0 %0" : : "m"(p[PF_AHEAD + LINE * k]));
-    }
+    for (int k = from; k < to; k++) __asm__ volatile("prefetcht1 %0" : : "m"(p[PF_AHEAD + LINE * k]));
 }
 
 /* One token's Q8_K row into its TK_KREC records. */
@@ -144,7 +144,7 @@ tile_q4_K(const char *tile, int64_t nb, const char *act, size_t act_tok, float *
     _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) acc[t] = acc_min[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const char *blk = tile + tq_tile_line(b, Q4_UNIT, Q4_LINES, 0);
-        prefetch_lines(blk, 0, Q4_PF, true);
+        prefetch_lines(blk, 0, Q4_PF);
         /* the 12 packed bytes of 16 rows: 8 scales (sc03, sc47) and 8 mins
          * (mn03, mn47) per row, 4 to a lane (layout in tq_kquant.c) */
         const __m512i w0 = line_at(blk), w1 = line_at(blk + LINE), w2 = line_at(blk + LINE * 2);
@@ -158,7 +158,7 @@ tile_q4_K(const char *tile, int64_t nb, const char *act, size_t act_tok, float *
         _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) {   /* 64 values: runs 2c and 2c + 1 */
             __m512i sa[NT], sb[NT];
             _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) sa[t] = sb[t] = _mm512_setzero_si512();
-            if (c < 3) prefetch_lines(blk, (c + 1) * Q4_PF, (c + 2) * Q4_PF, true);
+            if (c < 3) prefetch_lines(blk, (c + 1) * Q4_PF, (c + 2) * Q4_PF);
             _Pragma("GCC unroll 8") for (int l = 0; l < 8; l++) {
                 const __m512i v = line_at(blk + LINE * (Q4_QS + 8 * c + l));
                 const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
@@ -240,7 +240,8 @@ static void tile_q6_K(const char *tile, int64_t nb, const char *rec, float *y)
     _Pragma("GCC unroll 8") for (int m = 0; m < 8; m++) acc[m] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++, rec += TK_KREC) {
         const char *blk = tile + tq_tile_line(b, Q6_UNIT, Q6_LINES, 0);
-        prefetch_lines(blk, 0, Q6_LINES + (int)(b % 2), false);
+        const int end = Q6_LINES + (int)(b % 2);   /* the second block's lines end with the unit's d line */
+        prefetch_lines(blk, 0, Q6_PF);
         const char *sl = blk + LINE * Q6_SCALES;
         const __m512i s[4] = { line_at(sl), line_at(sl + LINE), line_at(sl + LINE * 2), line_at(sl + LINE * 3) };
         /* lane m starts at -32 (sc_2m s_2m + sc_2m+1 s_2m+1): groups 2m, 2m+1
@@ -251,6 +252,10 @@ static void tile_q6_K(const char *tile, int64_t nb, const char *rec, float *y)
                                                             bcast(rec + TK_KREC_B6 + 4 * m)), 5);
         _Pragma("GCC unroll 2") for (int n = 0; n < 2; n++) {   /* values 128n .. 128n + 127 */
             _Pragma("GCC unroll 8") for (int h = 0; h < 8; h++) {
+                if (h % 4 == 0 && 2 * n + h / 4 < 3) {   /* the next quarter of the block */
+                    const int q = 2 * n + h / 4 + 1;
+                    prefetch_lines(blk, q * Q6_PF, MIN((q + 1) * Q6_PF, end));
+                }
                 const __m512i qh = line_at(blk + LINE * (Q6_QH + 8 * n + h));
                 const __m512i l1 = line_at(blk + LINE * (16 * n + h)), l2 = line_at(blk + LINE * (16 * n + 8 + h));
                 const __m512i qa = _mm512_and_si512(qh, m33), qb = _mm512_and_si512(qh, mcc);
