@@ -3,8 +3,9 @@
  *
  * For every supported weight type and every kernel table this CPU has, one
  * 896 x 5120 matrix (n_rows x n_cols, bigger than L2; an even count of
- * 256-value blocks a row, so Q6_K's two-block tiles run) is multiplied by one activation row, on 1 and 2 threads,
- * and the weight bytes per second are printed:
+ * 256-value blocks a row, so Q6_K's two-block tiles run) is multiplied by
+ * one activation row, on 1 and 2 threads, and the weight bytes per second
+ * are printed:
  *
  *   cache  the same matrix again and again (it may sit in L3)
  *   dram   a ring of copies of the matrix, >= 256 MiB in all (in 2 MiB

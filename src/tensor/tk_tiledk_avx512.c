@@ -104,6 +104,12 @@ static inline void prefetch_lines(const char *p, int from, int to)
     for (int k = from; k < to; k++) __asm__ volatile("prefetcht1 %0" : : "m"(p[PF_AHEAD + LINE * k]));
 }
 
+/* Quarter q (0-3; none past them) of a block's n lines, `per` lines a quarter. */
+static inline void prefetch_quarter(const char *blk, int q, int per, int n)
+{
+    if (q < 4) prefetch_lines(blk, q * per, MIN((q + 1) * per, n));
+}
+
 /* One token's Q8_K row into its TK_KREC records. */
 static void pack_a_q8_K(const void *row, int64_t n_cols, int lane, void *act)
 {
@@ -144,7 +150,7 @@ tile_q4_K(const char *tile, int64_t nb, const char *act, size_t act_tok, float *
     _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) acc[t] = acc_min[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const char *blk = tile + tq_tile_line(b, Q4_UNIT, Q4_LINES, 0);
-        prefetch_lines(blk, 0, Q4_PF);
+        prefetch_quarter(blk, 0, Q4_PF, Q4_LINES + 1);
         /* the 12 packed bytes of 16 rows: 8 scales (sc03, sc47) and 8 mins
          * (mn03, mn47) per row, 4 to a lane (layout in tq_kquant.c) */
         const __m512i w0 = line_at(blk), w1 = line_at(blk + LINE), w2 = line_at(blk + LINE * 2);
@@ -158,7 +164,7 @@ tile_q4_K(const char *tile, int64_t nb, const char *act, size_t act_tok, float *
         _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) {   /* 64 values: runs 2c and 2c + 1 */
             __m512i sa[NT], sb[NT];
             _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) sa[t] = sb[t] = _mm512_setzero_si512();
-            if (c < 3) prefetch_lines(blk, (c + 1) * Q4_PF, (c + 2) * Q4_PF);
+            prefetch_quarter(blk, c + 1, Q4_PF, Q4_LINES + 1);
             _Pragma("GCC unroll 8") for (int l = 0; l < 8; l++) {
                 const __m512i v = line_at(blk + LINE * (Q4_QS + 8 * c + l));
                 const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
@@ -241,7 +247,7 @@ static void tile_q6_K(const char *tile, int64_t nb, const char *rec, float *y)
     for (int64_t b = 0; b < nb; b++, rec += TK_KREC) {
         const char *blk = tile + tq_tile_line(b, Q6_UNIT, Q6_LINES, 0);
         const int end = Q6_LINES + (int)(b % 2);   /* the second block's lines end with the unit's d line */
-        prefetch_lines(blk, 0, Q6_PF);
+        prefetch_quarter(blk, 0, Q6_PF, end);
         const char *sl = blk + LINE * Q6_SCALES;
         const __m512i s[4] = { line_at(sl), line_at(sl + LINE), line_at(sl + LINE * 2), line_at(sl + LINE * 3) };
         /* lane m starts at -32 (sc_2m s_2m + sc_2m+1 s_2m+1): groups 2m, 2m+1
@@ -252,10 +258,7 @@ static void tile_q6_K(const char *tile, int64_t nb, const char *rec, float *y)
                                                             bcast(rec + TK_KREC_B6 + 4 * m)), 5);
         _Pragma("GCC unroll 2") for (int n = 0; n < 2; n++) {   /* values 128n .. 128n + 127 */
             _Pragma("GCC unroll 8") for (int h = 0; h < 8; h++) {
-                if (h % 4 == 0 && 2 * n + h / 4 < 3) {   /* the next quarter of the block */
-                    const int q = 2 * n + h / 4 + 1;
-                    prefetch_lines(blk, q * Q6_PF, MIN((q + 1) * Q6_PF, end));
-                }
+                if (h % 4 == 0) prefetch_quarter(blk, 2 * n + h / 4 + 1, Q6_PF, end);
                 const __m512i qh = line_at(blk + LINE * (Q6_QH + 8 * n + h));
                 const __m512i l1 = line_at(blk + LINE * (16 * n + h)), l2 = line_at(blk + LINE * (16 * n + 8 + h));
                 const __m512i qa = _mm512_and_si512(qh, m33), qb = _mm512_and_si512(qh, mcc);
