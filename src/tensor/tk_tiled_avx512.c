@@ -14,10 +14,10 @@
  * block and 16 rows, Q4_0 takes 4 loads, 8 unpacking operations (2 per
  * line: the high nibbles stay in place, 16 x the level, and their sum is
  * shifted back once), 8 vpdpbusd and 5 integer and float operations per
- * token, about 1.5 per block and row; Q8_0 takes 8 loads and 8 vpdpbusd.  One thread in cache, one
- * token (bench_kernels): Q4_0 17.5 -> 45.6 GB/s, Q8_0 28.8 -> 66.4; 4 to
- * 48 tokens about 460 GOP/s on 2 threads, 2-3x the small-batch kernel and
- * the GEMM below 32 tokens.
+ * token, about 1.5 per block and row; Q8_0 takes 8 loads and 8 vpdpbusd.
+ * One thread in cache, one token (bench_kernels): Q4_0 17.5 -> 45.6 GB/s,
+ * Q8_0 28.8 -> 66.4; 4 to 48 tokens about 460 GOP/s on 2 threads, 2-3x
+ * the small-batch kernel and the GEMM below 32 tokens.
  *
  * The non-linear formats (IQ4_NL, MXFP4: a level is an index into 16
  * values) take 2 more operations per line: each nibble goes through a
