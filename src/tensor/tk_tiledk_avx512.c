@@ -179,7 +179,7 @@ tile_q4_K(const char *tile, int64_t nb, const char *act, size_t act_tok, float *
                     sb[t] = _mm512_dpbusd_epi32(sb[t], hi, bcast(a + 32));
                 }
             }
-            /* the high nibbles' sums were 16 x the sum */
+            /* sb summed the high nibbles in place, 16 x their levels */
             _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) sb[t] = _mm512_srai_epi32(sb[t], 4);
             const __m512i scs = c < 2 ? sc03 : sc47;
             const __m512i s_a = _mm512_shuffle_epi8(scs, byte_k[2 * (c % 2)]);
